@@ -1,0 +1,65 @@
+// miniinfer logits --model DIR --ids 1,2,3 [--top 5]: one CPU forward pass over the ids,
+// printing the top-k logits at every position as JSON.
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+
+#include "apps/commands.h"
+#include "core/json.h"
+#include "core/logging.h"
+#include "models/sequence_runner.h"
+
+namespace miniinfer::apps {
+namespace {
+
+struct LogitsOptions {
+    std::string model_dir;
+    std::vector<int64_t> ids;
+    int top = 5;
+    int page_size = 16;
+    std::string load_format = "auto";
+};
+
+void run(const LogitsOptions& o) {
+    if (o.ids.empty()) fail("--ids is empty: give at least one token id");
+    if (o.top < 1) fail("--top must be at least 1, got {}", o.top);
+    if (o.page_size < 1) fail("--page-size must be at least 1, got {}", o.page_size);
+    QwenModel model = QwenModel::load(o.model_dir, parse_load_format(o.load_format));
+    const int64_t vocab = model.config().vocab_size;
+    std::vector<int32_t> ids;
+    for (int64_t id : o.ids) {
+        if (id < 0 || id >= vocab) fail("token id {} is outside the vocabulary [0, {})", id, vocab);
+        ids.push_back(int32_t(id));
+    }
+    SequenceRunner runner(model, int64_t(ids.size()), o.page_size);
+    Tensor logits = runner.append(ids);  // [n, vocab]
+    const int64_t k = std::min<int64_t>(o.top, vocab);
+    Json positions = Json::array();
+    std::vector<int32_t> order(static_cast<size_t>(vocab));
+    for (size_t p = 0; p < ids.size(); ++p) {
+        const float* row = logits.data<float>() + int64_t(p) * vocab;
+        std::iota(order.begin(), order.end(), 0);
+        std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                          [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+        Json top = Json::array();
+        for (int64_t i = 0; i < k; ++i) top.push_back({{"id", order[size_t(i)]}, {"logit", row[order[size_t(i)]]}});
+        positions.push_back({{"position", p}, {"token", ids[p]}, {"top", top}});
+    }
+    std::printf("%s\n", Json{{"model", o.model_dir}, {"positions", positions}}.dump().c_str());
+}
+
+}  // namespace
+
+void add_logits(CLI::App& app) {
+    auto opts = std::make_shared<LogitsOptions>();
+    CLI::App* cmd = app.add_subcommand("logits", "Run the CPU forward pass and print top-k logits per position");
+    cmd->add_option("--model", opts->model_dir, "Hugging Face model directory")->required();
+    cmd->add_option("--ids", opts->ids, "Token ids, comma separated")->required()->delimiter(',');
+    cmd->add_option("--top", opts->top, "How many logits to print per position")->capture_default_str();
+    cmd->add_option("--page-size", opts->page_size, "KV cache page size in tokens")->capture_default_str();
+    cmd->add_option("--load-format", opts->load_format, "auto | safetensors | dummy (seeded random weights)")
+        ->capture_default_str();
+    cmd->callback([opts] { run(*opts); });
+}
+
+}  // namespace miniinfer::apps

@@ -1,0 +1,12 @@
+// Subcommands of the `miniinfer` CLI. Each add_* registers its options and a callback that
+// throws miniinfer::Error on bad input.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace miniinfer::apps {
+
+void add_inspect(CLI::App& app);  // miniinfer inspect --model DIR [--json]
+void add_logits(CLI::App& app);   // miniinfer logits --model DIR --ids 1,2,3 [--top 5]
+
+}  // namespace miniinfer::apps

@@ -1,0 +1,20 @@
+#include "core/json.h"
+
+#include <fstream>
+#include <sstream>
+
+namespace miniinfer {
+
+Json read_json_file(const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) fail("{}: cannot open file", path.string());
+    std::stringstream text;
+    text << in.rdbuf();
+    try {
+        return Json::parse(text.str());
+    } catch (const nlohmann::json::parse_error& e) {
+        fail("{}: not valid JSON ({})", path.string(), e.what());
+    }
+}
+
+}  // namespace miniinfer

@@ -1,0 +1,105 @@
+#include "core/tensor.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "core/check.h"
+
+namespace miniinfer {
+namespace {
+
+class HostStorage : public Storage {
+public:
+    explicit HostStorage(size_t num_bytes) {
+        // 64-byte alignment: whole cache lines, and what AVX-512 loads like.
+        data = std::aligned_alloc(64, (num_bytes + 63) / 64 * 64 + 64);
+        MI_CHECK(data != nullptr, "host allocation of {} bytes failed", num_bytes);
+        std::memset(data, 0, num_bytes);
+        bytes = num_bytes;
+    }
+    ~HostStorage() override { std::free(data); }
+};
+
+Shape contiguous_strides(const Shape& shape) {
+    Shape strides(shape.size());
+    int64_t stride = 1;
+    for (size_t i = shape.size(); i-- > 0;) {
+        strides[i] = stride;
+        stride *= shape[i];
+    }
+    return strides;
+}
+
+}  // namespace
+
+Tensor::Tensor(void* data, DType dtype, Shape shape, Device device, std::shared_ptr<Storage> owner)
+    : data_(data),
+      dtype_(dtype),
+      device_(device),
+      shape_(std::move(shape)),
+      strides_(contiguous_strides(shape_)),
+      owner_(std::move(owner)) {
+    for (int64_t d : shape_) MI_CHECK(d >= 0, "negative dimension in {}", shape_str(shape_));
+}
+
+Tensor Tensor::zeros(Shape shape, DType dtype) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    auto storage = std::make_shared<HostStorage>(size_t(n) * dtype_size(dtype));
+    return Tensor(storage->data, dtype, std::move(shape), Device::kCPU, storage);
+}
+
+int64_t Tensor::numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape_) n *= d;
+    return n;
+}
+
+bool Tensor::is_contiguous() const { return strides_ == contiguous_strides(shape_); }
+
+Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
+    MI_CHECK(ndim() >= 1 && 0 <= begin && begin <= end && end <= shape_[0],
+             "slice [{}, {}) of {}", begin, end, describe());
+    Tensor out = *this;
+    out.data_ = static_cast<char*>(data_) + begin * strides_[0] * int64_t(dtype_size(dtype_));
+    out.shape_[0] = end - begin;
+    return out;
+}
+
+Tensor Tensor::view(Shape shape) const {
+    MI_CHECK(is_contiguous(), "view of a non-contiguous tensor {}", describe());
+    Tensor out = *this;
+    out.shape_ = std::move(shape);
+    out.strides_ = contiguous_strides(out.shape_);
+    MI_CHECK(out.numel() == numel(), "view {} of {}", shape_str(out.shape_), describe());
+    return out;
+}
+
+Tensor Tensor::to_f32() const {
+    MI_CHECK(device_ == Device::kCPU && is_contiguous(), "to_f32 needs a contiguous host tensor");
+    Tensor out = zeros(shape_, DType::kF32);
+    float* dst = out.data<float>();
+    const int64_t n = numel();
+    switch (dtype_) {
+        case DType::kF32: std::memcpy(dst, data_, size_t(n) * 4); break;
+        case DType::kBF16:
+            for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(data<uint16_t>()[i]);
+            break;
+        case DType::kF16:
+            for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(data<uint16_t>()[i]);
+            break;
+        default: MI_CHECK(false, "to_f32 of {}", describe());
+    }
+    return out;
+}
+
+std::string shape_str(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+
+std::string Tensor::describe() const {
+    return fmt::format("{}{}", dtype_name(dtype_), shape_str(shape_));
+}
+
+}  // namespace miniinfer

@@ -1,0 +1,70 @@
+// The building blocks of a decoder, each owning its weights (f32 host tensors on the CPU
+// backend) and running on the device its tensors live on. Activations are [num_tokens, ...]
+// f32 tensors; every forward returns a new tensor and leaves its inputs alone unless it says so.
+#pragma once
+
+#include <vector>
+
+#include "core/tensor.h"
+#include "kvcache/kv_cache.h"
+#include "layers/forward_batch.h"
+
+namespace miniinfer {
+
+struct Linear {
+    Tensor weight;  // [out, in]
+    Tensor bias;    // [out] or undefined
+    Tensor forward(const Tensor& x) const;  // [n, in] -> [n, out]
+};
+
+struct RMSNorm {
+    Tensor weight;  // [dim]
+    float eps = 1e-6f;
+    // x: [rows, dim] (or [n, heads, dim]: normalises each head).
+    Tensor forward(const Tensor& x) const;
+    // residual += x, then returns norm(residual). Mutates residual.
+    Tensor forward_add(const Tensor& x, Tensor& residual) const;
+};
+
+// Rotary position embedding, NeoX layout, with linear position scaling.
+class Rotary {
+public:
+    Rotary(int64_t head_dim, double theta, double linear_factor = 1.0);
+    void apply(Tensor& x, std::span<const int32_t> positions) const;  // x: [n, heads, head_dim], in place
+    const std::vector<float>& inv_freq() const { return inv_freq_; }
+
+private:
+    int64_t head_dim_;
+    std::vector<float> inv_freq_;  // [head_dim / 2]
+};
+
+// Stores this step's K/V into the layer's pages, then attends over all of each sequence's pages.
+// The backend interface the CUDA kernels (fa2, flashinfer) implement later.
+struct PagedAttention {
+    int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
+    float scale = 1.f;
+    // q: [n, num_heads, head_dim]; k, v: [n, num_kv_heads, head_dim] -> [n, num_heads * head_dim]
+    Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const ForwardBatch& batch,
+                   const Tensor& k_cache, const Tensor& v_cache, int64_t page_size) const;
+};
+
+struct DenseMlp {
+    Linear gate_up;  // [2 * inter, hidden]: gate rows, then up rows
+    Linear down;     // [hidden, inter]
+    Tensor forward(const Tensor& x) const;
+};
+
+// Qwen3-MoE sparse block: softmax router, top-k experts, optional renormalisation.
+struct FusedMoE {
+    Linear router;   // [num_experts, hidden], no bias
+    Tensor gate_up;  // [num_experts, 2 * inter, hidden]
+    Tensor down;     // [num_experts, hidden, inter]
+    int64_t top_k = 0;
+    bool renormalize = true;
+    Tensor forward(const Tensor& x) const;
+};
+
+// Rows `ids` of the embedding table: [n] -> [n, hidden].
+Tensor embed(const Tensor& table, std::span<const int32_t> ids);
+
+}  // namespace miniinfer

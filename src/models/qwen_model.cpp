@@ -1,0 +1,102 @@
+#include "models/qwen_model.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/check.h"
+
+namespace miniinfer {
+
+QwenModel::QwenModel(ModelConfig config, ModelWeights weights)
+    : config_(std::move(config)),
+      weights_(std::move(weights)),
+      rotary_(config_.head_dim, config_.rope_theta,
+              config_.rope_scaling.kind == RopeScaling::Kind::kLinear ? config_.rope_scaling.factor : 1.0) {
+    const float eps = float(config_.rms_norm_eps);
+    for (int64_t l = 0; l < config_.num_layers; ++l) {
+        const LayerWeights& w = weights_.layers[size_t(l)];
+        Layer layer;
+        layer.input_norm = {w.input_norm, eps};
+        layer.post_attention_norm = {w.post_attention_norm, eps};
+        layer.qkv = {w.qkv, w.qkv_bias};
+        layer.o_proj = {w.o_proj, w.o_bias};
+        layer.q_norm = {w.q_norm, eps};
+        layer.k_norm = {w.k_norm, eps};
+        layer.attention = {.num_heads = config_.num_heads,
+                           .num_kv_heads = config_.num_kv_heads,
+                           .head_dim = config_.head_dim,
+                           .scale = float(1.0 / std::sqrt(double(config_.head_dim)))};
+        layer.is_moe = config_.is_moe_layer(l);
+        if (layer.is_moe) {
+            layer.moe = {.router = {w.router, Tensor()},
+                         .gate_up = w.experts_gate_up,
+                         .down = w.experts_down,
+                         .top_k = config_.num_experts_per_tok,
+                         .renormalize = config_.norm_topk_prob};
+        } else {
+            layer.mlp = {{w.gate_up, Tensor()}, {w.down, Tensor()}};
+        }
+        layers_.push_back(std::move(layer));
+    }
+    final_norm_ = {weights_.norm, eps};
+}
+
+QwenModel QwenModel::load(const std::filesystem::path& model_dir, LoadFormat format, uint64_t seed) {
+    ModelConfig config = ModelConfig::load(model_dir);
+    ModelWeights weights = format == LoadFormat::kDummy ? dummy_weights(config, seed) : load_weights(config, model_dir);
+    return QwenModel(std::move(config), std::move(weights));
+}
+
+Tensor QwenModel::attention(const Layer& layer, int64_t layer_idx, const Tensor& x, const ForwardBatch& batch,
+                            KvCache& kv) const {
+    const int64_t n = x.size(0), D = config_.head_dim;
+    const int64_t q_size = config_.q_size(), kv_size = config_.kv_size();
+    Tensor qkv = layer.qkv.forward(x);  // [n, q + 2 kv]
+    // Split into contiguous per-head tensors: q [n, heads, D], k and v [n, kv_heads, D].
+    Tensor q = Tensor::zeros({n, config_.num_heads, D}, DType::kF32);
+    Tensor k = Tensor::zeros({n, config_.num_kv_heads, D}, DType::kF32);
+    Tensor v = Tensor::zeros({n, config_.num_kv_heads, D}, DType::kF32);
+    const int64_t row = q_size + 2 * kv_size;
+    for (int64_t t = 0; t < n; ++t) {
+        const float* src = qkv.data<float>() + t * row;
+        std::memcpy(q.data<float>() + t * q_size, src, size_t(q_size) * sizeof(float));
+        std::memcpy(k.data<float>() + t * kv_size, src + q_size, size_t(kv_size) * sizeof(float));
+        std::memcpy(v.data<float>() + t * kv_size, src + q_size + kv_size, size_t(kv_size) * sizeof(float));
+    }
+    if (config_.qk_norm) {
+        q = layer.q_norm.forward(q);
+        k = layer.k_norm.forward(k);
+    }
+    rotary_.apply(q, batch.positions);
+    rotary_.apply(k, batch.positions);
+    Tensor out = layer.attention.forward(q, k, v, batch, kv.k(layer_idx), kv.v(layer_idx), kv.page_size());
+    return layer.o_proj.forward(out);
+}
+
+Tensor QwenModel::forward(const ForwardBatch& batch, KvCache& kv) const {
+    MI_CHECK(batch.num_tokens() > 0 && batch.positions.size() == batch.input_ids.size(),
+             "forward: {} tokens, {} positions", batch.num_tokens(), batch.positions.size());
+    Tensor residual = embed(weights_.embed, batch.input_ids);
+    Tensor h = layers_[0].input_norm.forward(residual);
+    for (size_t l = 0; l < layers_.size(); ++l) {
+        const Layer& layer = layers_[l];
+        if (l > 0) h = layer.input_norm.forward_add(h, residual);
+        Tensor attn = attention(layer, int64_t(l), h, batch, kv);
+        h = layer.post_attention_norm.forward_add(attn, residual);
+        h = layer.is_moe ? layer.moe.forward(h) : layer.mlp.forward(h);
+    }
+    // Only the rows that sample need the final norm and the (large) lm_head.
+    const int64_t hidden = config_.hidden_size, num_logits = int64_t(batch.logits_indices.size());
+    Tensor last_h = Tensor::zeros({num_logits, hidden}, DType::kF32);
+    Tensor last_r = Tensor::zeros({num_logits, hidden}, DType::kF32);
+    for (int64_t i = 0; i < num_logits; ++i) {
+        const int64_t row = batch.logits_indices[size_t(i)];
+        MI_CHECK(row >= 0 && row < batch.num_tokens(), "logits index {} of {} tokens", row, batch.num_tokens());
+        std::memcpy(last_h.data<float>() + i * hidden, h.data<float>() + row * hidden, size_t(hidden) * sizeof(float));
+        std::memcpy(last_r.data<float>() + i * hidden, residual.data<float>() + row * hidden, size_t(hidden) * sizeof(float));
+    }
+    Tensor normed = final_norm_.forward_add(last_h, last_r);
+    return Linear{weights_.lm_head, Tensor()}.forward(normed);
+}
+
+}  // namespace miniinfer
