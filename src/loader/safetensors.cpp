@@ -128,7 +128,15 @@ Tensor SafetensorsFile::tensor(const std::string& name) const {
     else if (e.dtype_name == "F16") dtype = DType::kF16;
     else if (e.dtype_name == "F32") dtype = DType::kF32;
     else fail("{}: tensor '{}' has dtype {}; expected BF16, F16 or F32", path_.string(), name, e.dtype_name);
-    return Tensor(const_cast<char*>(data_ + e.begin), dtype, e.shape, Device::kCPU, mapping_);
+    const char* p = data_ + e.begin;
+    // The format aligns data only if the writer padded its header; Hugging Face's does, others
+    // need not. Misaligned data is copied rather than read through a misaligned pointer.
+    if (reinterpret_cast<uintptr_t>(p) % dtype_size(dtype) != 0) {
+        Tensor copy = Tensor::zeros(e.shape, dtype);
+        std::memcpy(copy.raw(), p, e.end - e.begin);
+        return copy;
+    }
+    return Tensor(const_cast<char*>(p), dtype, e.shape, Device::kCPU, mapping_);
 }
 
 }  // namespace miniinfer

@@ -1,0 +1,114 @@
+"""The `miniinfer` command line, run as a user would: exit codes, one-line errors, JSON output."""
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+BIN = os.environ["MINIINFER_BIN"]
+FIXTURES = os.environ["MINIINFER_FIXTURES"]
+DEMO = os.path.join(FIXTURES, "qwen3-demo")
+
+
+def run(*args):
+    p = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=300)
+    return p.returncode, p.stdout, p.stderr
+
+
+def assert_clean_error(code, err, *needles):
+    """Non-zero exit (not a signal), one 'error:' line naming what is wrong, no sanitizer report."""
+    assert code > 0, f"expected a non-zero exit, got {code}: {err}"
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    for needle in needles:
+        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
+    assert "Sanitizer" not in err and "runtime error" not in err
+
+
+def test_inspect_demo():
+    code, out, err = run("inspect", "--model", DEMO)
+    assert code == 0, err
+    assert "qwen3" in out and "151936" in out and "tied" in out
+
+
+def test_inspect_json_counts():
+    code, out, err = run("inspect", "--model", os.path.join(FIXTURES, "qwen2-tiny"), "--json")
+    assert code == 0, err
+    info = json.loads(out)
+    assert info["model_type"] == "qwen2"
+    assert info["num_files"] == 14 and info["num_tensors"] == 27
+    assert info["num_bytes"] == 2 * info["num_params"]
+    assert info["attention_bias"] is True and info["qk_norm"] is False
+
+
+@pytest.fixture
+def demo_copy(tmp_path):
+    dst = tmp_path / "model"
+    shutil.copytree(DEMO, dst)
+    return dst
+
+
+@pytest.mark.parametrize("keep", [0, 7, 100, 5000, None])
+def test_inspect_truncated_checkpoint(demo_copy, keep):
+    path = demo_copy / "model.safetensors"
+    size = path.stat().st_size
+    with open(path, "r+b") as f:
+        f.truncate(size - 1 if keep is None else keep)
+    code, _, err = run("inspect", "--model", str(demo_copy))
+    assert_clean_error(code, err, str(path))
+    code, _, err = run("logits", "--model", str(demo_copy), "--ids", "1,2")
+    assert_clean_error(code, err, str(path))
+
+
+def test_inspect_bad_directories(tmp_path, demo_copy):
+    code, _, err = run("inspect", "--model", str(tmp_path / "absent"))
+    assert_clean_error(code, err, "not a directory")
+    code, _, err = run("inspect", "--model", str(tmp_path))
+    assert_clean_error(code, err, "config.json")
+    cfg = json.loads((demo_copy / "config.json").read_text())
+    cfg["model_type"] = "gpt2"
+    (demo_copy / "config.json").write_text(json.dumps(cfg))
+    code, _, err = run("inspect", "--model", str(demo_copy))
+    assert_clean_error(code, err, "model_type 'gpt2' is not supported")
+
+
+def test_inspect_misshapen_tensor(demo_copy):
+    cfg = json.loads((demo_copy / "config.json").read_text())
+    cfg["intermediate_size"] = 64  # the checkpoint's MLP is 96 wide
+    (demo_copy / "config.json").write_text(json.dumps(cfg))
+    code, _, err = run("inspect", "--model", str(demo_copy))
+    assert_clean_error(code, err, "model.safetensors", "mlp.gate_proj.weight", "expected [64, 32]")
+
+
+def test_logits_matches_hugging_face_greedy():
+    ref = json.load(open(os.path.join(DEMO, "reference.json")))
+    for prompt in ref["prompts"]:
+        ids = prompt["ids"]
+        code, out, err = run("logits", "--model", DEMO, "--ids", ",".join(map(str, ids)), "--top", "3")
+        assert code == 0, err
+        result = json.loads(out)
+        assert [p["token"] for p in result["positions"]] == ids
+        last = result["positions"][-1]["top"]
+        assert len(last) == 3 and last[0]["logit"] >= last[1]["logit"] >= last[2]["logit"]
+        assert last[0]["id"] == prompt["greedy"][0]
+
+
+def test_logits_bad_arguments():
+    code, _, err = run("logits", "--model", DEMO, "--ids", "1,151936")
+    assert_clean_error(code, err, "151936", "outside the vocabulary")
+    code, _, err = run("logits", "--model", DEMO, "--ids", "-3")
+    assert_clean_error(code, err, "-3")
+    code, _, err = run("logits", "--model", DEMO, "--ids", "1", "--top", "0")
+    assert_clean_error(code, err, "--top")
+    code, _, _ = run("logits", "--model", DEMO)
+    assert code != 0  # --ids is required (CLI11 prints usage)
+
+
+def test_logits_dummy_weights_need_no_checkpoint(tmp_path):
+    shutil.copy(os.path.join(FIXTURES, "qwen3-moe-tiny", "config.json"), tmp_path)
+    code, out, err = run("logits", "--model", str(tmp_path), "--ids", "1,2,3", "--load-format", "dummy")
+    assert code == 0, err
+    assert len(json.loads(out)["positions"]) == 3
+    code, _, err = run("logits", "--model", str(tmp_path), "--ids", "1")
+    assert_clean_error(code, err, "no model.safetensors")
