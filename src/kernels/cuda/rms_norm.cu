@@ -1,0 +1,82 @@
+// Fused residual-add + RMSNorm over bf16 rows, fp32 arithmetic.
+//
+//   residual += x (stored back in bf16, as a bf16 model's residual stream is);
+//   out = w * bf16(residual / sqrt(mean(residual²) + eps))
+// The rounding points follow Hugging Face's Qwen2RMSNorm on bf16 tensors. One block per row:
+// a row (hidden_size ≤ a few thousand) fits in registers across the block's threads.
+#include "kernels/cuda/rms_norm.h"
+
+#include <cuda_bf16.h>
+
+#include "core/cuda/cuda_check.h"
+
+namespace miniinfer::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ float block_sum(float v) {
+    __shared__ float partial[kThreads / 32];
+    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) partial[warp] = v;
+    __syncthreads();
+    v = lane < kThreads / 32 ? partial[lane] : 0.f;
+    if (warp == 0)
+        for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    __shared__ float total;
+    if (threadIdx.x == 0) total = v;
+    __syncthreads();
+    return total;
+}
+
+// x, out: [rows, dim]; residual: [rows, dim] or null; w: [dim]
+__global__ void add_rms_norm_kernel(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ residual,
+                                    const __nv_bfloat16* __restrict__ w, int dim, float eps,
+                                    __nv_bfloat16* __restrict__ out) {
+    const int64_t base = int64_t(blockIdx.x) * dim;
+    float sum_sq = 0.f;
+    for (int i = threadIdx.x; i < dim; i += kThreads) {
+        float v = __bfloat162float(x[base + i]);
+        if (residual) {
+            const __nv_bfloat16 r = __float2bfloat16(v + __bfloat162float(residual[base + i]));
+            residual[base + i] = r;
+            v = __bfloat162float(r);
+        }
+        sum_sq += v * v;
+    }
+    const float inv_rms = rsqrtf(block_sum(sum_sq) / float(dim) + eps);
+    for (int i = threadIdx.x; i < dim; i += kThreads) {
+        const float v = __bfloat162float(residual ? residual[base + i] : x[base + i]);
+        const float normed = __bfloat162float(__float2bfloat16(v * inv_rms));
+        out[base + i] = __float2bfloat16(normed * __bfloat162float(w[i]));
+    }
+}
+
+void check_bf16_cuda(const Tensor& t, const char* name) {
+    MI_LAUNCH_CHECK(t.device() == Device::kCUDA && t.dtype() == DType::kBF16 && t.is_contiguous(), name);
+}
+
+}  // namespace
+
+void add_rms_norm(const Tensor& x, Tensor* residual, const Tensor& weight, float eps, Tensor& out,
+                  cudaStream_t stream) {
+    check_bf16_cuda(x, "rms_norm: x must be a contiguous bf16 CUDA tensor");
+    check_bf16_cuda(weight, "rms_norm: weight must be a contiguous bf16 CUDA tensor");
+    check_bf16_cuda(out, "rms_norm: out must be a contiguous bf16 CUDA tensor");
+    const int64_t dim = weight.size(0);
+    MI_LAUNCH_CHECK(weight.ndim() == 1 && x.size(-1) == dim && out.shape() == x.shape(),
+                    "rms_norm: x, out must be [rows, dim] and weight [dim]");
+    if (residual) {
+        check_bf16_cuda(*residual, "rms_norm: residual must be a contiguous bf16 CUDA tensor");
+        MI_LAUNCH_CHECK(residual->shape() == x.shape(), "rms_norm: residual must have x's shape");
+    }
+    const int64_t rows = x.numel() / dim;
+    if (rows == 0) return;
+    add_rms_norm_kernel<<<unsigned(rows), kThreads, 0, stream>>>(
+        x.data<__nv_bfloat16>(), residual ? residual->data<__nv_bfloat16>() : nullptr,
+        weight.data<__nv_bfloat16>(), int(dim), eps, out.data<__nv_bfloat16>());
+    MI_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace miniinfer::cuda

@@ -1,0 +1,63 @@
+// CUDA ops against the CPU reference ops on random inputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/device_buffer.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/rms_norm.h"
+
+using namespace miniinfer;
+
+// GTEST_SKIP returns from the calling function, so this must be a macro.
+#define REQUIRE_GPU()                                                                     \
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible: GPU test skipped"
+
+namespace {
+Tensor random_bf16(Shape shape, std::mt19937& rng, float scale) {
+    Tensor t = Tensor::zeros(std::move(shape), DType::kBF16);
+    std::normal_distribution<float> d(0.f, scale);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<uint16_t>()[i] = f32_to_bf16(d(rng));
+    return t;
+}
+}  // namespace
+
+TEST(CudaCore, DeviceRoundTrip) {
+    REQUIRE_GPU();
+    std::mt19937 rng(1);
+    Tensor host = random_bf16({3, 5}, rng, 1.f);
+    Tensor back = cuda::to_host(cuda::to_device(host));
+    EXPECT_EQ(std::memcmp(host.raw(), back.raw(), host.nbytes()), 0);
+}
+
+// bf16 tolerance: the GPU rounds the normalised value and the product to bf16 (as Hugging Face
+// does in bf16); the CPU reference stays in f32. Relative error ≤ 2 bf16 ulps (2^-7).
+TEST(CudaOps, AddRmsNormMatchesCpu) {
+    REQUIRE_GPU();
+    std::mt19937 rng(2);
+    for (int64_t rows : {1, 7, 64}) {
+        for (int64_t dim : {32, 128, 1000, 4096}) {
+            Tensor x = random_bf16({rows, dim}, rng, 2.f), res = random_bf16({rows, dim}, rng, 2.f);
+            Tensor w = random_bf16({dim}, rng, 1.f);
+            Tensor dx = cuda::to_device(x), dres = cuda::to_device(res), dw = cuda::to_device(w);
+            Tensor dout = cuda::device_tensor({rows, dim}, DType::kBF16);
+            cuda::add_rms_norm(dx, &dres, dw, 1e-6f, dout, nullptr);
+            MI_CUDA_CHECK(cudaDeviceSynchronize());
+            Tensor out = cuda::to_host(dout).to_f32(), new_res = cuda::to_host(dres).to_f32();
+
+            // Reference: residual sum rounded to bf16 (the stored stream), then the f32 norm.
+            Tensor sum = Tensor::zeros({rows, dim}, DType::kF32), ref = Tensor::zeros({rows, dim}, DType::kF32);
+            Tensor xf = x.to_f32(), rf = res.to_f32(), wf = w.to_f32();
+            for (int64_t i = 0; i < rows * dim; ++i)
+                sum.data<float>()[i] = bf16_to_f32(f32_to_bf16(xf.data<float>()[i] + rf.data<float>()[i]));
+            cpu::rms_norm(sum.data<float>(), wf.data<float>(), rows, dim, 1e-6f, ref.data<float>());
+            for (int64_t i = 0; i < rows * dim; ++i) {
+                ASSERT_EQ(new_res.data<float>()[i], sum.data<float>()[i]) << i;
+                const float r = ref.data<float>()[i];
+                ASSERT_NEAR(out.data<float>()[i], r, std::fabs(r) * 0.016f + 1e-6f) << "rows " << rows << " dim " << dim;
+            }
+        }
+    }
+}
