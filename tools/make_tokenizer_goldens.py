@@ -1,0 +1,233 @@
+#!/usr/bin/env python3
+"""Writes the tokenizer golden files in tests/tokenizer/golden/ from Hugging Face.
+
+  encode.jsonl  one object per corpus string: text, ids (special tokens parsed),
+                ids_plain (special tokens not parsed: tokenizers' encode_special_tokens),
+                decoded and decoded_skip (decode of ids without / with skip_special_tokens)
+  chat.jsonl    one object per chat case: messages, tools, add_generation_prompt, kwargs,
+                text (transformers' apply_chat_template(..., tokenize=False))
+
+The corpus is built here: hand-written prose in many scripts, code, emoji and ZWJ sequences,
+combining marks, digit runs, contractions in every case, whitespace runs, control characters,
+special-token strings, and seeded random mixes of all of those.
+
+usage: make_tokenizer_goldens.py [--model tests/fixtures/qwen3-demo] [--out tests/tokenizer/golden]
+needs: pip install tokenizers transformers jinja2
+"""
+import argparse
+import itertools
+import json
+import os
+import random
+import unicodedata
+
+PROSE = [
+    "The quick brown fox jumps over the lazy dog.",
+    "It's a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife.",
+    "We'll see what they've done; I'd say you're right, but he's not sure and I'm tired.",
+    "Grüße aus München! Die Straße ist über 3,5 km lang.",
+    "L'élève a dû répondre à la question, n'est-ce pas ? Ça coûte 12,50 €.",
+    "¿Dónde está la biblioteca? ¡Qué día tan bonito!",
+    "Português: ação, coração, informação e pão.",
+    "Dziękuję bardzo, że przyszłaś. Źdźbło trawy.",
+    "Čeština má háčky a čárky: příliš žluťoučký kůň úpěl ďábelské ódy.",
+    "Türkçe: İstanbul'da ılık bir gün; ŞIĞ ve şığ.",
+    "Tiếng Việt có nhiều dấu: Xin chào, tôi tên là Nguyễn.",
+    "Ελληνικά: Η γρήγορη καφέ αλεπού πηδάει πάνω από τον τεμπέλη σκύλο.",
+    "Русский: Съешь же ещё этих мягких французских булок, да выпей чаю.",
+    "Українська: Чуєш їх, доцю, га? Кумедна ж ти, прощайся без ґольфів!",
+    "Български: Жълтата дюля беше щастлива.",
+    "עברית: דג סקרן שט בים מאוכזב ולפתע מצא חברה.",
+    "العربية: نص حكيم له سر قاطع وذو شأن عظيم مكتوب على ثوب أخضر.",
+    "فارسی: به نام خداوند جان و خرد",
+    "हिन्दी: ऋषियों को सताने वाले दुष्ट राक्षसों के राजा रावण का सर्वनाश करने वाले।",
+    "বাংলা: আমি বাংলায় গান গাই।",
+    "தமிழ்: யாமறிந்த மொழிகளிலே தமிழ்மொழி போல் இனிதாவது எங்கும் காணோம்.",
+    "ไทย: เป็นมนุษย์สุดประเสริฐเลิศคุณค่า",
+    "ລາວ: ສະບາຍດີ",
+    "ქართული: ეს არის ტექსტი.",
+    "Հայերեն: Բարեւ աշխարհ",
+    "中文：我能吞下玻璃而不伤身体。今天天气很好，我们去公园散步吧！",
+    "繁體中文：這是一個測試句子，包含標點符號。",
+    "日本語：いろはにほへと ちりぬるを わかよたれそ つねならむ。カタカナもﾊﾝｶｸも。",
+    "한국어: 다람쥐 헌 쳇바퀴에 타고파. 안녕하세요!",
+    "Монгол: Сайн байна уу?",
+    "አማርኛ: ሰላም ልዑል",
+    "ᐃᓄᒃᑎᑐᑦ: ᐊᐃᖓᐃ",
+    "Runes: ᚠᛇᚻ᛫ᛒᛦᚦ᛫ᚠᚱᚩᚠᚢᚱ",
+    "Math: ∀x∈ℝ, ∃y: x² + y² ≥ 0; ∑ᵢ aᵢ = ∫₀¹ f(t) dt ≈ 3.14159…",
+    "Currency: $100, €200, £300, ¥400, ₹500, ₿0.01",
+    "Fullwidth: ＡＢＣ１２３！？",
+    "Emoji: 😀😃😄 👍🏽 👨‍👩‍👧‍👦 🏳️‍🌈 🇫🇷🇯🇵 ❤️ 🧑🏿‍💻",
+    "Mixed: Hello世界123abc!@# Привет😀 مرحبا",
+]
+CODE = [
+    "def fib(n):\n    if n < 2:\n        return n\n    return fib(n - 1) + fib(n - 2)\n",
+    "#include <stdio.h>\nint main(void) {\n\tprintf(\"hello, world\\n\");\n\treturn 0;\n}\n",
+    "for (let i = 0; i < arr.length; i++) { console.log(`${i}: ${arr[i]}`); }",
+    "SELECT id, name FROM users WHERE age >= 18 AND name LIKE '%son' ORDER BY id DESC;",
+    "<html>\n  <body class=\"main\">\n    <p>Hi &amp; bye</p>\n  </body>\n</html>",
+    "{\"key\": [1, 2.5, -3e10, true, null], \"nested\": {\"a\": \"b\"}}",
+    "fn main() -> Result<(), Box<dyn Error>> { let x: Vec<u8> = vec![0xFF; 16]; Ok(()) }",
+    "    indented with spaces\n\tindented with tab\r\n    windows line\r\n",
+    "x=1;y=2;z=x+y*3**2//4%5!=6&&7||8",
+    "git commit -m \"fix: handle CRLF\" && make -j8 2>&1 | tee build.log",
+    "# Title\n\n- item one\n- item two\n\n```python\nprint('hi')\n```\n",
+    "https://example.com/path?query=1&other=two#frag user@example.org",
+]
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|box_end|>",
+           "<|vision_pad|>", "<|fim_prefix|>", "<|repo_name|>", "<|file_sep|>", "<tool_call>",
+           "</tool_call>", "<think>", "</think>", "<tool_response>", "</tool_response>"]
+CONTRACTIONS = ["'s", "'t", "'re", "'ve", "'m", "'ll", "'d"]
+WHITESPACE = [" ", "  ", "   ", "\t", "\t\t", "\n", "\n\n", "\r\n", "\r", " \n", "\n ", " \t \n",
+              "\u00a0", "\u2003", "\u3000", "\u2028", "\u0085", "\u000b", "\u000c", "\u200b"]
+CONTROL = ["\x00", "\x01", "\x07", "\x08", "\x1b", "\x1f", "\x7f", "\x80", "\x9f", "\ufeff",
+           "\u200e", "\u200f", "\u202e", "\u2066", "\ufffd", "\U000e0041"]
+COMBINING_BASES = ["a", "e", "o", "u", "A", "n", "c", "s", "z", "α", "ω", "и", "ā"]
+MARKS = ["\u0300", "\u0301", "\u0302", "\u0303", "\u0308", "\u030a", "\u030c", "\u0327", "\u0328",
+         "\u0323", "\u0331", "\u0345", "\u0334", "\u20d7"]
+EMOJI = ["😀", "👍", "👍🏻", "👍🏿", "❤️", "❤", "👨‍👩‍👧", "👩‍❤️‍💋‍👨", "🧑‍🚀", "🏴‍☠️", "🇺🇸", "🇩🇪",
+         "🏴󠁧󠁢󠁳󠁣󠁴󠁿", "#️⃣", "1️⃣", "🫠", "🫶🏼", "☺︎", "™", "©️"]
+
+
+def build_corpus(seed=1234, num_random=3000):
+    rng = random.Random(seed)
+    corpus = []
+    corpus += PROSE + CODE + SPECIAL
+    # Sentences cut into prefixes: every boundary inside multi-byte text.
+    for text in PROSE[:20]:
+        corpus += [text[:i] for i in range(1, len(text), 7)]
+    # Contractions in every case, with and without a word before, in the middle of words.
+    for c in CONTRACTIONS:
+        for variant in {"".join(p) for p in itertools.product(*[(ch.lower(), ch.upper()) for ch in c])}:
+            corpus += [variant, "it" + variant, "IT" + variant + " go", "x " + variant + "y", variant + variant]
+    corpus += ["don't", "DON'T", "Don'T", "y'all'd've", "rock'n'roll", "o'clock", "'tis", "’s curly", "it’s"]
+    # Digit runs and numbers.
+    for n in range(1, 25):
+        corpus.append("".join(str((i * 7 + n) % 10) for i in range(n)))
+    corpus += ["3.14159", "-42", "1,234,567.89", "1e-10", "0x1F", "v1.2.3", "2024-01-31T12:00:00Z",
+               "٠١٢٣٤٥٦٧٨٩", "०१२३", "１２３", "①②③", "ⅠⅡⅢ", "½¾", "x²y³", "１0２0"]
+    # Whitespace runs, alone and between words, in every combination of two.
+    for a in WHITESPACE:
+        corpus += [a, "a" + a + "b", a + "word", "word" + a, a * 5, "x" + a * 3 + "y"]
+        corpus += [a + b for b in WHITESPACE[:12]]
+    corpus += [" " * n for n in range(1, 40, 3)] + ["\n" * n for n in range(1, 10)]
+    corpus += ["a" + " " * n + "b" for n in range(1, 20)] + ["\t" * n + "x" for n in range(1, 8)]
+    # Control characters.
+    for c in CONTROL:
+        corpus += [c, "a" + c + "b", c * 3, "hello" + c, c + " world"]
+    # Combining marks, composed and decomposed (NFC must recompose).
+    for base in COMBINING_BASES:
+        for m in MARKS:
+            corpus += [base + m, "x" + base + m + "y", base + m + m]
+        corpus.append(base + "".join(rng.sample(MARKS, 3)))
+    corpus += [unicodedata.normalize("NFD", t) for t in PROSE[3:12]]
+    corpus += ["\u1100\u1161\u11a8", "\u1112\u1161\u11ab\u1100\u1173\u11af", "Å", "Å", "Å"]
+    # Emoji and ZWJ sequences.
+    for e in EMOJI:
+        corpus += [e, e * 2, "a" + e + "b", " " + e, e + "!"]
+    # Special-token strings inside text.
+    for s in SPECIAL:
+        corpus += [f"before{s}after", f" {s} ", f"{s}{s}", f"text {s}\n", s[:-1], s[1:], "<" + s + ">"]
+    corpus += ["<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n", "<|im_end", "<|IM_END|>",
+               "<think>\nreasoning\n</think>\n\nanswer", "<|endoftext|><|endoftext|>x"]
+    # Seeded random mixes of everything above.
+    pieces = (PROSE + CODE + SPECIAL + CONTRACTIONS + WHITESPACE + CONTROL + EMOJI + MARKS +
+              [w for t in PROSE for w in t.split()])
+    for _ in range(num_random):
+        corpus.append("".join(rng.choice(pieces) for _ in range(rng.randint(1, 8))))
+    for _ in range(num_random // 3):
+        corpus.append("".join(chr(rng.choice([rng.randint(0x20, 0x7E), rng.randint(0xA0, 0x2FFF),
+                                              rng.randint(0x3000, 0x9FFF), rng.randint(0x1F300, 0x1FAFF)]))
+                              for _ in range(rng.randint(1, 30))))
+    corpus.append(" ".join(PROSE))        # one long text
+    corpus.append("ab" * 3000)            # long single word (BPE heap path)
+    corpus.append(" " * 5000 + "x")      # long whitespace run (regex look-ahead)
+    seen, unique = set(), []
+    for t in corpus:
+        if t not in seen:
+            seen.add(t)
+            unique.append(t)
+    return unique
+
+
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather in a city.",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "description": "City name, e.g. \"Paris\""},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, "required": ["city"]}}}
+SEARCH_TOOL = {"type": "function", "function": {
+    "name": "search", "description": "Search the web. Ünïcødé ok; <tags> & 'quotes'.",
+    "parameters": {"type": "object", "properties": {"query": {"type": "string"},
+                                                    "top_k": {"type": "integer", "default": 5},
+                                                    "score": {"type": "number", "minimum": 0.5}}}}}
+
+
+def chat_cases():
+    sys_msg = {"role": "system", "content": "You are a helpful assistant."}
+    user = {"role": "user", "content": "What is the capital of France?"}
+    answer = {"role": "assistant", "content": "The capital of France is Paris."}
+    user2 = {"role": "user", "content": "And of Japan? 日本の首都は？"}
+    think_answer = {"role": "assistant", "content": "<think>\nThe user asks about Japan.\n</think>\n\nTokyo."}
+    reasoning = {"role": "assistant", "content": "Tokyo.", "reasoning_content": "Japan's capital is Tokyo."}
+    call = {"role": "assistant", "content": "", "tool_calls": [
+        {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}}]}
+    call_text = {"role": "assistant", "content": "Let me check.", "tool_calls": [
+        {"type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Tokyo\"}"}},
+        {"type": "function", "function": {"name": "search", "arguments": {"query": "Tokyo weather", "top_k": 3, "score": 0.75}}}]}
+    tool_result = {"role": "tool", "content": "{\"temperature\": 21, \"sky\": \"clear\"}"}
+    tool_result2 = {"role": "tool", "content": "Sunny, 25°C"}
+    final = {"role": "assistant", "content": "It is 21 °C and clear in Paris."}
+    conversations = [
+        [user], [sys_msg, user], [user, answer], [sys_msg, user, answer, user2],
+        [user, answer, user2, think_answer], [user, think_answer, user2], [user, reasoning],
+        [user, reasoning, user2, reasoning], [sys_msg, user, call, tool_result, final],
+        [user, call_text, tool_result, tool_result2], [user, call_text, tool_result, tool_result2, final, user2],
+        [{"role": "user", "content": "<tool_response>\nnot really\n</tool_response>"}, answer],
+        [user, {"role": "assistant", "content": "\n\nLeading newlines\n"}],
+        [{"role": "user", "content": "Quotes \"double\" and 'single', backslash \\ and <|im_end|>"}],
+        [sys_msg, {"role": "system", "content": "A second system message."}, user],
+        [user, {"role": "assistant", "content": "Answer", "reasoning_content": None}],
+    ]
+    cases = []
+    for msgs in conversations:
+        for tools in (None, [WEATHER_TOOL, SEARCH_TOOL]):
+            for agp in (True, False):
+                for kwargs in ({}, {"enable_thinking": False}, {"enable_thinking": True}):
+                    cases.append({"messages": msgs, "tools": tools, "add_generation_prompt": agp, "kwargs": kwargs})
+    return cases
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="tests/fixtures/qwen3-demo")
+    ap.add_argument("--out", default="tests/tokenizer/golden")
+    args = ap.parse_args()
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    tok = Tokenizer.from_file(os.path.join(args.model, "tokenizer.json"))
+    os.makedirs(args.out, exist_ok=True)
+    corpus = build_corpus()
+    with open(os.path.join(args.out, "encode.jsonl"), "w", encoding="utf-8") as f:
+        for text in corpus:
+            tok.encode_special_tokens = False
+            ids = tok.encode(text, add_special_tokens=True).ids
+            tok.encode_special_tokens = True
+            ids_plain = tok.encode(text, add_special_tokens=True).ids
+            row = {"text": text, "ids": ids, "ids_plain": ids_plain,
+                   "decoded": tok.decode(ids, skip_special_tokens=False),
+                   "decoded_skip": tok.decode(ids, skip_special_tokens=True)}
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    hf = AutoTokenizer.from_pretrained(args.model)
+    cases = chat_cases()
+    with open(os.path.join(args.out, "chat.jsonl"), "w", encoding="utf-8") as f:
+        for case in cases:
+            text = hf.apply_chat_template(case["messages"], tools=case["tools"], tokenize=False,
+                                          add_generation_prompt=case["add_generation_prompt"], **case["kwargs"])
+            f.write(json.dumps({**case, "text": text}, ensure_ascii=False) + "\n")
+    print(f"{len(corpus)} encode cases, {len(cases)} chat cases written to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
