@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Packages build/ for a bare CUDA machine (e.g. the H200 lent through the device tool) into
+# dist/gpu/: bin/ (miniinfer and every test binary) and lib/ (the shared libraries from Debian
+# packages that such a machine lacks; glibc, libstdc++ and CUDA's own libraries stay out).
+# Run scripts/build.sh first. Then carry dist/gpu and run scripts/gpu_check.sh there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=dist/gpu
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/lib"
+cp build/src/apps/miniinfer "$out/bin/"
+find build/tests -type f -name 'test_*' -perm -u+x -exec cp {} "$out/bin/" \;
+for b in "$out"/bin/*; do ldd "$b"; done | awk '/=> \// {print $3}' | sort -u |
+  grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux[^/]*|libpthread|libdl|librt|libcuda|libcudart|libcublas[^/]*)\.so' |
+  xargs -r cp -L -t "$out/lib"
+strip --strip-debug "$out"/bin/* "$out"/lib/*
+du -sh "$out"
