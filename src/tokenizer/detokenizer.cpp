@@ -1,0 +1,81 @@
+#include "tokenizer/detokenizer.h"
+
+#include <algorithm>
+
+#include "tokenizer/utf8.h"
+
+namespace miniinfer {
+
+IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens,
+                                               std::vector<std::string> stop_strings)
+    : tokenizer_(&tokenizer), skip_special_tokens_(skip_special_tokens) {
+    for (std::string& s : stop_strings)
+        if (!s.empty()) stop_strings_.push_back(std::move(s));
+}
+
+const std::string& IncrementalDetokenizer::stop_string() const {
+    MI_CHECK(stopped(), "stop_string() before a stop string matched");
+    return stop_strings_[stop_idx_];
+}
+
+std::string IncrementalDetokenizer::push(int32_t id) {
+    if (stopped() || finished_) return {};
+    if (skip_special_tokens_ && tokenizer_->is_special(id)) return {};
+    std::string bytes = std::move(pending_bytes_);
+    bytes.append(tokenizer_->token_bytes(id));
+    pending_bytes_.clear();
+    std::string text;
+    for (size_t i = 0; i < bytes.size();) {
+        const utf8::Scan s = utf8::scan(std::string_view(bytes).substr(i));
+        if (s.kind == utf8::Scan::kIncomplete) {  // may complete with the next token
+            pending_bytes_ = bytes.substr(i);
+            break;
+        }
+        if (s.kind == utf8::Scan::kValid) text.append(bytes, i, s.len);
+        else text.append(utf8::kReplacementUtf8);
+        i += s.len;
+    }
+    return release(std::move(text), false);
+}
+
+std::string IncrementalDetokenizer::finish() {
+    if (stopped() || finished_) return {};
+    finished_ = true;
+    std::string text = pending_bytes_.empty() ? "" : std::string(utf8::kReplacementUtf8);
+    pending_bytes_.clear();
+    return release(std::move(text), true);
+}
+
+// Appends `text` to what is held, cuts at the first stop string, and returns all that can no
+// longer become part of a stop string. held_ never contains a whole stop string, so a match
+// must end inside the new text and the search cost is bounded by |held_| + |text|.
+std::string IncrementalDetokenizer::release(std::string text, bool final) {
+    std::string all = std::move(held_);
+    all += text;
+    held_.clear();
+    size_t first = std::string::npos;
+    for (size_t i = 0; i < stop_strings_.size(); ++i) {
+        const size_t pos = all.find(stop_strings_[i]);
+        if (pos < first) first = pos, stop_idx_ = int(i);
+    }
+    if (first != std::string::npos) {
+        all.resize(first);
+        return all;
+    }
+    if (final) return all;
+    // Hold back the longest suffix that is a proper prefix of some stop string.
+    size_t hold = 0;
+    for (const std::string& stop : stop_strings_) {
+        for (size_t len = std::min(stop.size() - 1, all.size()); len > hold; --len) {
+            if (all.compare(all.size() - len, len, stop, 0, len) == 0) {
+                hold = len;
+                break;
+            }
+        }
+    }
+    held_ = all.substr(all.size() - hold);
+    all.resize(all.size() - hold);
+    return all;
+}
+
+}  // namespace miniinfer
