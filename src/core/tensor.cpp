@@ -79,21 +79,25 @@ Tensor Tensor::view(Shape shape) const {
 }
 
 Tensor Tensor::to_f32() const {
-    MI_CHECK(device_ == Device::kCPU && is_contiguous(), "to_f32 needs a contiguous host tensor");
     Tensor out = zeros(shape_, DType::kF32);
-    float* dst = out.data<float>();
-    const int64_t n = numel();
-    switch (dtype_) {
-        case DType::kF32: std::memcpy(dst, data_, size_t(n) * 4); break;
+    copy_to_f32(*this, out.data<float>());
+    return out;
+}
+
+void copy_to_f32(const Tensor& src, float* dst) {
+    MI_CHECK(src.device() == Device::kCPU && src.is_contiguous(), "copy_to_f32 of {}", src.describe());
+    const int64_t n = src.numel();
+    const auto* half = src.data<uint16_t>();
+    switch (src.dtype()) {
+        case DType::kF32: std::memcpy(dst, src.raw(), size_t(n) * sizeof(float)); break;
         case DType::kBF16:
-            for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(data<uint16_t>()[i]);
+            for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(half[i]);
             break;
         case DType::kF16:
-            for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(data<uint16_t>()[i]);
+            for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(half[i]);
             break;
-        default: MI_CHECK(false, "to_f32 of {}", describe());
+        default: MI_CHECK(false, "copy_to_f32 of {}", src.describe());
     }
-    return out;
 }
 
 std::string shape_str(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }

@@ -71,4 +71,7 @@ private:
 
 std::string shape_str(const Shape& shape);
 
+// Writes a contiguous host tensor's elements (f32, bf16 or f16) to dst as f32.
+void copy_to_f32(const Tensor& src, float* dst);
+
 }  // namespace miniinfer

@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "kvcache/kv_cache.h"
 #include "layers/forward_batch.h"
 
 namespace miniinfer {

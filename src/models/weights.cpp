@@ -111,20 +111,6 @@ ModelWeights assemble(const ModelConfig& c, Assembler& a) {
     return w;
 }
 
-void convert_to_f32(const Tensor& src, float* dst) {
-    const int64_t n = src.numel();
-    switch (src.dtype()) {
-        case DType::kF32: std::memcpy(dst, src.raw(), size_t(n) * sizeof(float)); break;
-        case DType::kBF16:
-            for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(src.data<uint16_t>()[i]);
-            break;
-        case DType::kF16:
-            for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(src.data<uint16_t>()[i]);
-            break;
-        default: MI_CHECK(false, "unexpected dtype {}", src.describe());
-    }
-}
-
 }  // namespace
 
 std::vector<std::pair<std::string, Shape>> expected_tensors(const ModelConfig& config) {
@@ -147,7 +133,7 @@ ModelWeights load_weights(const ModelConfig& config, const std::filesystem::path
         MI_LOG_WARN("{}: {} checkpoint tensors are not used by the model", model_dir.string(),
                     ckpt.num_tensors() - expected.size());
     Assembler a([&](const std::string& name, const Shape& shape, float* dst) {
-        convert_to_f32(ckpt.get(name, shape), dst);
+        copy_to_f32(ckpt.get(name, shape), dst);
     });
     return assemble(config, a);
 }
