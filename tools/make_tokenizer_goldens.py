@@ -6,6 +6,8 @@
                 decoded and decoded_skip (decode of ids without / with skip_special_tokens)
   chat.jsonl    one object per chat case: messages, tools, add_generation_prompt, kwargs,
                 text (transformers' apply_chat_template(..., tokenize=False))
+  jinja.jsonl   one object per template snippet: template, context, and text (the render by
+                Jinja2 configured as transformers configures it) or error: true
 
 The corpus is built here: hand-written prose in many scripts, code, emoji and ZWJ sequences,
 combining marks, digit runs, contractions in every case, whitespace runs, control characters,
@@ -99,7 +101,7 @@ def build_corpus(seed=1234, num_random=3000):
         corpus += [text[:i] for i in range(1, len(text), 7)]
     # Contractions in every case, with and without a word before, in the middle of words.
     for c in CONTRACTIONS:
-        for variant in {"".join(p) for p in itertools.product(*[(ch.lower(), ch.upper()) for ch in c])}:
+        for variant in sorted({"".join(p) for p in itertools.product(*[(ch.lower(), ch.upper()) for ch in c])}):
             corpus += [variant, "it" + variant, "IT" + variant + " go", "x " + variant + "y", variant + variant]
     corpus += ["don't", "DON'T", "Don'T", "y'all'd've", "rock'n'roll", "o'clock", "'tis", "’s curly", "it’s"]
     # Digit runs and numbers.
@@ -198,6 +200,89 @@ def chat_cases():
     return cases
 
 
+JINJA_CASES = [
+    # whitespace control: trim_blocks, lstrip_blocks, explicit -, + opt-outs
+    ("a\n{% if true %}\nb\n{% endif %}\nc", {}),
+    ("  {% if true %}x{% endif %}  \n  y", {}),
+    ("a  {%- if true -%}  b  {%- endif -%}  c", {}),
+    ("x {{- ' y ' -}} z\n", {}),
+    ("line\n    {%+ if true %}kept{% endif %}\n", {}),
+    ("{% if true +%}\nnewline kept{% endif %}", {}),
+    ("{# comment #}\nafter\n  {#- c -#}  tail", {}),
+    ("{% for i in range(3) %}\n  item {{ i }}\n{% endfor %}\n", {}),
+    ("\r\n{% if true %}\r\nwin\r\n{% endif %}\r\n", {}),
+    # expressions and precedence
+    ("{{ 1 + 2 * 3 }} {{ (1 + 2) * 3 }} {{ 2 ** 3 ** 2 }} {{ -2 ** 2 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 7 / 2 }}", {}),
+    ("{{ 1 ~ 2 + 3 }} {{ 'a' ~ none ~ true }} {{ 'ab' * 3 }}", {}),
+    ("{{ 1 < 2 < 3 }} {{ not 1 == 2 }} {{ 1 if false }}|{{ 'y' if 0 else 'n' }}", {}),
+    ("{{ a or b }} {{ a and b }} {{ b or 'dflt' }} {{ x is defined }} {{ x | default('d') }}", {"a": 1, "b": 0}),
+    ("{{ 'ell' in 'hello' }} {{ 2 in [1, 2] }} {{ 'k' in {'k': 1} }} {{ 3 not in [1] }}", {}),
+    ("{{ xs|length - 1 }} {{ xs[::-1] }} {{ xs[1:] }} {{ xs[:-1] }} {{ xs[-1] }} {{ xs.0 }} {{ 'héllo'[1:3] }} {{ 'abc'[::-1] }}", {"xs": [1, 2, 3]}),
+    ("{{ 0.1 + 0.2 }} {{ 1e16 }} {{ 1.5e-7 }} {{ 2.0 }} {{ 100000.0 }} {{ 1/3 }} {{ 3 * 1.0 }} {{ 0.0001 }}", {}),
+    ("{{ [1, 'a', none, true, 2.5, {'k': 'v'}] }} {{ {'a': [1, 2], 'b': \"it's\"} }} {{ ('t', 1) }}", {}),
+    # statements
+    ("{% set x = 5 %}{% set y, z = [1, 2] %}{{ x + y + z }}", {}),
+    ("{% set ns = namespace(n=0, s='') %}{% for i in range(4) %}{% set ns.n = ns.n + i %}{% endfor %}{{ ns.n }}", {}),
+    ("{% set x = 1 %}{% for i in [1] %}{% set x = 2 %}{% endfor %}{{ x }}", {}),
+    ("{% set block %}inside {{ 1 + 1 }}{% endset %}[{{ block }}]", {}),
+    ("{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}", {"d": {"b": 1, "a": 2}}),
+    ("{% for x in xs %}{{ loop.index }}/{{ loop.index0 }}/{{ loop.revindex }}/{{ loop.first }}/{{ loop.last }}/{{ loop.length }} {% endfor %}", {"xs": "abc"}),
+    ("{% for x in xs if x > 1 %}{{ x }}{{ loop.length }}{% else %}empty{% endfor %}|{% for x in [] %}x{% else %}empty{% endfor %}", {"xs": [1, 2, 3]}),
+    ("{% for x in range(10) %}{% if x == 2 %}{% continue %}{% endif %}{% if x > 4 %}{% break %}{% endif %}{{ x }}{% endfor %}", {}),
+    ("{% for x in xs %}{{ loop.cycle('a', 'b') }}{{ loop.previtem is defined }}{% endfor %}", {"xs": [1, 2, 3]}),
+    ("{% if a %}A{% elif b %}B{% elif c %}C{% else %}D{% endif %}", {"a": 0, "b": "", "c": [1]}),
+    ("{% macro greet(name, punct='!') %}Hi {{ name }}{{ punct }}{% endmacro %}{{ greet('x') }} {{ greet('y', punct='?') }}", {}),
+    ("{% generation %}gen {{ 1 }}{% endgeneration %}", {}),
+    # filters
+    ("{{ '  pad  '|trim }}|{{ 'Hello'|upper }}|{{ 'Hello'|lower }}|{{ 'hello world'|title }}|{{ 'hello'|capitalize }}", {}),
+    ("{{ xs|join(', ') }}|{{ xs|first }}|{{ xs|last }}|{{ xs|length }}|{{ xs|reverse|list }}|{{ xs|sum }}|{{ xs|max }}|{{ xs|min }}", {"xs": [3, 1, 2]}),
+    ("{{ xs|sort }}|{{ xs|sort(reverse=true) }}|{{ ys|sort(attribute='n')|map(attribute='n')|list }}|{{ xs|unique|list }}", {"xs": [3, 1, 2, 1], "ys": [{"n": 2}, {"n": 1}]}),
+    ("{{ ms|selectattr('role', 'equalto', 'user')|list|length }}|{{ ms|rejectattr('role', 'eq', 'user')|map(attribute='role')|join(',') }}|{{ [0, 1, 2]|select|list }}|{{ [1, 2, 3, 4]|select('even')|list }}", {"ms": [{"role": "user"}, {"role": "assistant"}, {"role": "user"}]}),
+    ("{{ 'a-b-c'|replace('-', '+') }}|{{ 3.7|int }}|{{ '42'|int + 1 }}|{{ 'x'|int }}|{{ 2|float }}|{{ -3|abs }}|{{ 2.567|round(2) }}|{{ 2.5|round }}", {}),
+    ("{{ d|tojson }}|{{ d|tojson(indent=2) }}|{{ 'é\"\\\n\t<>&\u0001'|tojson }}|{{ [1.0, 2.5, none, false]|tojson }}|{{ d|tojson(sort_keys=true) }}", {"d": {"z": [1, {"y": None}], "a": "b", "e": {}}}),
+    ("{{ d|items|list }}|{{ d|dictsort }}|{{ 'abc'|list }}|{{ x|string ~ '!' }}|{{ none|default('n', true) }}|{{ ''|default('empty', boolean=true) }}", {"d": {"b": 1, "a": 2}, "x": 5}),
+    ("{{ 'line1\nline2\n\nline4'|indent(2) }}|{{ 'a\nb'|indent(4, true) }}", {}),
+    # tests
+    ("{{ none is none }} {{ 1 is number }} {{ 1.0 is float }} {{ true is boolean }} {{ 1 is integer }} {{ 's' is string }} {{ {} is mapping }} {{ [] is iterable }} {{ 3 is odd }} {{ 4 is even }} {{ 9 is divisibleby 3 }}", {}),
+    ("{{ x is defined }} {{ x is undefined }} {{ false is false }} {{ 0 is false }} {{ true is true }} {{ 1 is sameas true }} {{ 2 is equalto 2 }} {{ 'a' is in 'cat' }} {{ 'abc' is lower }} {{ 'A' is upper }} {{ 1 is not none }}", {}),
+    # string and dict methods
+    ("{{ s.startswith('he') }} {{ s.endswith(('x', 'lo')) }} {{ s.upper() }} {{ s.split('l') }} {{ ' a  b '.split() }} {{ 'a,b,c'.split(',', 1) }} {{ s.replace('l', 'L', 1) }} {{ s.find('l') }} {{ s.count('l') }}", {"s": "hello"}),
+    ("{{ '\n\nx\n'.strip('\n') }}|{{ '  x  '.lstrip() }}|{{ '  x  '.rstrip() }}|{{ 'xxaxx'.strip('x') }}|{{ '-'.join(['a', 'b']) }}|{{ 'a\nb\r\nc'.splitlines() }}|{{ '123'.isdigit() }}", {}),
+    ("{{ d.get('a') }} {{ d.get('zz', 'dflt') }} {{ d.get('zz') }} {{ d.keys()|list }} {{ d.values()|list }} {{ d['a'] }} {{ d.a }} {{ d.missing is defined }}", {"d": {"a": 1, "b": [2]}}),
+    ("{{ m.content.split('</think>')[-1].lstrip('\n') }}|{{ m.content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') }}", {"m": {"content": "<think>\nreason\n</think>\n\nanswer"}}),
+    ("{{ [1, 2, 2].count(2) }} {{ ['a', 'b'].index('b') }} {{ xs + [4] }} {{ range(2, 8, 2)|list }} {{ dict(a=1, b='x') }}", {"xs": [1]}),
+    ("{{ 'Ünïcødé'|upper }} {{ 'ÀÉÎ'|lower }} {{ 'straße'|length }} {{ '日本語'[1] }} {{ 'emoji 😀'|reverse }}", {}),
+    # printing of values
+    ("{{ none }}|{{ true }}|{{ false }}|{{ 1 }}|{{ 1.0 }}|{{ \"q's\" }}|{{ [\"q's\", 'd\"q', 'both\\'\"', '\\\\'] }}|{{ undefined_var }}|", {}),
+    ("{{ (1,) }} {{ () }} {{ {'a': 1}.items()|list }} {{ [(1, 2)]|tojson }}", {}),
+    # errors
+    ("{{ raise_exception('custom failure') }}", {}),
+    ("{{ undefined_var.attr }}", {}),
+    ("{% if %}{% endif %}", {}),
+    ("{% for x in xs %}", {"xs": [1]}),
+    ("{{ 1 + 'a' }}", {}),
+    ("{{ xs.append(1) }}", {"xs": [1]}),
+    ("{% set d.x = 1 %}", {"d": {"x": 0}}),
+    ("{{ x | nosuchfilter }}", {"x": 1}),
+]
+
+
+def render_jinja_cases():
+    import jinja2
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    rows = []
+    for source, context in JINJA_CASES:
+        try:
+            text = _compile_jinja_template(source).render(**context)
+            rows.append({"template": source, "context": context, "text": text})
+        except (jinja2.exceptions.TemplateError, TypeError, ValueError) as e:
+            rows.append({"template": source, "context": context, "error": True, "message": str(e)})
+    del ImmutableSandboxedEnvironment
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="tests/fixtures/qwen3-demo")
@@ -226,7 +311,11 @@ def main():
             text = hf.apply_chat_template(case["messages"], tools=case["tools"], tokenize=False,
                                           add_generation_prompt=case["add_generation_prompt"], **case["kwargs"])
             f.write(json.dumps({**case, "text": text}, ensure_ascii=False) + "\n")
-    print(f"{len(corpus)} encode cases, {len(cases)} chat cases written to {args.out}")
+    jinja_rows = render_jinja_cases()
+    with open(os.path.join(args.out, "jinja.jsonl"), "w", encoding="utf-8") as f:
+        for row in jinja_rows:
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    print(f"{len(corpus)} encode cases, {len(cases)} chat cases, {len(jinja_rows)} Jinja cases written to {args.out}")
 
 
 if __name__ == "__main__":

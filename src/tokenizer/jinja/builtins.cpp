@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include "core/check.h"
 #include "tokenizer/utf8.h"
@@ -210,7 +212,7 @@ Value apply_filter(const std::string& name, const Value& v, const Args& args) {
         if (v.is_undefined()) return List{};
         if (!v.is_dict()) fail("items filter expects a mapping, got {}", v.type_name());
         List out;
-        for (const auto& [k, val] : v.as_dict().items) out.push_back(List{k, val});
+        for (const auto& [k, val] : v.as_dict().items) out.push_back(Value::tuple(List{k, val}));
         return out;
     }
     if (name == "dictsort") {
@@ -258,10 +260,14 @@ Value apply_filter(const std::string& name, const Value& v, const Args& args) {
     if (name == "round") {
         const int64_t precision = args.get(0, "precision").value_or(Value(int64_t(0))).as_int();
         const std::string method = args.get(1, "method").value_or(Value("common")).str();
+        if (method == "common") {  // Python's round(): correctly rounded, ties to even
+            char buf[512];
+            std::snprintf(buf, sizeof(buf), "%.*f", int(std::clamp<int64_t>(precision, 0, 300)), v.as_double());
+            return std::strtod(buf, nullptr);
+        }
         const double scale = std::pow(10.0, double(precision));
         const double x = v.as_double() * scale;
-        const double r = method == "floor" ? std::floor(x) : method == "ceil" ? std::ceil(x) : std::round(x);
-        return r / scale;
+        return (method == "floor" ? std::floor(x) : std::ceil(x)) / scale;
     }
     if (name == "sum") {
         const auto attr = args.get(0, "attribute");
@@ -360,7 +366,8 @@ bool apply_test(const std::string& name, const Value& v, const Args& args) {
     if (name == "callable") return v.is_callable();
     if (name == "odd" || name == "even") return (v.as_int() % 2 != 0) == (name == "odd");
     if (name == "divisibleby") return arg().as_int() != 0 && v.as_int() % arg().as_int() == 0;
-    if (name == "eq" || name == "equalto" || name == "==" || name == "sameas") return v == arg();
+    if (name == "sameas") return v.is_bool() == arg().is_bool() && v.is_none() == arg().is_none() && v == arg();
+    if (name == "eq" || name == "equalto" || name == "==") return v == arg();
     if (name == "ne" || name == "!=") return !(v == arg());
     if (name == "lt" || name == "lessthan" || name == "<") return less_than(v, arg());
     if (name == "gt" || name == "greaterthan" || name == ">") return less_than(arg(), v);

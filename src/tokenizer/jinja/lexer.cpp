@@ -3,13 +3,22 @@
 #include <cctype>
 
 #include "core/check.h"
+#include "tokenizer/utf8.h"
 
 namespace miniinfer::jinja {
 namespace {
 
 class Lexer {
 public:
-    explicit Lexer(std::string_view src) : src_(src) {}
+    // Jinja reads every line ending as '\n' and drops one newline at the end of the source.
+    explicit Lexer(std::string_view source) {
+        for (size_t i = 0; i < source.size(); ++i) {
+            if (source[i] != '\r') source_ += source[i];
+            else if (i + 1 >= source.size() || source[i + 1] != '\n') source_ += '\n';
+        }
+        if (!source_.empty() && source_.back() == '\n') source_.pop_back();
+        src_ = source_;
+    }
 
     std::vector<Token> run() {
         size_t pos = 0;
@@ -21,7 +30,7 @@ public:
             if (strip_next_text) text.erase(0, text.find_first_not_of(" \t\n\r\v\f") == std::string::npos
                                                      ? text.size() : text.find_first_not_of(" \t\n\r\v\f"));
             else if (trim_newline && !text.empty() && text[0] == '\n') text.erase(0, 1);
-            else if (trim_newline && text.rfind("\r\n", 0) == 0) text.erase(0, 2);
+            sync_line(pos);
             if (tag == src_.size()) {
                 emit_text(std::move(text));
                 break;
@@ -41,11 +50,10 @@ public:
                 const size_t end = src_.find("#}", pos);
                 if (end == std::string_view::npos) error("unterminated comment");
                 close_modifier = src_[end - 1];
-                count_lines(tag, end + 2);
                 pos = end + 2;
             } else {
+                sync_line(tag);
                 tokens_.push_back({kind == '{' ? Token::kExprOpen : Token::kStmtOpen, "", line_});
-                count_lines(tag, pos);
                 pos = lex_tag(pos, kind == '{' ? '}' : '%', close_modifier);
             }
             strip_next_text = close_modifier == '-';
@@ -76,17 +84,18 @@ private:
     }
 
     void emit_text(std::string text) {
-        for (char c : text) line_ += c == '\n';
         if (!text.empty()) tokens_.push_back({Token::kText, std::move(text), line_});
     }
-    void count_lines(size_t from, size_t to) {
-        for (size_t i = from; i < to; ++i) line_ += src_[i] == '\n';
+    // Line numbers come from source offsets, so trimmed whitespace still counts.
+    void sync_line(size_t pos) {
+        for (; line_pos_ < pos && line_pos_ < src_.size(); ++line_pos_) line_ += src_[line_pos_] == '\n';
     }
 
     // Lexes the inside of {{ ... }} or {% ... %} from pos; returns the position after the close.
     size_t lex_tag(size_t pos, char close, char& close_modifier) {
         for (;;) {
-            while (pos < src_.size() && std::isspace(uint8_t(src_[pos]))) line_ += src_[pos++] == '\n';
+            while (pos < src_.size() && std::isspace(uint8_t(src_[pos]))) ++pos;
+            sync_line(pos);
             if (pos >= src_.size()) error("unterminated tag");
             // Close: "}}" / "%}", optionally preceded by '-' or '+'.
             for (int m = 0; m < 2; ++m) {
@@ -149,18 +158,9 @@ private:
         const char quote = src_[pos++];
         std::string value;
         while (pos < src_.size() && src_[pos] != quote) {
-            char c = src_[pos++];
-            line_ += c == '\n';
+            const char c = src_[pos++];
             if (c == '\\' && pos < src_.size()) {
-                const char e = src_[pos++];
-                switch (e) {
-                    case 'n': value += '\n'; break;
-                    case 't': value += '\t'; break;
-                    case 'r': value += '\r'; break;
-                    case '0': value += '\0'; break;
-                    case '\\': case '\'': case '"': value += e; break;
-                    default: value += '\\', value += e;  // Python keeps unknown escapes as written
-                }
+                pos = unescape(pos, value);
                 continue;
             }
             value += c;
@@ -170,9 +170,44 @@ private:
         return pos + 1;
     }
 
+    // Python's unicode-escape decoding of one escape (pos is just after the backslash).
+    size_t unescape(size_t pos, std::string& value) const {
+        const char e = src_[pos];
+        static const std::string_view simple = "\\'\"abfnrtv", decoded = "\\'\"\a\b\f\n\r\t\v";
+        if (const size_t k = simple.find(e); k != std::string_view::npos) return value += decoded[k], pos + 1;
+        if (e == '\n') return pos + 1;  // backslash-newline continues the line
+        auto hex = [&](size_t start, size_t len) -> int64_t {
+            if (start + len > src_.size()) return -1;
+            int64_t v = 0;
+            for (size_t i = start; i < start + len; ++i) {
+                if (!std::isxdigit(uint8_t(src_[i]))) return -1;
+                v = v * 16 + (std::isdigit(uint8_t(src_[i])) ? src_[i] - '0' : (std::tolower(src_[i]) - 'a' + 10));
+            }
+            return v;
+        };
+        if (e >= '0' && e <= '7') {
+            int v = 0;
+            size_t end = pos;
+            while (end < pos + 3 && end < src_.size() && src_[end] >= '0' && src_[end] <= '7') v = v * 8 + (src_[end++] - '0');
+            utf8::append(value, char32_t(v));
+            return end;
+        }
+        const size_t len = e == 'x' ? 2 : e == 'u' ? 4 : e == 'U' ? 8 : 0;
+        if (len) {
+            const int64_t v = hex(pos + 1, len);
+            if (v < 0 || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) error("bad escape in string");
+            utf8::append(value, char32_t(v));
+            return pos + 1 + len;
+        }
+        value += '\\';  // Python keeps unknown escapes as written
+        return pos;
+    }
+
+    std::string source_;
     std::string_view src_;
     std::vector<Token> tokens_;
     int line_ = 1;
+    size_t line_pos_ = 0;
 };
 
 }  // namespace

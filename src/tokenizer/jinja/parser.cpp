@@ -279,10 +279,10 @@ private:
         if (tok.kind == Token::kInt) return literal(int64_t(std::stoll(tok.value)), tok.line);
         if (tok.kind == Token::kFloat) return literal(std::stod(tok.value), tok.line);
         if (tok.kind == Token::kOp && tok.value == "(") {
-            if (accept_op(")")) return make(Expr::kList, tok.line);
+            if (accept_op(")")) return make(Expr::kList, tok.line, "tuple");
             ExprPtr e = parse_expression();
             if (accept_op(",")) {  // a tuple
-                auto list = make(Expr::kList, tok.line);
+                auto list = make(Expr::kList, tok.line, "tuple");
                 list->children.push_back(std::move(e));
                 while (!is_op(")")) {
                     list->children.push_back(parse_expression());

@@ -263,7 +263,7 @@ private:
             case Expr::kList: {
                 List l;
                 for (const ExprPtr& c : e.children) l.push_back(eval(*c, frame));
-                return l;
+                return e.name == "tuple" ? Value::tuple(std::move(l)) : Value(std::move(l));
             }
             case Expr::kDict: {
                 Dict d;

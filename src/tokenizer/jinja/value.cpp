@@ -135,8 +135,9 @@ std::string Value::str() const {
         case 4: return format_float(as_double());
         case 5: return as_string();
         case 6: {
-            std::string out = "[";
+            std::string out = tuple_ ? "(" : "[";
             for (size_t i = 0; i < as_list().size(); ++i) out += (i ? ", " : "") + as_list()[i].repr();
+            if (tuple_) return out + (as_list().size() == 1 ? ",)" : ")");
             return out + "]";
         }
         case 7: {

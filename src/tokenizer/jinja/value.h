@@ -63,6 +63,13 @@ public:
     Value(Callable c) : v_(std::make_shared<Callable>(std::move(c))) {}
 
     static Value from_json(const nlohmann::ordered_json& j);
+    // A tuple: a list that prints as (a, b) (tuple literals, dict items).
+    static Value tuple(List l) {
+        Value v(std::move(l));
+        v.tuple_ = true;
+        return v;
+    }
+    bool is_tuple() const { return tuple_; }
 
     bool is_undefined() const { return std::holds_alternative<Undefined>(v_); }
     bool is_none() const { return std::holds_alternative<std::nullptr_t>(v_); }
@@ -99,6 +106,7 @@ public:
 
 private:
     Storage v_;
+    bool tuple_ = false;
 };
 
 // Python float repr (shortest round-trip, '1.0', '1e+16', 'inf', 'nan').
