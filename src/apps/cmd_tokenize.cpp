@@ -1,0 +1,112 @@
+// miniinfer tokenize | detokenize | chat-template --model DIR: JSON lines on stdin, one JSON
+// object per input line on stdout. A bad line gets {"error": "..."} and the exit status is 1
+// once all lines are done; other lines are unaffected.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "apps/commands.h"
+#include "core/json.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace miniinfer::apps {
+namespace {
+
+using OrderedJson = nlohmann::ordered_json;
+
+struct TokenizeOptions {
+    std::string model_dir;
+    bool add_special_tokens = false;
+    bool no_parse_special = false;
+    bool skip_special_tokens = false;
+};
+
+// Runs `handle` on each non-empty stdin line parsed as a JSON object; prints its result.
+void for_each_line(const std::function<OrderedJson(const OrderedJson&)>& handle) {
+    std::string line;
+    int line_idx = 0, failures = 0;
+    while (std::getline(std::cin, line)) {
+        ++line_idx;
+        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+        OrderedJson out;
+        try {
+            OrderedJson in = OrderedJson::parse(line);
+            if (!in.is_object()) fail("expected a JSON object");
+            out = handle(in);
+        } catch (const std::exception& e) {  // Error or a JSON parse/type error
+            out = {{"error", fmt::format("line {}: {}", line_idx, e.what())}};
+            ++failures;
+        }
+        std::printf("%s\n", out.dump(-1, ' ', false, OrderedJson::error_handler_t::replace).c_str());
+        std::fflush(stdout);
+    }
+    if (failures) fail("{} of {} input lines failed", failures, line_idx);
+}
+
+template <typename T>
+T field(const OrderedJson& in, const char* key) {
+    auto it = in.find(key);
+    if (it == in.end()) fail("missing field '{}'", key);
+    try {
+        return it->get<T>();
+    } catch (const nlohmann::json::exception&) {
+        fail("field '{}' has the wrong type ({})", key, it->type_name());
+    }
+}
+
+void add_tokenize(CLI::App& app) {
+    auto opts = std::make_shared<TokenizeOptions>();
+    CLI::App* cmd = app.add_subcommand("tokenize", R"(Encode text: stdin {"text": ...} lines -> {"ids": [...]})");
+    cmd->add_option("--model", opts->model_dir, "Directory with tokenizer.json")->required();
+    cmd->add_flag("--add-special-tokens", opts->add_special_tokens, "Add the post-processor's special tokens");
+    cmd->add_flag("--no-parse-special", opts->no_parse_special, "Encode special-token text as plain text");
+    cmd->callback([opts] {
+        const Tokenizer tok = Tokenizer::load(opts->model_dir);
+        const EncodeOptions enc{.add_special_tokens = opts->add_special_tokens, .parse_special = !opts->no_parse_special};
+        for_each_line([&](const OrderedJson& in) {
+            return OrderedJson{{"ids", tok.encode(field<std::string>(in, "text"), enc)}};
+        });
+    });
+}
+
+void add_detokenize(CLI::App& app) {
+    auto opts = std::make_shared<TokenizeOptions>();
+    CLI::App* cmd = app.add_subcommand("detokenize", R"(Decode ids: stdin {"ids": [...]} lines -> {"text": ...})");
+    cmd->add_option("--model", opts->model_dir, "Directory with tokenizer.json")->required();
+    cmd->add_flag("--skip-special-tokens", opts->skip_special_tokens, "Leave special tokens out of the text");
+    cmd->callback([opts] {
+        const Tokenizer tok = Tokenizer::load(opts->model_dir);
+        for_each_line([&](const OrderedJson& in) {
+            return OrderedJson{{"text", tok.decode(field<std::vector<int32_t>>(in, "ids"), opts->skip_special_tokens)}};
+        });
+    });
+}
+
+void add_chat_template(CLI::App& app) {
+    auto opts = std::make_shared<TokenizeOptions>();
+    CLI::App* cmd = app.add_subcommand(
+        "chat-template",
+        R"(Render the chat template: stdin {"messages", "tools", "add_generation_prompt", "kwargs"} -> {"text"})");
+    cmd->add_option("--model", opts->model_dir, "Directory with tokenizer_config.json")->required();
+    cmd->callback([opts] {
+        const ChatTemplate chat = ChatTemplate::load(opts->model_dir);
+        for_each_line([&](const OrderedJson& in) {
+            const bool add_generation_prompt = in.value("add_generation_prompt", false);
+            const std::string text = chat.render(field<OrderedJson>(in, "messages"), in.value("tools", OrderedJson()),
+                                                 add_generation_prompt, in.value("kwargs", OrderedJson::object()));
+            return OrderedJson{{"text", text}};
+        });
+    });
+}
+
+}  // namespace
+
+void add_tokenizer_commands(CLI::App& app) {
+    add_tokenize(app);
+    add_detokenize(app);
+    add_chat_template(app);
+}
+
+}  // namespace miniinfer::apps
