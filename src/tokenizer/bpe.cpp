@@ -6,6 +6,12 @@
 
 namespace miniinfer {
 
+const Json& json_child(const Json& obj, const std::string& key, const std::string& where) {
+    auto it = obj.find(key);
+    if (it == obj.end() || it->is_null()) fail("{}: missing field '{}'", where, key);
+    return *it;
+}
+
 BpeModel BpeModel::from_json(const Json& spec) {
     const std::string where = "tokenizer.json model";
     BpeModel m;
@@ -20,7 +26,7 @@ BpeModel BpeModel::from_json(const Json& spec) {
     m.fuse_unk_ = json_get_or<bool>(spec, "fuse_unk", false, where);
     m.ignore_merges_ = json_get_or<bool>(spec, "ignore_merges", false, where);
 
-    const Json& vocab = json_get<Json>(spec, "vocab", where);
+    const Json& vocab = json_child(spec, "vocab", where);
     if (!vocab.is_object()) fail("{}: vocab must be an object", where);
     m.vocab_.reserve(vocab.size());
     for (const auto& [token, id] : vocab.items()) {
@@ -39,7 +45,7 @@ BpeModel BpeModel::from_json(const Json& spec) {
         m.unk_id_ = it->second;
     }
 
-    const Json& merges = json_get<Json>(spec, "merges", where);
+    const Json& merges = json_child(spec, "merges", where);
     m.merges_.reserve(merges.size());
     auto id_of = [&](const std::string& token) {
         auto it = m.vocab_.find(token);

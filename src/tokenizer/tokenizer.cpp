@@ -129,7 +129,7 @@ Tokenizer Tokenizer::from_json(const Json& j) {
     auto impl = std::make_unique<Impl>();
     impl->normalizer = Normalizer::from_json(j.value("normalizer", Json()));
     impl->pre_tokenizer = PreTokenizer::from_json(j.value("pre_tokenizer", Json()));
-    impl->model = BpeModel::from_json(json_get<Json>(j, "model", "tokenizer.json"));
+    impl->model = BpeModel::from_json(json_child(j, "model", "tokenizer.json"));
     impl->added = AddedVocab::from_json(j.value("added_tokens", Json()));
     load_post_processor(j.value("post_processor", Json()), impl->prefix_ids, impl->suffix_ids);
     const Json decoder = j.value("decoder", Json());
@@ -155,12 +155,14 @@ Tokenizer Tokenizer::from_json(const Json& j) {
         set(t.id, t.content);
         impl->added_ids[t.content] = t.id;
     }
-    // Hugging Face tests "special" by content, so every id spelled like a special token counts.
-    TokenIdMap special_contents;
-    for (const AddedToken& t : impl->added.tokens())
-        if (t.special) special_contents.emplace(t.content, t.id);
-    for (int32_t id = 0; id < size; ++id)
-        impl->id_special[id] = impl->id_known[id] && special_contents.contains(impl->id_tokens[id]);
+    // Hugging Face tests "special" by content, so a vocabulary id spelled like a special token
+    // counts too.
+    for (const AddedToken& t : impl->added.tokens()) {
+        if (!t.special) continue;
+        impl->id_special[t.id] = true;
+        if (auto it = impl->model.vocab().find(t.content); it != impl->model.vocab().end())
+            impl->id_special[it->second] = impl->id_tokens[it->second] == t.content;
+    }
     return Tokenizer(std::move(impl));
 }
 
