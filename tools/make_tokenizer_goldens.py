@@ -165,6 +165,51 @@ SEARCH_TOOL = {"type": "function", "function": {
                                                     "score": {"type": "number", "minimum": 0.5}}}}}
 
 
+def random_value(rng, depth=0):
+    kind = rng.randrange(8 if depth < 2 else 5)
+    if kind == 0:
+        return rng.choice([0, 1, -7, 42, 10**12, -(2**40)])
+    if kind == 1:
+        return rng.choice([0.5, -1.25, 3.0, 1e-7, 2.5e16, 123456.789, 0.1 + 0.2, 1e100])
+    if kind == 2:
+        return rng.choice([True, False, None])
+    if kind in (3, 4):
+        return rng.choice(PROSE + CODE + SPECIAL + EMOJI + CONTROL + ["", "a\"b", "back\\slash", "tab\there"])
+    if kind == 5:
+        return [random_value(rng, depth + 1) for _ in range(rng.randint(0, 3))]
+    return {rng.choice(["city", "query", "n", "ünï", "nested", "a b", "<k>"]) + str(i): random_value(rng, depth + 1)
+            for i in range(rng.randint(0, 3))}
+
+
+def random_conversations(rng, count):
+    """Seeded random chats: any order of roles, random contents, tool calls with nested
+    arguments (as dicts and as JSON strings), reasoning in both forms."""
+    out = []
+    for _ in range(count):
+        msgs = []
+        if rng.random() < 0.4:
+            msgs.append({"role": "system", "content": rng.choice(PROSE)})
+        for _ in range(rng.randint(1, 6)):
+            role = rng.choice(["user", "user", "assistant", "assistant", "tool"])
+            content = "".join(rng.choice(PROSE + CODE + SPECIAL + EMOJI + WHITESPACE) for _ in range(rng.randint(0, 3)))
+            msg = {"role": role, "content": content}
+            if role == "assistant" and rng.random() < 0.3:
+                msg["reasoning_content"] = rng.choice(PROSE + ["", "\nthinking\n"])
+            if role == "assistant" and rng.random() < 0.2:
+                msg["content"] = "<think>\n" + rng.choice(PROSE) + "\n</think>\n\n" + content
+            if role == "assistant" and rng.random() < 0.35:
+                calls = []
+                for _ in range(rng.randint(1, 3)):
+                    args = {f"arg{i}": random_value(rng) for i in range(rng.randint(0, 3))}
+                    fn = {"name": rng.choice(["get_weather", "search", "run_code"]),
+                          "arguments": json.dumps(args, ensure_ascii=rng.random() < 0.5) if rng.random() < 0.3 else args}
+                    calls.append({"type": "function", "function": fn} if rng.random() < 0.8 else fn)
+                msg["tool_calls"] = calls
+            msgs.append(msg)
+        out.append(msgs)
+    return out
+
+
 def chat_cases():
     sys_msg = {"role": "system", "content": "You are a helpful assistant."}
     user = {"role": "user", "content": "What is the capital of France?"}
@@ -192,11 +237,15 @@ def chat_cases():
         [user, {"role": "assistant", "content": "Answer", "reasoning_content": None}],
     ]
     cases = []
+    variants = [(tools, agp, kwargs) for tools in (None, [WEATHER_TOOL, SEARCH_TOOL]) for agp in (True, False)
+                for kwargs in ({}, {"enable_thinking": False}, {"enable_thinking": True})]
     for msgs in conversations:
-        for tools in (None, [WEATHER_TOOL, SEARCH_TOOL]):
-            for agp in (True, False):
-                for kwargs in ({}, {"enable_thinking": False}, {"enable_thinking": True}):
-                    cases.append({"messages": msgs, "tools": tools, "add_generation_prompt": agp, "kwargs": kwargs})
+        for tools, agp, kwargs in variants:
+            cases.append({"messages": msgs, "tools": tools, "add_generation_prompt": agp, "kwargs": kwargs})
+    rng = random.Random(7)
+    for msgs in random_conversations(random.Random(99), 150):
+        for tools, agp, kwargs in rng.sample(variants, 2):
+            cases.append({"messages": msgs, "tools": tools, "add_generation_prompt": agp, "kwargs": kwargs})
     return cases
 
 
