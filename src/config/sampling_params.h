@@ -1,0 +1,55 @@
+// How one request is sampled and when it stops, with vLLM's meanings (and OpenAI's names).
+// Built from the model's generation_config.json defaults, then a request's JSON fields on top;
+// validate() turns every bad value into an Error for that request alone.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/generation_config.h"
+#include "core/json.h"
+
+namespace miniinfer {
+
+struct SamplingParams {
+    double temperature = 1.0;         // >= 0; 0 = greedy
+    int64_t top_k = 0;                // 0 or -1: all tokens (vLLM accepts -1; from_json stores 0)
+    double top_p = 1.0;               // (0, 1]
+    double min_p = 0.0;               // [0, 1]
+    double repetition_penalty = 1.0;  // > 0; over prompt + output tokens, as vLLM/HF
+    double presence_penalty = 0.0;    // [-2, 2]; output tokens only (OpenAI semantics)
+    double frequency_penalty = 0.0;   // [-2, 2]; output tokens only
+    std::optional<uint64_t> seed;     // none: the engine draws one when the request arrives
+    int64_t max_tokens = 16;          // >= 1
+    int64_t min_tokens = 0;           // >= 0 and <= max_tokens; EOS and stop_token_ids masked
+    std::vector<std::string> stop;    // stop strings (not in the output); no empty strings
+    std::vector<int64_t> stop_token_ids;  // [0, vocab_size)
+    bool ignore_eos = false;
+    std::optional<int64_t>
+        logprobs;  // top-n per generated token, 0..20 (0 = only the sampled one's)
+    bool skip_special_tokens = true;
+
+    // Every out-of-range, NaN or infinite value → Error naming the field and the value.
+    // stop_token_ids outside [0, vocab_size) are errors too.
+    void validate(int64_t vocab_size) const;
+
+    // The model's generation_config.json defaults (temperature, top_p, top_k, min_p,
+    // repetition_penalty) as vLLM applies them: fields absent from a request take them.
+    // do_sample and max_new_tokens are not applied (vLLM ignores do_sample too).
+    static SamplingParams from_defaults(const GenerationConfig& gen);
+
+    // Fields present (and not null) in `json` override `base`. Names as vLLM/OpenAI: temperature,
+    // top_p, top_k (-1 stored as 0), min_p, repetition_penalty, presence_penalty,
+    // frequency_penalty, seed (any 64-bit integer; negatives wrap), max_tokens, min_tokens,
+    // stop (a string or a list of strings), stop_token_ids, ignore_eos, logprobs,
+    // skip_special_tokens. `logprobs` may also be a boolean as in OpenAI's chat API: true takes
+    // top_logprobs (default 0), false turns logprobs off. A non-object, or a field of the wrong
+    // type → Error naming the field. Unknown keys are ignored. Does not validate ranges.
+    static SamplingParams from_json(const Json& json, const SamplingParams& base);
+
+    bool greedy() const { return temperature == 0.0; }
+};
+
+}  // namespace miniinfer

@@ -1,0 +1,54 @@
+// The CPU reference sampler: one request's logits → one token, in vLLM's order:
+//   repetition penalty → frequency/presence penalties → min_tokens masking
+//   → greedy argmax (temperature 0), or: / temperature → min_p → top_k → top_p → draw.
+// Requests are independent: the draw is Philox4x32-10 at key = seed, counter = step (the number
+// of tokens generated so far), so a seeded request gets the same tokens whatever batch it is in,
+// and after a preemption. The CUDA sampler is tested against this one.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "config/sampling_params.h"
+
+namespace miniinfer {
+
+// Everything is borrowed; the caller keeps it alive for the call. Token ids must lie in
+// [0, logits.size()) (MI_CHECK): the engine validates user input before it gets here.
+struct SamplerInput {
+    std::span<const float> logits;           // [vocab] raw model logits for this request
+    const SamplingParams* params = nullptr;  // validated
+    std::span<const int32_t> prompt_ids;     // for repetition_penalty
+    std::span<const int32_t> output_ids;     // generated so far: penalties, min_tokens, the step
+    std::span<const int64_t> eos_ids;  // masked, with stop_token_ids, while output < min_tokens
+    uint64_t seed = 0;                 // params->seed, or one the engine drew at request creation
+};
+
+struct SampledToken {
+    int32_t token = 0;
+    float logprob = 0.f;  // of `token`, from log_softmax of the raw logits (vLLM V1's default)
+    // params->logprobs entries (none if unset or 0), best first, ties by lower id; raw logits.
+    std::vector<std::pair<int32_t, float>> top_logprobs;
+};
+
+SampledToken sample(const SamplerInput& in);
+
+// Many requests; each row is sample(inputs[i]), spread over ThreadPool::global() (so not to
+// be called from inside a task of that pool). Exceptions propagate to the caller.
+std::vector<SampledToken> sample_batch(std::span<const SamplerInput> inputs);
+
+// The steps before temperature, in place on `logits` ([vocab], initially a copy of in.logits):
+// repetition penalty (logit > 0 ? logit / p : logit * p, each token of prompt ∪ output once),
+// logit -= frequency * count + presence * (count > 0) over output tokens, and -inf for EOS and
+// stop_token_ids while output_ids.size() < min_tokens.
+void apply_penalties(std::span<float> logits, const SamplerInput& in);
+
+// The distribution the draw uses ([vocab], sums to 1, zero outside the kept set): one-hot at
+// the argmax when greedy, else softmax(penalised / temperature) restricted by min_p
+// (p >= min_p * max p), then top_k, then top_p (the smallest set, most probable first, ties by
+// lower id, whose renormalised mass reaches top_p), renormalised. For tests and the CUDA check.
+std::vector<double> sampling_distribution(const SamplerInput& in);
+
+}  // namespace miniinfer
