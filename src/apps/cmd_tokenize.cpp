@@ -39,7 +39,8 @@ void for_each_line(const std::function<OrderedJson(const OrderedJson&)>& handle)
             out = {{"error", fmt::format("line {}: {}", line_idx, e.what())}};
             ++failures;
         }
-        std::printf("%s\n", out.dump(-1, ' ', false, OrderedJson::error_handler_t::replace).c_str());
+        std::printf("%s\n",
+                    out.dump(-1, ' ', false, OrderedJson::error_handler_t::replace).c_str());
         std::fflush(stdout);
     }
     if (failures) fail("{} of {} input lines failed", failures, line_idx);
@@ -58,13 +59,17 @@ T field(const OrderedJson& in, const char* key) {
 
 void add_tokenize(CLI::App& app) {
     auto opts = std::make_shared<TokenizeOptions>();
-    CLI::App* cmd = app.add_subcommand("tokenize", R"(Encode text: stdin {"text": ...} lines -> {"ids": [...]})");
+    CLI::App* cmd = app.add_subcommand(
+        "tokenize", R"(Encode text: stdin {"text": ...} lines -> {"ids": [...]})");
     cmd->add_option("--model", opts->model_dir, "Directory with tokenizer.json")->required();
-    cmd->add_flag("--add-special-tokens", opts->add_special_tokens, "Add the post-processor's special tokens");
-    cmd->add_flag("--no-parse-special", opts->no_parse_special, "Encode special-token text as plain text");
+    cmd->add_flag("--add-special-tokens", opts->add_special_tokens,
+                  "Add the post-processor's special tokens");
+    cmd->add_flag("--no-parse-special", opts->no_parse_special,
+                  "Encode special-token text as plain text");
     cmd->callback([opts] {
         const Tokenizer tok = Tokenizer::load(opts->model_dir);
-        const EncodeOptions enc{.add_special_tokens = opts->add_special_tokens, .parse_special = !opts->no_parse_special};
+        const EncodeOptions enc{.add_special_tokens = opts->add_special_tokens,
+                                .parse_special = !opts->no_parse_special};
         for_each_line([&](const OrderedJson& in) {
             return OrderedJson{{"ids", tok.encode(field<std::string>(in, "text"), enc)}};
         });
@@ -73,13 +78,16 @@ void add_tokenize(CLI::App& app) {
 
 void add_detokenize(CLI::App& app) {
     auto opts = std::make_shared<TokenizeOptions>();
-    CLI::App* cmd = app.add_subcommand("detokenize", R"(Decode ids: stdin {"ids": [...]} lines -> {"text": ...})");
+    CLI::App* cmd = app.add_subcommand(
+        "detokenize", R"(Decode ids: stdin {"ids": [...]} lines -> {"text": ...})");
     cmd->add_option("--model", opts->model_dir, "Directory with tokenizer.json")->required();
-    cmd->add_flag("--skip-special-tokens", opts->skip_special_tokens, "Leave special tokens out of the text");
+    cmd->add_flag("--skip-special-tokens", opts->skip_special_tokens,
+                  "Leave special tokens out of the text");
     cmd->callback([opts] {
         const Tokenizer tok = Tokenizer::load(opts->model_dir);
         for_each_line([&](const OrderedJson& in) {
-            return OrderedJson{{"text", tok.decode(field<std::vector<int32_t>>(in, "ids"), opts->skip_special_tokens)}};
+            return OrderedJson{{"text", tok.decode(field<std::vector<int32_t>>(in, "ids"),
+                                                   opts->skip_special_tokens)}};
         });
     });
 }
@@ -94,8 +102,9 @@ void add_chat_template(CLI::App& app) {
         const ChatTemplate chat = ChatTemplate::load(opts->model_dir);
         for_each_line([&](const OrderedJson& in) {
             const bool add_generation_prompt = in.value("add_generation_prompt", false);
-            const std::string text = chat.render(field<OrderedJson>(in, "messages"), in.value("tools", OrderedJson()),
-                                                 add_generation_prompt, in.value("kwargs", OrderedJson::object()));
+            const std::string text =
+                chat.render(field<OrderedJson>(in, "messages"), in.value("tools", OrderedJson()),
+                            add_generation_prompt, in.value("kwargs", OrderedJson::object()));
             return OrderedJson{{"text", text}};
         });
     });

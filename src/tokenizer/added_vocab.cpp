@@ -19,9 +19,14 @@ bool is_whitespace(char32_t c) {
 bool is_word_char(char32_t c) {
     if (c == '_') return true;
     switch (utf8proc_category(utf8proc_int32_t(c))) {
-        case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
-        case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_ND:
-        case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_NO:
+        case UTF8PROC_CATEGORY_LU:
+        case UTF8PROC_CATEGORY_LL:
+        case UTF8PROC_CATEGORY_LT:
+        case UTF8PROC_CATEGORY_LM:
+        case UTF8PROC_CATEGORY_LO:
+        case UTF8PROC_CATEGORY_ND:
+        case UTF8PROC_CATEGORY_NL:
+        case UTF8PROC_CATEGORY_NO:
             return true;
         default:
             return false;
@@ -84,7 +89,8 @@ AddedVocab AddedVocab::from_json(const Json& tokens) {
         a.normalized = json_get_or<bool>(t, "normalized", !a.special, where);
         if (a.content.empty()) fail("{}: token {} has empty content", where, a.id);
         if (!utf8::is_valid(a.content)) fail("{}: token {} is not valid UTF-8", where, a.id);
-        (a.normalized ? v.normalized_trie_ : v.raw_trie_).insert(a.content, int32_t(v.tokens_.size()));
+        (a.normalized ? v.normalized_trie_ : v.raw_trie_)
+            .insert(a.content, int32_t(v.tokens_.size()));
         v.tokens_.push_back(std::move(a));
     }
     return v;

@@ -34,7 +34,7 @@ struct TextSegment {
 };
 
 class AddedVocab {
-public:
+  public:
     // `tokens` is tokenizer.json's "added_tokens" array (may be null).
     static AddedVocab from_json(const Json& tokens);
 
@@ -44,7 +44,7 @@ public:
     void split(std::string_view text, bool normalized, bool parse_special,
                std::vector<TextSegment>& out) const;
 
-private:
+  private:
     // A byte trie over one group of token contents.
     struct Trie {
         struct Node {

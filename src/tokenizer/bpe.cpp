@@ -19,7 +19,8 @@ BpeModel BpeModel::from_json(const Json& spec) {
     if (type != "BPE") fail("{}: type '{}' is not supported (only BPE)", where, type);
     if (!spec.value("dropout", Json()).is_null() && spec["dropout"].get<double>() != 0.0)
         fail("{}: BPE dropout is not supported", where);
-    if (json_get_or<bool>(spec, "byte_fallback", false, where)) fail("{}: byte_fallback is not supported", where);
+    if (json_get_or<bool>(spec, "byte_fallback", false, where))
+        fail("{}: byte_fallback is not supported", where);
     if (!json_get_or<std::string>(spec, "continuing_subword_prefix", "", where).empty() ||
         !json_get_or<std::string>(spec, "end_of_word_suffix", "", where).empty())
         fail("{}: continuing_subword_prefix / end_of_word_suffix are not supported", where);
@@ -30,7 +31,8 @@ BpeModel BpeModel::from_json(const Json& spec) {
     if (!vocab.is_object()) fail("{}: vocab must be an object", where);
     m.vocab_.reserve(vocab.size());
     for (const auto& [token, id] : vocab.items()) {
-        if (!id.is_number_integer() || id.get<int64_t>() < 0) fail("{}: vocab id of '{}' is not a non-negative integer", where, token);
+        if (!id.is_number_integer() || id.get<int64_t>() < 0)
+            fail("{}: vocab id of '{}' is not a non-negative integer", where, token);
         m.vocab_.emplace(token, id.get<int32_t>());
     }
     m.char_ids_.assign(0x800, -1);
@@ -49,7 +51,8 @@ BpeModel BpeModel::from_json(const Json& spec) {
     m.merges_.reserve(merges.size());
     auto id_of = [&](const std::string& token) {
         auto it = m.vocab_.find(token);
-        if (it == m.vocab_.end()) fail("{}: merge part '{}' is not in the vocabulary", where, token);
+        if (it == m.vocab_.end())
+            fail("{}: merge part '{}' is not in the vocabulary", where, token);
         return it->second;
     };
     int32_t rank = 0;
@@ -60,7 +63,8 @@ BpeModel BpeModel::from_json(const Json& spec) {
             const size_t space = s.find(' ', 1);
             if (space == std::string::npos) fail("{}: merge '{}' is not 'a b'", where, s);
             a = s.substr(0, space), b = s.substr(space + 1);
-        } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
+        } else if (merge.is_array() && merge.size() == 2 && merge[0].is_string() &&
+                   merge[1].is_string()) {
             a = merge[0].get<std::string>(), b = merge[1].get<std::string>();
         } else {
             fail("{}: merge {} is neither 'a b' nor [a, b]", where, merge.dump());
@@ -115,7 +119,8 @@ void BpeModel::merge_symbols(std::vector<int32_t>& symbols) const {
             size_t best_pos = 0;
             for (size_t i = 0; i + 1 < symbols.size(); ++i) {
                 const Merge* m = find_merge(symbols[i], symbols[i + 1]);
-                if (m && m->rank < best_rank) best_rank = m->rank, best_id = m->new_id, best_pos = i;
+                if (m && m->rank < best_rank)
+                    best_rank = m->rank, best_id = m->new_id, best_pos = i;
             }
             if (best_id < 0) return;
             symbols[best_pos] = best_id;
@@ -126,7 +131,9 @@ void BpeModel::merge_symbols(std::vector<int32_t>& symbols) const {
         int32_t rank;
         size_t pos;
         int32_t left, right;  // the pair this candidate was made for (stale if they changed)
-        bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+        bool operator>(const Candidate& o) const {
+            return rank != o.rank ? rank > o.rank : pos > o.pos;
+        }
     };
     std::vector<size_t> next(n), prev(n);
     std::vector<bool> alive(n, true);

@@ -28,7 +28,7 @@ using TokenIdMap = std::unordered_map<std::string, int32_t, StringHash, std::equ
 const Json& json_child(const Json& obj, const std::string& key, const std::string& where);
 
 class BpeModel {
-public:
+  public:
     // `spec` is tokenizer.json's "model". Merges may be "a b" strings or ["a", "b"] pairs.
     // Errors: a type other than BPE, dropout, byte_fallback, a subword prefix/suffix, or a
     // merge whose parts or result are missing from the vocabulary.
@@ -41,12 +41,14 @@ public:
     const TokenIdMap& vocab() const { return vocab_; }
     std::optional<int32_t> unk_id() const { return unk_id_; }
 
-private:
+  private:
     struct Merge {
         int32_t rank;
         int32_t new_id;
     };
-    static uint64_t pair_key(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
+    static uint64_t pair_key(int32_t a, int32_t b) {
+        return (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
+    }
     const Merge* find_merge(int32_t a, int32_t b) const;
     void merge_symbols(std::vector<int32_t>& symbols) const;
 

@@ -27,7 +27,9 @@ const Tables& tables() {
 
 }  // namespace
 
-char32_t byte_to_char(uint8_t b) { return tables().to_char[b]; }
+char32_t byte_to_char(uint8_t b) {
+    return tables().to_char[b];
+}
 
 std::optional<uint8_t> char_to_byte(char32_t c) {
     if (c >= 512 || tables().to_byte[c] < 0) return std::nullopt;

@@ -21,13 +21,17 @@ ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir) {
         }
     }
     OrderedJson special = OrderedJson::object();
-    for (const char* key : {"bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token"}) {
+    for (const char* key : {"bos_token", "eos_token", "unk_token", "pad_token", "sep_token",
+                            "cls_token", "mask_token"}) {
         auto it = config.find(key);
         if (it == config.end() || it->is_null()) continue;
-        if (it->is_string()) special[key] = *it;
-        else if (it->is_object() && it->contains("content")) special[key] = (*it)["content"];
+        if (it->is_string())
+            special[key] = *it;
+        else if (it->is_object() && it->contains("content"))
+            special[key] = (*it)["content"];
     }
-    if (config.contains("additional_special_tokens")) special["additional_special_tokens"] = config["additional_special_tokens"];
+    if (config.contains("additional_special_tokens"))
+        special["additional_special_tokens"] = config["additional_special_tokens"];
 
     std::string source;
     const auto jinja_path = model_dir / "chat_template.jinja";
@@ -43,9 +47,11 @@ ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir) {
         } else if (t.is_array()) {
             for (const auto& named : t)
                 if (named.value("name", "") == "default") source = named.value("template", "");
-            if (source.empty()) fail("{}: chat_template has no template named 'default'", config_path.string());
+            if (source.empty())
+                fail("{}: chat_template has no template named 'default'", config_path.string());
         } else {
-            fail("{}: no chat template (no chat_template.jinja and no 'chat_template' field)", model_dir.string());
+            fail("{}: no chat template (no chat_template.jinja and no 'chat_template' field)",
+                 model_dir.string());
         }
     }
     try {
@@ -55,7 +61,8 @@ ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir) {
     }
 }
 
-ChatTemplate ChatTemplate::from_string(const std::string& source, const OrderedJson& special_tokens) {
+ChatTemplate ChatTemplate::from_string(const std::string& source,
+                                       const OrderedJson& special_tokens) {
     ChatTemplate t;
     t.source_ = source;
     t.template_ = jinja::Template::parse(source);
@@ -64,12 +71,14 @@ ChatTemplate ChatTemplate::from_string(const std::string& source, const OrderedJ
     return t;
 }
 
-std::string ChatTemplate::render(const OrderedJson& messages, const OrderedJson& tools, bool add_generation_prompt,
-                                 const OrderedJson& kwargs) const {
+std::string ChatTemplate::render(const OrderedJson& messages, const OrderedJson& tools,
+                                 bool add_generation_prompt, const OrderedJson& kwargs) const {
     if (!messages.is_array()) fail("chat template: 'messages' must be an array");
     for (const auto& m : messages)
-        if (!m.is_object() || !m.contains("role")) fail("chat template: each message must be an object with a 'role'");
-    if (!tools.is_null() && !tools.is_array()) fail("chat template: 'tools' must be an array or null");
+        if (!m.is_object() || !m.contains("role"))
+            fail("chat template: each message must be an object with a 'role'");
+    if (!tools.is_null() && !tools.is_array())
+        fail("chat template: 'tools' must be an array or null");
     if (!kwargs.is_null() && !kwargs.is_object()) fail("chat template: 'kwargs' must be an object");
     jinja::Dict context = special_tokens_;
     context.set("messages", jinja::Value::from_json(messages));

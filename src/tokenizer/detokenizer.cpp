@@ -31,8 +31,10 @@ std::string IncrementalDetokenizer::push(int32_t id) {
             pending_bytes_ = bytes.substr(i);
             break;
         }
-        if (s.kind == utf8::Scan::kValid) text.append(bytes, i, s.len);
-        else text.append(utf8::kReplacementUtf8);
+        if (s.kind == utf8::Scan::kValid)
+            text.append(bytes, i, s.len);
+        else
+            text.append(utf8::kReplacementUtf8);
         i += s.len;
     }
     return release(std::move(text), false);

@@ -4,8 +4,9 @@
 // (a character split across tokens comes out once, complete) and never text that might be
 // the start of a stop string. The concatenation of every push() and finish() equals
 // tokenizer.decode(all ids, skip_special_tokens), cut just before the stop string that
-// completes first (on the first token that completes two, the one starting earlier). Work per token is proportional to the token's bytes plus the stop strings'
-// lengths, never to the length of the sequence so far.
+// completes first (on the first token that completes two, the one starting earlier). Work per token
+// is proportional to the token's bytes plus the stop strings' lengths, never to the length of the
+// sequence so far.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +18,7 @@
 namespace miniinfer {
 
 class IncrementalDetokenizer {
-public:
+  public:
     // `tokenizer` must outlive this object. Empty stop strings are ignored.
     IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens,
                            std::vector<std::string> stop_strings = {});
@@ -34,7 +35,7 @@ public:
     bool stopped() const { return stop_idx_ >= 0; }
     const std::string& stop_string() const;
 
-private:
+  private:
     std::string release(std::string text, bool final);
 
     const Tokenizer* tokenizer_;

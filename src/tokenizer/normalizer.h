@@ -12,7 +12,7 @@
 namespace miniinfer {
 
 class Normalizer {
-public:
+  public:
     // `spec` is the JSON value of tokenizer.json's "normalizer" (may be null).
     static Normalizer from_json(const Json& spec);
 
@@ -22,7 +22,7 @@ public:
     // result: `text` itself when no step changes it (the common, allocation-free case).
     std::string_view apply(std::string_view text, std::string& out) const;
 
-private:
+  private:
     enum class Form { kNFC, kNFD, kNFKC, kNFKD };
     std::vector<Form> forms_;
 };

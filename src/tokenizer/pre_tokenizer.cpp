@@ -47,7 +47,9 @@ Regex::Regex(std::string_view pattern, bool literal) {
     jit_ = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
 }
 
-Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
+Regex::~Regex() {
+    pcre2_code_free(static_cast<pcre2_code*>(code_));
+}
 
 void Regex::for_each_match(std::string_view text,
                            const std::function<void(size_t, size_t)>& on_match) const {
@@ -65,9 +67,10 @@ void Regex::for_each_match(std::string_view text,
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
     size_t pos = 0;
     while (pos < text.size()) {
-        const int rc = jit_ ? pcre2_jit_match(code, subject, text.size(), pos, 0, md->data, md->context)
-                            : pcre2_match(code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK,
-                                          md->data, md->context);
+        const int rc =
+            jit_ ? pcre2_jit_match(code, subject, text.size(), pos, 0, md->data, md->context)
+                 : pcre2_match(code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, md->data,
+                               md->context);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) {
             PCRE2_UCHAR msg[256];
@@ -106,14 +109,17 @@ void PreTokenizer::add_step(const Json& spec) {
     } else if (type == "Split") {
         const Json pattern = json_get<Json>(spec, "pattern", where);
         const std::string behavior = json_get<std::string>(spec, "behavior", where);
-        if (json_get_or<bool>(spec, "invert", false, where)) fail("{}: Split with invert is not supported", where);
+        if (json_get_or<bool>(spec, "invert", false, where))
+            fail("{}: Split with invert is not supported", where);
         if (behavior != "Isolated" && behavior != "Removed")
             fail("{}: Split behavior '{}' is not supported", where, behavior);
         Step step;
         if (pattern.contains("Regex"))
-            step.regex = std::make_shared<Regex>(json_get<std::string>(pattern, "Regex", where), false);
+            step.regex =
+                std::make_shared<Regex>(json_get<std::string>(pattern, "Regex", where), false);
         else
-            step.regex = std::make_shared<Regex>(json_get<std::string>(pattern, "String", where), true);
+            step.regex =
+                std::make_shared<Regex>(json_get<std::string>(pattern, "String", where), true);
         step.remove_matches = behavior == "Removed";
         steps_.push_back(std::move(step));
     } else if (type == "ByteLevel") {

@@ -21,7 +21,7 @@ namespace miniinfer {
 class Regex;
 
 class PreTokenizer {
-public:
+  public:
     static PreTokenizer from_json(const Json& spec);  // `spec` may be null: one piece
     PreTokenizer();
     ~PreTokenizer();
@@ -35,7 +35,7 @@ public:
     // only during the call. Thread-safe.
     void split(std::string_view text, const std::function<void(std::string_view)>& on_piece) const;
 
-private:
+  private:
     struct Step {
         std::shared_ptr<const Regex> regex;  // null: add_prefix_space only
         bool remove_matches = false;
@@ -51,7 +51,7 @@ private:
 
 // A compiled PCRE2 pattern (UTF, UCP, JIT when available). Thread-safe to use concurrently.
 class Regex {
-public:
+  public:
     // Error naming the pattern when it does not compile.
     Regex(std::string_view pattern, bool literal);
     ~Regex();
@@ -62,7 +62,7 @@ public:
     void for_each_match(std::string_view text,
                         const std::function<void(size_t, size_t)>& on_match) const;
 
-private:
+  private:
     void* code_ = nullptr;  // pcre2_code_8*
     bool jit_ = false;
 };

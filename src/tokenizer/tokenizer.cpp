@@ -17,7 +17,7 @@ namespace {
 // Pieces already encoded, keyed by their text before byte-level spelling. Sharded so batch
 // encoding threads rarely meet on a lock; each shard stops growing when full.
 class WordCache {
-public:
+  public:
     static constexpr size_t kMaxWordBytes = 256;
 
     bool lookup(std::string_view word, std::vector<int32_t>& out) const {
@@ -31,10 +31,11 @@ public:
     void insert(std::string_view word, std::span<const int32_t> ids) {
         Shard& s = shard(word);
         std::lock_guard lock(s.mutex);
-        if (s.map.size() < kMaxEntriesPerShard) s.map.try_emplace(std::string(word), ids.begin(), ids.end());
+        if (s.map.size() < kMaxEntriesPerShard)
+            s.map.try_emplace(std::string(word), ids.begin(), ids.end());
     }
 
-private:
+  private:
     static constexpr size_t kNumShards = 16, kMaxEntriesPerShard = 8192;
     struct Shard {
         mutable std::mutex mutex;
@@ -52,8 +53,8 @@ struct Tokenizer::Impl {
     BpeModel model;
     AddedVocab added;
     std::vector<int32_t> prefix_ids, suffix_ids;  // TemplateProcessing's single template
-    std::vector<std::string> id_bytes;             // decoded bytes per id
-    std::vector<std::string> id_tokens;            // token string per id
+    std::vector<std::string> id_bytes;            // decoded bytes per id
+    std::vector<std::string> id_tokens;           // token string per id
     std::vector<bool> id_special;
     std::vector<bool> id_known;
     TokenIdMap added_ids;
@@ -67,8 +68,10 @@ void Tokenizer::Impl::encode_piece(std::string_view piece, std::vector<int32_t>&
     const bool cacheable = piece.size() <= WordCache::kMaxWordBytes;
     if (cacheable && cache.lookup(piece, out)) return;
     const size_t first = out.size();
-    if (pre_tokenizer.byte_level()) model.encode_word(byte_level::encode(piece), out);
-    else model.encode_word(piece, out);
+    if (pre_tokenizer.byte_level())
+        model.encode_word(byte_level::encode(piece), out);
+    else
+        model.encode_word(piece, out);
     if (cacheable) cache.insert(piece, std::span(out).subspan(first));
 }
 
@@ -116,7 +119,8 @@ static void load_post_processor(const Json& spec, std::vector<int32_t>& prefix,
             seen_sequence = true;
         } else if (piece.contains("SpecialToken")) {
             const std::string name = json_get<std::string>(piece["SpecialToken"], "id", where);
-            const Json& entry = json_get<Json>(json_get<Json>(spec, "special_tokens", where), name, where);
+            const Json& entry =
+                json_get<Json>(json_get<Json>(spec, "special_tokens", where), name, where);
             for (const Json& id : json_get<Json>(entry, "ids", where))
                 (seen_sequence ? suffix : prefix).push_back(id.get<int32_t>());
         } else {
@@ -176,10 +180,13 @@ std::vector<int32_t> Tokenizer::encode(std::string_view input, const EncodeOptio
     std::vector<TextSegment> segments;
     impl_->added.split(text, /*normalized=*/false, options.parse_special, segments);
     for (const TextSegment& seg : segments) {
-        if (seg.id >= 0) ids.push_back(seg.id);
-        else impl_->encode_plain(text.substr(seg.begin, seg.end - seg.begin), ids);
+        if (seg.id >= 0)
+            ids.push_back(seg.id);
+        else
+            impl_->encode_plain(text.substr(seg.begin, seg.end - seg.begin), ids);
     }
-    if (options.add_special_tokens) ids.insert(ids.end(), impl_->suffix_ids.begin(), impl_->suffix_ids.end());
+    if (options.add_special_tokens)
+        ids.insert(ids.end(), impl_->suffix_ids.begin(), impl_->suffix_ids.end());
     return ids;
 }
 
@@ -208,13 +215,18 @@ std::string_view Tokenizer::token_bytes(int32_t id) const {
     return impl_->id_bytes[id];
 }
 
-bool Tokenizer::is_special(int32_t id) const { return id >= 0 && id < vocab_size() && impl_->id_special[id]; }
+bool Tokenizer::is_special(int32_t id) const {
+    return id >= 0 && id < vocab_size() && impl_->id_special[id];
+}
 
-int32_t Tokenizer::vocab_size() const { return int32_t(impl_->id_bytes.size()); }
+int32_t Tokenizer::vocab_size() const {
+    return int32_t(impl_->id_bytes.size());
+}
 
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
     if (auto it = impl_->added_ids.find(token); it != impl_->added_ids.end()) return it->second;
-    if (auto it = impl_->model.vocab().find(token); it != impl_->model.vocab().end()) return it->second;
+    if (auto it = impl_->model.vocab().find(token); it != impl_->model.vocab().end())
+        return it->second;
     return std::nullopt;
 }
 

@@ -30,7 +30,7 @@ struct EncodeOptions {
 };
 
 class Tokenizer {
-public:
+  public:
     // Reads model_dir/tokenizer.json. Error when missing, malformed, or asking for a
     // component this implementation does not have.
     static Tokenizer load(const std::filesystem::path& model_dir);
@@ -60,7 +60,7 @@ public:
     // The token's string as written in tokenizer.json; empty for unknown ids.
     std::string id_to_token(int32_t id) const;
 
-private:
+  private:
     struct Impl;
     explicit Tokenizer(std::unique_ptr<Impl> impl);
     std::unique_ptr<Impl> impl_;

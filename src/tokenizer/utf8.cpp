@@ -9,15 +9,24 @@ Scan scan(std::string_view s) {
     // the narrower ranges exclude overlongs, surrogates and code points above U+10FFFF.
     int len = 0;
     uint8_t lo = 0x80, hi = 0xBF;
-    if (b0 >= 0xC2 && b0 <= 0xDF) len = 2;
-    else if (b0 == 0xE0) len = 3, lo = 0xA0;
-    else if (b0 >= 0xE1 && b0 <= 0xEC) len = 3;
-    else if (b0 == 0xED) len = 3, hi = 0x9F;
-    else if (b0 >= 0xEE && b0 <= 0xEF) len = 3;
-    else if (b0 == 0xF0) len = 4, lo = 0x90;
-    else if (b0 >= 0xF1 && b0 <= 0xF3) len = 4;
-    else if (b0 == 0xF4) len = 4, hi = 0x8F;
-    else return {Scan::kInvalid, 1, 0};
+    if (b0 >= 0xC2 && b0 <= 0xDF)
+        len = 2;
+    else if (b0 == 0xE0)
+        len = 3, lo = 0xA0;
+    else if (b0 >= 0xE1 && b0 <= 0xEC)
+        len = 3;
+    else if (b0 == 0xED)
+        len = 3, hi = 0x9F;
+    else if (b0 >= 0xEE && b0 <= 0xEF)
+        len = 3;
+    else if (b0 == 0xF0)
+        len = 4, lo = 0x90;
+    else if (b0 >= 0xF1 && b0 <= 0xF3)
+        len = 4;
+    else if (b0 == 0xF4)
+        len = 4, hi = 0x8F;
+    else
+        return {Scan::kInvalid, 1, 0};
     char32_t cp = b0 & (0x7F >> len);
     for (int i = 1; i < len; ++i) {
         if (size_t(i) >= s.size()) return {Scan::kIncomplete, i, 0};
@@ -65,8 +74,10 @@ std::string to_valid(std::string_view s) {
     out.reserve(s.size() + 8);
     for (size_t i = 0; i < s.size();) {
         Scan r = scan(s.substr(i));
-        if (r.kind == Scan::kValid) out.append(s.substr(i, r.len));
-        else out.append(kReplacementUtf8);
+        if (r.kind == Scan::kValid)
+            out.append(s.substr(i, r.len));
+        else
+            out.append(kReplacementUtf8);
         i += r.len;
     }
     return out;

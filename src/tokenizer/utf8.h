@@ -18,9 +18,9 @@ inline constexpr std::string_view kReplacementUtf8 = "\xEF\xBF\xBD";
 // Result of looking at the bytes starting at some position.
 struct Scan {
     enum Kind { kValid, kInvalid, kIncomplete } kind;
-    int len;        // kValid: bytes of the character; kInvalid: bytes one U+FFFD replaces;
-                    // kIncomplete: bytes present (a valid prefix cut off by the end)
-    char32_t cp;    // the code point when kValid
+    int len;      // kValid: bytes of the character; kInvalid: bytes one U+FFFD replaces;
+                  // kIncomplete: bytes present (a valid prefix cut off by the end)
+    char32_t cp;  // the code point when kValid
 };
 
 // Classifies the character at the start of s (s non-empty).

@@ -42,9 +42,11 @@ int main(int argc, char** argv) {
         auto out = tok.encode_batch(docs);
         best_batch = std::min(best_batch, std::chrono::duration<double>(Clock::now() - t0).count());
     }
-    std::printf("{\"docs\": %zu, \"bytes\": %zu, \"tokens\": %zu, \"single_s\": %.6f, \"single_MBps\": %.2f, "
-                "\"batch_threads\": %d, \"batch_s\": %.6f, \"batch_MBps\": %.2f}\n",
-                docs.size(), bytes, tokens, best, bytes / best / 1e6, ThreadPool::global().num_threads(),
-                best_batch, bytes / best_batch / 1e6);
+    std::printf(
+        "{\"docs\": %zu, \"bytes\": %zu, \"tokens\": %zu, \"single_s\": %.6f, \"single_MBps\": "
+        "%.2f, "
+        "\"batch_threads\": %d, \"batch_s\": %.6f, \"batch_MBps\": %.2f}\n",
+        docs.size(), bytes, tokens, best, bytes / best / 1e6, ThreadPool::global().num_threads(),
+        best_batch, bytes / best_batch / 1e6);
     return 0;
 }

@@ -22,6 +22,8 @@ inline std::vector<nlohmann::ordered_json> read_jsonl(const std::string& name) {
     return rows;
 }
 
-inline std::string qwen3_dir() { return std::string(MINIINFER_FIXTURES) + "/qwen3-demo"; }
+inline std::string qwen3_dir() {
+    return std::string(MINIINFER_FIXTURES) + "/qwen3-demo";
+}
 
 }  // namespace miniinfer::testing

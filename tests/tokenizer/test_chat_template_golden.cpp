@@ -15,13 +15,16 @@ TEST(ChatTemplateGolden, Qwen3MatchesTransformers) {
     ASSERT_GE(rows.size(), 100u);
     int mismatches = 0;
     for (const auto& row : rows) {
-        const std::string got = t.render(row["messages"], row["tools"], row["add_generation_prompt"].get<bool>(),
-                                         row["kwargs"]);
+        const std::string got = t.render(row["messages"], row["tools"],
+                                         row["add_generation_prompt"].get<bool>(), row["kwargs"]);
         const std::string want = row["text"].get<std::string>();
         if (got != want && ++mismatches <= 3)
-            ADD_FAILURE() << "case: " << row["messages"].dump() << " tools=" << !row["tools"].is_null()
-                          << " agp=" << row["add_generation_prompt"] << " kwargs=" << row["kwargs"].dump()
-                          << "\n--- want\n" << want << "\n--- got\n" << got;
+            ADD_FAILURE() << "case: " << row["messages"].dump()
+                          << " tools=" << !row["tools"].is_null()
+                          << " agp=" << row["add_generation_prompt"]
+                          << " kwargs=" << row["kwargs"].dump() << "\n--- want\n"
+                          << want << "\n--- got\n"
+                          << got;
     }
     EXPECT_EQ(mismatches, 0);
 }

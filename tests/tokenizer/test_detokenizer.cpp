@@ -12,12 +12,13 @@ namespace miniinfer {
 namespace {
 
 class Detokenizer : public ::testing::Test {
-protected:
+  protected:
     static void SetUpTestSuite() { tok_ = new Tokenizer(Tokenizer::load(testing::qwen3_dir())); }
     static void TearDownTestSuite() { delete tok_; }
 
     // Streams ids one by one; returns the concatenated output and checks every chunk.
-    static std::string stream(const std::vector<int32_t>& ids, bool skip, std::vector<std::string> stops) {
+    static std::string stream(const std::vector<int32_t>& ids, bool skip,
+                              std::vector<std::string> stops) {
         IncrementalDetokenizer d(*tok_, skip, std::move(stops));
         std::string all;
         for (int32_t id : ids) {
@@ -37,7 +38,8 @@ TEST_F(Detokenizer, StreamingEqualsDecodeOnTheGoldenCorpus) {
     for (const auto& row : testing::read_jsonl("encode.jsonl")) {
         const auto ids = row["ids"].get<std::vector<int32_t>>();
         ASSERT_EQ(stream(ids, false, {}), row["decoded"].get<std::string>()) << row["text"].dump();
-        ASSERT_EQ(stream(ids, true, {}), row["decoded_skip"].get<std::string>()) << row["text"].dump();
+        ASSERT_EQ(stream(ids, true, {}), row["decoded_skip"].get<std::string>())
+            << row["text"].dump();
         ++checked;
     }
     EXPECT_GT(checked, 5000);
@@ -51,9 +53,12 @@ TEST_F(Detokenizer, SplitCharactersComeOutOnceAndWhole) {
     int empty_pushes = 0;
     for (int32_t id : ids) {
         std::string c = d.push(id);
-        if (c.empty()) ++empty_pushes;
-        else chunks.push_back(c);
-        EXPECT_EQ(c.find("\xEF\xBF\xBD"), std::string::npos);  // never a U+FFFD for a half character
+        if (c.empty())
+            ++empty_pushes;
+        else
+            chunks.push_back(c);
+        EXPECT_EQ(c.find("\xEF\xBF\xBD"),
+                  std::string::npos);  // never a U+FFFD for a half character
     }
     EXPECT_GT(empty_pushes, 0);  // some tokens carried only part of a character
     std::string joined;
@@ -115,7 +120,8 @@ TEST_F(Detokenizer, StopStringsSeeUnicodeAndSpecialTokens) {
 // A detokenizer that re-decoded the sequence per token would be ~50x slower on the last
 // block than the first; ours is flat. The bound is loose to stay robust on loaded machines.
 TEST_F(Detokenizer, CostPerTokenDoesNotGrowWithLength) {
-    const auto unit = tok_->encode("Streaming text with 東京 and emoji 🫶🏼, numbers 12345; ");
+    const auto unit =
+        tok_->encode("Streaming text with 東京 and emoji 🫶🏼, numbers 12345; ");
     std::vector<int32_t> ids;
     while (ids.size() < 400000) ids.insert(ids.end(), unit.begin(), unit.end());
     IncrementalDetokenizer d(*tok_, true, {"<stop never appears>", "zzz"});
@@ -125,7 +131,8 @@ TEST_F(Detokenizer, CostPerTokenDoesNotGrowWithLength) {
         const auto t0 = std::chrono::steady_clock::now();
         size_t bytes = 0;
         for (size_t i = b * block; i < (b + 1) * block; ++i) bytes += d.push(ids[i]).size();
-        seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        seconds.push_back(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         ASSERT_GT(bytes, 0u);
     }
     // Best of two blocks at each end, so one preempted block cannot fail the test.

@@ -33,7 +33,8 @@ TEST(Jinja, MatchesJinja2) {
 
 TEST(Jinja, ErrorsNameTheLine) {
     try {
-        jinja::Template::parse("line one\n{% if x %}\n{{ raise_exception('bad input') }}\n{% endif %}")
+        jinja::Template::parse(
+            "line one\n{% if x %}\n{{ raise_exception('bad input') }}\n{% endif %}")
             .render(jinja::Dict{{{"x", true}}});
         FAIL() << "expected an error";
     } catch (const Error& e) {
@@ -46,7 +47,8 @@ TEST(Jinja, ErrorsNameTheLine) {
 }
 
 TEST(ChatTemplate, RejectsMalformedRequests) {
-    const ChatTemplate t = ChatTemplate::from_string("{% for m in messages %}{{ m.role }}{% endfor %}");
+    const ChatTemplate t =
+        ChatTemplate::from_string("{% for m in messages %}{{ m.role }}{% endfor %}");
     using J = nlohmann::ordered_json;
     EXPECT_EQ(t.render(J::parse(R"([{"role": "user", "content": "x"}])"), nullptr, false), "user");
     EXPECT_THROW(t.render(J::parse(R"({"role": "user"})"), nullptr, false), Error);
@@ -57,11 +59,13 @@ TEST(ChatTemplate, RejectsMalformedRequests) {
 
 TEST(ChatTemplate, KwargsAndSpecialTokensAreVisible) {
     const ChatTemplate t = ChatTemplate::from_string(
-        "{{ bos_token }}{% if enable_thinking is defined and enable_thinking is false %}no-think{% endif %}"
+        "{{ bos_token }}{% if enable_thinking is defined and enable_thinking is false %}no-think{% "
+        "endif %}"
         "{{ add_generation_prompt }}{{ tools is none }}",
         nlohmann::ordered_json{{"bos_token", "<s>"}});
     using J = nlohmann::ordered_json;
-    EXPECT_EQ(t.render(J::array(), nullptr, true, J{{"enable_thinking", false}}), "<s>no-thinkTrueTrue");
+    EXPECT_EQ(t.render(J::array(), nullptr, true, J{{"enable_thinking", false}}),
+              "<s>no-thinkTrueTrue");
     EXPECT_EQ(t.render(J::array(), J::array(), false), "<s>FalseFalse");
 }
 

@@ -12,13 +12,17 @@ namespace {
 
 TEST(Utf8, ReplacesMaximalSubparts) {
     EXPECT_EQ(utf8::to_valid("abc"), "abc");
-    EXPECT_EQ(utf8::to_valid("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
+    EXPECT_EQ(utf8::to_valid("a\xFF"
+                             "b"),
+              "a\xEF\xBF\xBD"
+              "b");
     // A truncated 3-byte sequence is one maximal subpart: one U+FFFD.
     EXPECT_EQ(utf8::to_valid("\xE4\xB8"), "\xEF\xBF\xBD");
     // Surrogates and overlongs: every byte is its own subpart.
     EXPECT_EQ(utf8::to_valid("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
     EXPECT_EQ(utf8::to_valid("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");
-    EXPECT_EQ(utf8::to_valid("\xF4\x90\x80\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
+    EXPECT_EQ(utf8::to_valid("\xF4\x90\x80\x80"),
+              "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");
     EXPECT_EQ(utf8::to_valid(std::string("a\0b", 3)), std::string("a\0b", 3));
 }
 
@@ -30,7 +34,8 @@ TEST(Utf8, ScanClassifiesIncompleteCharacters) {
 }
 
 TEST(ByteLevel, AlphabetIsABijection) {
-    for (int b = 0; b < 256; ++b) EXPECT_EQ(byte_level::char_to_byte(byte_level::byte_to_char(uint8_t(b))), b);
+    for (int b = 0; b < 256; ++b)
+        EXPECT_EQ(byte_level::char_to_byte(byte_level::byte_to_char(uint8_t(b))), b);
     EXPECT_EQ(byte_level::byte_to_char(' '), char32_t(0x120));  // 'Ġ'
     EXPECT_EQ(byte_level::byte_to_char('A'), char32_t('A'));
     const std::string bytes("\x00\xFF hi", 5);
@@ -39,7 +44,7 @@ TEST(ByteLevel, AlphabetIsABijection) {
 }
 
 class QwenTokenizer : public ::testing::Test {
-protected:
+  protected:
     static void SetUpTestSuite() { tok_ = new Tokenizer(Tokenizer::load(testing::qwen3_dir())); }
     static void TearDownTestSuite() { delete tok_; }
     static Tokenizer* tok_;
@@ -108,11 +113,11 @@ Json tiny_json() {
 
 TEST(TinyTokenizer, MergesByRankLeftmostFirst) {
     Tokenizer tok = Tokenizer::from_json(tiny_json());
-    EXPECT_EQ(tok.encode("abc"), (std::vector<int32_t>{5}));       // a b → ab, then ab c → abc
+    EXPECT_EQ(tok.encode("abc"), (std::vector<int32_t>{5}));  // a b → ab, then ab c → abc
     EXPECT_EQ(tok.encode("bc"), (std::vector<int32_t>{4}));
     EXPECT_EQ(tok.encode("abab"), (std::vector<int32_t>{3, 3}));
-    EXPECT_EQ(tok.encode("a a"), (std::vector<int32_t>{0, 7}));    // GPT-2 split keeps " a"
-    EXPECT_EQ(tok.encode("z"), (std::vector<int32_t>{}));          // not in vocab, no unk: dropped
+    EXPECT_EQ(tok.encode("a a"), (std::vector<int32_t>{0, 7}));  // GPT-2 split keeps " a"
+    EXPECT_EQ(tok.encode("z"), (std::vector<int32_t>{}));        // not in vocab, no unk: dropped
     std::string long_word;
     for (int i = 0; i < 500; ++i) long_word += "ab";
     EXPECT_EQ(tok.encode(long_word), std::vector<int32_t>(500, 3));  // heap path, same answer
@@ -136,7 +141,8 @@ TEST(TinyTokenizer, UnsupportedComponentsAreErrors) {
     EXPECT_THROW(Tokenizer::from_json(with("normalizer", R"({"type": "Lowercase"})")), Error);
     EXPECT_THROW(Tokenizer::from_json(with("pre_tokenizer", R"({"type": "Metaspace"})")), Error);
     EXPECT_THROW(Tokenizer::from_json(with("decoder", R"({"type": "WordPiece"})")), Error);
-    EXPECT_THROW(Tokenizer::from_json(with("post_processor", R"({"type": "BertProcessing"})")), Error);
+    EXPECT_THROW(Tokenizer::from_json(with("post_processor", R"({"type": "BertProcessing"})")),
+                 Error);
     EXPECT_THROW(Tokenizer::from_json(with("pre_tokenizer",
                                            R"({"type": "Split", "pattern": {"Regex": "(unclosed"},
                                                "behavior": "Isolated", "invert": false})")),

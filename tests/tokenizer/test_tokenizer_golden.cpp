@@ -13,7 +13,7 @@ using testing::qwen3_dir;
 using testing::read_jsonl;
 
 class GoldenTest : public ::testing::Test {
-protected:
+  protected:
     static void SetUpTestSuite() {
         tok_ = new Tokenizer(Tokenizer::load(qwen3_dir()));
         rows_ = new std::vector<nlohmann::ordered_json>(read_jsonl("encode.jsonl"));
@@ -28,7 +28,9 @@ protected:
 Tokenizer* GoldenTest::tok_ = nullptr;
 std::vector<nlohmann::ordered_json>* GoldenTest::rows_ = nullptr;
 
-TEST_F(GoldenTest, CorpusIsLarge) { EXPECT_GE(rows_->size(), 5000u); }
+TEST_F(GoldenTest, CorpusIsLarge) {
+    EXPECT_GE(rows_->size(), 5000u);
+}
 
 TEST_F(GoldenTest, EncodeParsingSpecialTokens) {
     int mismatches = 0;
@@ -70,7 +72,8 @@ TEST_F(GoldenTest, BatchEncodeMatchesSingle) {
     const auto batch = tok_->encode_batch(texts, {.parse_special = true}, &pool);
     ASSERT_EQ(batch.size(), rows_->size());
     for (size_t i = 0; i < batch.size(); ++i)
-        ASSERT_EQ(batch[i], (*rows_)[i]["ids"].get<std::vector<int32_t>>()) << (*rows_)[i]["text"].dump();
+        ASSERT_EQ(batch[i], (*rows_)[i]["ids"].get<std::vector<int32_t>>())
+            << (*rows_)[i]["text"].dump();
 }
 
 }  // namespace

@@ -9,12 +9,14 @@ namespace miniinfer::jinja {
 namespace {
 
 class Lexer {
-public:
+  public:
     // Jinja reads every line ending as '\n' and drops one newline at the end of the source.
     explicit Lexer(std::string_view source) {
         for (size_t i = 0; i < source.size(); ++i) {
-            if (source[i] != '\r') source_ += source[i];
-            else if (i + 1 >= source.size() || source[i + 1] != '\n') source_ += '\n';
+            if (source[i] != '\r')
+                source_ += source[i];
+            else if (i + 1 >= source.size() || source[i + 1] != '\n')
+                source_ += '\n';
         }
         if (!source_.empty() && source_.back() == '\n') source_.pop_back();
         src_ = source_;
@@ -27,9 +29,12 @@ public:
         while (pos < src_.size()) {
             const size_t tag = find_tag(pos);
             std::string text(src_.substr(pos, tag - pos));
-            if (strip_next_text) text.erase(0, text.find_first_not_of(" \t\n\r\v\f") == std::string::npos
-                                                     ? text.size() : text.find_first_not_of(" \t\n\r\v\f"));
-            else if (trim_newline && !text.empty() && text[0] == '\n') text.erase(0, 1);
+            if (strip_next_text)
+                text.erase(0, text.find_first_not_of(" \t\n\r\v\f") == std::string::npos
+                                  ? text.size()
+                                  : text.find_first_not_of(" \t\n\r\v\f"));
+            else if (trim_newline && !text.empty() && text[0] == '\n')
+                text.erase(0, 1);
             sync_line(pos);
             if (tag == src_.size()) {
                 emit_text(std::move(text));
@@ -63,12 +68,16 @@ public:
         return std::move(tokens_);
     }
 
-private:
-    [[noreturn]] void error(const std::string& msg) const { fail("chat template: line {}: {}", line_, msg); }
+  private:
+    [[noreturn]] void error(const std::string& msg) const {
+        fail("chat template: line {}: {}", line_, msg);
+    }
 
     size_t find_tag(size_t pos) const {
         for (size_t i = src_.find('{', pos); i != std::string_view::npos; i = src_.find('{', i + 1))
-            if (i + 1 < src_.size() && (src_[i + 1] == '{' || src_[i + 1] == '%' || src_[i + 1] == '#')) return i;
+            if (i + 1 < src_.size() &&
+                (src_[i + 1] == '{' || src_[i + 1] == '%' || src_[i + 1] == '#'))
+                return i;
         return src_.size();
     }
 
@@ -76,7 +85,8 @@ private:
     void lstrip_line(std::string& text, size_t tag) const {
         size_t i = text.size();
         while (i > 0 && (text[i - 1] == ' ' || text[i - 1] == '\t')) --i;
-        const bool at_line_start = i > 0 ? text[i - 1] == '\n' : at_source_line_start(tag - text.size());
+        const bool at_line_start =
+            i > 0 ? text[i - 1] == '\n' : at_source_line_start(tag - text.size());
         if (at_line_start) text.resize(i);
     }
     bool at_source_line_start(size_t text_begin) const {
@@ -88,7 +98,8 @@ private:
     }
     // Line numbers come from source offsets, so trimmed whitespace still counts.
     void sync_line(size_t pos) {
-        for (; line_pos_ < pos && line_pos_ < src_.size(); ++line_pos_) line_ += src_[line_pos_] == '\n';
+        for (; line_pos_ < pos && line_pos_ < src_.size(); ++line_pos_)
+            line_ += src_[line_pos_] == '\n';
     }
 
     // Lexes the inside of {{ ... }} or {% ... %} from pos; returns the position after the close.
@@ -103,30 +114,37 @@ private:
                 if (m == 1 && src_[pos] != '-' && src_[pos] != '+') break;
                 if (at + 1 < src_.size() && src_[at] == close && src_[at + 1] == '}') {
                     close_modifier = m == 1 ? src_[pos] : '\0';
-                    tokens_.push_back({close == '}' ? Token::kExprClose : Token::kStmtClose, "", line_});
+                    tokens_.push_back(
+                        {close == '}' ? Token::kExprClose : Token::kStmtClose, "", line_});
                     return at + 2;
                 }
             }
             const char c = src_[pos];
             if (std::isalpha(uint8_t(c)) || c == '_') {
                 size_t end = pos;
-                while (end < src_.size() && (std::isalnum(uint8_t(src_[end])) || src_[end] == '_')) ++end;
+                while (end < src_.size() && (std::isalnum(uint8_t(src_[end])) || src_[end] == '_'))
+                    ++end;
                 tokens_.push_back({Token::kName, std::string(src_.substr(pos, end - pos)), line_});
                 pos = end;
             } else if (std::isdigit(uint8_t(c))) {
                 size_t end = pos;
-                while (end < src_.size() && (std::isdigit(uint8_t(src_[end])) || src_[end] == '_')) ++end;
+                while (end < src_.size() && (std::isdigit(uint8_t(src_[end])) || src_[end] == '_'))
+                    ++end;
                 bool is_float = false;
-                if (end + 1 < src_.size() && src_[end] == '.' && std::isdigit(uint8_t(src_[end + 1]))) {
+                if (end + 1 < src_.size() && src_[end] == '.' &&
+                    std::isdigit(uint8_t(src_[end + 1]))) {
                     is_float = true;
-                    for (++end; end < src_.size() && std::isdigit(uint8_t(src_[end])); ++end) {}
+                    for (++end; end < src_.size() && std::isdigit(uint8_t(src_[end])); ++end) {
+                    }
                 }
                 if (end < src_.size() && (src_[end] == 'e' || src_[end] == 'E')) {
                     size_t e = end + 1;
                     if (e < src_.size() && (src_[e] == '+' || src_[e] == '-')) ++e;
                     if (e < src_.size() && std::isdigit(uint8_t(src_[e]))) {
                         is_float = true;
-                        for (end = e; end < src_.size() && std::isdigit(uint8_t(src_[end])); ++end) {}
+                        for (end = e; end < src_.size() && std::isdigit(uint8_t(src_[end]));
+                             ++end) {
+                        }
                     }
                 }
                 std::string digits;
@@ -137,8 +155,9 @@ private:
             } else if (c == '\'' || c == '"') {
                 pos = lex_string(pos);
             } else {
-                static const char* ops[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "<",
-                                            ">", "=", "(", ")", "[", "]", "{", "}", ",", ".", ":", "|"};
+                static const char* ops[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*",
+                                            "/",  "%",  "~",  "<",  ">",  "=",  "(", ")", "[",
+                                            "]",  "{",  "}",  ",",  ".",  ":",  "|"};
                 bool matched = false;
                 for (const char* op : ops) {
                     const std::string_view o(op);
@@ -174,28 +193,32 @@ private:
     size_t unescape(size_t pos, std::string& value) const {
         const char e = src_[pos];
         static const std::string_view simple = "\\'\"abfnrtv", decoded = "\\'\"\a\b\f\n\r\t\v";
-        if (const size_t k = simple.find(e); k != std::string_view::npos) return value += decoded[k], pos + 1;
+        if (const size_t k = simple.find(e); k != std::string_view::npos)
+            return value += decoded[k], pos + 1;
         if (e == '\n') return pos + 1;  // backslash-newline continues the line
         auto hex = [&](size_t start, size_t len) -> int64_t {
             if (start + len > src_.size()) return -1;
             int64_t v = 0;
             for (size_t i = start; i < start + len; ++i) {
                 if (!std::isxdigit(uint8_t(src_[i]))) return -1;
-                v = v * 16 + (std::isdigit(uint8_t(src_[i])) ? src_[i] - '0' : (std::tolower(src_[i]) - 'a' + 10));
+                v = v * 16 + (std::isdigit(uint8_t(src_[i])) ? src_[i] - '0'
+                                                             : (std::tolower(src_[i]) - 'a' + 10));
             }
             return v;
         };
         if (e >= '0' && e <= '7') {
             int v = 0;
             size_t end = pos;
-            while (end < pos + 3 && end < src_.size() && src_[end] >= '0' && src_[end] <= '7') v = v * 8 + (src_[end++] - '0');
+            while (end < pos + 3 && end < src_.size() && src_[end] >= '0' && src_[end] <= '7')
+                v = v * 8 + (src_[end++] - '0');
             utf8::append(value, char32_t(v));
             return end;
         }
         const size_t len = e == 'x' ? 2 : e == 'u' ? 4 : e == 'U' ? 8 : 0;
         if (len) {
             const int64_t v = hex(pos + 1, len);
-            if (v < 0 || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) error("bad escape in string");
+            if (v < 0 || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF))
+                error("bad escape in string");
             utf8::append(value, char32_t(v));
             return pos + 1 + len;
         }
@@ -212,6 +235,8 @@ private:
 
 }  // namespace
 
-std::vector<Token> lex(std::string_view source) { return Lexer(source).run(); }
+std::vector<Token> lex(std::string_view source) {
+    return Lexer(source).run();
+}
 
 }  // namespace miniinfer::jinja

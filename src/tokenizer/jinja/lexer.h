@@ -21,7 +21,8 @@ struct Token {
         kString,     // string literal, escapes resolved (value)
         kInt,        // integer literal (value holds the digits)
         kFloat,      // float literal (value holds the text)
-        kOp,         // operator or punctuation (value): + - * / // % ** ~ == != < > <= >= = ( ) [ ] { } , . : |
+        kOp,  // operator or punctuation (value): + - * / // % ** ~ == != < > <= >= = ( ) [ ] { } ,
+              // . : |
         kEnd,
     } kind;
     std::string value;

@@ -7,7 +7,7 @@ namespace miniinfer::jinja {
 namespace {
 
 class Parser {
-public:
+  public:
     explicit Parser(std::vector<Token> tokens) : t_(std::move(tokens)) {}
 
     Body parse_template() {
@@ -17,7 +17,7 @@ public:
         return body;
     }
 
-private:
+  private:
     const Token& peek(size_t ahead = 0) const { return t_[std::min(i_ + ahead, t_.size() - 1)]; }
     const Token& next() { return t_[std::min(i_++, t_.size() - 1)]; }
     [[noreturn]] void error(const std::string& msg) const {
@@ -219,9 +219,12 @@ private:
                 }
             }
             if (matched) continue;
-            if (accept_name("in")) e = binary(std::move(e), "in", parse_math1());
-            else if (is_name("not") && is_name("in", 1)) i_ += 2, e = binary(std::move(e), "not in", parse_math1());
-            else return e;
+            if (accept_name("in"))
+                e = binary(std::move(e), "in", parse_math1());
+            else if (is_name("not") && is_name("in", 1))
+                i_ += 2, e = binary(std::move(e), "not in", parse_math1());
+            else
+                return e;
         }
     }
     ExprPtr parse_math1() {
@@ -349,8 +352,10 @@ private:
         bool is_slice = false;
         for (int k = 0; k < 3; ++k) {
             if (!is_op(":") && !is_op("]")) parts[k] = parse_expression();
-            if (k < 2 && accept_op(":")) is_slice = true;
-            else break;
+            if (k < 2 && accept_op(":"))
+                is_slice = true;
+            else
+                break;
         }
         expect_op("]");
         auto e = make(is_slice ? Expr::kSlice : Expr::kGetItem, obj->line);
@@ -419,6 +424,8 @@ private:
 
 }  // namespace
 
-Body parse(std::string_view source) { return Parser(lex(source)).parse_template(); }
+Body parse(std::string_view source) {
+    return Parser(lex(source)).parse_template();
+}
 
 }  // namespace miniinfer::jinja

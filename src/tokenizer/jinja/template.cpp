@@ -25,7 +25,7 @@ struct Frame {
 enum class Flow { kNormal, kBreak, kContinue };
 
 class Renderer {
-public:
+  public:
     explicit Renderer(Frame& root) : root_(root) {}
 
     Flow exec(const Body& body, Frame& frame, std::string& out) {
@@ -39,21 +39,33 @@ public:
 
     int line() const { return line_; }
 
-private:
+  private:
     Flow exec_node(const Node& n, Frame& frame, std::string& out) {
         switch (n.kind) {
-            case Node::kText: out += n.text; break;
-            case Node::kOutput: out += eval(*n.expr, frame).str(); break;
+            case Node::kText:
+                out += n.text;
+                break;
+            case Node::kOutput:
+                out += eval(*n.expr, frame).str();
+                break;
             case Node::kIf:
                 for (const auto& [cond, body] : n.branches)
                     if (!cond || eval(*cond, frame).truthy()) return exec(body, frame, out);
                 break;
-            case Node::kFor: return exec_for(n, frame, out);
-            case Node::kSet: exec_set(n, frame); break;
-            case Node::kMacro: define_macro(n, frame); break;
-            case Node::kBreak: return Flow::kBreak;
-            case Node::kContinue: return Flow::kContinue;
-            case Node::kScope: return exec(n.body, frame, out);
+            case Node::kFor:
+                return exec_for(n, frame, out);
+            case Node::kSet:
+                exec_set(n, frame);
+                break;
+            case Node::kMacro:
+                define_macro(n, frame);
+                break;
+            case Node::kBreak:
+                return Flow::kBreak;
+            case Node::kContinue:
+                return Flow::kContinue;
+            case Node::kScope:
+                return exec(n.body, frame, out);
         }
         return Flow::kNormal;
     }
@@ -85,14 +97,22 @@ private:
             Frame body{{}, &frame};
             assign(body, n.targets, items[i]);
             Dict loop;
-            loop.items = {{"index", i + 1}, {"index0", i}, {"revindex", length - i}, {"revindex0", length - i - 1},
-                          {"first", i == 0}, {"last", i == length - 1}, {"length", length},
-                          {"previtem", i > 0 ? items[i - 1] : Value(Undefined{"previtem"})},
-                          {"nextitem", i + 1 < length ? items[i + 1] : Value(Undefined{"nextitem"})}};
-            loop.items.emplace_back("cycle", Callable{"cycle", [i](const Args& a) {
-                if (a.positional.empty()) fail("cycle() needs at least one argument");
-                return a.positional[size_t(i) % a.positional.size()];
-            }});
+            loop.items = {
+                {"index", i + 1},
+                {"index0", i},
+                {"revindex", length - i},
+                {"revindex0", length - i - 1},
+                {"first", i == 0},
+                {"last", i == length - 1},
+                {"length", length},
+                {"previtem", i > 0 ? items[i - 1] : Value(Undefined{"previtem"})},
+                {"nextitem", i + 1 < length ? items[i + 1] : Value(Undefined{"nextitem"})}};
+            loop.items.emplace_back(
+                "cycle", Callable{"cycle", [i](const Args& a) {
+                                      if (a.positional.empty())
+                                          fail("cycle() needs at least one argument");
+                                      return a.positional[size_t(i) % a.positional.size()];
+                                  }});
             body.vars.set("loop", std::move(loop));
             if (exec(n.body, body, out) == Flow::kBreak) break;
         }
@@ -118,16 +138,18 @@ private:
     void define_macro(const Node& n, Frame& frame) {
         const Node* node = &n;
         frame.vars.set(n.text, Callable{n.text, [this, node](const Args& args) {
-            Frame call{{}, &root_};
-            for (size_t i = 0; i < node->params.size(); ++i) {
-                const auto& [name, def] = node->params[i];
-                auto v = args.get(i, name);
-                call.vars.set(name, v ? *v : def ? eval(*def, call) : Value(Undefined{name}));
-            }
-            std::string out;
-            exec(node->body, call, out);
-            return Value(out);
-        }});
+                                            Frame call{{}, &root_};
+                                            for (size_t i = 0; i < node->params.size(); ++i) {
+                                                const auto& [name, def] = node->params[i];
+                                                auto v = args.get(i, name);
+                                                call.vars.set(name, v     ? *v
+                                                                    : def ? eval(*def, call)
+                                                                          : Value(Undefined{name}));
+                                            }
+                                            std::string out;
+                                            exec(node->body, call, out);
+                                            return Value(out);
+                                        }});
     }
 
     Args eval_args(const Expr& e, Frame& frame) {
@@ -135,14 +157,17 @@ private:
         for (size_t i = 1; i < e.children.size(); ++i) {
             Value v = eval(*e.children[i], frame);
             const std::string& name = e.arg_names[i - 1];
-            if (name.empty()) args.positional.push_back(std::move(v));
-            else args.named.emplace_back(name, std::move(v));
+            if (name.empty())
+                args.positional.push_back(std::move(v));
+            else
+                args.named.emplace_back(name, std::move(v));
         }
         return args;
     }
 
     static Value get_attr(const Value& obj, const std::string& name) {
-        if (obj.is_undefined()) fail("'{}' is undefined (looking up '.{}')", obj.undefined_name(), name);
+        if (obj.is_undefined())
+            fail("'{}' is undefined (looking up '.{}')", obj.undefined_name(), name);
         if (obj.is_dict() && obj.as_dict().is_namespace) {
             const Value* v = obj.as_dict().find(name);
             return v ? *v : Value(Undefined{name});
@@ -156,7 +181,8 @@ private:
     }
 
     static Value get_item(const Value& obj, const Value& key) {
-        if (obj.is_undefined()) fail("'{}' is undefined (subscripted with {})", obj.undefined_name(), key.repr());
+        if (obj.is_undefined())
+            fail("'{}' is undefined (subscripted with {})", obj.undefined_name(), key.repr());
         if (obj.is_dict()) {
             if (!key.is_string()) return Undefined{key.str()};
             const Value* v = obj.as_dict().find(key.as_string());
@@ -174,7 +200,8 @@ private:
     }
 
     Value slice(const Value& obj, const Expr& e, Frame& frame) {
-        if (!obj.is_list() && !obj.is_string()) fail("'{}' object is not subscriptable", obj.type_name());
+        if (!obj.is_list() && !obj.is_string())
+            fail("'{}' object is not subscriptable", obj.type_name());
         const List items = to_list(obj);
         const auto n = int64_t(items.size());
         auto part = [&](int k) -> std::optional<int64_t> {
@@ -190,9 +217,11 @@ private:
             int64_t i = *x < 0 ? *x + n : *x;
             return step > 0 ? std::clamp<int64_t>(i, 0, n) : std::clamp<int64_t>(i, -1, n - 1);
         };
-        const int64_t start = clamp(part(1), step > 0 ? 0 : n - 1), stop = clamp(part(2), step > 0 ? n : -1);
+        const int64_t start = clamp(part(1), step > 0 ? 0 : n - 1),
+                      stop = clamp(part(2), step > 0 ? n : -1);
         List out;
-        for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(items[size_t(i)]);
+        for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
+            out.push_back(items[size_t(i)]);
         if (!obj.is_string()) return out;
         std::string s;
         for (const Value& c : out) s += c.as_string();
@@ -214,7 +243,8 @@ private:
             return s;
         }
         if (!a.is_number() || !b.is_number())
-            fail("unsupported operand type(s) for {}: '{}' and '{}'", op, a.type_name(), b.type_name());
+            fail("unsupported operand type(s) for {}: '{}' and '{}'", op, a.type_name(),
+                 b.type_name());
         const bool ints = !a.is_float() && !b.is_float();
         const double x = a.as_double(), y = b.as_double();
         if (op == "/") {
@@ -232,7 +262,9 @@ private:
             const double d = std::floor(x / y);
             return op == "//" ? d : x - d * y;
         }
-        if (op == "**") return ints && b.as_int() >= 0 ? Value(int64_t(std::llround(std::pow(x, y)))) : Value(std::pow(x, y));
+        if (op == "**")
+            return ints && b.as_int() >= 0 ? Value(int64_t(std::llround(std::pow(x, y))))
+                                           : Value(std::pow(x, y));
         if (ints) {
             const int64_t p = a.as_int(), q = b.as_int();
             return op == "+" ? p + q : op == "-" ? p - q : p * q;
@@ -242,12 +274,15 @@ private:
 
     static bool contains(const Value& container, const Value& item) {
         if (container.is_string()) {
-            if (!item.is_string()) fail("'in <string>' requires string as left operand, not {}", item.type_name());
+            if (!item.is_string())
+                fail("'in <string>' requires string as left operand, not {}", item.type_name());
             return container.as_string().find(item.as_string()) != std::string::npos;
         }
-        if (container.is_dict()) return item.is_string() && container.as_dict().find(item.as_string());
+        if (container.is_dict())
+            return item.is_string() && container.as_dict().find(item.as_string());
         if (container.is_list())
-            return std::find(container.as_list().begin(), container.as_list().end(), item) != container.as_list().end();
+            return std::find(container.as_list().begin(), container.as_list().end(), item) !=
+                   container.as_list().end();
         if (container.is_undefined()) fail("'{}' is undefined", container.undefined_name());
         fail("argument of type '{}' is not iterable", container.type_name());
     }
@@ -255,7 +290,8 @@ private:
     Value eval(const Expr& e, Frame& frame) {
         if (e.line) line_ = e.line;
         switch (e.kind) {
-            case Expr::kLiteral: return e.literal;
+            case Expr::kLiteral:
+                return e.literal;
             case Expr::kName: {
                 const Value* v = frame.find(e.name);
                 return v ? *v : Value(Undefined{e.name});
@@ -274,9 +310,12 @@ private:
                 }
                 return d;
             }
-            case Expr::kGetAttr: return get_attr(eval(*e.children[0], frame), e.name);
-            case Expr::kGetItem: return get_item(eval(*e.children[0], frame), eval(*e.children[1], frame));
-            case Expr::kSlice: return slice(eval(*e.children[0], frame), e, frame);
+            case Expr::kGetAttr:
+                return get_attr(eval(*e.children[0], frame), e.name);
+            case Expr::kGetItem:
+                return get_item(eval(*e.children[0], frame), eval(*e.children[1], frame));
+            case Expr::kSlice:
+                return slice(eval(*e.children[0], frame), e, frame);
             case Expr::kCall: {
                 const Value callee = eval(*e.children[0], frame);
                 if (!callee.is_callable()) {
@@ -285,16 +324,21 @@ private:
                 }
                 return callee.as_callable().fn(eval_args(e, frame));
             }
-            case Expr::kFilter: return apply_filter(e.name, eval(*e.children[0], frame), eval_args(e, frame));
-            case Expr::kTest: return apply_test(e.name, eval(*e.children[0], frame), eval_args(e, frame)) != e.negated;
+            case Expr::kFilter:
+                return apply_filter(e.name, eval(*e.children[0], frame), eval_args(e, frame));
+            case Expr::kTest:
+                return apply_test(e.name, eval(*e.children[0], frame), eval_args(e, frame)) !=
+                       e.negated;
             case Expr::kUnary: {
                 const Value v = eval(*e.children[0], frame);
                 if (e.name == "not") return !v.truthy();
-                if (!v.is_number()) fail("bad operand type for unary {}: '{}'", e.name, v.type_name());
+                if (!v.is_number())
+                    fail("bad operand type for unary {}: '{}'", e.name, v.type_name());
                 if (e.name == "+") return v;
                 return v.is_float() ? Value(-v.as_double()) : Value(-v.as_int());
             }
-            case Expr::kBinary: return eval_binary(e, frame);
+            case Expr::kBinary:
+                return eval_binary(e, frame);
             case Expr::kCond:
                 if (eval(*e.children[1], frame).truthy()) return eval(*e.children[0], frame);
                 return e.children[2] ? eval(*e.children[2], frame) : Value(Undefined{"else"});
@@ -327,41 +371,52 @@ private:
 Dict globals() {
     Dict g;
     g.set("raise_exception", Callable{"raise_exception", [](const Args& a) -> Value {
-        fail("raise_exception: {}", a.get(0, "message").value_or(Value("")).str());
-    }});
+                                          fail("raise_exception: {}",
+                                               a.get(0, "message").value_or(Value("")).str());
+                                      }});
     g.set("namespace", Callable{"namespace", [](const Args& a) {
-        Dict ns;
-        ns.is_namespace = true;
-        for (const Value& p : a.positional)
-            if (p.is_dict()) for (const auto& [k, v] : p.as_dict().items) ns.set(k, v);
-        for (const auto& [k, v] : a.named) ns.set(k, v);
-        return Value(std::move(ns));
-    }});
+                                    Dict ns;
+                                    ns.is_namespace = true;
+                                    for (const Value& p : a.positional)
+                                        if (p.is_dict())
+                                            for (const auto& [k, v] : p.as_dict().items)
+                                                ns.set(k, v);
+                                    for (const auto& [k, v] : a.named) ns.set(k, v);
+                                    return Value(std::move(ns));
+                                }});
     g.set("dict", Callable{"dict", [](const Args& a) {
-        Dict d;
-        for (const Value& p : a.positional)
-            if (p.is_dict()) for (const auto& [k, v] : p.as_dict().items) d.set(k, v);
-        for (const auto& [k, v] : a.named) d.set(k, v);
-        return Value(std::move(d));
-    }});
+                               Dict d;
+                               for (const Value& p : a.positional)
+                                   if (p.is_dict())
+                                       for (const auto& [k, v] : p.as_dict().items) d.set(k, v);
+                               for (const auto& [k, v] : a.named) d.set(k, v);
+                               return Value(std::move(d));
+                           }});
     g.set("range", Callable{"range", [](const Args& a) {
-        int64_t start = 0, stop = 0, step = 1;
-        if (a.positional.size() == 1) stop = a.positional[0].as_int();
-        else if (a.positional.size() >= 2) start = a.positional[0].as_int(), stop = a.positional[1].as_int();
-        if (a.positional.size() == 3) step = a.positional[2].as_int();
-        if (step == 0) fail("range() arg 3 must not be zero");
-        List out;
-        for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(i);
-        return Value(std::move(out));
-    }});
-    g.set("strftime_now", Callable{"strftime_now", [](const Args& a) {
-        const std::time_t now = std::time(nullptr);
-        std::tm tm{};
-        localtime_r(&now, &tm);
-        char buf[256];
-        const size_t n = std::strftime(buf, sizeof(buf), a.get(0, "format").value_or(Value("")).str().c_str(), &tm);
-        return Value(std::string(buf, n));
-    }});
+                                int64_t start = 0, stop = 0, step = 1;
+                                if (a.positional.size() == 1)
+                                    stop = a.positional[0].as_int();
+                                else if (a.positional.size() >= 2)
+                                    start = a.positional[0].as_int(),
+                                    stop = a.positional[1].as_int();
+                                if (a.positional.size() == 3) step = a.positional[2].as_int();
+                                if (step == 0) fail("range() arg 3 must not be zero");
+                                List out;
+                                for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step)
+                                    out.push_back(i);
+                                return Value(std::move(out));
+                            }});
+    g.set("strftime_now",
+          Callable{"strftime_now", [](const Args& a) {
+                       const std::time_t now = std::time(nullptr);
+                       std::tm tm{};
+                       localtime_r(&now, &tm);
+                       char buf[256];
+                       const size_t n =
+                           std::strftime(buf, sizeof(buf),
+                                         a.get(0, "format").value_or(Value("")).str().c_str(), &tm);
+                       return Value(std::string(buf, n));
+                   }});
     return g;
 }
 

@@ -15,14 +15,14 @@
 namespace miniinfer::jinja {
 
 class Template {
-public:
+  public:
     static Template parse(std::string_view source);
 
     // `context` is a dict of top-level variables. Throws miniinfer::Error with the template
     // line for runtime errors, including raise_exception("...") from the template itself.
     std::string render(const Dict& context) const;
 
-private:
+  private:
     std::shared_ptr<const Body> body_;
 };
 

@@ -29,12 +29,18 @@ std::optional<Value> Args::get(size_t i, std::string_view name) const {
 
 Value Value::from_json(const nlohmann::ordered_json& j) {
     switch (j.type()) {
-        case nlohmann::ordered_json::value_t::null: return nullptr;
-        case nlohmann::ordered_json::value_t::boolean: return j.get<bool>();
-        case nlohmann::ordered_json::value_t::number_integer: return j.get<int64_t>();
-        case nlohmann::ordered_json::value_t::number_unsigned: return int64_t(j.get<uint64_t>());
-        case nlohmann::ordered_json::value_t::number_float: return j.get<double>();
-        case nlohmann::ordered_json::value_t::string: return j.get<std::string>();
+        case nlohmann::ordered_json::value_t::null:
+            return nullptr;
+        case nlohmann::ordered_json::value_t::boolean:
+            return j.get<bool>();
+        case nlohmann::ordered_json::value_t::number_integer:
+            return j.get<int64_t>();
+        case nlohmann::ordered_json::value_t::number_unsigned:
+            return int64_t(j.get<uint64_t>());
+        case nlohmann::ordered_json::value_t::number_float:
+            return j.get<double>();
+        case nlohmann::ordered_json::value_t::string:
+            return j.get<std::string>();
         case nlohmann::ordered_json::value_t::array: {
             List l;
             for (const auto& e : j) l.push_back(from_json(e));
@@ -45,30 +51,45 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
             for (const auto& [k, v] : j.items()) d.items.emplace_back(k, from_json(v));
             return d;
         }
-        default: fail("chat template: unsupported JSON value {}", j.dump());
+        default:
+            fail("chat template: unsupported JSON value {}", j.dump());
     }
 }
 
-int64_t Value::as_int() const { return is_bool() ? int64_t(as_bool()) : std::get<int64_t>(v_); }
+int64_t Value::as_int() const {
+    return is_bool() ? int64_t(as_bool()) : std::get<int64_t>(v_);
+}
 
-double Value::as_double() const { return is_float() ? std::get<double>(v_) : double(as_int()); }
+double Value::as_double() const {
+    return is_float() ? std::get<double>(v_) : double(as_int());
+}
 
 std::string Value::type_name() const {
-    static const char* names[] = {"Undefined", "NoneType", "bool", "int", "float", "str", "list", "dict", "function"};
+    static const char* names[] = {"Undefined", "NoneType", "bool", "int",     "float",
+                                  "str",       "list",     "dict", "function"};
     if (is_dict() && as_dict().is_namespace) return "Namespace";
     return names[v_.index()];
 }
 
 bool Value::truthy() const {
     switch (v_.index()) {
-        case 0: case 1: return false;
-        case 2: return as_bool();
-        case 3: return as_int() != 0;
-        case 4: return as_double() != 0.0;
-        case 5: return !as_string().empty();
-        case 6: return !as_list().empty();
-        case 7: return !as_dict().items.empty();
-        default: return true;
+        case 0:
+        case 1:
+            return false;
+        case 2:
+            return as_bool();
+        case 3:
+            return as_int() != 0;
+        case 4:
+            return as_double() != 0.0;
+        case 5:
+            return !as_string().empty();
+        case 6:
+            return !as_list().empty();
+        case 7:
+            return !as_dict().items.empty();
+        default:
+            return true;
     }
 }
 
@@ -105,18 +126,26 @@ std::string format_float(double d) {
 }
 
 static std::string py_repr_string(const std::string& s) {
-    const char quote = (s.find('\'') != std::string::npos && s.find('"') == std::string::npos) ? '"' : '\'';
+    const char quote =
+        (s.find('\'') != std::string::npos && s.find('"') == std::string::npos) ? '"' : '\'';
     std::string out(1, quote);
     for (size_t pos = 0; pos < s.size();) {
         const size_t start = pos;
         const char32_t c = utf8::next(s, pos);
-        if (c == char32_t(quote) || c == '\\') out += '\\', out += char(c);
-        else if (c == '\n') out += "\\n";
-        else if (c == '\r') out += "\\r";
-        else if (c == '\t') out += "\\t";
-        else if (c < 0x20 || c == 0x7F) out += fmt::format("\\x{:02x}", uint32_t(c));
-        else if (c >= 0x80 && c < 0xA0) out += fmt::format("\\x{:02x}", uint32_t(c));
-        else out.append(s, start, pos - start);
+        if (c == char32_t(quote) || c == '\\')
+            out += '\\', out += char(c);
+        else if (c == '\n')
+            out += "\\n";
+        else if (c == '\r')
+            out += "\\r";
+        else if (c == '\t')
+            out += "\\t";
+        else if (c < 0x20 || c == 0x7F)
+            out += fmt::format("\\x{:02x}", uint32_t(c));
+        else if (c >= 0x80 && c < 0xA0)
+            out += fmt::format("\\x{:02x}", uint32_t(c));
+        else
+            out.append(s, start, pos - start);
     }
     return out + quote;
 }
@@ -128,15 +157,22 @@ std::string Value::repr() const {
 
 std::string Value::str() const {
     switch (v_.index()) {
-        case 0: return "";
-        case 1: return "None";
-        case 2: return as_bool() ? "True" : "False";
-        case 3: return std::to_string(as_int());
-        case 4: return format_float(as_double());
-        case 5: return as_string();
+        case 0:
+            return "";
+        case 1:
+            return "None";
+        case 2:
+            return as_bool() ? "True" : "False";
+        case 3:
+            return std::to_string(as_int());
+        case 4:
+            return format_float(as_double());
+        case 5:
+            return as_string();
         case 6: {
             std::string out = tuple_ ? "(" : "[";
-            for (size_t i = 0; i < as_list().size(); ++i) out += (i ? ", " : "") + as_list()[i].repr();
+            for (size_t i = 0; i < as_list().size(); ++i)
+                out += (i ? ", " : "") + as_list()[i].repr();
             if (tuple_) return out + (as_list().size() == 1 ? ",)" : ")");
             return out + "]";
         }
@@ -150,7 +186,8 @@ std::string Value::str() const {
             }
             return out + "}";
         }
-        default: return "<function " + as_callable().name + ">";
+        default:
+            return "<function " + as_callable().name + ">";
     }
 }
 
@@ -159,16 +196,32 @@ static void json_string(std::string& out, const std::string& s) {
     for (char ch : s) {
         const auto c = uint8_t(ch);
         switch (c) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\n': out += "\\n"; break;
-            case '\r': out += "\\r"; break;
-            case '\t': out += "\\t"; break;
-            case '\b': out += "\\b"; break;
-            case '\f': out += "\\f"; break;
+            case '"':
+                out += "\\\"";
+                break;
+            case '\\':
+                out += "\\\\";
+                break;
+            case '\n':
+                out += "\\n";
+                break;
+            case '\r':
+                out += "\\r";
+                break;
+            case '\t':
+                out += "\\t";
+                break;
+            case '\b':
+                out += "\\b";
+                break;
+            case '\f':
+                out += "\\f";
+                break;
             default:
-                if (c < 0x20) out += fmt::format("\\u{:04x}", c);
-                else out += ch;
+                if (c < 0x20)
+                    out += fmt::format("\\u{:04x}", c);
+                else
+                    out += ch;
         }
     }
     out += '"';
@@ -179,13 +232,19 @@ static void to_json_impl(const Value& v, int indent, bool sort_keys, int depth, 
     auto newline = [&](int d) {
         if (indent >= 0) out += "\n" + std::string(size_t(indent * d), ' ');
     };
-    if (v.is_none()) out += "null";
-    else if (v.is_bool()) out += v.as_bool() ? "true" : "false";
-    else if (v.is_int()) out += std::to_string(v.as_int());
+    if (v.is_none())
+        out += "null";
+    else if (v.is_bool())
+        out += v.as_bool() ? "true" : "false";
+    else if (v.is_int())
+        out += std::to_string(v.as_int());
     else if (v.is_float()) {
         const double d = v.as_double();
-        out += std::isnan(d) ? "NaN" : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity") : format_float(d);
-    } else if (v.is_string()) json_string(out, v.as_string());
+        out += std::isnan(d)   ? "NaN"
+               : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity")
+                               : format_float(d);
+    } else if (v.is_string())
+        json_string(out, v.as_string());
     else if (v.is_list()) {
         if (v.as_list().empty()) return void(out += "[]");
         out += '[';
@@ -200,7 +259,9 @@ static void to_json_impl(const Value& v, int indent, bool sort_keys, int depth, 
         if (v.as_dict().items.empty()) return void(out += "{}");
         std::vector<const std::pair<std::string, Value>*> items;
         for (const auto& kv : v.as_dict().items) items.push_back(&kv);
-        if (sort_keys) std::stable_sort(items.begin(), items.end(), [](auto* a, auto* b) { return a->first < b->first; });
+        if (sort_keys)
+            std::stable_sort(items.begin(), items.end(),
+                             [](auto* a, auto* b) { return a->first < b->first; });
         out += '{';
         for (size_t i = 0; i < items.size(); ++i) {
             if (i) out += item_sep;
@@ -245,7 +306,8 @@ bool operator==(const Value& a, const Value& b) {
 
 bool less_than(const Value& a, const Value& b) {
     if (a.is_number() && b.is_number()) return a.as_double() < b.as_double();
-    if (a.is_string() && b.is_string()) return a.as_string() < b.as_string();  // UTF-8 order = code point order
+    if (a.is_string() && b.is_string())
+        return a.as_string() < b.as_string();  // UTF-8 order = code point order
     if (a.is_list() && b.is_list()) {
         const List &x = a.as_list(), &y = b.as_list();
         for (size_t i = 0; i < x.size() && i < y.size(); ++i) {

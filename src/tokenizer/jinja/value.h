@@ -46,9 +46,10 @@ struct Undefined {
 };
 
 class Value {
-public:
-    using Storage = std::variant<Undefined, std::nullptr_t, bool, int64_t, double, std::string,
-                                 std::shared_ptr<List>, std::shared_ptr<Dict>, std::shared_ptr<Callable>>;
+  public:
+    using Storage =
+        std::variant<Undefined, std::nullptr_t, bool, int64_t, double, std::string,
+                     std::shared_ptr<List>, std::shared_ptr<Dict>, std::shared_ptr<Callable>>;
     Value() : v_(Undefined{}) {}
     Value(Undefined u) : v_(std::move(u)) {}
     Value(std::nullptr_t) : v_(nullptr) {}
@@ -84,7 +85,7 @@ public:
 
     // Accessors; the kind must match (checked by the caller).
     bool as_bool() const { return std::get<bool>(v_); }
-    int64_t as_int() const;  // int or bool
+    int64_t as_int() const;    // int or bool
     double as_double() const;  // any number
     const std::string& as_string() const { return std::get<std::string>(v_); }
     List& as_list() const { return *std::get<std::shared_ptr<List>>(v_); }
@@ -92,10 +93,10 @@ public:
     const Callable& as_callable() const { return *std::get<std::shared_ptr<Callable>>(v_); }
     const std::string& undefined_name() const { return std::get<Undefined>(v_).name; }
 
-    std::string type_name() const;   // Python's: 'str', 'int', 'list', 'dict', ...
+    std::string type_name() const;  // Python's: 'str', 'int', 'list', 'dict', ...
     bool truthy() const;
-    std::string str() const;         // Python str(): what {{ value }} prints
-    std::string repr() const;        // Python repr(): used inside containers
+    std::string str() const;   // Python str(): what {{ value }} prints
+    std::string repr() const;  // Python repr(): used inside containers
     // json.dumps(value, ensure_ascii=False, indent=indent, sort_keys=sort_keys) with Python's
     // default separators; indent < 0 means None. Throws Error for undefined or callables.
     std::string to_json(int indent = -1, bool sort_keys = false) const;
@@ -104,7 +105,7 @@ public:
     // Python's a < b; throws Error for unorderable kinds.
     friend bool less_than(const Value& a, const Value& b);
 
-private:
+  private:
     Storage v_;
     bool tuple_ = false;
 };
