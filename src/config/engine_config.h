@@ -1,0 +1,35 @@
+// EngineConfig: how an LLMEngine is built. Zero means "derive it" where noted; resolve()
+// fills those in from the model and validates the rest (Error naming the field).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "config/model_config.h"
+
+namespace miniinfer {
+
+struct EngineConfig {
+    std::string model_dir;
+    std::string device = "cpu";              // cpu | cuda
+    std::string load_format = "auto";        // auto | safetensors | dummy
+    int64_t max_num_seqs = 256;
+    int64_t max_model_len = 0;               // 0: the model's max_position_embeddings
+    int64_t max_num_batched_tokens = 0;      // tokens per step; 0: 2048
+    int64_t page_size = 16;
+    double gpu_memory_utilization = 0.9;     // CUDA: fraction of the card for weights + KV
+    int64_t kv_cache_bytes = 0;              // CPU KV budget; 0: max_num_seqs x min(max_model_len, 2048) tokens, <= 4 GiB
+    int64_t num_pages = 0;                   // > 0 overrides both budgets (tests)
+    bool enable_prefix_caching = true;
+    std::string attention_backend = "auto";  // auto | fa2 | flashinfer (CUDA)
+    bool use_multiprocess = false;           // reserved: the multi-process pipeline (not built yet)
+    uint64_t seed = 0;                       // draws the seeds of requests that bring none
+
+    // Fills derived fields for `model` and validates. Throws Error naming the field. If the
+    // cache cannot hold max_model_len tokens, max_model_len shrinks to what it holds.
+    void resolve(const ModelConfig& model);
+    // Bytes of K/V one token takes on this backend (f32 on the CPU).
+    static int64_t kv_bytes_per_token(const ModelConfig& model, const std::string& device);
+};
+
+}  // namespace miniinfer

@@ -1,0 +1,83 @@
+// LLMEngine: the public C++ API. Many requests share one model, one KV cache and one step.
+//
+//   LLMEngine engine(config);                       // loads the model and tokenizer
+//   auto outs = engine.generate({Prompt::from_text("Hello")}, params);
+// or, streaming:
+//   engine.add_request(prompt, params, "id-1");
+//   while (engine.has_unfinished()) for (auto& o : engine.step()) ...;
+//
+// Bad input (empty or over-long prompt, invalid SamplingParams, ids outside the vocabulary,
+// text without a tokenizer) is an Error for that request only: add_request throws and adds
+// nothing; generate reports it as that request's finish_reason "error". Not thread-safe: one
+// thread drives it (the server puts it on its own thread).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "config/engine_config.h"
+#include "config/generation_config.h"
+#include "config/sampling_params.h"
+#include "engine/model_runner.h"
+#include "engine/request_output.h"
+#include "scheduler/scheduler.h"
+#include "tokenizer/detokenizer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace miniinfer {
+
+class LLMEngine {
+public:
+    // Loads config.json, weights and (if present) tokenizer.json from config.model_dir.
+    explicit LLMEngine(EngineConfig config);
+    // With a given runner (tests use fake ones); `tokenizer` may be empty (ids only).
+    LLMEngine(EngineConfig config, std::unique_ptr<ModelRunner> runner, std::optional<Tokenizer> tokenizer,
+              GenerationConfig generation = {});
+    ~LLMEngine();
+
+    // Queues a request and returns its id (request_id, or a fresh one). Throws Error on bad input.
+    std::string add_request(const Prompt& prompt, const SamplingParams& params, std::string request_id = "");
+    // One step: schedule -> forward -> sample -> update. Outputs of the requests that got a
+    // token or finished in this step (and of requests aborted since the last step).
+    std::vector<RequestOutput> step();
+    // Ends a request in any state; its final output (finish_reason "abort") comes from the
+    // next step(). Unknown or finished ids are ignored.
+    void abort(const std::string& request_id);
+    bool has_unfinished() const { return scheduler_->has_unfinished() || !pending_.empty(); }
+
+    // Runs every prompt to completion; outputs in prompt order.
+    std::vector<RequestOutput> generate(const std::vector<Prompt>& prompts, const SamplingParams& params);
+    std::vector<RequestOutput> generate(const std::vector<Prompt>& prompts, const std::vector<SamplingParams>& params);
+
+    // generation_config.json's defaults (temperature, top_p, ...) on top of vLLM's.
+    const SamplingParams& default_params() const { return default_params_; }
+    const ModelConfig& model_config() const { return runner_->config(); }
+    const EngineConfig& config() const { return config_; }
+    const Tokenizer* tokenizer() const { return tokenizer_ ? &*tokenizer_ : nullptr; }
+    const Scheduler& scheduler() const { return *scheduler_; }
+    const std::vector<int64_t>& eos_token_ids() const { return eos_ids_; }
+
+private:
+    struct Tracked;  // a Request plus its detokenizer and the output built so far
+
+    void finish(Tracked& t, FinishReason reason, std::string stop_reason = "");
+    void append_token(Tracked& t, const SampledToken& sampled);
+    RequestOutput output_of(Tracked& t);
+
+    EngineConfig config_;
+    std::unique_ptr<ModelRunner> runner_;
+    std::optional<Tokenizer> tokenizer_;
+    std::unique_ptr<Scheduler> scheduler_;
+    SamplingParams default_params_;
+    std::vector<int64_t> eos_ids_;
+    std::map<std::string, std::unique_ptr<Tracked>> requests_;
+    std::vector<std::string> pending_;  // ids finished outside step() (aborts)
+    std::mt19937_64 seed_rng_;
+    int64_t next_id_ = 0;
+};
+
+}  // namespace miniinfer

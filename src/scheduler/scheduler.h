@@ -1,0 +1,82 @@
+// Scheduler: continuous batching with chunked prefill (Sarathi-Serve's stall-free batches)
+// and preemption by recompute.
+//
+// Each step has a token budget (max_num_batched_tokens) and a sequence limit (max_num_seqs):
+//   1. running requests that decode (one token each) go first, oldest first;
+//   2. running requests still in their prompt continue with a chunk of what budget is left;
+//   3. waiting requests are admitted (oldest first): their longest cached prefix is reused,
+//      and a chunk of the rest is scheduled.
+// Pages come from the PageAllocator; when it runs dry, unreferenced cached pages are evicted,
+// then the newest running request is preempted (its full pages go to the prefix cache, the
+// rest are freed, it waits again at the head of the queue).
+//
+// Requests are owned by the caller (the engine); the scheduler keeps pointers until they
+// finish. It never sees a kernel or a layer: it hands out a Batch and gets tokens back.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "kvcache/page_allocator.h"
+#include "kvcache/radix_cache.h"
+#include "scheduler/batch.h"
+
+namespace miniinfer {
+
+struct SchedulerConfig {
+    int64_t max_num_seqs = 256;
+    int64_t max_num_batched_tokens = 2048;
+    int64_t max_model_len = 4096;
+    int64_t page_size = 16;
+    int64_t num_pages = 0;
+    bool enable_prefix_caching = true;
+};
+
+class Scheduler {
+public:
+    explicit Scheduler(const SchedulerConfig& config);
+
+    // Queues a validated request (see validate_request).
+    void add(Request* request);
+    // Error (naming the numbers) if the request can never run: empty prompt, longer than
+    // max_model_len with its max_tokens, or more pages than the whole cache.
+    void validate_request(const Request& request) const;
+
+    // The next step's batch (empty when nothing can run). Mutates queues and page ownership.
+    Batch schedule();
+    // After the runner ran `batch`: the scheduled tokens now have K/V. The caller appends
+    // sampled tokens to output_ids itself and calls finish() for requests that are done.
+    void update(const Batch& batch);
+    // Ends a request in any state, releasing its pages (full pages go to the prefix cache).
+    void finish(Request* request, FinishReason reason);
+
+    size_t num_waiting() const { return waiting_.size(); }
+    size_t num_running() const { return running_.size(); }
+    bool has_unfinished() const { return !waiting_.empty() || !running_.empty(); }
+    int64_t num_preemptions() const { return num_preemptions_; }
+    const PageAllocator& allocator() const { return allocator_; }
+    const RadixCache* prefix_cache() const { return cache_.get(); }
+    const SchedulerConfig& config() const { return config_; }
+    // Free pages plus evictable cached pages, as a fraction of all pages in use (for metrics).
+    double kv_usage() const;
+
+    // MI_CHECKs the page-ownership and reference-count invariants (tests call it every step).
+    void check_invariants() const;
+
+private:
+    bool reserve_pages(Request* r, int64_t num_tokens);  // pages for tokens [0, num_tokens)
+    bool try_allocate(Request* r, int64_t num_pages);
+    void release_pages(Request* r);                     // to the prefix cache or the allocator
+    bool preempt_newest(const Request* keep);
+    bool admit(Request* r, int64_t& budget, Batch& batch);
+
+    SchedulerConfig config_;
+    PageAllocator allocator_;
+    std::unique_ptr<RadixCache> cache_;   // null when prefix caching is off
+    std::deque<Request*> waiting_;
+    std::vector<Request*> running_;       // in admission order
+    int64_t num_preemptions_ = 0;
+};
+
+}  // namespace miniinfer

@@ -1,0 +1,203 @@
+// LLMEngine on the CPU backend with the Hugging Face fixtures: greedy outputs equal Hugging
+// Face's, and stay the same whatever the batching, chunking, caching or preemption.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/json.h"
+#include "engine/llm_engine.h"
+
+using namespace miniinfer;
+using ::testing::HasSubstr;
+
+namespace {
+const std::filesystem::path kFixtures = MINIINFER_FIXTURES;
+
+struct Reference {
+    std::vector<std::vector<int32_t>> prompts, greedy;
+};
+
+Reference load_reference(const std::string& name) {
+    Json json = read_json_file(kFixtures / name / "reference.json");
+    Reference ref;
+    for (const Json& p : json["prompts"]) {
+        ref.prompts.push_back(p["ids"].get<std::vector<int32_t>>());
+        ref.greedy.push_back(p["greedy"].get<std::vector<int32_t>>());
+    }
+    return ref;
+}
+
+EngineConfig config_for(const std::string& name) {
+    EngineConfig c;
+    c.model_dir = (kFixtures / name).string();
+    c.max_model_len = 256;
+    c.num_pages = 64;
+    return c;
+}
+
+SamplingParams greedy(int64_t max_tokens) {
+    SamplingParams p;
+    p.temperature = 0;
+    p.max_tokens = max_tokens;
+    p.ignore_eos = true;
+    return p;
+}
+
+std::vector<Prompt> prompts_of(const Reference& ref) {
+    std::vector<Prompt> out;
+    for (const auto& ids : ref.prompts) out.push_back(Prompt::from_ids(ids));
+    return out;
+}
+
+std::vector<std::vector<int32_t>> tokens_of(const std::vector<RequestOutput>& outs) {
+    std::vector<std::vector<int32_t>> out;
+    for (const auto& o : outs) out.push_back(o.token_ids);
+    return out;
+}
+}  // namespace
+
+class EngineFixture : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EngineFixture, GreedyMatchesHuggingFaceInEveryBatchingMode) {
+    const Reference ref = load_reference(GetParam());
+    const std::vector<Prompt> prompts = prompts_of(ref);
+    struct Mode { const char* name; int64_t budget, num_pages, page_size; bool caching; };
+    for (Mode m : {Mode{"together", 2048, 64, 16, true}, {"chunked budget 5", 5, 64, 16, true},
+                   {"no prefix cache, page 3", 2048, 400, 3, false}, {"tiny pool (preemption)", 2048, 6, 16, true}}) {
+        EngineConfig c = config_for(GetParam());
+        c.max_num_batched_tokens = m.budget;
+        c.num_pages = m.num_pages;
+        c.page_size = m.page_size;
+        c.enable_prefix_caching = m.caching;
+        c.max_model_len = 96;
+        LLMEngine engine(c);
+        auto outs = engine.generate(prompts, greedy(32));
+        EXPECT_EQ(tokens_of(outs), ref.greedy) << m.name;
+        for (const auto& o : outs) EXPECT_EQ(o.finish_reason, "length") << m.name;
+        if (m.num_pages == 6) {
+            EXPECT_GT(engine.scheduler().num_preemptions(), 0);
+        }
+    }
+    // One at a time.
+    LLMEngine engine(config_for(GetParam()));
+    for (size_t i = 0; i < prompts.size(); ++i)
+        EXPECT_EQ(engine.generate({prompts[i]}, greedy(32))[0].token_ids, ref.greedy[i]) << "alone " << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, EngineFixture, ::testing::Values("qwen2-tiny", "qwen3-tiny", "qwen3-moe-tiny"),
+                         [](const auto& info) {
+                             std::string s = info.param;
+                             std::replace(s.begin(), s.end(), '-', '_');
+                             return s;
+                         });
+
+TEST(Engine, PrefixCacheReusesPagesAndReportsCachedTokens) {
+    const Reference ref = load_reference("qwen3-tiny");
+    std::vector<int32_t> long_prompt = ref.prompts[2];  // 37 tokens: 2 full pages of 16
+    for (bool caching : {true, false}) {
+        EngineConfig c = config_for("qwen3-tiny");
+        c.enable_prefix_caching = caching;
+        LLMEngine engine(c);
+        auto first = engine.generate({Prompt::from_ids(long_prompt)}, greedy(32))[0];
+        auto second = engine.generate({Prompt::from_ids(long_prompt)}, greedy(32))[0];
+        EXPECT_EQ(first.token_ids, ref.greedy[2]);
+        EXPECT_EQ(second.token_ids, ref.greedy[2]);
+        EXPECT_EQ(first.num_cached_tokens, 0);
+        // The first request cached its prompt and output pages: 69 tokens -> 4 full pages, of
+        // which the 37-token prompt can use 2 (32 tokens).
+        EXPECT_EQ(second.num_cached_tokens, caching ? 32 : 0);
+    }
+}
+
+TEST(Engine, SeededSamplingIsIndependentOfTheBatch) {
+    const Reference ref = load_reference("qwen3-tiny");
+    SamplingParams p;
+    p.temperature = 1.5;
+    p.top_p = 0.9;
+    p.seed = 1234;
+    p.max_tokens = 20;
+    p.ignore_eos = true;
+    LLMEngine a(config_for("qwen3-tiny"));
+    auto alone = a.generate({Prompt::from_ids(ref.prompts[1])}, p)[0].token_ids;
+    LLMEngine b(config_for("qwen3-tiny"));
+    SamplingParams other = p;
+    other.seed = 99;
+    auto batch = b.generate({Prompt::from_ids(ref.prompts[2]), Prompt::from_ids(ref.prompts[1]),
+                             Prompt::from_ids(ref.prompts[0])},
+                            std::vector<SamplingParams>{other, p, other});
+    EXPECT_EQ(batch[1].token_ids, alone);
+    EXPECT_NE(batch[0].token_ids, batch[2].token_ids);  // different prompts (and streams) differ
+    SamplingParams p2 = p;
+    p2.seed = 4321;
+    EXPECT_NE(a.generate({Prompt::from_ids(ref.prompts[1])}, p2)[0].token_ids, alone);
+}
+
+TEST(Engine, BadRequestsFailAloneWhileOthersFinish) {
+    const Reference ref = load_reference("qwen2-tiny");
+    LLMEngine engine(config_for("qwen2-tiny"));
+    SamplingParams nan_temp = greedy(8), good = greedy(8), too_long = greedy(250);
+    nan_temp.temperature = std::nan("");
+    auto outs = engine.generate({Prompt::from_ids(ref.prompts[1]), Prompt::from_ids(ref.prompts[1]),
+                                 Prompt::from_ids(ref.prompts[2]), Prompt::from_ids({}), Prompt::from_ids({7, 9999})},
+                                std::vector<SamplingParams>{nan_temp, good, too_long, good, good});
+    EXPECT_EQ(outs[0].finish_reason, "error");
+    EXPECT_THAT(outs[0].error, HasSubstr("temperature"));
+    EXPECT_EQ(outs[1].finish_reason, "length");
+    EXPECT_EQ(outs[1].token_ids, std::vector<int32_t>(ref.greedy[1].begin(), ref.greedy[1].begin() + 8));
+    EXPECT_EQ(outs[2].finish_reason, "error");
+    EXPECT_THAT(outs[2].error, HasSubstr("maximum context length is 256 tokens, but 287 were requested"));
+    EXPECT_THAT(outs[3].error, HasSubstr("empty"));
+    EXPECT_THAT(outs[4].error, HasSubstr("9999"));
+}
+
+TEST(Engine, StopTokensMaxTokensAndAbort) {
+    const Reference ref = load_reference("qwen3-tiny");
+    LLMEngine engine(config_for("qwen3-tiny"));
+    SamplingParams p = greedy(32);
+    p.stop_token_ids = {ref.greedy[2][5]};
+    auto out = engine.generate({Prompt::from_ids(ref.prompts[2])}, p)[0];
+    EXPECT_EQ(out.finish_reason, "stop");
+    const auto stop_at = std::find(ref.greedy[2].begin(), ref.greedy[2].end(), ref.greedy[2][5]) - ref.greedy[2].begin();
+    EXPECT_EQ(out.token_ids, std::vector<int32_t>(ref.greedy[2].begin(), ref.greedy[2].begin() + stop_at + 1));
+    p.min_tokens = 10;  // the stop token no longer ends it early
+    out = engine.generate({Prompt::from_ids(ref.prompts[2])}, p)[0];
+    EXPECT_GE(out.token_ids.size(), 10u);
+
+    // Streaming with abort: the aborted request's pages come back.
+    const int32_t free_before = engine.scheduler().allocator().num_free();
+    engine.add_request(Prompt::from_ids(ref.prompts[2]), greedy(32), "a");
+    engine.add_request(Prompt::from_ids(ref.prompts[1]), greedy(4), "b");
+    engine.step();
+    engine.step();
+    engine.abort("a");
+    std::map<std::string, RequestOutput> last;
+    while (engine.has_unfinished())
+        for (auto& o : engine.step()) last[o.request_id] = o;
+    EXPECT_EQ(last["a"].finish_reason, "abort");
+    EXPECT_EQ(last["b"].finish_reason, "length");
+    EXPECT_EQ(last["b"].token_ids.size(), 4u);
+    engine.scheduler().check_invariants();
+    EXPECT_EQ(engine.scheduler().kv_usage(), 0.0);
+    EXPECT_GE(engine.scheduler().allocator().num_free() + engine.scheduler().prefix_cache()->num_cached_pages(), free_before);
+}
+
+TEST(Engine, TextPromptsStopStringsAndEos) {
+    EngineConfig c = config_for("qwen3-demo");
+    LLMEngine engine(c);
+    ASSERT_NE(engine.tokenizer(), nullptr);
+    // EOS: generation_config's 151645 and 151643 and config.json's; tokenizer_config's <|im_end|>.
+    EXPECT_THAT(engine.eos_token_ids(), ::testing::UnorderedElementsAre(151645, 151643));
+    const Reference ref = load_reference("qwen3-demo");
+    SamplingParams p = greedy(32);
+    auto out = engine.generate({Prompt::from_text("The capital of France is")}, p)[0];
+    EXPECT_EQ(out.prompt_token_ids, ref.prompts[1]);
+    EXPECT_EQ(out.token_ids, ref.greedy[1]);
+    EXPECT_EQ(out.text, engine.tokenizer()->decode(out.token_ids, true));
+    // A stop string taken from the middle of that text ends the request there.
+    ASSERT_GT(out.text.size(), 12u);
+    SamplingParams s = p;
+    s.stop = {out.text.substr(6, 4)};
+    auto stopped = engine.generate({Prompt::from_text("The capital of France is")}, s)[0];
+    EXPECT_EQ(stopped.finish_reason, "stop");
+    EXPECT_EQ(stopped.stop_reason, s.stop[0]);
+    EXPECT_EQ(stopped.text, out.text.substr(0, out.text.find(s.stop[0])));
+}
