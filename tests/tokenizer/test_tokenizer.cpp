@@ -92,6 +92,18 @@ TEST_F(QwenTokenizer, TokenBytesMayBePartialCharacters) {
     EXPECT_EQ(bytes, "𣶷");
 }
 
+TEST_F(QwenTokenizer, StringMergesGiveTheSameTokenizer) {
+    // Older tokenizer.json files (Qwen2, Qwen2.5) write merges as "a b" strings.
+    Json j = read_json_file(testing::qwen3_dir() + "/tokenizer.json");
+    for (Json& merge : j["model"]["merges"])
+        merge = merge[0].get<std::string>() + " " + merge[1].get<std::string>();
+    const Tokenizer strings = Tokenizer::from_json(j);
+    for (const auto& row : testing::read_jsonl("encode.jsonl")) {
+        const auto text = row["text"].get<std::string>();
+        ASSERT_EQ(strings.encode(text), tok_->encode(text)) << row["text"].dump();
+    }
+}
+
 // A tiny tokenizer.json written in the test, to check each feature against known answers.
 Json tiny_json() {
     return Json::parse(R"({
