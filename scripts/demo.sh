@@ -10,4 +10,6 @@ scripts/setup.sh
 scripts/build.sh
 set -x
 build/src/apps/miniinfer inspect --model "$model"
-build/src/apps/miniinfer logits --model "$model" --ids 9707,11,847,829,374 --top 3
+build/src/apps/miniinfer generate --model "$model" --chat --no-thinking --max-tokens 32 \
+  --prompt "Give me a short introduction to large language models." \
+  --prompt "What is the capital of France?" --prompt "Write a haiku about the sea."

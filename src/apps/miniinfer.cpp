@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
     app.set_version_flag("--version", "miniinfer 0.1.0");
     miniinfer::apps::add_inspect(app);
     miniinfer::apps::add_logits(app);
+    miniinfer::apps::add_generate(app);
+    miniinfer::apps::add_chat(app);
     miniinfer::apps::add_tokenizer_commands(app);
     try {
         app.parse(argc, argv);

@@ -13,14 +13,17 @@ namespace {
 
 class HostStorage : public Storage {
 public:
-    explicit HostStorage(size_t num_bytes) {
-        // 64-byte alignment: whole cache lines, and what AVX-512 loads like.
-        data = std::aligned_alloc(64, (num_bytes + 63) / 64 * 64 + 64);
-        MI_CHECK(data != nullptr, "host allocation of {} bytes failed", num_bytes);
-        std::memset(data, 0, num_bytes);
+    // calloc: large blocks come zeroed from the OS page by page, so a big KV cache costs
+    // nothing until it is used. Aligned to 64 bytes (a cache line) by hand.
+    explicit HostStorage(size_t num_bytes) : block_(std::calloc(num_bytes + 64, 1)) {
+        MI_CHECK(block_ != nullptr, "host allocation of {} bytes failed", num_bytes);
+        data = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(block_) + 63) & ~uintptr_t(63));
         bytes = num_bytes;
     }
-    ~HostStorage() override { std::free(data); }
+    ~HostStorage() override { std::free(block_); }
+
+private:
+    void* block_;
 };
 
 Shape contiguous_strides(const Shape& shape) {

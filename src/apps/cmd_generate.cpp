@@ -1,0 +1,176 @@
+// miniinfer generate --model DIR (--prompt TEXT ... | --input FILE.jsonl) [sampling flags]
+// Runs every prompt through the engine at once and writes one JSON line per prompt, in input
+// order, to --output or stdout. A bad prompt gets an "error" line; the others still run.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+
+#include "apps/commands.h"
+#include "apps/engine_options.h"
+#include "core/logging.h"
+#include "engine/llm_engine.h"
+#include "tokenizer/chat_template.h"
+
+namespace miniinfer::apps {
+namespace {
+
+struct GenerateOptions {
+    EngineOptions engine;
+    std::vector<std::string> prompts;
+    std::string input, output;
+    bool chat = false, no_thinking = false;
+};
+
+// One request to make: its prompt and sampling overrides, or why the input line is bad.
+struct Job {
+    Json source;  // the input line (or {"prompt": ...})
+    Prompt prompt;
+    SamplingParams params;
+    std::string error;
+};
+
+std::vector<Json> read_inputs(const GenerateOptions& o) {
+    std::vector<Json> lines;
+    for (const auto& p : o.prompts) lines.push_back({{"prompt", p}});
+    if (!o.input.empty()) {
+        std::ifstream in(o.input);
+        if (!in) fail("{}: cannot open", o.input);
+        std::string line;
+        for (int n = 1; std::getline(in, line); ++n) {
+            if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+            Json j = Json::parse(line, nullptr, false);
+            lines.push_back(j.is_discarded() ? Json{{"__error", fmt::format("{} line {}: not valid JSON", o.input, n)}} : j);
+        }
+    }
+    if (lines.empty()) fail("nothing to generate: give --prompt TEXT or --input FILE.jsonl");
+    return lines;
+}
+
+Job make_job(const Json& line, const SamplingParams& base, const GenerateOptions& o, const ChatTemplate* chat) {
+    Job job{line, {}, base, ""};
+    try {
+        if (line.contains("__error")) fail("{}", line["__error"].get<std::string>());
+        if (!line.is_object()) fail("each input line must be a JSON object");
+        job.params = SamplingParams::from_json(line, base);
+        Json kwargs = o.no_thinking ? Json{{"enable_thinking", false}} : Json::object();
+        if (line.contains("prompt_token_ids")) {
+            job.prompt = Prompt::from_ids(json_get<std::vector<int32_t>>(line, "prompt_token_ids", "input"));
+        } else if (line.contains("messages")) {
+            if (!chat) fail("this model has no chat template");
+            job.prompt = Prompt::from_text(chat->render(nlohmann::ordered_json(line["messages"]), nullptr, true, kwargs));
+        } else {
+            std::string text = json_get<std::string>(line, "prompt", "input");
+            if (o.chat) {
+                if (!chat) fail("--chat: this model has no chat template");
+                text = chat->render(nlohmann::ordered_json::array({{{"role", "user"}, {"content", text}}}), nullptr, true, kwargs);
+            }
+            job.prompt = Prompt::from_text(text);
+        }
+    } catch (const Error& e) {
+        job.error = e.what();
+    }
+    return job;
+}
+
+Json to_json(const RequestOutput& out, const Job& job) {
+    Json j = Json::object();
+    if (job.source.contains("prompt")) j["prompt"] = job.source["prompt"];
+    if (!out.error.empty()) {
+        j["error"] = out.error;
+        j["finish_reason"] = "error";
+        return j;
+    }
+    j["text"] = out.text;
+    j["token_ids"] = out.token_ids;
+    j["finish_reason"] = out.finish_reason;
+    if (!out.stop_reason.empty()) j["stop_reason"] = out.stop_reason;
+    j["num_prompt_tokens"] = out.num_prompt_tokens;
+    j["num_cached_tokens"] = out.num_cached_tokens;
+    if (job.params.logprobs) {
+        Json lp = Json::array();
+        for (const auto& t : out.logprobs) {
+            Json top = Json::array();
+            for (auto [id, v] : t.top) top.push_back({{"id", id}, {"logprob", v}});
+            lp.push_back({{"id", t.token}, {"logprob", t.logprob}, {"top", top}});
+        }
+        j["logprobs"] = lp;
+    }
+    return j;
+}
+
+void run(const GenerateOptions& o, const Json& sampling_flags) {
+    LLMEngine engine(o.engine.resolve());
+    const SamplingParams base = SamplingParams::from_json(sampling_flags, engine.default_params());
+    std::optional<ChatTemplate> chat;
+    try {
+        chat = ChatTemplate::load(o.engine.config.model_dir);
+    } catch (const Error& e) {
+        if (o.chat) throw;
+    }
+    std::vector<Job> jobs;
+    for (const Json& line : read_inputs(o)) jobs.push_back(make_job(line, base, o, chat ? &*chat : nullptr));
+
+    std::vector<RequestOutput> results(jobs.size());
+    std::map<std::string, size_t> index;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+        try {
+            if (!jobs[i].error.empty()) fail("{}", jobs[i].error);
+            index[engine.add_request(jobs[i].prompt, jobs[i].params)] = i;
+        } catch (const Error& e) {
+            results[i].error = e.what();
+        }
+    }
+    const bool progress = jobs.size() > 1 && isatty(STDERR_FILENO);
+    const auto start = std::chrono::steady_clock::now();
+    size_t num_done = 0, num_tokens = 0;
+    while (engine.has_unfinished()) {
+        for (RequestOutput& out : engine.step()) {
+            if (!out.finished) continue;
+            ++num_done;
+            num_tokens += out.token_ids.size();
+            results[index.at(out.request_id)] = std::move(out);
+        }
+        if (progress) {
+            const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+            std::fprintf(stderr, "\r%zu/%zu requests done, %zu tokens, %.1f tok/s", num_done, index.size(), num_tokens,
+                         s > 0 ? double(num_tokens) / s : 0.0);
+        }
+    }
+    if (progress) std::fprintf(stderr, "\n");
+
+    std::ofstream file;
+    if (!o.output.empty()) {
+        file.open(o.output);
+        if (!file) fail("{}: cannot write", o.output);
+    }
+    size_t num_errors = 0;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+        num_errors += results[i].error.empty() ? 0 : 1;
+        const std::string line = to_json(results[i], jobs[i]).dump(-1, ' ', false, Json::error_handler_t::replace);
+        if (file.is_open()) file << line << '\n';
+        else std::printf("%s\n", line.c_str());
+    }
+    std::fflush(stdout);
+    if (num_errors > 0) fail("{} of {} requests failed (see their \"error\" lines)", num_errors, jobs.size());
+}
+
+}  // namespace
+
+void add_generate(CLI::App& app) {
+    auto opts = std::make_shared<GenerateOptions>();
+    CLI::App* cmd = app.add_subcommand("generate", "Generate text for many prompts at once (JSON lines out)");
+    add_engine_options(*cmd, opts->engine);
+    cmd->add_option("--prompt", opts->prompts, "A prompt (repeatable)");
+    cmd->add_option("--input", opts->input,
+                    "JSON lines: {\"prompt\": ...}, {\"messages\": [...]} or {\"prompt_token_ids\": [...]}, each "
+                    "with optional sampling fields");
+    cmd->add_option("--output", opts->output, "Write JSON lines here instead of stdout");
+    cmd->add_flag("--chat", opts->chat, "Wrap each --prompt / \"prompt\" in the model's chat template as a user message");
+    cmd->add_flag("--no-thinking", opts->no_thinking, "Chat template kwarg enable_thinking=false (Qwen3)");
+    auto sampling = add_sampling_options(*cmd);
+    cmd->callback([opts, sampling] { run(*opts, *sampling); });
+}
+
+}  // namespace miniinfer::apps

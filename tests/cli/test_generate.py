@@ -1,0 +1,81 @@
+"""`miniinfer generate` and `miniinfer chat` on the bundled demo model (random weights)."""
+import json
+import os
+import subprocess
+
+BIN = os.environ["MINIINFER_BIN"]
+FIXTURES = os.environ["MINIINFER_FIXTURES"]
+DEMO = os.path.join(FIXTURES, "qwen3-demo")
+REF = json.load(open(os.path.join(DEMO, "reference.json")))
+
+
+def run(*args, stdin=None):
+    p = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=300, input=stdin)
+    return p.returncode, p.stdout, p.stderr
+
+
+def lines(out):
+    return [json.loads(l) for l in out.splitlines() if l.strip()]
+
+
+def test_greedy_text_prompts_match_hugging_face():
+    code, out, err = run("generate", "--model", DEMO, "--prompt", "Hello", "--prompt", "The capital of France is",
+                         "--temperature", "0", "--max-tokens", "32", "--ignore-eos")
+    assert code == 0, err
+    results = lines(out)
+    assert [r["token_ids"] for r in results] == [REF["prompts"][0]["greedy"], REF["prompts"][1]["greedy"]]
+    assert [r["num_prompt_tokens"] for r in results] == [1, 5]
+    assert all(r["finish_reason"] == "length" for r in results)
+
+
+def test_jsonl_input_output_file_and_per_line_errors(tmp_path):
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("\n".join([
+        json.dumps({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}),
+        json.dumps({"prompt_token_ids": REF["prompts"][2]["ids"], "temperature": 0, "max_tokens": 6, "ignore_eos": True}),
+        "this is not json",
+        json.dumps({"prompt": "x", "temperature": -1}),
+        json.dumps({"prompt": ""}),
+    ]) + "\n")
+    outp = tmp_path / "out.jsonl"
+    code, out, err = run("generate", "--model", DEMO, "--input", str(inp), "--output", str(outp))
+    assert code == 1 and "3 of 5 requests failed" in err, err
+    assert out == ""
+    r = lines(outp.read_text())
+    assert len(r) == 5
+    assert len(r[0]["token_ids"]) <= 4 and r[0]["num_prompt_tokens"] > 5  # the chat template was applied
+    assert r[1]["token_ids"] == REF["prompts"][2]["greedy"][:6]
+    assert "not valid JSON" in r[2]["error"]
+    assert "temperature" in r[3]["error"]
+    assert "empty" in r[4]["error"]
+
+
+def test_chat_template_flag_and_logprobs():
+    code, out, err = run("generate", "--model", DEMO, "--prompt", "Hi", "--chat", "--no-thinking",
+                         "--max-tokens", "3", "--logprobs", "2", "--sampling-seed", "5")
+    assert code == 0, err
+    r = lines(out)[0]
+    assert r["num_prompt_tokens"] > 10
+    assert len(r["logprobs"]) == len(r["token_ids"]) == 3
+    assert all(len(t["top"]) == 2 and t["logprob"] <= 0 for t in r["logprobs"])
+
+
+def test_seeded_sampling_repeats():
+    args = ["generate", "--model", DEMO, "--prompt", "Hello", "--max-tokens", "12", "--temperature", "1.0",
+            "--sampling-seed", "42", "--ignore-eos"]
+    a, b = run(*args), run(*args)
+    assert a[0] == 0 and lines(a[1]) == lines(b[1])
+
+
+def test_bad_engine_options():
+    code, _, err = run("generate", "--model", DEMO, "--prompt", "x", "--device", "tpu")
+    assert code == 1 and "device 'tpu'" in err
+    code, _, err = run("generate", "--model", DEMO)
+    assert code == 1 and "nothing to generate" in err
+
+
+def test_chat_streams_and_keeps_history():
+    code, out, err = run("chat", "--model", DEMO, "--max-tokens", "4", "--temperature", "0",
+                         stdin="Hello there\n/reset\nAgain\n/exit\n")
+    assert code == 0, err
+    assert out.count("> ") == 4  # three prompts answered or reset, then /exit
