@@ -2,28 +2,36 @@
 # On a GPU machine, from the repository root with dist/gpu/ (scripts/package_gpu.sh) present:
 # runs every test binary (GPU tests included) and the CUDA op tests under compute-sanitizer,
 # writing everything to one folder ($OUT, else gpu-results/): summary.txt, tests.log,
-# memcheck.log, nvidia-smi.txt. Exit status non-zero if anything failed.
+# memcheck.log (every test_cuda_* binary), nvidia-smi.txt. Exit status non-zero if anything failed.
+# DIST_DIR (default dist/gpu) picks another package; ONLY=pattern runs only matching binaries.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-results}
+dist=${DIST_DIR:-dist/gpu}
 mkdir -p "$out"
-export LD_LIBRARY_PATH="$PWD/dist/gpu/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+export LD_LIBRARY_PATH="$PWD/$dist/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 nvidia-smi > "$out/nvidia-smi.txt" 2>&1
 status=0
 : > "$out/tests.log"
 : > "$out/summary.txt"
-for t in dist/gpu/bin/test_*; do
+for t in "$dist"/bin/test_*; do
   name=$(basename "$t")
+  [[ -n "${ONLY:-}" && "$name" != *${ONLY}* ]] && continue
   if "$t" >> "$out/tests.log" 2>&1; then result=PASS; else result=FAIL; status=1; fi
   echo "$result $name" | tee -a "$out/summary.txt"
 done
 echo "skipped lines in log: $(grep -c '^\[  SKIPPED \]' "$out/tests.log")" | tee -a "$out/summary.txt"
 if command -v compute-sanitizer >/dev/null; then
-  if compute-sanitizer --tool memcheck --error-exitcode 1 dist/gpu/bin/test_cuda_ops > "$out/memcheck.log" 2>&1; then
-    echo "PASS memcheck test_cuda_ops" | tee -a "$out/summary.txt"
-  else
-    echo "FAIL memcheck test_cuda_ops" | tee -a "$out/summary.txt"; status=1
-  fi
+  : > "$out/memcheck.log"
+  for t in "$dist"/bin/test_cuda_*; do
+    name=$(basename "$t")
+    [[ -n "${ONLY:-}" && "$name" != *${ONLY}* ]] && continue
+    if compute-sanitizer --tool memcheck --error-exitcode 1 "$t" >> "$out/memcheck.log" 2>&1; then
+      echo "PASS memcheck $name" | tee -a "$out/summary.txt"
+    else
+      echo "FAIL memcheck $name" | tee -a "$out/summary.txt"; status=1
+    fi
+  done
 else
   echo "compute-sanitizer not found: memcheck not run" | tee -a "$out/summary.txt"
 fi

@@ -3,13 +3,15 @@
 # dist/gpu/: bin/ (miniinfer and every test binary) and lib/ (the shared libraries from Debian
 # packages that such a machine lacks; glibc, libstdc++ and CUDA's own libraries stay out).
 # Run scripts/build.sh first. Then carry dist/gpu and run scripts/gpu_check.sh there.
+# BUILD_DIR (default build) and DIST_DIR (default dist/gpu) pick other folders.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=dist/gpu
+build=${BUILD_DIR:-build}
+out=${DIST_DIR:-dist/gpu}
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
-cp build/src/apps/miniinfer "$out/bin/"
-find build/tests -type f -name 'test_*' -perm -u+x -exec cp {} "$out/bin/" \;
+[ -f "$build/src/apps/miniinfer" ] && cp "$build/src/apps/miniinfer" "$out/bin/"
+find "$build/tests" -type f -name 'test_*' -perm -u+x -exec cp {} "$out/bin/" \;
 for b in "$out"/bin/*; do ldd "$b"; done | awk '/=> \// {print $3}' | sort -u |
   grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux[^/]*|libpthread|libdl|librt|libcuda|libcudart|libcublas[^/]*)\.so' |
   xargs -r cp -L -t "$out/lib"
