@@ -33,17 +33,25 @@ def chunks(text, size=4000):
     return out
 
 
-def document_sets(root):
+PROSE_FILES = ["/usr/share/common-licenses/GPL-3", "/usr/share/common-licenses/Apache-2.0",
+               "/usr/share/common-licenses/GFDL-1.3", "/usr/share/common-licenses/LGPL-2.1"]
+
+
+def document_sets(root, prose_files):
     prose = ""
-    for path in ["/usr/share/common-licenses/GPL-3", "/usr/share/common-licenses/Apache-2.0",
-                 "/usr/share/common-licenses/GFDL-1.3", "/usr/share/common-licenses/LGPL-2.1"]:
+    for path in prose_files:
         if os.path.exists(path):
             prose += open(path, encoding="utf-8", errors="replace").read()
+    if not prose:
+        raise SystemExit("no English prose found: pass --prose FILE...")
     code = "".join(open(p, encoding="utf-8").read()
                    for p in sorted(glob.glob(os.path.join(root, "src/**/*.[ch]*"), recursive=True)))
     golden = [json.loads(l)["text"] for l in open(os.path.join(root, "tests/tokenizer/golden/encode.jsonl"), encoding="utf-8")]
-    return {"english prose": chunks(prose * 4), "C++ source": chunks(code * 2),
-            "multilingual corpus": chunks("\n".join(golden))}
+    # A few MB each: large enough for stable timings and for batch encoding to spread out.
+    def scale(text):
+        return text * max(1, 3_000_000 // max(1, len(text.encode())))
+    return {"english prose": chunks(scale(prose)), "C++ source": chunks(scale(code)),
+            "multilingual corpus": chunks(scale("\n".join(golden)))}
 
 
 def bench_hf(tok, docs, repeats):
@@ -65,13 +73,16 @@ def main():
     ap.add_argument("bench_binary")
     ap.add_argument("--model", default="tests/fixtures/qwen3-demo")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--prose", nargs="+", default=PROSE_FILES, help="English text files (default: Debian's license texts)")
     args = ap.parse_args()
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     tok = Tokenizer.from_file(os.path.join(args.model, "tokenizer.json"))
-    print(f"cores: {os.cpu_count()}\n")
+    import platform
+    import tokenizers
+    print(f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores; tokenizers {tokenizers.__version__}\n")
     print("| text | MB | tokens | HF 1 thread MB/s | MiniInfer 1 thread MB/s | HF batch MB/s | MiniInfer batch MB/s |")
     print("|---|---|---|---|---|---|---|")
-    for name, docs in document_sets(root).items():
+    for name, docs in document_sets(root, args.prose).items():
         with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False, encoding="utf-8") as f:
             for d in docs:
                 f.write(json.dumps(d) + "\n")

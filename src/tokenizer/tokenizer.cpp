@@ -36,7 +36,7 @@ class WordCache {
     }
 
   private:
-    static constexpr size_t kNumShards = 16, kMaxEntriesPerShard = 8192;
+    static constexpr size_t kNumShards = 64, kMaxEntriesPerShard = 4096;
     struct Shard {
         mutable std::mutex mutex;
         std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>> map;
