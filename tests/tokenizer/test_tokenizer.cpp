@@ -165,6 +165,7 @@ TEST(TinyTokenizer, UnsupportedComponentsAreErrors) {
     Json dropout = tiny_json();
     dropout["model"]["dropout"] = 0.1;
     EXPECT_THROW(Tokenizer::from_json(dropout), Error);
+    EXPECT_THROW(Tokenizer::from_json(with("truncation", R"({"max_length": 8})")), Error);
     EXPECT_THROW(Tokenizer::load("/nonexistent/dir"), Error);
 }
 
