@@ -3,7 +3,8 @@
 
 Generates fresh random strings (random bytes, random code points from many Unicode blocks,
 random mixes of corpus-like pieces), encodes them with both (with and without special-token
-parsing), and decodes the ids with both. Exits 0 when all agree, 1 on the first mismatches
+parsing), and decodes the ids with both; then decodes random id sequences (partial UTF-8
+characters, special tokens, out-of-range ids) with both, with and without skip_special_tokens. Exits 0 when all agree, 1 on the first mismatches
 (printed), 77 when `tokenizers` is not importable (ctest reports the test as skipped).
 
 usage: fuzz_vs_hf.py DRIVER MODEL_DIR [--count N] [--seed S]
@@ -112,7 +113,23 @@ def main():
             if mismatches <= 10:
                 print(f"MISMATCH text={raw!r}\n  hf    ={want_special} / {want_plain} / {want_decoded!r}"
                       f"\n  ours  ={got_special} / {got_plain} / {got_decoded!r}")
-    print(f"fuzz seed={seed}: {len(texts)} strings, {mismatches} mismatches")
+    vocab_size = hf.get_vocab_size(with_added_tokens=True)
+    id_lists = [[rng.choice([rng.randrange(vocab_size + 20), rng.randrange(151643, vocab_size), rng.randrange(256)])
+                 for _ in range(rng.randint(0, 12))] for _ in range(args.count // 5)]
+    proc = subprocess.run([args.driver, args.model_dir], capture_output=True, text=True,
+                          input="".join("ids " + " ".join(map(str, ids)) + "\n" for ids in id_lists))
+    lines = proc.stdout.split("\n")[:-1]
+    if proc.returncode != 0 or len(lines) != len(id_lists):
+        print(f"driver failed on id lists ({proc.returncode}): {proc.stderr}", file=sys.stderr)
+        return 1
+    for ids, line in zip(id_lists, lines):
+        got = [bytes.fromhex(p.strip()).decode("utf-8") for p in line.split("|")]
+        want = [hf.decode(ids, skip_special_tokens=False), hf.decode(ids, skip_special_tokens=True)]
+        if got != want:
+            mismatches += 1
+            if mismatches <= 10:
+                print(f"MISMATCH ids={ids}\n  hf  ={want}\n  ours={got}")
+    print(f"fuzz seed={seed}: {len(texts)} strings, {len(id_lists)} id lists, {mismatches} mismatches")
     return 1 if mismatches else 0
 
 
