@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <memory>
+#include <vector>
 
 #include "tokenizer/utf8.h"
 
@@ -19,6 +20,31 @@ bool trivially_normalized(std::string_view text) {
     }
     return true;
 }
+
+// True when no normalization form changes text made only of this code point and others like
+// it: a starter (class 0) without any decomposition that is never the second half of a
+// canonical composition. Most CJK, emoji and letters of alphabetic scripts qualify, which
+// lets typical text skip utf8proc entirely.
+bool is_inert(char32_t c, bool compat) {
+    if (c < 0x80 || (!compat && c < 0x300)) return true;
+    if (c >= 0x1100 && c <= 0x11FF) return false;  // Hangul jamo compose algorithmically
+    // Seconds of canonical compositions that are starters themselves (e.g. U+09BE in
+    // U+09C7 U+09BE → U+09CB), found once from utf8proc's decompositions.
+    static const std::vector<bool> starter_seconds = [] {
+        std::vector<bool> seconds(0x110000);
+        for (char32_t cp = 0; cp < 0x110000; ++cp) {
+            if (utf8proc_get_property(utf8proc_int32_t(cp))->decomp_seqindex == UINT16_MAX) continue;
+            utf8proc_int32_t buf[8];
+            const utf8proc_ssize_t n = utf8proc_decompose_char(utf8proc_int32_t(cp), buf, 8, UTF8PROC_DECOMPOSE, nullptr);
+            for (utf8proc_ssize_t i = 1; i < n && n <= 8; ++i)
+                if (utf8proc_get_property(buf[i])->combining_class == 0) seconds[size_t(buf[i])] = true;
+        }
+        return seconds;
+    }();
+    const utf8proc_property_t* p = utf8proc_get_property(utf8proc_int32_t(c));
+    return p->combining_class == 0 && p->decomp_seqindex == UINT16_MAX && !starter_seconds[c];
+}
+
 
 // Code points Hugging Face's normalizer does not know (its Unicode tables predate them) but
 // utf8proc treats as combining or composable: Hugging Face leaves them alone, acting as
@@ -95,16 +121,36 @@ Normalizer Normalizer::from_json(const Json& spec) {
     return n;
 }
 
+// Normalizes only the runs that need it: from the last inert starter before a non-inert
+// character up to the next inert one. Inert starters block reordering and composition, so
+// normalizing runs separately gives the same text as normalizing everything.
 std::string_view Normalizer::apply(std::string_view text, std::string& out) const {
-    if (forms_.empty()) return text;
     std::string_view cur = text;
     for (Form form : forms_) {
         const bool compat = form == Form::kNFKC || form == Form::kNFKD;
         if (!compat && trivially_normalized(cur)) continue;
         int options = UTF8PROC_STABLE | (compat ? UTF8PROC_COMPAT : 0);
-        options |=
-            (form == Form::kNFC || form == Form::kNFKC) ? UTF8PROC_COMPOSE : UTF8PROC_DECOMPOSE;
-        out = normalize_like_hf(cur, options);
+        options |= (form == Form::kNFC || form == Form::kNFKC) ? UTF8PROC_COMPOSE : UTF8PROC_DECOMPOSE;
+        std::string result;
+        size_t copied = 0, last_inert = 0;
+        for (size_t pos = 0; pos < cur.size();) {
+            const size_t start = pos;
+            if (is_inert(utf8::next(cur, pos), compat)) {
+                last_inert = start;
+                continue;
+            }
+            const size_t run_begin = std::max(last_inert, copied);
+            for (size_t next = pos; next < cur.size(); next = pos) {
+                if (is_inert(utf8::next(cur, next), compat)) break;
+                pos = next;
+            }
+            result.append(cur.substr(copied, run_begin - copied));
+            result += normalize_like_hf(cur.substr(run_begin, pos - run_begin), options);
+            copied = pos;
+        }
+        if (copied == 0) continue;  // every character inert: nothing changes
+        result.append(cur.substr(copied));
+        out = std::move(result);
         cur = out;
     }
     return cur;
