@@ -1,0 +1,73 @@
+// Paged attention on the GPU, backend `fa2`: FlashAttention-2's algorithm over a paged KV cache.
+//
+// Semantics are cpu::paged_attention's (kernels/cpu/ops.h): a flattened varlen batch; the query
+// rows of sequence s are the last q_len rows of its seq_lens[s]-token context; causal; grouped-
+// query attention with any num_heads / num_kv_heads ratio. bf16 in and out, fp32 softmax.
+//
+//   prefill (attention_prefill.cu): any query length, cached prefix; tensor-core (mma.sync)
+//     tiles of 64 query rows x 64 keys with online softmax. Used whenever a sequence has more
+//     than one query row.
+//   decode (attention_decode.cu): one query row per sequence; the KV length of each sequence is
+//     split across thread blocks when the batch alone cannot fill the GPU ("flash decoding"),
+//     each split writing (log-sum-exp, normalised partial output) to the workspace, then a
+//     combine kernel merges them.
+//
+// No host synchronisation and no allocation inside paged_attention: grid sizes come from the
+// host-side bounds only, so a decode step can be captured in a CUDA graph and replayed with other
+// lengths (up to the same bounds).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace miniinfer::cuda {
+
+struct AttentionParams {
+    const Tensor* q;            // [num_tokens, num_heads, head_dim] bf16
+    const Tensor* k_cache;      // [num_pages, page_size, num_kv_heads, head_dim] bf16
+    const Tensor* v_cache;      // same
+    const Tensor* query_start;  // [num_seqs + 1] i32 (device)
+    const Tensor* seq_lens;     // [num_seqs] i32 (device)
+    const Tensor* block_table;  // [num_seqs, max_pages] i32 (device)
+    int64_t num_seqs, max_query_len, max_seq_len;  // host-side bounds for the launch grid
+    float scale;
+    Tensor* out;                // [num_tokens, num_heads * head_dim] bf16
+};
+
+// Workspace bytes the split-KV decode needs for up to max_tokens query rows (allocate once).
+// A smaller workspace is allowed: the decode then uses fewer splits (none with 0 bytes).
+size_t attention_workspace_bytes(int64_t max_tokens, int64_t num_heads, int64_t head_dim);
+
+// Prefill (any query length, cached prefix, causal) and decode (query length 1, split-KV
+// "flash decoding" with a combine step) in one call; picks the kernel per the batch shape:
+// max_query_len == 1 takes the decode kernels, anything else the prefill kernel.
+// Writes p.out; reads everything else. head_dim 64 or 128; any page size.
+void paged_attention(const AttentionParams& p, void* workspace, size_t workspace_bytes,
+                     cudaStream_t stream);
+
+// The kernels behind paged_attention (the launchers trust the dispatcher's checks).
+struct AttentionLaunch {
+    const void* q;            // [num_tokens, num_heads, head_dim] bf16
+    const void* k_cache;      // [num_pages, page_size, num_kv_heads, head_dim] bf16
+    const void* v_cache;      // same
+    const int32_t* query_start;  // [num_seqs + 1]
+    const int32_t* seq_lens;     // [num_seqs]
+    const int32_t* block_table;  // [num_seqs, max_pages]
+    int64_t num_tokens, num_seqs, max_query_len, max_seq_len, max_pages;
+    int64_t num_heads, num_kv_heads, head_dim, page_size;
+    float scale;
+    void* out;  // [num_tokens, num_heads * head_dim] bf16
+};
+void launch_attention_prefill(const AttentionLaunch& a, cudaStream_t stream);
+// workspace: split partials; num_splits from plan_decode_splits.
+void launch_attention_decode(const AttentionLaunch& a, int num_splits, void* workspace,
+                             cudaStream_t stream);
+// How many KV splits a decode batch gets: enough thread blocks to fill the GPU, at least
+// kMinKeysPerSplit keys each, and no more than the workspace holds.
+int plan_decode_splits(const AttentionLaunch& a, size_t workspace_bytes);
+
+}  // namespace miniinfer::cuda

@@ -1,0 +1,317 @@
+// Paged attention, decode: one query row per sequence, split-KV ("flash decoding").
+//
+// Decode reads every cached K/V byte once and does little arithmetic per byte, so the kernel is
+// built for memory bandwidth: a thread block owns one (sequence, KV head, split) and up to 8 of
+// the query heads sharing that KV head, so each K/V row is read once for the whole GQA group.
+// head_dim / 8 lanes hold one key row (16 bytes each, one load), so a warp reads 2 (head_dim
+// 128) or 4 (64) keys per load; each lane issues 4 K and 4 V loads before using any, to keep
+// enough bytes in flight. Softmax is online per (lane slot, head) and merged across slots and
+// warps at the end.
+//
+// When the batch alone gives too few blocks to fill the GPU, each sequence's keys are split
+// across num_splits blocks; each writes its normalised partial output and log-sum-exp (base 2)
+// to the workspace and combine_kernel merges them. With one split the output is written directly.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "core/cuda/cuda_check.h"
+#include "kernels/cuda/attention.h"
+
+namespace miniinfer::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kKeysPerSlot = 4;     // keys a lane group loads before computing
+constexpr int kMaxHeadsPerBlock = 8;
+constexpr int kMaxSplits = 64;
+constexpr int kMinKeysPerSplit = 256;  // below this a split's fixed cost outweighs its parallelism
+constexpr int64_t kMaxPartialRows = 2048;  // (token, split) pairs the workspace is sized for
+
+// Merges online-softmax state (m, l, acc) with another (m_o, l_o, acc_o), base 2.
+struct Rescale {
+    float self, other;
+};
+__device__ __forceinline__ Rescale merge_weights(float& m, float m_o) {
+    const float m_new = fmaxf(m, m_o);
+    const float ref = m_new == -INFINITY ? 0.f : m_new;  // both empty: weights exp2(-inf) = 0
+    const Rescale w{exp2f(m - ref), exp2f(m_o - ref)};
+    m = m_new;
+    return w;
+}
+
+__device__ __forceinline__ void bf16x8_to_float(const uint4& v, float (&f)[8]) {
+    const auto* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const float2 p = __bfloat1622float2(h[i]);
+        f[2 * i] = p.x;
+        f[2 * i + 1] = p.y;
+    }
+}
+
+// q: [num_tokens, num_heads, head_dim]; k_cache, v_cache: [num_pages, page_size, num_kv_heads,
+// head_dim]; query_start: [num_seqs + 1]; seq_lens: [num_seqs]; block_table: [num_seqs,
+// max_pages]; out: [num_tokens, num_heads, head_dim] (num_splits == 1);
+// partial_o: [num_tokens * num_heads, num_splits, head_dim] f32; partial_lse: [num_tokens *
+// num_heads, num_splits] f32 (num_splits > 1).
+// grid: (num_splits, num_kv_heads * head_chunks, num_seqs); kHeads: query heads per block.
+template <int kHeadDim, int kHeads>
+__global__ void __launch_bounds__(kThreads)
+    decode_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k_cache, const bf16* __restrict__ v_cache,
+                  const int32_t* __restrict__ query_start, const int32_t* __restrict__ seq_lens,
+                  const int32_t* __restrict__ block_table, int max_pages, int num_heads, int num_kv_heads,
+                  int page_size, float scale_log2, int num_splits, bf16* __restrict__ out,
+                  float* __restrict__ partial_o, float* __restrict__ partial_lse) {
+    constexpr int kLanesPerKey = kHeadDim / 8;
+    constexpr int kSlots = 32 / kLanesPerKey;  // keys a warp loads at once
+    constexpr int kWarpKeys = kSlots * kKeysPerSlot;
+
+    const int seq = blockIdx.z, split = blockIdx.x;
+    const int head_chunks = (num_heads / num_kv_heads + kHeads - 1) / kHeads;
+    const int kv_head = blockIdx.y / head_chunks;
+    const int group = num_heads / num_kv_heads;
+    const int head_begin = kv_head * group + (blockIdx.y % head_chunks) * kHeads;
+    const int num_block_heads = min(kHeads, kv_head * group + group - head_begin);
+    const int token = query_start[seq];
+    if (query_start[seq + 1] == token) return;  // no query row this step
+    const int seq_len = seq_lens[seq];
+    // Splits cover whole warp steps of keys; trailing splits of a short sequence may be empty.
+    const int split_len = ((seq_len + num_splits - 1) / num_splits + kWarpKeys - 1) / kWarpKeys * kWarpKeys;
+    const int key_begin = split * split_len;
+    const int key_end = min(seq_len, key_begin + split_len);
+    const int32_t* pages = block_table + int64_t(seq) * max_pages;
+    const int64_t kv_row_stride = int64_t(num_kv_heads) * kHeadDim;
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int slot = lane / kLanesPerKey, dim0 = (lane % kLanesPerKey) * 8;
+
+    float q_reg[kHeads][8];  // this lane's 8 dims of each head, pre-scaled for exp2
+#pragma unroll
+    for (int h = 0; h < kHeads; ++h) {
+        if (h < num_block_heads) {
+            const uint4 raw = *reinterpret_cast<const uint4*>(q + (int64_t(token) * num_heads + head_begin + h) * kHeadDim + dim0);
+            bf16x8_to_float(raw, q_reg[h]);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) q_reg[h][e] *= scale_log2;
+        } else {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) q_reg[h][e] = 0.f;
+        }
+    }
+
+    float m[kHeads], l[kHeads], acc[kHeads][8];
+#pragma unroll
+    for (int h = 0; h < kHeads; ++h) {
+        m[h] = -INFINITY;
+        l[h] = 0.f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[h][e] = 0.f;
+    }
+
+    for (int base = key_begin + warp * kWarpKeys; base < key_end; base += kWarps * kWarpKeys) {
+        uint4 k_raw[kKeysPerSlot], v_raw[kKeysPerSlot];
+#pragma unroll
+        for (int i = 0; i < kKeysPerSlot; ++i) {
+            const int key = base + slot * kKeysPerSlot + i;
+            if (key < key_end) {
+                const int64_t row = int64_t(pages[key / page_size]) * page_size + key % page_size;
+                const int64_t offset = row * kv_row_stride + kv_head * kHeadDim + dim0;
+                k_raw[i] = __ldg(reinterpret_cast<const uint4*>(k_cache + offset));
+                v_raw[i] = __ldg(reinterpret_cast<const uint4*>(v_cache + offset));
+            } else {
+                k_raw[i] = v_raw[i] = make_uint4(0, 0, 0, 0);
+            }
+        }
+        float score[kHeads][kKeysPerSlot];
+#pragma unroll
+        for (int i = 0; i < kKeysPerSlot; ++i) {
+            float k_val[8];
+            bf16x8_to_float(k_raw[i], k_val);
+#pragma unroll
+            for (int h = 0; h < kHeads; ++h) {
+                float dot = 0.f;
+#pragma unroll
+                for (int e = 0; e < 8; ++e) dot += q_reg[h][e] * k_val[e];
+                score[h][i] = dot;
+            }
+        }
+        // Sum each key's partial dots over its lane group (aligned, so xor stays inside it).
+#pragma unroll
+        for (int offset = kLanesPerKey / 2; offset > 0; offset /= 2)
+#pragma unroll
+            for (int h = 0; h < kHeads; ++h)
+#pragma unroll
+                for (int i = 0; i < kKeysPerSlot; ++i)
+                    score[h][i] += __shfl_xor_sync(0xffffffffu, score[h][i], offset);
+
+#pragma unroll
+        for (int h = 0; h < kHeads; ++h) {
+            float step_max = -INFINITY;
+#pragma unroll
+            for (int i = 0; i < kKeysPerSlot; ++i) {
+                if (base + slot * kKeysPerSlot + i >= key_end) score[h][i] = -INFINITY;
+                step_max = fmaxf(step_max, score[h][i]);
+            }
+            const Rescale w = merge_weights(m[h], step_max);
+            l[h] *= w.self;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc[h][e] *= w.self;
+#pragma unroll
+            for (int i = 0; i < kKeysPerSlot; ++i) score[h][i] = exp2f(score[h][i] - (m[h] == -INFINITY ? 0.f : m[h]));
+#pragma unroll
+            for (int i = 0; i < kKeysPerSlot; ++i) l[h] += score[h][i];
+        }
+#pragma unroll
+        for (int i = 0; i < kKeysPerSlot; ++i) {
+            float v_val[8];
+            bf16x8_to_float(v_raw[i], v_val);
+#pragma unroll
+            for (int h = 0; h < kHeads; ++h)
+#pragma unroll
+                for (int e = 0; e < 8; ++e) acc[h][e] += score[h][i] * v_val[e];
+        }
+    }
+
+    // Merge the slots of a warp (lanes with the same dims, kLanesPerKey apart).
+#pragma unroll
+    for (int offset = kLanesPerKey; offset < 32; offset *= 2) {
+#pragma unroll
+        for (int h = 0; h < kHeads; ++h) {
+            const float m_o = __shfl_xor_sync(0xffffffffu, m[h], offset);
+            const float l_o = __shfl_xor_sync(0xffffffffu, l[h], offset);
+            const Rescale w = merge_weights(m[h], m_o);
+            l[h] = l[h] * w.self + l_o * w.other;
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+                acc[h][e] = acc[h][e] * w.self + __shfl_xor_sync(0xffffffffu, acc[h][e], offset) * w.other;
+        }
+    }
+
+    // Merge the warps through shared memory.
+    __shared__ float warp_acc[kWarps][kHeads][kHeadDim];
+    __shared__ float warp_max[kWarps][kHeads], warp_sum[kWarps][kHeads];
+    if (lane < kLanesPerKey) {
+#pragma unroll
+        for (int h = 0; h < kHeads; ++h) {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) warp_acc[warp][h][dim0 + e] = acc[h][e];
+            if (lane == 0) {
+                warp_max[warp][h] = m[h];
+                warp_sum[warp][h] = l[h];
+            }
+        }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < num_block_heads * kHeadDim; idx += kThreads) {
+        const int h = idx / kHeadDim, d = idx % kHeadDim;
+        float m_all = -INFINITY;
+        for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, warp_max[w][h]);
+        const float ref = m_all == -INFINITY ? 0.f : m_all;
+        float sum = 0.f, a = 0.f;
+        for (int w = 0; w < kWarps; ++w) {
+            const float weight = exp2f(warp_max[w][h] - ref);
+            sum += warp_sum[w][h] * weight;
+            a += warp_acc[w][h][d] * weight;
+        }
+        const int64_t row = int64_t(token) * num_heads + head_begin + h;  // (token, head)
+        if (num_splits == 1) {
+            out[row * kHeadDim + d] = __float2bfloat16(a / sum);
+        } else {
+            partial_o[(row * num_splits + split) * kHeadDim + d] = sum > 0.f ? a / sum : 0.f;
+            if (d == 0) partial_lse[row * num_splits + split] = sum > 0.f ? m_all + log2f(sum) : -INFINITY;
+        }
+    }
+}
+
+// Merges the splits of each (token, head): out = Σ 2^(lse_s - M) o_s / Σ 2^(lse_s - M).
+// partial_o: [rows, num_splits, head_dim]; partial_lse: [rows, num_splits]; out: [rows, head_dim].
+// grid: rows; block: head_dim threads.
+__global__ void combine_kernel(const float* __restrict__ partial_o, const float* __restrict__ partial_lse,
+                               int num_splits, int head_dim, bf16* __restrict__ out) {
+    const int64_t row = blockIdx.x;
+    const int d = threadIdx.x;
+    const float* lse = partial_lse + row * num_splits;
+    float m = -INFINITY;
+    for (int s = 0; s < num_splits; ++s) m = fmaxf(m, lse[s]);
+    float sum = 0.f, a = 0.f;
+    for (int s = 0; s < num_splits; ++s) {
+        if (lse[s] == -INFINITY) continue;  // an empty split (its o may be anything)
+        const float w = exp2f(lse[s] - m);
+        sum += w;
+        a += w * partial_o[(row * num_splits + s) * head_dim + d];
+    }
+    out[row * head_dim + d] = __float2bfloat16(a / sum);
+}
+
+size_t partial_row_bytes(int64_t num_heads, int64_t head_dim) {
+    return size_t(num_heads) * size_t(head_dim + 1) * sizeof(float);
+}
+
+template <int kHeadDim, int kHeads>
+void launch_decode(const AttentionLaunch& a, int num_splits, void* workspace, cudaStream_t stream) {
+    const int64_t group = a.num_heads / a.num_kv_heads;
+    const int64_t head_chunks = (group + kHeads - 1) / kHeads;
+    MI_LAUNCH_CHECK(a.num_seqs <= 65535 && a.num_kv_heads * head_chunks <= 65535,
+                    "attention decode: batch too large for one launch");
+    const dim3 grid(unsigned(num_splits), unsigned(a.num_kv_heads * head_chunks), unsigned(a.num_seqs));
+    auto* partial_o = static_cast<float*>(workspace);
+    float* partial_lse = partial_o ? partial_o + a.num_tokens * a.num_heads * num_splits * kHeadDim : nullptr;
+    decode_kernel<kHeadDim, kHeads><<<grid, kThreads, 0, stream>>>(
+        static_cast<const bf16*>(a.q), static_cast<const bf16*>(a.k_cache), static_cast<const bf16*>(a.v_cache),
+        a.query_start, a.seq_lens, a.block_table, int(a.max_pages), int(a.num_heads), int(a.num_kv_heads),
+        int(a.page_size), a.scale * 1.4426950408889634f, num_splits, static_cast<bf16*>(a.out), partial_o,
+        partial_lse);
+    MI_CUDA_CHECK(cudaGetLastError());
+    if (num_splits > 1) {
+        combine_kernel<<<unsigned(a.num_tokens * a.num_heads), kHeadDim, 0, stream>>>(
+            partial_o, partial_lse, num_splits, kHeadDim, static_cast<bf16*>(a.out));
+        MI_CUDA_CHECK(cudaGetLastError());
+    }
+}
+
+// The smallest instance that holds the GQA group (groups above 8 are split into chunks of 8).
+template <int kHeadDim>
+void launch_decode_head_dim(const AttentionLaunch& a, int num_splits, void* workspace, cudaStream_t stream) {
+    const int64_t group = a.num_heads / a.num_kv_heads;
+    if (group == 1) return launch_decode<kHeadDim, 1>(a, num_splits, workspace, stream);
+    if (group == 2) return launch_decode<kHeadDim, 2>(a, num_splits, workspace, stream);
+    if (group <= 4) return launch_decode<kHeadDim, 4>(a, num_splits, workspace, stream);
+    return launch_decode<kHeadDim, kMaxHeadsPerBlock>(a, num_splits, workspace, stream);
+}
+
+}  // namespace
+
+size_t attention_workspace_bytes(int64_t max_tokens, int64_t num_heads, int64_t head_dim) {
+    const int64_t rows = std::min<int64_t>(max_tokens * kMaxSplits, kMaxPartialRows);
+    return size_t(rows) * partial_row_bytes(num_heads, head_dim);
+}
+
+int plan_decode_splits(const AttentionLaunch& a, size_t workspace_bytes) {
+    if (a.num_tokens == 0) return 1;
+    int device = 0, num_sms = 0;
+    MI_CUDA_CHECK(cudaGetDevice(&device));
+    MI_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
+    const int64_t group = a.num_heads / a.num_kv_heads;
+    const int64_t blocks = a.num_seqs * a.num_kv_heads * ((group + kMaxHeadsPerBlock - 1) / kMaxHeadsPerBlock);
+    int64_t splits = (2 * num_sms + blocks - 1) / blocks;  // about two blocks per SM
+    splits = std::min<int64_t>(splits, (a.max_seq_len + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
+    splits = std::min<int64_t>(splits, kMaxSplits);
+    splits = std::min<int64_t>(splits, int64_t(workspace_bytes / (size_t(a.num_tokens) * partial_row_bytes(a.num_heads, a.head_dim))));
+    return int(std::max<int64_t>(splits, 1));
+}
+
+void launch_attention_decode(const AttentionLaunch& a, int num_splits, void* workspace, cudaStream_t stream) {
+    if (a.num_seqs == 0) return;
+    MI_LAUNCH_CHECK(num_splits == 1 || workspace != nullptr, "attention decode: splits need a workspace");
+    switch (a.head_dim) {
+        case 64: launch_decode_head_dim<64>(a, num_splits, workspace, stream); break;
+        case 128: launch_decode_head_dim<128>(a, num_splits, workspace, stream); break;
+        default: MI_LAUNCH_CHECK(false, "attention decode: head_dim must be 64 or 128");
+    }
+}
+
+}  // namespace miniinfer::cuda

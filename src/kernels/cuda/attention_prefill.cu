@@ -1,0 +1,284 @@
+// Paged attention, prefill: FlashAttention-2's algorithm on tensor cores (mma.sync m16n8k16 bf16).
+//
+// One thread block owns 64 "packed" query rows of one (sequence, KV head): row r is query token
+// r / group and query head kv_head * group + r % group, so the query heads that share a KV head
+// (GQA) share every K/V tile this block loads. Each of the 4 warps owns 16 rows and walks the
+// keys in tiles of 64: S = Q·Kᵀ (Q stays in registers), online softmax in fp32 (log2 domain), then
+// O += P·V with P converted from the S accumulators straight into mma A fragments.
+//
+// K and V tiles are gathered from the paged cache row by row (a 64-key tile may span pages of
+// any size) with cp.async; the next K tile loads while P·V runs, the next V tile while Q·Kᵀ runs.
+// Keys past the last one this block needs are zero-filled, never read: the cache beyond a
+// sequence's length may hold anything.
+#include <cuda_bf16.h>
+
+#include "core/cuda/cuda_check.h"
+#include "kernels/cuda/attention.h"
+
+namespace miniinfer::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kBlockM = 64;  // packed query rows per block
+constexpr int kBlockN = 64;  // keys per tile
+constexpr int kWarps = kBlockM / 16;
+constexpr int kThreads = kWarps * 32;
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, asynchronously; valid == false writes zeros and reads nothing.
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+// Waits until at most one committed group is still in flight.
+__device__ __forceinline__ void cp_async_wait_all_but_one() { asm volatile("cp.async.wait_group 1;\n" ::); }
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+}
+
+// d[16x8] += a[16x16] · b[16x8], bf16 in, fp32 accumulate.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats as a bf16 pair; lo lands in the low half (the lower column of a fragment).
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// q, out: [num_tokens, num_heads, head_dim]; k_cache, v_cache: [num_pages, page_size,
+// num_kv_heads, head_dim]; query_start: [num_seqs + 1]; seq_lens: [num_seqs];
+// block_table: [num_seqs, max_pages]. grid: (row tiles, num_seqs, num_kv_heads).
+template <int kHeadDim>
+__global__ void __launch_bounds__(kThreads)
+    prefill_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k_cache,
+                   const bf16* __restrict__ v_cache, const int32_t* __restrict__ query_start,
+                   const int32_t* __restrict__ seq_lens, const int32_t* __restrict__ block_table,
+                   int max_pages, int num_heads, int num_kv_heads, int page_size, float scale_log2,
+                   bf16* __restrict__ out) {
+    // +8 halves (16 B) per row: the 8 row addresses of one ldmatrix phase hit 8 different
+    // 4-bank groups, so the tile reads are conflict-free.
+    constexpr int kStride = kHeadDim + 8;
+    constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per K/V row
+    __shared__ __align__(16) bf16 k_tile[kBlockN * kStride];  // [kBlockN, kStride]
+    __shared__ __align__(16) bf16 v_tile[kBlockN * kStride];
+
+    const int seq = blockIdx.y, kv_head = blockIdx.z;
+    const int group = num_heads / num_kv_heads;
+    const int q_begin = query_start[seq];
+    const int q_len = query_start[seq + 1] - q_begin;
+    const int num_rows = q_len * group;
+    const int row_begin = blockIdx.x * kBlockM;
+    if (row_begin >= num_rows) return;
+    const int seq_len = seq_lens[seq];
+    const int prefix_len = seq_len - q_len;  // keys cached before this chunk
+    // Keys this block needs: up to the last row's causal limit.
+    const int last_row = min(row_begin + kBlockM, num_rows) - 1;
+    const int num_keys = prefix_len + last_row / group + 1;
+    const int min_limit = prefix_len + row_begin / group;  // smallest causal limit of the block
+    const int num_tiles = (num_keys + kBlockN - 1) / kBlockN;
+    const int32_t* pages = block_table + int64_t(seq) * max_pages;
+    const int64_t kv_row_stride = int64_t(num_kv_heads) * kHeadDim;
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int gid = lane / 4, tig = lane % 4;  // mma fragment coordinates
+
+    // This thread's two rows (gid and gid + 8 of the warp's 16): the last key each may see, and
+    // Q as mma A fragments, loaded once. Rows past the end compute on zeros and are not stored.
+    int row_limit[2];
+    uint32_t q_frag[kHeadDim / 16][4];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const int r = row_begin + warp * 16 + gid + 8 * i;
+        const bool valid = r < num_rows;
+        const int t = valid ? r / group : 0;
+        row_limit[i] = valid ? prefix_len + t : seq_len - 1;
+        const bf16* q_row =
+            q + (int64_t(q_begin + t) * num_heads + kv_head * group + (valid ? r % group : 0)) * kHeadDim;
+#pragma unroll
+        for (int kc = 0; kc < kHeadDim / 16; ++kc) {
+            const int col = kc * 16 + tig * 2;
+            q_frag[kc][i] = valid ? *reinterpret_cast<const uint32_t*>(q_row + col) : 0u;
+            q_frag[kc][2 + i] = valid ? *reinterpret_cast<const uint32_t*>(q_row + col + 8) : 0u;
+        }
+    }
+
+    // Gathers keys [key_begin, key_begin + kBlockN) of this KV head into a tile.
+    auto load_tile = [&](bf16* tile, const bf16* cache, int key_begin) {
+        for (int c = threadIdx.x; c < kBlockN * kChunks; c += kThreads) {
+            const int r = c / kChunks, chunk = c % kChunks;
+            const int key = key_begin + r;
+            const bool valid = key < num_keys;
+            const bf16* src = cache;
+            if (valid) {
+                const int64_t slot = int64_t(pages[key / page_size]) * page_size + key % page_size;
+                src = cache + slot * kv_row_stride + kv_head * kHeadDim + chunk * 8;
+            }
+            cp_async_16(tile + r * kStride + chunk * 8, src, valid);
+        }
+    };
+
+    float o[kHeadDim / 8][4];  // O accumulators: 16 rows x head_dim per warp
+#pragma unroll
+    for (int dt = 0; dt < kHeadDim / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
+    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+
+    // Commit groups go K0, V0, K1, V1, ...; each wait leaves only the newest one in flight.
+    load_tile(k_tile, k_cache, 0);
+    cp_async_commit();
+    load_tile(v_tile, v_cache, 0);
+    cp_async_commit();
+
+    for (int tile = 0; tile < num_tiles; ++tile) {
+        const int key_begin = tile * kBlockN;
+        cp_async_wait_all_but_one();  // K(tile) has landed
+        __syncthreads();
+
+        float s[kBlockN / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < kBlockN / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+#pragma unroll
+        for (int kc = 0; kc < kHeadDim / 16; ++kc) {
+#pragma unroll
+            for (int np = 0; np < kBlockN / 16; ++np) {
+                // Matrices (lane / 8): keys +0 / +8 (lane / 16) x dims +0 / +8 ((lane / 8) & 1)
+                // -> b0, b1 of key tile 2np and of key tile 2np + 1.
+                uint32_t b[4];
+                ldmatrix_x4(b, k_tile + (np * 16 + (lane / 16) * 8 + lane % 8) * kStride + kc * 16 +
+                                   ((lane / 8) & 1) * 8);
+                mma_bf16(s[2 * np], q_frag[kc], b[0], b[1]);
+                mma_bf16(s[2 * np + 1], q_frag[kc], b[2], b[3]);
+            }
+        }
+        __syncthreads();  // every warp is done with k_tile
+        if (tile + 1 < num_tiles) load_tile(k_tile, k_cache, key_begin + kBlockN);
+        cp_async_commit();
+
+        // Online softmax. Tile 0 holds key 0, which every row may see, so row_max is finite
+        // from the first tile on and exp2 of a masked (-inf) score is exactly 0.
+        const bool need_mask = key_begin + kBlockN - 1 > min_limit;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            float tile_max = row_max[i];
+#pragma unroll
+            for (int nt = 0; nt < kBlockN / 8; ++nt) {
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {
+                    float& x = s[nt][2 * i + j];
+                    x *= scale_log2;
+                    if (need_mask && key_begin + nt * 8 + tig * 2 + j > row_limit[i]) x = -INFINITY;
+                    tile_max = fmaxf(tile_max, x);
+                }
+            }
+            // A row's scores live in the 4 threads of a quad.
+            tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+            tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+            const float correction = exp2f(row_max[i] - tile_max);
+            row_max[i] = tile_max;
+            float tile_sum = 0.f;
+#pragma unroll
+            for (int nt = 0; nt < kBlockN / 8; ++nt) {
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {
+                    float& x = s[nt][2 * i + j];
+                    x = exp2f(x - tile_max);
+                    tile_sum += x;
+                }
+            }
+            row_sum[i] = row_sum[i] * correction + tile_sum;
+#pragma unroll
+            for (int dt = 0; dt < kHeadDim / 8; ++dt) {
+                o[dt][2 * i] *= correction;
+                o[dt][2 * i + 1] *= correction;
+            }
+        }
+
+        cp_async_wait_all_but_one();  // V(tile) has landed (K(tile + 1) may still be loading)
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < kBlockN / 16; ++kk) {
+            // The S accumulators of key tiles 2kk and 2kk + 1 are exactly the A fragment of P.
+            const uint32_t p[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                                   pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                   pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+            for (int dp = 0; dp < kHeadDim / 16; ++dp) {
+                // Matrices (lane / 8), transposed: keys +0 / +8 ((lane / 8) & 1) x dims +0 / +8
+                // (lane / 16) -> b0, b1 of dim tile 2dp and of dim tile 2dp + 1.
+                uint32_t b[4];
+                ldmatrix_x4_trans(b, v_tile + (kk * 16 + ((lane / 8) & 1) * 8 + lane % 8) * kStride +
+                                         dp * 16 + (lane / 16) * 8);
+                mma_bf16(o[2 * dp], p, b[0], b[1]);
+                mma_bf16(o[2 * dp + 1], p, b[2], b[3]);
+            }
+        }
+        __syncthreads();  // every warp is done with v_tile
+        if (tile + 1 < num_tiles) load_tile(v_tile, v_cache, key_begin + kBlockN);
+        cp_async_commit();
+    }
+
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        float sum = row_sum[i];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const int r = row_begin + warp * 16 + gid + 8 * i;
+        if (r >= num_rows) continue;
+        const float inv_sum = 1.f / sum;
+        bf16* out_row = out + (int64_t(q_begin + r / group) * num_heads + kv_head * group + r % group) * kHeadDim;
+#pragma unroll
+        for (int dt = 0; dt < kHeadDim / 8; ++dt)
+            *reinterpret_cast<uint32_t*>(out_row + dt * 8 + tig * 2) =
+                pack_bf16(o[dt][2 * i] * inv_sum, o[dt][2 * i + 1] * inv_sum);
+    }
+}
+
+}  // namespace
+
+void launch_attention_prefill(const AttentionLaunch& a, cudaStream_t stream) {
+    const int64_t group = a.num_heads / a.num_kv_heads;
+    const int64_t row_tiles = (a.max_query_len * group + kBlockM - 1) / kBlockM;
+    if (row_tiles == 0 || a.num_seqs == 0) return;
+    MI_LAUNCH_CHECK(a.num_seqs <= 65535 && a.num_kv_heads <= 65535 && row_tiles < (int64_t(1) << 31),
+                    "attention prefill: batch too large for one launch");
+    const dim3 grid(unsigned(row_tiles), unsigned(a.num_seqs), unsigned(a.num_kv_heads));
+    const float scale_log2 = a.scale * 1.4426950408889634f;  // softmax in base 2: exp(x) = 2^(x log2 e)
+    const auto* q = static_cast<const bf16*>(a.q);
+    const auto* k = static_cast<const bf16*>(a.k_cache);
+    const auto* v = static_cast<const bf16*>(a.v_cache);
+    auto* out = static_cast<bf16*>(a.out);
+    switch (a.head_dim) {
+        case 64:
+            prefill_kernel<64><<<grid, kThreads, 0, stream>>>(q, k, v, a.query_start, a.seq_lens, a.block_table,
+                                                              int(a.max_pages), int(a.num_heads), int(a.num_kv_heads),
+                                                              int(a.page_size), scale_log2, out);
+            break;
+        case 128:
+            prefill_kernel<128><<<grid, kThreads, 0, stream>>>(q, k, v, a.query_start, a.seq_lens, a.block_table,
+                                                               int(a.max_pages), int(a.num_heads),
+                                                               int(a.num_kv_heads), int(a.page_size), scale_log2, out);
+            break;
+        default: MI_LAUNCH_CHECK(false, "attention prefill: head_dim must be 64 or 128");
+    }
+    MI_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace miniinfer::cuda

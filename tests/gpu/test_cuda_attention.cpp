@@ -1,0 +1,284 @@
+// Paged attention (fa2 backend) against cpu::paged_attention on random batches, plus an
+// informative decode bandwidth line.
+//
+// Tolerance (bf16 output): the GPU rounds P (the softmax numerators) to bf16 before P·V, as
+// FlashAttention does, and rounds the output to bf16; the CPU stays in f32 on the same bf16
+// inputs. Each element must satisfy |gpu - cpu| <= 1e-2 + 1e-2 |cpu| (the worst case of P's
+// rounding, 2^-9 relative, times a |v| of up to ~4, plus half a bf16 ulp of the output), and
+// the mean absolute error over the batch must stay below 2e-3 (expected ~3e-4), which catches
+// systematic errors (a wrongly masked key, a bad split merge) that a per-element bound may hide.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/device_buffer.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/attention.h"
+
+using namespace miniinfer;
+
+#define REQUIRE_GPU()                                                                     \
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible: GPU test skipped"
+
+namespace {
+
+struct Config {
+    int64_t num_heads, num_kv_heads, head_dim, page_size;
+};
+struct Seq {
+    int32_t q_len, seq_len;  // this step's query rows; context length including them
+};
+
+constexpr uint16_t kBf16NaN = 0x7FC0;
+
+// One batch on the host: bf16 q and caches, i32 metadata. Cache slots no sequence owns (and
+// slots past a sequence's length) hold NaN: a kernel that reads them poisons its output.
+struct Batch {
+    Config cfg;
+    int64_t num_seqs = 0, num_tokens = 0, max_pages = 0, max_query_len = 0, max_seq_len = 0;
+    Tensor q, k_cache, v_cache, query_start, seq_lens, block_table;
+};
+
+Batch make_batch(const Config& cfg, const std::vector<Seq>& seqs, std::mt19937& rng) {
+    Batch b;
+    b.cfg = cfg;
+    b.num_seqs = int64_t(seqs.size());
+    int64_t num_pages = 3;  // spare pages nobody owns
+    for (const Seq& s : seqs) {
+        const int64_t pages = (s.seq_len + cfg.page_size - 1) / cfg.page_size;
+        b.max_pages = std::max(b.max_pages, pages);
+        num_pages += pages;
+        b.num_tokens += s.q_len;
+        b.max_query_len = std::max<int64_t>(b.max_query_len, s.q_len);
+        b.max_seq_len = std::max<int64_t>(b.max_seq_len, s.seq_len);
+    }
+    b.query_start = Tensor::zeros({b.num_seqs + 1}, DType::kI32);
+    b.seq_lens = Tensor::zeros({b.num_seqs}, DType::kI32);
+    b.block_table = Tensor::zeros({b.num_seqs, std::max<int64_t>(b.max_pages, 1)}, DType::kI32);
+    std::vector<int32_t> page_ids(static_cast<size_t>(num_pages));
+    std::iota(page_ids.begin(), page_ids.end(), 0);
+    std::shuffle(page_ids.begin(), page_ids.end(), rng);
+
+    const Shape cache_shape{num_pages, cfg.page_size, cfg.num_kv_heads, cfg.head_dim};
+    b.k_cache = Tensor::zeros(cache_shape, DType::kBF16);
+    b.v_cache = Tensor::zeros(cache_shape, DType::kBF16);
+    const int64_t slot_elems = cfg.num_kv_heads * cfg.head_dim;
+    std::fill_n(b.k_cache.data<uint16_t>(), b.k_cache.numel(), kBf16NaN);
+    std::fill_n(b.v_cache.data<uint16_t>(), b.v_cache.numel(), kBf16NaN);
+    std::normal_distribution<float> normal(0.f, 1.f);
+
+    size_t next_page = 0;
+    for (int64_t s = 0; s < b.num_seqs; ++s) {
+        b.query_start.data<int32_t>()[s + 1] = b.query_start.data<int32_t>()[s] + seqs[size_t(s)].q_len;
+        b.seq_lens.data<int32_t>()[s] = seqs[size_t(s)].seq_len;
+        int32_t* row = b.block_table.data<int32_t>() + s * b.block_table.size(1);
+        std::fill_n(row, b.block_table.size(1), -1);  // unused entries: reading one faults
+        for (int64_t key = 0; key < seqs[size_t(s)].seq_len; ++key) {
+            if (key % cfg.page_size == 0) row[key / cfg.page_size] = page_ids[next_page++];
+            const int64_t slot = int64_t(row[key / cfg.page_size]) * cfg.page_size + key % cfg.page_size;
+            for (int64_t e = 0; e < slot_elems; ++e) {
+                b.k_cache.data<uint16_t>()[slot * slot_elems + e] = f32_to_bf16(normal(rng));
+                b.v_cache.data<uint16_t>()[slot * slot_elems + e] = f32_to_bf16(normal(rng));
+            }
+        }
+    }
+    // q ~ N(0, 2²): scores with std ~2 after the 1/sqrt(head_dim) scale, so softmax is peaked
+    // enough that each key's weight matters.
+    b.q = Tensor::zeros({b.num_tokens, cfg.num_heads, cfg.head_dim}, DType::kBF16);
+    for (int64_t i = 0; i < b.q.numel(); ++i) b.q.data<uint16_t>()[i] = f32_to_bf16(2.f * normal(rng));
+    return b;
+}
+
+Tensor run_cpu(const Batch& b) {
+    Tensor q = b.q.to_f32(), k = b.k_cache.to_f32(), v = b.v_cache.to_f32();
+    Tensor out = Tensor::zeros({b.num_tokens, b.cfg.num_heads * b.cfg.head_dim}, DType::kF32);
+    cpu::PagedAttentionArgs args{q.data<float>(),
+                                 k.data<float>(),
+                                 v.data<float>(),
+                                 b.query_start.data<int32_t>(),
+                                 b.seq_lens.data<int32_t>(),
+                                 b.block_table.data<int32_t>(),
+                                 b.num_seqs,
+                                 b.block_table.size(1),
+                                 b.cfg.page_size,
+                                 b.cfg.num_heads,
+                                 b.cfg.num_kv_heads,
+                                 b.cfg.head_dim,
+                                 1.f / std::sqrt(float(b.cfg.head_dim)),
+                                 out.data<float>()};
+    cpu::paged_attention(args);
+    return out;
+}
+
+Tensor run_gpu(const Batch& b) {
+    Tensor q = cuda::to_device(b.q), k = cuda::to_device(b.k_cache), v = cuda::to_device(b.v_cache);
+    Tensor qs = cuda::to_device(b.query_start), lens = cuda::to_device(b.seq_lens), table = cuda::to_device(b.block_table);
+    Tensor out = cuda::device_tensor({b.num_tokens, b.cfg.num_heads * b.cfg.head_dim}, DType::kBF16);
+    const size_t ws_bytes = cuda::attention_workspace_bytes(b.num_tokens, b.cfg.num_heads, b.cfg.head_dim);
+    cuda::DeviceBuffer workspace(ws_bytes);
+    cuda::AttentionParams p{&q, &k, &v, &qs, &lens, &table, b.num_seqs, b.max_query_len, b.max_seq_len,
+                            1.f / std::sqrt(float(b.cfg.head_dim)), &out};
+    cuda::paged_attention(p, workspace.data(), ws_bytes, nullptr);
+    MI_CUDA_CHECK(cudaDeviceSynchronize());
+    return cuda::to_host(out).to_f32();
+}
+
+std::string describe(const Config& c, const std::vector<Seq>& seqs) {
+    std::string s = "heads " + std::to_string(c.num_heads) + "/" + std::to_string(c.num_kv_heads) + " head_dim " +
+                    std::to_string(c.head_dim) + " page " + std::to_string(c.page_size) + " seqs (q_len/seq_len):";
+    for (const Seq& q : seqs) s += " " + std::to_string(q.q_len) + "/" + std::to_string(q.seq_len);
+    return s;
+}
+
+void expect_matches_cpu(const Config& cfg, const std::vector<Seq>& seqs, std::mt19937& rng) {
+    const Batch b = make_batch(cfg, seqs, rng);
+    const Tensor ref = run_cpu(b), got = run_gpu(b);
+    double sum_err = 0;
+    int64_t bad = 0, first_bad = -1;
+    for (int64_t i = 0; i < ref.numel(); ++i) {
+        const float r = ref.data<float>()[i], g = got.data<float>()[i];
+        const float err = std::fabs(g - r);
+        sum_err += std::isfinite(err) ? err : 1e9;
+        if (!(err <= 1e-2f + 1e-2f * std::fabs(r))) {
+            if (first_bad < 0) first_bad = i;
+            ++bad;
+        }
+    }
+    const double mean_err = sum_err / double(std::max<int64_t>(ref.numel(), 1));
+    const int64_t row_elems = cfg.num_heads * cfg.head_dim;
+    EXPECT_EQ(bad, 0) << describe(cfg, seqs) << ": first bad element token " << first_bad / row_elems << " head "
+                      << first_bad % row_elems / cfg.head_dim << " dim " << first_bad % cfg.head_dim << ": gpu "
+                      << (first_bad >= 0 ? got.data<float>()[first_bad] : 0.f) << " cpu "
+                      << (first_bad >= 0 ? ref.data<float>()[first_bad] : 0.f);
+    EXPECT_LT(mean_err, 2e-3) << describe(cfg, seqs);
+}
+
+// GQA ratios 1, 2, 7, 8, 8 (one KV head) crossed with both head dims and three page sizes.
+std::vector<Config> all_configs() {
+    std::vector<Config> configs;
+    for (int64_t head_dim : {64, 128})
+        for (int64_t page_size : {16, 64, 256})
+            for (auto [h, kv] : std::vector<std::pair<int64_t, int64_t>>{{8, 8}, {16, 8}, {14, 2}, {32, 4}, {8, 1}})
+                configs.push_back({h, kv, head_dim, page_size});
+    return configs;
+}
+
+}  // namespace
+
+TEST(CudaAttention, PrefillOnly) {
+    REQUIRE_GPU();
+    std::mt19937 rng(10);
+    for (const Config& cfg : all_configs()) {
+        // 1 token, page boundaries (16, 64), odd lengths, more than one 64-row tile.
+        expect_matches_cpu(cfg, {{1, 1}, {16, 16}, {17, 17}, {64, 64}, {65, 65}, {133, 133}}, rng);
+    }
+}
+
+TEST(CudaAttention, DecodeOnly) {
+    REQUIRE_GPU();
+    std::mt19937 rng(11);
+    for (const Config& cfg : all_configs()) {
+        expect_matches_cpu(cfg, {{1, 1}, {1, 15}, {1, 16}, {1, 17}, {1, 63}, {1, 64}, {1, 65}, {1, 256}, {1, 257}, {1, 1000}},
+                           rng);
+    }
+}
+
+TEST(CudaAttention, MixedBatchAndChunkAfterCachedPrefix) {
+    REQUIRE_GPU();
+    std::mt19937 rng(12);
+    for (const Config& cfg : all_configs()) {
+        // decodes, a fresh prefill, chunks after cached prefixes (one ending on a page boundary).
+        expect_matches_cpu(cfg, {{1, 40}, {37, 37}, {1, 1}, {29, 300}, {64, 320}, {1, 129}, {100, 611}}, rng);
+    }
+}
+
+// Long contexts: one or a few sequences, so the decode splits the KV length across blocks;
+// a long chunked prefill against a long cached prefix.
+TEST(CudaAttention, LongContextsSplitKv) {
+    REQUIRE_GPU();
+    std::mt19937 rng(13);
+    for (const Config& cfg : all_configs()) {
+        expect_matches_cpu(cfg, {{1, 4000}}, rng);
+        expect_matches_cpu(cfg, {{1, 4001}, {1, 2500}, {1, 7}, {1, 3072}}, rng);
+    }
+    for (const Config& cfg : {Config{16, 8, 128, 16}, Config{14, 2, 64, 256}})
+        expect_matches_cpu(cfg, {{200, 3000}, {1, 4000}, {64, 64}}, rng);
+}
+
+// A smaller workspace than asked for: fewer splits (none at 0 bytes), same answer.
+TEST(CudaAttention, DecodeWithoutWorkspace) {
+    REQUIRE_GPU();
+    std::mt19937 rng(14);
+    const Config cfg{16, 8, 128, 16};
+    const Batch b = make_batch(cfg, {{1, 3000}, {1, 999}}, rng);
+    const Tensor ref = run_cpu(b);
+    Tensor q = cuda::to_device(b.q), k = cuda::to_device(b.k_cache), v = cuda::to_device(b.v_cache);
+    Tensor qs = cuda::to_device(b.query_start), lens = cuda::to_device(b.seq_lens), table = cuda::to_device(b.block_table);
+    Tensor out = cuda::device_tensor({b.num_tokens, cfg.num_heads * cfg.head_dim}, DType::kBF16);
+    cuda::AttentionParams p{&q, &k, &v, &qs, &lens, &table, b.num_seqs, 1, b.max_seq_len, 1.f / std::sqrt(128.f), &out};
+    cuda::paged_attention(p, nullptr, 0, nullptr);
+    MI_CUDA_CHECK(cudaDeviceSynchronize());
+    const Tensor got = cuda::to_host(out).to_f32();
+    for (int64_t i = 0; i < ref.numel(); ++i) {
+        const float r = ref.data<float>()[i];
+        ASSERT_NEAR(got.data<float>()[i], r, 1e-2f + 1e-2f * std::fabs(r)) << i;
+    }
+}
+
+// Informative: decode HBM bandwidth at Qwen3-0.6B's shapes (16 heads, 8 KV heads, head_dim
+// 128, page 16), 256 sequences x 1024 keys: bytes of K and V read / time, against ~4.8 TB/s.
+// Skipped when one launch takes far too long (a sanitizer or profiler is instrumenting it).
+TEST(CudaAttention, DecodeBandwidth) {
+    REQUIRE_GPU();
+    const int64_t num_seqs = 256, seq_len = 1024, num_heads = 16, num_kv_heads = 8, head_dim = 128, page_size = 16;
+    const int64_t pages_per_seq = seq_len / page_size, num_pages = num_seqs * pages_per_seq;
+    Tensor k = cuda::device_tensor({num_pages, page_size, num_kv_heads, head_dim}, DType::kBF16);
+    Tensor v = cuda::device_tensor({num_pages, page_size, num_kv_heads, head_dim}, DType::kBF16);
+    MI_CUDA_CHECK(cudaMemset(k.raw(), 0x3c, k.nbytes()));  // bf16 0x3c3c ≈ 0.0115 everywhere
+    MI_CUDA_CHECK(cudaMemset(v.raw(), 0x3c, v.nbytes()));
+    Tensor q = cuda::device_tensor({num_seqs, num_heads, head_dim}, DType::kBF16);
+    Tensor qs_host = Tensor::zeros({num_seqs + 1}, DType::kI32), lens_host = Tensor::zeros({num_seqs}, DType::kI32);
+    Tensor table_host = Tensor::zeros({num_seqs, pages_per_seq}, DType::kI32);
+    std::vector<int32_t> page_ids(static_cast<size_t>(num_pages));
+    std::iota(page_ids.begin(), page_ids.end(), 0);
+    std::mt19937 rng(15);
+    std::shuffle(page_ids.begin(), page_ids.end(), rng);
+    for (int64_t s = 0; s < num_seqs; ++s) {
+        qs_host.data<int32_t>()[s + 1] = int32_t(s + 1);
+        lens_host.data<int32_t>()[s] = int32_t(seq_len);
+    }
+    std::copy(page_ids.begin(), page_ids.end(), table_host.data<int32_t>());
+    Tensor qs = cuda::to_device(qs_host), lens = cuda::to_device(lens_host), table = cuda::to_device(table_host);
+    Tensor out = cuda::device_tensor({num_seqs, num_heads * head_dim}, DType::kBF16);
+    const size_t ws_bytes = cuda::attention_workspace_bytes(num_seqs, num_heads, head_dim);
+    cuda::DeviceBuffer workspace(ws_bytes);
+    cuda::AttentionParams p{&q, &k, &v, &qs, &lens, &table, num_seqs, 1, seq_len, 1.f / std::sqrt(128.f), &out};
+    cuda::Event start(true), stop(true);
+
+    start.record(nullptr);
+    cuda::paged_attention(p, workspace.data(), ws_bytes, nullptr);
+    stop.record(nullptr);
+    stop.synchronize();
+    if (cuda::Event::elapsed_ms(start, stop) > 50.f)
+        GTEST_SKIP() << "one decode launch took " << cuda::Event::elapsed_ms(start, stop)
+                     << " ms: instrumented (sanitizer?), bandwidth not measured";
+    constexpr int kIters = 20;
+    start.record(nullptr);
+    for (int i = 0; i < kIters; ++i) cuda::paged_attention(p, workspace.data(), ws_bytes, nullptr);
+    stop.record(nullptr);
+    stop.synchronize();
+    const double seconds = cuda::Event::elapsed_ms(start, stop) / 1e3 / kIters;
+    const double bytes = 2.0 * double(num_seqs * seq_len * num_kv_heads * head_dim) * 2.0;
+    std::printf("[ BENCH    ] decode 256 seqs x 1024 keys, 16/8 heads, head_dim 128, page 16: %.1f us, "
+                "%.0f GB/s of K/V (%.0f%% of 4.8 TB/s)\n",
+                seconds * 1e6, bytes / seconds / 1e9, 100.0 * bytes / seconds / 4.8e12);
+}
