@@ -33,18 +33,20 @@ bool is_inert(char32_t c, bool compat) {
     static const std::vector<bool> starter_seconds = [] {
         std::vector<bool> seconds(0x110000);
         for (char32_t cp = 0; cp < 0x110000; ++cp) {
-            if (utf8proc_get_property(utf8proc_int32_t(cp))->decomp_seqindex == UINT16_MAX) continue;
+            if (utf8proc_get_property(utf8proc_int32_t(cp))->decomp_seqindex == UINT16_MAX)
+                continue;
             utf8proc_int32_t buf[8];
-            const utf8proc_ssize_t n = utf8proc_decompose_char(utf8proc_int32_t(cp), buf, 8, UTF8PROC_DECOMPOSE, nullptr);
+            const utf8proc_ssize_t n =
+                utf8proc_decompose_char(utf8proc_int32_t(cp), buf, 8, UTF8PROC_DECOMPOSE, nullptr);
             for (utf8proc_ssize_t i = 1; i < n && n <= 8; ++i)
-                if (utf8proc_get_property(buf[i])->combining_class == 0) seconds[size_t(buf[i])] = true;
+                if (utf8proc_get_property(buf[i])->combining_class == 0)
+                    seconds[size_t(buf[i])] = true;
         }
         return seconds;
     }();
     const utf8proc_property_t* p = utf8proc_get_property(utf8proc_int32_t(c));
     return p->combining_class == 0 && p->decomp_seqindex == UINT16_MAX && !starter_seconds[c];
 }
-
 
 // Code points Hugging Face's normalizer does not know (its Unicode tables predate them) but
 // utf8proc treats as combining or composable: Hugging Face leaves them alone, acting as
@@ -130,7 +132,8 @@ std::string_view Normalizer::apply(std::string_view text, std::string& out) cons
         const bool compat = form == Form::kNFKC || form == Form::kNFKD;
         if (!compat && trivially_normalized(cur)) continue;
         int options = UTF8PROC_STABLE | (compat ? UTF8PROC_COMPAT : 0);
-        options |= (form == Form::kNFC || form == Form::kNFKC) ? UTF8PROC_COMPOSE : UTF8PROC_DECOMPOSE;
+        options |=
+            (form == Form::kNFC || form == Form::kNFKC) ? UTF8PROC_COMPOSE : UTF8PROC_DECOMPOSE;
         std::string result;
         size_t copied = 0, last_inert = 0;
         for (size_t pos = 0; pos < cur.size();) {

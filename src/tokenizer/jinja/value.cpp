@@ -56,8 +56,12 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
     }
 }
 
+void Value::wrong_kind(const char* expected) const {
+    fail("expected {}, got {}", expected, type_name());
+}
+
 int64_t Value::as_int() const {
-    return is_bool() ? int64_t(as_bool()) : std::get<int64_t>(v_);
+    return is_bool() ? int64_t(as_bool()) : get<int64_t>("int");
 }
 
 double Value::as_double() const {

@@ -83,15 +83,15 @@ class Value {
     bool is_dict() const { return std::holds_alternative<std::shared_ptr<Dict>>(v_); }
     bool is_callable() const { return std::holds_alternative<std::shared_ptr<Callable>>(v_); }
 
-    // Accessors; the kind must match (checked by the caller).
-    bool as_bool() const { return std::get<bool>(v_); }
+    // Accessors. A value of another kind is a template error (Error "expected int, got str").
+    bool as_bool() const { return get<bool>("bool"); }
     int64_t as_int() const;    // int or bool
     double as_double() const;  // any number
-    const std::string& as_string() const { return std::get<std::string>(v_); }
-    List& as_list() const { return *std::get<std::shared_ptr<List>>(v_); }
-    Dict& as_dict() const { return *std::get<std::shared_ptr<Dict>>(v_); }
-    const Callable& as_callable() const { return *std::get<std::shared_ptr<Callable>>(v_); }
-    const std::string& undefined_name() const { return std::get<Undefined>(v_).name; }
+    const std::string& as_string() const { return get<std::string>("str"); }
+    List& as_list() const { return *get<std::shared_ptr<List>>("list"); }
+    Dict& as_dict() const { return *get<std::shared_ptr<Dict>>("dict"); }
+    const Callable& as_callable() const { return *get<std::shared_ptr<Callable>>("function"); }
+    const std::string& undefined_name() const { return get<Undefined>("Undefined").name; }
 
     std::string type_name() const;  // Python's: 'str', 'int', 'list', 'dict', ...
     bool truthy() const;
@@ -106,6 +106,13 @@ class Value {
     friend bool less_than(const Value& a, const Value& b);
 
   private:
+    template <typename T>
+    const T& get(const char* expected) const {
+        if (const T* p = std::get_if<T>(&v_)) return *p;
+        wrong_kind(expected);
+    }
+    [[noreturn]] void wrong_kind(const char* expected) const;
+
     Storage v_;
     bool tuple_ = false;
 };
