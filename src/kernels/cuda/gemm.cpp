@@ -1,0 +1,196 @@
+// bf16 GEMM through cuBLASLt with a per-shape algorithm cache.
+//
+// cuBLASLt is column-major. Our row-major y[m, n] = x[m, k] · w[n, k]ᵀ is, read column-major,
+// yᵀ[n, m] = w · xᵀ where the row-major w[n, k] is the column-major [k, n] matrix A (so op(A) = Aᵀ)
+// and the row-major x[m, k] is the column-major [k, m] matrix B (op(B) = B). D = y is then the
+// column-major [n, m] matrix with leading dimension n, and the bias epilogue adds bias[n] along
+// D's rows, which are y's columns, as wanted.
+#include "kernels/cuda/gemm.h"
+
+#include <cublasLt.h>
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "core/check.h"
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/device_buffer.h"
+
+namespace miniinfer::cuda {
+namespace {
+
+void check_cublas(cublasStatus_t status, const char* what) {
+    MI_CHECK(status == CUBLAS_STATUS_SUCCESS, "{} failed: {}", what,
+             cublasLtGetStatusString(status));
+}
+
+// Largest power of two (≤ 256, cuBLASLt's default assumption) dividing the pointer. Algorithms
+// are chosen for the actual alignment, so a view at an odd offset gets a kernel that handles it.
+uint32_t alignment_of(const void* p) {
+    const auto bits = reinterpret_cast<uintptr_t>(p);
+    return bits == 0 ? 256u : uint32_t(std::min<uintptr_t>(bits & (~bits + 1), 256));
+}
+
+struct Key {
+    int64_t m, n, k;
+    bool has_bias;
+    uint32_t align_x, align_w, align_y;
+    bool operator==(const Key&) const = default;
+};
+
+struct KeyHash {
+    size_t operator()(const Key& key) const {
+        size_t h = std::hash<int64_t>()(key.m);
+        auto mix = [&h](uint64_t v) { h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
+        mix(uint64_t(key.n));
+        mix(uint64_t(key.k));
+        mix(uint64_t(key.has_bias) | uint64_t(key.align_x) << 1 | uint64_t(key.align_w) << 16 |
+            uint64_t(key.align_y) << 32);
+        return h;
+    }
+};
+
+struct DescDeleter {
+    void operator()(cublasLtMatmulDescOpaque_t* d) const { cublasLtMatmulDescDestroy(d); }
+    void operator()(cublasLtMatrixLayoutOpaque_t* l) const { cublasLtMatrixLayoutDestroy(l); }
+    void operator()(cublasLtMatmulPreferenceOpaque_t* p) const {
+        cublasLtMatmulPreferenceDestroy(p);
+    }
+};
+using OpDesc = std::unique_ptr<cublasLtMatmulDescOpaque_t, DescDeleter>;
+using Layout = std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter>;
+using Preference = std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, DescDeleter>;
+
+// Everything a cached call needs: descriptors built once, and the chosen algorithm.
+struct Plan {
+    OpDesc op;
+    Layout a, b, d;  // w, x, y (C = D)
+    cublasLtMatmulAlgo_t algo{};
+};
+
+Layout make_layout(uint64_t rows, uint64_t cols, int64_t ld) {
+    cublasLtMatrixLayout_t layout = nullptr;
+    check_cublas(cublasLtMatrixLayoutCreate(&layout, CUDA_R_16BF, rows, cols, ld),
+                 "cublasLtMatrixLayoutCreate");
+    return Layout(layout);
+}
+
+template <typename T>
+void set_op_attr(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attr, const T& value) {
+    check_cublas(cublasLtMatmulDescSetAttribute(desc, attr, &value, sizeof(value)),
+                 "cublasLtMatmulDescSetAttribute");
+}
+
+template <typename T>
+void set_pref_attr(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr,
+                   const T& value) {
+    check_cublas(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)),
+                 "cublasLtMatmulPreferenceSetAttribute");
+}
+
+void check_bf16_cuda(const Tensor& t, const char* name) {
+    MI_CHECK(t.device() == Device::kCUDA && t.dtype() == DType::kBF16 && t.is_contiguous(),
+             "gemm: {} must be a contiguous bf16 CUDA tensor, got {}", name, t.describe());
+}
+
+}  // namespace
+
+struct Gemm::Impl {
+    cublasLtHandle_t handle = nullptr;
+    DeviceBuffer workspace{kWorkspaceBytes};
+    std::unordered_map<Key, Plan, KeyHash> plans;
+
+    const Plan& plan_for(const Key& key);
+};
+
+const Plan& Gemm::Impl::plan_for(const Key& key) {
+    if (auto it = plans.find(key); it != plans.end()) return it->second;
+
+    Plan plan;
+    cublasLtMatmulDesc_t op = nullptr;
+    check_cublas(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+                 "cublasLtMatmulDescCreate");
+    plan.op.reset(op);
+    set_op_attr(op, CUBLASLT_MATMUL_DESC_TRANSA, cublasOperation_t(CUBLAS_OP_T));
+    set_op_attr(op, CUBLASLT_MATMUL_DESC_TRANSB, cublasOperation_t(CUBLAS_OP_N));
+    if (key.has_bias) {
+        set_op_attr(op, CUBLASLT_MATMUL_DESC_EPILOGUE, cublasLtEpilogue_t(CUBLASLT_EPILOGUE_BIAS));
+        set_op_attr(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(CUDA_R_16BF));
+    }
+    plan.a = make_layout(uint64_t(key.k), uint64_t(key.n), key.k);
+    plan.b = make_layout(uint64_t(key.k), uint64_t(key.m), key.k);
+    plan.d = make_layout(uint64_t(key.n), uint64_t(key.m), key.n);
+
+    cublasLtMatmulPreference_t pref_raw = nullptr;
+    check_cublas(cublasLtMatmulPreferenceCreate(&pref_raw), "cublasLtMatmulPreferenceCreate");
+    Preference pref(pref_raw);
+    set_pref_attr(pref_raw, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, uint64_t(kWorkspaceBytes));
+    // Split-K partial sums stay fp32 (out of place, in the workspace): the in-place and output-type
+    // schemes would add the partial sums in bf16 and break the fp32-accumulation promise.
+    set_pref_attr(pref_raw, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                  uint32_t(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE));
+    set_pref_attr(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_w);
+    set_pref_attr(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_x);
+    set_pref_attr(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_y);
+    set_pref_attr(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_y);
+
+    cublasLtMatmulHeuristicResult_t result{};
+    int num_results = 0;
+    check_cublas(
+        cublasLtMatmulAlgoGetHeuristic(handle, op, plan.a.get(), plan.b.get(), plan.d.get(),
+                                       plan.d.get(), pref_raw, 1, &result, &num_results),
+        "cublasLtMatmulAlgoGetHeuristic");
+    MI_CHECK(
+        num_results > 0,
+        "gemm: cuBLASLt has no algorithm for m={} n={} k={} bias={} (alignment x {} w {} y {})",
+        key.m, key.n, key.k, key.has_bias, key.align_x, key.align_w, key.align_y);
+    plan.algo = result.algo;
+    return plans.emplace(key, std::move(plan)).first->second;
+}
+
+Gemm::Gemm() : impl_(std::make_unique<Impl>()) {
+    check_cublas(cublasLtCreate(&impl_->handle), "cublasLtCreate");
+}
+
+Gemm::~Gemm() {
+    impl_->plans.clear();  // descriptors before the handle
+    if (impl_->handle) cublasLtDestroy(impl_->handle);
+}
+
+void Gemm::run(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
+               cudaStream_t stream) {
+    check_bf16_cuda(x, "x");
+    check_bf16_cuda(w, "w");
+    check_bf16_cuda(y, "y");
+    MI_CHECK(w.ndim() == 2, "gemm: w must be [n, k], got {}", w.describe());
+    const int64_t n = w.size(0), k = w.size(1);
+    MI_CHECK(k > 0 && x.ndim() >= 1 && x.size(-1) == k, "gemm: x {} does not end in k = {}",
+             x.describe(), k);
+    const int64_t m = x.numel() / k;
+    MI_CHECK(y.numel() == m * n && y.size(-1) == n, "gemm: y {} must hold [{}, {}]", y.describe(),
+             m, n);
+    if (bias) {
+        check_bf16_cuda(*bias, "bias");
+        MI_CHECK(bias->ndim() == 1 && bias->size(0) == n, "gemm: bias {} must be [{}]",
+                 bias->describe(), n);
+    }
+    if (m == 0 || n == 0) return;
+
+    const Key key{m,
+                  n,
+                  k,
+                  bias != nullptr,
+                  alignment_of(x.raw()),
+                  alignment_of(w.raw()),
+                  alignment_of(y.raw())};
+    const Plan& plan = impl_->plan_for(key);
+    if (bias) set_op_attr(plan.op.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias->raw());
+    const float alpha = 1.f, beta = 0.f;
+    check_cublas(
+        cublasLtMatmul(impl_->handle, plan.op.get(), &alpha, w.raw(), plan.a.get(), x.raw(),
+                       plan.b.get(), &beta, y.raw(), plan.d.get(), y.raw(), plan.d.get(),
+                       &plan.algo, impl_->workspace.data(), kWorkspaceBytes, stream),
+        "cublasLtMatmul");
+}
+
+}  // namespace miniinfer::cuda

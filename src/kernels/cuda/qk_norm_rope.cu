@@ -1,0 +1,158 @@
+// Fused per-head RMSNorm (Qwen3) + NeoX rotary + paged K/V store, straight from the QKV GEMM's
+// output row, so that q, k and v make one trip through memory between the GEMM and attention.
+//
+// One warp per (token, head): a head of head_dim ≤ 256 bf16 fits in registers as kPerLane
+// values per lane, element i = lane + 32 * j. With that layout the rotary partner of element
+// j (i + head_dim / 2) is element j + kPerLane / 2 of the same lane, so rotation needs no
+// shuffles and the only cross-lane step is the norm's sum of squares. Loads and stores are
+// coalesced 64-byte rows per j.
+#include "kernels/cuda/qk_norm_rope.h"
+
+#include <cuda_bf16.h>
+
+#include "core/cuda/cuda_check.h"
+
+namespace miniinfer::cuda {
+namespace {
+
+constexpr int kWarps = 4;  // heads per block
+
+__device__ __forceinline__ float round_bf16(float v) {
+    return __bfloat162float(__float2bfloat16(v));
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+
+// qkv: [n, num_heads + 2 * num_kv_heads, kHeadDim]; q_norm, k_norm: [kHeadDim] or null;
+// positions, slot_mapping: [n]; inv_freq: [kHeadDim / 2];
+// q_out: [n, num_heads, kHeadDim]; k_cache, v_cache: [num_slots, num_kv_heads, kHeadDim].
+// Grid: (n, ceil(total_heads / kWarps)); block: kWarps warps, one head each.
+template <int kHeadDim>
+__global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_store_kernel(
+    const __nv_bfloat16* __restrict__ qkv, const __nv_bfloat16* __restrict__ q_norm,
+    const __nv_bfloat16* __restrict__ k_norm, float eps, const int32_t* __restrict__ positions,
+    const float* __restrict__ inv_freq, const int32_t* __restrict__ slot_mapping, int num_heads,
+    int num_kv_heads, __nv_bfloat16* __restrict__ q_out, __nv_bfloat16* __restrict__ k_cache,
+    __nv_bfloat16* __restrict__ v_cache) {
+    constexpr int kPerLane = kHeadDim / 32, kHalf = kPerLane / 2;
+    const int total_heads = num_heads + 2 * num_kv_heads;
+    const int t = blockIdx.x, lane = threadIdx.x % 32;
+    const int head = blockIdx.y * kWarps + threadIdx.x / 32;
+    if (head >= total_heads) return;
+    const __nv_bfloat16* src = qkv + (int64_t(t) * total_heads + head) * kHeadDim;
+
+    if (head >= num_heads + num_kv_heads) {  // V: a plain copy into its slot
+        const int kv_head = head - num_heads - num_kv_heads;
+        __nv_bfloat16* dst =
+            v_cache + (int64_t(slot_mapping[t]) * num_kv_heads + kv_head) * kHeadDim;
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) dst[lane + 32 * j] = src[lane + 32 * j];
+        return;
+    }
+
+    float x[kPerLane];
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) x[j] = __bfloat162float(src[lane + 32 * j]);
+
+    const bool is_q = head < num_heads;
+    if (const __nv_bfloat16* w = is_q ? q_norm : k_norm) {
+        float sum_sq = 0.f;
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) sum_sq += x[j] * x[j];
+        const float inv_rms = rsqrtf(warp_sum(sum_sq) / float(kHeadDim) + eps);
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j)
+            x[j] = round_bf16(round_bf16(x[j] * inv_rms) * __bfloat162float(w[lane + 32 * j]));
+    }
+
+    const float pos = float(positions[t]);
+#pragma unroll
+    for (int j = 0; j < kHalf; ++j) {
+        float sin_a, cos_a;
+        sincosf(pos * inv_freq[lane + 32 * j], &sin_a, &cos_a);
+        const float a = x[j], b = x[j + kHalf];
+        x[j] = a * cos_a - b * sin_a;
+        x[j + kHalf] = b * cos_a + a * sin_a;
+    }
+
+    __nv_bfloat16* dst =
+        is_q ? q_out + (int64_t(t) * num_heads + head) * kHeadDim
+             : k_cache + (int64_t(slot_mapping[t]) * num_kv_heads + head - num_heads) * kHeadDim;
+#pragma unroll
+    for (int j = 0; j < kPerLane; ++j) dst[lane + 32 * j] = __float2bfloat16(x[j]);
+}
+
+bool is_cuda(const Tensor& t, DType dtype) {
+    return t.device() == Device::kCUDA && t.dtype() == dtype && t.is_contiguous();
+}
+
+}  // namespace
+
+void qk_norm_rope_store(const Tensor& qkv, const Tensor* q_norm, const Tensor* k_norm, float eps,
+                        const Tensor& positions, const Tensor& inv_freq, const Tensor& slot_mapping,
+                        int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, Tensor& q_out,
+                        Tensor& k_cache, Tensor& v_cache, cudaStream_t stream) {
+    MI_LAUNCH_CHECK(num_heads > 0 && num_kv_heads > 0,
+                    "qk_norm_rope_store: head counts must be positive");
+    const int64_t total_heads = num_heads + 2 * num_kv_heads;
+    MI_LAUNCH_CHECK(
+        is_cuda(qkv, DType::kBF16) && qkv.ndim() == 2 && qkv.size(1) == total_heads * head_dim,
+        "qk_norm_rope_store: qkv must be a contiguous [n, (heads + 2 * kv_heads) * head_dim] bf16 "
+        "CUDA tensor");
+    const int64_t n = qkv.size(0);
+    for (const Tensor* w : {q_norm, k_norm})
+        MI_LAUNCH_CHECK(
+            !w || (is_cuda(*w, DType::kBF16) && w->ndim() == 1 && w->size(0) == head_dim),
+            "qk_norm_rope_store: q_norm / k_norm must be [head_dim] bf16 CUDA tensors");
+    MI_LAUNCH_CHECK(
+        is_cuda(positions, DType::kI32) && positions.ndim() == 1 && positions.size(0) == n,
+        "qk_norm_rope_store: positions must be [n] i32 CUDA");
+    MI_LAUNCH_CHECK(
+        is_cuda(slot_mapping, DType::kI32) && slot_mapping.ndim() == 1 && slot_mapping.size(0) == n,
+        "qk_norm_rope_store: slot_mapping must be [n] i32 CUDA");
+    MI_LAUNCH_CHECK(
+        is_cuda(inv_freq, DType::kF32) && inv_freq.ndim() == 1 && inv_freq.size(0) == head_dim / 2,
+        "qk_norm_rope_store: inv_freq must be [head_dim / 2] f32 CUDA");
+    MI_LAUNCH_CHECK(is_cuda(q_out, DType::kBF16) && q_out.size(0) == n &&
+                        q_out.numel() == n * num_heads * head_dim,
+                    "qk_norm_rope_store: q_out must be [n, num_heads, head_dim] bf16 CUDA");
+    for (const Tensor* cache : {&k_cache, &v_cache})
+        MI_LAUNCH_CHECK(
+            is_cuda(*cache, DType::kBF16) && cache->ndim() == 4 && cache->size(2) == num_kv_heads &&
+                cache->size(3) == head_dim,
+            "qk_norm_rope_store: k_cache / v_cache must be [num_pages, page_size, num_kv_heads, "
+            "head_dim] bf16 CUDA");
+    MI_LAUNCH_CHECK(k_cache.shape() == v_cache.shape(),
+                    "qk_norm_rope_store: k_cache and v_cache differ in shape");
+    if (n == 0) return;
+    MI_LAUNCH_CHECK(n <= INT32_MAX && total_heads <= 65535 * kWarps,
+                    "qk_norm_rope_store: batch too large for one grid");
+
+    // The head sizes compiled in, one instance each.
+    decltype(&qk_norm_rope_store_kernel<64>) kernel = nullptr;
+    switch (head_dim) {
+        case 64:
+            kernel = qk_norm_rope_store_kernel<64>;
+            break;
+        case 128:
+            kernel = qk_norm_rope_store_kernel<128>;
+            break;
+        case 256:
+            kernel = qk_norm_rope_store_kernel<256>;
+            break;
+        default:
+            MI_LAUNCH_CHECK(false, "qk_norm_rope_store: head_dim must be 64, 128 or 256");
+    }
+    const dim3 grid(unsigned(n), unsigned((total_heads + kWarps - 1) / kWarps));
+    kernel<<<grid, kWarps * 32, 0, stream>>>(
+        qkv.data<__nv_bfloat16>(), q_norm ? q_norm->data<__nv_bfloat16>() : nullptr,
+        k_norm ? k_norm->data<__nv_bfloat16>() : nullptr, eps, positions.data<int32_t>(),
+        inv_freq.data<float>(), slot_mapping.data<int32_t>(), int(num_heads), int(num_kv_heads),
+        q_out.data<__nv_bfloat16>(), k_cache.data<__nv_bfloat16>(), v_cache.data<__nv_bfloat16>());
+    MI_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace miniinfer::cuda

@@ -1,0 +1,31 @@
+// The fused step between the QKV GEMM and attention (see qk_norm_rope.cu).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace miniinfer::cuda {
+
+// For every token t of the batch, reading its row of the QKV GEMM output:
+//   q_out[t, h]                    = rope(rms_norm_per_head(q[t, h], q_norm), positions[t])
+//   k_cache[slot_mapping[t], kvh]  = rope(rms_norm_per_head(k[t, kvh], k_norm), positions[t])
+//   v_cache[slot_mapping[t], kvh]  = v[t, kvh]
+// qkv: [n, (num_heads + 2 * num_kv_heads) * head_dim] bf16 (q heads, then k heads, then v heads)
+// q_norm, k_norm: [head_dim] bf16, or both nullptr (Qwen2: no per-head norm)
+// positions: [n] i32; inv_freq: [head_dim / 2] f32 (the CPU Rotary's values, uploaded once)
+// slot_mapping: [n] i32, slot = page * page_size + offset, every slot valid and distinct
+// k_cache, v_cache: [num_pages, page_size, num_kv_heads, head_dim] bf16 (mutated at the slots only)
+// q_out: [n, num_heads, head_dim] bf16
+// Rotary is NeoX style (the two halves of a head rotate together). Rounding as Hugging Face on
+// bf16: the norm in fp32, normalised value rounded to bf16, times the weight rounded to bf16;
+// the rotation in fp32 on those bf16 values, angle = float(pos) * inv_freq, then one rounding.
+// head_dim must be 64, 128 or 256. All tensors contiguous on the CUDA device.
+void qk_norm_rope_store(const Tensor& qkv, const Tensor* q_norm, const Tensor* k_norm, float eps,
+                        const Tensor& positions, const Tensor& inv_freq, const Tensor& slot_mapping,
+                        int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, Tensor& q_out,
+                        Tensor& k_cache, Tensor& v_cache, cudaStream_t stream);
+
+}  // namespace miniinfer::cuda
