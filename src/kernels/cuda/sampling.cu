@@ -1,0 +1,646 @@
+// Sampling: one block per row, the CPU reference sampler's decisions (layers/sampler.cpp).
+//
+// The CPU sorts; we never do. Every token is ranked by (penalised logit desc, id asc), which is
+// also the order of its weight w = exp((x - max) / T): exp is monotone, so a float key of x
+// decides top_k and top_p exactly, ties included. A cut in that order is found by a radix
+// select over the 32-bit order-preserving key of x (digits of 11, 11, 10 bits): each level is
+// one pass over the row building a shared-memory histogram of counts (top_k) or double weights
+// (top_p), restricted to the bucket chosen so far. Equal keys at the cut are split by id with
+// one extra pass. The draw then walks the kept set in id order, as the CPU does: warps own
+// contiguous id ranges, so a block-wide prefix over warp sums finds the warp, and that warp's
+// scan finds the token. Weights are doubles, as on the CPU, so the only differences are the
+// order of floating-point sums (relative 1e-16) at a top_p or draw boundary.
+//
+// The row stays in global memory (151,936 floats do not fit in shared memory) and each pass
+// re-reads it; penalties and masking are recomputed per read rather than stored, so the raw
+// logits survive for the logprobs (only masked ids are overwritten, after the raw passes).
+#include "kernels/cuda/sampling.h"
+
+#include <climits>
+#include <cstdint>
+
+#include "core/cuda/cuda_check.h"
+#include "layers/philox.h"
+
+namespace miniinfer::cuda {
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
+constexpr int kUnroll = 4;  // loads in flight per thread per pass
+constexpr int kBins = 2048;  // 11-bit radix digits
+constexpr int kBinsPerThread = kBins / kThreads;
+constexpr unsigned kFull = 0xffffffffu;
+constexpr int kMaxTopLogprobs = 32;
+
+__device__ __forceinline__ float neg_inf() { return __int_as_float(int(0xff800000u)); }
+
+// Larger float ↔ larger key (for all non-NaN floats).
+__device__ __forceinline__ uint32_t order_key(float x) {
+    const uint32_t u = __float_as_uint(x);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float key_value(uint32_t key) {
+    return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
+}
+
+// A prefix of the order (key desc, id asc): everything above `key`, and the tokens at `key`
+// up to id `last_id`.
+struct Cut {
+    uint32_t key;
+    int32_t last_id;
+    __device__ bool keeps(uint32_t k, int id) const { return k > key || (k == key && id <= last_id); }
+};
+__device__ __forceinline__ Cut keep_all() { return {0u, INT_MAX}; }
+
+struct ArgMax {
+    float value;
+    int idx;
+    __device__ void update(float x, int i) {
+        if (x > value || (x == value && i < idx)) value = x, idx = i;
+    }
+};
+
+// Online log-sum-exp: s = sum exp(x - m).
+struct LogSumExp {
+    float m, s;
+    __device__ void update(float x) {
+        if (x == neg_inf()) return;
+        if (x > m) {
+            s = s * expf(m - x) + 1.f;
+            m = x;
+        } else {
+            s += expf(x - m);
+        }
+    }
+};
+
+__device__ ArgMax combine(ArgMax a, ArgMax b) {
+    return (b.value > a.value || (b.value == a.value && b.idx < a.idx)) ? b : a;
+}
+__device__ LogSumExp combine(LogSumExp a, LogSumExp b) {
+    if (a.m == neg_inf()) return b;
+    if (b.m == neg_inf()) return a;
+    const float m = fmaxf(a.m, b.m);
+    return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
+}
+
+__device__ ArgMax shfl_xor(ArgMax v, int o) {
+    return {__shfl_xor_sync(kFull, v.value, o), __shfl_xor_sync(kFull, v.idx, o)};
+}
+__device__ LogSumExp shfl_xor(LogSumExp v, int o) {
+    return {__shfl_xor_sync(kFull, v.m, o), __shfl_xor_sync(kFull, v.s, o)};
+}
+
+// log_softmax(x) = (x - m) - log(s): x - m first, so a large max costs no precision.
+struct LogSoftmax {
+    float m, log_s;
+    __device__ float operator()(float x) const { return (x - m) - log_s; }
+};
+
+struct Scratch {
+    uint32_t count[kBins];  // histogram of the current radix level
+    double mass[kBins];
+    ArgMax argmax_slots[kWarps];
+    LogSumExp lse_slots[kWarps];
+    uint32_t u_slots[kWarps];
+    double d_slots[kWarps];
+    int i_slots[kWarps];
+    int found_r, last_r;
+    uint32_t above_u;
+    double above_d, rem_d;
+    int pick_warp, result;
+    uint32_t floor_key;
+    int num_gathered;
+    int gather_id[kMaxTopLogprobs];
+    uint32_t gather_key[kMaxTopLogprobs];
+};
+
+// Every thread gets the combination of all threads' values (in a fixed order).
+template <typename T>
+__device__ T block_combine(T v, T* slots) {
+    for (int o = 16; o > 0; o /= 2) v = combine(v, shfl_xor(v, o));
+    __syncthreads();  // slots may still be read from a previous call
+    if (threadIdx.x % 32 == 0) slots[threadIdx.x / 32] = v;
+    __syncthreads();
+    T r = slots[0];
+    for (int w = 1; w < kWarps; ++w) r = combine(r, slots[w]);
+    return r;
+}
+
+template <typename T>
+__device__ T warp_inclusive_sum(T v) {
+    const int lane = threadIdx.x % 32;
+    for (int o = 1; o < 32; o *= 2) {
+        const T y = __shfl_up_sync(kFull, v, o);
+        if (lane >= o) v += y;
+    }
+    return v;
+}
+
+// Exclusive prefix of v over threads in thread order; total: the sum of all.
+template <typename T>
+__device__ T block_exclusive_sum(T v, T* slots, T& total) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const T incl = warp_inclusive_sum(v);
+    const T prev = __shfl_up_sync(kFull, incl, 1);
+    __syncthreads();
+    if (lane == 31) slots[warp] = incl;
+    __syncthreads();
+    T before = 0, all = 0;
+    for (int w = 0; w < kWarps; ++w) {
+        if (w < warp) before += slots[w];
+        all += slots[w];
+    }
+    total = all;
+    return before + (lane > 0 ? prev : T(0));
+}
+
+// Calls fn(i, valid, x) for every i of the row, kUnroll coalesced loads issued before use.
+// The loop bounds are uniform across the block, so fn may use warp collectives.
+template <typename Load, typename Fn>
+__device__ void for_each(int vocab, const Load& load, const Fn& fn) {
+    for (int base = 0; base < vocab; base += kThreads * kUnroll) {
+        float x[kUnroll];
+#pragma unroll
+        for (int k = 0; k < kUnroll; ++k) {
+            const int i = base + k * kThreads + int(threadIdx.x);
+            x[k] = i < vocab ? load(i) : 0.f;
+        }
+#pragma unroll
+        for (int k = 0; k < kUnroll; ++k) {
+            const int i = base + k * kThreads + int(threadIdx.x);
+            fn(i, i < vocab, x[k]);
+        }
+    }
+}
+
+// Warp-aggregated histogram add: lanes with the same digit add once, so the few hot buckets
+// of a logit distribution do not serialise a warp's shared-memory atomics.
+template <bool kMass>
+__device__ void hist_add(bool active, uint32_t digit, double w, Scratch& s) {
+    const unsigned any = __ballot_sync(kFull, active);
+    if (any == 0) return;
+    const int lane = threadIdx.x % 32;
+    const unsigned peers = __match_any_sync(kFull, active ? digit : 0xffffffffu);
+    const bool leader = active && lane == __ffs(peers) - 1;
+    if constexpr (kMass) {
+        double sum = 0.0;
+        for (unsigned m = any; m != 0; m &= m - 1) {
+            const int j = __ffs(m) - 1;  // uniform across the warp
+            const double wj = __shfl_sync(kFull, w, j);
+            if (peers & (1u << j)) sum += wj;
+        }
+        if (leader) atomicAdd(&s.mass[digit], sum);
+    }
+    if (leader) atomicAdd(&s.count[digit], uint32_t(__popc(peers)));
+}
+
+// Over hist[0, num_bins) (higher digit = larger key), the largest bin whose total with all
+// bins above it reaches target (or, at level 0 with fraction > 0, fraction * the total).
+// Returns the bin; above = the total of the bins above it. Falls back to the lowest non-empty
+// bin if rounding keeps the target out of reach.
+template <typename T>
+__device__ int find_cut_bin(const T* hist, int num_bins, T target, double fraction, T* slots,
+                            T* above_slot, Scratch& s, T& above, T& total) {
+    const int tid = threadIdx.x;
+    T v[kBinsPerThread];
+    T run = 0;
+#pragma unroll
+    for (int j = 0; j < kBinsPerThread; ++j) {
+        const int r = tid * kBinsPerThread + j;  // r = 0 is the top bin
+        v[j] = r < num_bins ? hist[num_bins - 1 - r] : T(0);
+        run += v[j];
+    }
+    const T excl = block_exclusive_sum(run, slots, total);
+    if (fraction > 0.0) target = T(fraction * double(total));
+    if (tid == 0) s.found_r = INT_MAX, s.last_r = -1;
+    __syncthreads();
+    T cum = excl;
+    int found = INT_MAX, last = -1;
+#pragma unroll
+    for (int j = 0; j < kBinsPerThread; ++j) {
+        cum += v[j];
+        if (v[j] > T(0)) {
+            last = tid * kBinsPerThread + j;
+            if (found == INT_MAX && cum >= target) found = last;
+        }
+    }
+    if (found != INT_MAX) atomicMin(&s.found_r, found);
+    if (last >= 0) atomicMax(&s.last_r, last);
+    __syncthreads();
+    const int r = s.found_r != INT_MAX ? s.found_r : max(s.last_r, 0);  // 0: only with NaNs
+    if (r / kBinsPerThread == tid) {
+        T c = excl;
+        for (int j = 0; j < r % kBinsPerThread; ++j) c += v[j];
+        *above_slot = c;
+    }
+    __syncthreads();
+    above = *above_slot;
+    return num_bins - 1 - r;
+}
+
+// The id of the n-th (1-based) token in id order with pred(i). Warps own contiguous ranges.
+template <typename Pred>
+__device__ int nth_in_id_order(int vocab, const Pred& pred, int n, Scratch& s) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int seg = ((vocab + kWarps - 1) / kWarps + 31) / 32 * 32;
+    const int begin = warp * seg, end = min(begin + seg, vocab);
+    int count = 0;
+    for (int base = begin; base < end; base += 32) {
+        const int i = base + lane;
+        count += __popc(__ballot_sync(kFull, i < end && pred(i)));
+    }
+    __syncthreads();
+    if (lane == 0) s.i_slots[warp] = count;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int before = 0, w = 0;
+        while (w < kWarps - 1 && before + s.i_slots[w] < n) before += s.i_slots[w++];
+        s.pick_warp = w;
+        s.found_r = n - before;  // rank inside that warp's range
+        s.result = INT_MAX;      // unreachable unless n exceeds the count
+    }
+    __syncthreads();
+    if (warp == s.pick_warp) {
+        int left = s.found_r;
+        for (int base = begin; base < end; base += 32) {
+            const int i = base + lane;
+            unsigned hits = __ballot_sync(kFull, i < end && pred(i));
+            const int c = __popc(hits);
+            if (left <= c) {
+                while (--left > 0) hits &= hits - 1;
+                if (lane == 0) s.result = base + __ffs(hits) - 1;
+                break;
+            }
+            left -= c;
+        }
+    }
+    __syncthreads();
+    return s.result;
+}
+
+// The cut of the order (key desc, id asc) over tokens with in_set(i, key) where the running
+// count reaches top_count (kMass false: top_k), or the running weight reaches top_fraction of
+// the set's total weight (kMass: top_p). keep_all() when the whole set fits in top_count.
+template <bool kMass, typename Load, typename InSet, typename Weight>
+__device__ Cut select_cut(int vocab, const Load& load, const InSet& in_set, const Weight& weight,
+                          uint32_t top_count, double top_fraction, Scratch& s) {
+    uint32_t prefix = 0, prefix_mask = 0;
+    uint32_t target_count = top_count;
+    double target_mass = 0.0;
+    int shift = 32, bin = 0;
+    for (int level = 0; level < 3; ++level) {
+        const int bits = level < 2 ? 11 : 10;
+        const int num_bins = 1 << bits;
+        shift -= bits;
+        __syncthreads();  // the previous level's histogram may still be read
+        for (int b = threadIdx.x; b < num_bins; b += kThreads) {
+            s.count[b] = 0;
+            if (kMass) s.mass[b] = 0.0;
+        }
+        __syncthreads();
+        for_each(vocab, load, [&](int i, bool valid, float x) {
+            const uint32_t key = order_key(x);
+            const bool active = valid && (key & prefix_mask) == prefix && in_set(i, key);
+            const double w = (kMass && active) ? weight(x) : 0.0;
+            hist_add<kMass>(active, (key >> shift) & uint32_t(num_bins - 1), w, s);
+        });
+        __syncthreads();
+        if constexpr (kMass) {
+            double above, total;
+            bin = find_cut_bin<double>(s.mass, num_bins, target_mass, level == 0 ? top_fraction : 0.0,
+                                       s.d_slots, &s.above_d, s, above, total);
+            if (level == 0) target_mass = top_fraction * total;
+            target_mass -= above;
+        } else {
+            uint32_t above, total;
+            bin = find_cut_bin<uint32_t>(s.count, num_bins, target_count, 0.0, s.u_slots,
+                                         &s.above_u, s, above, total);
+            if (level == 0 && total <= top_count) return keep_all();
+            target_count -= above;
+        }
+        prefix |= uint32_t(bin) << shift;
+        prefix_mask |= uint32_t(num_bins - 1) << shift;
+    }
+    // Tokens with key == prefix all have the same weight; keep the first `need` of them by id.
+    const int num_equal = int(s.count[bin]);
+    int need;
+    if constexpr (kMass) {
+        const double w = s.mass[bin] / num_equal;
+        need = w > 0.0 ? int(ceil(target_mass / w)) : num_equal;
+    } else {
+        need = int(target_count);
+    }
+    need = max(1, min(need, num_equal));
+    if (need == num_equal) return {prefix, INT_MAX};
+    const int last_id = nth_in_id_order(
+        vocab,
+        [&](int i) {
+            const uint32_t key = order_key(load(i));
+            return key == prefix && in_set(i, key);
+        },
+        need, s);
+    return {prefix, last_id};
+}
+
+// The inverse CDF in id order over the kept tokens, as the CPU walks it: the first kept token
+// whose running weight exceeds u * total; the last kept token if rounding never gets there.
+template <typename Load, typename Kept, typename Weight>
+__device__ int draw(int vocab, const Load& load, const Kept& kept, const Weight& weight, float u,
+                    Scratch& s) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int seg = ((vocab + kWarps - 1) / kWarps + 31) / 32 * 32;
+    const int begin = warp * seg, end = min(begin + seg, vocab);
+    double sum = 0.0;
+    int last = -1;
+    for (int i = begin + lane; i < end; i += 32) {
+        const float x = load(i);
+        if (kept(i, x)) sum += weight(x), last = i;
+    }
+    for (int o = 16; o > 0; o /= 2) {
+        sum += __shfl_xor_sync(kFull, sum, o);
+        last = max(last, __shfl_xor_sync(kFull, last, o));
+    }
+    __syncthreads();
+    if (lane == 0) s.d_slots[warp] = sum, s.i_slots[warp] = last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double total = 0.0;
+        for (int w = 0; w < kWarps; ++w) total += s.d_slots[w];
+        const double target = double(u) * total;
+        double cum = 0.0;
+        s.pick_warp = -1;
+        s.result = -1;
+        for (int w = 0; w < kWarps; ++w) {
+            if (s.i_slots[w] >= 0) s.result = s.i_slots[w];  // the last kept token so far
+            if (s.pick_warp < 0 && s.d_slots[w] > 0.0 && cum + s.d_slots[w] > target) {
+                s.pick_warp = w;
+                s.rem_d = target - cum;
+            }
+            cum += s.d_slots[w];
+        }
+    }
+    __syncthreads();
+    if (warp == s.pick_warp) {
+        const double rem = s.rem_d;
+        double carry = 0.0;
+        int found = -1;
+        for (int base = begin; base < end; base += 32) {
+            const int i = base + lane;
+            bool k = false;
+            double w = 0.0;
+            if (i < end) {
+                const float x = load(i);
+                k = kept(i, x);
+                if (k) w = weight(x);
+            }
+            const double incl = warp_inclusive_sum(w);
+            const unsigned hit = __ballot_sync(kFull, k && carry + incl > rem);
+            if (hit) {
+                found = base + __ffs(hit) - 1;
+                break;
+            }
+            carry += __shfl_sync(kFull, incl, 31);
+        }
+        if (lane == 0) s.result = found >= 0 ? found : s.i_slots[warp];
+    }
+    __syncthreads();
+    return s.result;
+}
+
+struct SampleArgs {
+    float* logits;                 // [rows, vocab]
+    int vocab;
+    const RowSampling* params;     // [rows]
+    const int32_t* counts;         // [rows, vocab] or null
+    const uint8_t* prompt_mask;    // [rows, vocab] or null
+    const int32_t* mask_ids;       // [num_mask_ids]
+    int num_mask_ids;
+    int max_logprobs;
+    int32_t* tokens;               // [rows]
+    float* logprobs;               // [rows]
+    int32_t* top_ids;              // [rows, max_logprobs] or null
+    float* top_logprobs;           // [rows, max_logprobs] or null
+};
+
+// The row's num_top best raw logprobs, best first, ties by lower id.
+__device__ void write_top_logprobs(const SampleArgs& a, const float* raw, int64_t row, int num_top,
+                                   LogSoftmax log_softmax, Scratch& s) {
+    const int vocab = a.vocab;
+    const auto load = [raw](int i) { return raw[i]; };
+    const auto all = [](int, uint32_t) { return true; };
+    const auto no_weight = [](float) { return 0.0; };
+    const Cut cut = select_cut<false>(vocab, load, all, no_weight, uint32_t(num_top), 0.0, s);
+    if (threadIdx.x == 0) s.num_gathered = 0;
+    __syncthreads();
+    for_each(vocab, load, [&](int i, bool valid, float x) {
+        const uint32_t key = order_key(x);
+        if (valid && cut.keeps(key, i)) {
+            const int slot = atomicAdd(&s.num_gathered, 1);
+            if (slot < kMaxTopLogprobs) s.gather_id[slot] = i, s.gather_key[slot] = key;
+        }
+    });
+    __syncthreads();
+    const int n = min(s.num_gathered, num_top);
+    const int j = threadIdx.x;
+    if (j < n) {
+        const uint32_t key = s.gather_key[j];
+        const int id = s.gather_id[j];
+        int rank = 0;
+        for (int m = 0; m < n; ++m)
+            rank += s.gather_key[m] > key || (s.gather_key[m] == key && s.gather_id[m] < id);
+        a.top_ids[row * a.max_logprobs + rank] = id;
+        a.top_logprobs[row * a.max_logprobs + rank] = log_softmax(key_value(key));
+    }
+}
+
+__global__ void __launch_bounds__(kThreads, 2) sample_kernel(SampleArgs a) {
+    __shared__ Scratch s;
+    const int64_t row = blockIdx.x;
+    const int vocab = a.vocab;
+    const RowSampling p = a.params[row];
+    float* raw = a.logits + row * vocab;  // plain loads: masked ids are rewritten below
+
+    // Raw logits: log-softmax normaliser and argmax (the greedy token when nothing changes them).
+    ArgMax best = {neg_inf(), INT_MAX};
+    LogSumExp lse = {neg_inf(), 0.f};
+    for_each(vocab, [raw](int i) { return raw[i]; }, [&](int i, bool valid, float x) {
+        if (valid) best.update(x, i), lse.update(x);
+    });
+    best = block_combine(best, s.argmax_slots);
+    lse = block_combine(lse, s.lse_slots);
+    const LogSoftmax log_softmax = {lse.m, logf(lse.s)};
+
+    if (a.max_logprobs > 0) {
+        const int num_top = min(min(p.num_logprobs, a.max_logprobs), vocab);
+        for (int j = num_top + int(threadIdx.x); j < a.max_logprobs; j += kThreads) {
+            a.top_ids[row * a.max_logprobs + j] = -1;
+            a.top_logprobs[row * a.max_logprobs + j] = neg_inf();
+        }
+        if (num_top > 0) write_top_logprobs(a, raw, row, num_top, log_softmax, s);
+    }
+
+    // min_tokens masking, stored; then penalties, recomputed on every read.
+    if (p.mask_eos) {
+        __syncthreads();  // every raw read above is done
+        for (int j = threadIdx.x; j < a.num_mask_ids; j += kThreads) raw[a.mask_ids[j]] = neg_inf();
+        __syncthreads();
+    }
+    const bool penalised = a.counts != nullptr &&
+                           (p.repetition_penalty != 1.f || p.frequency_penalty != 0.f ||
+                            p.presence_penalty != 0.f);
+    const int32_t* counts = penalised ? a.counts + row * vocab : nullptr;
+    const uint8_t* prompt = penalised ? a.prompt_mask + row * vocab : nullptr;
+    const auto load = [=](int i) {
+        float x = raw[i];
+        if (counts != nullptr) {
+            const int c = counts[i];
+            if (p.repetition_penalty != 1.f && (c > 0 || prompt[i] != 0))
+                x = x > 0.f ? x / p.repetition_penalty : x * p.repetition_penalty;
+            if (c > 0)  // the CPU's double arithmetic, rounded once to float
+                x -= float(double(p.frequency_penalty) * c + double(p.presence_penalty));
+        }
+        return x;
+    };
+    if (penalised || p.mask_eos) {
+        best = {neg_inf(), INT_MAX};
+        for_each(vocab, load, [&](int i, bool valid, float x) {
+            if (valid) best.update(x, i);
+        });
+        best = block_combine(best, s.argmax_slots);
+    }
+
+    int token = best.idx;
+    if (p.temperature != 0.f) {
+        const double max_logit = best.value, temperature = p.temperature, min_p = p.min_p;
+        const auto weight = [=](float x) { return exp((double(x) - max_logit) / temperature); };
+        // The smallest key whose weight survives (w > 0, w >= min_p): 32-way search by warp 0.
+        if (threadIdx.x < 32) {
+            uint32_t lo = order_key(neg_inf()), hi = order_key(best.value);  // fails / passes
+            while (hi - lo > 1) {
+                const uint32_t probe = lo + uint32_t(uint64_t(hi - lo) * (threadIdx.x + 1) / 32);
+                const double w = weight(key_value(probe));
+                const unsigned pass = __ballot_sync(kFull, threadIdx.x < 31 && w > 0.0 && w >= min_p);
+                const int first = pass ? __ffs(pass) - 1 : 31;
+                const uint32_t new_hi = first < 31 ? __shfl_sync(kFull, probe, first) : hi;
+                lo = first > 0 ? __shfl_sync(kFull, probe, first - 1) : lo;
+                hi = new_hi;
+            }
+            if (threadIdx.x == 0) s.floor_key = hi;
+        }
+        __syncthreads();
+        const uint32_t floor_key = s.floor_key;
+
+        Cut top_k = keep_all();
+        if (p.top_k > 0 && p.top_k < vocab) {
+            const auto in_base = [=](int, uint32_t key) { return key >= floor_key; };
+            top_k = select_cut<false>(vocab, load, in_base, weight, uint32_t(p.top_k), 0.0, s);
+        }
+        const auto in_top_k = [=](int i, uint32_t key) { return key >= floor_key && top_k.keeps(key, i); };
+        Cut top_p = keep_all();
+        if (p.top_p < 1.f) top_p = select_cut<true>(vocab, load, in_top_k, weight, 0u, p.top_p, s);
+        const auto kept = [=](int i, float x) {
+            const uint32_t key = order_key(x);
+            return in_top_k(i, key) && top_p.keeps(key, i);
+        };
+        token = draw(vocab, load, kept, weight, philox_uniform(p.seed, uint64_t(p.step)), s);
+    }
+    if (threadIdx.x == 0) {
+        a.tokens[row] = token;
+        a.logprobs[row] = log_softmax(raw[token]);  // a sampled token is never a masked one
+    }
+}
+
+__global__ void __launch_bounds__(kThreads) argmax_kernel(const float* logits, int vocab,
+                                                          int32_t* tokens) {
+    __shared__ ArgMax slots[kWarps];
+    const float* row = logits + int64_t(blockIdx.x) * vocab;
+    ArgMax best = {neg_inf(), INT_MAX};
+    for_each(vocab, [row](int i) { return __ldg(row + i); }, [&](int i, bool valid, float x) {
+        if (valid) best.update(x, i);
+    });
+    best = block_combine(best, slots);
+    if (threadIdx.x == 0) tokens[blockIdx.x] = best.idx;
+}
+
+bool is_cuda(const Tensor& t, DType dtype) {
+    return t.device() == Device::kCUDA && t.dtype() == dtype && t.is_contiguous();
+}
+
+}  // namespace
+
+size_t sampling_workspace_bytes(int64_t, int64_t) { return 0; }
+
+void sample(Tensor& logits, const Tensor& rows_params, const Tensor* counts,
+            const Tensor* prompt_mask, const Tensor& mask_ids, int64_t max_logprobs,
+            Tensor& tokens, Tensor& logprobs, Tensor* top_ids, Tensor* top_logprobs,
+            void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+    (void)workspace;
+    MI_LAUNCH_CHECK(is_cuda(logits, DType::kF32) && logits.ndim() == 2,
+                    "sample: logits must be a contiguous [rows, vocab] f32 CUDA tensor");
+    const int64_t rows = logits.size(0), vocab = logits.size(1);
+    MI_LAUNCH_CHECK(vocab > 0 && vocab < INT_MAX, "sample: vocab must be in [1, 2^31)");
+    MI_LAUNCH_CHECK(workspace_bytes >= sampling_workspace_bytes(rows, vocab),
+                    "sample: workspace smaller than sampling_workspace_bytes()");
+    MI_LAUNCH_CHECK(rows_params.device() == Device::kCUDA && rows_params.is_contiguous() &&
+                        rows_params.nbytes() == size_t(rows) * sizeof(RowSampling),
+                    "sample: rows_params must hold rows RowSampling structs on the GPU");
+    MI_LAUNCH_CHECK((counts == nullptr) == (prompt_mask == nullptr),
+                    "sample: counts and prompt_mask come together");
+    if (counts) {
+        MI_LAUNCH_CHECK(is_cuda(*counts, DType::kI32) && counts->shape() == logits.shape(),
+                        "sample: counts must be [rows, vocab] i32 CUDA");
+        MI_LAUNCH_CHECK(is_cuda(*prompt_mask, DType::kU8) && prompt_mask->shape() == logits.shape(),
+                        "sample: prompt_mask must be [rows, vocab] u8 CUDA");
+    }
+    const int64_t num_mask_ids = mask_ids.defined() ? mask_ids.numel() : 0;
+    MI_LAUNCH_CHECK(num_mask_ids == 0 || (is_cuda(mask_ids, DType::kI32) && mask_ids.ndim() == 1),
+                    "sample: mask_ids must be [n] i32 CUDA");
+    MI_LAUNCH_CHECK(is_cuda(tokens, DType::kI32) && tokens.numel() == rows,
+                    "sample: tokens must be [rows] i32 CUDA");
+    MI_LAUNCH_CHECK(is_cuda(logprobs, DType::kF32) && logprobs.numel() == rows,
+                    "sample: logprobs must be [rows] f32 CUDA");
+    MI_LAUNCH_CHECK(max_logprobs >= 0 && max_logprobs <= kMaxTopLogprobs,
+                    "sample: max_logprobs must be in [0, 32]");
+    if (max_logprobs > 0) {
+        MI_LAUNCH_CHECK(top_ids && is_cuda(*top_ids, DType::kI32) &&
+                            top_ids->numel() == rows * max_logprobs,
+                        "sample: top_ids must be [rows, max_logprobs] i32 CUDA");
+        MI_LAUNCH_CHECK(top_logprobs && is_cuda(*top_logprobs, DType::kF32) &&
+                            top_logprobs->numel() == rows * max_logprobs,
+                        "sample: top_logprobs must be [rows, max_logprobs] f32 CUDA");
+    }
+    if (rows == 0) return;
+    const SampleArgs args = {
+        logits.data<float>(),
+        int(vocab),
+        static_cast<const RowSampling*>(rows_params.raw()),
+        counts ? counts->data<int32_t>() : nullptr,
+        prompt_mask ? prompt_mask->data<uint8_t>() : nullptr,
+        num_mask_ids > 0 ? mask_ids.data<int32_t>() : nullptr,
+        int(num_mask_ids),
+        int(max_logprobs),
+        tokens.data<int32_t>(),
+        logprobs.data<float>(),
+        max_logprobs > 0 ? top_ids->data<int32_t>() : nullptr,
+        max_logprobs > 0 ? top_logprobs->data<float>() : nullptr,
+    };
+    sample_kernel<<<unsigned(rows), kThreads, 0, stream>>>(args);
+    MI_CUDA_CHECK(cudaGetLastError());
+}
+
+void argmax(const Tensor& logits, Tensor& tokens, cudaStream_t stream) {
+    MI_LAUNCH_CHECK(is_cuda(logits, DType::kF32) && logits.ndim() == 2,
+                    "argmax: logits must be a contiguous [rows, vocab] f32 CUDA tensor");
+    const int64_t rows = logits.size(0), vocab = logits.size(1);
+    MI_LAUNCH_CHECK(vocab > 0 && vocab < INT_MAX, "argmax: vocab must be in [1, 2^31)");
+    MI_LAUNCH_CHECK(is_cuda(tokens, DType::kI32) && tokens.numel() == rows,
+                    "argmax: tokens must be [rows] i32 CUDA");
+    if (rows == 0) return;
+    argmax_kernel<<<unsigned(rows), kThreads, 0, stream>>>(logits.data<float>(), int(vocab),
+                                                           tokens.data<int32_t>());
+    MI_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace miniinfer::cuda
