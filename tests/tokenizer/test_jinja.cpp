@@ -44,6 +44,9 @@ TEST(Jinja, ErrorsNameTheLine) {
     EXPECT_THROW(jinja::Template::parse("{% for %}"), Error);
     EXPECT_THROW(jinja::Template::parse("{{ 'unterminated }}"), Error);
     EXPECT_THROW(jinja::Template::parse("{% include 'x' %}"), Error);  // not supported: an error
+    EXPECT_THROW(jinja::Template::parse("{{ 99999999999999999999999 }}"), Error);
+    EXPECT_EQ(jinja::Template::parse("{{ 1e999 }}").render({}), "inf");
+    EXPECT_THROW(jinja::Template::parse("{{ 'x' * 1000000000000 }}").render({}), Error);
 }
 
 TEST(ChatTemplate, RejectsMalformedRequests) {

@@ -49,7 +49,7 @@ Value attribute_of(const Value& v, const std::string& path) {
         if (cur.is_dict()) {
             const Value* f = cur.as_dict().find(part);
             cur = f ? *f : Value(Undefined{part});
-        } else if (cur.is_list() && !part.empty() &&
+        } else if (cur.is_list() && !part.empty() && part.size() < 10 &&
                    std::all_of(part.begin(), part.end(), ::isdigit)) {
             const size_t idx = std::stoul(part);
             cur = idx < cur.as_list().size() ? cur.as_list()[idx] : Value(Undefined{part});

@@ -1,5 +1,8 @@
 #include "tokenizer/jinja/parser.h"
 
+#include <charconv>
+#include <cstdlib>
+
 #include "core/check.h"
 #include "tokenizer/jinja/lexer.h"
 
@@ -154,6 +157,14 @@ class Parser {
         return n;
     }
 
+    int64_t parse_int(const std::string& digits) const {
+        int64_t v = 0;
+        auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+        if (ec != std::errc() || end != digits.data() + digits.size())
+            error(fmt::format("integer literal {} is out of range", digits));
+        return v;
+    }
+
     static ExprPtr make(Expr::Kind kind, int line, std::string name = {}) {
         auto e = std::make_unique<Expr>();
         e->kind = kind, e->line = line, e->name = std::move(name);
@@ -279,8 +290,9 @@ class Parser {
             while (peek().kind == Token::kString) s += next().value;  // adjacent literals join
             return literal(std::move(s), tok.line);
         }
-        if (tok.kind == Token::kInt) return literal(int64_t(std::stoll(tok.value)), tok.line);
-        if (tok.kind == Token::kFloat) return literal(std::stod(tok.value), tok.line);
+        if (tok.kind == Token::kInt) return literal(parse_int(tok.value), tok.line);
+        if (tok.kind == Token::kFloat)
+            return literal(std::strtod(tok.value.c_str(), nullptr), tok.line);
         if (tok.kind == Token::kOp && tok.value == "(") {
             if (accept_op(")")) return make(Expr::kList, tok.line, "tuple");
             ExprPtr e = parse_expression();
@@ -331,7 +343,7 @@ class Parser {
                 if (peek().kind == Token::kInt) {  // foo.0 is foo[0]
                     g->kind = Expr::kGetItem;
                     g->children.push_back(std::move(e));
-                    g->children.push_back(literal(int64_t(std::stoll(next().value)), g->line));
+                    g->children.push_back(literal(parse_int(next().value), g->line));
                 } else {
                     g->name = expect_name();
                     g->children.push_back(std::move(e));

@@ -238,8 +238,11 @@ class Renderer {
             return l;
         }
         if (op == "*" && a.is_string() && b.is_int()) {
+            const int64_t n = std::max<int64_t>(b.as_int(), 0);
+            if (a.as_string().size() * double(n) > 1e8)
+                fail("string repetition result is too large");
             std::string s;
-            for (int64_t i = 0; i < b.as_int(); ++i) s += a.as_string();
+            for (int64_t i = 0; i < n; ++i) s += a.as_string();
             return s;
         }
         if (!a.is_number() || !b.is_number())
@@ -436,6 +439,8 @@ std::string Template::render(const Dict& context) const {
     try {
         r.exec(*body_, root, out);
     } catch (const Error& e) {
+        fail("chat template: line {}: {}", r.line(), e.what());
+    } catch (const std::exception& e) {  // e.g. std::bad_alloc from 'x' * 10**12
         fail("chat template: line {}: {}", r.line(), e.what());
     }
     return out;
