@@ -60,7 +60,7 @@ void paged_attention(const AttentionParams& p, void* workspace, size_t workspace
     a.out = p.out->raw();
 
     if (a.max_query_len == 1) {
-        launch_attention_decode(a, plan_decode_splits(a, workspace ? workspace_bytes : 0), workspace, stream);
+        launch_attention_decode(a, workspace, workspace ? workspace_bytes : 0, stream);
     } else {
         launch_attention_prefill(a, stream);
     }

@@ -63,11 +63,9 @@ struct AttentionLaunch {
     void* out;  // [num_tokens, num_heads * head_dim] bf16
 };
 void launch_attention_prefill(const AttentionLaunch& a, cudaStream_t stream);
-// workspace: split partials; num_splits from plan_decode_splits.
-void launch_attention_decode(const AttentionLaunch& a, int num_splits, void* workspace,
+// Plans the KV splits from the host-side bounds and the workspace size (it may be 0: no
+// splits), then launches the decode and, with splits, the combine kernel.
+void launch_attention_decode(const AttentionLaunch& a, void* workspace, size_t workspace_bytes,
                              cudaStream_t stream);
-// How many KV splits a decode batch gets: enough thread blocks to fill the GPU, at least
-// kMinKeysPerSplit keys each, and no more than the workspace holds.
-int plan_decode_splits(const AttentionLaunch& a, size_t workspace_bytes);
 
 }  // namespace miniinfer::cuda

@@ -8,12 +8,14 @@
 // enough bytes in flight. Softmax is online per (lane slot, head) and merged across slots and
 // warps at the end.
 //
-// When the batch alone gives too few blocks to fill the GPU, each sequence's keys are split
-// across num_splits blocks; each writes its normalised partial output and log-sum-exp (base 2)
-// to the workspace and combine_kernel merges them. With one split the output is written directly.
+// When the batch alone gives too few blocks to fill the GPU, or fills its last wave badly, each
+// sequence's keys are split across num_splits blocks (plan_splits); each writes its normalised
+// partial output and log-sum-exp (base 2) to the workspace and combine_kernel merges them. With
+// one split the output is written directly.
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/cuda/cuda_check.h"
 #include "kernels/cuda/attention.h"
@@ -28,7 +30,7 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kKeysPerSlot = 4;     // keys a lane group loads before computing
 constexpr int kMaxHeadsPerBlock = 8;
 constexpr int kMaxSplits = 64;
-constexpr int kMinKeysPerSplit = 256;  // below this a split's fixed cost outweighs its parallelism
+constexpr int kMinKeysPerSplit = 128;  // below this a split's fixed cost outweighs its parallelism
 constexpr int64_t kMaxPartialRows = 2048;  // (token, split) pairs the workspace is sized for
 
 // Merges online-softmax state (m, l, acc) with another (m_o, l_o, acc_o), base 2.
@@ -251,15 +253,57 @@ size_t partial_row_bytes(int64_t num_heads, int64_t head_dim) {
     return size_t(num_heads) * size_t(head_dim + 1) * sizeof(float);
 }
 
+// Resident decode blocks per SM for one instance, measured once (no stream work, so the first
+// call may even happen during graph capture). Assumes one kind of GPU per process.
+struct Occupancy {
+    int num_sms = 0, blocks_per_sm = 0;
+};
 template <int kHeadDim, int kHeads>
-void launch_decode(const AttentionLaunch& a, int num_splits, void* workspace, cudaStream_t stream) {
+const Occupancy& decode_occupancy() {
+    static const Occupancy occupancy = [] {
+        Occupancy o;
+        int device = 0;
+        MI_CUDA_CHECK(cudaGetDevice(&device));
+        MI_CUDA_CHECK(cudaDeviceGetAttribute(&o.num_sms, cudaDevAttrMultiProcessorCount, device));
+        MI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o.blocks_per_sm, decode_kernel<kHeadDim, kHeads>,
+                                                                    kThreads, 0));
+        return o;
+    }();
+    return occupancy;
+}
+
+// How many blocks share each sequence's keys. The blocks of a decode step take about equally
+// long, so the GPU idles in a last wave that is only partly full: take the fewest splits whose
+// blocks fill whole waves to within 10% (or, below one wave, as many as allowed). Bounded by
+// kMinKeysPerSplit keys per split and by what the workspace holds; from host-side bounds only.
+int plan_splits(const AttentionLaunch& a, int64_t blocks_per_split, const Occupancy& occupancy,
+                size_t workspace_bytes) {
+    int64_t max_splits = std::min<int64_t>(kMaxSplits, (a.max_seq_len + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
+    max_splits = std::min<int64_t>(
+        max_splits, int64_t(workspace_bytes / (size_t(a.num_tokens) * partial_row_bytes(a.num_heads, a.head_dim))));
+    const double slots = double(std::max(occupancy.num_sms * occupancy.blocks_per_sm, 1));
+    int64_t best = 1;
+    double best_fill = 0;
+    for (int64_t splits = 1; splits <= max_splits; ++splits) {
+        const double waves = double(blocks_per_split * splits) / slots;
+        const double fill = waves / std::ceil(waves);
+        if (fill >= 0.9) return int(splits);
+        if (fill > best_fill) best = splits, best_fill = fill;
+    }
+    return int(best);
+}
+
+template <int kHeadDim, int kHeads>
+void launch_decode(const AttentionLaunch& a, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
     const int64_t group = a.num_heads / a.num_kv_heads;
     const int64_t head_chunks = (group + kHeads - 1) / kHeads;
     MI_LAUNCH_CHECK(a.num_seqs <= 65535 && a.num_kv_heads * head_chunks <= 65535,
                     "attention decode: batch too large for one launch");
+    const int num_splits = plan_splits(a, a.num_seqs * a.num_kv_heads * head_chunks,
+                                       decode_occupancy<kHeadDim, kHeads>(), workspace_bytes);
     const dim3 grid(unsigned(num_splits), unsigned(a.num_kv_heads * head_chunks), unsigned(a.num_seqs));
     auto* partial_o = static_cast<float*>(workspace);
-    float* partial_lse = partial_o ? partial_o + a.num_tokens * a.num_heads * num_splits * kHeadDim : nullptr;
+    float* partial_lse = num_splits > 1 ? partial_o + a.num_tokens * a.num_heads * num_splits * kHeadDim : nullptr;
     decode_kernel<kHeadDim, kHeads><<<grid, kThreads, 0, stream>>>(
         static_cast<const bf16*>(a.q), static_cast<const bf16*>(a.k_cache), static_cast<const bf16*>(a.v_cache),
         a.query_start, a.seq_lens, a.block_table, int(a.max_pages), int(a.num_heads), int(a.num_kv_heads),
@@ -275,12 +319,12 @@ void launch_decode(const AttentionLaunch& a, int num_splits, void* workspace, cu
 
 // The smallest instance that holds the GQA group (groups above 8 are split into chunks of 8).
 template <int kHeadDim>
-void launch_decode_head_dim(const AttentionLaunch& a, int num_splits, void* workspace, cudaStream_t stream) {
+void launch_decode_head_dim(const AttentionLaunch& a, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
     const int64_t group = a.num_heads / a.num_kv_heads;
-    if (group == 1) return launch_decode<kHeadDim, 1>(a, num_splits, workspace, stream);
-    if (group == 2) return launch_decode<kHeadDim, 2>(a, num_splits, workspace, stream);
-    if (group <= 4) return launch_decode<kHeadDim, 4>(a, num_splits, workspace, stream);
-    return launch_decode<kHeadDim, kMaxHeadsPerBlock>(a, num_splits, workspace, stream);
+    if (group == 1) return launch_decode<kHeadDim, 1>(a, workspace, workspace_bytes, stream);
+    if (group == 2) return launch_decode<kHeadDim, 2>(a, workspace, workspace_bytes, stream);
+    if (group <= 4) return launch_decode<kHeadDim, 4>(a, workspace, workspace_bytes, stream);
+    return launch_decode<kHeadDim, kMaxHeadsPerBlock>(a, workspace, workspace_bytes, stream);
 }
 
 }  // namespace
@@ -290,26 +334,12 @@ size_t attention_workspace_bytes(int64_t max_tokens, int64_t num_heads, int64_t 
     return size_t(rows) * partial_row_bytes(num_heads, head_dim);
 }
 
-int plan_decode_splits(const AttentionLaunch& a, size_t workspace_bytes) {
-    if (a.num_tokens == 0) return 1;
-    int device = 0, num_sms = 0;
-    MI_CUDA_CHECK(cudaGetDevice(&device));
-    MI_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
-    const int64_t group = a.num_heads / a.num_kv_heads;
-    const int64_t blocks = a.num_seqs * a.num_kv_heads * ((group + kMaxHeadsPerBlock - 1) / kMaxHeadsPerBlock);
-    int64_t splits = (2 * num_sms + blocks - 1) / blocks;  // about two blocks per SM
-    splits = std::min<int64_t>(splits, (a.max_seq_len + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
-    splits = std::min<int64_t>(splits, kMaxSplits);
-    splits = std::min<int64_t>(splits, int64_t(workspace_bytes / (size_t(a.num_tokens) * partial_row_bytes(a.num_heads, a.head_dim))));
-    return int(std::max<int64_t>(splits, 1));
-}
-
-void launch_attention_decode(const AttentionLaunch& a, int num_splits, void* workspace, cudaStream_t stream) {
-    if (a.num_seqs == 0) return;
-    MI_LAUNCH_CHECK(num_splits == 1 || workspace != nullptr, "attention decode: splits need a workspace");
+void launch_attention_decode(const AttentionLaunch& a, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+    if (a.num_seqs == 0 || a.num_tokens == 0) return;
+    if (workspace == nullptr) workspace_bytes = 0;
     switch (a.head_dim) {
-        case 64: launch_decode_head_dim<64>(a, num_splits, workspace, stream); break;
-        case 128: launch_decode_head_dim<128>(a, num_splits, workspace, stream); break;
+        case 64: launch_decode_head_dim<64>(a, workspace, workspace_bytes, stream); break;
+        case 128: launch_decode_head_dim<128>(a, workspace, workspace_bytes, stream); break;
         default: MI_LAUNCH_CHECK(false, "attention decode: head_dim must be 64 or 128");
     }
 }
