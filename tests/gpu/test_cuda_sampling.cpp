@@ -23,7 +23,7 @@
 
 using namespace miniinfer;
 
-#define REQUIRE_GPU()                                                                     \
+#define REQUIRE_GPU() \
     if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible: GPU test skipped"
 
 namespace {
@@ -48,8 +48,8 @@ struct Batch {
     int64_t rows = 0, vocab = 0;
     std::vector<float> logits;  // [rows, vocab]
     std::vector<Row> requests;
-    std::vector<int64_t> eos_ids;        // EOS for every row
-    std::vector<int64_t> stop_ids;       // every row's stop_token_ids
+    std::vector<int64_t> eos_ids;   // EOS for every row
+    std::vector<int64_t> stop_ids;  // every row's stop_token_ids
     bool penalties = false;
 };
 
@@ -138,8 +138,8 @@ GpuResult run_gpu(const Batch& b) {
     Tensor logits = cuda::to_device(host_tensor(b.logits.data(), {rows, vocab}, DType::kF32));
     std::vector<cuda::RowSampling> params;
     for (const Row& row : b.requests) params.push_back(to_row_sampling(row));
-    Tensor d_params = cuda::to_device(host_tensor(
-        params.data(), {rows, int64_t(sizeof(cuda::RowSampling))}, DType::kU8));
+    Tensor d_params = cuda::to_device(
+        host_tensor(params.data(), {rows, int64_t(sizeof(cuda::RowSampling))}, DType::kU8));
     Tensor counts, prompt_mask;
     if (b.penalties) {
         std::vector<int32_t> c(size_t(rows * vocab), 0);
@@ -154,7 +154,8 @@ GpuResult run_gpu(const Batch& b) {
     std::vector<int32_t> mask;
     for (int64_t id : b.eos_ids) mask.push_back(int32_t(id));
     for (int64_t id : b.stop_ids) mask.push_back(int32_t(id));
-    Tensor mask_ids = cuda::to_device(host_tensor(mask.data(), {int64_t(mask.size())}, DType::kI32));
+    Tensor mask_ids =
+        cuda::to_device(host_tensor(mask.data(), {int64_t(mask.size())}, DType::kI32));
     Tensor tokens = cuda::device_tensor({rows}, DType::kI32);
     Tensor logprobs = cuda::device_tensor({rows}, DType::kF32);
     Tensor top_ids = cuda::device_tensor({rows, kMaxLogprobs}, DType::kI32);
@@ -205,11 +206,12 @@ void compare(const Batch& b, Tally& tally) {
             ++tally.mismatches;
             const std::vector<double> dist = sampling_distribution(inputs[r]);
             EXPECT_FALSE(p.greedy()) << "greedy row " << r << " cpu " << want << " gpu " << got;
-            std::printf("mismatch vocab %lld row %lld: cpu %d (p %.3g) gpu %d (p %.3g); T %g "
-                        "top_k %lld top_p %g min_p %g\n",
-                        (long long)b.vocab, (long long)r, want, dist[size_t(want)], got,
-                        got >= 0 && got < b.vocab ? dist[size_t(got)] : -1.0, p.temperature,
-                        (long long)p.top_k, p.top_p, p.min_p);
+            std::printf(
+                "mismatch vocab %lld row %lld: cpu %d (p %.3g) gpu %d (p %.3g); T %g "
+                "top_k %lld top_p %g min_p %g\n",
+                (long long)b.vocab, (long long)r, want, dist[size_t(want)], got,
+                got >= 0 && got < b.vocab ? dist[size_t(got)] : -1.0, p.temperature,
+                (long long)p.top_k, p.top_p, p.min_p);
             continue;
         }
         EXPECT_NEAR(gpu.logprobs[r], cpu[r].logprob, 1e-4) << "vocab " << b.vocab << " row " << r;
@@ -265,7 +267,8 @@ TEST(CudaSampling, ArgmaxMatchesCpu) {
             cuda::argmax(logits, tokens, nullptr);
             Tensor got = cuda::to_host(tokens);
             for (int64_t r = 0; r < rows; ++r)
-                ASSERT_EQ(got.data<int32_t>()[r], want[size_t(r)]) << "rows " << rows << " vocab " << vocab << " row " << r;
+                ASSERT_EQ(got.data<int32_t>()[r], want[size_t(r)])
+                    << "rows " << rows << " vocab " << vocab << " row " << r;
         }
     }
 }
@@ -277,13 +280,15 @@ TEST(CudaSampling, SampleMatchesCpu) {
     struct Shape2 {
         int64_t rows, vocab;
     };
-    for (Shape2 shape : {Shape2{64, 7}, Shape2{256, 1000}, Shape2{1, 151936}, Shape2{256, 151936}}) {
+    for (Shape2 shape :
+         {Shape2{64, 7}, Shape2{256, 1000}, Shape2{1, 151936}, Shape2{256, 151936}}) {
         for (bool penalties : {false, true}) {
             const Batch b = random_batch(shape.rows, shape.vocab, penalties, rng);
             const int64_t before = tally.mismatches;
             compare(b, tally);
-            std::printf("rows %lld vocab %lld penalties %d: %lld mismatches\n", (long long)shape.rows,
-                        (long long)shape.vocab, int(penalties), (long long)(tally.mismatches - before));
+            std::printf("rows %lld vocab %lld penalties %d: %lld mismatches\n",
+                        (long long)shape.rows, (long long)shape.vocab, int(penalties),
+                        (long long)(tally.mismatches - before));
         }
     }
     std::printf("tokens equal on %lld of %lld rows\n", (long long)(tally.rows - tally.mismatches),
@@ -304,22 +309,27 @@ TEST(CudaSampling, StepTime) {
     Tensor logprobs = cuda::device_tensor({rows}, DType::kF32);
     Tensor mask_ids;
     std::vector<cuda::RowSampling> params(static_cast<size_t>(rows));
-    auto run = [&](float temperature, float top_p) {
+    auto run = [&](float temperature, float top_p, int32_t top_k = 0) {
         for (size_t r = 0; r < params.size(); ++r)
-            params[r] = {temperature, 0, top_p, 0.f, 1.f, 0.f, 0.f, r, 3, 0, 0};
-        Tensor d_params = cuda::to_device(host_tensor(
-            params.data(), {rows, int64_t(sizeof(cuda::RowSampling))}, DType::kU8));
-        return time_ms([&] {
-            cuda::sample(logits, d_params, nullptr, nullptr, mask_ids, 0, tokens, logprobs,
-                         nullptr, nullptr, nullptr, 0, nullptr);
-        }, 20);
+            params[r] = {temperature, top_k, top_p, 0.f, 1.f, 0.f, 0.f, r, 3, 0, 0};
+        Tensor d_params = cuda::to_device(
+            host_tensor(params.data(), {rows, int64_t(sizeof(cuda::RowSampling))}, DType::kU8));
+        return time_ms(
+            [&] {
+                cuda::sample(logits, d_params, nullptr, nullptr, mask_ids, 0, tokens, logprobs,
+                             nullptr, nullptr, nullptr, 0, nullptr);
+            },
+            20);
     };
     const double argmax_ms = time_ms([&] { cuda::argmax(logits, tokens, nullptr); }, 20);
     const double greedy_ms = run(0.f, 1.f);
     const double top_p_ms = run(0.6f, 0.95f);
+    const double plain_ms = run(0.6f, 1.f);
+    const double top_k_ms = run(0.6f, 1.f, 50);
     const double gb = double(rows * vocab * 4) / 1e9;
-    std::printf("256 x 151936: argmax %.3f ms (%.0f GB/s), sample greedy %.3f ms, "
-                "sample T=0.6 top_p=0.95 %.3f ms\n",
-                argmax_ms, gb / (argmax_ms / 1e3), greedy_ms, top_p_ms);
+    std::printf(
+        "256 x 151936: argmax %.3f ms (%.0f GB/s), sample greedy %.3f ms, "
+        "sample T=0.6 top_p=0.95 %.3f ms (T=0.6 alone %.3f ms, T=0.6 top_k=50 %.3f ms)\n",
+        argmax_ms, gb / (argmax_ms / 1e3), greedy_ms, top_p_ms, plain_ms, top_k_ms);
     MI_CUDA_CHECK(cudaDeviceSynchronize());
 }

@@ -27,13 +27,16 @@ namespace {
 
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
-constexpr int kUnroll = 4;  // loads in flight per thread per pass
+constexpr int kUnroll = 4;   // loads in flight per thread per pass
 constexpr int kBins = 2048;  // 11-bit radix digits
 constexpr int kBinsPerThread = kBins / kThreads;
 constexpr unsigned kFull = 0xffffffffu;
 constexpr int kMaxTopLogprobs = 32;
+constexpr int kMaxTiles = kThreads;  // id-order searches: one tile per thread
 
-__device__ __forceinline__ float neg_inf() { return __int_as_float(int(0xff800000u)); }
+__device__ __forceinline__ float neg_inf() {
+    return __int_as_float(int(0xff800000u));
+}
 
 // Larger float ↔ larger key (for all non-NaN floats).
 __device__ __forceinline__ uint32_t order_key(float x) {
@@ -49,9 +52,13 @@ __device__ __forceinline__ float key_value(uint32_t key) {
 struct Cut {
     uint32_t key;
     int32_t last_id;
-    __device__ bool keeps(uint32_t k, int id) const { return k > key || (k == key && id <= last_id); }
+    __device__ bool keeps(uint32_t k, int id) const {
+        return k > key || (k == key && id <= last_id);
+    }
 };
-__device__ __forceinline__ Cut keep_all() { return {0u, INT_MAX}; }
+__device__ __forceinline__ Cut keep_all() {
+    return {0u, INT_MAX};
+}
 
 struct ArgMax {
     float value;
@@ -109,7 +116,9 @@ struct Scratch {
     int found_r, last_r;
     uint32_t above_u;
     double above_d, rem_d;
-    int pick_warp, result;
+    int pick_tile, result;
+    double tile_sum[kMaxTiles];  // first_crossing's per-tile sums
+    int tile_last[kMaxTiles];
     uint32_t floor_key;
     int num_gathered;
     int gather_id[kMaxTopLogprobs];
@@ -185,11 +194,17 @@ __device__ void hist_add(bool active, uint32_t digit, double w, Scratch& s) {
     const unsigned peers = __match_any_sync(kFull, active ? digit : 0xffffffffu);
     const bool leader = active && lane == __ffs(peers) - 1;
     if constexpr (kMass) {
-        double sum = 0.0;
-        for (unsigned m = any; m != 0; m &= m - 1) {
-            const int j = __ffs(m) - 1;  // uniform across the warp
-            const double wj = __shfl_sync(kFull, w, j);
-            if (peers & (1u << j)) sum += wj;
+        // Each lane sums its group, one member per step: as many steps as the largest group.
+        const int group = __popc(peers);
+        const int max_group = int(__reduce_max_sync(kFull, active ? unsigned(group) : 0u));
+        unsigned rest = peers & (peers - 1);  // the group without its leader
+        double sum = w;
+        for (int k = 1; k < max_group; ++k) {
+            const bool has = rest != 0;
+            const int src = has ? __ffs(rest) - 1 : lane;
+            rest &= rest - 1;
+            const double wk = __shfl_sync(kFull, w, src);
+            if (has) sum += wk;
         }
         if (leader) atomicAdd(&s.mass[digit], sum);
     }
@@ -240,41 +255,63 @@ __device__ int find_cut_bin(const T* hist, int num_bins, T target, double fracti
     return num_bins - 1 - r;
 }
 
-// The id of the n-th (1-based) token in id order with pred(i). Warps own contiguous ranges.
-template <typename Pred>
-__device__ int nth_in_id_order(int vocab, const Pred& pred, int n, Scratch& s) {
+// The first token in id order at which the running sum of value(i) >= 0 exceeds the target:
+// fraction * (the total) when fraction >= 0, else absolute_target. The last token with a
+// positive value if rounding never gets there. Tiles of consecutive ids: warps sum whole tiles,
+// one thread per tile scans the sums, and one warp walks the tile that holds the crossing.
+template <typename Value>
+__device__ int first_crossing(int vocab, const Value& value, double fraction,
+                              double absolute_target, Scratch& s) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int seg = ((vocab + kWarps - 1) / kWarps + 31) / 32 * 32;
-    const int begin = warp * seg, end = min(begin + seg, vocab);
-    int count = 0;
-    for (int base = begin; base < end; base += 32) {
-        const int i = base + lane;
-        count += __popc(__ballot_sync(kFull, i < end && pred(i)));
+    const int tile_len = ((vocab + kMaxTiles - 1) / kMaxTiles + 31) / 32 * 32;
+    const int num_tiles = (vocab + tile_len - 1) / tile_len;
+    __syncthreads();  // the slots below may still be read from a previous call
+    if (threadIdx.x == 0) s.pick_tile = INT_MAX, s.result = -1;
+    for (int t = warp; t < num_tiles; t += kWarps) {
+        const int end = min((t + 1) * tile_len, vocab);
+        double sum = 0.0;
+        int last = -1;
+        for (int i = t * tile_len + lane; i < end; i += 32) {
+            const double v = value(i);
+            if (v > 0.0) sum += v, last = i;
+        }
+        for (int o = 16; o > 0; o /= 2) {
+            sum += __shfl_xor_sync(kFull, sum, o);
+            last = max(last, __shfl_xor_sync(kFull, last, o));
+        }
+        if (lane == 0) s.tile_sum[t] = sum, s.tile_last[t] = last;
     }
     __syncthreads();
-    if (lane == 0) s.i_slots[warp] = count;
+    const int t = threadIdx.x;
+    const double v = t < num_tiles ? s.tile_sum[t] : 0.0;
+    double total;
+    const double excl = block_exclusive_sum(v, s.d_slots, total);
+    const double target = fraction >= 0.0 ? fraction * total : absolute_target;
+    if (v > 0.0 && excl + v > target) atomicMin(&s.pick_tile, t);
+    if (t < num_tiles && s.tile_last[t] >= 0) atomicMax(&s.result, s.tile_last[t]);
     __syncthreads();
-    if (threadIdx.x == 0) {
-        int before = 0, w = 0;
-        while (w < kWarps - 1 && before + s.i_slots[w] < n) before += s.i_slots[w++];
-        s.pick_warp = w;
-        s.found_r = n - before;  // rank inside that warp's range
-        s.result = INT_MAX;      // unreachable unless n exceeds the count
-    }
+    const int pick = s.pick_tile;
+    if (pick == INT_MAX) return s.result;  // uniform
+    if (t == pick) s.rem_d = target - excl;
     __syncthreads();
-    if (warp == s.pick_warp) {
-        int left = s.found_r;
-        for (int base = begin; base < end; base += 32) {
+    if (warp == 0) {
+        const double rem = s.rem_d;
+        const int end = min((pick + 1) * tile_len, vocab);
+        double carry = 0.0;
+        int found = s.tile_last[pick];
+        for (int base = pick * tile_len; base < end; base += 32) {
             const int i = base + lane;
-            unsigned hits = __ballot_sync(kFull, i < end && pred(i));
-            const int c = __popc(hits);
-            if (left <= c) {
-                while (--left > 0) hits &= hits - 1;
-                if (lane == 0) s.result = base + __ffs(hits) - 1;
+            const double vi = i < end ? value(i) : 0.0;
+            const double incl = warp_inclusive_sum(vi);
+            const unsigned hit = __ballot_sync(kFull, vi > 0.0 && carry + incl > rem);
+            if (hit) {
+                found = base + __ffs(hit) - 1;
                 break;
             }
-            left -= c;
+            carry += __shfl_sync(kFull, incl, 31);
         }
+        __syncwarp();
+        if (lane == 0) s.result = found;
     }
     __syncthreads();
     return s.result;
@@ -309,8 +346,9 @@ __device__ Cut select_cut(int vocab, const Load& load, const InSet& in_set, cons
         __syncthreads();
         if constexpr (kMass) {
             double above, total;
-            bin = find_cut_bin<double>(s.mass, num_bins, target_mass, level == 0 ? top_fraction : 0.0,
-                                       s.d_slots, &s.above_d, s, above, total);
+            bin =
+                find_cut_bin<double>(s.mass, num_bins, target_mass, level == 0 ? top_fraction : 0.0,
+                                     s.d_slots, &s.above_d, s, above, total);
             if (level == 0) target_mass = top_fraction * total;
             target_mass -= above;
         } else {
@@ -334,13 +372,14 @@ __device__ Cut select_cut(int vocab, const Load& load, const InSet& in_set, cons
     }
     need = max(1, min(need, num_equal));
     if (need == num_equal) return {prefix, INT_MAX};
-    const int last_id = nth_in_id_order(
+    // The need-th of them in id order: the first token where their running count exceeds need - 1.
+    const int last_id = first_crossing(
         vocab,
         [&](int i) {
             const uint32_t key = order_key(load(i));
-            return key == prefix && in_set(i, key);
+            return key == prefix && in_set(i, key) ? 1.0 : 0.0;
         },
-        need, s);
+        -1.0, double(need - 1), s);
     return {prefix, last_id};
 }
 
@@ -349,79 +388,26 @@ __device__ Cut select_cut(int vocab, const Load& load, const InSet& in_set, cons
 template <typename Load, typename Kept, typename Weight>
 __device__ int draw(int vocab, const Load& load, const Kept& kept, const Weight& weight, float u,
                     Scratch& s) {
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int seg = ((vocab + kWarps - 1) / kWarps + 31) / 32 * 32;
-    const int begin = warp * seg, end = min(begin + seg, vocab);
-    double sum = 0.0;
-    int last = -1;
-    for (int i = begin + lane; i < end; i += 32) {
+    const auto value = [&](int i) {
         const float x = load(i);
-        if (kept(i, x)) sum += weight(x), last = i;
-    }
-    for (int o = 16; o > 0; o /= 2) {
-        sum += __shfl_xor_sync(kFull, sum, o);
-        last = max(last, __shfl_xor_sync(kFull, last, o));
-    }
-    __syncthreads();
-    if (lane == 0) s.d_slots[warp] = sum, s.i_slots[warp] = last;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double total = 0.0;
-        for (int w = 0; w < kWarps; ++w) total += s.d_slots[w];
-        const double target = double(u) * total;
-        double cum = 0.0;
-        s.pick_warp = -1;
-        s.result = -1;
-        for (int w = 0; w < kWarps; ++w) {
-            if (s.i_slots[w] >= 0) s.result = s.i_slots[w];  // the last kept token so far
-            if (s.pick_warp < 0 && s.d_slots[w] > 0.0 && cum + s.d_slots[w] > target) {
-                s.pick_warp = w;
-                s.rem_d = target - cum;
-            }
-            cum += s.d_slots[w];
-        }
-    }
-    __syncthreads();
-    if (warp == s.pick_warp) {
-        const double rem = s.rem_d;
-        double carry = 0.0;
-        int found = -1;
-        for (int base = begin; base < end; base += 32) {
-            const int i = base + lane;
-            bool k = false;
-            double w = 0.0;
-            if (i < end) {
-                const float x = load(i);
-                k = kept(i, x);
-                if (k) w = weight(x);
-            }
-            const double incl = warp_inclusive_sum(w);
-            const unsigned hit = __ballot_sync(kFull, k && carry + incl > rem);
-            if (hit) {
-                found = base + __ffs(hit) - 1;
-                break;
-            }
-            carry += __shfl_sync(kFull, incl, 31);
-        }
-        if (lane == 0) s.result = found >= 0 ? found : s.i_slots[warp];
-    }
-    __syncthreads();
-    return s.result;
+        return kept(i, x) ? weight(x) : 0.0;
+    };
+    return first_crossing(vocab, value, double(u), 0.0, s);
 }
 
 struct SampleArgs {
-    float* logits;                 // [rows, vocab]
+    float* logits;  // [rows, vocab]
     int vocab;
-    const RowSampling* params;     // [rows]
-    const int32_t* counts;         // [rows, vocab] or null
-    const uint8_t* prompt_mask;    // [rows, vocab] or null
-    const int32_t* mask_ids;       // [num_mask_ids]
+    const RowSampling* params;   // [rows]
+    const int32_t* counts;       // [rows, vocab] or null
+    const uint8_t* prompt_mask;  // [rows, vocab] or null
+    const int32_t* mask_ids;     // [num_mask_ids]
     int num_mask_ids;
     int max_logprobs;
-    int32_t* tokens;               // [rows]
-    float* logprobs;               // [rows]
-    int32_t* top_ids;              // [rows, max_logprobs] or null
-    float* top_logprobs;           // [rows, max_logprobs] or null
+    int32_t* tokens;      // [rows]
+    float* logprobs;      // [rows]
+    int32_t* top_ids;     // [rows, max_logprobs] or null
+    float* top_logprobs;  // [rows, max_logprobs] or null
 };
 
 // The row's num_top best raw logprobs, best first, ties by lower id.
@@ -465,9 +451,11 @@ __global__ void __launch_bounds__(kThreads, 2) sample_kernel(SampleArgs a) {
     // Raw logits: log-softmax normaliser and argmax (the greedy token when nothing changes them).
     ArgMax best = {neg_inf(), INT_MAX};
     LogSumExp lse = {neg_inf(), 0.f};
-    for_each(vocab, [raw](int i) { return raw[i]; }, [&](int i, bool valid, float x) {
-        if (valid) best.update(x, i), lse.update(x);
-    });
+    for_each(
+        vocab, [raw](int i) { return raw[i]; },
+        [&](int i, bool valid, float x) {
+            if (valid) best.update(x, i), lse.update(x);
+        });
     best = block_combine(best, s.argmax_slots);
     lse = block_combine(lse, s.lse_slots);
     const LogSoftmax log_softmax = {lse.m, logf(lse.s)};
@@ -487,9 +475,9 @@ __global__ void __launch_bounds__(kThreads, 2) sample_kernel(SampleArgs a) {
         for (int j = threadIdx.x; j < a.num_mask_ids; j += kThreads) raw[a.mask_ids[j]] = neg_inf();
         __syncthreads();
     }
-    const bool penalised = a.counts != nullptr &&
-                           (p.repetition_penalty != 1.f || p.frequency_penalty != 0.f ||
-                            p.presence_penalty != 0.f);
+    const bool penalised =
+        a.counts != nullptr &&
+        (p.repetition_penalty != 1.f || p.frequency_penalty != 0.f || p.presence_penalty != 0.f);
     const int32_t* counts = penalised ? a.counts + row * vocab : nullptr;
     const uint8_t* prompt = penalised ? a.prompt_mask + row * vocab : nullptr;
     const auto load = [=](int i) {
@@ -521,7 +509,8 @@ __global__ void __launch_bounds__(kThreads, 2) sample_kernel(SampleArgs a) {
             while (hi - lo > 1) {
                 const uint32_t probe = lo + uint32_t(uint64_t(hi - lo) * (threadIdx.x + 1) / 32);
                 const double w = weight(key_value(probe));
-                const unsigned pass = __ballot_sync(kFull, threadIdx.x < 31 && w > 0.0 && w >= min_p);
+                const unsigned pass =
+                    __ballot_sync(kFull, threadIdx.x < 31 && w > 0.0 && w >= min_p);
                 const int first = pass ? __ffs(pass) - 1 : 31;
                 const uint32_t new_hi = first < 31 ? __shfl_sync(kFull, probe, first) : hi;
                 lo = first > 0 ? __shfl_sync(kFull, probe, first - 1) : lo;
@@ -537,7 +526,9 @@ __global__ void __launch_bounds__(kThreads, 2) sample_kernel(SampleArgs a) {
             const auto in_base = [=](int, uint32_t key) { return key >= floor_key; };
             top_k = select_cut<false>(vocab, load, in_base, weight, uint32_t(p.top_k), 0.0, s);
         }
-        const auto in_top_k = [=](int i, uint32_t key) { return key >= floor_key && top_k.keeps(key, i); };
+        const auto in_top_k = [=](int i, uint32_t key) {
+            return key >= floor_key && top_k.keeps(key, i);
+        };
         Cut top_p = keep_all();
         if (p.top_p < 1.f) top_p = select_cut<true>(vocab, load, in_top_k, weight, 0u, p.top_p, s);
         const auto kept = [=](int i, float x) {
@@ -552,14 +543,16 @@ __global__ void __launch_bounds__(kThreads, 2) sample_kernel(SampleArgs a) {
     }
 }
 
-__global__ void __launch_bounds__(kThreads) argmax_kernel(const float* logits, int vocab,
-                                                          int32_t* tokens) {
+__global__ void __launch_bounds__(kThreads)
+    argmax_kernel(const float* logits, int vocab, int32_t* tokens) {
     __shared__ ArgMax slots[kWarps];
     const float* row = logits + int64_t(blockIdx.x) * vocab;
     ArgMax best = {neg_inf(), INT_MAX};
-    for_each(vocab, [row](int i) { return __ldg(row + i); }, [&](int i, bool valid, float x) {
-        if (valid) best.update(x, i);
-    });
+    for_each(
+        vocab, [row](int i) { return __ldg(row + i); },
+        [&](int i, bool valid, float x) {
+            if (valid) best.update(x, i);
+        });
     best = block_combine(best, slots);
     if (threadIdx.x == 0) tokens[blockIdx.x] = best.idx;
 }
@@ -570,12 +563,14 @@ bool is_cuda(const Tensor& t, DType dtype) {
 
 }  // namespace
 
-size_t sampling_workspace_bytes(int64_t, int64_t) { return 0; }
+size_t sampling_workspace_bytes(int64_t, int64_t) {
+    return 0;
+}
 
 void sample(Tensor& logits, const Tensor& rows_params, const Tensor* counts,
-            const Tensor* prompt_mask, const Tensor& mask_ids, int64_t max_logprobs,
-            Tensor& tokens, Tensor& logprobs, Tensor* top_ids, Tensor* top_logprobs,
-            void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+            const Tensor* prompt_mask, const Tensor& mask_ids, int64_t max_logprobs, Tensor& tokens,
+            Tensor& logprobs, Tensor* top_ids, Tensor* top_logprobs, void* workspace,
+            size_t workspace_bytes, cudaStream_t stream) {
     (void)workspace;
     MI_LAUNCH_CHECK(is_cuda(logits, DType::kF32) && logits.ndim() == 2,
                     "sample: logits must be a contiguous [rows, vocab] f32 CUDA tensor");
@@ -604,9 +599,9 @@ void sample(Tensor& logits, const Tensor& rows_params, const Tensor* counts,
     MI_LAUNCH_CHECK(max_logprobs >= 0 && max_logprobs <= kMaxTopLogprobs,
                     "sample: max_logprobs must be in [0, 32]");
     if (max_logprobs > 0) {
-        MI_LAUNCH_CHECK(top_ids && is_cuda(*top_ids, DType::kI32) &&
-                            top_ids->numel() == rows * max_logprobs,
-                        "sample: top_ids must be [rows, max_logprobs] i32 CUDA");
+        MI_LAUNCH_CHECK(
+            top_ids && is_cuda(*top_ids, DType::kI32) && top_ids->numel() == rows * max_logprobs,
+            "sample: top_ids must be [rows, max_logprobs] i32 CUDA");
         MI_LAUNCH_CHECK(top_logprobs && is_cuda(*top_logprobs, DType::kF32) &&
                             top_logprobs->numel() == rows * max_logprobs,
                         "sample: top_logprobs must be [rows, max_logprobs] f32 CUDA");

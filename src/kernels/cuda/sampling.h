@@ -21,9 +21,10 @@ struct RowSampling {
     float top_p, min_p;
     float repetition_penalty, presence_penalty, frequency_penalty;
     uint64_t seed;
-    int32_t step;  // tokens generated so far by this request (Philox counter)
-    int32_t num_logprobs;  // top-n logprobs wanted (0..20); the sampled token's logprob is always returned
-    int32_t mask_eos;      // 1 while output < min_tokens: eos/stop ids get -inf (ids given separately)
+    int32_t step;          // tokens generated so far by this request (Philox counter)
+    int32_t num_logprobs;  // top-n logprobs wanted (0..20); the sampled token's logprob is always
+                           // returned
+    int32_t mask_eos;  // 1 while output < min_tokens: eos/stop ids get -inf (ids given separately)
 };
 
 // Bytes of global workspace sample() needs. Currently 0: one block per row keeps its whole
@@ -41,12 +42,13 @@ size_t sampling_workspace_bytes(int64_t rows, int64_t vocab);
 // top_logprobs: [rows, max_logprobs] f32, the row's min(num_logprobs, max_logprobs) best raw
 // logprobs first (ties by lower id), then -1 / -inf. No host sync, no allocation.
 void sample(Tensor& logits, const Tensor& rows_params, const Tensor* counts,
-            const Tensor* prompt_mask, const Tensor& mask_ids, int64_t max_logprobs,
-            Tensor& tokens, Tensor& logprobs, Tensor* top_ids, Tensor* top_logprobs,
-            void* workspace, size_t workspace_bytes, cudaStream_t stream);
+            const Tensor* prompt_mask, const Tensor& mask_ids, int64_t max_logprobs, Tensor& tokens,
+            Tensor& logprobs, Tensor* top_ids, Tensor* top_logprobs, void* workspace,
+            size_t workspace_bytes, cudaStream_t stream);
 
 // Greedy fast path for batches where every row is greedy with no penalties/logprobs:
-// tokens[r] = argmax of logits[r] (the first on ties). logits: [rows, vocab] f32; tokens: [rows] i32.
+// tokens[r] = argmax of logits[r] (the first on ties). logits: [rows, vocab] f32; tokens: [rows]
+// i32.
 void argmax(const Tensor& logits, Tensor& tokens, cudaStream_t stream);
 
 }  // namespace miniinfer::cuda
