@@ -22,9 +22,8 @@ struct RowSampling {
     float repetition_penalty, presence_penalty, frequency_penalty;
     uint64_t seed;
     int32_t step;          // tokens generated so far by this request (Philox counter)
-    int32_t num_logprobs;  // top-n logprobs wanted (0..20); the sampled token's logprob is always
-                           // returned
-    int32_t mask_eos;  // 1 while output < min_tokens: eos/stop ids get -inf (ids given separately)
+    int32_t num_logprobs;  // top-n logprobs wanted (0..20); the sampled one's is always returned
+    int32_t mask_eos;      // 1 while output < min_tokens: eos/stop ids get -inf (ids separate)
 };
 
 // Bytes of global workspace sample() needs. Currently 0: one block per row keeps its whole
@@ -47,8 +46,8 @@ void sample(Tensor& logits, const Tensor& rows_params, const Tensor* counts,
             size_t workspace_bytes, cudaStream_t stream);
 
 // Greedy fast path for batches where every row is greedy with no penalties/logprobs:
-// tokens[r] = argmax of logits[r] (the first on ties). logits: [rows, vocab] f32; tokens: [rows]
-// i32.
+// tokens[r] = argmax of logits[r], the first on ties.
+// logits: [rows, vocab] f32 CUDA; tokens: [rows] i32 CUDA.
 void argmax(const Tensor& logits, Tensor& tokens, cudaStream_t stream);
 
 }  // namespace miniinfer::cuda
