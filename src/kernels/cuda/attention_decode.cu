@@ -4,7 +4,7 @@
 // built for memory bandwidth: a thread block owns one (sequence, KV head, split) and up to 8 of
 // the query heads sharing that KV head, so each K/V row is read once for the whole GQA group.
 // head_dim / 8 lanes hold one key row (16 bytes each, one load), so a warp reads 2 (head_dim
-// 128) or 4 (64) keys per load; each lane issues 4 K and 4 V loads before using any, to keep
+// 128) or 4 (64) keys per load; each lane issues 4 to 8 K and as many V loads before using any, to keep
 // enough bytes in flight. Softmax is online per (lane slot, head) and merged across slots and
 // warps at the end.
 //
@@ -19,6 +19,7 @@
 
 #include "core/cuda/cuda_check.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/paged_kv.cuh"
 
 namespace miniinfer::cuda {
 namespace {
@@ -27,7 +28,6 @@ using bf16 = __nv_bfloat16;
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kKeysPerSlot = 4;     // keys a lane group loads before computing
 constexpr int kMaxHeadsPerBlock = 8;
 constexpr int kMaxSplits = 64;
 constexpr int kMinKeysPerSplit = 128;  // below this a split's fixed cost outweighs its parallelism
@@ -66,10 +66,12 @@ __global__ void __launch_bounds__(kThreads)
     decode_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k_cache, const bf16* __restrict__ v_cache,
                   const int32_t* __restrict__ query_start, const int32_t* __restrict__ seq_lens,
                   const int32_t* __restrict__ block_table, int max_pages, int num_heads, int num_kv_heads,
-                  int page_size, float scale_log2, int num_splits, bf16* __restrict__ out,
+                  int page_size, int page_shift, float scale_log2, int num_splits, bf16* __restrict__ out,
                   float* __restrict__ partial_o, float* __restrict__ partial_lse) {
     constexpr int kLanesPerKey = kHeadDim / 8;
     constexpr int kSlots = 32 / kLanesPerKey;  // keys a warp loads at once
+    // Keys each lane group loads before computing: more bytes in flight where registers allow.
+    constexpr int kKeysPerSlot = kHeads <= 2 ? 8 : 4;
     constexpr int kWarpKeys = kSlots * kKeysPerSlot;
 
     const int seq = blockIdx.z, split = blockIdx.x;
@@ -120,8 +122,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int i = 0; i < kKeysPerSlot; ++i) {
             const int key = base + slot * kKeysPerSlot + i;
             if (key < key_end) {
-                const int64_t row = int64_t(pages[key / page_size]) * page_size + key % page_size;
-                const int64_t offset = row * kv_row_stride + kv_head * kHeadDim + dim0;
+                const int64_t offset = cache_row(pages, key, page_size, page_shift) * kv_row_stride + kv_head * kHeadDim + dim0;
                 k_raw[i] = __ldg(reinterpret_cast<const uint4*>(k_cache + offset));
                 v_raw[i] = __ldg(reinterpret_cast<const uint4*>(v_cache + offset));
             } else {
@@ -307,7 +308,7 @@ void launch_decode(const AttentionLaunch& a, void* workspace, size_t workspace_b
     decode_kernel<kHeadDim, kHeads><<<grid, kThreads, 0, stream>>>(
         static_cast<const bf16*>(a.q), static_cast<const bf16*>(a.k_cache), static_cast<const bf16*>(a.v_cache),
         a.query_start, a.seq_lens, a.block_table, int(a.max_pages), int(a.num_heads), int(a.num_kv_heads),
-        int(a.page_size), a.scale * 1.4426950408889634f, num_splits, static_cast<bf16*>(a.out), partial_o,
+        int(a.page_size), page_shift_of(a.page_size), a.scale * 1.4426950408889634f, num_splits, static_cast<bf16*>(a.out), partial_o,
         partial_lse);
     MI_CUDA_CHECK(cudaGetLastError());
     if (num_splits > 1) {

@@ -7,13 +7,14 @@
 // O += P·V with P converted from the S accumulators straight into mma A fragments.
 //
 // K and V tiles are gathered from the paged cache row by row (a 64-key tile may span pages of
-// any size) with cp.async; the next K tile loads while P·V runs, the next V tile while Q·Kᵀ runs.
+// any size) with cp.async, two tiles ahead of the one being computed.
 // Keys past the last one this block needs are zero-filled, never read: the cache beyond a
 // sequence's length may hold anything.
 #include <cuda_bf16.h>
 
 #include "core/cuda/cuda_check.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/paged_kv.cuh"
 
 namespace miniinfer::cuda {
 namespace {
@@ -66,27 +67,33 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 
 // q, out: [num_tokens, num_heads, head_dim]; k_cache, v_cache: [num_pages, page_size,
 // num_kv_heads, head_dim]; query_start: [num_seqs + 1]; seq_lens: [num_seqs];
-// block_table: [num_seqs, max_pages]. grid: (row tiles, num_seqs, num_kv_heads).
+// block_table: [num_seqs, max_pages]. grid: (num_seqs, num_kv_heads, row tiles); the row tiles
+// run last first: under the causal mask they see the most keys, and starting them early keeps
+// the light ones for the tail.
+// Three blocks per SM (168 registers at head_dim 128, no spills): 12 warps to cover the barriers
+// and the tile loads.
 template <int kHeadDim>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 3)
     prefill_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k_cache,
                    const bf16* __restrict__ v_cache, const int32_t* __restrict__ query_start,
                    const int32_t* __restrict__ seq_lens, const int32_t* __restrict__ block_table,
-                   int max_pages, int num_heads, int num_kv_heads, int page_size, float scale_log2,
+                   int max_pages, int num_heads, int num_kv_heads, int page_size, int page_shift, float scale_log2,
                    bf16* __restrict__ out) {
     // +8 halves (16 B) per row: the 8 row addresses of one ldmatrix phase hit 8 different
     // 4-bank groups, so the tile reads are conflict-free.
     constexpr int kStride = kHeadDim + 8;
     constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per K/V row
-    __shared__ __align__(16) bf16 k_tile[kBlockN * kStride];  // [kBlockN, kStride]
-    __shared__ __align__(16) bf16 v_tile[kBlockN * kStride];
+    // Two stages each of K and V: tile t + 2 loads while tile t + 1 is computed.
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16* k_tiles = reinterpret_cast<bf16*>(smem);  // [2, kBlockN, kStride]
+    bf16* v_tiles = k_tiles + 2 * kBlockN * kStride;  // [2, kBlockN, kStride]
 
-    const int seq = blockIdx.y, kv_head = blockIdx.z;
+    const int seq = blockIdx.x, kv_head = blockIdx.y;
     const int group = num_heads / num_kv_heads;
     const int q_begin = query_start[seq];
     const int q_len = query_start[seq + 1] - q_begin;
     const int num_rows = q_len * group;
-    const int row_begin = blockIdx.x * kBlockM;
+    const int row_begin = (gridDim.z - 1 - blockIdx.z) * kBlockM;
     if (row_begin >= num_rows) return;
     const int seq_len = seq_lens[seq];
     const int prefix_len = seq_len - q_len;  // keys cached before this chunk
@@ -129,8 +136,7 @@ __global__ void __launch_bounds__(kThreads)
             const bool valid = key < num_keys;
             const bf16* src = cache;
             if (valid) {
-                const int64_t slot = int64_t(pages[key / page_size]) * page_size + key % page_size;
-                src = cache + slot * kv_row_stride + kv_head * kHeadDim + chunk * 8;
+                src = cache + cache_row(pages, key, page_size, page_shift) * kv_row_stride + kv_head * kHeadDim + chunk * 8;
             }
             cp_async_16(tile + r * kStride + chunk * 8, src, valid);
         }
@@ -141,15 +147,21 @@ __global__ void __launch_bounds__(kThreads)
     for (int dt = 0; dt < kHeadDim / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
     float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
 
-    // Commit groups go K0, V0, K1, V1, ...; each wait leaves only the newest one in flight.
-    load_tile(k_tile, k_cache, 0);
-    cp_async_commit();
-    load_tile(v_tile, v_cache, 0);
-    cp_async_commit();
+    // One commit group per tile (its K and V), always committed (maybe empty) so that waiting for
+    // all but the newest group means waiting for this tile.
+    for (int stage = 0; stage < 2; ++stage) {
+        if (stage < num_tiles) {
+            load_tile(k_tiles + stage * kBlockN * kStride, k_cache, stage * kBlockN);
+            load_tile(v_tiles + stage * kBlockN * kStride, v_cache, stage * kBlockN);
+        }
+        cp_async_commit();
+    }
 
     for (int tile = 0; tile < num_tiles; ++tile) {
         const int key_begin = tile * kBlockN;
-        cp_async_wait_all_but_one();  // K(tile) has landed
+        const bf16* k_tile = k_tiles + (tile % 2) * kBlockN * kStride;
+        const bf16* v_tile = v_tiles + (tile % 2) * kBlockN * kStride;
+        cp_async_wait_all_but_one();  // K(tile) and V(tile) have landed
         __syncthreads();
 
         float s[kBlockN / 8][4];
@@ -168,9 +180,6 @@ __global__ void __launch_bounds__(kThreads)
                 mma_bf16(s[2 * np + 1], q_frag[kc], b[2], b[3]);
             }
         }
-        __syncthreads();  // every warp is done with k_tile
-        if (tile + 1 < num_tiles) load_tile(k_tile, k_cache, key_begin + kBlockN);
-        cp_async_commit();
 
         // Online softmax. Tile 0 holds key 0, which every row may see, so row_max is finite
         // from the first tile on and exp2 of a masked (-inf) score is exactly 0.
@@ -211,8 +220,6 @@ __global__ void __launch_bounds__(kThreads)
             }
         }
 
-        cp_async_wait_all_but_one();  // V(tile) has landed (K(tile + 1) may still be loading)
-        __syncthreads();
 #pragma unroll
         for (int kk = 0; kk < kBlockN / 16; ++kk) {
             // The S accumulators of key tiles 2kk and 2kk + 1 are exactly the A fragment of P.
@@ -230,8 +237,11 @@ __global__ void __launch_bounds__(kThreads)
                 mma_bf16(o[2 * dp + 1], p, b[2], b[3]);
             }
         }
-        __syncthreads();  // every warp is done with v_tile
-        if (tile + 1 < num_tiles) load_tile(v_tile, v_cache, key_begin + kBlockN);
+        __syncthreads();  // every warp is done with this stage
+        if (tile + 2 < num_tiles) {
+            load_tile(k_tiles + (tile % 2) * kBlockN * kStride, k_cache, key_begin + 2 * kBlockN);
+            load_tile(v_tiles + (tile % 2) * kBlockN * kStride, v_cache, key_begin + 2 * kBlockN);
+        }
         cp_async_commit();
     }
 
@@ -251,34 +261,39 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
+template <int kHeadDim>
+void launch_prefill(const AttentionLaunch& a, dim3 grid, cudaStream_t stream) {
+    constexpr size_t kSmemBytes = 4 * kBlockN * (kHeadDim + 8) * sizeof(bf16);  // 2 stages x K, V
+    // Above 48 KiB dynamic shared memory must be opted into, once per kernel (not a stream
+    // operation, so graph capture does not mind).
+    static const bool configured = [] {
+        MI_CUDA_CHECK(cudaFuncSetAttribute(prefill_kernel<kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(kSmemBytes)));
+        return true;
+    }();
+    (void)configured;
+    prefill_kernel<kHeadDim><<<grid, kThreads, kSmemBytes, stream>>>(
+        static_cast<const bf16*>(a.q), static_cast<const bf16*>(a.k_cache), static_cast<const bf16*>(a.v_cache),
+        a.query_start, a.seq_lens, a.block_table, int(a.max_pages), int(a.num_heads), int(a.num_kv_heads),
+        int(a.page_size), page_shift_of(a.page_size), a.scale * 1.4426950408889634f,  // exp(x) = 2^(x log2 e)
+        static_cast<bf16*>(a.out));
+    MI_CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace
 
 void launch_attention_prefill(const AttentionLaunch& a, cudaStream_t stream) {
     const int64_t group = a.num_heads / a.num_kv_heads;
     const int64_t row_tiles = (a.max_query_len * group + kBlockM - 1) / kBlockM;
     if (row_tiles == 0 || a.num_seqs == 0) return;
-    MI_LAUNCH_CHECK(a.num_seqs <= 65535 && a.num_kv_heads <= 65535 && row_tiles < (int64_t(1) << 31),
+    MI_LAUNCH_CHECK(a.num_seqs < (int64_t(1) << 31) && a.num_kv_heads <= 65535 && row_tiles <= 65535,
                     "attention prefill: batch too large for one launch");
-    const dim3 grid(unsigned(row_tiles), unsigned(a.num_seqs), unsigned(a.num_kv_heads));
-    const float scale_log2 = a.scale * 1.4426950408889634f;  // softmax in base 2: exp(x) = 2^(x log2 e)
-    const auto* q = static_cast<const bf16*>(a.q);
-    const auto* k = static_cast<const bf16*>(a.k_cache);
-    const auto* v = static_cast<const bf16*>(a.v_cache);
-    auto* out = static_cast<bf16*>(a.out);
+    const dim3 grid(unsigned(a.num_seqs), unsigned(a.num_kv_heads), unsigned(row_tiles));
     switch (a.head_dim) {
-        case 64:
-            prefill_kernel<64><<<grid, kThreads, 0, stream>>>(q, k, v, a.query_start, a.seq_lens, a.block_table,
-                                                              int(a.max_pages), int(a.num_heads), int(a.num_kv_heads),
-                                                              int(a.page_size), scale_log2, out);
-            break;
-        case 128:
-            prefill_kernel<128><<<grid, kThreads, 0, stream>>>(q, k, v, a.query_start, a.seq_lens, a.block_table,
-                                                               int(a.max_pages), int(a.num_heads),
-                                                               int(a.num_kv_heads), int(a.page_size), scale_log2, out);
-            break;
+        case 64: launch_prefill<64>(a, grid, stream); break;
+        case 128: launch_prefill<128>(a, grid, stream); break;
         default: MI_LAUNCH_CHECK(false, "attention prefill: head_dim must be 64 or 128");
     }
-    MI_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace miniinfer::cuda
