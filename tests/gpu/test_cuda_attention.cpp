@@ -26,7 +26,7 @@
 
 using namespace miniinfer;
 
-#define REQUIRE_GPU()                                                                     \
+#define REQUIRE_GPU() \
     if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible: GPU test skipped"
 
 namespace {
@@ -78,13 +78,15 @@ Batch make_batch(const Config& cfg, const std::vector<Seq>& seqs, std::mt19937& 
 
     size_t next_page = 0;
     for (int64_t s = 0; s < b.num_seqs; ++s) {
-        b.query_start.data<int32_t>()[s + 1] = b.query_start.data<int32_t>()[s] + seqs[size_t(s)].q_len;
+        b.query_start.data<int32_t>()[s + 1] =
+            b.query_start.data<int32_t>()[s] + seqs[size_t(s)].q_len;
         b.seq_lens.data<int32_t>()[s] = seqs[size_t(s)].seq_len;
         int32_t* row = b.block_table.data<int32_t>() + s * b.block_table.size(1);
         std::fill_n(row, b.block_table.size(1), -1);  // unused entries: reading one faults
         for (int64_t key = 0; key < seqs[size_t(s)].seq_len; ++key) {
             if (key % cfg.page_size == 0) row[key / cfg.page_size] = page_ids[next_page++];
-            const int64_t slot = int64_t(row[key / cfg.page_size]) * cfg.page_size + key % cfg.page_size;
+            const int64_t slot =
+                int64_t(row[key / cfg.page_size]) * cfg.page_size + key % cfg.page_size;
             for (int64_t e = 0; e < slot_elems; ++e) {
                 b.k_cache.data<uint16_t>()[slot * slot_elems + e] = f32_to_bf16(normal(rng));
                 b.v_cache.data<uint16_t>()[slot * slot_elems + e] = f32_to_bf16(normal(rng));
@@ -94,7 +96,8 @@ Batch make_batch(const Config& cfg, const std::vector<Seq>& seqs, std::mt19937& 
     // q ~ N(0, 2²): scores with std ~2 after the 1/sqrt(head_dim) scale, so softmax is peaked
     // enough that each key's weight matters.
     b.q = Tensor::zeros({b.num_tokens, cfg.num_heads, cfg.head_dim}, DType::kBF16);
-    for (int64_t i = 0; i < b.q.numel(); ++i) b.q.data<uint16_t>()[i] = f32_to_bf16(2.f * normal(rng));
+    for (int64_t i = 0; i < b.q.numel(); ++i)
+        b.q.data<uint16_t>()[i] = f32_to_bf16(2.f * normal(rng));
     return b;
 }
 
@@ -121,20 +124,33 @@ Tensor run_cpu(const Batch& b) {
 
 Tensor run_gpu(const Batch& b) {
     Tensor q = cuda::to_device(b.q), k = cuda::to_device(b.k_cache), v = cuda::to_device(b.v_cache);
-    Tensor qs = cuda::to_device(b.query_start), lens = cuda::to_device(b.seq_lens), table = cuda::to_device(b.block_table);
-    Tensor out = cuda::device_tensor({b.num_tokens, b.cfg.num_heads * b.cfg.head_dim}, DType::kBF16);
-    const size_t ws_bytes = cuda::attention_workspace_bytes(b.num_tokens, b.cfg.num_heads, b.cfg.head_dim);
+    Tensor qs = cuda::to_device(b.query_start), lens = cuda::to_device(b.seq_lens),
+           table = cuda::to_device(b.block_table);
+    Tensor out =
+        cuda::device_tensor({b.num_tokens, b.cfg.num_heads * b.cfg.head_dim}, DType::kBF16);
+    const size_t ws_bytes =
+        cuda::attention_workspace_bytes(b.num_tokens, b.cfg.num_heads, b.cfg.head_dim);
     cuda::DeviceBuffer workspace(ws_bytes);
-    cuda::AttentionParams p{&q, &k, &v, &qs, &lens, &table, b.num_seqs, b.max_query_len, b.max_seq_len,
-                            1.f / std::sqrt(float(b.cfg.head_dim)), &out};
+    cuda::AttentionParams p{&q,
+                            &k,
+                            &v,
+                            &qs,
+                            &lens,
+                            &table,
+                            b.num_seqs,
+                            b.max_query_len,
+                            b.max_seq_len,
+                            1.f / std::sqrt(float(b.cfg.head_dim)),
+                            &out};
     cuda::paged_attention(p, workspace.data(), ws_bytes, nullptr);
     MI_CUDA_CHECK(cudaDeviceSynchronize());
     return cuda::to_host(out).to_f32();
 }
 
 std::string describe(const Config& c, const std::vector<Seq>& seqs) {
-    std::string s = "heads " + std::to_string(c.num_heads) + "/" + std::to_string(c.num_kv_heads) + " head_dim " +
-                    std::to_string(c.head_dim) + " page " + std::to_string(c.page_size) + " seqs (q_len/seq_len):";
+    std::string s = "heads " + std::to_string(c.num_heads) + "/" + std::to_string(c.num_kv_heads) +
+                    " head_dim " + std::to_string(c.head_dim) + " page " +
+                    std::to_string(c.page_size) + " seqs (q_len/seq_len):";
     for (const Seq& q : seqs) s += " " + std::to_string(q.q_len) + "/" + std::to_string(q.seq_len);
     return s;
 }
@@ -155,8 +171,9 @@ void expect_matches_cpu(const Config& cfg, const std::vector<Seq>& seqs, std::mt
     }
     const double mean_err = sum_err / double(std::max<int64_t>(ref.numel(), 1));
     const int64_t row_elems = cfg.num_heads * cfg.head_dim;
-    EXPECT_EQ(bad, 0) << describe(cfg, seqs) << ": first bad element token " << first_bad / row_elems << " head "
-                      << first_bad % row_elems / cfg.head_dim << " dim " << first_bad % cfg.head_dim << ": gpu "
+    EXPECT_EQ(bad, 0) << describe(cfg, seqs) << ": first bad element token "
+                      << first_bad / row_elems << " head " << first_bad % row_elems / cfg.head_dim
+                      << " dim " << first_bad % cfg.head_dim << ": gpu "
                       << (first_bad >= 0 ? got.data<float>()[first_bad] : 0.f) << " cpu "
                       << (first_bad >= 0 ? ref.data<float>()[first_bad] : 0.f);
     EXPECT_LT(mean_err, 2e-3) << describe(cfg, seqs);
@@ -167,7 +184,8 @@ std::vector<Config> all_configs() {
     std::vector<Config> configs;
     for (int64_t head_dim : {64, 128})
         for (int64_t page_size : {16, 64, 256})
-            for (auto [h, kv] : std::vector<std::pair<int64_t, int64_t>>{{8, 8}, {16, 8}, {14, 2}, {32, 4}, {8, 1}})
+            for (auto [h, kv] : std::vector<std::pair<int64_t, int64_t>>{
+                     {8, 8}, {16, 8}, {14, 2}, {32, 4}, {8, 1}})
                 configs.push_back({h, kv, head_dim, page_size});
     return configs;
 }
@@ -187,7 +205,17 @@ TEST(CudaAttention, DecodeOnly) {
     REQUIRE_GPU();
     std::mt19937 rng(11);
     for (const Config& cfg : all_configs()) {
-        expect_matches_cpu(cfg, {{1, 1}, {1, 15}, {1, 16}, {1, 17}, {1, 63}, {1, 64}, {1, 65}, {1, 256}, {1, 257}, {1, 1000}},
+        expect_matches_cpu(cfg,
+                           {{1, 1},
+                            {1, 15},
+                            {1, 16},
+                            {1, 17},
+                            {1, 63},
+                            {1, 64},
+                            {1, 65},
+                            {1, 256},
+                            {1, 257},
+                            {1, 1000}},
                            rng);
     }
 }
@@ -197,7 +225,8 @@ TEST(CudaAttention, MixedBatchAndChunkAfterCachedPrefix) {
     std::mt19937 rng(12);
     for (const Config& cfg : all_configs()) {
         // decodes, a fresh prefill, chunks after cached prefixes (one ending on a page boundary).
-        expect_matches_cpu(cfg, {{1, 40}, {37, 37}, {1, 1}, {29, 300}, {64, 320}, {1, 129}, {100, 611}}, rng);
+        expect_matches_cpu(
+            cfg, {{1, 40}, {37, 37}, {1, 1}, {29, 300}, {64, 320}, {1, 129}, {100, 611}}, rng);
     }
 }
 
@@ -222,9 +251,11 @@ TEST(CudaAttention, DecodeWithoutWorkspace) {
     const Batch b = make_batch(cfg, {{1, 3000}, {1, 999}}, rng);
     const Tensor ref = run_cpu(b);
     Tensor q = cuda::to_device(b.q), k = cuda::to_device(b.k_cache), v = cuda::to_device(b.v_cache);
-    Tensor qs = cuda::to_device(b.query_start), lens = cuda::to_device(b.seq_lens), table = cuda::to_device(b.block_table);
+    Tensor qs = cuda::to_device(b.query_start), lens = cuda::to_device(b.seq_lens),
+           table = cuda::to_device(b.block_table);
     Tensor out = cuda::device_tensor({b.num_tokens, cfg.num_heads * cfg.head_dim}, DType::kBF16);
-    cuda::AttentionParams p{&q, &k, &v, &qs, &lens, &table, b.num_seqs, 1, b.max_seq_len, 1.f / std::sqrt(128.f), &out};
+    cuda::AttentionParams p{
+        &q, &k, &v, &qs, &lens, &table, b.num_seqs, 1, b.max_seq_len, 1.f / std::sqrt(128.f), &out};
     cuda::paged_attention(p, nullptr, 0, nullptr);
     MI_CUDA_CHECK(cudaDeviceSynchronize());
     const Tensor got = cuda::to_host(out).to_f32();
@@ -239,14 +270,16 @@ TEST(CudaAttention, DecodeWithoutWorkspace) {
 // Skipped when one launch takes far too long (a sanitizer or profiler is instrumenting it).
 TEST(CudaAttention, DecodeBandwidth) {
     REQUIRE_GPU();
-    const int64_t num_seqs = 256, seq_len = 1024, num_heads = 16, num_kv_heads = 8, head_dim = 128, page_size = 16;
+    const int64_t num_seqs = 256, seq_len = 1024, num_heads = 16, num_kv_heads = 8, head_dim = 128,
+                  page_size = 16;
     const int64_t pages_per_seq = seq_len / page_size, num_pages = num_seqs * pages_per_seq;
     Tensor k = cuda::device_tensor({num_pages, page_size, num_kv_heads, head_dim}, DType::kBF16);
     Tensor v = cuda::device_tensor({num_pages, page_size, num_kv_heads, head_dim}, DType::kBF16);
     MI_CUDA_CHECK(cudaMemset(k.raw(), 0x3c, k.nbytes()));  // bf16 0x3c3c ≈ 0.0115 everywhere
     MI_CUDA_CHECK(cudaMemset(v.raw(), 0x3c, v.nbytes()));
     Tensor q = cuda::device_tensor({num_seqs, num_heads, head_dim}, DType::kBF16);
-    Tensor qs_host = Tensor::zeros({num_seqs + 1}, DType::kI32), lens_host = Tensor::zeros({num_seqs}, DType::kI32);
+    Tensor qs_host = Tensor::zeros({num_seqs + 1}, DType::kI32),
+           lens_host = Tensor::zeros({num_seqs}, DType::kI32);
     Tensor table_host = Tensor::zeros({num_seqs, pages_per_seq}, DType::kI32);
     std::vector<int32_t> page_ids(static_cast<size_t>(num_pages));
     std::iota(page_ids.begin(), page_ids.end(), 0);
@@ -257,11 +290,13 @@ TEST(CudaAttention, DecodeBandwidth) {
         lens_host.data<int32_t>()[s] = int32_t(seq_len);
     }
     std::copy(page_ids.begin(), page_ids.end(), table_host.data<int32_t>());
-    Tensor qs = cuda::to_device(qs_host), lens = cuda::to_device(lens_host), table = cuda::to_device(table_host);
+    Tensor qs = cuda::to_device(qs_host), lens = cuda::to_device(lens_host),
+           table = cuda::to_device(table_host);
     Tensor out = cuda::device_tensor({num_seqs, num_heads * head_dim}, DType::kBF16);
     const size_t ws_bytes = cuda::attention_workspace_bytes(num_seqs, num_heads, head_dim);
     cuda::DeviceBuffer workspace(ws_bytes);
-    cuda::AttentionParams p{&q, &k, &v, &qs, &lens, &table, num_seqs, 1, seq_len, 1.f / std::sqrt(128.f), &out};
+    cuda::AttentionParams p{
+        &q, &k, &v, &qs, &lens, &table, num_seqs, 1, seq_len, 1.f / std::sqrt(128.f), &out};
     cuda::Event start(true), stop(true);
 
     start.record(nullptr);
@@ -278,31 +313,37 @@ TEST(CudaAttention, DecodeBandwidth) {
     stop.synchronize();
     const double seconds = cuda::Event::elapsed_ms(start, stop) / 1e3 / kIters;
     const double bytes = 2.0 * double(num_seqs * seq_len * num_kv_heads * head_dim) * 2.0;
-    std::printf("[ BENCH    ] decode 256 seqs x 1024 keys, 16/8 heads, head_dim 128, page 16: %.1f us, "
-                "%.0f GB/s of K/V (%.0f%% of 4.8 TB/s)\n",
-                seconds * 1e6, bytes / seconds / 1e9, 100.0 * bytes / seconds / 4.8e12);
+    std::printf(
+        "[ BENCH    ] decode 256 seqs x 1024 keys, 16/8 heads, head_dim 128, page 16: %.1f us, "
+        "%.0f GB/s of K/V (%.0f%% of 4.8 TB/s)\n",
+        seconds * 1e6, bytes / seconds / 1e9, 100.0 * bytes / seconds / 4.8e12);
 }
 
 // Informative: causal prefill throughput at Qwen3-0.6B's shapes, 16 prompts x 1024 tokens, in
 // TFLOP/s of the two matmuls (4 · head_dim FLOPs per visible (query, key, head)).
 TEST(CudaAttention, PrefillThroughput) {
     REQUIRE_GPU();
-    const int64_t num_seqs = 16, seq_len = 1024, num_heads = 16, num_kv_heads = 8, head_dim = 128, page_size = 16;
-    const int64_t pages_per_seq = seq_len / page_size, num_pages = num_seqs * pages_per_seq, num_tokens = num_seqs * seq_len;
+    const int64_t num_seqs = 16, seq_len = 1024, num_heads = 16, num_kv_heads = 8, head_dim = 128,
+                  page_size = 16;
+    const int64_t pages_per_seq = seq_len / page_size, num_pages = num_seqs * pages_per_seq,
+                  num_tokens = num_seqs * seq_len;
     Tensor k = cuda::device_tensor({num_pages, page_size, num_kv_heads, head_dim}, DType::kBF16);
     Tensor v = cuda::device_tensor({num_pages, page_size, num_kv_heads, head_dim}, DType::kBF16);
     Tensor q = cuda::device_tensor({num_tokens, num_heads, head_dim}, DType::kBF16);
     for (Tensor* t : {&k, &v, &q}) MI_CUDA_CHECK(cudaMemset(t->raw(), 0x3c, t->nbytes()));
-    Tensor qs_host = Tensor::zeros({num_seqs + 1}, DType::kI32), lens_host = Tensor::zeros({num_seqs}, DType::kI32);
+    Tensor qs_host = Tensor::zeros({num_seqs + 1}, DType::kI32),
+           lens_host = Tensor::zeros({num_seqs}, DType::kI32);
     Tensor table_host = Tensor::zeros({num_seqs, pages_per_seq}, DType::kI32);
     for (int64_t s = 0; s < num_seqs; ++s) {
         qs_host.data<int32_t>()[s + 1] = int32_t((s + 1) * seq_len);
         lens_host.data<int32_t>()[s] = int32_t(seq_len);
     }
     std::iota(table_host.data<int32_t>(), table_host.data<int32_t>() + num_pages, 0);
-    Tensor qs = cuda::to_device(qs_host), lens = cuda::to_device(lens_host), table = cuda::to_device(table_host);
+    Tensor qs = cuda::to_device(qs_host), lens = cuda::to_device(lens_host),
+           table = cuda::to_device(table_host);
     Tensor out = cuda::device_tensor({num_tokens, num_heads * head_dim}, DType::kBF16);
-    cuda::AttentionParams p{&q, &k, &v, &qs, &lens, &table, num_seqs, seq_len, seq_len, 1.f / std::sqrt(128.f), &out};
+    cuda::AttentionParams p{
+        &q, &k, &v, &qs, &lens, &table, num_seqs, seq_len, seq_len, 1.f / std::sqrt(128.f), &out};
     cuda::Event start(true), stop(true);
     start.record(nullptr);
     cuda::paged_attention(p, nullptr, 0, nullptr);
@@ -318,7 +359,8 @@ TEST(CudaAttention, PrefillThroughput) {
     stop.synchronize();
     const double seconds = cuda::Event::elapsed_ms(start, stop) / 1e3 / kIters;
     const double flops = 4.0 * head_dim * num_heads * num_seqs * (seq_len * (seq_len + 1) / 2.0);
-    std::printf("[ BENCH    ] prefill 16 x 1024 tokens causal, 16/8 heads, head_dim 128, page 16: %.1f us, "
-                "%.0f TFLOP/s (dense bf16 peak ~989)\n",
-                seconds * 1e6, flops / seconds / 1e12);
+    std::printf(
+        "[ BENCH    ] prefill 16 x 1024 tokens causal, 16/8 heads, head_dim 128, page 16: %.1f us, "
+        "%.0f TFLOP/s (dense bf16 peak ~989)\n",
+        seconds * 1e6, flops / seconds / 1e12);
 }

@@ -35,7 +35,7 @@ struct AttentionParams {
     const Tensor* block_table;  // [num_seqs, max_pages] i32 (device)
     int64_t num_seqs, max_query_len, max_seq_len;  // host-side bounds for the launch grid
     float scale;
-    Tensor* out;                // [num_tokens, num_heads * head_dim] bf16
+    Tensor* out;  // [num_tokens, num_heads * head_dim] bf16
 };
 
 // Workspace bytes the split-KV decode needs for up to max_tokens query rows (allocate once).
@@ -51,9 +51,9 @@ void paged_attention(const AttentionParams& p, void* workspace, size_t workspace
 
 // The kernels behind paged_attention (the launchers trust the dispatcher's checks).
 struct AttentionLaunch {
-    const void* q;            // [num_tokens, num_heads, head_dim] bf16
-    const void* k_cache;      // [num_pages, page_size, num_kv_heads, head_dim] bf16
-    const void* v_cache;      // same
+    const void* q;               // [num_tokens, num_heads, head_dim] bf16
+    const void* k_cache;         // [num_pages, page_size, num_kv_heads, head_dim] bf16
+    const void* v_cache;         // same
     const int32_t* query_start;  // [num_seqs + 1]
     const int32_t* seq_lens;     // [num_seqs]
     const int32_t* block_table;  // [num_seqs, max_pages]

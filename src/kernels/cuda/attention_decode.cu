@@ -4,8 +4,8 @@
 // built for memory bandwidth: a thread block owns one (sequence, KV head, split) and up to 8 of
 // the query heads sharing that KV head, so each K/V row is read once for the whole GQA group.
 // head_dim / 8 lanes hold one key row (16 bytes each, one load), so a warp reads 2 (head_dim
-// 128) or 4 (64) keys per load; each lane issues 4 to 8 K and as many V loads before using any, to keep
-// enough bytes in flight. Softmax is online per (lane slot, head) and merged across slots and
+// 128) or 4 (64) keys per load; each lane issues 4 to 8 K and as many V loads before using any, to
+// keep enough bytes in flight. Softmax is online per (lane slot, head) and merged across slots and
 // warps at the end.
 //
 // When the batch alone gives too few blocks to fill the GPU, or fills its last wave badly, each
@@ -63,10 +63,11 @@ __device__ __forceinline__ void bf16x8_to_float(const uint4& v, float (&f)[8]) {
 // grid: (num_splits, num_kv_heads * head_chunks, num_seqs); kHeads: query heads per block.
 template <int kHeadDim, int kHeads>
 __global__ void __launch_bounds__(kThreads)
-    decode_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k_cache, const bf16* __restrict__ v_cache,
-                  const int32_t* __restrict__ query_start, const int32_t* __restrict__ seq_lens,
-                  const int32_t* __restrict__ block_table, int max_pages, int num_heads, int num_kv_heads,
-                  int page_size, int page_shift, float scale_log2, int num_splits, bf16* __restrict__ out,
+    decode_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k_cache,
+                  const bf16* __restrict__ v_cache, const int32_t* __restrict__ query_start,
+                  const int32_t* __restrict__ seq_lens, const int32_t* __restrict__ block_table,
+                  int max_pages, int num_heads, int num_kv_heads, int page_size, int page_shift,
+                  float scale_log2, int num_splits, bf16* __restrict__ out,
                   float* __restrict__ partial_o, float* __restrict__ partial_lse) {
     constexpr int kLanesPerKey = kHeadDim / 8;
     constexpr int kSlots = 32 / kLanesPerKey;  // keys a warp loads at once
@@ -84,7 +85,8 @@ __global__ void __launch_bounds__(kThreads)
     if (query_start[seq + 1] == token) return;  // no query row this step
     const int seq_len = seq_lens[seq];
     // Splits cover whole warp steps of keys; trailing splits of a short sequence may be empty.
-    const int split_len = ((seq_len + num_splits - 1) / num_splits + kWarpKeys - 1) / kWarpKeys * kWarpKeys;
+    const int split_len =
+        ((seq_len + num_splits - 1) / num_splits + kWarpKeys - 1) / kWarpKeys * kWarpKeys;
     const int key_begin = split * split_len;
     const int key_end = min(seq_len, key_begin + split_len);
     const int32_t* pages = block_table + int64_t(seq) * max_pages;
@@ -97,7 +99,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int h = 0; h < kHeads; ++h) {
         if (h < num_block_heads) {
-            const uint4 raw = *reinterpret_cast<const uint4*>(q + (int64_t(token) * num_heads + head_begin + h) * kHeadDim + dim0);
+            const uint4 raw = *reinterpret_cast<const uint4*>(
+                q + (int64_t(token) * num_heads + head_begin + h) * kHeadDim + dim0);
             bf16x8_to_float(raw, q_reg[h]);
 #pragma unroll
             for (int e = 0; e < 8; ++e) q_reg[h][e] *= scale_log2;
@@ -122,7 +125,9 @@ __global__ void __launch_bounds__(kThreads)
         for (int i = 0; i < kKeysPerSlot; ++i) {
             const int key = base + slot * kKeysPerSlot + i;
             if (key < key_end) {
-                const int64_t offset = cache_row(pages, key, page_size, page_shift) * kv_row_stride + kv_head * kHeadDim + dim0;
+                const int64_t offset =
+                    cache_row(pages, key, page_size, page_shift) * kv_row_stride +
+                    kv_head * kHeadDim + dim0;
                 k_raw[i] = __ldg(reinterpret_cast<const uint4*>(k_cache + offset));
                 v_raw[i] = __ldg(reinterpret_cast<const uint4*>(v_cache + offset));
             } else {
@@ -164,7 +169,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
             for (int e = 0; e < 8; ++e) acc[h][e] *= w.self;
 #pragma unroll
-            for (int i = 0; i < kKeysPerSlot; ++i) score[h][i] = exp2f(score[h][i] - (m[h] == -INFINITY ? 0.f : m[h]));
+            for (int i = 0; i < kKeysPerSlot; ++i)
+                score[h][i] = exp2f(score[h][i] - (m[h] == -INFINITY ? 0.f : m[h]));
 #pragma unroll
             for (int i = 0; i < kKeysPerSlot; ++i) l[h] += score[h][i];
         }
@@ -190,7 +196,8 @@ __global__ void __launch_bounds__(kThreads)
             l[h] = l[h] * w.self + l_o * w.other;
 #pragma unroll
             for (int e = 0; e < 8; ++e)
-                acc[h][e] = acc[h][e] * w.self + __shfl_xor_sync(0xffffffffu, acc[h][e], offset) * w.other;
+                acc[h][e] =
+                    acc[h][e] * w.self + __shfl_xor_sync(0xffffffffu, acc[h][e], offset) * w.other;
         }
     }
 
@@ -225,7 +232,8 @@ __global__ void __launch_bounds__(kThreads)
             out[row * kHeadDim + d] = __float2bfloat16(a / sum);
         } else {
             partial_o[(row * num_splits + split) * kHeadDim + d] = sum > 0.f ? a / sum : 0.f;
-            if (d == 0) partial_lse[row * num_splits + split] = sum > 0.f ? m_all + log2f(sum) : -INFINITY;
+            if (d == 0)
+                partial_lse[row * num_splits + split] = sum > 0.f ? m_all + log2f(sum) : -INFINITY;
         }
     }
 }
@@ -233,8 +241,9 @@ __global__ void __launch_bounds__(kThreads)
 // Merges the splits of each (token, head): out = Σ 2^(lse_s - M) o_s / Σ 2^(lse_s - M).
 // partial_o: [rows, num_splits, head_dim]; partial_lse: [rows, num_splits]; out: [rows, head_dim].
 // grid: rows; block: head_dim threads.
-__global__ void combine_kernel(const float* __restrict__ partial_o, const float* __restrict__ partial_lse,
-                               int num_splits, int head_dim, bf16* __restrict__ out) {
+__global__ void combine_kernel(const float* __restrict__ partial_o,
+                               const float* __restrict__ partial_lse, int num_splits, int head_dim,
+                               bf16* __restrict__ out) {
     const int64_t row = blockIdx.x;
     const int d = threadIdx.x;
     const float* lse = partial_lse + row * num_splits;
@@ -266,8 +275,8 @@ const Occupancy& decode_occupancy() {
         int device = 0;
         MI_CUDA_CHECK(cudaGetDevice(&device));
         MI_CUDA_CHECK(cudaDeviceGetAttribute(&o.num_sms, cudaDevAttrMultiProcessorCount, device));
-        MI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o.blocks_per_sm, decode_kernel<kHeadDim, kHeads>,
-                                                                    kThreads, 0));
+        MI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &o.blocks_per_sm, decode_kernel<kHeadDim, kHeads>, kThreads, 0));
         return o;
     }();
     return occupancy;
@@ -279,9 +288,11 @@ const Occupancy& decode_occupancy() {
 // kMinKeysPerSplit keys per split and by what the workspace holds; from host-side bounds only.
 int plan_splits(const AttentionLaunch& a, int64_t blocks_per_split, const Occupancy& occupancy,
                 size_t workspace_bytes) {
-    int64_t max_splits = std::min<int64_t>(kMaxSplits, (a.max_seq_len + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
+    int64_t max_splits =
+        std::min<int64_t>(kMaxSplits, (a.max_seq_len + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
     max_splits = std::min<int64_t>(
-        max_splits, int64_t(workspace_bytes / (size_t(a.num_tokens) * partial_row_bytes(a.num_heads, a.head_dim))));
+        max_splits, int64_t(workspace_bytes /
+                            (size_t(a.num_tokens) * partial_row_bytes(a.num_heads, a.head_dim))));
     const double slots = double(std::max(occupancy.num_sms * occupancy.blocks_per_sm, 1));
     int64_t best = 1;
     double best_fill = 0;
@@ -295,21 +306,25 @@ int plan_splits(const AttentionLaunch& a, int64_t blocks_per_split, const Occupa
 }
 
 template <int kHeadDim, int kHeads>
-void launch_decode(const AttentionLaunch& a, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+void launch_decode(const AttentionLaunch& a, void* workspace, size_t workspace_bytes,
+                   cudaStream_t stream) {
     const int64_t group = a.num_heads / a.num_kv_heads;
     const int64_t head_chunks = (group + kHeads - 1) / kHeads;
     MI_LAUNCH_CHECK(a.num_seqs <= 65535 && a.num_kv_heads * head_chunks <= 65535,
                     "attention decode: batch too large for one launch");
     const int num_splits = plan_splits(a, a.num_seqs * a.num_kv_heads * head_chunks,
                                        decode_occupancy<kHeadDim, kHeads>(), workspace_bytes);
-    const dim3 grid(unsigned(num_splits), unsigned(a.num_kv_heads * head_chunks), unsigned(a.num_seqs));
+    const dim3 grid(unsigned(num_splits), unsigned(a.num_kv_heads * head_chunks),
+                    unsigned(a.num_seqs));
     auto* partial_o = static_cast<float*>(workspace);
-    float* partial_lse = num_splits > 1 ? partial_o + a.num_tokens * a.num_heads * num_splits * kHeadDim : nullptr;
+    float* partial_lse =
+        num_splits > 1 ? partial_o + a.num_tokens * a.num_heads * num_splits * kHeadDim : nullptr;
     decode_kernel<kHeadDim, kHeads><<<grid, kThreads, 0, stream>>>(
-        static_cast<const bf16*>(a.q), static_cast<const bf16*>(a.k_cache), static_cast<const bf16*>(a.v_cache),
-        a.query_start, a.seq_lens, a.block_table, int(a.max_pages), int(a.num_heads), int(a.num_kv_heads),
-        int(a.page_size), page_shift_of(a.page_size), a.scale * 1.4426950408889634f, num_splits, static_cast<bf16*>(a.out), partial_o,
-        partial_lse);
+        static_cast<const bf16*>(a.q), static_cast<const bf16*>(a.k_cache),
+        static_cast<const bf16*>(a.v_cache), a.query_start, a.seq_lens, a.block_table,
+        int(a.max_pages), int(a.num_heads), int(a.num_kv_heads), int(a.page_size),
+        page_shift_of(a.page_size), a.scale * 1.4426950408889634f, num_splits,
+        static_cast<bf16*>(a.out), partial_o, partial_lse);
     MI_CUDA_CHECK(cudaGetLastError());
     if (num_splits > 1) {
         combine_kernel<<<unsigned(a.num_tokens * a.num_heads), kHeadDim, 0, stream>>>(
@@ -320,7 +335,8 @@ void launch_decode(const AttentionLaunch& a, void* workspace, size_t workspace_b
 
 // The smallest instance that holds the GQA group (groups above 8 are split into chunks of 8).
 template <int kHeadDim>
-void launch_decode_head_dim(const AttentionLaunch& a, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+void launch_decode_head_dim(const AttentionLaunch& a, void* workspace, size_t workspace_bytes,
+                            cudaStream_t stream) {
     const int64_t group = a.num_heads / a.num_kv_heads;
     if (group == 1) return launch_decode<kHeadDim, 1>(a, workspace, workspace_bytes, stream);
     if (group == 2) return launch_decode<kHeadDim, 2>(a, workspace, workspace_bytes, stream);
@@ -335,13 +351,19 @@ size_t attention_workspace_bytes(int64_t max_tokens, int64_t num_heads, int64_t 
     return size_t(rows) * partial_row_bytes(num_heads, head_dim);
 }
 
-void launch_attention_decode(const AttentionLaunch& a, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+void launch_attention_decode(const AttentionLaunch& a, void* workspace, size_t workspace_bytes,
+                             cudaStream_t stream) {
     if (a.num_seqs == 0 || a.num_tokens == 0) return;
     if (workspace == nullptr) workspace_bytes = 0;
     switch (a.head_dim) {
-        case 64: launch_decode_head_dim<64>(a, workspace, workspace_bytes, stream); break;
-        case 128: launch_decode_head_dim<128>(a, workspace, workspace_bytes, stream); break;
-        default: MI_LAUNCH_CHECK(false, "attention decode: head_dim must be 64 or 128");
+        case 64:
+            launch_decode_head_dim<64>(a, workspace, workspace_bytes, stream);
+            break;
+        case 128:
+            launch_decode_head_dim<128>(a, workspace, workspace_bytes, stream);
+            break;
+        default:
+            MI_LAUNCH_CHECK(false, "attention decode: head_dim must be 64 or 128");
     }
 }
 

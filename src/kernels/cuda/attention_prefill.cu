@@ -35,9 +35,13 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool v
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
                  "r"(valid ? 16 : 0));
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
 // Waits until at most one committed group is still in flight.
-__device__ __forceinline__ void cp_async_wait_all_but_one() { asm volatile("cp.async.wait_group 1;\n" ::); }
+__device__ __forceinline__ void cp_async_wait_all_but_one() {
+    asm volatile("cp.async.wait_group 1;\n" ::);
+}
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -51,9 +55,11 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
 }
 
 // d[16x8] += a[16x16] · b[16x8], bf16 in, fp32 accumulate.
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
     asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, "
         "{%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -77,15 +83,15 @@ __global__ void __launch_bounds__(kThreads, 3)
     prefill_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k_cache,
                    const bf16* __restrict__ v_cache, const int32_t* __restrict__ query_start,
                    const int32_t* __restrict__ seq_lens, const int32_t* __restrict__ block_table,
-                   int max_pages, int num_heads, int num_kv_heads, int page_size, int page_shift, float scale_log2,
-                   bf16* __restrict__ out) {
+                   int max_pages, int num_heads, int num_kv_heads, int page_size, int page_shift,
+                   float scale_log2, bf16* __restrict__ out) {
     // +8 halves (16 B) per row: the 8 row addresses of one ldmatrix phase hit 8 different
     // 4-bank groups, so the tile reads are conflict-free.
     constexpr int kStride = kHeadDim + 8;
     constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per K/V row
     // Two stages each of K and V: tile t + 2 loads while tile t + 1 is computed.
     extern __shared__ __align__(16) unsigned char smem[];
-    bf16* k_tiles = reinterpret_cast<bf16*>(smem);  // [2, kBlockN, kStride]
+    bf16* k_tiles = reinterpret_cast<bf16*>(smem);    // [2, kBlockN, kStride]
     bf16* v_tiles = k_tiles + 2 * kBlockN * kStride;  // [2, kBlockN, kStride]
 
     const int seq = blockIdx.x, kv_head = blockIdx.y;
@@ -119,7 +125,8 @@ __global__ void __launch_bounds__(kThreads, 3)
         const int t = valid ? r / group : 0;
         row_limit[i] = valid ? prefix_len + t : seq_len - 1;
         const bf16* q_row =
-            q + (int64_t(q_begin + t) * num_heads + kv_head * group + (valid ? r % group : 0)) * kHeadDim;
+            q + (int64_t(q_begin + t) * num_heads + kv_head * group + (valid ? r % group : 0)) *
+                    kHeadDim;
 #pragma unroll
         for (int kc = 0; kc < kHeadDim / 16; ++kc) {
             const int col = kc * 16 + tig * 2;
@@ -136,7 +143,8 @@ __global__ void __launch_bounds__(kThreads, 3)
             const bool valid = key < num_keys;
             const bf16* src = cache;
             if (valid) {
-                src = cache + cache_row(pages, key, page_size, page_shift) * kv_row_stride + kv_head * kHeadDim + chunk * 8;
+                src = cache + cache_row(pages, key, page_size, page_shift) * kv_row_stride +
+                      kv_head * kHeadDim + chunk * 8;
             }
             cp_async_16(tile + r * kStride + chunk * 8, src, valid);
         }
@@ -223,7 +231,8 @@ __global__ void __launch_bounds__(kThreads, 3)
 #pragma unroll
         for (int kk = 0; kk < kBlockN / 16; ++kk) {
             // The S accumulators of key tiles 2kk and 2kk + 1 are exactly the A fragment of P.
-            const uint32_t p[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+            const uint32_t p[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]),
+                                   pack_bf16(s[2 * kk][2], s[2 * kk][3]),
                                    pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                                    pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
@@ -231,7 +240,8 @@ __global__ void __launch_bounds__(kThreads, 3)
                 // Matrices (lane / 8), transposed: keys +0 / +8 ((lane / 8) & 1) x dims +0 / +8
                 // (lane / 16) -> b0, b1 of dim tile 2dp and of dim tile 2dp + 1.
                 uint32_t b[4];
-                ldmatrix_x4_trans(b, v_tile + (kk * 16 + ((lane / 8) & 1) * 8 + lane % 8) * kStride +
+                ldmatrix_x4_trans(b, v_tile +
+                                         (kk * 16 + ((lane / 8) & 1) * 8 + lane % 8) * kStride +
                                          dp * 16 + (lane / 16) * 8);
                 mma_bf16(o[2 * dp], p, b[0], b[1]);
                 mma_bf16(o[2 * dp + 1], p, b[2], b[3]);
@@ -253,7 +263,9 @@ __global__ void __launch_bounds__(kThreads, 3)
         const int r = row_begin + warp * 16 + gid + 8 * i;
         if (r >= num_rows) continue;
         const float inv_sum = 1.f / sum;
-        bf16* out_row = out + (int64_t(q_begin + r / group) * num_heads + kv_head * group + r % group) * kHeadDim;
+        bf16* out_row =
+            out +
+            (int64_t(q_begin + r / group) * num_heads + kv_head * group + r % group) * kHeadDim;
 #pragma unroll
         for (int dt = 0; dt < kHeadDim / 8; ++dt)
             *reinterpret_cast<uint32_t*>(out_row + dt * 8 + tig * 2) =
@@ -267,15 +279,17 @@ void launch_prefill(const AttentionLaunch& a, dim3 grid, cudaStream_t stream) {
     // Above 48 KiB dynamic shared memory must be opted into, once per kernel (not a stream
     // operation, so graph capture does not mind).
     static const bool configured = [] {
-        MI_CUDA_CHECK(cudaFuncSetAttribute(prefill_kernel<kHeadDim>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        MI_CUDA_CHECK(cudaFuncSetAttribute(prefill_kernel<kHeadDim>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            int(kSmemBytes)));
         return true;
     }();
     (void)configured;
     prefill_kernel<kHeadDim><<<grid, kThreads, kSmemBytes, stream>>>(
-        static_cast<const bf16*>(a.q), static_cast<const bf16*>(a.k_cache), static_cast<const bf16*>(a.v_cache),
-        a.query_start, a.seq_lens, a.block_table, int(a.max_pages), int(a.num_heads), int(a.num_kv_heads),
-        int(a.page_size), page_shift_of(a.page_size), a.scale * 1.4426950408889634f,  // exp(x) = 2^(x log2 e)
+        static_cast<const bf16*>(a.q), static_cast<const bf16*>(a.k_cache),
+        static_cast<const bf16*>(a.v_cache), a.query_start, a.seq_lens, a.block_table,
+        int(a.max_pages), int(a.num_heads), int(a.num_kv_heads), int(a.page_size),
+        page_shift_of(a.page_size), a.scale * 1.4426950408889634f,  // exp(x) = 2^(x log2 e)
         static_cast<bf16*>(a.out));
     MI_CUDA_CHECK(cudaGetLastError());
 }
@@ -286,13 +300,19 @@ void launch_attention_prefill(const AttentionLaunch& a, cudaStream_t stream) {
     const int64_t group = a.num_heads / a.num_kv_heads;
     const int64_t row_tiles = (a.max_query_len * group + kBlockM - 1) / kBlockM;
     if (row_tiles == 0 || a.num_seqs == 0) return;
-    MI_LAUNCH_CHECK(a.num_seqs < (int64_t(1) << 31) && a.num_kv_heads <= 65535 && row_tiles <= 65535,
-                    "attention prefill: batch too large for one launch");
+    MI_LAUNCH_CHECK(
+        a.num_seqs < (int64_t(1) << 31) && a.num_kv_heads <= 65535 && row_tiles <= 65535,
+        "attention prefill: batch too large for one launch");
     const dim3 grid(unsigned(a.num_seqs), unsigned(a.num_kv_heads), unsigned(row_tiles));
     switch (a.head_dim) {
-        case 64: launch_prefill<64>(a, grid, stream); break;
-        case 128: launch_prefill<128>(a, grid, stream); break;
-        default: MI_LAUNCH_CHECK(false, "attention prefill: head_dim must be 64 or 128");
+        case 64:
+            launch_prefill<64>(a, grid, stream);
+            break;
+        case 128:
+            launch_prefill<128>(a, grid, stream);
+            break;
+        default:
+            MI_LAUNCH_CHECK(false, "attention prefill: head_dim must be 64 or 128");
     }
 }
 

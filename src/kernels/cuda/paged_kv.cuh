@@ -15,7 +15,8 @@ inline int page_shift_of(int64_t page_size) {
 
 // Cache row (page * page_size + offset) of a sequence's key; pages: its block-table row.
 // Power-of-two pages take a shift and a mask instead of an integer division.
-__device__ __forceinline__ int64_t cache_row(const int32_t* pages, int key, int page_size, int page_shift) {
+__device__ __forceinline__ int64_t cache_row(const int32_t* pages, int key, int page_size,
+                                             int page_shift) {
     const int page_idx = page_shift >= 0 ? key >> page_shift : key / page_size;
     const int offset = page_shift >= 0 ? key & (page_size - 1) : key % page_size;
     return int64_t(pages[page_idx]) * page_size + offset;
