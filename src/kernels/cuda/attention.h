@@ -14,7 +14,9 @@
 //
 // No host synchronisation and no allocation inside paged_attention: grid sizes come from the
 // host-side bounds only, so a decode step can be captured in a CUDA graph and replayed with other
-// lengths (up to the same bounds).
+// lengths (up to the same bounds). The first call of each kernel instance queries its occupancy
+// and shared-memory limit (host-side, no stream work); warm up eagerly before capturing anyway.
+// Lengths above max_seq_len at replay stay correct (the splits just get longer).
 #pragma once
 
 #include <cuda_runtime.h>
