@@ -1,19 +1,24 @@
 #!/usr/bin/env python3
-"""Finds the code points whose Unicode normalization differs between utf8proc and Hugging Face.
+"""Finds where Hugging Face's Unicode data differs from the libraries MiniInfer uses.
 
-`tokenizers` normalizes with tables from an older Unicode version than utf8proc's, so
-combining marks added since then are starters to it (no reordering, no composition). This
-script asks utf8proc (through a tiny C program, UTF8PROC_DUMP below) for every code point's
-combining class and canonical decomposition, probes `tokenizers`' NFD/NFC for the same
-characters, and prints the ranges MiniInfer must leave untouched (src/tokenizer/normalizer.cpp).
+1. Normalization: `tokenizers` normalizes with tables older than utf8proc's, so combining
+   marks added since then are starters to it (no reordering, no composition). utf8proc's
+   combining classes and decompositions (from a tiny C program, UTF8PROC_DUMP) are compared
+   with `tokenizers`' NFD/NFC on every code point.
+2. Regex classes: `tokenizers` runs Oniguruma, whose Unicode tables are newer than PCRE2
+   10.42's, and whose \s differs from PCRE2's. \p{L}, \p{N} and \s are compared on every
+   code point (PCRE2 through PCRE2_DUMP, Hugging Face through a Split pre-tokenizer).
 
-usage: derive_nfc_compat.py   (needs gcc, libutf8proc-dev and `pip install tokenizers`)
+Prints the C++ tables of src/tokenizer/hf_unicode.cpp.
+
+usage: derive_unicode_compat.py   (needs gcc, libutf8proc-dev, libpcre2-dev and
+                                   `pip install tokenizers`)
 """
 import os
 import subprocess
 import tempfile
 
-from tokenizers import normalizers
+from tokenizers import Regex, normalizers, pre_tokenizers
 
 UTF8PROC_DUMP = r"""
 #include <utf8proc.h>
@@ -33,13 +38,76 @@ int main(void) {
 }
 """
 
+PCRE2_DUMP = r"""
+#define PCRE2_CODE_UNIT_WIDTH 32
+#include <pcre2.h>
+#include <stdio.h>
+int main(void) {
+    const char* patterns[] = {"\\p{L}", "\\p{N}", "\\s"};
+    for (int k = 0; k < 3; ++k) {
+        PCRE2_UCHAR32 pattern[8];
+        int n = 0, err;
+        PCRE2_SIZE offset;
+        for (const char* p = patterns[k]; *p; ++p) pattern[n++] = (PCRE2_UCHAR32)*p;
+        pcre2_code* re = pcre2_compile(pattern, n, PCRE2_UTF | PCRE2_UCP, &err, &offset, NULL);
+        pcre2_match_data* md = pcre2_match_data_create(4, NULL);
+        for (unsigned c = 0; c <= 0x10FFFF; ++c) {
+            if (c >= 0xD800 && c <= 0xDFFF) continue;
+            PCRE2_UCHAR32 s[1] = {c};
+            if (pcre2_match(re, s, 1, 0, 0, md, NULL) >= 0) printf("%d %x\n", k, c);
+        }
+    }
+    return 0;
+}
+"""
 
-def utf8proc_rows():
+
+def run_c(source, lib):
     with tempfile.TemporaryDirectory() as d:
         src, exe = os.path.join(d, "dump.c"), os.path.join(d, "dump")
-        open(src, "w").write(UTF8PROC_DUMP)
-        subprocess.run(["gcc", src, "-o", exe, "-lutf8proc"], check=True)
-        out = subprocess.run([exe], check=True, capture_output=True, text=True).stdout
+        open(src, "w").write(source)
+        subprocess.run(["gcc", src, "-o", exe, lib], check=True)
+        return subprocess.run([exe], check=True, capture_output=True, text=True).stdout
+
+
+def ranges(code_points):
+    out = []
+    for cp in sorted(code_points):
+        if out and out[-1][1] == cp - 1:
+            out[-1][1] = cp
+        else:
+            out.append([cp, cp])
+    return out
+
+
+def print_table(name, code_points):
+    items = [f"{{0x{a:04X}, 0x{b:04X}}}" for a, b in ranges(code_points)]
+    print(f"constexpr CodePointRange {name}[] = {{")
+    line = "   "
+    for item in items:
+        if len(line) + len(item) + 2 > 100:
+            print(line)
+            line = "   "
+        line += " " + item + ","
+    print(line + "\n};")
+
+
+def regex_class_differences():
+    pcre = [set(), set(), set()]
+    for line in run_c(PCRE2_DUMP, "-lpcre2-32").splitlines():
+        k, cp = line.split()
+        pcre[int(k)].add(int(cp, 16))
+    cps = [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
+    result = []
+    for k, pattern in enumerate([r"\p{L}", r"\p{N}", r"\s"]):
+        split = pre_tokenizers.Split(Regex(pattern), "removed")  # a matched character vanishes
+        hf = {c for c in cps if not split.pre_tokenize_str(chr(c))}
+        result.append((hf - pcre[k], pcre[k] - hf, hf))
+    return result
+
+
+def utf8proc_rows():
+    out = run_c(UTF8PROC_DUMP, "-lutf8proc")
     for line in out.splitlines():
         fields = [int(x, 16) if i != 1 else int(x) for i, x in enumerate(line.split())]
         yield fields[0], fields[1], fields[2:]
@@ -67,13 +135,13 @@ def main():
         if cp in inert and len(decomposition) > 1:
             if nfc.normalize_str("".join(map(chr, decomposition))) != chr(cp):
                 inert.add(decomposition[-1])
-    ranges = []
-    for cp in sorted(inert):
-        if ranges and ranges[-1][1] == cp - 1:
-            ranges[-1][1] = cp
-        else:
-            ranges.append([cp, cp])
-    print(",\n".join(f"{{0x{a:04X}, 0x{b:04X}}}" for a, b in ranges))
+    print_table("kUnknownToHfNormalizer", inert)
+    (letters, no_letters, _), (numbers, no_numbers, _), (_, _, spaces) = regex_class_differences()
+    if no_letters or no_numbers:
+        raise SystemExit("PCRE2 has letters or numbers Hugging Face lacks: not expressible by adding ranges")
+    print_table("kHfExtraLetters", letters)
+    print_table("kHfExtraNumbers", numbers)
+    print_table("kHfSpaces", spaces)
 
 
 if __name__ == "__main__":

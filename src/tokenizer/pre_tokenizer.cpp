@@ -3,6 +3,8 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include "tokenizer/hf_unicode.h"
+
 namespace miniinfer {
 namespace {
 
@@ -34,8 +36,10 @@ struct MatchData {
 Regex::Regex(std::string_view pattern, bool literal) {
     int err = 0;
     PCRE2_SIZE err_offset = 0;
+    // Patterns are Oniguruma's (what Hugging Face runs): align PCRE2's classes with its.
+    const std::string source = literal ? std::string(pattern) : hf_unicode::adapt_regex(pattern);
     uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK | (literal ? PCRE2_LITERAL : 0);
-    pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+    pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(source.data()), source.size(),
                                      options, &err, &err_offset, nullptr);
     if (!code) {
         PCRE2_UCHAR msg[256];

@@ -32,6 +32,10 @@ BLOCKS = [  # (first, last) code point ranges, weighted toward scripts models se
     (0xFE30, 0xFE4F), (0xFF00, 0xFFEF), (0xFFF0, 0xFFFF), (0x10000, 0x1007F), (0x1D400, 0x1D7FF),
     (0x1F300, 0x1F5FF), (0x1F600, 0x1F64F), (0x1F680, 0x1F6FF), (0x1F900, 0x1F9FF),
     (0x1FA70, 0x1FAFF), (0x20000, 0x2A6DF), (0xE0000, 0xE007F), (0xF0000, 0xF00FF),
+    (0x1800, 0x18AF), (0x1AB0, 0x1AFF), (0x1DC0, 0x1DFF), (0x3130, 0x318F), (0xE000, 0xE0FF),
+    (0xFB50, 0xFDFF), (0xE0100, 0xE01EF), (0x0800, 0x08FF), (0x0C00, 0x0DFF), (0x1000, 0x109F),
+    (0x11000, 0x11FFF), (0x16F00, 0x16FFF), (0x1E000, 0x1E4FF), (0x1E900, 0x1E95F),
+    (0x2B740, 0x2B81F), (0x30000, 0x323AF), (0x1F000, 0x1F2FF), (0x10FFF0, 0x10FFFF),
 ]
 PIECES = [
     " ", "  ", "   ", "\t", "\n", "\r\n", "\n\n", " \n", "\u00a0", "\u3000", "\u2028", "\u0085",
@@ -56,6 +60,10 @@ def random_text(rng):
         text = "".join(rng.choice(PIECES) for _ in range(rng.randint(1, 8))).encode()
         pos = rng.randint(0, len(text))
         return text[:pos] + bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 3))) + text[pos:]
+    if kind < 0.35:  # one code point from anywhere, in contexts where its class matters
+        cp = rng.randint(0, 0x323AF)
+        c = chr(cp if not 0xD800 <= cp <= 0xDFFF else 0x20)
+        return rng.choice(["x{c}y {c}{c} 1{c}'{c}s", "{c}a{c}", " {c}\n{c}1", "'{c}{c}", "\u00e9{c}\u0301"]).format(c=c).encode()
     if kind < 0.6:  # random code points from many blocks
         chars = []
         for _ in range(n):

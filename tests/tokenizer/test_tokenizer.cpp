@@ -4,6 +4,7 @@
 
 #include "golden_util.h"
 #include "tokenizer/byte_level.h"
+#include "tokenizer/hf_unicode.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 
@@ -31,6 +32,21 @@ TEST(Utf8, ScanClassifiesIncompleteCharacters) {
     EXPECT_EQ(utf8::scan("\xF0\x9F\x98\x80").kind, utf8::Scan::kValid);
     EXPECT_EQ(utf8::scan("\xF0\x9F\x98\x80").cp, char32_t(0x1F600));
     EXPECT_EQ(utf8::scan("\xF0\x41").kind, utf8::Scan::kInvalid);
+}
+
+TEST(HfUnicode, RegexClassesFollowOniguruma) {
+    const std::string adapted =
+        hf_unicode::adapt_regex(R"([^\s\p{L}]?\p{N}+|\s+(?!\S)|[\]\s]|\[|\x{41})");
+    // Outside a class \p{N} becomes a class with Oniguruma's extra numbers (Kaktovik numerals).
+    EXPECT_NE(adapted.find("[\\p{N}"), std::string::npos) << adapted;
+    EXPECT_NE(adapted.find("\\x{1D2C0}-\\x{1D2D3}"), std::string::npos) << adapted;
+    EXPECT_EQ(adapted.find("\\s"), std::string::npos) << adapted;  // \s spelled out (no U+180E)
+    EXPECT_EQ(adapted.find("\\x{180E}"), std::string::npos) << adapted;
+    EXPECT_NE(adapted.find("(?![^\\x{9}-\\x{D}"), std::string::npos) << adapted;
+    EXPECT_NE(adapted.find("\\[|\\x{41}"), std::string::npos) << adapted;  // escapes untouched
+    EXPECT_THROW(hf_unicode::adapt_regex("[\\S]"), Error);
+    EXPECT_TRUE(hf_unicode::unknown_to_normalizer(0x09FE));
+    EXPECT_FALSE(hf_unicode::unknown_to_normalizer(0x0301));
 }
 
 TEST(ByteLevel, AlphabetIsABijection) {
