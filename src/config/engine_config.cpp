@@ -13,7 +13,6 @@ int64_t EngineConfig::kv_bytes_per_token(const ModelConfig& m, const std::string
 
 void EngineConfig::resolve(const ModelConfig& model) {
     if (device != "cpu" && device != "cuda") fail("device '{}' is not supported (cpu, cuda)", device);
-    if (device == "cuda") fail("device 'cuda': the CUDA model runner is not built yet; use --device cpu");
     if (use_multiprocess) fail("use_multiprocess: the multi-process pipeline is not built yet");
     if (attention_backend != "auto" && attention_backend != "fa2" && attention_backend != "flashinfer")
         fail("attention_backend '{}' is not supported (auto, fa2, flashinfer)", attention_backend);
@@ -28,6 +27,7 @@ void EngineConfig::resolve(const ModelConfig& model) {
         fail("max_model_len {} exceeds the model's max_position_embeddings {}", max_model_len,
              model.max_position_embeddings);
     if (max_num_batched_tokens == 0) max_num_batched_tokens = 2048;
+    if (num_pages == 0 && device == "cuda") return;  // the CUDA runner sizes the cache from free memory
     if (num_pages == 0) {
         const int64_t per_token = kv_bytes_per_token(model, device);
         if (kv_cache_bytes == 0)  // enough for every sequence at up to 2048 tokens, capped at 4 GiB

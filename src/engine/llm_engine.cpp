@@ -4,6 +4,9 @@
 #include <filesystem>
 
 #include "core/logging.h"
+#ifdef MINIINFER_HAS_CUDA
+#include "engine/cuda_model_runner.h"
+#endif
 
 namespace miniinfer {
 
@@ -33,6 +36,25 @@ std::optional<int32_t> tokenizer_eos(const std::filesystem::path& dir, const Tok
 std::unique_ptr<ModelRunner> load_runner(EngineConfig& config) {
     ModelConfig model_config = ModelConfig::load(config.model_dir);
     config.resolve(model_config);
+    if (config.device == "cuda") {
+#ifdef MINIINFER_HAS_CUDA
+        ModelWeights weights = parse_load_format(config.load_format) == LoadFormat::kDummy
+                                   ? dummy_weights(model_config, config.seed)
+                                   : load_weights(model_config, config.model_dir);
+        auto runner = std::make_unique<CudaModelRunner>(
+            model_config, weights,
+            CudaRunnerOptions{.page_size = config.page_size,
+                              .max_num_seqs = config.max_num_seqs,
+                              .max_num_batched_tokens = config.max_num_batched_tokens,
+                              .max_model_len = config.max_model_len,
+                              .gpu_memory_utilization = config.gpu_memory_utilization,
+                              .num_pages = config.num_pages});
+        config.num_pages = runner->num_pages();
+        return runner;
+#else
+        fail("--device cuda: this build of MiniInfer has no CUDA backend (configure with nvcc present)");
+#endif
+    }
     QwenModel model = QwenModel::load(config.model_dir, parse_load_format(config.load_format), config.seed);
     return std::make_unique<CpuModelRunner>(std::move(model), config.num_pages, config.page_size);
 }

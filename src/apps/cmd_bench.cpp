@@ -1,0 +1,178 @@
+// miniinfer bench: the standard offline workloads of BENCHMARKS.md, timed from the moment all
+// requests are submitted (model loaded, one warm-up request done) until the last token, with
+// the speed of light (SOL) for the same workload on the given hardware.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+
+#include "apps/commands.h"
+#include "apps/engine_options.h"
+#include "core/logging.h"
+#include "engine/llm_engine.h"
+#include "models/weights.h"
+
+namespace miniinfer::apps {
+namespace {
+
+struct BenchOptions {
+    EngineOptions engine;
+    std::vector<std::string> workloads = {"balanced"};
+    std::string balanced_file = "bench/balanced.json";
+    std::string json_out;
+    double hbm_bytes_per_s = 4.8e12, matmul_flops = 790e12;  // H200, as measured (BENCHMARKS.md)
+};
+
+struct Workload {
+    std::string name;
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<int64_t> max_tokens;
+    double temperature = 0.0;
+};
+
+Workload make_workload(const std::string& name, const BenchOptions& o) {
+    Workload w{name, {}, {}, 0.0};
+    if (name == "balanced") {
+        Json j = read_json_file(o.balanced_file);
+        w.prompts = json_get<std::vector<std::vector<int32_t>>>(j, "prompt_token_ids", o.balanced_file);
+        w.max_tokens = json_get<std::vector<int64_t>>(j, "max_tokens", o.balanced_file);
+        w.temperature = 0.6;
+        return w;
+    }
+    struct Shape { const char* name; int64_t requests, prompt, output; };
+    static constexpr Shape kShapes[] = {{"decode128", 128, 128, 1024}, {"decode256", 256, 128, 1024},
+                                        {"short256", 256, 128, 256},   {"prefill256", 256, 2048, 16},
+                                        {"bs1", 1, 128, 512}};
+    for (const Shape& s : kShapes) {
+        if (name != s.name) continue;
+        std::mt19937 rng(0);
+        std::uniform_int_distribution<int32_t> id(0, 9999);
+        for (int64_t r = 0; r < s.requests; ++r) {
+            std::vector<int32_t> p(static_cast<size_t>(s.prompt));
+            for (auto& t : p) t = id(rng);
+            w.prompts.push_back(std::move(p));
+            w.max_tokens.push_back(s.output);
+        }
+        return w;
+    }
+    fail("unknown workload '{}' (balanced, decode128, decode256, short256, prefill256, bs1)", name);
+}
+
+// Speed of light: each decode step reads every weight once plus the live KV cache, at HBM
+// bandwidth, or runs its matmuls at the matrix rate, whichever is slower; prefill runs at the
+// matrix rate. All requests run at once (in waves of max_num_seqs).
+double sol_seconds(const Workload& w, const ModelConfig& c, int64_t max_num_seqs, const BenchOptions& o) {
+    double weight_bytes = 0, matmul_params = double(c.vocab_size * c.hidden_size);  // lm_head
+    for (const auto& [name, shape] : expected_tensors(c)) {
+        double n = 1;
+        for (int64_t d : shape) n *= double(d);
+        weight_bytes += 2 * n;
+        if (shape.size() >= 2 && name != "model.embed_tokens.weight" && name != "lm_head.weight") matmul_params += n;
+    }
+    const double kv_per_token = 2.0 * double(c.num_layers * c.num_kv_heads * c.head_dim) * 2.0;
+    double seconds = 0;
+    for (size_t begin = 0; begin < w.prompts.size(); begin += size_t(max_num_seqs)) {
+        const size_t end = std::min(w.prompts.size(), begin + size_t(max_num_seqs));
+        int64_t longest = 0;
+        for (size_t r = begin; r < end; ++r) {
+            seconds += double(w.prompts[r].size()) * 2 * matmul_params / o.matmul_flops;
+            longest = std::max(longest, w.max_tokens[r]);
+        }
+        for (int64_t k = 0; k < longest; ++k) {
+            double live = 0, kv = 0;
+            for (size_t r = begin; r < end; ++r)
+                if (w.max_tokens[r] > k) {
+                    live += 1;
+                    kv += double(int64_t(w.prompts[r].size()) + k) * kv_per_token;
+                }
+            seconds += std::max((weight_bytes + kv) / o.hbm_bytes_per_s, 2 * matmul_params * live / o.matmul_flops);
+        }
+    }
+    return seconds;
+}
+
+Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o) {
+    SamplingParams p;
+    p.temperature = w.temperature;
+    p.ignore_eos = true;
+    int64_t prompt_tokens = 0;
+    const auto start = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < w.prompts.size(); ++i) {
+        p.max_tokens = w.max_tokens[i];
+        p.seed = i;
+        engine.add_request(Prompt::from_ids(w.prompts[i]), p);
+        prompt_tokens += int64_t(w.prompts[i].size());
+    }
+    int64_t output_tokens = 0;
+    while (engine.has_unfinished())
+        for (const RequestOutput& out : engine.step())
+            if (out.finished) output_tokens += int64_t(out.token_ids.size());
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double sol = sol_seconds(w, engine.model_config(), engine.config().max_num_seqs, o);
+    const EngineConfig& c = engine.config();
+    return {{"workload", w.name},
+            {"device", c.device},
+            {"page_size", c.page_size},
+            {"cuda_graphs", false},
+            {"overlap", false},
+            {"requests", w.prompts.size()},
+            {"prompt_tokens", prompt_tokens},
+            {"output_tokens", output_tokens},
+            {"seconds", seconds},
+            {"output_tok_per_s", double(output_tokens) / seconds},
+            {"prompt_tok_per_s", double(prompt_tokens) / seconds},
+            {"ms_per_output_token", 1000.0 * seconds / double(output_tokens)},
+            {"sol_tok_per_s", double(output_tokens) / sol},
+            {"percent_of_sol", 100.0 * sol / seconds}};
+}
+
+void run(const BenchOptions& o) {
+    std::vector<Workload> workloads;
+    for (const std::string& name : o.workloads) workloads.push_back(make_workload(name, o));
+    LLMEngine engine(o.engine.resolve());
+    // Warm-up: one short request through every code path the runs use.
+    SamplingParams warm;
+    warm.max_tokens = 8;
+    warm.ignore_eos = true;
+    warm.temperature = 0.6;
+    engine.generate({Prompt::from_ids(std::vector<int32_t>(64, 1))}, warm);
+
+    std::printf("| workload | device | page | graphs | overlap | requests | output tokens | seconds | tok/s | SOL tok/s | %% of SOL |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    Json results = Json::array();
+    for (const Workload& w : workloads) {
+        const std::string& name = w.name;
+        Json r = run_workload(engine, w, o);
+        std::printf("| %s | %s | %lld | off | off | %lld | %lld | %.2f | %.0f | %.0f | %.1f%% |", name.c_str(),
+                    r["device"].get<std::string>().c_str(), r["page_size"].get<long long>(), r["requests"].get<long long>(),
+                    r["output_tokens"].get<long long>(), r["seconds"].get<double>(), r["output_tok_per_s"].get<double>(),
+                    r["sol_tok_per_s"].get<double>(), r["percent_of_sol"].get<double>());
+        if (name == "prefill256") std::printf(" prompt %.0f tok/s", r["prompt_tok_per_s"].get<double>());
+        if (name == "bs1") std::printf(" %.3f ms/token", r["ms_per_output_token"].get<double>());
+        std::printf("\n");
+        std::fflush(stdout);
+        results.push_back(r);
+    }
+    if (!o.json_out.empty()) {
+        std::ofstream out(o.json_out);
+        if (!out) fail("{}: cannot write", o.json_out);
+        out << results.dump(2) << "\n";
+    }
+}
+
+}  // namespace
+
+void add_bench(CLI::App& app) {
+    auto opts = std::make_shared<BenchOptions>();
+    CLI::App* cmd = app.add_subcommand("bench", "Run the standard offline workloads and report tok/s against the speed of light");
+    add_engine_options(*cmd, opts->engine);
+    cmd->add_option("--workload", opts->workloads,
+                    "balanced, decode128, decode256, short256, prefill256, bs1 (repeatable)")->capture_default_str();
+    cmd->add_option("--balanced-file", opts->balanced_file, "The balanced workload's prompts")->capture_default_str();
+    cmd->add_option("--json", opts->json_out, "Also write the results as JSON here");
+    cmd->add_option("--hbm-bytes-per-s", opts->hbm_bytes_per_s, "Memory bandwidth for the SOL")->capture_default_str();
+    cmd->add_option("--matmul-flops", opts->matmul_flops, "bf16 matrix rate for the SOL")->capture_default_str();
+    cmd->callback([opts] { run(*opts); });
+}
+
+}  // namespace miniinfer::apps
