@@ -125,6 +125,9 @@ def build_corpus(seed=1234, num_random=3000):
         corpus.append(base + "".join(rng.sample(MARKS, 3)))
     corpus += [unicodedata.normalize("NFD", t) for t in PROSE[3:12]]
     corpus += ["\u1100\u1161\u11a8", "\u1112\u1161\u11ab\u1100\u1173\u11af", "Å", "Å", "Å"]
+    # Hangul: syllables and conjoining jamo compose algorithmically; U+11A7 must not.
+    jamo = ["\u1100", "\u1112", "\u1161", "\u1175", "\u11a7", "\u11a8", "\u11c2", "\uac00", "\uac01", "\ud7a3"]
+    corpus += ["".join(rng.choice(jamo) for _ in range(rng.randint(2, 6))) for _ in range(60)]
     # Emoji and ZWJ sequences.
     for e in EMOJI:
         corpus += [e, e * 2, "a" + e + "b", " " + e, e + "!"]

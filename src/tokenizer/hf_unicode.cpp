@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/check.h"
+#include "tokenizer/utf8.h"
 
 namespace miniinfer::hf_unicode {
 namespace {
@@ -40,9 +41,8 @@ constexpr CodePointRange kHfExtraNumbers[] = {
     {0x16130, 0x16139}, {0x16D70, 0x16D79}, {0x1CCF0, 0x1CCF9}, {0x1D2C0, 0x1D2D3},
     {0x1E4F0, 0x1E4F9}, {0x1E5F1, 0x1E5FA},
 };
-constexpr CodePointRange kHfSpaces[] = {
-    {0x0009, 0x000D}, {0x0020, 0x0020}, {0x0085, 0x0085}, {0x00A0, 0x00A0}, {0x1680, 0x1680},
-    {0x2000, 0x200A}, {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000},
+constexpr CodePointRange kPcre2OnlySpaces[] = {
+    {0x180E, 0x180E},
 };
 
 template <size_t N>
@@ -64,28 +64,52 @@ std::string class_items(const CodePointRange (&table)[N]) {
 
 }  // namespace
 
+bool has_new_letter_or_number(std::string_view text) {
+    static_assert(kHfExtraLetters[0].first >= 0x1000 && kHfExtraNumbers[0].first >= 0x1000);
+    for (size_t pos = 0; pos < text.size();) {
+        const auto lead = uint8_t(text[pos]);
+        if (lead < 0xE1) {  // below U+1000: skip the character
+            pos += lead < 0x80 ? 1 : lead < 0xE0 ? 2 : 3;
+            continue;
+        }
+        const char32_t c = utf8::next(text, pos);
+        if (contains(kHfExtraLetters, c) || contains(kHfExtraNumbers, c)) return true;
+    }
+    return false;
+}
+
 bool unknown_to_normalizer(char32_t c) {
     return c >= 0x7FD && contains(kUnknownToHfNormalizer, c);
 }
 
-std::string adapt_regex(std::string_view p) {
-    const std::string letters = "\\p{L}" + class_items(kHfExtraLetters);
-    const std::string numbers = "\\p{N}" + class_items(kHfExtraNumbers);
-    const std::string spaces = class_items(kHfSpaces);
+// \p{L} and \p{N} gain Oniguruma's newer characters as extra class items. PCRE2's \s has
+// spaces Oniguruma's lacks; class subtraction is not available, so those are removed with a
+// look-ahead instead: \s → (?:(?!X)\s), \S → (?:\S|X), [..\s..] → (?:(?!X)[..\s..]) and
+// [^..\s..] → (?:[^..\s..]|X), where X is the class of PCRE2-only spaces (U+180E).
+std::string adapt_regex(std::string_view p, bool classes_only_spaces) {
+    const std::string letters =
+        "\\p{L}" + (classes_only_spaces ? "" : class_items(kHfExtraLetters));
+    const std::string numbers =
+        "\\p{N}" + (classes_only_spaces ? "" : class_items(kHfExtraNumbers));
+    const std::string extra_spaces = "[" + class_items(kPcre2OnlySpaces) + "]";
     std::string out;
-    bool in_class = false;
+    bool in_class = false, negated = false, class_has_space = false;
+    size_t class_start = 0;
     for (size_t i = 0; i < p.size();) {
         const std::string_view rest = p.substr(i);
         if (rest.starts_with("\\p{L}") || rest.starts_with("\\p{N}")) {
             const std::string& items = rest[3] == 'L' ? letters : numbers;
-            out += in_class ? items : "[" + items + "]";
+            out += in_class || classes_only_spaces ? items : "[" + items + "]";
             i += 5;
-        } else if (rest.starts_with("\\s")) {
-            out += in_class ? spaces : "[" + spaces + "]";
-            i += 2;
-        } else if (rest.starts_with("\\S")) {
-            if (in_class) fail("regex: \\S inside a character class is not supported: {}", p);
-            out += "[^" + spaces + "]";
+        } else if (rest.starts_with("\\s") || rest.starts_with("\\S")) {
+            if (in_class && rest[1] == 'S')
+                fail("regex: \\S inside a character class is not supported: {}", p);
+            if (in_class)
+                out += "\\s", class_has_space = true;
+            else if (rest[1] == 's')
+                out += "(?:(?!" + extra_spaces + ")\\s)";
+            else
+                out += "(?:\\S|" + extra_spaces + ")";
             i += 2;
         } else if (rest[0] == '\\') {
             out += rest.substr(0, 2);  // any other escape, copied as written
@@ -96,13 +120,23 @@ std::string adapt_regex(std::string_view p) {
             out += rest.substr(0, len);
             i += len;
         } else if (!in_class && rest[0] == '[') {
-            in_class = true;
-            size_t len = 1 + (rest.size() > 1 && rest[1] == '^');
+            in_class = true, class_has_space = false, class_start = out.size();
+            negated = rest.size() > 1 && rest[1] == '^';
+            size_t len = 1 + negated;
             if (len < rest.size() && rest[len] == ']') ++len;  // a leading ']' is literal
             out += rest.substr(0, len);
             i += len;
+        } else if (in_class && rest[0] == ']') {
+            in_class = false;
+            out += ']';
+            ++i;
+            if (class_has_space) {
+                const std::string cls = out.substr(class_start);
+                out.resize(class_start);
+                out += negated ? "(?:" + cls + "|" + extra_spaces + ")"
+                               : "(?:(?!" + extra_spaces + ")" + cls + ")";
+            }
         } else {
-            if (in_class && rest[0] == ']') in_class = false;
             out += rest[0];
             ++i;
         }

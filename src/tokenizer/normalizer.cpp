@@ -60,13 +60,17 @@ std::string utf8proc_normalize(std::string_view text, int options) {
     return std::string(reinterpret_cast<const char*>(result), size_t(len));
 }
 
-// Normalizes the runs between characters unknown to Hugging Face, keeping those as they are.
+// Normalizes the runs between characters unknown to Hugging Face (and U+11A7), keeping those
+// as they are.
 std::string normalize_like_hf(std::string_view text, int options) {
     std::string out;
     size_t run_begin = 0;
     for (size_t pos = 0; pos < text.size();) {
         const size_t start = pos;
-        if (!hf_unicode::unknown_to_normalizer(utf8::next(text, pos))) continue;
+        const char32_t c = utf8::next(text, pos);
+        // U+11A7 sits just below the Hangul trailing consonants; utf8proc 2.8 composes a
+        // syllable with it and drops it, while Unicode (and Hugging Face) leave it alone.
+        if (!hf_unicode::unknown_to_normalizer(c) && c != 0x11A7) continue;
         out += utf8proc_normalize(text.substr(run_begin, start - run_begin), options);
         out.append(text.substr(start, pos - start));
         run_begin = pos;

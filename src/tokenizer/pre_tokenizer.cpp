@@ -33,31 +33,48 @@ struct MatchData {
 
 }  // namespace
 
-Regex::Regex(std::string_view pattern, bool literal) {
+namespace {
+
+// Compiles `source` and JIT-compiles it where the platform allows (then `jit` is true).
+pcre2_code* compile_jit(const std::string& source, uint32_t options, std::string_view original,
+                        bool& jit) {
     int err = 0;
     PCRE2_SIZE err_offset = 0;
-    // Patterns are Oniguruma's (what Hugging Face runs): align PCRE2's classes with its.
-    const std::string source = literal ? std::string(pattern) : hf_unicode::adapt_regex(pattern);
-    uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK | (literal ? PCRE2_LITERAL : 0);
     pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(source.data()), source.size(),
                                      options, &err, &err_offset, nullptr);
     if (!code) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(err, msg, sizeof(msg));
-        fail("tokenizer.json: cannot compile pre-tokenizer regex at offset {}: {} (pattern: {})",
-             size_t(err_offset), reinterpret_cast<const char*>(msg), pattern);
+        fail("tokenizer.json: cannot compile pre-tokenizer regex: {} (pattern: {})",
+             reinterpret_cast<const char*>(msg), original);
     }
-    code_ = code;
-    jit_ = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
+    jit = pcre2_jit_compile(code, PCRE2_JIT_COMPLETE) == 0;
+    return code;
+}
+
+}  // namespace
+
+Regex::Regex(std::string_view pattern, bool literal) {
+    const uint32_t options =
+        PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK | (literal ? PCRE2_LITERAL : 0);
+    // Patterns are Oniguruma's (what Hugging Face runs): align PCRE2's classes with its.
+    code_ = compile_jit(literal ? std::string(pattern) : hf_unicode::adapt_regex(pattern), options,
+                        pattern, jit_);
+    fast_code_ =
+        compile_jit(literal ? std::string(pattern) : hf_unicode::adapt_regex(pattern, true),
+                    options, pattern, fast_jit_);
 }
 
 Regex::~Regex() {
     pcre2_code_free(static_cast<pcre2_code*>(code_));
+    pcre2_code_free(static_cast<pcre2_code*>(fast_code_));
 }
 
 void Regex::for_each_match(std::string_view text,
                            const std::function<void(size_t, size_t)>& on_match) const {
-    const auto* code = static_cast<const pcre2_code*>(code_);
+    const bool full = hf_unicode::has_new_letter_or_number(text);
+    const auto* code = static_cast<const pcre2_code*>(full ? code_ : fast_code_);
+    const bool jit = full ? jit_ : fast_jit_;
     // One match block per thread and pattern use; reused across calls on this thread.
     thread_local std::vector<std::pair<const void*, std::unique_ptr<MatchData>>> cache;
     MatchData* md = nullptr;
@@ -72,9 +89,9 @@ void Regex::for_each_match(std::string_view text,
     size_t pos = 0;
     while (pos < text.size()) {
         const int rc =
-            jit_ ? pcre2_jit_match(code, subject, text.size(), pos, 0, md->data, md->context)
-                 : pcre2_match(code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, md->data,
-                               md->context);
+            jit ? pcre2_jit_match(code, subject, text.size(), pos, 0, md->data, md->context)
+                : pcre2_match(code, subject, text.size(), pos, PCRE2_NO_UTF_CHECK, md->data,
+                              md->context);
         if (rc == PCRE2_ERROR_NOMATCH) break;
         if (rc < 0) {
             PCRE2_UCHAR msg[256];

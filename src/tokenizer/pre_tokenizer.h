@@ -63,8 +63,11 @@ class Regex {
                         const std::function<void(size_t, size_t)>& on_match) const;
 
   private:
-    void* code_ = nullptr;  // pcre2_code_8*
-    bool jit_ = false;
+    // Oniguruma-compatible pattern, and a faster one equal to it on text without the letters
+    // and numbers only Oniguruma knows (see hf_unicode.h); both pcre2_code_8*.
+    void* code_ = nullptr;
+    void* fast_code_ = nullptr;
+    bool jit_ = false, fast_jit_ = false;
 };
 
 }  // namespace miniinfer
