@@ -113,7 +113,7 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o) {
     return {{"workload", w.name},
             {"device", c.device},
             {"page_size", c.page_size},
-            {"cuda_graphs", false},
+            {"cuda_graphs", c.device == "cuda" && !c.enforce_eager},
             {"overlap", false},
             {"requests", w.prompts.size()},
             {"prompt_tokens", prompt_tokens},
@@ -143,8 +143,9 @@ void run(const BenchOptions& o) {
     for (const Workload& w : workloads) {
         const std::string& name = w.name;
         Json r = run_workload(engine, w, o);
-        std::printf("| %s | %s | %lld | off | off | %lld | %lld | %.2f | %.0f | %.0f | %.1f%% |", name.c_str(),
-                    r["device"].get<std::string>().c_str(), r["page_size"].get<long long>(), r["requests"].get<long long>(),
+        std::printf("| %s | %s | %lld | %s | off | %lld | %lld | %.2f | %.0f | %.0f | %.1f%% |", name.c_str(),
+                    r["device"].get<std::string>().c_str(), r["page_size"].get<long long>(),
+                    r["cuda_graphs"].get<bool>() ? "on" : "off", r["requests"].get<long long>(),
                     r["output_tokens"].get<long long>(), r["seconds"].get<double>(), r["output_tok_per_s"].get<double>(),
                     r["sol_tok_per_s"].get<double>(), r["percent_of_sol"].get<double>());
         if (name == "prefill256") std::printf(" prompt %.0f tok/s", r["prompt_tok_per_s"].get<double>());

@@ -21,6 +21,7 @@ struct EngineConfig {
     int64_t kv_cache_bytes = 0;              // CPU KV budget; 0: max_num_seqs x min(max_model_len, 2048) tokens, <= 4 GiB
     int64_t num_pages = 0;                   // > 0 overrides both budgets (tests)
     bool enable_prefix_caching = true;
+    bool enforce_eager = false;              // CUDA: no graphs (every step launched kernel by kernel)
     std::string attention_backend = "auto";  // auto | fa2 | flashinfer (CUDA)
     bool use_multiprocess = false;           // reserved: the multi-process pipeline (not built yet)
     uint64_t seed = 0;                       // draws the seeds of requests that bring none

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
@@ -73,10 +74,30 @@ struct CudaModelRunner::Impl {
     std::unique_ptr<PinnedBuffer> host_outputs;
     cuda::DeviceBuffer attention_workspace, sampling_workspace;
 
+    // Decode CUDA graphs: one per batch size of the ladder, replayed with padding. Padded rows
+    // decode one token of a one-token sequence in the reserved last page (dummy_page), so they
+    // touch no real request's K/V. Their block table has a fixed stride (max_pages_per_seq).
+    struct Graph {
+        cudaGraph_t graph = nullptr;
+        cudaGraphExec_t exec = nullptr;
+    };
+    std::map<int64_t, Graph> graphs;  // batch size -> graph
+    int64_t dummy_page = 0, graph_max_seq_len = 0;
+
+    // What one forward pass reads: how many tokens / sequences / sampled rows, and where the
+    // block table is (the eager step packs it with the batch's own stride).
+    struct StepShape {
+        int64_t num_tokens, num_seqs, num_logits, max_query_len, max_seq_len, table_offset, table_stride;
+    };
+
     Tensor inputs_view(int64_t offset, Shape shape) const {
         return Tensor(dev_inputs.data<int32_t>() + offset, DType::kI32, std::move(shape), Device::kCUDA);
     }
     void forward(const Batch& b);
+    void run_layers(const StepShape& shape);  // kernels only: no host work, capturable
+    bool replay_graph(const Batch& b);        // false when the batch does not fit a graph
+    void capture_graphs();
+    ~Impl();
     std::vector<SampledToken> sample(const Batch& b, std::span<const SamplerInput> sampling);
 };
 
@@ -118,7 +139,8 @@ CudaModelRunner::CudaModelRunner(ModelConfig config, const ModelWeights& w, cons
     m.off_seqlens = m.off_qstart + S + 1;
     m.off_logits_idx = m.off_seqlens + S;
     m.off_table = m.off_logits_idx + S;
-    const int64_t input_ints = m.off_table + S * m.max_pages_per_seq;
+    const int64_t input_ints = m.off_table + 2 * S * m.max_pages_per_seq;  // eager table, then the graphs'
+    m.graph_max_seq_len = std::min<int64_t>(options.max_model_len, 4096);
     m.host_inputs = std::make_unique<PinnedBuffer>(size_t(input_ints) * 4);
     m.dev_inputs = cuda::device_tensor({input_ints}, DType::kI32);
     for (Tensor* t : {&m.hidden, &m.residual, &m.normed, &m.proj}) *t = cuda::device_tensor({T, H}, DType::kBF16);
@@ -152,13 +174,16 @@ CudaModelRunner::CudaModelRunner(ModelConfig config, const ModelWeights& w, cons
              "GiB (gpu_memory_utilization {}); nothing is left for the KV cache", weight_bytes / 1073741824.0,
              activation_bytes / 1073741824.0, double(total) * options.gpu_memory_utilization / 1073741824.0,
              total / 1073741824.0, options.gpu_memory_utilization);
+    // One page more than the scheduler sees: the padded rows of graph replays write there.
+    m.dummy_page = m.num_pages;
     for (auto& layer : m.layers) {
-        layer.k_cache = cuda::device_tensor({m.num_pages, options.page_size, c.num_kv_heads, c.head_dim}, DType::kBF16);
-        layer.v_cache = cuda::device_tensor({m.num_pages, options.page_size, c.num_kv_heads, c.head_dim}, DType::kBF16);
+        layer.k_cache = cuda::device_tensor({m.num_pages + 1, options.page_size, c.num_kv_heads, c.head_dim}, DType::kBF16);
+        layer.v_cache = cuda::device_tensor({m.num_pages + 1, options.page_size, c.num_kv_heads, c.head_dim}, DType::kBF16);
     }
     MI_LOG_INFO("CUDA: weights {:.2f} GiB, activations {:.2f} GiB, KV cache {} pages of {} tokens ({} tokens, {:.2f} GiB)",
                 weight_bytes / 1073741824.0, activation_bytes / 1073741824.0, m.num_pages, options.page_size,
                 m.num_pages * options.page_size, double(m.num_pages) * double(page_bytes) / 1073741824.0);
+    if (!options.enforce_eager) m.capture_graphs();
 }
 
 CudaModelRunner::~CudaModelRunner() = default;
@@ -174,6 +199,7 @@ void CudaModelRunner::Impl::forward(const Batch& b) {
     const int64_t n = b.num_tokens(), s = int64_t(b.seqs.size()), num_logits = int64_t(b.logits_indices.size());
     MI_CHECK(n <= opt.max_num_batched_tokens && s <= opt.max_num_seqs && b.max_pages <= max_pages_per_seq,
              "batch of {} tokens / {} seqs / {} pages exceeds the runner's buffers", n, s, b.max_pages);
+    if (replay_graph(b)) return;
     // One host->device copy of everything the step reads.
     auto* host = static_cast<int32_t*>(host_inputs->data);
     std::copy(b.input_ids.begin(), b.input_ids.end(), host);
@@ -185,16 +211,105 @@ void CudaModelRunner::Impl::forward(const Batch& b) {
     std::copy(b.block_table.begin(), b.block_table.end(), host + off_table);
     MI_CUDA_CHECK(cudaMemcpyAsync(dev_inputs.raw(), host, size_t(off_table + int64_t(b.block_table.size())) * 4,
                                   cudaMemcpyHostToDevice, stream.get()));
+    StepShape shape{n, s, num_logits, 0, 0, off_table, b.max_pages};
+    for (int64_t i = 0; i < s; ++i) {
+        shape.max_query_len = std::max<int64_t>(shape.max_query_len, b.query_start[size_t(i) + 1] - b.query_start[size_t(i)]);
+        shape.max_seq_len = std::max<int64_t>(shape.max_seq_len, b.seq_lens[size_t(i)]);
+    }
+    run_layers(shape);
+}
+
+// A decode-only batch replays the graph of the smallest captured size that holds it. The
+// inputs go to the same device buffers the graph was captured with; padded rows decode a
+// dummy token into the reserved page.
+bool CudaModelRunner::Impl::replay_graph(const Batch& b) {
+    const int64_t s = int64_t(b.seqs.size()), G = max_pages_per_seq;
+    if (graphs.empty() || b.num_tokens() != s || int64_t(b.logits_indices.size()) != s) return false;
+    auto it = graphs.lower_bound(s);
+    if (it == graphs.end()) return false;
+    const int64_t B = it->first;
+    auto* host = static_cast<int32_t*>(host_inputs->data);
+    for (int64_t i = 0; i < B; ++i) {
+        const bool real = i < s;
+        host[i] = real ? b.input_ids[size_t(i)] : 0;
+        host[off_pos + i] = real ? b.positions[size_t(i)] : 0;
+        host[off_slots + i] = real ? b.slot_mapping[size_t(i)] : int32_t(dummy_page * opt.page_size);
+        host[off_qstart + i] = int32_t(i);
+        host[off_seqlens + i] = real ? b.seq_lens[size_t(i)] : 1;
+        host[off_logits_idx + i] = int32_t(i);
+    }
+    host[off_qstart + B] = int32_t(B);
+    std::copy(b.block_table.begin(), b.block_table.end(), host + off_table);
+    for (int64_t i = s; i < B; ++i) host[off_table + s * b.max_pages + (i - s)] = int32_t(dummy_page);
+    const cudaStream_t st = stream.get();
+    MI_CUDA_CHECK(cudaMemcpyAsync(dev_inputs.raw(), host, size_t(off_table) * 4, cudaMemcpyHostToDevice, st));
+    // Real rows: the batch's compact rows into the graph's fixed-stride table.
+    const int64_t graph_table = off_table + opt.max_num_seqs * G;
+    MI_CUDA_CHECK(cudaMemcpy2DAsync(dev_inputs.data<int32_t>() + graph_table, size_t(G) * 4, host + off_table,
+                                    size_t(b.max_pages) * 4, size_t(b.max_pages) * 4, size_t(s), cudaMemcpyHostToDevice, st));
+    // Padded rows: page 0 of their table is the dummy page.
+    if (B > s)
+        MI_CUDA_CHECK(cudaMemcpy2DAsync(dev_inputs.data<int32_t>() + graph_table + s * G, size_t(G) * 4,
+                                        host + off_table + s * b.max_pages, 4, 4, size_t(B - s), cudaMemcpyHostToDevice, st));
+    MI_CUDA_CHECK(cudaGraphLaunch(it->second.exec, st));
+    return true;
+}
+
+void CudaModelRunner::Impl::capture_graphs() {
+    std::vector<int64_t> sizes;
+    for (int64_t b : {1, 2, 4}) sizes.push_back(b);
+    for (int64_t b = 8; b <= opt.max_num_seqs; b += b < 64 ? 8 : 16) sizes.push_back(b);
+    if (sizes.back() != opt.max_num_seqs && opt.max_num_seqs > 4) sizes.push_back(opt.max_num_seqs);
+    sizes.erase(std::remove_if(sizes.begin(), sizes.end(), [&](int64_t b) { return b > opt.max_num_seqs; }), sizes.end());
+    const int64_t G = max_pages_per_seq, graph_table = off_table + opt.max_num_seqs * G;
+    // Inputs for capture: every row a one-token sequence in the dummy page.
+    auto* host = static_cast<int32_t*>(host_inputs->data);
+    const int64_t S = opt.max_num_seqs;
+    for (int64_t i = 0; i < S; ++i) {
+        host[i] = 0;
+        host[off_pos + i] = 0;
+        host[off_slots + i] = int32_t(dummy_page * opt.page_size);
+        host[off_qstart + i] = int32_t(i);
+        host[off_seqlens + i] = 1;
+        host[off_logits_idx + i] = int32_t(i);
+    }
+    host[off_qstart + S] = int32_t(S);
+    std::fill(host + graph_table, host + graph_table + S * G, int32_t(dummy_page));
+    const cudaStream_t st = stream.get();
+    MI_CUDA_CHECK(cudaMemcpyAsync(dev_inputs.raw(), host, size_t(graph_table + S * G) * 4, cudaMemcpyHostToDevice, st));
+    size_t free_before = 0, free_after = 0, total = 0;
+    MI_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
+    for (auto b = sizes.rbegin(); b != sizes.rend(); ++b) {
+        const StepShape shape{*b, *b, *b, 1, graph_max_seq_len, graph_table, G};
+        run_layers(shape);  // eager first: GEMM algorithms and kernel attributes get cached
+        stream.synchronize();
+        Graph g;
+        MI_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+        run_layers(shape);
+        MI_CUDA_CHECK(cudaStreamEndCapture(st, &g.graph));
+        MI_CUDA_CHECK(cudaGraphInstantiate(&g.exec, g.graph, 0));
+        graphs[*b] = g;
+    }
+    stream.synchronize();
+    MI_CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
+    MI_LOG_INFO("CUDA graphs: {} decode batch sizes (1 .. {}), {:.1f} MiB", graphs.size(), sizes.back(),
+                double(free_before - free_after) / 1048576.0);
+}
+
+CudaModelRunner::Impl::~Impl() {
+    for (auto& [_, g] : graphs) {
+        if (g.exec) cudaGraphExecDestroy(g.exec);
+        if (g.graph) cudaGraphDestroy(g.graph);
+    }
+}
+
+void CudaModelRunner::Impl::run_layers(const StepShape& sh) {
+    const int64_t n = sh.num_tokens, s = sh.num_seqs, num_logits = sh.num_logits;
     const Tensor ids = inputs_view(0, {n}), pos = inputs_view(off_pos, {n}), slots = inputs_view(off_slots, {n});
     const Tensor qstart = inputs_view(off_qstart, {s + 1}), seqlens = inputs_view(off_seqlens, {s});
     const Tensor logits_idx = inputs_view(off_logits_idx, {num_logits});
-    const Tensor table = inputs_view(off_table, {s, b.max_pages});
-    int64_t max_query_len = 0, max_seq_len = 0;
-    for (int64_t i = 0; i < s; ++i) {
-        max_query_len = std::max<int64_t>(max_query_len, b.query_start[size_t(i) + 1] - b.query_start[size_t(i)]);
-        max_seq_len = std::max<int64_t>(max_seq_len, b.seq_lens[size_t(i)]);
-    }
-
+    const Tensor table = inputs_view(sh.table_offset, {s, sh.table_stride});
+    const int64_t max_query_len = sh.max_query_len, max_seq_len = sh.max_seq_len;
     const cudaStream_t st = stream.get();
     const float eps = float(cfg.rms_norm_eps);
     Tensor x = rows(hidden, n), res = rows(residual, n), h = rows(normed, n), pr = rows(proj, n);

@@ -5,7 +5,9 @@
 // cache the rest of gpu_memory_utilization of the card, in pages. A step copies the Batch to
 // the GPU in one transfer, runs embedding -> N x [add&norm, QKV GEMM, q/k norm + rope + K/V
 // store, paged attention, O GEMM, add&norm, gate-up GEMM, SiLU*mul, down GEMM] -> norm of
-// the sampled rows -> lm_head -> sampling, and copies the sampled tokens back.
+// the sampled rows -> lm_head -> sampling, and copies the sampled tokens back. Decode-only
+// steps replay CUDA graphs captured at start for a ladder of batch sizes (1, 2, 4, 8, 16, ...
+// every 8 up to 64, then every 16), padded up to the next captured size.
 #pragma once
 
 #include <memory>
@@ -22,6 +24,7 @@ struct CudaRunnerOptions {
     int64_t max_model_len = 4096;
     double gpu_memory_utilization = 0.9;
     int64_t num_pages = 0;  // > 0: exactly this many KV pages
+    bool enforce_eager = false;  // no CUDA graphs
 };
 
 class CudaModelRunner : public ModelRunner {

@@ -48,7 +48,8 @@ std::unique_ptr<ModelRunner> load_runner(EngineConfig& config) {
                               .max_num_batched_tokens = config.max_num_batched_tokens,
                               .max_model_len = config.max_model_len,
                               .gpu_memory_utilization = config.gpu_memory_utilization,
-                              .num_pages = config.num_pages});
+                              .num_pages = config.num_pages,
+                              .enforce_eager = config.enforce_eager});
         config.num_pages = runner->num_pages();
         return runner;
 #else
