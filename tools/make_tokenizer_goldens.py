@@ -292,6 +292,7 @@ JINJA_CASES = [
     ("{{ ms|selectattr('role', 'equalto', 'user')|list|length }}|{{ ms|rejectattr('role', 'eq', 'user')|map(attribute='role')|join(',') }}|{{ [0, 1, 2]|select|list }}|{{ [1, 2, 3, 4]|select('even')|list }}", {"ms": [{"role": "user"}, {"role": "assistant"}, {"role": "user"}]}),
     ("{{ 'a-b-c'|replace('-', '+') }}|{{ 3.7|int }}|{{ '42'|int + 1 }}|{{ 'x'|int }}|{{ 2|float }}|{{ -3|abs }}|{{ 2.567|round(2) }}|{{ 2.5|round }}", {}),
     ("{{ d|tojson }}|{{ d|tojson(indent=2) }}|{{ 'é\"\\\n\t<>&\u0001'|tojson }}|{{ [1.0, 2.5, none, false]|tojson }}|{{ d|tojson(sort_keys=true) }}", {"d": {"z": [1, {"y": None}], "a": "b", "e": {}}}),
+    ("{{ d|tojson(ensure_ascii=true) }}|{{ d|tojson(separators=(',', ':')) }}|{{ d|tojson(true) }}|{{ d|tojson(false, 1) }}|{{ d|tojson(indent=2, separators=(', ', ' = ')) }}", {"d": {"k": ["é😀\u2028\u0085", 1.5, None, {"n": []}]}}),
     ("{{ d|items|list }}|{{ d|dictsort }}|{{ 'abc'|list }}|{{ x|string ~ '!' }}|{{ none|default('n', true) }}|{{ ''|default('empty', boolean=true) }}", {"d": {"b": 1, "a": 2}, "x": 5}),
     ("{{ 'line1\nline2\n\nline4'|indent(2) }}|{{ 'a\nb'|indent(4, true) }}", {}),
     # tests

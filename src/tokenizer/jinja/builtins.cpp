@@ -79,11 +79,20 @@ Value apply_filter(const std::string& name, const Value& v, const Args& args) {
         if (v.is_undefined()) return int64_t(0);
         fail("object of type '{}' has no len()", v.type_name());
     }
-    if (name == "tojson") {
-        auto indent = args.get(0, "indent");
-        auto sort_keys = args.get(99, "sort_keys");
-        return v.to_json(indent && !indent->is_none() ? int(indent->as_int()) : -1,
-                         sort_keys && sort_keys->truthy());
+    if (name == "tojson") {  // transformers' tojson(x, ensure_ascii, indent, separators, sort_keys)
+        Value::JsonOptions o;
+        o.ensure_ascii = args.get(0, "ensure_ascii").value_or(Value(false)).truthy();
+        if (auto indent = args.get(1, "indent"); indent && !indent->is_none()) {
+            // Python: an int indents by that many spaces, a string by itself (unsupported).
+            o.indent = int(indent->as_int());
+        }
+        if (auto seps = args.get(2, "separators"); seps && !seps->is_none()) {
+            if (!seps->is_list() || seps->as_list().size() != 2)
+                fail("tojson: separators must be a pair");
+            o.item_sep = seps->as_list()[0].as_string(), o.key_sep = seps->as_list()[1].as_string();
+        }
+        o.sort_keys = args.get(3, "sort_keys").value_or(Value(false)).truthy();
+        return v.to_json(o);
     }
     if (name == "trim") return py::strip(v.str(), args.get(0, "chars"), true, true);
     if (name == "upper") return py::map_case(v.str(), py::Case::kUpper);

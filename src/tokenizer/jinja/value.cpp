@@ -195,10 +195,11 @@ std::string Value::str() const {
     }
 }
 
-static void json_string(std::string& out, const std::string& s) {
+static void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
     out += '"';
-    for (char ch : s) {
-        const auto c = uint8_t(ch);
+    for (size_t pos = 0; pos < s.size();) {
+        const size_t start = pos;
+        const char32_t c = utf8::next(s, pos);
         switch (c) {
             case '"':
                 out += "\\\"";
@@ -222,40 +223,46 @@ static void json_string(std::string& out, const std::string& s) {
                 out += "\\f";
                 break;
             default:
-                if (c < 0x20)
-                    out += fmt::format("\\u{:04x}", c);
-                else
-                    out += ch;
+                if (c < 0x20 || (ensure_ascii && c >= 0x80 && c < 0x10000)) {
+                    out += fmt::format("\\u{:04x}", uint32_t(c));
+                } else if (ensure_ascii && c >= 0x10000) {  // a UTF-16 surrogate pair
+                    const uint32_t v = uint32_t(c) - 0x10000;
+                    out +=
+                        fmt::format("\\u{:04x}\\u{:04x}", 0xD800 + (v >> 10), 0xDC00 + (v & 0x3FF));
+                } else {
+                    out.append(s, start, pos - start);
+                }
         }
     }
     out += '"';
 }
 
-static void to_json_impl(const Value& v, int indent, bool sort_keys, int depth, std::string& out) {
-    const std::string item_sep = indent >= 0 ? "," : ", ";
+static void to_json_impl(const Value& v, const Value::JsonOptions& o, int depth, std::string& out) {
+    const std::string item_sep = !o.item_sep.empty() ? o.item_sep : o.indent >= 0 ? "," : ", ";
+    const std::string key_sep = !o.key_sep.empty() ? o.key_sep : ": ";
     auto newline = [&](int d) {
-        if (indent >= 0) out += "\n" + std::string(size_t(indent * d), ' ');
+        if (o.indent >= 0) out += "\n" + std::string(size_t(o.indent * d), ' ');
     };
-    if (v.is_none())
+    if (v.is_none()) {
         out += "null";
-    else if (v.is_bool())
+    } else if (v.is_bool()) {
         out += v.as_bool() ? "true" : "false";
-    else if (v.is_int())
+    } else if (v.is_int()) {
         out += std::to_string(v.as_int());
-    else if (v.is_float()) {
+    } else if (v.is_float()) {
         const double d = v.as_double();
         out += std::isnan(d)   ? "NaN"
                : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity")
                                : format_float(d);
-    } else if (v.is_string())
-        json_string(out, v.as_string());
-    else if (v.is_list()) {
+    } else if (v.is_string()) {
+        json_string(out, v.as_string(), o.ensure_ascii);
+    } else if (v.is_list()) {
         if (v.as_list().empty()) return void(out += "[]");
         out += '[';
         for (size_t i = 0; i < v.as_list().size(); ++i) {
             if (i) out += item_sep;
             newline(depth + 1);
-            to_json_impl(v.as_list()[i], indent, sort_keys, depth + 1, out);
+            to_json_impl(v.as_list()[i], o, depth + 1, out);
         }
         newline(depth);
         out += ']';
@@ -263,16 +270,16 @@ static void to_json_impl(const Value& v, int indent, bool sort_keys, int depth, 
         if (v.as_dict().items.empty()) return void(out += "{}");
         std::vector<const std::pair<std::string, Value>*> items;
         for (const auto& kv : v.as_dict().items) items.push_back(&kv);
-        if (sort_keys)
+        if (o.sort_keys)
             std::stable_sort(items.begin(), items.end(),
                              [](auto* a, auto* b) { return a->first < b->first; });
         out += '{';
         for (size_t i = 0; i < items.size(); ++i) {
             if (i) out += item_sep;
             newline(depth + 1);
-            json_string(out, items[i]->first);
-            out += ": ";
-            to_json_impl(items[i]->second, indent, sort_keys, depth + 1, out);
+            json_string(out, items[i]->first, o.ensure_ascii);
+            out += key_sep;
+            to_json_impl(items[i]->second, o, depth + 1, out);
         }
         newline(depth);
         out += '}';
@@ -281,9 +288,9 @@ static void to_json_impl(const Value& v, int indent, bool sort_keys, int depth, 
     }
 }
 
-std::string Value::to_json(int indent, bool sort_keys) const {
+std::string Value::to_json(const JsonOptions& options) const {
     std::string out;
-    to_json_impl(*this, indent, sort_keys, 0, out);
+    to_json_impl(*this, options, 0, out);
     return out;
 }
 

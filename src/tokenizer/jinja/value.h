@@ -97,9 +97,16 @@ class Value {
     bool truthy() const;
     std::string str() const;   // Python str(): what {{ value }} prints
     std::string repr() const;  // Python repr(): used inside containers
-    // json.dumps(value, ensure_ascii=False, indent=indent, sort_keys=sort_keys) with Python's
-    // default separators; indent < 0 means None. Throws Error for undefined or callables.
-    std::string to_json(int indent = -1, bool sort_keys = false) const;
+    // json.dumps(value, **options): Python's output byte for byte. Throws Error for
+    // undefined, callables and namespaces.
+    struct JsonOptions {
+        int indent = -1;  // < 0: None (one line)
+        bool sort_keys = false;
+        bool ensure_ascii = false;
+        std::string item_sep, key_sep;  // empty: Python's defaults (", " or "," with indent; ": ")
+    };
+    std::string to_json(const JsonOptions& options) const;
+    std::string to_json() const { return to_json(JsonOptions{}); }
 
     friend bool operator==(const Value& a, const Value& b);
     // Python's a < b; throws Error for unorderable kinds.
