@@ -23,104 +23,15 @@
 #include "core/cuda/device_buffer.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/attention.h"
+#include "paged_attention_testing.h"
 
 using namespace miniinfer;
+using namespace miniinfer::attention_testing;
 
 #define REQUIRE_GPU() \
     if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible: GPU test skipped"
 
 namespace {
-
-struct Config {
-    int64_t num_heads, num_kv_heads, head_dim, page_size;
-};
-struct Seq {
-    int32_t q_len, seq_len;  // this step's query rows; context length including them
-};
-
-constexpr uint16_t kBf16NaN = 0x7FC0;
-
-// One batch on the host: bf16 q and caches, i32 metadata. Cache slots no sequence owns (and
-// slots past a sequence's length) hold NaN: a kernel that reads them poisons its output.
-struct Batch {
-    Config cfg;
-    int64_t num_seqs = 0, num_tokens = 0, max_pages = 0, max_query_len = 0, max_seq_len = 0;
-    Tensor q, k_cache, v_cache, query_start, seq_lens, block_table;
-};
-
-Batch make_batch(const Config& cfg, const std::vector<Seq>& seqs, std::mt19937& rng) {
-    Batch b;
-    b.cfg = cfg;
-    b.num_seqs = int64_t(seqs.size());
-    int64_t num_pages = 3;  // spare pages nobody owns
-    for (const Seq& s : seqs) {
-        const int64_t pages = (s.seq_len + cfg.page_size - 1) / cfg.page_size;
-        b.max_pages = std::max(b.max_pages, pages);
-        num_pages += pages;
-        b.num_tokens += s.q_len;
-        b.max_query_len = std::max<int64_t>(b.max_query_len, s.q_len);
-        b.max_seq_len = std::max<int64_t>(b.max_seq_len, s.seq_len);
-    }
-    b.query_start = Tensor::zeros({b.num_seqs + 1}, DType::kI32);
-    b.seq_lens = Tensor::zeros({b.num_seqs}, DType::kI32);
-    b.block_table = Tensor::zeros({b.num_seqs, std::max<int64_t>(b.max_pages, 1)}, DType::kI32);
-    std::vector<int32_t> page_ids(static_cast<size_t>(num_pages));
-    std::iota(page_ids.begin(), page_ids.end(), 0);
-    std::shuffle(page_ids.begin(), page_ids.end(), rng);
-
-    const Shape cache_shape{num_pages, cfg.page_size, cfg.num_kv_heads, cfg.head_dim};
-    b.k_cache = Tensor::zeros(cache_shape, DType::kBF16);
-    b.v_cache = Tensor::zeros(cache_shape, DType::kBF16);
-    const int64_t slot_elems = cfg.num_kv_heads * cfg.head_dim;
-    std::fill_n(b.k_cache.data<uint16_t>(), b.k_cache.numel(), kBf16NaN);
-    std::fill_n(b.v_cache.data<uint16_t>(), b.v_cache.numel(), kBf16NaN);
-    std::normal_distribution<float> normal(0.f, 1.f);
-
-    size_t next_page = 0;
-    for (int64_t s = 0; s < b.num_seqs; ++s) {
-        b.query_start.data<int32_t>()[s + 1] =
-            b.query_start.data<int32_t>()[s] + seqs[size_t(s)].q_len;
-        b.seq_lens.data<int32_t>()[s] = seqs[size_t(s)].seq_len;
-        int32_t* row = b.block_table.data<int32_t>() + s * b.block_table.size(1);
-        std::fill_n(row, b.block_table.size(1), -1);  // unused entries: reading one faults
-        for (int64_t key = 0; key < seqs[size_t(s)].seq_len; ++key) {
-            if (key % cfg.page_size == 0) row[key / cfg.page_size] = page_ids[next_page++];
-            const int64_t slot =
-                int64_t(row[key / cfg.page_size]) * cfg.page_size + key % cfg.page_size;
-            for (int64_t e = 0; e < slot_elems; ++e) {
-                b.k_cache.data<uint16_t>()[slot * slot_elems + e] = f32_to_bf16(normal(rng));
-                b.v_cache.data<uint16_t>()[slot * slot_elems + e] = f32_to_bf16(normal(rng));
-            }
-        }
-    }
-    // q ~ N(0, 2²): scores with std ~2 after the 1/sqrt(head_dim) scale, so softmax is peaked
-    // enough that each key's weight matters.
-    b.q = Tensor::zeros({b.num_tokens, cfg.num_heads, cfg.head_dim}, DType::kBF16);
-    for (int64_t i = 0; i < b.q.numel(); ++i)
-        b.q.data<uint16_t>()[i] = f32_to_bf16(2.f * normal(rng));
-    return b;
-}
-
-Tensor run_cpu(const Batch& b) {
-    Tensor q = b.q.to_f32(), k = b.k_cache.to_f32(), v = b.v_cache.to_f32();
-    Tensor out = Tensor::zeros({b.num_tokens, b.cfg.num_heads * b.cfg.head_dim}, DType::kF32);
-    cpu::PagedAttentionArgs args{q.data<float>(),
-                                 k.data<float>(),
-                                 v.data<float>(),
-                                 b.query_start.data<int32_t>(),
-                                 b.seq_lens.data<int32_t>(),
-                                 b.block_table.data<int32_t>(),
-                                 b.num_seqs,
-                                 b.block_table.size(1),
-                                 b.cfg.page_size,
-                                 b.cfg.num_heads,
-                                 b.cfg.num_kv_heads,
-                                 b.cfg.head_dim,
-                                 1.f / std::sqrt(float(b.cfg.head_dim)),
-                                 out.data<float>()};
-    cpu::paged_attention(args);
-    return out;
-}
 
 Tensor run_gpu(const Batch& b) {
     Tensor q = cuda::to_device(b.q), k = cuda::to_device(b.k_cache), v = cuda::to_device(b.v_cache);
@@ -147,36 +58,8 @@ Tensor run_gpu(const Batch& b) {
     return cuda::to_host(out).to_f32();
 }
 
-std::string describe(const Config& c, const std::vector<Seq>& seqs) {
-    std::string s = "heads " + std::to_string(c.num_heads) + "/" + std::to_string(c.num_kv_heads) +
-                    " head_dim " + std::to_string(c.head_dim) + " page " +
-                    std::to_string(c.page_size) + " seqs (q_len/seq_len):";
-    for (const Seq& q : seqs) s += " " + std::to_string(q.q_len) + "/" + std::to_string(q.seq_len);
-    return s;
-}
-
 void expect_matches_cpu(const Config& cfg, const std::vector<Seq>& seqs, std::mt19937& rng) {
-    const Batch b = make_batch(cfg, seqs, rng);
-    const Tensor ref = run_cpu(b), got = run_gpu(b);
-    double sum_err = 0;
-    int64_t bad = 0, first_bad = -1;
-    for (int64_t i = 0; i < ref.numel(); ++i) {
-        const float r = ref.data<float>()[i], g = got.data<float>()[i];
-        const float err = std::fabs(g - r);
-        sum_err += std::isfinite(err) ? err : 1e9;
-        if (!(err <= 1e-2f + 1e-2f * std::fabs(r))) {
-            if (first_bad < 0) first_bad = i;
-            ++bad;
-        }
-    }
-    const double mean_err = sum_err / double(std::max<int64_t>(ref.numel(), 1));
-    const int64_t row_elems = cfg.num_heads * cfg.head_dim;
-    EXPECT_EQ(bad, 0) << describe(cfg, seqs) << ": first bad element token "
-                      << first_bad / row_elems << " head " << first_bad % row_elems / cfg.head_dim
-                      << " dim " << first_bad % cfg.head_dim << ": gpu "
-                      << (first_bad >= 0 ? got.data<float>()[first_bad] : 0.f) << " cpu "
-                      << (first_bad >= 0 ? ref.data<float>()[first_bad] : 0.f);
-    EXPECT_LT(mean_err, 2e-3) << describe(cfg, seqs);
+    attention_testing::expect_matches_cpu(cfg, seqs, rng, run_gpu);
 }
 
 // GQA ratios 1, 2, 7, 8, 8 (one KV head) crossed with both head dims and three page sizes.

@@ -19,6 +19,7 @@
 
 #include "core/cuda/cuda_check.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/cuda/paged_kv.cuh"
 
 namespace miniinfer::cuda {
@@ -32,18 +33,6 @@ constexpr int kMaxHeadsPerBlock = 8;
 constexpr int kMaxSplits = 64;
 constexpr int kMinKeysPerSplit = 128;  // below this a split's fixed cost outweighs its parallelism
 constexpr int64_t kMaxPartialRows = 2048;  // (token, split) pairs the workspace is sized for
-
-// Merges online-softmax state (m, l, acc) with another (m_o, l_o, acc_o), base 2.
-struct Rescale {
-    float self, other;
-};
-__device__ __forceinline__ Rescale merge_weights(float& m, float m_o) {
-    const float m_new = fmaxf(m, m_o);
-    const float ref = m_new == -INFINITY ? 0.f : m_new;  // both empty: weights exp2(-inf) = 0
-    const Rescale w{exp2f(m - ref), exp2f(m_o - ref)};
-    m = m_new;
-    return w;
-}
 
 __device__ __forceinline__ void bf16x8_to_float(const uint4& v, float (&f)[8]) {
     const auto* h = reinterpret_cast<const __nv_bfloat162*>(&v);

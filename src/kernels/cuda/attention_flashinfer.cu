@@ -1,0 +1,571 @@
+// Paged attention, backend flashinfer: the planner (host) and the two kernels it feeds (the
+// persistent work kernel and the merge of split row tiles). See attention_flashinfer.h.
+//
+// Plan buffer (int32), copied to the device in one piece each step:
+//   [0] num_items  [1] num_merges  [2] offset of the merge list  [3] unused
+//   [4, 4 + G + 1)          cta_indptr: items of block b are [cta_indptr[b], cta_indptr[b + 1])
+//   then num_items x kItemInts:  seq, kv_head, row_begin, kv_begin, kv_end, partial_base
+//                                (partial_base < 0: the item covers its whole row tile and writes
+//                                the output; else its rows go to workspace slots partial_base + r)
+//   then num_merges x kMergeInts: seq, kv_head, row_begin, num_chunks, partial_base
+//                                (chunk j of that row tile wrote slots partial_base + j * 64 + r)
+// A "packed row" r of (sequence, KV head) is query token r / group, query head
+// kv_head * group + r % group (as in the fa2 prefill): the GQA group shares every K/V tile.
+#include "kernels/cuda/attention_flashinfer.h"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <functional>
+#include <numeric>
+#include <queue>
+#include <utility>
+#include <vector>
+
+#include "core/cuda/cuda_check.h"
+#include "kernels/cuda/mma_bf16.cuh"
+#include "kernels/cuda/paged_kv.cuh"
+
+namespace miniinfer::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kBlockM = 64;  // packed query rows per work item
+constexpr int kBlockN = 64;  // keys per tile
+constexpr int kWarps = kBlockM / 16;
+constexpr int kThreads = kWarps * 32;
+constexpr int kHeaderInts = 4;
+constexpr int kItemInts = 6;
+constexpr int kMergeInts = 5;
+constexpr int64_t kMinChunk = 128;  // keys; below this a chunk's fixed cost outweighs parallelism
+
+template <int kHeadDim>
+constexpr size_t smem_bytes() {
+    return 4 * kBlockN * (kHeadDim + 8) * sizeof(bf16);  // 2 stages x (K, V) tiles
+}
+
+// q: [num_tokens, num_heads, head_dim]; k_cache, v_cache: [num_pages, page_size, num_kv_heads,
+// head_dim]; query_start: [num_seqs + 1]; seq_lens: [num_seqs]; block_table: [num_seqs,
+// max_pages]; plan: see the top of the file; out: [num_tokens, num_heads, head_dim];
+// partial_o: [slots, head_dim] f32; partial_lse: [slots] f32 (base 2).
+// grid: the fixed number of blocks the plan was made for; each walks its own item list.
+// The tile loop is the fa2 prefill's (attention_prefill.cu) over the key range [kv_begin,
+// kv_end) of the item instead of all the keys of the row tile, so a row may see no key at all
+// in a chunk (its online-softmax state then stays empty: max -inf, sum 0).
+template <int kHeadDim>
+__global__ void __launch_bounds__(kThreads, 3)
+    work_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k_cache,
+                const bf16* __restrict__ v_cache, const int32_t* __restrict__ query_start,
+                const int32_t* __restrict__ seq_lens, const int32_t* __restrict__ block_table,
+                const int32_t* __restrict__ plan, int max_pages, int num_heads, int num_kv_heads,
+                int page_size, int page_shift, float scale_log2, bf16* __restrict__ out,
+                float* __restrict__ partial_o, float* __restrict__ partial_lse) {
+    constexpr int kStride = kHeadDim + 8;  // +16 B per row: conflict-free ldmatrix
+    constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per K/V row
+    extern __shared__ __align__(16) unsigned char smem[];
+    bf16* k_tiles = reinterpret_cast<bf16*>(smem);    // [2, kBlockN, kStride]
+    bf16* v_tiles = k_tiles + 2 * kBlockN * kStride;  // [2, kBlockN, kStride]
+
+    const int32_t* cta_indptr = plan + kHeaderInts;
+    const int32_t* items = cta_indptr + gridDim.x + 1;
+    const int group = num_heads / num_kv_heads;
+    const int64_t kv_row_stride = int64_t(num_kv_heads) * kHeadDim;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int gid = lane / 4, tig = lane % 4;  // mma fragment coordinates
+
+    const int item_end = cta_indptr[blockIdx.x + 1];
+    for (int w = cta_indptr[blockIdx.x]; w < item_end; ++w) {
+        const int32_t* item = items + int64_t(w) * kItemInts;
+        const int seq = item[0], kv_head = item[1], row_begin = item[2];
+        const int kv_begin = item[3], kv_end = item[4], partial_base = item[5];
+        const int q_begin = query_start[seq];
+        const int q_len = query_start[seq + 1] - q_begin;
+        const int num_rows = q_len * group;
+        const int prefix_len = seq_lens[seq] - q_len;
+        const int32_t* pages = block_table + int64_t(seq) * max_pages;
+        // Keys past the chunk are masked like keys past a row's causal limit.
+        const int min_limit = min(prefix_len + row_begin / group, kv_end - 1);
+        const int num_tiles = (kv_end - kv_begin + kBlockN - 1) / kBlockN;
+        const bool warp_active = row_begin + warp * 16 < num_rows;  // uniform per warp
+
+        int row_limit[2];
+        uint32_t q_frag[kHeadDim / 16][4];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const int r = row_begin + warp * 16 + gid + 8 * i;
+            const bool valid = r < num_rows;
+            const int t = valid ? r / group : 0;
+            row_limit[i] = min(valid ? prefix_len + t : kv_end - 1, kv_end - 1);
+            const bf16* q_row =
+                q + (int64_t(q_begin + t) * num_heads + kv_head * group + (valid ? r % group : 0)) *
+                        kHeadDim;
+#pragma unroll
+            for (int kc = 0; kc < kHeadDim / 16; ++kc) {
+                const int col = kc * 16 + tig * 2;
+                q_frag[kc][i] = valid ? *reinterpret_cast<const uint32_t*>(q_row + col) : 0u;
+                q_frag[kc][2 + i] =
+                    valid ? *reinterpret_cast<const uint32_t*>(q_row + col + 8) : 0u;
+            }
+        }
+
+        // Gathers keys [key_begin, key_begin + kBlockN) of this KV head; keys from kv_end on are
+        // zero-filled, never read.
+        auto load_tile = [&](bf16* tile, const bf16* cache, int key_begin) {
+            for (int c = threadIdx.x; c < kBlockN * kChunks; c += kThreads) {
+                const int r = c / kChunks, chunk = c % kChunks;
+                const int key = key_begin + r;
+                const bool valid = key < kv_end;
+                const bf16* src = cache;
+                if (valid) {
+                    src = cache + cache_row(pages, key, page_size, page_shift) * kv_row_stride +
+                          kv_head * kHeadDim + chunk * 8;
+                }
+                cp_async_16(tile + r * kStride + chunk * 8, src, valid);
+            }
+        };
+
+        float o[kHeadDim / 8][4];
+#pragma unroll
+        for (int dt = 0; dt < kHeadDim / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
+        float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+
+        // One commit group per tile, always committed (maybe empty): waiting for all but the
+        // newest group means waiting for this tile.
+        for (int stage = 0; stage < 2; ++stage) {
+            if (stage < num_tiles) {
+                load_tile(k_tiles + stage * kBlockN * kStride, k_cache, kv_begin + stage * kBlockN);
+                load_tile(v_tiles + stage * kBlockN * kStride, v_cache, kv_begin + stage * kBlockN);
+            }
+            cp_async_commit();
+        }
+
+        for (int tile = 0; tile < num_tiles; ++tile) {
+            const int key_begin = kv_begin + tile * kBlockN;
+            const bf16* k_tile = k_tiles + (tile % 2) * kBlockN * kStride;
+            const bf16* v_tile = v_tiles + (tile % 2) * kBlockN * kStride;
+            cp_async_wait_all_but_one();
+            __syncthreads();
+
+            // A warp whose 16 rows are all past the tile's end (decode: 1 to 8 packed rows use
+            // only warp 0) loads its share of the tiles but skips the math.
+            if (warp_active) {
+                float s[kBlockN / 8][4];
+#pragma unroll
+                for (int nt = 0; nt < kBlockN / 8; ++nt)
+                    s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+#pragma unroll
+                for (int kc = 0; kc < kHeadDim / 16; ++kc) {
+#pragma unroll
+                    for (int np = 0; np < kBlockN / 16; ++np) {
+                        uint32_t b[4];
+                        ldmatrix_x4(b, k_tile + (np * 16 + (lane / 16) * 8 + lane % 8) * kStride +
+                                           kc * 16 + ((lane / 8) & 1) * 8);
+                        mma_bf16(s[2 * np], q_frag[kc], b[0], b[1]);
+                        mma_bf16(s[2 * np + 1], q_frag[kc], b[2], b[3]);
+                    }
+                }
+
+                // Online softmax; unlike fa2 a row may have seen no key yet (its chunk starts past
+                // its causal limit), so an all -inf maximum takes 0 as reference (exp2 -> 0).
+                const bool need_mask = key_begin + kBlockN - 1 > min_limit;
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    float tile_max = row_max[i];
+#pragma unroll
+                    for (int nt = 0; nt < kBlockN / 8; ++nt) {
+#pragma unroll
+                        for (int j = 0; j < 2; ++j) {
+                            float& x = s[nt][2 * i + j];
+                            x *= scale_log2;
+                            if (need_mask && key_begin + nt * 8 + tig * 2 + j > row_limit[i])
+                                x = -INFINITY;
+                            tile_max = fmaxf(tile_max, x);
+                        }
+                    }
+                    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+                    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+                    const float ref = tile_max == -INFINITY ? 0.f : tile_max;
+                    const float correction = exp2f(row_max[i] - ref);
+                    row_max[i] = tile_max;
+                    float tile_sum = 0.f;
+#pragma unroll
+                    for (int nt = 0; nt < kBlockN / 8; ++nt) {
+#pragma unroll
+                        for (int j = 0; j < 2; ++j) {
+                            float& x = s[nt][2 * i + j];
+                            x = exp2f(x - ref);
+                            tile_sum += x;
+                        }
+                    }
+                    row_sum[i] = row_sum[i] * correction + tile_sum;
+#pragma unroll
+                    for (int dt = 0; dt < kHeadDim / 8; ++dt) {
+                        o[dt][2 * i] *= correction;
+                        o[dt][2 * i + 1] *= correction;
+                    }
+                }
+
+#pragma unroll
+                for (int kk = 0; kk < kBlockN / 16; ++kk) {
+                    const uint32_t p[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]),
+                                           pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                                           pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                           pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+                    for (int dp = 0; dp < kHeadDim / 16; ++dp) {
+                        uint32_t b[4];
+                        ldmatrix_x4_trans(
+                            b, v_tile + (kk * 16 + ((lane / 8) & 1) * 8 + lane % 8) * kStride +
+                                   dp * 16 + (lane / 16) * 8);
+                        mma_bf16(o[2 * dp], p, b[0], b[1]);
+                        mma_bf16(o[2 * dp + 1], p, b[2], b[3]);
+                    }
+                }
+            }
+            __syncthreads();  // every warp is done with this stage (also before the next item)
+            if (tile + 2 < num_tiles) {
+                load_tile(k_tiles + (tile % 2) * kBlockN * kStride, k_cache,
+                          key_begin + 2 * kBlockN);
+                load_tile(v_tiles + (tile % 2) * kBlockN * kStride, v_cache,
+                          key_begin + 2 * kBlockN);
+            }
+            cp_async_commit();
+        }
+
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            float sum = row_sum[i];
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            const int local = warp * 16 + gid + 8 * i;
+            const int r = row_begin + local;
+            if (r >= num_rows) continue;
+            const float inv_sum = sum > 0.f ? 1.f / sum : 0.f;
+            if (partial_base < 0) {
+                bf16* out_row =
+                    out + (int64_t(q_begin + r / group) * num_heads + kv_head * group + r % group) *
+                              kHeadDim;
+#pragma unroll
+                for (int dt = 0; dt < kHeadDim / 8; ++dt)
+                    *reinterpret_cast<uint32_t*>(out_row + dt * 8 + tig * 2) =
+                        pack_bf16(o[dt][2 * i] * inv_sum, o[dt][2 * i + 1] * inv_sum);
+            } else {
+                const int64_t slot = int64_t(partial_base) + local;
+                float* o_row = partial_o + slot * kHeadDim;
+#pragma unroll
+                for (int dt = 0; dt < kHeadDim / 8; ++dt)
+                    *reinterpret_cast<float2*>(o_row + dt * 8 + tig * 2) =
+                        make_float2(o[dt][2 * i] * inv_sum, o[dt][2 * i + 1] * inv_sum);
+                if (tig == 0) partial_lse[slot] = sum > 0.f ? row_max[i] + log2f(sum) : -INFINITY;
+            }
+        }
+    }
+}
+
+// Merges the chunks of each split row tile: out = Σ 2^(lse_j - M) o_j / Σ 2^(lse_j - M), chunks
+// with no visible key (lse -inf) skipped. grid: the fixed block count, striding over the merge
+// list; block: kThreads.
+template <int kHeadDim>
+__global__ void __launch_bounds__(kThreads)
+    merge_kernel(const int32_t* __restrict__ plan, const int32_t* __restrict__ query_start,
+                 int num_heads, int num_kv_heads, const float* __restrict__ partial_o,
+                 const float* __restrict__ partial_lse, bf16* __restrict__ out) {
+    const int num_merges = plan[1];
+    const int32_t* merges = plan + plan[2];
+    const int group = num_heads / num_kv_heads;
+    for (int m = blockIdx.x; m < num_merges; m += gridDim.x) {
+        const int32_t* merge = merges + int64_t(m) * kMergeInts;
+        const int seq = merge[0], kv_head = merge[1], row_begin = merge[2];
+        const int num_chunks = merge[3], base = merge[4];
+        const int q_begin = query_start[seq];
+        const int num_rows = (query_start[seq + 1] - q_begin) * group;
+        for (int idx = threadIdx.x; idx < kBlockM * kHeadDim; idx += kThreads) {
+            const int local = idx / kHeadDim, d = idx % kHeadDim;
+            const int r = row_begin + local;
+            if (r >= num_rows) break;  // idx only grows
+            float lse_max = -INFINITY;
+            for (int j = 0; j < num_chunks; ++j)
+                lse_max = fmaxf(lse_max, partial_lse[base + j * kBlockM + local]);
+            float sum = 0.f, acc = 0.f;
+            for (int j = 0; j < num_chunks; ++j) {
+                const int64_t slot = int64_t(base) + j * kBlockM + local;
+                const float lse = partial_lse[slot];
+                if (lse == -INFINITY) continue;  // no key of this chunk is visible to the row
+                const float w = exp2f(lse - lse_max);
+                sum += w;
+                acc += w * partial_o[slot * kHeadDim + d];
+            }
+            out[(int64_t(q_begin + r / group) * num_heads + kv_head * group + r % group) *
+                    kHeadDim +
+                d] = __float2bfloat16(acc / sum);
+        }
+    }
+}
+
+// The compile-time instances (head_dim 64 and 128), chosen in one place.
+template <int kHeadDim>
+int configure_and_occupancy() {
+    static const int blocks_per_sm = [] {
+        MI_CUDA_CHECK(cudaFuncSetAttribute(work_kernel<kHeadDim>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(smem_bytes<kHeadDim>())));
+        int n = 0;
+        MI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &n, work_kernel<kHeadDim>, kThreads, smem_bytes<kHeadDim>()));
+        return n;
+    }();
+    return blocks_per_sm;
+}
+
+struct LaunchArgs {
+    const bf16 *q, *k_cache, *v_cache;
+    const int32_t *query_start, *seq_lens, *block_table, *plan;
+    int max_pages, num_heads, num_kv_heads, page_size, page_shift;
+    float scale_log2;
+    bf16* out;
+    float *partial_o, *partial_lse;
+    unsigned grid;
+};
+
+template <int kHeadDim>
+void launch(const LaunchArgs& a, cudaStream_t stream) {
+    work_kernel<kHeadDim><<<a.grid, kThreads, smem_bytes<kHeadDim>(), stream>>>(
+        a.q, a.k_cache, a.v_cache, a.query_start, a.seq_lens, a.block_table, a.plan, a.max_pages,
+        a.num_heads, a.num_kv_heads, a.page_size, a.page_shift, a.scale_log2, a.out, a.partial_o,
+        a.partial_lse);
+    MI_CUDA_CHECK(cudaGetLastError());
+    merge_kernel<kHeadDim><<<a.grid, kThreads, 0, stream>>>(
+        a.plan, a.query_start, a.num_heads, a.num_kv_heads, a.partial_o, a.partial_lse, a.out);
+    MI_CUDA_CHECK(cudaGetLastError());
+}
+
+void check_cuda(const Tensor* t, DType dtype, int ndim, const char* message) {
+    MI_LAUNCH_CHECK(t != nullptr && t->device() == Device::kCUDA && t->dtype() == dtype &&
+                        t->ndim() == ndim && t->is_contiguous(),
+                    message);
+}
+
+}  // namespace
+
+FlashInferAttention::FlashInferAttention(int64_t max_tokens, int64_t max_seqs, int64_t num_heads,
+                                         int64_t num_kv_heads, int64_t head_dim, int64_t page_size)
+    : max_tokens_(max_tokens),
+      max_seqs_(max_seqs),
+      num_heads_(num_heads),
+      num_kv_heads_(num_kv_heads),
+      head_dim_(head_dim),
+      page_size_(page_size) {
+    MI_LAUNCH_CHECK(head_dim == 64 || head_dim == 128, "flashinfer: head_dim must be 64 or 128");
+    MI_LAUNCH_CHECK(num_kv_heads > 0 && num_heads % num_kv_heads == 0,
+                    "flashinfer: num_heads must be a multiple of num_kv_heads");
+    MI_LAUNCH_CHECK(max_tokens > 0 && max_seqs > 0 && page_size > 0,
+                    "flashinfer: max_tokens, max_seqs and page_size must be positive");
+    int device = 0, num_sms = 0;
+    MI_CUDA_CHECK(cudaGetDevice(&device));
+    MI_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
+    const int blocks_per_sm =
+        head_dim == 64 ? configure_and_occupancy<64>() : configure_and_occupancy<128>();
+    num_ctas_ = int64_t(num_sms) * std::max(blocks_per_sm, 1);
+    const int64_t group = num_heads / num_kv_heads;
+    // Unsplit items: Σ_s ceil(q_len_s · group / 64) per KV head <= tokens · group / 64 + seqs.
+    // A split plan has at most num_ctas_ items, all of them possibly chunks.
+    max_items_ = std::max(num_ctas_,
+                          ((max_tokens * group + kBlockM - 1) / kBlockM + max_seqs) * num_kv_heads);
+    max_partial_rows_ = num_ctas_ * kBlockM;
+    plan_ints_ =
+        size_t(kHeaderInts + num_ctas_ + 1 + max_items_ * kItemInts + num_ctas_ * kMergeInts);
+    MI_LAUNCH_CHECK(plan_ints_ < (size_t(1) << 31), "flashinfer: plan too large");
+    MI_CUDA_CHECK(cudaMallocHost(&host_plan_, plan_ints_ * sizeof(int32_t)));
+    std::fill_n(host_plan_, plan_ints_, 0);
+    MI_CUDA_CHECK(cudaEventCreateWithFlags(&plan_copied_, cudaEventDisableTiming));
+    device_plan_ = DeviceBuffer(plan_ints_ * sizeof(int32_t));
+    // An empty plan until the first plan(): run() then does nothing.
+    MI_CUDA_CHECK(cudaMemset(device_plan_.data(), 0, plan_ints_ * sizeof(int32_t)));
+    partial_o_ = DeviceBuffer(size_t(max_partial_rows_) * size_t(head_dim) * sizeof(float));
+    partial_lse_ = DeviceBuffer(size_t(max_partial_rows_) * sizeof(float));
+}
+
+FlashInferAttention::~FlashInferAttention() {
+    if (plan_copied_ != nullptr) {
+        cudaEventSynchronize(plan_copied_);  // the last copy may still read the pinned buffer
+        cudaEventDestroy(plan_copied_);
+    }
+    if (host_plan_ != nullptr) cudaFreeHost(host_plan_);
+}
+
+void FlashInferAttention::plan(std::span<const int32_t> query_start,
+                               std::span<const int32_t> seq_lens, cudaStream_t stream) {
+    const int64_t num_seqs = int64_t(seq_lens.size());
+    MI_LAUNCH_CHECK(int64_t(query_start.size()) == num_seqs + 1 && num_seqs <= max_seqs_,
+                    "flashinfer plan: query_start must be [num_seqs + 1], num_seqs <= max_seqs");
+    MI_LAUNCH_CHECK(query_start[0] == 0 && query_start[size_t(num_seqs)] <= max_tokens_,
+                    "flashinfer plan: query_start must start at 0 and end at <= max_tokens");
+    const int64_t group = num_heads_ / num_kv_heads_;
+
+    // Row tiles: (seq, row_begin, keys needed), the same for every KV head.
+    struct Unit {
+        int32_t seq, row_begin, num_keys;
+    };
+    std::vector<Unit> units;
+    int64_t max_keys = 0;
+    for (int64_t s = 0; s < num_seqs; ++s) {
+        const int64_t q_len = query_start[size_t(s) + 1] - query_start[size_t(s)];
+        const int64_t seq_len = seq_lens[size_t(s)];
+        MI_LAUNCH_CHECK(q_len >= 0 && seq_len >= q_len,
+                        "flashinfer plan: query_start must not decrease and seq_lens >= q_len");
+        const int64_t prefix = seq_len - q_len, rows = q_len * group;
+        for (int64_t rb = 0; rb < rows; rb += kBlockM) {
+            const int64_t last = std::min(rb + kBlockM, rows) - 1;
+            const int64_t keys = prefix + last / group + 1;
+            units.push_back({int32_t(s), int32_t(rb), int32_t(keys)});
+            max_keys = std::max(max_keys, keys);
+        }
+    }
+
+    // Chunk size: none while the unsplit units fill the grid; else the smallest multiple of 64
+    // (>= kMinChunk) whose chunks still fit in one wave of num_ctas_ blocks.
+    auto items_for = [&](int64_t chunk) {
+        int64_t n = 0;
+        for (const Unit& u : units) n += (u.num_keys + chunk - 1) / chunk;
+        return n * num_kv_heads_;
+    };
+    int64_t chunk = 0;
+    const int64_t unsplit = int64_t(units.size()) * num_kv_heads_;
+    if (unsplit > 0 && unsplit < num_ctas_ && max_keys > kMinChunk) {
+        int64_t lo = kMinChunk / kBlockN, hi = (max_keys + kBlockN - 1) / kBlockN;  // in tiles
+        while (lo < hi) {
+            const int64_t mid = (lo + hi) / 2;
+            if (items_for(mid * kBlockN) <= num_ctas_)
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+        if (lo * kBlockN < max_keys) chunk = lo * kBlockN;
+    }
+
+    // Items and merges.
+    struct Item {
+        int32_t seq, kv_head, row_begin, kv_begin, kv_end, partial_base;
+    };
+    std::vector<Item> items;
+    std::vector<int32_t> merges;
+    int64_t partial_rows = 0;
+    for (const Unit& u : units) {
+        const int64_t n = chunk > 0 ? (u.num_keys + chunk - 1) / chunk : 1;
+        for (int32_t h = 0; h < int32_t(num_kv_heads_); ++h) {
+            if (n == 1) {
+                items.push_back({u.seq, h, u.row_begin, 0, u.num_keys, -1});
+                continue;
+            }
+            merges.insert(merges.end(), {u.seq, h, u.row_begin, int32_t(n), int32_t(partial_rows)});
+            for (int64_t j = 0; j < n; ++j)
+                items.push_back({u.seq, h, u.row_begin, int32_t(j * chunk),
+                                 int32_t(std::min<int64_t>(u.num_keys, (j + 1) * chunk)),
+                                 int32_t(partial_rows + j * kBlockM)});
+            partial_rows += n * kBlockM;
+        }
+    }
+    MI_LAUNCH_CHECK(int64_t(items.size()) <= max_items_ && partial_rows <= max_partial_rows_,
+                    "flashinfer plan: the plan outgrew its workspace (a planner bug)");
+
+    // Longest processing time first: each item, heaviest first, to the least loaded block.
+    // Cost: its key tiles plus one for the fixed work (Q load, epilogue).
+    std::vector<int64_t> cost(items.size());
+    for (size_t i = 0; i < items.size(); ++i)
+        cost[i] = (items[i].kv_end - items[i].kv_begin + kBlockN - 1) / kBlockN + 1;
+    std::vector<int32_t> order(items.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return cost[size_t(a)] > cost[size_t(b)]; });
+    using Load = std::pair<int64_t, int32_t>;  // (load, block)
+    std::priority_queue<Load, std::vector<Load>, std::greater<Load>> loads;
+    for (int32_t b = 0; b < int32_t(num_ctas_); ++b) loads.push({0, b});
+    std::vector<int32_t> block_of(items.size());
+    std::vector<int32_t> count(size_t(num_ctas_) + 1, 0);
+    for (int32_t i : order) {
+        auto [load, b] = loads.top();
+        loads.pop();
+        block_of[size_t(i)] = b;
+        ++count[size_t(b) + 1];
+        loads.push({load + cost[size_t(i)], b});
+    }
+
+    // The previous plan's copy must have left the pinned buffer before it is overwritten (the
+    // planning above overlapped it).
+    MI_CUDA_CHECK(cudaEventSynchronize(plan_copied_));
+
+    // Write the plan: header, per-block index, items (heaviest first within a block), merges.
+    int32_t* indptr = host_plan_ + kHeaderInts;
+    indptr[0] = 0;
+    for (int64_t b = 0; b < num_ctas_; ++b) indptr[b + 1] = indptr[b] + count[size_t(b) + 1];
+    int32_t* item_out = indptr + num_ctas_ + 1;
+    std::vector<int32_t> fill(indptr, indptr + num_ctas_);
+    for (int32_t i : order) {
+        const Item& it = items[size_t(i)];
+        int32_t* dst = item_out + int64_t(fill[size_t(block_of[size_t(i)])]++) * kItemInts;
+        dst[0] = it.seq, dst[1] = it.kv_head, dst[2] = it.row_begin;
+        dst[3] = it.kv_begin, dst[4] = it.kv_end, dst[5] = it.partial_base;
+    }
+    const int64_t merge_offset = kHeaderInts + num_ctas_ + 1 + int64_t(items.size()) * kItemInts;
+    const int64_t num_merges = int64_t(merges.size()) / kMergeInts;
+    std::copy(merges.begin(), merges.end(), host_plan_ + merge_offset);
+    const size_t used = size_t(merge_offset) + merges.size();
+    host_plan_[0] = int32_t(items.size());
+    host_plan_[1] = int32_t(num_merges);
+    host_plan_[2] = int32_t(merge_offset);
+    host_plan_[3] = 0;
+    MI_CUDA_CHECK(cudaMemcpyAsync(device_plan_.data(), host_plan_, used * sizeof(int32_t),
+                                  cudaMemcpyHostToDevice, stream));
+    MI_CUDA_CHECK(cudaEventRecord(plan_copied_, stream));
+    planned_items_ = int64_t(items.size());
+    planned_merges_ = num_merges;
+    planned_chunk_ = chunk;
+}
+
+void FlashInferAttention::run(const AttentionParams& p, cudaStream_t stream) {
+    check_cuda(p.q, DType::kBF16, 3,
+               "flashinfer: q must be contiguous bf16 CUDA [num_tokens, num_heads, head_dim]");
+    check_cuda(p.k_cache, DType::kBF16, 4,
+               "flashinfer: k_cache must be contiguous bf16 CUDA [num_pages, page_size, "
+               "num_kv_heads, head_dim]");
+    check_cuda(p.v_cache, DType::kBF16, 4, "flashinfer: v_cache must be like k_cache");
+    check_cuda(p.query_start, DType::kI32, 1, "flashinfer: query_start must be i32 CUDA");
+    check_cuda(p.seq_lens, DType::kI32, 1, "flashinfer: seq_lens must be i32 CUDA");
+    check_cuda(p.block_table, DType::kI32, 2,
+               "flashinfer: block_table must be i32 CUDA [num_seqs, max_pages]");
+    check_cuda(p.out, DType::kBF16, 2,
+               "flashinfer: out must be contiguous bf16 CUDA [num_tokens, num_heads * head_dim]");
+    MI_LAUNCH_CHECK(
+        p.q->size(1) == num_heads_ && p.q->size(2) == head_dim_ && p.q->size(0) <= max_tokens_,
+        "flashinfer: q does not match the constructed heads / head_dim / max_tokens");
+    MI_LAUNCH_CHECK(p.k_cache->size(1) == page_size_ && p.k_cache->size(2) == num_kv_heads_ &&
+                        p.k_cache->size(3) == head_dim_ && p.v_cache->shape() == p.k_cache->shape(),
+                    "flashinfer: k_cache/v_cache do not match the constructed page size / heads");
+    MI_LAUNCH_CHECK(p.out->size(0) == p.q->size(0) && p.out->size(1) == num_heads_ * head_dim_,
+                    "flashinfer: out must be [num_tokens, num_heads * head_dim]");
+    LaunchArgs a{};
+    a.q = static_cast<const bf16*>(p.q->raw());
+    a.k_cache = static_cast<const bf16*>(p.k_cache->raw());
+    a.v_cache = static_cast<const bf16*>(p.v_cache->raw());
+    a.query_start = p.query_start->data<int32_t>();
+    a.seq_lens = p.seq_lens->data<int32_t>();
+    a.block_table = p.block_table->data<int32_t>();
+    a.plan = static_cast<const int32_t*>(device_plan_.data());
+    a.max_pages = int(p.block_table->size(1));
+    a.num_heads = int(num_heads_);
+    a.num_kv_heads = int(num_kv_heads_);
+    a.page_size = int(page_size_);
+    a.page_shift = page_shift_of(page_size_);
+    a.scale_log2 = p.scale * 1.4426950408889634f;  // exp(x) = 2^(x log2 e)
+    a.out = static_cast<bf16*>(p.out->raw());
+    a.partial_o = static_cast<float*>(partial_o_.data());
+    a.partial_lse = static_cast<float*>(partial_lse_.data());
+    a.grid = unsigned(num_ctas_);
+    if (head_dim_ == 64)
+        launch<64>(a, stream);
+    else
+        launch<128>(a, stream);
+}
+
+}  // namespace miniinfer::cuda
