@@ -308,7 +308,12 @@ JINJA_CASES = [
     # printing of values
     ("{{ none }}|{{ true }}|{{ false }}|{{ 1 }}|{{ 1.0 }}|{{ \"q's\" }}|{{ [\"q's\", 'd\"q', 'both\\'\"', '\\\\'] }}|{{ undefined_var }}|", {}),
     ("{{ (1,) }} {{ () }} {{ {'a': 1}.items()|list }} {{ [(1, 2)]|tojson }}", {}),
+    # Jinja's own semantics where they differ from Python's
+    ("{{ '4x-y z(a'|title }}|{{ '4x-y z(a'.title() }}|{{ 'ab1'.capitalize() }}|{{ (1, 'x') is lower }}|{{ '123' is lower }}|{{ 'ABC' is upper }}", {}),
+    ("{{ 3.7 is odd }}|{{ 3.0 is odd }}|{{ -3 is odd }}|{{ 4.5 is divisibleby 1.5 }}|{{ 7 is divisibleby 2 }}|{{ 2|round }}|{{ 2|round(1, 'floor') }}|{{ true * 'ab' }}|{{ 2 * [1] }}|{{ (1,) * 2 }}", {}),
+    ("{% if xs|selectattr('a') %}iterators are true{% endif %}|{% if xs|select|list %}x{% else %}lists are not{% endif %}|{% if d|items %}y{% endif %}|{{ 'k' in nothing }}|{{ nothing is sequence }}", {"xs": [1, 2], "d": {}}),
     # errors
+    ("{{ nothing|int }}", {}),
     ("{{ raise_exception('custom failure') }}", {}),
     ("{{ undefined_var.attr }}", {}),
     ("{% if %}{% endif %}", {}),

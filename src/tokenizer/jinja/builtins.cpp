@@ -71,7 +71,42 @@ Args rest_args(const Args& args, size_t from) {
 
 }  // namespace
 
+namespace {
+
+// Jinja's title filter: capitalizes each chunk between runs of whitespace, '-', '(', '{',
+// '[' and '<' (unlike Python's str.title, digits do not start a word).
+std::string jinja_title(const std::string& s) {
+    std::string out;
+    bool at_start = true;
+    for (size_t pos = 0; pos < s.size();) {
+        const char32_t c = utf8::next(s, pos);
+        const bool separator =
+            py::is_space(c) || c == '-' || c == '(' || c == '{' || c == '[' || c == '<';
+        std::string ch;
+        utf8::append(ch, c);
+        out += separator ? ch : py::map_case(ch, at_start ? py::Case::kUpper : py::Case::kLower);
+        at_start = separator;
+    }
+    return out;
+}
+
+Value filter(const std::string& name, const Value& v, const Args& args);
+
+}  // namespace
+
 Value apply_filter(const std::string& name, const Value& v, const Args& args) {
+    Value out = filter(name, v, args);
+    static const char* iterators[] = {"select", "reject", "selectattr", "rejectattr",
+                                      "map",    "unique", "items"};
+    for (const char* it : iterators)
+        if (name == it) return Value::iterator(std::move(out.as_list()));
+    if (name == "reverse" && out.is_list()) return Value::iterator(std::move(out.as_list()));
+    return out;
+}
+
+namespace {
+
+Value filter(const std::string& name, const Value& v, const Args& args) {
     if (name == "length" || name == "count") {
         if (v.is_string()) return int64_t(py::code_points(v.as_string()).size());
         if (v.is_list()) return int64_t(v.as_list().size());
@@ -97,7 +132,7 @@ Value apply_filter(const std::string& name, const Value& v, const Args& args) {
     if (name == "trim") return py::strip(v.str(), args.get(0, "chars"), true, true);
     if (name == "upper") return py::map_case(v.str(), py::Case::kUpper);
     if (name == "lower") return py::map_case(v.str(), py::Case::kLower);
-    if (name == "title") return py::map_case(v.str(), py::Case::kTitle);
+    if (name == "title") return jinja_title(v.str());
     if (name == "capitalize") return py::map_case(v.str(), py::Case::kCapitalize);
     if (name == "string") return v.str();
     if (name == "safe") return v;
@@ -131,7 +166,7 @@ Value apply_filter(const std::string& name, const Value& v, const Args& args) {
         return out;
     }
     if (name == "dictsort") {
-        Value items = apply_filter("items", v, {});
+        Value items = filter("items", v, {});
         std::stable_sort(items.as_list().begin(), items.as_list().end(),
                          [](const Value& a, const Value& b) {
                              return less_than(a.as_list()[0], b.as_list()[0]);
@@ -154,8 +189,14 @@ Value apply_filter(const std::string& name, const Value& v, const Args& args) {
                            required_arg(args, 1, "new", "replace").str(),
                            count && !count->is_none() ? count->as_int() : -1);
     }
+    if ((name == "int" || name == "float") && v.is_undefined())
+        fail("'{}' is undefined", v.undefined_name());
     if (name == "int") {
-        if (v.is_number()) return int64_t(v.as_double());
+        if (v.is_int() || v.is_bool()) return v.as_int();
+        if (v.is_float()) {
+            if (!(std::fabs(v.as_double()) < 9.2e18)) fail("int: {} is out of range", v.str());
+            return int64_t(v.as_double());
+        }
         try {
             return int64_t(std::stoll(v.str()));
         } catch (const std::exception&) {
@@ -178,6 +219,9 @@ Value apply_filter(const std::string& name, const Value& v, const Args& args) {
     if (name == "round") {
         const int64_t precision = args.get(0, "precision").value_or(Value(int64_t(0))).as_int();
         const std::string method = args.get(1, "method").value_or(Value("common")).str();
+        if (method != "common" && method != "floor" && method != "ceil")
+            fail("round: method must be 'common', 'ceil' or 'floor'");
+        if (method == "common" && (v.is_int() || v.is_bool())) return v.as_int();  // round(int)
         if (method == "common") {  // Python's round(): correctly rounded, ties to even
             char buf[512];
             std::snprintf(buf, sizeof(buf), "%.*f", int(std::clamp<int64_t>(precision, 0, 300)),
@@ -274,6 +318,8 @@ Value apply_filter(const std::string& name, const Value& v, const Args& args) {
     fail("unknown filter '{}'", name);
 }
 
+}  // namespace
+
 bool apply_test(const std::string& name, const Value& v, const Args& args) {
     auto arg = [&]() { return required_arg(args, 0, "other", name.c_str()); };
     if (name == "defined") return !v.is_undefined();
@@ -287,11 +333,20 @@ bool apply_test(const std::string& name, const Value& v, const Args& args) {
     if (name == "number") return v.is_number();
     if (name == "string") return v.is_string();
     if (name == "mapping") return v.is_dict() && !v.as_dict().is_namespace;
+    if (name == "iterable" || name == "sequence")  // an undefined iterates as empty in Jinja
+        if (v.is_undefined()) return true;
     if (name == "iterable" || name == "sequence")
         return v.is_string() || v.is_list() || v.is_dict();
     if (name == "callable") return v.is_callable();
-    if (name == "odd" || name == "even") return (v.as_int() % 2 != 0) == (name == "odd");
-    if (name == "divisibleby") return arg().as_int() != 0 && v.as_int() % arg().as_int() == 0;
+    if (name == "odd" || name == "even") {  // value % 2 == 1 / == 0, with Python's modulo
+        const double m = v.is_float() ? v.as_double() - 2 * std::floor(v.as_double() / 2)
+                                      : double(((v.as_int() % 2) + 2) % 2);
+        return name == "odd" ? m == 1 : m == 0;
+    }
+    if (name == "divisibleby") {
+        const double d = arg().as_double(), x = v.as_double();
+        return d != 0 && x - d * std::floor(x / d) == 0;
+    }
     if (name == "sameas")
         return v.is_bool() == arg().is_bool() && v.is_none() == arg().is_none() && v == arg();
     if (name == "eq" || name == "equalto" || name == "==") return v == arg();
@@ -306,10 +361,12 @@ bool apply_test(const std::string& name, const Value& v, const Args& args) {
         const List items = to_list(c);
         return std::find(items.begin(), items.end(), v) != items.end();
     }
-    if (name == "lower")
-        return v.is_string() && py::map_case(v.as_string(), py::Case::kLower) == v.as_string();
-    if (name == "upper")
-        return v.is_string() && py::map_case(v.as_string(), py::Case::kUpper) == v.as_string();
+    if (name == "lower" || name == "upper") {  // str(value).islower() / isupper()
+        const std::string text = v.str();
+        const bool lower = py::map_case(text, py::Case::kLower) == text;
+        const bool upper = py::map_case(text, py::Case::kUpper) == text;
+        return lower != upper && (name == "lower" ? lower : upper);  // needs a cased character
+    }
     fail("unknown test '{}'", name);
 }
 

@@ -35,7 +35,13 @@ std::optional<Value> get_method(const Value& obj, const std::string& name) {
                                        a.get(1, "maxsplit").value_or(Value(int64_t(-1))).as_int()));
             });
         if (name == "upper" || name == "lower" || name == "title" || name == "capitalize")
-            return bound(name, [s, name](const Args&) { return apply_filter(name, s, {}); });
+            return bound(name, [s, name](const Args&) {
+                const py::Case mode = name == "upper"   ? py::Case::kUpper
+                                      : name == "lower" ? py::Case::kLower
+                                      : name == "title" ? py::Case::kTitle
+                                                        : py::Case::kCapitalize;
+                return Value(py::map_case(s, mode));  // Python's str methods
+            });
         if (name == "replace")
             return bound(name, [s](const Args& a) {
                 return Value(py::replace(s, required_arg(a, 0, "old", "replace").str(),

@@ -237,13 +237,24 @@ class Renderer {
             l.insert(l.end(), b.as_list().begin(), b.as_list().end());
             return l;
         }
-        if (op == "*" && a.is_string() && b.is_int()) {
-            const int64_t n = std::max<int64_t>(b.as_int(), 0);
-            if (a.as_string().size() * double(n) > 1e8)
-                fail("string repetition result is too large");
-            std::string s;
-            for (int64_t i = 0; i < n; ++i) s += a.as_string();
-            return s;
+        // Sequence repetition: str or list (tuple) times an int or bool, either way round.
+        const bool a_seq = a.is_string() || a.is_list(), b_seq = b.is_string() || b.is_list();
+        if (op == "*" && (a_seq != b_seq) && (a_seq ? b : a).is_number() &&
+            !(a_seq ? b : a).is_float()) {
+            const Value& seq = a_seq ? a : b;
+            const int64_t n = std::max<int64_t>((a_seq ? b : a).as_int(), 0);
+            const double size =
+                double(seq.is_string() ? seq.as_string().size() : seq.as_list().size());
+            if (size * double(n) > 1e8) fail("repetition result is too large");
+            if (seq.is_string()) {
+                std::string out;
+                for (int64_t i = 0; i < n; ++i) out += seq.as_string();
+                return out;
+            }
+            List out;
+            for (int64_t i = 0; i < n; ++i)
+                out.insert(out.end(), seq.as_list().begin(), seq.as_list().end());
+            return seq.is_tuple() ? Value::tuple(std::move(out)) : Value(std::move(out));
         }
         if (!a.is_number() || !b.is_number())
             fail("unsupported operand type(s) for {}: '{}' and '{}'", op, a.type_name(),
@@ -276,6 +287,7 @@ class Renderer {
     }
 
     static bool contains(const Value& container, const Value& item) {
+        if (container.is_undefined()) return false;  // iterating an undefined yields nothing
         if (container.is_string()) {
             if (!item.is_string())
                 fail("'in <string>' requires string as left operand, not {}", item.type_name());

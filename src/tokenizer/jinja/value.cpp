@@ -76,6 +76,7 @@ std::string Value::type_name() const {
 }
 
 bool Value::truthy() const {
+    if (iterator_) return true;
     switch (v_.index()) {
         case 0:
         case 1:

@@ -71,6 +71,13 @@ class Value {
         return v;
     }
     bool is_tuple() const { return tuple_; }
+    // A list standing for a Python iterator (what select, map, items, ... return in Jinja):
+    // always true in a condition, like any iterator, even when it yields nothing.
+    static Value iterator(List l) {
+        Value v(std::move(l));
+        v.iterator_ = true;
+        return v;
+    }
 
     bool is_undefined() const { return std::holds_alternative<Undefined>(v_); }
     bool is_none() const { return std::holds_alternative<std::nullptr_t>(v_); }
@@ -122,6 +129,7 @@ class Value {
 
     Storage v_;
     bool tuple_ = false;
+    bool iterator_ = false;
 };
 
 // Python float repr (shortest round-trip, '1.0', '1e+16', 'inf', 'nan').
