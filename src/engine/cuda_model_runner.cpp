@@ -84,6 +84,7 @@ struct CudaModelRunner::Impl {
     };
     std::map<int64_t, Graph> graphs;  // batch size -> graph
     int64_t dummy_page = 0, graph_max_seq_len = 0;
+    int64_t last_num_logits = 0;
 
     // What one forward pass reads: how many tokens / sequences / sampled rows, and where the
     // block table is (the eager step packs it with the batch's own stride).
@@ -194,6 +195,11 @@ CudaModelRunner::~CudaModelRunner() = default;
 const ModelConfig& CudaModelRunner::config() const { return impl_->cfg; }
 int64_t CudaModelRunner::num_pages() const { return impl_->num_pages; }
 
+Tensor CudaModelRunner::last_logits() const {
+    impl_->stream.synchronize();
+    return cuda::to_host(rows(impl_->logits_f32, impl_->last_num_logits));
+}
+
 std::vector<SampledToken> CudaModelRunner::run(const Batch& batch, std::span<const SamplerInput> sampling) {
     impl_->forward(batch);
     return impl_->sample(batch, sampling);
@@ -203,6 +209,7 @@ void CudaModelRunner::Impl::forward(const Batch& b) {
     const int64_t n = b.num_tokens(), s = int64_t(b.seqs.size()), num_logits = int64_t(b.logits_indices.size());
     MI_CHECK(n <= opt.max_num_batched_tokens && s <= opt.max_num_seqs && b.max_pages <= max_pages_per_seq,
              "batch of {} tokens / {} seqs / {} pages exceeds the runner's buffers", n, s, b.max_pages);
+    last_num_logits = num_logits;
     if (replay_graph(b)) return;
     // One host->device copy of everything the step reads.
     auto* host = static_cast<int32_t*>(host_inputs->data);

@@ -36,6 +36,8 @@ public:
     const ModelConfig& config() const override;
     int64_t num_pages() const;
     std::vector<SampledToken> run(const Batch& batch, std::span<const SamplerInput> sampling) override;
+    // The f32 logits of the last run's sampled rows, copied to the host ([rows, vocab]; tests).
+    Tensor last_logits() const;
 
 private:
     struct Impl;
