@@ -89,6 +89,180 @@ __global__ void __launch_bounds__(kThreads, 3)
         const int num_tiles = (kv_end - kv_begin + kBlockN - 1) / kBlockN;
         const bool warp_active = row_begin + warp * 16 < num_rows;  // uniform per warp
 
+        if (num_rows - row_begin <= 16) {
+            // Narrow item (decode: up to 16 packed rows): the 4 warps share the same 16 rows
+            // and split the keys instead, each walking every 4th group of 16 keys through its own
+            // double-buffered K/V slice of shared memory; their softmax states are merged at the
+            // end. Same bytes per key as the wide path, 4x less mma work, no block barrier in
+            // the key loop.
+            constexpr int kSub = 16;                             // keys per warp step
+            bf16* warp_k = k_tiles + warp * 2 * kSub * kStride;  // [2, kSub, kStride]
+            bf16* warp_v = v_tiles + warp * 2 * kSub * kStride;
+            int limit[2];
+            uint32_t qf[kHeadDim / 16][4];
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const int r = row_begin + gid + 8 * i;
+                const bool valid = r < num_rows;
+                const int t = valid ? r / group : 0;
+                limit[i] = min(valid ? prefix_len + t : kv_end - 1, kv_end - 1);
+                const bf16* q_row = q + (int64_t(q_begin + t) * num_heads + kv_head * group +
+                                         (valid ? r % group : 0)) *
+                                            kHeadDim;
+#pragma unroll
+                for (int kc = 0; kc < kHeadDim / 16; ++kc) {
+                    const int col = kc * 16 + tig * 2;
+                    qf[kc][i] = valid ? *reinterpret_cast<const uint32_t*>(q_row + col) : 0u;
+                    qf[kc][2 + i] =
+                        valid ? *reinterpret_cast<const uint32_t*>(q_row + col + 8) : 0u;
+                }
+            }
+            const int min_lim = min(prefix_len + row_begin / group, kv_end - 1);
+            const int num_subs = (kv_end - kv_begin + kSub - 1) / kSub;
+            const int my_subs = num_subs > warp ? (num_subs - warp + kWarps - 1) / kWarps : 0;
+            auto load_sub = [&](int stage, int key0) {
+                for (int c = lane; c < kSub * kChunks; c += 32) {
+                    const int r = c / kChunks, chunk = c % kChunks;
+                    const int key = key0 + r;
+                    const bool valid = key < kv_end;
+                    int64_t offset = 0;
+                    if (valid)
+                        offset = cache_row(pages, key, page_size, page_shift) * kv_row_stride +
+                                 kv_head * kHeadDim + chunk * 8;
+                    cp_async_16(warp_k + (stage * kSub + r) * kStride + chunk * 8, k_cache + offset,
+                                valid);
+                    cp_async_16(warp_v + (stage * kSub + r) * kStride + chunk * 8, v_cache + offset,
+                                valid);
+                }
+            };
+            float acc[kHeadDim / 8][4];
+#pragma unroll
+            for (int dt = 0; dt < kHeadDim / 8; ++dt)
+                acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.f;
+            float mx[2] = {-INFINITY, -INFINITY}, sm[2] = {0.f, 0.f};
+            for (int stage = 0; stage < 2; ++stage) {
+                if (stage < my_subs) load_sub(stage, kv_begin + (warp + kWarps * stage) * kSub);
+                cp_async_commit();
+            }
+            for (int it = 0; it < my_subs; ++it) {
+                const int key0 = kv_begin + (warp + kWarps * it) * kSub;
+                const bf16* kt = warp_k + (it % 2) * kSub * kStride;
+                const bf16* vt = warp_v + (it % 2) * kSub * kStride;
+                cp_async_wait_all_but_one();
+                __syncwarp();
+                float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+                for (int kc = 0; kc < kHeadDim / 16; ++kc) {
+                    uint32_t b[4];
+                    ldmatrix_x4(b, kt + ((lane / 16) * 8 + lane % 8) * kStride + kc * 16 +
+                                       ((lane / 8) & 1) * 8);
+                    mma_bf16(sc[0], qf[kc], b[0], b[1]);
+                    mma_bf16(sc[1], qf[kc], b[2], b[3]);
+                }
+                const bool mask = key0 + kSub - 1 > min_lim;
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    float tile_max = mx[i];
+#pragma unroll
+                    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+                        for (int j = 0; j < 2; ++j) {
+                            float& x = sc[nt][2 * i + j];
+                            x *= scale_log2;
+                            if (mask && key0 + nt * 8 + tig * 2 + j > limit[i]) x = -INFINITY;
+                            tile_max = fmaxf(tile_max, x);
+                        }
+                    }
+                    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+                    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+                    const float ref = tile_max == -INFINITY ? 0.f : tile_max;
+                    const float correction = exp2f(mx[i] - ref);
+                    mx[i] = tile_max;
+                    float tile_sum = 0.f;
+#pragma unroll
+                    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+                        for (int j = 0; j < 2; ++j) {
+                            float& x = sc[nt][2 * i + j];
+                            x = exp2f(x - ref);
+                            tile_sum += x;
+                        }
+                    }
+                    sm[i] = sm[i] * correction + tile_sum;
+#pragma unroll
+                    for (int dt = 0; dt < kHeadDim / 8; ++dt) {
+                        acc[dt][2 * i] *= correction;
+                        acc[dt][2 * i + 1] *= correction;
+                    }
+                }
+                const uint32_t pf[4] = {
+                    pack_bf16(sc[0][0], sc[0][1]), pack_bf16(sc[0][2], sc[0][3]),
+                    pack_bf16(sc[1][0], sc[1][1]), pack_bf16(sc[1][2], sc[1][3])};
+#pragma unroll
+                for (int dp = 0; dp < kHeadDim / 16; ++dp) {
+                    uint32_t b[4];
+                    ldmatrix_x4_trans(b, vt + (((lane / 8) & 1) * 8 + lane % 8) * kStride +
+                                             dp * 16 + (lane / 16) * 8);
+                    mma_bf16(acc[2 * dp], pf, b[0], b[1]);
+                    mma_bf16(acc[2 * dp + 1], pf, b[2], b[3]);
+                }
+                __syncwarp();  // every lane is done with this stage
+                if (it + 2 < my_subs) load_sub(it % 2, key0 + 2 * kWarps * kSub);
+                cp_async_commit();
+            }
+
+            // Merge the 4 warps' states through shared memory (the K/V slices are free once
+            // every warp is past its loop; its remaining cp.async groups are empty).
+            __syncthreads();
+            float* red_o = reinterpret_cast<float*>(smem);  // [kWarps, 16, kHeadDim]
+            float* red_m = red_o + kWarps * 16 * kHeadDim;  // [kWarps, 16]
+            float* red_l = red_m + kWarps * 16;             // [kWarps, 16]
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                float sum = sm[i];
+                sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+                sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+                const int local = gid + 8 * i;
+                float* o_row = red_o + (warp * 16 + local) * kHeadDim;
+#pragma unroll
+                for (int dt = 0; dt < kHeadDim / 8; ++dt)
+                    *reinterpret_cast<float2*>(o_row + dt * 8 + tig * 2) =
+                        make_float2(acc[dt][2 * i], acc[dt][2 * i + 1]);
+                if (tig == 0) {
+                    red_m[warp * 16 + local] = mx[i];
+                    red_l[warp * 16 + local] = sum;
+                }
+            }
+            __syncthreads();
+            for (int idx = threadIdx.x; idx < 16 * kHeadDim; idx += kThreads) {
+                const int local = idx / kHeadDim, d = idx % kHeadDim;
+                const int r = row_begin + local;
+                if (r >= num_rows) break;  // idx only grows
+                float m_all = -INFINITY;
+#pragma unroll
+                for (int w2 = 0; w2 < kWarps; ++w2) m_all = fmaxf(m_all, red_m[w2 * 16 + local]);
+                const float ref = m_all == -INFINITY ? 0.f : m_all;
+                float l_all = 0.f, a_all = 0.f;
+#pragma unroll
+                for (int w2 = 0; w2 < kWarps; ++w2) {
+                    const float wt = exp2f(red_m[w2 * 16 + local] - ref);
+                    l_all += red_l[w2 * 16 + local] * wt;
+                    a_all += red_o[(w2 * 16 + local) * kHeadDim + d] * wt;
+                }
+                if (partial_base < 0) {
+                    out[(int64_t(q_begin + r / group) * num_heads + kv_head * group + r % group) *
+                            kHeadDim +
+                        d] = __float2bfloat16(a_all / l_all);
+                } else {
+                    const int64_t slot = int64_t(partial_base) + local;
+                    partial_o[slot * kHeadDim + d] = l_all > 0.f ? a_all / l_all : 0.f;
+                    if (d == 0) partial_lse[slot] = l_all > 0.f ? m_all + log2f(l_all) : -INFINITY;
+                }
+            }
+            __syncthreads();  // shared memory is reused by the next item
+            continue;
+        }
+
         int row_limit[2];
         uint32_t q_frag[kHeadDim / 16][4];
 #pragma unroll

@@ -13,7 +13,9 @@
 // descriptors, merge list) is copied to the device in one asynchronous pinned copy.
 //
 // run() (device): a persistent kernel, one block per resident slot, walks its item list with
-// the fa2 prefill tile loop (tensor-core mma, online softmax, cp.async paged gathers). An item
+// the fa2 prefill tile loop (tensor-core mma, online softmax, cp.async paged gathers); an item
+// of at most 16 packed rows (decode) instead has its 4 warps split the keys, each with its own
+// double-buffered 16-key slices, merging their softmax states at the end. An item
 // covering a whole row tile writes the output; a chunk writes (normalised partial output,
 // log-sum-exp) to the workspace and a merge kernel combines the chunks of each row tile.
 // Both grids are fixed at construction, so run() can be captured in a CUDA graph and replayed
