@@ -112,6 +112,7 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o) {
     const EngineConfig& c = engine.config();
     return {{"workload", w.name},
             {"device", c.device},
+            {"attention_backend", c.device == "cuda" ? (c.attention_backend == "auto" ? "fa2" : c.attention_backend) : "cpu"},
             {"page_size", c.page_size},
             {"cuda_graphs", c.device == "cuda" && !c.enforce_eager},
             {"overlap", false},
@@ -137,14 +138,15 @@ void run(const BenchOptions& o) {
     warm.temperature = 0.6;
     engine.generate({Prompt::from_ids(std::vector<int32_t>(64, 1))}, warm);
 
-    std::printf("| workload | device | page | graphs | overlap | requests | output tokens | seconds | tok/s | SOL tok/s | %% of SOL |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("| workload | device | attention | page | graphs | overlap | requests | output tokens | seconds | tok/s | SOL tok/s | %% of SOL |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     Json results = Json::array();
     for (const Workload& w : workloads) {
         const std::string& name = w.name;
         Json r = run_workload(engine, w, o);
-        std::printf("| %s | %s | %lld | %s | off | %lld | %lld | %.2f | %.0f | %.0f | %.1f%% |", name.c_str(),
-                    r["device"].get<std::string>().c_str(), r["page_size"].get<long long>(),
+        std::printf("| %s | %s | %s | %lld | %s | off | %lld | %lld | %.2f | %.0f | %.0f | %.1f%% |", name.c_str(),
+                    r["device"].get<std::string>().c_str(), r["attention_backend"].get<std::string>().c_str(),
+                    r["page_size"].get<long long>(),
                     r["cuda_graphs"].get<bool>() ? "on" : "off", r["requests"].get<long long>(),
                     r["output_tokens"].get<long long>(), r["seconds"].get<double>(), r["output_tok_per_s"].get<double>(),
                     r["sol_tok_per_s"].get<double>(), r["percent_of_sol"].get<double>());

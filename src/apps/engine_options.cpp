@@ -23,6 +23,8 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o) {
     cmd.add_option("--gpu-memory-utilization", o.config.gpu_memory_utilization, "CUDA: fraction of GPU memory")
         ->capture_default_str();
     cmd.add_flag("--no-prefix-caching", o.no_prefix_caching, "Turn the radix prefix cache off");
+    cmd.add_option("--attention-backend", o.config.attention_backend, "CUDA attention: auto | fa2 | flashinfer")
+        ->capture_default_str();
     cmd.add_flag("--enforce-eager", o.config.enforce_eager, "CUDA: no graphs, every step launched kernel by kernel");
     cmd.add_option("--seed", o.config.seed, "Seed for requests that bring none")->capture_default_str();
 }

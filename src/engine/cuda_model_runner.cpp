@@ -9,6 +9,7 @@
 #include "core/logging.h"
 #include "core/thread_pool.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_flashinfer.h"
 #include "kernels/cuda/cast.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gather_rows.h"
@@ -74,6 +75,7 @@ struct CudaModelRunner::Impl {
     Tensor tokens, logprobs, top_ids, top_logprobs, row_params, mask_ids;
     std::unique_ptr<PinnedBuffer> host_outputs;
     cuda::DeviceBuffer attention_workspace, sampling_workspace;
+    std::unique_ptr<cuda::FlashInferAttention> flashinfer;  // the `flashinfer` backend, else fa2
 
     // Decode CUDA graphs: one per batch size of the ladder, replayed with padding. Padded rows
     // decode one token of a one-token sequence in the reserved last page (dummy_page), so they
@@ -163,6 +165,11 @@ CudaModelRunner::CudaModelRunner(ModelConfig config, const ModelWeights& w, cons
     m.host_outputs = std::make_unique<PinnedBuffer>(size_t(S) * (8 + 8 * kMaxLogprobs) + size_t(S) * sizeof(cuda::RowSampling) + 256);
     m.attention_workspace = cuda::DeviceBuffer(cuda::attention_workspace_bytes(T, c.num_heads, c.head_dim));
     m.sampling_workspace = cuda::DeviceBuffer(cuda::sampling_workspace_bytes(S, c.vocab_size));
+    if (options.attention_backend == "flashinfer")
+        m.flashinfer = std::make_unique<cuda::FlashInferAttention>(T, S, c.num_heads, c.num_kv_heads, c.head_dim,
+                                                                   options.page_size);
+    else if (options.attention_backend != "auto" && options.attention_backend != "fa2")
+        fail("attention_backend '{}' is not supported (auto, fa2, flashinfer)", options.attention_backend);
     size_t free2 = 0;
     MI_CUDA_CHECK(cudaMemGetInfo(&free2, &total));
     const size_t activation_bytes = free1 - free2;
@@ -227,6 +234,7 @@ void CudaModelRunner::Impl::forward(const Batch& b) {
         shape.max_query_len = std::max<int64_t>(shape.max_query_len, b.query_start[size_t(i) + 1] - b.query_start[size_t(i)]);
         shape.max_seq_len = std::max<int64_t>(shape.max_seq_len, b.seq_lens[size_t(i)]);
     }
+    if (flashinfer) flashinfer->plan(b.query_start, b.seq_lens, stream.get());
     run_layers(shape);
 }
 
@@ -262,6 +270,9 @@ bool CudaModelRunner::Impl::replay_graph(const Batch& b) {
     if (B > s)
         MI_CUDA_CHECK(cudaMemcpy2DAsync(dev_inputs.data<int32_t>() + graph_table + s * G, size_t(G) * 4,
                                         host + off_table + s * b.max_pages, 4, 4, size_t(B - s), cudaMemcpyHostToDevice, st));
+    if (flashinfer)
+        flashinfer->plan(std::span<const int32_t>(host + off_qstart, size_t(B + 1)),
+                         std::span<const int32_t>(host + off_seqlens, size_t(B)), st);
     MI_CUDA_CHECK(cudaGraphLaunch(it->second.exec, st));
     return true;
 }
@@ -292,6 +303,9 @@ void CudaModelRunner::Impl::capture_graphs() {
     MI_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
     for (auto b = sizes.rbegin(); b != sizes.rend(); ++b) {
         const StepShape shape{*b, *b, *b, 1, graph_max_seq_len, graph_table, G};
+        if (flashinfer)
+            flashinfer->plan(std::span<const int32_t>(host + off_qstart, size_t(*b + 1)),
+                             std::span<const int32_t>(host + off_seqlens, size_t(*b)), st);
         run_layers(shape);  // eager first: GEMM algorithms and kernel attributes get cached
         stream.synchronize();
         Graph g;
@@ -339,11 +353,12 @@ void CudaModelRunner::Impl::run_layers(const StepShape& sh) {
         cuda::qk_norm_rope_store(qkv_n, L.q_norm.defined() ? &L.q_norm : nullptr, L.k_norm.defined() ? &L.k_norm : nullptr,
                                  eps, pos, inv_freq, slots, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, q_n,
                                  L.k_cache, L.v_cache, st);
-        cuda::paged_attention({.q = &q_n, .k_cache = &L.k_cache, .v_cache = &L.v_cache, .query_start = &qstart,
-                               .seq_lens = &seqlens, .block_table = &table, .num_seqs = s,
-                               .max_query_len = max_query_len, .max_seq_len = max_seq_len,
-                               .scale = float(1.0 / std::sqrt(double(cfg.head_dim))), .out = &attn_n},
-                              attention_workspace.data(), attention_workspace.bytes(), st);
+        const cuda::AttentionParams ap{.q = &q_n, .k_cache = &L.k_cache, .v_cache = &L.v_cache,
+                                       .query_start = &qstart, .seq_lens = &seqlens, .block_table = &table,
+                                       .num_seqs = s, .max_query_len = max_query_len, .max_seq_len = max_seq_len,
+                                       .scale = float(1.0 / std::sqrt(double(cfg.head_dim))), .out = &attn_n};
+        if (flashinfer) flashinfer->run(ap, st);
+        else cuda::paged_attention(ap, attention_workspace.data(), attention_workspace.bytes(), st);
         gemm.run(attn_n, L.o_proj, L.o_bias.defined() ? &L.o_bias : nullptr, pr, st);
         cuda::add_rms_norm(pr, &res, L.post_norm, eps, h, st);
         gemm.run(h, L.gate_up, nullptr, gu, st);

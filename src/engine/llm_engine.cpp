@@ -49,7 +49,8 @@ std::unique_ptr<ModelRunner> load_runner(EngineConfig& config) {
                               .max_model_len = config.max_model_len,
                               .gpu_memory_utilization = config.gpu_memory_utilization,
                               .num_pages = config.num_pages,
-                              .enforce_eager = config.enforce_eager});
+                              .enforce_eager = config.enforce_eager,
+                              .attention_backend = config.attention_backend});
         config.num_pages = runner->num_pages();
         return runner;
 #else
