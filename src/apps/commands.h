@@ -8,9 +8,9 @@ namespace miniinfer::apps {
 
 void add_inspect(CLI::App& app);  // miniinfer inspect --model DIR [--json]
 void add_logits(CLI::App& app);   // miniinfer logits --model DIR --ids 1,2,3 [--top 5]
-void add_tokenizer_commands(CLI::App& app);
+void add_tokenizer_commands(CLI::App& app);  // miniinfer tokenize | detokenize | chat-template --model DIR
 void add_generate(CLI::App& app);  // miniinfer generate --model DIR --prompt TEXT ... | --input FILE.jsonl
 void add_chat(CLI::App& app);      // miniinfer chat --model DIR
-void add_bench(CLI::App& app);     // miniinfer bench --model DIR --workload NAME  // miniinfer tokenize | detokenize | chat-template --model DIR
+void add_bench(CLI::App& app);     // miniinfer bench --model DIR --workload NAME
 
 }  // namespace miniinfer::apps
