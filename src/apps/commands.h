@@ -12,5 +12,7 @@ void add_tokenizer_commands(CLI::App& app);  // miniinfer tokenize | detokenize 
 void add_generate(CLI::App& app);  // miniinfer generate --model DIR --prompt TEXT ... | --input FILE.jsonl
 void add_chat(CLI::App& app);      // miniinfer chat --model DIR
 void add_bench(CLI::App& app);     // miniinfer bench --model DIR --workload NAME
+void add_bench_serve(CLI::App& app);  // miniinfer bench-serve --port 8000 --workload NAME (against a server)
+void add_serve(CLI::App& app);     // miniinfer serve MODEL_DIR [--port 8000 ...]
 
 }  // namespace miniinfer::apps

@@ -9,8 +9,9 @@ EngineConfig EngineOptions::resolve() const {
     return c;
 }
 
-void add_engine_options(CLI::App& cmd, EngineOptions& o) {
-    cmd.add_option("--model", o.config.model_dir, "Hugging Face model directory")->required();
+void add_engine_options(CLI::App& cmd, EngineOptions& o, bool positional_model) {
+    if (positional_model) cmd.add_option("model", o.config.model_dir, "Hugging Face model directory")->required();
+    else cmd.add_option("--model", o.config.model_dir, "Hugging Face model directory")->required();
     cmd.add_option("--device", o.config.device, "cpu | cuda")->capture_default_str();
     cmd.add_option("--load-format", o.config.load_format, "auto | safetensors | dummy")->capture_default_str();
     cmd.add_option("--max-num-seqs", o.config.max_num_seqs, "Most sequences in one step")->capture_default_str();

@@ -19,7 +19,8 @@ struct EngineOptions {
     EngineConfig resolve() const;  // config with the flags folded in
 };
 
-void add_engine_options(CLI::App& cmd, EngineOptions& options);
+// positional_model: the model directory is the first positional argument (serve, as vLLM).
+void add_engine_options(CLI::App& cmd, EngineOptions& options, bool positional_model = false);
 
 // Returns the object the sampling flags fill in when the command line is parsed.
 std::shared_ptr<Json> add_sampling_options(CLI::App& cmd);

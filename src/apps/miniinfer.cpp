@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
     miniinfer::apps::add_generate(app);
     miniinfer::apps::add_chat(app);
     miniinfer::apps::add_bench(app);
+    miniinfer::apps::add_bench_serve(app);
+    miniinfer::apps::add_serve(app);
     miniinfer::apps::add_tokenizer_commands(app);
     try {
         app.parse(argc, argv);

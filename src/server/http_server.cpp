@@ -1,0 +1,336 @@
+#include "server/http_server.h"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <ctime>
+
+#include "core/logging.h"
+#include "server/openai_protocol.h"
+
+namespace miniinfer {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+void send_error(httplib::Response& res, const ApiError& e) {
+    res.status = e.status;
+    res.set_content(dump(e.body()), "application/json");
+}
+
+// One choice of a response while it is generated.
+struct Choice {
+    std::string text, reasoning;
+    size_t num_logprobs_sent = 0;
+    ReasoningSplitter splitter;
+    bool role_sent = false;
+    RequestOutput last;
+};
+
+}  // namespace
+
+struct HttpServer::Impl {
+    ServerOptions options;
+    EngineLoop& engine;
+    Metrics& metrics;
+    const ChatTemplate* chat_template;
+    httplib::Server server;
+    std::atomic<int64_t> next_id{0};
+    bool split_reasoning = false;
+
+    Impl(ServerOptions o, EngineLoop& e, Metrics& m, const ChatTemplate* t)
+        : options(std::move(o)), engine(e), metrics(m), chat_template(t) {
+        split_reasoning = engine.model_config().arch != Arch::kQwen2 && engine.tokenizer() &&
+                          engine.tokenizer()->token_to_id("</think>").has_value();
+    }
+
+    bool authorized(const httplib::Request& req, httplib::Response& res) {
+        if (options.api_key.empty() || req.path == "/health") return true;
+        if (req.get_header_value("Authorization") == "Bearer " + options.api_key) return true;
+        send_error(res, {401, "invalid or missing API key", "authentication_error"});
+        return false;
+    }
+
+    void handle_generate(const httplib::Request& req, httplib::Response& res, bool chat);
+    void stream_response(httplib::Response& res, std::shared_ptr<ApiRequest> r, std::shared_ptr<OutputChannel> channel,
+                         std::vector<std::string> ids, std::string response_id);
+    Json choice_json(const ApiRequest& r, size_t index, Choice& c, const RequestOutput& out);
+    void setup_routes();
+};
+
+HttpServer::HttpServer(ServerOptions options, EngineLoop& engine, Metrics& metrics, const ChatTemplate* chat_template)
+    : impl_(std::make_unique<Impl>(std::move(options), engine, metrics, chat_template)) {
+    impl_->setup_routes();
+}
+
+HttpServer::~HttpServer() = default;
+
+void HttpServer::listen() {
+    auto& s = impl_->server;
+    const int wanted = impl_->options.port;
+    int port = wanted;
+    if (wanted == 0) port = s.bind_to_any_port(impl_->options.host);
+    else if (!s.bind_to_port(impl_->options.host, wanted)) port = -1;
+    if (port < 0) fail("cannot listen on {}:{}", impl_->options.host, wanted);
+    impl_->options.port = port;
+    MI_LOG_INFO("serving '{}' on http://{}:{}", impl_->options.served_model_name, impl_->options.host, port);
+    s.listen_after_bind();
+}
+
+void HttpServer::stop() { impl_->server.stop(); }
+int HttpServer::port() const { return impl_->options.port; }
+
+void HttpServer::Impl::setup_routes() {
+    const int threads = options.num_threads;
+    server.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+    server.set_payload_max_length(size_t(options.max_body_bytes));
+    server.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+        if (!res.body.empty()) return;
+        if (res.status == 413) send_error(res, {413, "the request body is too large", "invalid_request_error"});
+        else if (res.status == 404) send_error(res, {404, "no such route", "not_found_error"});
+        else send_error(res, {res.status, "request failed", "invalid_request_error"});
+    });
+    server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+        return authorized(req, res) ? httplib::Server::HandlerResponse::Unhandled : httplib::Server::HandlerResponse::Handled;
+    });
+    server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+        if (engine.ping(5s)) res.set_content("", "text/plain");
+        else send_error(res, {503, "the engine is not responding", "server_error"});
+    });
+    server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+        res.set_content(metrics.render(), "text/plain; version=0.0.4");
+    });
+    server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+        Json model = {{"id", options.served_model_name}, {"object", "model"}, {"created", int64_t(std::time(nullptr))},
+                      {"owned_by", "miniinfer"}, {"max_model_len", engine.max_model_len()}};
+        res.set_content(dump({{"object", "list"}, {"data", Json::array({model})}}), "application/json");
+    });
+    server.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) { handle_generate(q, r, false); });
+    server.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) { handle_generate(q, r, true); });
+    server.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+        try {
+            if (!engine.tokenizer()) fail("this model has no tokenizer");
+            Json body = Json::parse(req.body);
+            std::string text;
+            if (body.contains("messages")) {
+                if (!chat_template) fail("this model has no chat template");
+                text = chat_template->render(nlohmann::ordered_json(body["messages"]), nullptr,
+                                             json_get_or<bool>(body, "add_generation_prompt", true, "request"));
+            } else {
+                text = json_get<std::string>(body, "prompt", "request");
+            }
+            const auto ids = engine.tokenizer()->encode(text);
+            res.set_content(dump({{"tokens", ids}, {"count", ids.size()}, {"max_model_len", engine.max_model_len()}}),
+                            "application/json");
+        } catch (const std::exception& e) {
+            send_error(res, {400, e.what(), "invalid_request_error"});
+        }
+    });
+    server.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+        try {
+            if (!engine.tokenizer()) fail("this model has no tokenizer");
+            Json body = Json::parse(req.body);
+            const auto ids = json_get<std::vector<int64_t>>(body, "tokens", "request");
+            std::vector<int32_t> ids32;
+            for (int64_t id : ids) {
+                if (id < 0 || id >= engine.model_config().vocab_size)
+                    fail("token id {} is outside the vocabulary [0, {})", id, engine.model_config().vocab_size);
+                ids32.push_back(int32_t(id));
+            }
+            res.set_content(dump({{"prompt", engine.tokenizer()->decode(ids32)}}), "application/json");
+        } catch (const std::exception& e) {
+            send_error(res, {400, e.what(), "invalid_request_error"});
+        }
+    });
+}
+
+void HttpServer::Impl::handle_generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+    auto r = std::make_shared<ApiRequest>();
+    std::vector<std::string> ids;
+    auto channel = std::make_shared<OutputChannel>();
+    const std::string response_id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
+    try {
+        Json body;
+        try {
+            body = Json::parse(req.body);
+        } catch (const Json::parse_error&) {
+            fail("the request body is not valid JSON");
+        }
+        auto render = [this](const Json& messages, const Json& tools, const Json& kwargs) {
+            if (!chat_template) fail("this model has no chat template");
+            return chat_template->render(nlohmann::ordered_json(messages), nlohmann::ordered_json(tools), true,
+                                         nlohmann::ordered_json(kwargs));
+        };
+        *r = chat ? parse_chat_request(body, engine.default_params(), render)
+                  : parse_completion_request(body, engine.default_params());
+        if (!r->model.empty() && r->model != options.served_model_name)
+            return send_error(res, {404, fmt::format("the model '{}' does not exist", r->model), "not_found_error"});
+        const bool has_max_tokens = body.contains("max_tokens") || body.contains("max_completion_tokens");
+        for (size_t p = 0; p < r->prompts.size(); ++p) {
+            Prompt prompt = r->prompts[p];
+            if (prompt.token_ids.empty()) {
+                if (!engine.tokenizer()) fail("this model has no tokenizer: send token ids");
+                prompt = Prompt::from_ids(engine.tokenizer()->encode(prompt.text));
+            }
+            SamplingParams params = r->params;
+            if (chat && !has_max_tokens)  // as vLLM: whatever room the context leaves
+                params.max_tokens = std::max<int64_t>(1, engine.max_model_len() - int64_t(prompt.token_ids.size()));
+            for (int64_t i = 0; i < r->n; ++i) {
+                if (params.seed && i > 0) params.seed = *r->params.seed + uint64_t(i);
+                ids.push_back(response_id + "-" + std::to_string(p * size_t(r->n) + size_t(i)));
+                engine.submit(ids.back(), prompt, params, channel);
+            }
+        }
+    } catch (const QueueFull& e) {
+        for (const auto& id : ids) engine.abort(id);
+        return send_error(res, {429, e.what(), "rate_limit_error"});
+    } catch (const Error& e) {
+        for (const auto& id : ids) engine.abort(id);
+        return send_error(res, {400, e.what(), "invalid_request_error"});
+    }
+    if (r->stream) return stream_response(res, r, channel, ids, response_id);
+
+    // Not streaming: wait for every choice's final output.
+    std::vector<Choice> choices(ids.size());
+    std::map<std::string, size_t> index;
+    for (size_t i = 0; i < ids.size(); ++i) index[ids[i]] = i;
+    for (size_t done = 0; done < ids.size();) {
+        auto out = channel->next(1000ms);
+        if (!out) continue;
+        if (!out->finished) continue;
+        choices[index.at(out->request_id)].last = std::move(*out);
+        ++done;
+    }
+    Json list = Json::array();
+    int64_t prompt_tokens = 0, completion_tokens = 0, cached = 0;
+    for (size_t i = 0; i < choices.size(); ++i) {
+        const RequestOutput& out = choices[i].last;
+        if (i % size_t(r->n) == 0) {
+            prompt_tokens += out.num_prompt_tokens;
+            cached += out.num_cached_tokens;
+        }
+        completion_tokens += int64_t(out.token_ids.size());
+        list.push_back(choice_json(*r, i, choices[i], out));
+    }
+    Json body = {{"id", response_id},
+                 {"object", r->chat ? "chat.completion" : "text_completion"},
+                 {"created", int64_t(std::time(nullptr))},
+                 {"model", options.served_model_name},
+                 {"choices", list},
+                 {"usage", usage_json(prompt_tokens, completion_tokens, cached)}};
+    res.set_content(dump(body), "application/json");
+}
+
+// A whole choice (non-streaming) from its final output.
+Json HttpServer::Impl::choice_json(const ApiRequest& r, size_t index, Choice&, const RequestOutput& out) {
+    const Tokenizer* tok = engine.tokenizer();
+    Json logprobs = nullptr;
+    if (r.params.logprobs) logprobs = r.chat ? chat_logprobs(out.logprobs, tok) : completion_logprobs(out.logprobs, tok);
+    const Json finish = out.finish_reason.empty() ? Json(nullptr) : Json(out.finish_reason == "abort" ? "abort" : out.finish_reason);
+    if (!r.chat) return {{"index", index}, {"text", out.text}, {"logprobs", logprobs}, {"finish_reason", finish}};
+    Json message = {{"role", "assistant"}, {"content", out.text}};
+    if (split_reasoning) {
+        ReasoningSplitter splitter;
+        auto [reasoning, content] = splitter.feed(out.text);
+        auto [r2, c2] = splitter.finish();
+        message["content"] = content + c2;
+        message["reasoning_content"] = reasoning + r2;
+        if ((reasoning + r2).empty()) message["reasoning_content"] = nullptr;
+    }
+    return {{"index", index}, {"message", message}, {"logprobs", logprobs}, {"finish_reason", finish}};
+}
+
+void HttpServer::Impl::stream_response(httplib::Response& res, std::shared_ptr<ApiRequest> r,
+                                       std::shared_ptr<OutputChannel> channel, std::vector<std::string> ids,
+                                       std::string response_id) {
+    auto state = std::make_shared<std::vector<Choice>>(ids.size());
+    auto index = std::make_shared<std::map<std::string, size_t>>();
+    for (size_t i = 0; i < ids.size(); ++i) (*index)[ids[i]] = i;
+    auto remaining = std::make_shared<size_t>(ids.size());
+    auto usage = std::make_shared<std::array<int64_t, 3>>();  // prompt, completion, cached
+    const int64_t created = int64_t(std::time(nullptr));
+    auto chunk = [=, this](Json choices) {
+        return Json{{"id", response_id},
+                    {"object", r->chat ? "chat.completion.chunk" : "text_completion"},
+                    {"created", created},
+                    {"model", options.served_model_name},
+                    {"choices", std::move(choices)}};
+    };
+    auto send = [](httplib::DataSink& sink, const Json& j) {
+        const std::string line = "data: " + dump(j) + "\n\n";
+        return sink.write(line.data(), line.size());
+    };
+    res.set_chunked_content_provider("text/event-stream", [=, this](size_t, httplib::DataSink& sink) {
+        auto abort_all = [&] {
+            for (const auto& id : ids) engine.abort(id);
+            return false;
+        };
+        if (r->chat)  // the first chunk of each choice carries the role
+            for (size_t i = 0; i < state->size(); ++i)
+                if (!(*state)[i].role_sent) {
+                    (*state)[i].role_sent = true;
+                    Json delta = {{"role", "assistant"}, {"content", ""}};
+                    if (!send(sink, chunk(Json::array({{{"index", i}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}}}))))
+                        return abort_all();
+                }
+        while (*remaining > 0) {
+            auto out = channel->next(200ms);
+            if (!out) {
+                if (!sink.is_writable()) return abort_all();
+                continue;
+            }
+            const size_t i = index->at(out->request_id);
+            Choice& c = (*state)[i];
+            Json logprobs = nullptr;
+            if (r->params.logprobs && out->logprobs.size() > c.num_logprobs_sent) {
+                std::vector<TokenLogprob> fresh(out->logprobs.begin() + long(c.num_logprobs_sent), out->logprobs.end());
+                c.num_logprobs_sent = out->logprobs.size();
+                logprobs = r->chat ? chat_logprobs(fresh, engine.tokenizer()) : completion_logprobs(fresh, engine.tokenizer());
+            }
+            const Json finish = out->finished ? Json(out->finish_reason) : Json(nullptr);
+            Json choice = {{"index", i}, {"logprobs", logprobs}, {"finish_reason", finish}};
+            if (r->chat) {
+                Json delta = Json::object();
+                std::string content = out->delta_text, reasoning;
+                if (split_reasoning) {
+                    auto [rd, cd] = c.splitter.feed(out->delta_text);
+                    if (out->finished) {
+                        auto [r2, c2] = c.splitter.finish();
+                        rd += r2;
+                        cd += c2;
+                    }
+                    reasoning = rd;
+                    content = cd;
+                }
+                if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
+                if (!content.empty() || reasoning.empty()) delta["content"] = content;
+                choice["delta"] = delta;
+            } else {
+                choice["text"] = out->delta_text;
+            }
+            if (out->finished) {
+                --*remaining;
+                if (i % size_t(r->n) == 0) {
+                    (*usage)[0] += out->num_prompt_tokens;
+                    (*usage)[2] += out->num_cached_tokens;
+                }
+                (*usage)[1] += int64_t(out->token_ids.size());
+            }
+            if (!send(sink, chunk(Json::array({choice})))) return abort_all();
+        }
+        if (r->include_usage) {
+            Json last = chunk(Json::array());
+            last["usage"] = usage_json((*usage)[0], (*usage)[1], (*usage)[2]);
+            if (!send(sink, last)) return false;
+        }
+        const std::string done = "data: [DONE]\n\n";
+        sink.write(done.data(), done.size());
+        sink.done();
+        return true;
+    });
+}
+
+}  // namespace miniinfer

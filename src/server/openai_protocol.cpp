@@ -1,0 +1,187 @@
+#include "server/openai_protocol.h"
+
+namespace miniinfer {
+namespace {
+
+constexpr const char* kThinkOpen = "<think>";
+constexpr const char* kThinkClose = "</think>";
+
+// Fields both endpoints take: the sampling ones (SamplingParams::from_json) plus n and stream.
+void parse_common(const Json& body, const SamplingParams& defaults, ApiRequest& r) {
+    if (!body.is_object()) fail("the request body must be a JSON object");
+    r.model = json_get_or<std::string>(body, "model", "", "request");
+    r.params = SamplingParams::from_json(body, defaults);
+    r.n = json_get_or<int64_t>(body, "n", 1, "request");
+    if (r.n < 1 || r.n > 128) fail("'n' must be in [1, 128], got {}", r.n);
+    r.stream = json_get_or<bool>(body, "stream", false, "request");
+    if (body.contains("stream_options") && !body["stream_options"].is_null()) {
+        if (!body["stream_options"].is_object()) fail("'stream_options' must be an object");
+        r.include_usage = json_get_or<bool>(body["stream_options"], "include_usage", false, "stream_options");
+    }
+    if (body.contains("echo") && body["echo"].is_boolean() && body["echo"].get<bool>())
+        fail("'echo' is not supported");
+    if (body.contains("best_of") && !body["best_of"].is_null() && body["best_of"] != r.n)
+        fail("'best_of' is not supported");
+}
+
+std::string token_text(const Tokenizer* tokenizer, int32_t id) {
+    if (!tokenizer) return "token_id:" + std::to_string(id);
+    return tokenizer->decode(std::span(&id, 1), false);
+}
+
+Json token_bytes(const Tokenizer* tokenizer, int32_t id) {
+    Json bytes = Json::array();
+    if (tokenizer)
+        for (unsigned char c : tokenizer->token_bytes(id)) bytes.push_back(int(c));
+    return bytes;
+}
+
+}  // namespace
+
+Json ApiError::body() const {
+    return {{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", status}}}};
+}
+
+ApiRequest parse_completion_request(const Json& body, const SamplingParams& defaults) {
+    ApiRequest r;
+    parse_common(body, defaults, r);
+    if (!body.contains("prompt") || body["prompt"].is_null()) fail("missing field 'prompt'");
+    const Json& p = body["prompt"];
+    auto one = [&](const Json& item) {
+        if (item.is_string()) {
+            if (item.get<std::string>().empty()) fail("the prompt is empty");
+            return Prompt::from_text(item.get<std::string>());
+        }
+        if (item.is_array() && (item.empty() || item[0].is_number_integer())) {
+            if (item.empty()) fail("the prompt is empty");
+            std::vector<int32_t> ids;
+            for (const Json& t : item) {
+                if (!t.is_number_integer()) fail("'prompt' token ids must be integers");
+                const int64_t id = t.get<int64_t>();
+                if (id < 0 || id > INT32_MAX) fail("prompt token id {} is outside the vocabulary", id);
+                ids.push_back(int32_t(id));
+            }
+            return Prompt::from_ids(std::move(ids));
+        }
+        fail("'prompt' must be a string, a list of strings, a list of token ids, or a list of those");
+    };
+    if (p.is_array() && !p.empty() && (p[0].is_string() || p[0].is_array())) {
+        for (const Json& item : p) r.prompts.push_back(one(item));
+    } else {
+        r.prompts.push_back(one(p));
+    }
+    return r;
+}
+
+ApiRequest parse_chat_request(const Json& body, const SamplingParams& defaults,
+                              const std::function<std::string(const Json&, const Json&, const Json&)>& render_chat) {
+    ApiRequest r;
+    r.chat = true;
+    Json adjusted = body;
+    if (body.is_object() && body.contains("max_completion_tokens") && !body["max_completion_tokens"].is_null())
+        adjusted["max_tokens"] = body["max_completion_tokens"];
+    parse_common(adjusted, defaults, r);
+    r.chat_logprobs = r.params.logprobs.has_value();
+    const Json& messages = body.value("messages", Json());
+    if (!messages.is_array() || messages.empty()) fail("'messages' must be a non-empty list");
+    for (const Json& m : messages) {
+        if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+            fail("each message must be an object with a string 'role'");
+        if (m.contains("content") && !m["content"].is_null() && !m["content"].is_string() && !m["content"].is_array())
+            fail("a message's 'content' must be a string or a list of parts");
+    }
+    Json kwargs = body.value("chat_template_kwargs", Json::object());
+    if (!kwargs.is_object()) fail("'chat_template_kwargs' must be an object");
+    r.prompts.push_back(Prompt::from_text(render_chat(messages, body.value("tools", Json()), kwargs)));
+    return r;
+}
+
+std::pair<std::string, std::string> ReasoningSplitter::feed(const std::string& text) {
+    held_ += text;
+    std::string reasoning, content;
+    for (;;) {
+        if (state_ == State::kAnswer) {
+            content += held_;
+            held_.clear();
+            break;
+        }
+        const std::string tag = state_ == State::kStart ? kThinkOpen : kThinkClose;
+        if (state_ == State::kStart) {
+            // Only leading whitespace may come before "<think>"; anything else: no reasoning.
+            const size_t first = held_.find_first_not_of(" \n");
+            if (first == std::string::npos) break;
+            if (held_.compare(first, std::string::npos, tag, 0, std::min(tag.size(), held_.size() - first)) != 0) {
+                state_ = State::kAnswer;
+                continue;
+            }
+            if (held_.size() - first < tag.size()) break;  // a partial "<think>": wait
+            held_.erase(0, first + tag.size());
+            state_ = State::kThinking;
+            continue;
+        }
+        const size_t close = held_.find(tag);
+        if (close != std::string::npos) {
+            reasoning += held_.substr(0, close);
+            held_.erase(0, close + tag.size());
+            held_.erase(0, held_.find_first_not_of('\n') == std::string::npos ? held_.size() : held_.find_first_not_of('\n'));
+            state_ = State::kAnswer;
+            continue;
+        }
+        // Keep back a suffix that could be the start of "</think>".
+        size_t keep = 0;
+        for (size_t k = std::min(tag.size() - 1, held_.size()); k > 0; --k)
+            if (held_.compare(held_.size() - k, k, tag, 0, k) == 0) {
+                keep = k;
+                break;
+            }
+        reasoning += held_.substr(0, held_.size() - keep);
+        held_.erase(0, held_.size() - keep);
+        break;
+    }
+    return {reasoning, content};
+}
+
+std::pair<std::string, std::string> ReasoningSplitter::finish() {
+    std::string rest = std::exchange(held_, {});
+    if (state_ == State::kThinking) return {rest, ""};
+    return {"", rest};
+}
+
+Json completion_logprobs(const std::vector<TokenLogprob>& logprobs, const Tokenizer* tokenizer) {
+    Json tokens = Json::array(), values = Json::array(), tops = Json::array(), offsets = Json::array();
+    int64_t offset = 0;
+    for (const TokenLogprob& t : logprobs) {
+        const std::string text = token_text(tokenizer, t.token);
+        tokens.push_back(text);
+        values.push_back(t.logprob);
+        offsets.push_back(offset);
+        offset += int64_t(text.size());
+        Json top = Json::object();
+        for (auto [id, lp] : t.top) top[token_text(tokenizer, id)] = lp;
+        tops.push_back(top);
+    }
+    return {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
+Json chat_logprobs(const std::vector<TokenLogprob>& logprobs, const Tokenizer* tokenizer) {
+    Json content = Json::array();
+    for (const TokenLogprob& t : logprobs) {
+        Json top = Json::array();
+        for (auto [id, lp] : t.top)
+            top.push_back({{"token", token_text(tokenizer, id)}, {"logprob", lp}, {"bytes", token_bytes(tokenizer, id)}});
+        content.push_back({{"token", token_text(tokenizer, t.token)},
+                           {"logprob", t.logprob},
+                           {"bytes", token_bytes(tokenizer, t.token)},
+                           {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+}
+
+Json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {
+    return {{"prompt_tokens", prompt_tokens},
+            {"completion_tokens", completion_tokens},
+            {"total_tokens", prompt_tokens + completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
+}
+
+}  // namespace miniinfer

@@ -1,0 +1,64 @@
+// The OpenAI HTTP API as MiniInfer speaks it: parsing /v1/completions and /v1/chat/completions
+// bodies into engine requests, and building the response bodies and stream chunks.
+// No I/O here: the HTTP server (http_server.cpp) moves the bytes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/sampling_params.h"
+#include "core/json.h"
+#include "engine/request_output.h"
+#include "tokenizer/tokenizer.h"
+
+namespace miniinfer {
+
+// An error for the client: HTTP status and OpenAI's error body.
+struct ApiError {
+    int status;
+    std::string message;
+    std::string type;  // "invalid_request_error", "authentication_error", "not_found_error", ...
+    Json body() const;
+};
+
+// One client request, fanned out into prompts.size() * n engine requests.
+struct ApiRequest {
+    bool chat = false;
+    std::string model;
+    std::vector<Prompt> prompts;  // completions may batch prompts; chat has one
+    SamplingParams params;
+    int64_t n = 1;
+    bool stream = false;
+    bool include_usage = false;
+    bool chat_logprobs = false;   // chat's logprobs format
+};
+
+// Throws Error (-> 400) on malformed bodies, wrong types and bad values. `render_chat` turns
+// chat messages (+ tools, kwargs) into a prompt string.
+ApiRequest parse_completion_request(const Json& body, const SamplingParams& defaults);
+ApiRequest parse_chat_request(const Json& body, const SamplingParams& defaults,
+                              const std::function<std::string(const Json& messages, const Json& tools,
+                                                               const Json& kwargs)>& render_chat);
+
+// Splits Qwen3's "<think>...</think>" reasoning from the answer, also when the tags arrive
+// split across streamed deltas.
+class ReasoningSplitter {
+public:
+    // Returns {reasoning delta, content delta} for the next piece of generated text.
+    std::pair<std::string, std::string> feed(const std::string& text);
+    std::pair<std::string, std::string> finish();  // flushes what was held back
+
+private:
+    enum class State { kStart, kThinking, kAnswer } state_ = State::kStart;
+    std::string held_;
+};
+
+// Logprobs in the two formats ("tokens"/"token_logprobs"/"top_logprobs" for completions,
+// "content": [{token, logprob, bytes, top_logprobs}] for chat).
+Json completion_logprobs(const std::vector<TokenLogprob>& logprobs, const Tokenizer* tokenizer);
+Json chat_logprobs(const std::vector<TokenLogprob>& logprobs, const Tokenizer* tokenizer);
+
+Json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens);
+
+}  // namespace miniinfer

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Lints the /metrics body printed by $1 (metrics_sample) with `promtool check metrics`.
+# The one finding allowed is "metric names should not contain ':'": vLLM's names (vllm:*) are
+# the point of the format, and ':' is valid in the text format (promtool reserves it for
+# recording rules by convention). Any other finding, a parse error, or fewer than all 13
+# families seen fails the test.
+set -euo pipefail
+body=$("$1")
+rc=0
+report=$(printf '%s\n' "$body" | promtool check metrics 2>&1) || rc=$?
+echo "$report"
+[ "$rc" -eq 0 ] || [ "$rc" -eq 3 ] || { echo "FAIL: promtool exit $rc (parse error?)"; exit 1; }
+if grep -v "metric names should not contain ':'" <<<"$report" | grep -q .; then
+  echo "FAIL: promtool found problems besides the ':' in vLLM's names"; exit 1
+fi
+families=$(grep -c "metric names should not contain ':'" <<<"$report" || true)
+[ "$families" -eq 13 ] || { echo "FAIL: promtool saw $families metric families, expected 13"; exit 1; }
