@@ -101,6 +101,11 @@ std::pair<std::string, std::string> ReasoningSplitter::feed(const std::string& t
     std::string reasoning, content;
     for (;;) {
         if (state_ == State::kAnswer) {
+            if (strip_newlines_) {  // the blank line after "</think>", however it is split
+                held_.erase(0, std::min(held_.size(), held_.find_first_not_of('\n')));
+                if (held_.empty()) break;
+                strip_newlines_ = false;
+            }
             content += held_;
             held_.clear();
             break;
@@ -110,7 +115,8 @@ std::pair<std::string, std::string> ReasoningSplitter::feed(const std::string& t
             // Only leading whitespace may come before "<think>"; anything else: no reasoning.
             const size_t first = held_.find_first_not_of(" \n");
             if (first == std::string::npos) break;
-            if (held_.compare(first, std::string::npos, tag, 0, std::min(tag.size(), held_.size() - first)) != 0) {
+            const size_t n = std::min(tag.size(), held_.size() - first);
+            if (held_.compare(first, n, tag, 0, n) != 0) {
                 state_ = State::kAnswer;
                 continue;
             }
@@ -123,7 +129,7 @@ std::pair<std::string, std::string> ReasoningSplitter::feed(const std::string& t
         if (close != std::string::npos) {
             reasoning += held_.substr(0, close);
             held_.erase(0, close + tag.size());
-            held_.erase(0, held_.find_first_not_of('\n') == std::string::npos ? held_.size() : held_.find_first_not_of('\n'));
+            strip_newlines_ = true;
             state_ = State::kAnswer;
             continue;
         }

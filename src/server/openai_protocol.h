@@ -52,6 +52,7 @@ public:
 private:
     enum class State { kStart, kThinking, kAnswer } state_ = State::kStart;
     std::string held_;
+    bool strip_newlines_ = false;
 };
 
 // Logprobs in the two formats ("tokens"/"token_logprobs"/"top_logprobs" for completions,

@@ -1,0 +1,54 @@
+#include <gtest/gtest.h>
+
+#include "server/openai_protocol.h"
+
+using namespace miniinfer;
+
+namespace {
+// Feeds `text` in pieces of `step` bytes; returns {reasoning, content}.
+std::pair<std::string, std::string> split(const std::string& text, size_t step) {
+    ReasoningSplitter s;
+    std::string reasoning, content;
+    for (size_t i = 0; i < text.size(); i += step) {
+        auto [r, c] = s.feed(text.substr(i, step));
+        reasoning += r;
+        content += c;
+    }
+    auto [r, c] = s.finish();
+    return {reasoning + r, content + c};
+}
+}  // namespace
+
+TEST(ReasoningSplitter, ThinkBlockSplitAnywhere) {
+    const std::string text = "<think>\nLet me think.\n</think>\n\nThe answer is 4.";
+    for (size_t step = 1; step <= text.size(); ++step) {
+        auto [reasoning, content] = split(text, step);
+        EXPECT_EQ(reasoning, "\nLet me think.\n") << step;
+        EXPECT_EQ(content, "The answer is 4.") << step;
+    }
+}
+
+TEST(ReasoningSplitter, NoThinkingAndUnfinishedThinking) {
+    EXPECT_EQ(split("Just an answer with </think> inside", 3), (std::pair<std::string, std::string>{"", "Just an answer with </think> inside"}));
+    EXPECT_EQ(split("<think>still thinking when cut off", 4), (std::pair<std::string, std::string>{"still thinking when cut off", ""}));
+    EXPECT_EQ(split("<thin", 2), (std::pair<std::string, std::string>{"", "<thin"}));
+}
+
+TEST(OpenAiProtocol, ParsesPromptsAndRejectsBadOnes) {
+    SamplingParams defaults;
+    ApiRequest r = parse_completion_request(Json::parse(R"({"prompt": [[1, 2], [3]], "n": 2, "max_tokens": 5})"), defaults);
+    EXPECT_EQ(r.prompts.size(), 2u);
+    EXPECT_EQ(r.prompts[1].token_ids, std::vector<int32_t>{3});
+    EXPECT_EQ(r.n, 2);
+    EXPECT_EQ(r.params.max_tokens, 5);
+    EXPECT_THROW(parse_completion_request(Json::parse(R"({"prompt": 5})"), defaults), Error);
+    EXPECT_THROW(parse_completion_request(Json::parse(R"({"prompt": "x", "n": 0})"), defaults), Error);
+    EXPECT_THROW(parse_completion_request(Json::parse(R"({"prompt": [1, "a"]})"), defaults), Error);
+    auto render = [](const Json& m, const Json&, const Json& kw) { return m.dump() + kw.dump(); };
+    ApiRequest c = parse_chat_request(Json::parse(R"({"messages": [{"role": "user", "content": "hi"}],
+        "max_completion_tokens": 7, "logprobs": true, "top_logprobs": 2, "chat_template_kwargs": {"enable_thinking": false}})"),
+                                      defaults, render);
+    EXPECT_EQ(c.params.max_tokens, 7);
+    EXPECT_EQ(c.params.logprobs, 2);
+    EXPECT_NE(c.prompts[0].text.find("enable_thinking"), std::string::npos);
+}
