@@ -1,5 +1,5 @@
 // The standard benchmark workloads of BENCHMARKS.md as prompts (token ids) and output lengths,
-// shared by `miniinfer bench-serve` (and meant for `miniinfer bench`, whose copy predates it).
+// shared by `miniinfer bench` and `miniinfer bench-serve`.
 #pragma once
 
 #include <cstdint>

@@ -4,8 +4,8 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
-#include <random>
 
+#include "apps/bench_workloads.h"
 #include "apps/commands.h"
 #include "apps/engine_options.h"
 #include "core/logging.h"
@@ -23,40 +23,7 @@ struct BenchOptions {
     double hbm_bytes_per_s = 4.8e12, matmul_flops = 790e12;  // H200, as measured (BENCHMARKS.md)
 };
 
-struct Workload {
-    std::string name;
-    std::vector<std::vector<int32_t>> prompts;
-    std::vector<int64_t> max_tokens;
-    double temperature = 0.0;
-};
-
-Workload make_workload(const std::string& name, const BenchOptions& o) {
-    Workload w{name, {}, {}, 0.0};
-    if (name == "balanced") {
-        Json j = read_json_file(o.balanced_file);
-        w.prompts = json_get<std::vector<std::vector<int32_t>>>(j, "prompt_token_ids", o.balanced_file);
-        w.max_tokens = json_get<std::vector<int64_t>>(j, "max_tokens", o.balanced_file);
-        w.temperature = 0.6;
-        return w;
-    }
-    struct Shape { const char* name; int64_t requests, prompt, output; };
-    static constexpr Shape kShapes[] = {{"decode128", 128, 128, 1024}, {"decode256", 256, 128, 1024},
-                                        {"short256", 256, 128, 256},   {"prefill256", 256, 2048, 16},
-                                        {"bs1", 1, 128, 512}};
-    for (const Shape& s : kShapes) {
-        if (name != s.name) continue;
-        std::mt19937 rng(0);
-        std::uniform_int_distribution<int32_t> id(0, 9999);
-        for (int64_t r = 0; r < s.requests; ++r) {
-            std::vector<int32_t> p(static_cast<size_t>(s.prompt));
-            for (auto& t : p) t = id(rng);
-            w.prompts.push_back(std::move(p));
-            w.max_tokens.push_back(s.output);
-        }
-        return w;
-    }
-    fail("unknown workload '{}' (balanced, decode128, decode256, short256, prefill256, bs1)", name);
-}
+using Workload = BenchWorkload;
 
 // Speed of light: each decode step reads every weight once plus the live KV cache, at HBM
 // bandwidth, or runs its matmuls at the matrix rate, whichever is slower; prefill runs at the
@@ -129,7 +96,7 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o) {
 
 void run(const BenchOptions& o) {
     std::vector<Workload> workloads;
-    for (const std::string& name : o.workloads) workloads.push_back(make_workload(name, o));
+    for (const std::string& name : o.workloads) workloads.push_back(make_bench_workload(name, o.balanced_file));
     LLMEngine engine(o.engine.resolve());
     // Warm-up: one short request through every code path the runs use.
     SamplingParams warm;
