@@ -57,6 +57,9 @@ struct HttpServer::Impl {
     void handle_generate(const httplib::Request& req, httplib::Response& res, bool chat);
     void stream_response(httplib::Response& res, std::shared_ptr<ApiRequest> r, std::shared_ptr<OutputChannel> channel,
                          std::vector<std::string> ids, std::string response_id);
+    void respond_when_done(httplib::Response& res, std::shared_ptr<ApiRequest> r,
+                           std::shared_ptr<OutputChannel> channel, std::vector<std::string> ids,
+                           std::string response_id);
     Json choice_json(const ApiRequest& r, size_t index, Choice& c, const RequestOutput& out);
     void setup_routes();
 };
@@ -193,35 +196,55 @@ void HttpServer::Impl::handle_generate(const httplib::Request& req, httplib::Res
     }
     if (r->stream) return stream_response(res, r, channel, ids, response_id);
 
-    // Not streaming: wait for every choice's final output.
-    std::vector<Choice> choices(ids.size());
-    std::map<std::string, size_t> index;
-    for (size_t i = 0; i < ids.size(); ++i) index[ids[i]] = i;
-    for (size_t done = 0; done < ids.size();) {
-        auto out = channel->next(1000ms);
-        if (!out) continue;
-        if (!out->finished) continue;
-        choices[index.at(out->request_id)].last = std::move(*out);
-        ++done;
-    }
-    Json list = Json::array();
-    int64_t prompt_tokens = 0, completion_tokens = 0, cached = 0;
-    for (size_t i = 0; i < choices.size(); ++i) {
-        const RequestOutput& out = choices[i].last;
-        if (i % size_t(r->n) == 0) {
-            prompt_tokens += out.num_prompt_tokens;
-            cached += out.num_cached_tokens;
+    respond_when_done(res, r, channel, ids, response_id);
+}
+
+// Not streaming: the whole response once every choice has finished. Meanwhile a space (JSON
+// allows leading whitespace) is written every 50 ms: a client that has hung up makes that
+// write fail, and its requests are aborted instead of running to the end for nobody.
+void HttpServer::Impl::respond_when_done(httplib::Response& res, std::shared_ptr<ApiRequest> r,
+                                         std::shared_ptr<OutputChannel> channel, std::vector<std::string> ids,
+                                         std::string response_id) {
+    auto choices = std::make_shared<std::vector<Choice>>(ids.size());
+    auto done = std::make_shared<size_t>(0);
+    res.set_chunked_content_provider("application/json", [=, this](size_t, httplib::DataSink& sink) {
+        std::map<std::string, size_t> index;
+        for (size_t i = 0; i < ids.size(); ++i) index[ids[i]] = i;
+        auto last_probe = std::chrono::steady_clock::now();
+        while (*done < ids.size()) {
+            auto out = channel->next(50ms);
+            if (std::chrono::steady_clock::now() - last_probe >= 50ms) {
+                last_probe = std::chrono::steady_clock::now();
+                if (!sink.write(" ", 1)) {
+                    for (const auto& id : ids) engine.abort(id);
+                    return false;
+                }
+            }
+            if (!out || !out->finished) continue;
+            (*choices)[index.at(out->request_id)].last = std::move(*out);
+            ++*done;
         }
-        completion_tokens += int64_t(out.token_ids.size());
-        list.push_back(choice_json(*r, i, choices[i], out));
-    }
-    Json body = {{"id", response_id},
-                 {"object", r->chat ? "chat.completion" : "text_completion"},
-                 {"created", int64_t(std::time(nullptr))},
-                 {"model", options.served_model_name},
-                 {"choices", list},
-                 {"usage", usage_json(prompt_tokens, completion_tokens, cached)}};
-    res.set_content(dump(body), "application/json");
+        Json list = Json::array();
+        int64_t prompt_tokens = 0, completion_tokens = 0, cached = 0;
+        for (size_t i = 0; i < choices->size(); ++i) {
+            const RequestOutput& out = (*choices)[i].last;
+            if (i % size_t(r->n) == 0) {
+                prompt_tokens += out.num_prompt_tokens;
+                cached += out.num_cached_tokens;
+            }
+            completion_tokens += int64_t(out.token_ids.size());
+            list.push_back(choice_json(*r, i, (*choices)[i], out));
+        }
+        const std::string body = dump({{"id", response_id},
+                                       {"object", r->chat ? "chat.completion" : "text_completion"},
+                                       {"created", int64_t(std::time(nullptr))},
+                                       {"model", options.served_model_name},
+                                       {"choices", list},
+                                       {"usage", usage_json(prompt_tokens, completion_tokens, cached)}});
+        sink.write(body.data(), body.size());
+        sink.done();
+        return true;
+    });
 }
 
 // A whole choice (non-streaming) from its final output.

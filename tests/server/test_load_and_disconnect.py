@@ -3,6 +3,7 @@ import concurrent.futures
 import http.client
 import json
 import re
+import socket
 import time
 import urllib.request
 
@@ -59,3 +60,29 @@ def test_disconnects_free_everything(server):
     assert metric(server, "vllm:kv_cache_usage_perc") == 0
     text = urllib.request.urlopen(server.url + "/metrics").read().decode()
     assert re.search(r'vllm:request_success_total\{[^}]*finished_reason="abort"[^}]*\} [1-9]', text), text[:2000]
+
+
+def test_non_streaming_disconnect_aborts(server):
+    before = re.search(r'vllm:request_success_total\{[^}]*finished_reason="abort"[^}]*\} (\S+)',
+                       urllib.request.urlopen(server.url + "/metrics").read().decode())
+    aborted_before = float(before.group(1))
+    # n=16 x 240 tokens keeps the engine busy for seconds after the clients are gone.
+    body = json.dumps({"prompt": "Tell me everything", "max_tokens": 240, "n": 16, "ignore_eos": True})
+    for _ in range(3):
+        sock = socket.create_connection(("127.0.0.1", server.port))
+        sock.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                      f"Content-Length: {len(body)}\r\n\r\n{body}").encode())
+        time.sleep(0.05)
+        sock.close()  # gone before the answer
+    def aborted():
+        text = urllib.request.urlopen(server.url + "/metrics").read().decode()
+        return float(re.search(r'vllm:request_success_total\{[^}]*finished_reason="abort"[^}]*\} (\S+)', text).group(1))
+
+    deadline = time.time() + 60
+    while time.time() < deadline and (aborted() < aborted_before + 3 * 16 or
+                                      metric(server, "vllm:num_requests_running") > 0 or
+                                      metric(server, "vllm:num_requests_waiting") > 0):
+        time.sleep(0.2)
+    after = aborted()
+    assert after >= aborted_before + 3 * 16
+    assert metric(server, "vllm:num_requests_running") == 0 and metric(server, "vllm:kv_cache_usage_perc") == 0
