@@ -51,9 +51,7 @@ BenchWorkload make_bench_workload(const std::string& name, const std::string& ba
         w.name = name;
         return w;
     }
-    fail(
-        "unknown workload '{}' (balanced, decode128, decode256, short256, prefill256, bs1, random)",
-        name);
+    fail("unknown workload '{}' (balanced, decode128, decode256, short256, prefill256, bs1)", name);
 }
 
 }  // namespace miniinfer::apps
