@@ -52,6 +52,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
             index = len(s.bodies)
             s.in_flight += 1
             s.peak = max(s.peak, s.in_flight)
+        counted = [True]  # still counted as in flight
+
+        def leave():
+            with s.lock:
+                if counted[0]:
+                    s.in_flight -= 1
+                    counted[0] = False
         try:
             if s.api_key and self.headers.get("Authorization") != "Bearer " + s.api_key:
                 return self.reply_error(401, "bad api key")
@@ -75,11 +82,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
             usage = {"id": "cmpl-1", "object": "text_completion", "choices": [],
                      "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": NUM_CHUNKS,
                                "total_tokens": len(body["prompt"]) + NUM_CHUNKS}}
+            # Out of flight before the client can see [DONE] and start its next request.
+            leave()
             self.send_chunk(b"data: " + json.dumps(usage).encode() + b"\n\ndata: [DONE]\n\n")
             self.send_chunk(b"")
         finally:
-            with s.lock:
-                s.in_flight -= 1
+            leave()
 
 
 @pytest.fixture
