@@ -3,22 +3,16 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <thread>
 
 #include "apps/commands.h"
 #include "apps/engine_options.h"
+#include "core/json.h"
 #include "core/logging.h"
 #include "server/http_server.h"
 
 namespace miniinfer::apps {
 namespace {
-
-std::string read_text_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) fail("{}: cannot open", path);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 struct ServeOptions {
     EngineOptions engine;

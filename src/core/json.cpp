@@ -5,13 +5,18 @@
 
 namespace miniinfer {
 
-Json read_json_file(const std::filesystem::path& path) {
+std::string read_text_file(const std::filesystem::path& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) fail("{}: cannot open file", path.string());
     std::stringstream text;
     text << in.rdbuf();
+    return text.str();
+}
+
+Json read_json_file(const std::filesystem::path& path) {
+    const std::string text = read_text_file(path);
     try {
-        return Json::parse(text.str());
+        return Json::parse(text);
     } catch (const nlohmann::json::parse_error& e) {
         fail("{}: not valid JSON ({})", path.string(), e.what());
     }

@@ -13,6 +13,9 @@ namespace miniinfer {
 
 using Json = nlohmann::json;
 
+// The whole file as bytes; a file that cannot be opened is an Error naming the path.
+std::string read_text_file(const std::filesystem::path& path);
+
 // Parses a whole file; a missing file or a syntax error is an Error naming the path.
 Json read_json_file(const std::filesystem::path& path);
 

@@ -1,9 +1,9 @@
 #include "tokenizer/chat_template.h"
 
 #include <fstream>
-#include <sstream>
 
 #include "core/check.h"
+#include "core/json.h"
 
 namespace miniinfer {
 
@@ -36,10 +36,7 @@ ChatTemplate ChatTemplate::load(const std::filesystem::path& model_dir) {
     std::string source;
     const auto jinja_path = model_dir / "chat_template.jinja";
     if (std::filesystem::exists(jinja_path)) {
-        std::ifstream in(jinja_path);
-        std::stringstream ss;
-        ss << in.rdbuf();
-        source = ss.str();
+        source = read_text_file(jinja_path);
     } else {
         const OrderedJson t = config.value("chat_template", OrderedJson());
         if (t.is_string()) {
