@@ -81,7 +81,8 @@ def test_api_key(start_server):
 def test_too_many_queued(start_server):
     s = start_server("--max-queued-requests", "2", "--max-num-seqs", "1")
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
-        results = list(pool.map(lambda _: post(s.url + "/v1/completions", {"prompt": "Hi", "max_tokens": 30}),
+        results = list(pool.map(lambda _: post(s.url + "/v1/completions", {"prompt": "Hi", "max_tokens": 200,
+                                                                            "ignore_eos": True}),
                                 range(16)))
     statuses = [r[0] for r in results]
     assert 429 in statuses and 200 in statuses, statuses
