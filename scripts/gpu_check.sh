@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # On a GPU machine, from the repository root with dist/gpu/ (scripts/package_gpu.sh) present:
 # runs every test binary (GPU tests included) and the CUDA op tests under compute-sanitizer,
-# writing everything to one folder ($OUT, else gpu-results/): summary.txt, tests.log,
-# memcheck.log (every test_cuda_* binary), nvidia-smi.txt. Exit status non-zero if anything failed.
-# DIST_DIR (default dist/gpu) picks another package; ONLY=pattern runs only matching binaries.
+# then the standard benchmark with each attention backend, writing everything to one folder
+# ($OUT, else gpu-results/): summary.txt, tests.log, memcheck.log (every test_cuda_* binary),
+# bench-<backend>.txt/.json, nvidia-smi.txt. Exit status non-zero if anything failed.
+# DIST_DIR (default dist/gpu) picks another package; ONLY=pattern runs only matching binaries;
+# BENCH=0 skips the benchmark, BACKENDS="fa2 flashinfer" picks the backends benched and
+# WORKLOADS="--workload bs1" the workloads (default: all six).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-results}
@@ -34,5 +37,15 @@ if command -v compute-sanitizer >/dev/null; then
   done
 else
   echo "compute-sanitizer not found: memcheck not run" | tee -a "$out/summary.txt"
+fi
+if [[ "${BENCH:-1}" != 0 && -z "${ONLY:-}" ]]; then
+  for backend in ${BACKENDS:-fa2 flashinfer}; do
+    if "$dist/bin/miniinfer" bench --model bench/qwen3-0.6b --load-format dummy --device cuda \
+        --attention-backend "$backend" ${WORKLOADS:---workload balanced --workload decode128 --workload decode256 --workload short256 --workload prefill256 --workload bs1} --json "$out/bench-$backend.json" > "$out/bench-$backend.txt" 2>&1; then
+      echo "PASS bench $backend" | tee -a "$out/summary.txt"
+    else
+      echo "FAIL bench $backend" | tee -a "$out/summary.txt"; status=1
+    fi
+  done
 fi
 exit $status
