@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Lints the /metrics body printed by $1 (metrics_sample) with `promtool check metrics`.
+# Lints the /metrics body printed by $1 (metrics_sample), or read from stdin if $1 is '-'
+# (the live server test), with `promtool check metrics`.
 # The one finding allowed is "metric names should not contain ':'": vLLM's names (vllm:*) are
 # the point of the format, and ':' is valid in the text format (promtool reserves it for
 # recording rules by convention). Any other finding, a parse error, or fewer than all 13
 # families seen fails the test.
 set -euo pipefail
-body=$("$1")
+if [ "$1" = - ]; then body=$(cat); else body=$("$1"); fi
 rc=0
 report=$(printf '%s\n' "$body" | promtool check metrics 2>&1) || rc=$?
 echo "$report"
