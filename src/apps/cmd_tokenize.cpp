@@ -46,17 +46,6 @@ void for_each_line(const std::function<OrderedJson(const OrderedJson&)>& handle)
     if (failures) fail("{} of {} input lines failed", failures, line_idx);
 }
 
-template <typename T>
-T field(const OrderedJson& in, const char* key) {
-    auto it = in.find(key);
-    if (it == in.end()) fail("missing field '{}'", key);
-    try {
-        return it->get<T>();
-    } catch (const nlohmann::json::exception&) {
-        fail("field '{}' has the wrong type ({})", key, it->type_name());
-    }
-}
-
 void add_tokenize(CLI::App& app) {
     auto opts = std::make_shared<TokenizeOptions>();
     CLI::App* cmd = app.add_subcommand(
@@ -71,7 +60,7 @@ void add_tokenize(CLI::App& app) {
         const EncodeOptions enc{.add_special_tokens = opts->add_special_tokens,
                                 .parse_special = !opts->no_parse_special};
         for_each_line([&](const OrderedJson& in) {
-            return OrderedJson{{"ids", tok.encode(field<std::string>(in, "text"), enc)}};
+            return OrderedJson{{"ids", tok.encode(json_get<std::string>(in, "text", "input"), enc)}};
         });
     });
 }
@@ -86,7 +75,7 @@ void add_detokenize(CLI::App& app) {
     cmd->callback([opts] {
         const Tokenizer tok = Tokenizer::load(opts->model_dir);
         for_each_line([&](const OrderedJson& in) {
-            return OrderedJson{{"text", tok.decode(field<std::vector<int32_t>>(in, "ids"),
+            return OrderedJson{{"text", tok.decode(json_get<std::vector<int32_t>>(in, "ids", "input"),
                                                    opts->skip_special_tokens)}};
         });
     });
@@ -103,7 +92,7 @@ void add_chat_template(CLI::App& app) {
         for_each_line([&](const OrderedJson& in) {
             const bool add_generation_prompt = in.value("add_generation_prompt", false);
             const std::string text =
-                chat.render(field<OrderedJson>(in, "messages"), in.value("tools", OrderedJson()),
+                chat.render(json_get<OrderedJson>(in, "messages", "input"), in.value("tools", OrderedJson()),
                             add_generation_prompt, in.value("kwargs", OrderedJson::object()));
             return OrderedJson{{"text", text}};
         });

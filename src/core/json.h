@@ -20,21 +20,21 @@ std::string read_text_file(const std::filesystem::path& path);
 Json read_json_file(const std::filesystem::path& path);
 
 // obj[key] as T. Missing (or null) → Error "<where>: missing field '<key>'"; wrong type →
-// Error naming the field and the type found.
-template <typename T>
-T json_get(const Json& obj, const std::string& key, const std::string& where) {
+// Error naming the field and the type found. Json or nlohmann::ordered_json.
+template <typename T, typename J>
+T json_get(const J& obj, const std::string& key, const std::string& where) {
     auto it = obj.find(key);
     if (it == obj.end() || it->is_null()) fail("{}: missing field '{}'", where, key);
     try {
-        return it->get<T>();
+        return it->template get<T>();
     } catch (const nlohmann::json::exception&) {
         fail("{}: field '{}' has the wrong type ({}: {})", where, key, it->type_name(), it->dump());
     }
 }
 
 // Like json_get, but absent or null gives `fallback`.
-template <typename T>
-T json_get_or(const Json& obj, const std::string& key, const T& fallback, const std::string& where) {
+template <typename T, typename J>
+T json_get_or(const J& obj, const std::string& key, const T& fallback, const std::string& where) {
     auto it = obj.find(key);
     if (it == obj.end() || it->is_null()) return fallback;
     return json_get<T>(obj, key, where);
