@@ -7,8 +7,8 @@
 namespace miniinfer {
 
 IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens,
-                                               std::vector<std::string> stop_strings)
-    : tokenizer_(&tokenizer), skip_special_tokens_(skip_special_tokens) {
+                                               std::vector<std::string> stop_strings, int64_t min_tokens)
+    : tokenizer_(&tokenizer), skip_special_tokens_(skip_special_tokens), min_tokens_(min_tokens) {
     for (std::string& s : stop_strings)
         if (!s.empty()) stop_strings_.push_back(std::move(s));
 }
@@ -20,6 +20,7 @@ const std::string& IncrementalDetokenizer::stop_string() const {
 
 std::string IncrementalDetokenizer::push(int32_t id) {
     if (stopped() || finished_) return {};
+    ++num_tokens_;
     if (skip_special_tokens_ && tokenizer_->is_special(id)) return {};
     std::string bytes = std::move(pending_bytes_);
     bytes.append(tokenizer_->token_bytes(id));
@@ -48,16 +49,20 @@ std::string IncrementalDetokenizer::finish() {
     return release(std::move(text), true);
 }
 
-// Appends `text` to what is held, cuts at the first stop string, and returns all that can no
-// longer become part of a stop string. held_ never contains a whole stop string, so a match
-// must end inside the new text and the search cost is bounded by |held_| + |text|.
+// Appends `text` to what is held, cuts at the first stop string that ends inside the new text,
+// and returns all that can no longer become part of a stop string. Only matches ending in the
+// new text count: earlier ones were cut already, or fell in the first min_tokens tokens. The
+// search cost is bounded by |held_| + |text|.
 std::string IncrementalDetokenizer::release(std::string text, bool final) {
+    const size_t old_len = held_.size();
     std::string all = std::move(held_);
     all += text;
     held_.clear();
     size_t first = std::string::npos;
-    for (size_t i = 0; i < stop_strings_.size(); ++i) {
-        const size_t pos = all.find(stop_strings_[i]);
+    const bool may_stop = num_tokens_ > min_tokens_;
+    for (size_t i = 0; may_stop && i < stop_strings_.size(); ++i) {
+        const size_t len = stop_strings_[i].size();
+        const size_t pos = all.find(stop_strings_[i], old_len + 1 > len ? old_len + 1 - len : 0);
         if (pos < first) first = pos, stop_idx_ = int(i);
     }
     if (first != std::string::npos) {

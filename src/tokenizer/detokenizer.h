@@ -4,7 +4,9 @@
 // (a character split across tokens comes out once, complete) and never text that might be
 // the start of a stop string. The concatenation of every push() and finish() equals
 // tokenizer.decode(all ids, skip_special_tokens), cut just before the stop string that
-// completes first (on the first token that completes two, the one starting earlier). Work per token
+// completes first (on the first token that completes two, the one starting earlier). As in vLLM,
+// a stop string only counts if it ends in the text of a token after the first min_tokens ones
+// (it may begin earlier). Work per token
 // is proportional to the token's bytes plus the stop strings' lengths, never to the length of the
 // sequence so far.
 #pragma once
@@ -19,9 +21,10 @@ namespace miniinfer {
 
 class IncrementalDetokenizer {
   public:
-    // `tokenizer` must outlive this object. Empty stop strings are ignored.
+    // `tokenizer` must outlive this object. Empty stop strings are ignored. Stop strings are
+    // not looked for until more than `min_tokens` tokens have been pushed.
     IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens,
-                           std::vector<std::string> stop_strings = {});
+                           std::vector<std::string> stop_strings = {}, int64_t min_tokens = 0);
 
     // Adds the next generated token. Returns newly final text (often empty). After a stop
     // string has matched, returns "" and ignores further tokens.
@@ -43,6 +46,8 @@ class IncrementalDetokenizer {
     std::vector<std::string> stop_strings_;
     std::string pending_bytes_;  // an unfinished UTF-8 character (at most 3 bytes)
     std::string held_;           // decoded text that may begin a stop string
+    int64_t min_tokens_ = 0;
+    int64_t num_tokens_ = 0;     // tokens pushed so far
     int stop_idx_ = -1;
     bool finished_ = false;
 };

@@ -91,6 +91,32 @@ TEST_F(Detokenizer, StopStringAcrossTokens) {
     }
 }
 
+// As vLLM: a stop string counts only if it ends in the text of a token after the first
+// min_tokens ones (it may begin earlier); before that, text containing it is released as is.
+TEST_F(Detokenizer, StopStringsWaitForMinTokens) {
+    const std::string text = "The answer is 42. The end, the very end.";
+    const auto ids = tok_->encode(text);
+    ASSERT_GT(ids.size(), 8u);
+    for (const std::string stop : {"e", "The", "end", "he ve", "42. T"}) {
+        for (size_t min_tokens = 0; min_tokens <= ids.size(); ++min_tokens) {
+            // ASCII: the first min_tokens tokens decode to exactly this prefix.
+            const size_t early = tok_->decode(std::vector<int32_t>(ids.begin(), ids.begin() + long(min_tokens))).size();
+            const size_t match = text.find(stop, early + 1 > stop.size() ? early + 1 - stop.size() : 0);
+            IncrementalDetokenizer d(*tok_, true, {stop}, int64_t(min_tokens));
+            std::string out;
+            for (int32_t id : ids) out += d.push(id);
+            out += d.finish();
+            EXPECT_EQ(d.stopped(), match != std::string::npos) << stop << " min_tokens " << min_tokens;
+            EXPECT_EQ(out, text.substr(0, match)) << stop << " min_tokens " << min_tokens;
+        }
+    }
+    // The stop string inside the first min_tokens tokens is not a match, a later one is.
+    IncrementalDetokenizer d(*tok_, true, {"The"}, 2);
+    std::string out;
+    for (int32_t id : ids) out += d.push(id);
+    EXPECT_EQ(out, "The answer is 42. ");
+}
+
 TEST_F(Detokenizer, PartialStopMatchIsHeldThenReleased) {
     const std::string text = "a <|en b <|end c <|en";
     const auto ids = tok_->encode(text, {.parse_special = false});
