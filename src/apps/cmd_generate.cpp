@@ -11,6 +11,7 @@
 #include "apps/engine_options.h"
 #include "core/logging.h"
 #include "engine/llm_engine.h"
+#include "server/pipeline_client.h"
 #include "tokenizer/chat_template.h"
 
 namespace miniinfer::apps {
@@ -100,9 +101,85 @@ Json to_json(const RequestOutput& out, const Job& job) {
     return j;
 }
 
+// A progress line on stderr (a terminal only): requests done, tokens, throughput.
+class Progress {
+public:
+    Progress(size_t num_requests, bool enabled) : num_requests_(num_requests), enabled_(enabled) {}
+    ~Progress() {
+        if (enabled_) std::fprintf(stderr, "\n");
+    }
+    void finished(const RequestOutput& out) {
+        ++num_done_;
+        num_tokens_ += out.token_ids.size();
+    }
+    void show() const {
+        if (!enabled_) return;
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+        std::fprintf(stderr, "\r%zu/%zu requests done, %zu tokens, %.1f tok/s", num_done_, num_requests_, num_tokens_,
+                     s > 0 ? double(num_tokens_) / s : 0.0);
+    }
+
+private:
+    size_t num_requests_, num_done_ = 0, num_tokens_ = 0;
+    bool enabled_;
+    std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
+// One process: the engine's own step loop. results[i] gets job i's final output (or error).
+void run_in_process(LLMEngine& engine, const std::vector<Job>& jobs, std::vector<RequestOutput>& results) {
+    std::map<std::string, size_t> index;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+        try {
+            if (!jobs[i].error.empty()) fail("{}", jobs[i].error);
+            index[engine.add_request(jobs[i].prompt, jobs[i].params)] = i;
+        } catch (const Error& e) {
+            results[i].error = e.what();
+        }
+    }
+    Progress progress(index.size(), jobs.size() > 1 && isatty(STDERR_FILENO));
+    while (engine.has_unfinished()) {
+        for (RequestOutput& out : engine.step()) {
+            if (!out.finished) continue;
+            progress.finished(out);
+            results[index.at(out.request_id)] = std::move(out);
+        }
+        progress.show();
+    }
+}
+
+// --use-multiprocess: the same requests through the tokenizer / engine / detokenizer processes.
+void run_in_pipeline(PipelineClient& client, const std::vector<Job>& jobs, std::vector<RequestOutput>& results) {
+    auto channel = std::make_shared<OutputChannel>();
+    std::map<std::string, size_t> index;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+        try {
+            if (!jobs[i].error.empty()) fail("{}", jobs[i].error);
+            const std::string id = std::to_string(i);
+            client.submit(id, jobs[i].prompt, jobs[i].params, channel);
+            index[id] = i;
+        } catch (const Error& e) {
+            results[i].error = e.what();
+        }
+    }
+    Progress progress(index.size(), jobs.size() > 1 && isatty(STDERR_FILENO));
+    for (size_t num_done = 0; num_done < index.size();) {
+        std::optional<RequestOutput> out = channel->next(std::chrono::milliseconds(200));
+        if (!out || !out->finished) continue;
+        ++num_done;
+        progress.finished(*out);
+        progress.show();
+        results[index.at(out->request_id)] = std::move(*out);
+    }
+}
+
 void run(const GenerateOptions& o, const Json& sampling_flags) {
-    LLMEngine engine(o.engine.resolve());
-    const SamplingParams base = SamplingParams::from_json(sampling_flags, engine.default_params());
+    const EngineConfig config = o.engine.resolve();
+    std::unique_ptr<LLMEngine> engine;
+    std::unique_ptr<PipelineClient> pipeline;
+    if (config.use_multiprocess) pipeline = std::make_unique<PipelineClient>(config, nullptr, 0);
+    else engine = std::make_unique<LLMEngine>(config);
+    const SamplingParams base =
+        SamplingParams::from_json(sampling_flags, pipeline ? pipeline->default_params() : engine->default_params());
     std::optional<ChatTemplate> chat;
     try {
         chat = ChatTemplate::load(o.engine.config.model_dir);
@@ -113,32 +190,8 @@ void run(const GenerateOptions& o, const Json& sampling_flags) {
     for (const Json& line : read_inputs(o)) jobs.push_back(make_job(line, base, o, chat ? &*chat : nullptr));
 
     std::vector<RequestOutput> results(jobs.size());
-    std::map<std::string, size_t> index;
-    for (size_t i = 0; i < jobs.size(); ++i) {
-        try {
-            if (!jobs[i].error.empty()) fail("{}", jobs[i].error);
-            index[engine.add_request(jobs[i].prompt, jobs[i].params)] = i;
-        } catch (const Error& e) {
-            results[i].error = e.what();
-        }
-    }
-    const bool progress = jobs.size() > 1 && isatty(STDERR_FILENO);
-    const auto start = std::chrono::steady_clock::now();
-    size_t num_done = 0, num_tokens = 0;
-    while (engine.has_unfinished()) {
-        for (RequestOutput& out : engine.step()) {
-            if (!out.finished) continue;
-            ++num_done;
-            num_tokens += out.token_ids.size();
-            results[index.at(out.request_id)] = std::move(out);
-        }
-        if (progress) {
-            const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-            std::fprintf(stderr, "\r%zu/%zu requests done, %zu tokens, %.1f tok/s", num_done, index.size(), num_tokens,
-                         s > 0 ? double(num_tokens) / s : 0.0);
-        }
-    }
-    if (progress) std::fprintf(stderr, "\n");
+    if (pipeline) run_in_pipeline(*pipeline, jobs, results);
+    else run_in_process(*engine, jobs, results);
 
     std::ofstream file;
     if (!o.output.empty()) {
@@ -162,6 +215,7 @@ void add_generate(CLI::App& app) {
     auto opts = std::make_shared<GenerateOptions>();
     CLI::App* cmd = app.add_subcommand("generate", "Generate text for many prompts at once (JSON lines out)");
     add_engine_options(*cmd, opts->engine);
+    add_multiprocess_option(*cmd, opts->engine);
     cmd->add_option("--prompt", opts->prompts, "A prompt (repeatable)");
     cmd->add_option("--input", opts->input,
                     "JSON lines: {\"prompt\": ...}, {\"messages\": [...]} or {\"prompt_token_ids\": [...]}, each "

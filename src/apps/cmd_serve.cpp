@@ -1,5 +1,6 @@
 // miniinfer serve MODEL_DIR [vLLM-style flags]: the OpenAI-compatible HTTP server.
-// SIGINT / SIGTERM stop it cleanly (in-flight requests end with finish_reason "abort").
+// SIGINT / SIGTERM stop it cleanly (in-flight requests end with finish_reason "abort"; with
+// --use-multiprocess the pipeline's processes are stopped and its socket directory removed).
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -9,7 +10,9 @@
 #include "apps/engine_options.h"
 #include "core/json.h"
 #include "core/logging.h"
+#include "server/engine_loop.h"
 #include "server/http_server.h"
+#include "server/pipeline_client.h"
 
 namespace miniinfer::apps {
 namespace {
@@ -46,8 +49,13 @@ void run(ServeOptions o) {
         MI_LOG_WARN("no chat template ({}): /v1/chat/completions is unavailable", e.what());
     }
     Metrics metrics(o.server.served_model_name);
-    EngineLoop engine(std::make_unique<LLMEngine>(o.engine.resolve()), &metrics, o.max_queued_requests);
-    HttpServer server(o.server, engine, metrics, chat ? &*chat : nullptr);
+    const EngineConfig config = o.engine.resolve();
+    std::unique_ptr<EngineClient> engine;
+    if (config.use_multiprocess)  // built here, on the main thread: the children's PR_SET_PDEATHSIG follows it
+        engine = std::make_unique<PipelineClient>(config, &metrics, o.max_queued_requests);
+    else
+        engine = std::make_unique<EngineLoop>(std::make_unique<LLMEngine>(config), &metrics, o.max_queued_requests);
+    HttpServer server(o.server, *engine, metrics, chat ? &*chat : nullptr);
     std::thread waiter([&] {
         int sig = 0;
         sigwait(&signals, &sig);
@@ -65,6 +73,7 @@ void add_serve(CLI::App& app) {
     auto o = std::make_shared<ServeOptions>();
     CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
     add_engine_options(*cmd, o->engine, /*positional_model=*/true);
+    add_multiprocess_option(*cmd, o->engine);
     cmd->add_option("--host", o->server.host, "Address to listen on")->capture_default_str();
     cmd->add_option("--port", o->server.port, "Port (0: any free port)")->capture_default_str();
     cmd->add_option("--api-key", o->server.api_key, "Require 'Authorization: Bearer KEY' (or MINIINFER_API_KEY)");

@@ -14,5 +14,6 @@ void add_chat(CLI::App& app);      // miniinfer chat --model DIR
 void add_bench(CLI::App& app);     // miniinfer bench --model DIR --workload NAME
 void add_bench_serve(CLI::App& app);  // miniinfer bench-serve --port 8000 --workload NAME (against a server)
 void add_serve(CLI::App& app);     // miniinfer serve MODEL_DIR [--port 8000 ...]
+void add_pipeline_worker(CLI::App& app);  // miniinfer pipeline-worker --role ROLE ... (internal)
 
 }  // namespace miniinfer::apps

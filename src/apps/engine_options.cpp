@@ -30,6 +30,11 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool positional_model) 
     cmd.add_option("--seed", o.config.seed, "Seed for requests that bring none")->capture_default_str();
 }
 
+void add_multiprocess_option(CLI::App& cmd, EngineOptions& o) {
+    cmd.add_flag("--use-multiprocess", o.config.use_multiprocess,
+                 "Tokenizer, engine core and detokenizer in separate processes (ZeroMQ over ipc://)");
+}
+
 std::shared_ptr<Json> add_sampling_options(CLI::App& cmd) {
     auto json = std::make_shared<Json>(Json::object());
     auto number = [&](const char* flag, const char* key, const char* help) {

@@ -21,6 +21,8 @@ struct EngineOptions {
 
 // positional_model: the model directory is the first positional argument (serve, as vLLM).
 void add_engine_options(CLI::App& cmd, EngineOptions& options, bool positional_model = false);
+// --use-multiprocess (serve, generate: the commands that run the engine through an EngineClient).
+void add_multiprocess_option(CLI::App& cmd, EngineOptions& options);
 
 // Returns the object the sampling flags fill in when the command line is parsed.
 std::shared_ptr<Json> add_sampling_options(CLI::App& cmd);

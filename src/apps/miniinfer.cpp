@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
     miniinfer::apps::add_bench(app);
     miniinfer::apps::add_bench_serve(app);
     miniinfer::apps::add_serve(app);
+    miniinfer::apps::add_pipeline_worker(app);
     miniinfer::apps::add_tokenizer_commands(app);
     try {
         app.parse(argc, argv);

@@ -13,7 +13,6 @@ int64_t EngineConfig::kv_bytes_per_token(const ModelConfig& m, const std::string
 
 void EngineConfig::resolve(const ModelConfig& model) {
     if (device != "cpu" && device != "cuda") fail("device '{}' is not supported (cpu, cuda)", device);
-    if (use_multiprocess) fail("use_multiprocess: the multi-process pipeline is not built yet");
     if (attention_backend != "auto" && attention_backend != "fa2" && attention_backend != "flashinfer")
         fail("attention_backend '{}' is not supported (auto, fa2, flashinfer)", attention_backend);
     if (max_num_seqs < 1) fail("max_num_seqs must be at least 1, got {}", max_num_seqs);
@@ -38,6 +37,41 @@ void EngineConfig::resolve(const ModelConfig& model) {
     if (num_pages < 1) fail("the KV cache budget holds no page of {} tokens", page_size);
     if (num_pages < pages_for_one)
         max_model_len = num_pages * page_size;  // a request must fit the whole cache on its own
+}
+
+// One list of the fields for both directions, so a new field cannot be forgotten in one.
+template <typename Config, typename Visit>
+static void visit_fields(Config& c, Visit&& visit) {
+    visit("model_dir", c.model_dir);
+    visit("device", c.device);
+    visit("load_format", c.load_format);
+    visit("max_num_seqs", c.max_num_seqs);
+    visit("max_model_len", c.max_model_len);
+    visit("max_num_batched_tokens", c.max_num_batched_tokens);
+    visit("page_size", c.page_size);
+    visit("gpu_memory_utilization", c.gpu_memory_utilization);
+    visit("kv_cache_bytes", c.kv_cache_bytes);
+    visit("num_pages", c.num_pages);
+    visit("enable_prefix_caching", c.enable_prefix_caching);
+    visit("enforce_eager", c.enforce_eager);
+    visit("attention_backend", c.attention_backend);
+    visit("use_multiprocess", c.use_multiprocess);
+    visit("detokenize", c.detokenize);
+    visit("seed", c.seed);
+}
+
+Json EngineConfig::to_json() const {
+    Json j = Json::object();
+    visit_fields(*this, [&](const char* name, const auto& value) { j[name] = value; });
+    return j;
+}
+
+EngineConfig EngineConfig::from_json(const Json& json) {
+    EngineConfig c;
+    visit_fields(c, [&](const char* name, auto& value) {
+        value = json_get<std::decay_t<decltype(value)>>(json, name, "engine config");
+    });
+    return c;
 }
 
 }  // namespace miniinfer

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "config/model_config.h"
+#include "core/json.h"
 
 namespace miniinfer {
 
@@ -23,7 +24,9 @@ struct EngineConfig {
     bool enable_prefix_caching = true;
     bool enforce_eager = false;              // CUDA: no graphs (every step launched kernel by kernel)
     std::string attention_backend = "auto";  // auto | fa2 | flashinfer (CUDA)
-    bool use_multiprocess = false;           // reserved: the multi-process pipeline (not built yet)
+    bool use_multiprocess = false;           // tokenizer, engine core, detokenizer as processes (serve, generate)
+    bool detokenize = true;                  // false: outputs carry token ids only, no text, no stop strings
+                                             // (the pipeline's engine core; its detokenizer process does them)
     uint64_t seed = 0;                       // draws the seeds of requests that bring none
 
     // Fills derived fields for `model` and validates. Throws Error naming the field. If the
@@ -31,6 +34,10 @@ struct EngineConfig {
     void resolve(const ModelConfig& model);
     // Bytes of K/V one token takes on this backend (f32 on the CPU).
     static int64_t kv_bytes_per_token(const ModelConfig& model, const std::string& device);
+
+    // Every field as JSON, and back (how the pipeline hands the config to its engine process).
+    Json to_json() const;
+    static EngineConfig from_json(const Json& json);
 };
 
 }  // namespace miniinfer

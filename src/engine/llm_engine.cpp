@@ -122,7 +122,8 @@ std::string LLMEngine::add_request(const Prompt& prompt, const SamplingParams& p
     r.seed = params.seed.value_or(seed_rng_());
     r.arrival = next_id_++;
     scheduler_->validate_request(r);
-    if (tokenizer_) t->detokenizer.emplace(*tokenizer_, params.skip_special_tokens, params.stop);
+    if (tokenizer_ && config_.detokenize)
+        t->detokenizer.emplace(*tokenizer_, params.skip_special_tokens, params.stop, params.min_tokens);
     scheduler_->add(&r);
     requests_.emplace(request_id, std::move(t));
     return request_id;

@@ -10,6 +10,10 @@
 // text without a tokenizer) is an Error for that request only: add_request throws and adds
 // nothing; generate reports it as that request's finish_reason "error". Not thread-safe: one
 // thread drives it (the server puts it on its own thread).
+//
+// With config.detokenize == false the engine is the pipeline's engine core: outputs carry
+// token ids, logprobs and finish reasons but no text, and stop strings are left to the
+// caller (PipelineDetokenizer applies them and abort()s the request).
 #pragma once
 
 #include <map>

@@ -20,6 +20,7 @@ struct TokenLogprob {
     int32_t token = 0;
     float logprob = 0;
     std::vector<std::pair<int32_t, float>> top;  // best first (SamplingParams::logprobs entries)
+    bool operator==(const TokenLogprob&) const = default;
 };
 
 struct RequestOutput {

@@ -1,29 +1,14 @@
 #include "server/engine_loop.h"
 
+#include <future>
+
 #include "core/logging.h"
 
 namespace miniinfer {
 
-using Clock = std::chrono::steady_clock;
-
-void OutputChannel::push(RequestOutput out) {
-    {
-        std::lock_guard lock(mutex_);
-        queue_.push_back(std::move(out));
-    }
-    ready_.notify_one();
-}
-
-std::optional<RequestOutput> OutputChannel::next(std::chrono::milliseconds timeout) {
-    std::unique_lock lock(mutex_);
-    if (!ready_.wait_for(lock, timeout, [&] { return !queue_.empty(); })) return std::nullopt;
-    RequestOutput out = std::move(queue_.front());
-    queue_.pop_front();
-    return out;
-}
-
 EngineLoop::EngineLoop(std::unique_ptr<LLMEngine> engine, Metrics* metrics, int64_t max_queued)
-    : engine_(std::move(engine)), metrics_(metrics), max_queued_(max_queued), thread_([this] { run(); }) {}
+    : engine_(std::move(engine)), metrics_(metrics), max_queued_(max_queued), tracker_(metrics),
+      thread_([this] { run(); }) {}
 
 EngineLoop::~EngineLoop() {
     {
@@ -47,13 +32,16 @@ std::shared_ptr<OutputChannel> EngineLoop::submit(const std::string& id, const P
     if (max_queued_ > 0 && num_waiting_.load() >= max_queued_)
         throw QueueFull(fmt::format("too many requests are queued ({}); try again later", max_queued_));
     if (!channel) channel = std::make_shared<OutputChannel>();
+    // Text is tokenized here, on the caller's thread, not on the engine thread.
+    const Prompt ids = prompt.token_ids.empty() && !prompt.text.empty() && tokenizer()
+                           ? Prompt::from_ids(tokenizer()->encode(prompt.text))
+                           : prompt;
     std::promise<std::string> verdict;  // "" = accepted, else the error
     auto result = verdict.get_future();
     post([&, channel] {
         try {
-            engine_->add_request(prompt, params, id);
-            channels_[id] = channel;
-            timings_[id].arrival = Clock::now();
+            engine_->add_request(ids, params, id);
+            tracker_.add(id, channel);
             ++num_waiting_;
             verdict.set_value("");
         } catch (const Error& e) {
@@ -89,7 +77,7 @@ void EngineLoop::run() {
         for (Command& c : commands) c();
         if (!engine_->has_unfinished()) continue;
         try {
-            publish(engine_->step());
+            for (RequestOutput& out : engine_->step()) tracker_.publish(std::move(out));
         } catch (const std::exception& e) {  // a bug: say which and keep serving is not safe
             MI_LOG_ERROR("engine step failed: {}", e.what());
             throw;
@@ -101,50 +89,7 @@ void EngineLoop::run() {
         for (Command& c : commands_) c();
         commands_.clear();
     }
-    for (auto& [id, channel] : channels_) {  // shutting down: end every open stream
-        RequestOutput out;
-        out.request_id = id;
-        out.finished = true;
-        out.finish_reason = "abort";
-        channel->push(std::move(out));
-    }
-}
-
-void EngineLoop::publish(std::vector<RequestOutput> outputs) {
-    const auto now = Clock::now();
-    for (RequestOutput& out : outputs) {
-        auto it = channels_.find(out.request_id);
-        if (it == channels_.end()) continue;
-        Timing& t = timings_[out.request_id];
-        if (out.token_ids.size() > t.num_tokens) {
-            if (t.num_tokens == 0) {
-                t.first_token = now;
-                if (metrics_) metrics_->observe_time_to_first_token(std::chrono::duration<double>(now - t.arrival).count());
-            } else if (metrics_) {
-                metrics_->observe_inter_token_latency(std::chrono::duration<double>(now - t.last_token).count());
-            }
-            if (metrics_) metrics_->add_tokens(0, int64_t(out.token_ids.size() - t.num_tokens));
-            t.num_tokens = out.token_ids.size();
-            t.last_token = now;
-        }
-        if (out.finished) {
-            if (metrics_) {
-                metrics_->add_tokens(out.num_prompt_tokens, 0);
-                metrics_->add_prefix_cache(out.num_prompt_tokens, out.num_cached_tokens);
-                metrics_->add_request_finished(out.finish_reason);
-                metrics_->observe_e2e_request_latency(std::chrono::duration<double>(now - t.arrival).count());
-                if (t.num_tokens > 1)
-                    metrics_->observe_time_per_output_token(
-                        std::chrono::duration<double>(t.last_token - t.first_token).count() / double(t.num_tokens - 1));
-            }
-            const std::string id = out.request_id;
-            it->second->push(std::move(out));
-            channels_.erase(it);
-            timings_.erase(id);
-        } else {
-            it->second->push(std::move(out));
-        }
-    }
+    tracker_.finish_all("abort");  // shutting down: end every open stream
 }
 
 void EngineLoop::update_metrics() {

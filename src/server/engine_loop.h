@@ -1,89 +1,59 @@
-// EngineLoop: an LLMEngine on its own thread, shared by many HTTP handler threads.
+// EngineLoop: the single-process EngineClient. An LLMEngine on its own thread, shared by many
+// HTTP handler threads.
 //
-// Handlers submit() a request and read its outputs from the returned OutputChannel, in order,
-// until the final one; abort() ends a request (a client went away). Bad input is reported by
-// submit() itself (it waits for the engine thread's verdict). The loop answers ping() between
-// steps, which is what /health checks. Destruction stops the thread; unfinished requests get
-// a final output with finish_reason "abort".
+// submit() waits for the engine thread's verdict (bad input is its Error); abort() ends a
+// request (a client went away). The loop answers ping() between steps, which is what /health
+// checks. Destruction stops the thread; unfinished requests get a final output with
+// finish_reason "abort".
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
-#include <future>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
 
 #include "engine/llm_engine.h"
+#include "server/engine_client.h"
 #include "server/metrics.h"
+#include "server/request_tracker.h"
 
 namespace miniinfer {
 
-// Outputs of one engine request, produced by the engine thread, consumed by one handler.
-class OutputChannel {
-public:
-    void push(RequestOutput out);
-    // The next output, or nullopt after `timeout` (the caller checks its client meanwhile).
-    std::optional<RequestOutput> next(std::chrono::milliseconds timeout);
-
-private:
-    std::mutex mutex_;
-    std::condition_variable ready_;
-    std::deque<RequestOutput> queue_;
-};
-
-class QueueFull : public Error {
-public:
-    using Error::Error;
-};
-
-class EngineLoop {
+class EngineLoop : public EngineClient {
 public:
     // `engine` is built by the caller (it may take long); max_queued: requests waiting beyond
     // this many are refused with QueueFull.
     EngineLoop(std::unique_ptr<LLMEngine> engine, Metrics* metrics, int64_t max_queued);
-    ~EngineLoop();
+    ~EngineLoop() override;
 
-    // Throws Error (bad input) or QueueFull. The id must be unique (the server makes them).
-    // Outputs go to `channel` (shared by the n choices of one API request) or a new one.
     std::shared_ptr<OutputChannel> submit(const std::string& id, const Prompt& prompt, const SamplingParams& params,
-                                          std::shared_ptr<OutputChannel> channel = nullptr);
-    void abort(const std::string& id);
-    // True if the engine thread answered within `timeout`.
-    bool ping(std::chrono::milliseconds timeout);
+                                          std::shared_ptr<OutputChannel> channel = nullptr) override;
+    void abort(const std::string& id) override;
+    bool ping(std::chrono::milliseconds timeout) override;
 
-    // Immutable after construction: safe from any thread.
-    const Tokenizer* tokenizer() const { return engine_->tokenizer(); }
-    const ModelConfig& model_config() const { return engine_->model_config(); }
-    const SamplingParams& default_params() const { return engine_->default_params(); }
-    int64_t max_model_len() const { return engine_->config().max_model_len; }
+    const Tokenizer* tokenizer() const override { return engine_->tokenizer(); }
+    const ModelConfig& model_config() const override { return engine_->model_config(); }
+    const SamplingParams& default_params() const override { return engine_->default_params(); }
+    int64_t max_model_len() const override { return engine_->config().max_model_len; }
 
 private:
     using Command = std::function<void()>;  // runs on the engine thread
     void run();
     void post(Command command);
-    void publish(std::vector<RequestOutput> outputs);
     void update_metrics();
 
     std::unique_ptr<LLMEngine> engine_;
     Metrics* metrics_;
     int64_t max_queued_;
+    RequestTracker tracker_;
     std::mutex mutex_;
     std::condition_variable wake_;
     std::deque<Command> commands_;
     bool stop_ = false;
-    // Engine thread only:
-    std::map<std::string, std::shared_ptr<OutputChannel>> channels_;
-    struct Timing {
-        std::chrono::steady_clock::time_point arrival, first_token, last_token;
-        size_t num_tokens = 0;
-    };
-    std::map<std::string, Timing> timings_;
-    int64_t num_preemptions_seen_ = 0;
+    int64_t num_preemptions_seen_ = 0;  // engine thread only
     std::atomic<int64_t> num_waiting_{0};
     std::thread thread_;
 };

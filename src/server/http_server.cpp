@@ -34,14 +34,14 @@ struct Choice {
 
 struct HttpServer::Impl {
     ServerOptions options;
-    EngineLoop& engine;
+    EngineClient& engine;
     Metrics& metrics;
     const ChatTemplate* chat_template;
     httplib::Server server;
     std::atomic<int64_t> next_id{0};
     bool split_reasoning = false;
 
-    Impl(ServerOptions o, EngineLoop& e, Metrics& m, const ChatTemplate* t)
+    Impl(ServerOptions o, EngineClient& e, Metrics& m, const ChatTemplate* t)
         : options(std::move(o)), engine(e), metrics(m), chat_template(t) {
         split_reasoning = engine.model_config().arch != Arch::kQwen2 && engine.tokenizer() &&
                           engine.tokenizer()->token_to_id("</think>").has_value();
@@ -64,7 +64,7 @@ struct HttpServer::Impl {
     void setup_routes();
 };
 
-HttpServer::HttpServer(ServerOptions options, EngineLoop& engine, Metrics& metrics, const ChatTemplate* chat_template)
+HttpServer::HttpServer(ServerOptions options, EngineClient& engine, Metrics& metrics, const ChatTemplate* chat_template)
     : impl_(std::make_unique<Impl>(std::move(options), engine, metrics, chat_template)) {
     impl_->setup_routes();
 }
@@ -174,13 +174,12 @@ void HttpServer::Impl::handle_generate(const httplib::Request& req, httplib::Res
         const bool has_max_tokens = body.contains("max_tokens") || body.contains("max_completion_tokens");
         for (size_t p = 0; p < r->prompts.size(); ++p) {
             Prompt prompt = r->prompts[p];
-            if (prompt.token_ids.empty()) {
-                if (!engine.tokenizer()) fail("this model has no tokenizer: send token ids");
-                prompt = Prompt::from_ids(engine.tokenizer()->encode(prompt.text));
-            }
+            if (prompt.token_ids.empty() && !engine.tokenizer()) fail("this model has no tokenizer: send token ids");
             SamplingParams params = r->params;
-            if (chat && !has_max_tokens)  // as vLLM: whatever room the context leaves
+            if (chat && !has_max_tokens) {  // as vLLM: whatever room the context leaves
+                if (prompt.token_ids.empty()) prompt = Prompt::from_ids(engine.tokenizer()->encode(prompt.text));
                 params.max_tokens = std::max<int64_t>(1, engine.max_model_len() - int64_t(prompt.token_ids.size()));
+            }
             for (int64_t i = 0; i < r->n; ++i) {
                 if (params.seed && i > 0) params.seed = *r->params.seed + uint64_t(i);
                 ids.push_back(response_id + "-" + std::to_string(p * size_t(r->n) + size_t(i)));
@@ -190,6 +189,8 @@ void HttpServer::Impl::handle_generate(const httplib::Request& req, httplib::Res
     } catch (const QueueFull& e) {
         for (const auto& id : ids) engine.abort(id);
         return send_error(res, {429, e.what(), "rate_limit_error"});
+    } catch (const EngineUnavailable& e) {
+        return send_error(res, {503, e.what(), "server_error"});
     } catch (const Error& e) {
         for (const auto& id : ids) engine.abort(id);
         return send_error(res, {400, e.what(), "invalid_request_error"});
@@ -224,6 +225,13 @@ void HttpServer::Impl::respond_when_done(httplib::Response& res, std::shared_ptr
             (*choices)[index.at(out->request_id)].last = std::move(*out);
             ++*done;
         }
+        for (const Choice& c : *choices)
+            if (c.last.finish_reason == "error") {  // the engine failed it (e.g. its process died)
+                const std::string body = dump(ApiError{500, c.last.error, "server_error"}.body());
+                sink.write(body.data(), body.size());
+                sink.done();
+                return true;
+            }
         Json list = Json::array();
         int64_t prompt_tokens = 0, completion_tokens = 0, cached = 0;
         for (size_t i = 0; i < choices->size(); ++i) {
@@ -307,6 +315,14 @@ void HttpServer::Impl::stream_response(httplib::Response& res, std::shared_ptr<A
             }
             const size_t i = index->at(out->request_id);
             Choice& c = (*state)[i];
+            if (out->finish_reason == "error") {  // the engine failed it: an error event ends the stream
+                for (const auto& id : ids) engine.abort(id);
+                send(sink, ApiError{500, out->error, "server_error"}.body());
+                const std::string done = "data: [DONE]\n\n";
+                sink.write(done.data(), done.size());
+                sink.done();
+                return true;
+            }
             Json logprobs = nullptr;
             if (r->params.logprobs && out->logprobs.size() > c.num_logprobs_sent) {
                 std::vector<TokenLogprob> fresh(out->logprobs.begin() + long(c.num_logprobs_sent), out->logprobs.end());

@@ -4,13 +4,15 @@
 //   GET  /v1/models, /health, /metrics
 //   POST /tokenize, /detokenize
 // Every error is OpenAI's error JSON with the right status; one client's bad request never
-// disturbs the others. A streaming client that disconnects aborts its requests.
+// disturbs the others. A streaming client that disconnects aborts its requests. A request that
+// fails inside the engine after it was accepted (the engine process died) ends its stream with
+// an error event ({"error": {...}}, then [DONE]); /health and new requests then answer 503.
 #pragma once
 
 #include <memory>
 #include <string>
 
-#include "server/engine_loop.h"
+#include "server/engine_client.h"
 #include "server/metrics.h"
 #include "tokenizer/chat_template.h"
 
@@ -28,7 +30,7 @@ struct ServerOptions {
 class HttpServer {
 public:
     // `chat_template` may be null (then /v1/chat/completions answers 400).
-    HttpServer(ServerOptions options, EngineLoop& engine, Metrics& metrics, const ChatTemplate* chat_template);
+    HttpServer(ServerOptions options, EngineClient& engine, Metrics& metrics, const ChatTemplate* chat_template);
     ~HttpServer();
     // Blocks until stop() (from another thread or a signal handler's helper thread).
     void listen();

@@ -2,6 +2,7 @@
 import os
 import socket
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -18,21 +19,28 @@ def free_port():
 
 
 class Server:
+    """`miniinfer serve` on the demo model; its log (stdout and stderr) goes to a file."""
+
     def __init__(self, *args):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.log_file = tempfile.NamedTemporaryFile("w+", prefix="miniinfer-serve-", suffix=".log")
         self.proc = subprocess.Popen([BIN, "serve", DEMO, "--port", str(self.port), "--max-model-len", "256",
                                       "--kv-cache-mb", "64", *args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.time() + 60
-        while time.time() < deadline:
+                                     stdout=self.log_file, stderr=subprocess.STDOUT, text=True)
+        deadline = time.time() + 120
+        while time.time() < deadline and self.proc.poll() is None:
             try:
                 if urllib.request.urlopen(self.url + "/health", timeout=2).status == 200:
                     return
             except Exception:
                 time.sleep(0.1)
         self.stop()
-        raise RuntimeError("server did not start: " + self.proc.stdout.read())
+        raise RuntimeError("server did not start: " + self.log())
+
+    def log(self):
+        with open(self.log_file.name, errors="replace") as f:
+            return f.read()
 
     def stop(self):
         if self.proc.poll() is None:
@@ -45,11 +53,16 @@ class Server:
         return self.proc.returncode
 
 
-@pytest.fixture(scope="module")
-def server():
-    s = Server("--max-num-seqs", "256")
+# Every test that takes `server` runs against both modes: the engine on a thread of the server
+# (single) and the tokenizer / engine core / detokenizer processes (--use-multiprocess).
+MODES = {"single": [], "multiprocess": ["--use-multiprocess"]}
+
+
+@pytest.fixture(scope="module", params=list(MODES))
+def server(request):
+    s = Server("--max-num-seqs", "256", *MODES[request.param])
     yield s
-    assert s.stop() == 0, "the server did not exit cleanly on SIGTERM"
+    assert s.stop() == 0, "the server did not exit cleanly on SIGTERM:\n" + s.log()[-3000:]
 
 
 @pytest.fixture

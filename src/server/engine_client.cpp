@@ -1,0 +1,21 @@
+#include "server/engine_client.h"
+
+namespace miniinfer {
+
+void OutputChannel::push(RequestOutput out) {
+    {
+        std::lock_guard lock(mutex_);
+        queue_.push_back(std::move(out));
+    }
+    ready_.notify_one();
+}
+
+std::optional<RequestOutput> OutputChannel::next(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mutex_);
+    if (!ready_.wait_for(lock, timeout, [&] { return !queue_.empty(); })) return std::nullopt;
+    RequestOutput out = std::move(queue_.front());
+    queue_.pop_front();
+    return out;
+}
+
+}  // namespace miniinfer

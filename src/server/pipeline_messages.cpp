@@ -1,0 +1,114 @@
+#include "server/pipeline_messages.h"
+
+namespace miniinfer::pipeline {
+
+std::string encode(const Json& message) {
+    const std::vector<uint8_t> bytes = Json::to_msgpack(message);
+    return std::string(bytes.begin(), bytes.end());
+}
+
+Json decode(std::string_view bytes) {
+    Json message = Json::from_msgpack(bytes.begin(), bytes.end(), true, false);
+    if (message.is_discarded() || !message.is_object() || !message.contains("type") || !message["type"].is_string())
+        fail("pipeline: a message that is not a MessagePack map with a \"type\" ({} bytes)", bytes.size());
+    return message;
+}
+
+Json to_json(const SamplingParams& p) {
+    Json j = {{"temperature", p.temperature},
+              {"top_k", p.top_k},
+              {"top_p", p.top_p},
+              {"min_p", p.min_p},
+              {"repetition_penalty", p.repetition_penalty},
+              {"presence_penalty", p.presence_penalty},
+              {"frequency_penalty", p.frequency_penalty},
+              {"max_tokens", p.max_tokens},
+              {"min_tokens", p.min_tokens},
+              {"stop", p.stop},
+              {"stop_token_ids", p.stop_token_ids},
+              {"ignore_eos", p.ignore_eos},
+              {"skip_special_tokens", p.skip_special_tokens}};
+    j["seed"] = p.seed ? Json(*p.seed) : Json(nullptr);
+    j["logprobs"] = p.logprobs ? Json(*p.logprobs) : Json(nullptr);
+    return j;
+}
+
+SamplingParams params_from_json(const Json& json) { return SamplingParams::from_json(json, SamplingParams{}); }
+
+Json to_json(const OutputDelta& d) {
+    Json logprobs = Json::array();
+    for (const TokenLogprob& t : d.new_logprobs) {
+        Json top = Json::array();
+        for (auto [id, lp] : t.top) top.push_back(Json::array({id, lp}));
+        logprobs.push_back(Json::array({t.token, t.logprob, top}));
+    }
+    Json j = {{"id", d.request_id}, {"tokens", d.new_token_ids}, {"logprobs", logprobs},
+              {"finished", d.finished}, {"cached", d.num_cached_tokens}};
+    // Only what is there: most deltas are one token of a running request.
+    if (!d.delta_text.empty()) j["text"] = d.delta_text;
+    if (!d.finish_reason.empty()) j["finish_reason"] = d.finish_reason;
+    if (!d.stop_reason.empty()) j["stop_reason"] = d.stop_reason;
+    if (!d.error.empty()) j["error"] = d.error;
+    return j;
+}
+
+OutputDelta delta_from_json(const Json& j) {
+    OutputDelta d;
+    d.request_id = j.at("id").get<std::string>();
+    d.new_token_ids = j.at("tokens").get<std::vector<int32_t>>();
+    for (const Json& t : j.at("logprobs")) {
+        TokenLogprob lp{.token = t.at(0).get<int32_t>(), .logprob = t.at(1).get<float>(), .top = {}};
+        for (const Json& e : t.at(2)) lp.top.emplace_back(e.at(0).get<int32_t>(), e.at(1).get<float>());
+        d.new_logprobs.push_back(std::move(lp));
+    }
+    d.finished = j.at("finished").get<bool>();
+    d.num_cached_tokens = j.at("cached").get<int64_t>();
+    d.delta_text = j.value("text", "");
+    d.finish_reason = j.value("finish_reason", "");
+    d.stop_reason = j.value("stop_reason", "");
+    d.error = j.value("error", "");
+    return d;
+}
+
+OutputDelta delta_of(const RequestOutput& out, size_t num_tokens_sent) {
+    OutputDelta d{.request_id = out.request_id,
+                  .new_token_ids = {out.token_ids.begin() + long(num_tokens_sent), out.token_ids.end()},
+                  .new_logprobs = {},
+                  .delta_text = out.delta_text,
+                  .finished = out.finished,
+                  .finish_reason = out.finish_reason,
+                  .stop_reason = out.stop_reason,
+                  .error = out.error,
+                  .num_cached_tokens = out.num_cached_tokens};
+    if (out.logprobs.size() > num_tokens_sent)
+        d.new_logprobs.assign(out.logprobs.begin() + long(num_tokens_sent), out.logprobs.end());
+    return d;
+}
+
+void OutputAssembler::start(const std::string& id, std::vector<int32_t> prompt_ids) {
+    RequestOutput& out = outputs_[id];
+    out.request_id = id;
+    out.num_prompt_tokens = int64_t(prompt_ids.size());
+    out.prompt_token_ids = std::move(prompt_ids);
+}
+
+std::optional<RequestOutput> OutputAssembler::apply(const OutputDelta& d) {
+    auto it = outputs_.find(d.request_id);
+    if (it == outputs_.end()) return std::nullopt;
+    RequestOutput& out = it->second;
+    out.token_ids.insert(out.token_ids.end(), d.new_token_ids.begin(), d.new_token_ids.end());
+    out.logprobs.insert(out.logprobs.end(), d.new_logprobs.begin(), d.new_logprobs.end());
+    out.text += d.delta_text;
+    out.delta_text = d.delta_text;
+    out.finished = d.finished;
+    out.finish_reason = d.finish_reason;
+    out.stop_reason = d.stop_reason;
+    out.error = d.error;
+    out.num_cached_tokens = d.num_cached_tokens;
+    if (!d.finished) return out;
+    RequestOutput last = std::move(out);
+    outputs_.erase(it);
+    return last;
+}
+
+}  // namespace miniinfer::pipeline

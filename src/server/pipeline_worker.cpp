@@ -1,0 +1,174 @@
+#include "server/pipeline_worker.h"
+
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "core/logging.h"
+#include "engine/llm_engine.h"
+#include "server/pipeline_detokenizer.h"
+#include "server/pipeline_ipc.h"
+
+namespace miniinfer::pipeline {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A worker's inbox and its stop signals. SIGTERM/SIGINT are blocked before ZeroMQ starts its
+// threads (they inherit the mask) and read from a signalfd polled beside the inbox, so a
+// stop request never interrupts a step and is never lost.
+class Inbox {
+public:
+    // `stop_signals` must be blocked in every thread already.
+    Inbox(zmq::context_t& context, const WorkerOptions& o, const sigset_t& stop_signals)
+        : dir_(o.ipc_dir), socket_(bind_inbox(context, IpcDir::endpoint(o.ipc_dir, o.role))),
+          signal_fd_(signalfd(-1, &stop_signals, SFD_CLOEXEC)) {
+        if (signal_fd_ < 0) fail("signalfd: {}", std::strerror(errno));
+    }
+    ~Inbox() { close(signal_fd_); }
+    Inbox(const Inbox&) = delete;
+    Inbox& operator=(const Inbox&) = delete;
+
+    // Blocks up to `timeout` (-1: no limit) for a message or a stop signal; false on a signal.
+    bool wait(std::chrono::milliseconds timeout) {
+        zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, signal_fd_, ZMQ_POLLIN, 0}};
+        zmq::poll(items, 2, timeout);
+        return !(items[1].revents & ZMQ_POLLIN);
+    }
+    std::optional<Json> next(zmq::message_t* raw = nullptr) { return receive(socket_, 0ms, raw); }
+    zmq::socket_t connect(zmq::context_t& context, const std::string& role) {
+        return connect_to(context, IpcDir::endpoint(dir_, role));
+    }
+
+private:
+    std::string dir_;
+    zmq::socket_t socket_;
+    int signal_fd_;
+};
+
+std::optional<Tokenizer> load_tokenizer(const std::string& model_dir) {
+    if (!std::filesystem::exists(std::filesystem::path(model_dir) / "tokenizer.json")) return std::nullopt;
+    return Tokenizer::load(model_dir);
+}
+
+Json rejected(const Json& add, const std::string& error) {
+    return {{"type", kRejected}, {"id", add.at("id")}, {"error", error}};
+}
+
+void run_tokenizer(zmq::context_t& context, Inbox& inbox, const WorkerOptions& o) {
+    const std::optional<Tokenizer> tokenizer = load_tokenizer(o.config.model_dir);
+    zmq::socket_t to_engine = inbox.connect(context, "engine");
+    zmq::socket_t to_frontend = inbox.connect(context, "frontend");
+    while (inbox.wait(-1ms)) {
+        while (std::optional<Json> m = inbox.next()) {
+            if (m->contains("text")) {
+                const std::string text = m->at("text").get<std::string>();
+                if (!text.empty() && !tokenizer) {  // LLMEngine::add_request's words
+                    send(to_frontend, rejected(*m, "this model directory has no tokenizer.json: give prompt token ids instead of text"));
+                    continue;
+                }
+                (*m)["ids"] = text.empty() ? std::vector<int32_t>{} : tokenizer->encode(text);
+                m->erase("text");
+            }
+            send(to_engine, *m);
+        }
+    }
+}
+
+void run_engine(zmq::context_t& context, Inbox& inbox, const WorkerOptions& o) {
+    EngineConfig config = o.config;
+    config.detokenize = false;
+    LLMEngine engine(config);
+    zmq::socket_t to_detokenizer = inbox.connect(context, "detokenizer");
+    send(to_detokenizer, {{"type", kReady}, {"max_model_len", engine.config().max_model_len},
+                          {"default_params", to_json(engine.default_params())}});
+    std::map<std::string, size_t> num_sent;  // tokens already sent, per running request
+    auto handle = [&](const Json& m) {
+        const std::string type = m.at("type").get<std::string>();
+        if (type == kAdd) {
+            const std::string id = m.at("id").get<std::string>();
+            try {
+                const SamplingParams params = params_from_json(m.at("params"));
+                engine.add_request(Prompt::from_ids(m.at("ids").get<std::vector<int32_t>>()), params, id);
+                num_sent[id] = 0;
+                send(to_detokenizer, {{"type", kAccepted}, {"id", id}, {"prompt_ids", m.at("ids")}, {"params", m.at("params")}});
+            } catch (const Error& e) {
+                send(to_detokenizer, rejected(m, e.what()));
+            }
+        } else if (type == kAbort) {
+            engine.abort(m.at("id").get<std::string>());
+        } else if (type == kPing) {
+            send(to_detokenizer, {{"type", kPong}, {"seq", m.at("seq")}});
+        } else {
+            MI_LOG_WARN("engine process: unexpected message '{}'", type);
+        }
+    };
+    // The loop of EngineLoop::run, across processes: messages, then one step if there is work.
+    while (inbox.wait(engine.has_unfinished() ? 0ms : -1ms)) {
+        while (std::optional<Json> m = inbox.next()) handle(*m);
+        if (!engine.has_unfinished()) continue;
+        Json outputs = Json::array();
+        for (const RequestOutput& out : engine.step()) {
+            size_t& sent = num_sent[out.request_id];
+            outputs.push_back(to_json(delta_of(out, sent)));
+            sent = out.token_ids.size();
+            if (out.finished) num_sent.erase(out.request_id);
+        }
+        if (!outputs.empty()) send(to_detokenizer, {{"type", kOutputs}, {"outputs", std::move(outputs)}});
+        const Scheduler& s = engine.scheduler();
+        send(to_detokenizer, {{"type", kStats}, {"running", s.num_running()}, {"waiting", s.num_waiting()},
+                              {"kv_usage", s.kv_usage()}, {"preemptions", s.num_preemptions()}});
+    }
+}
+
+void run_detokenizer(zmq::context_t& context, Inbox& inbox, const WorkerOptions& o) {
+    const std::optional<Tokenizer> tokenizer = load_tokenizer(o.config.model_dir);
+    PipelineDetokenizer detokenizer(tokenizer ? &*tokenizer : nullptr);
+    zmq::socket_t to_frontend = inbox.connect(context, "frontend");
+    zmq::socket_t to_engine = inbox.connect(context, "engine");
+    while (inbox.wait(-1ms)) {
+        zmq::message_t raw;
+        while (std::optional<Json> m = inbox.next(&raw)) {
+            const std::string type = m->at("type").get<std::string>();
+            if (type == kAccepted) detokenizer.add(m->at("id").get<std::string>(), params_from_json(m->at("params")));
+            if (type != kOutputs) {  // accepted, rejected, stats, pong, ready: the frontend's
+                send_raw(to_frontend, raw);
+                continue;
+            }
+            Json outputs = Json::array();
+            for (const Json& d : m->at("outputs")) {
+                PipelineDetokenizer::Result r = detokenizer.process(delta_from_json(d));
+                if (r.abort_in_engine) send(to_engine, {{"type", kAbort}, {"id", r.delta->request_id}});
+                if (r.delta) outputs.push_back(to_json(*r.delta));
+            }
+            if (!outputs.empty()) send(to_frontend, {{"type", kOutputs}, {"outputs", std::move(outputs)}});
+        }
+    }
+}
+
+}  // namespace
+
+void run_worker(const WorkerOptions& o) {
+    if (o.role != "tokenizer" && o.role != "engine" && o.role != "detokenizer")
+        fail("pipeline-worker: unknown role '{}' (tokenizer, engine, detokenizer)", o.role);
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != o.parent_pid) return;  // the frontend died before prctl took effect
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGTERM);
+    sigaddset(&stop_signals, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+    zmq::context_t context(1);
+    Inbox inbox(context, o, stop_signals);
+    if (o.role == "tokenizer") run_tokenizer(context, inbox, o);
+    else if (o.role == "engine") run_engine(context, inbox, o);
+    else run_detokenizer(context, inbox, o);
+}
+
+}  // namespace miniinfer::pipeline
