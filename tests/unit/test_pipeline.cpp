@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <deque>
+#include <set>
 
 #include "engine/llm_engine.h"
 #include "server/pipeline_detokenizer.h"
@@ -179,6 +180,7 @@ std::vector<RequestOutput> pipeline_in_one_process(EngineConfig config, const st
         num_sent[id] = 0;
     }
     std::deque<std::vector<std::string>> aborts(size_t(delay) + 1);
+    std::set<std::string> ended;
     while (engine.has_unfinished()) {
         for (const std::string& id : aborts.front()) engine.abort(id);
         aborts.pop_front();
@@ -190,6 +192,8 @@ std::vector<RequestOutput> pipeline_in_one_process(EngineConfig config, const st
             PipelineDetokenizer::Result r = detokenizer.process(delta_from_json(wire["d"]));
             if (r.abort_in_engine) aborts.back().push_back(out.request_id);
             if (!r.delta) continue;
+            EXPECT_FALSE(ended.count(r.delta->request_id)) << "nothing after a request's final delta";
+            if (r.delta->finished) ended.insert(r.delta->request_id);
             const Json back = round_trip({{"type", kOutputs}, {"d", to_json(*r.delta)}});
             if (std::optional<RequestOutput> whole = assembler.apply(delta_from_json(back["d"])); whole && whole->finished)
                 results[std::stoul(whole->request_id)] = *whole;
