@@ -1,13 +1,14 @@
 #include "engine/cuda_model_runner.h"
 
 #include <algorithm>
-#include <cstring>
-#include <map>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
 #include "core/logging.h"
 #include "core/thread_pool.h"
+#include "engine/cuda_graphs.h"
+#include "engine/cuda_sampler.h"
+#include "engine/pinned_buffer.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_flashinfer.h"
 #include "kernels/cuda/cast.h"
@@ -16,15 +17,17 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/qk_norm_rope.h"
 #include "kernels/cuda/rms_norm.h"
-#include "kernels/cuda/sampling.h"
 #include "kernels/cuda/silu_mul.h"
 #include "layers/layers.h"
 
 namespace miniinfer {
 namespace {
 
-constexpr int64_t kMaxLogprobs = 20;
-constexpr int64_t kGraphReserveBytes = int64_t(256) << 20;
+// Set aside beyond the graphs' measured memory: cudaMemGetInfo moves in 2 MiB steps, and the
+// second capture's allocations need not land exactly as the first's.
+constexpr size_t kGraphMarginBytes = size_t(16) << 20;
+constexpr int64_t kTrialPages = 1;  // the KV pool the graphs are first measured against
+constexpr double kMiB = 1048576.0;
 
 // f32 host weights -> bf16 device tensor (lossless: checkpoints are bf16).
 Tensor upload_bf16(const Tensor& host) {
@@ -38,15 +41,6 @@ Tensor upload_bf16(const Tensor& host) {
     return cuda::to_device(staged);
 }
 
-// Pinned host memory, for the per-step transfers.
-struct PinnedBuffer {
-    explicit PinnedBuffer(size_t bytes) { MI_CUDA_CHECK(cudaHostAlloc(&data, bytes, cudaHostAllocDefault)); }
-    ~PinnedBuffer() { cudaFreeHost(data); }
-    PinnedBuffer(const PinnedBuffer&) = delete;
-    PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-    void* data = nullptr;
-};
-
 Tensor rows(const Tensor& t, int64_t n) { return t.slice_rows(0, n); }
 
 }  // namespace
@@ -54,7 +48,7 @@ Tensor rows(const Tensor& t, int64_t n) { return t.slice_rows(0, n); }
 struct CudaModelRunner::Impl {
     struct Layer {
         Tensor input_norm, post_norm, qkv, qkv_bias, q_norm, k_norm, o_proj, o_bias, gate_up, down;
-        Tensor k_cache, v_cache;  // [num_pages, page_size, num_kv_heads, head_dim] bf16
+        Tensor k_cache, v_cache;  // [num_pages + 1, page_size, num_kv_heads, head_dim] bf16
     };
 
     ModelConfig cfg;
@@ -65,27 +59,21 @@ struct CudaModelRunner::Impl {
     Tensor embed, final_norm, lm_head, inv_freq;
     std::vector<Layer> layers;
 
-    // Step inputs: host staging (pinned) and its device copy, i32, at fixed offsets.
-    int64_t off_pos = 0, off_slots = 0, off_qstart = 0, off_seqlens = 0, off_logits_idx = 0, off_table = 0;
+    // Step inputs: host staging (pinned) and its device copy, i32, at the offsets of `in`.
+    StepInputLayout in;
     std::unique_ptr<PinnedBuffer> host_inputs;
     Tensor dev_inputs;
     // Activations, sized for the worst step.
     Tensor hidden, residual, normed, qkv, q, attn, proj, gate_up, act;
-    Tensor last_hidden, last_residual, last_normed, logits_bf16, logits_f32;
-    Tensor tokens, logprobs, top_ids, top_logprobs, row_params, mask_ids;
-    std::unique_ptr<PinnedBuffer> host_outputs;
-    cuda::DeviceBuffer attention_workspace, sampling_workspace;
+    Tensor last_hidden, last_residual, last_normed;
+    Tensor logits_bf16, logits_f32;  // [max_num_seqs, vocab]: lm_head's output and its f32 copy
+    cuda::DeviceBuffer attention_workspace;
+    std::unique_ptr<CudaSampler> sampler;
     std::unique_ptr<cuda::FlashInferAttention> flashinfer;  // the `flashinfer` backend, else fa2
 
-    // Decode CUDA graphs: one per batch size of the ladder, replayed with padding. Padded rows
-    // decode one token of a one-token sequence in the reserved last page (dummy_page), so they
-    // touch no real request's K/V. Their block table has a fixed stride (max_pages_per_seq).
-    struct Graph {
-        cudaGraph_t graph = nullptr;
-        cudaGraphExec_t exec = nullptr;
-    };
-    std::map<int64_t, Graph> graphs;  // batch size -> graph
-    int64_t dummy_page = 0, graph_max_seq_len = 0;
+    std::unique_ptr<DecodeGraphs> graphs;
+    int64_t dummy_page = 0;  // the KV page padded graph rows write to (one past the scheduler's)
+    int64_t graph_max_seq_len = 0;
     int64_t last_num_logits = 0;
 
     // What one forward pass reads: how many tokens / sequences / sampled rows, and where the
@@ -97,12 +85,12 @@ struct CudaModelRunner::Impl {
     Tensor inputs_view(int64_t offset, Shape shape) const {
         return Tensor(dev_inputs.data<int32_t>() + offset, DType::kI32, std::move(shape), Device::kCUDA);
     }
+    int32_t* host_ints() const { return static_cast<int32_t*>(host_inputs->data); }
+    void allocate_kv(int64_t pages);  // pages + 1 (the dummy page)
+    size_t capture_graphs(bool warm_up);
     void forward(const Batch& b);
     void run_layers(const StepShape& shape);  // kernels only: no host work, capturable
-    bool replay_graph(const Batch& b);        // false when the batch does not fit a graph
-    void capture_graphs();
-    ~Impl();
-    std::vector<SampledToken> sample(const Batch& b, std::span<const SamplerInput> sampling);
+    void plan_attention(int64_t num_seqs);    // flashinfer: plan from the host inputs' first rows
 };
 
 CudaModelRunner::CudaModelRunner(ModelConfig config, const ModelWeights& w, const CudaRunnerOptions& options)
@@ -137,13 +125,16 @@ CudaModelRunner::CudaModelRunner(ModelConfig config, const ModelWeights& w, cons
     const int64_t T = options.max_num_batched_tokens, S = options.max_num_seqs, H = c.hidden_size;
     const int64_t qkv_width = c.q_size() + 2 * c.kv_size(), I = c.intermediate_size;
     m.max_pages_per_seq = (options.max_model_len + options.page_size - 1) / options.page_size;
-    m.off_pos = T;
-    m.off_slots = 2 * T;
-    m.off_qstart = 3 * T;
-    m.off_seqlens = m.off_qstart + S + 1;
-    m.off_logits_idx = m.off_seqlens + S;
-    m.off_table = m.off_logits_idx + S;
-    const int64_t input_ints = m.off_table + 2 * S * m.max_pages_per_seq;  // eager table, then the graphs'
+    StepInputLayout& L = m.in;
+    L.positions = T;
+    L.slots = 2 * T;
+    L.query_start = 3 * T;
+    L.seq_lens = L.query_start + S + 1;
+    L.logits_indices = L.seq_lens + S;
+    L.table = L.logits_indices + S;
+    L.graph_table = L.table + S * m.max_pages_per_seq;
+    L.max_pages_per_seq = m.max_pages_per_seq;
+    const int64_t input_ints = L.graph_table + S * m.max_pages_per_seq;
     m.graph_max_seq_len = std::min<int64_t>(options.max_model_len, 4096);
     m.host_inputs = std::make_unique<PinnedBuffer>(size_t(input_ints) * 4);
     m.dev_inputs = cuda::device_tensor({input_ints}, DType::kI32);
@@ -156,46 +147,79 @@ CudaModelRunner::CudaModelRunner(ModelConfig config, const ModelWeights& w, cons
     for (Tensor* t : {&m.last_hidden, &m.last_residual, &m.last_normed}) *t = cuda::device_tensor({S, H}, DType::kBF16);
     m.logits_bf16 = cuda::device_tensor({S, c.vocab_size}, DType::kBF16);
     m.logits_f32 = cuda::device_tensor({S, c.vocab_size}, DType::kF32);
-    m.tokens = cuda::device_tensor({S}, DType::kI32);
-    m.logprobs = cuda::device_tensor({S}, DType::kF32);
-    m.top_ids = cuda::device_tensor({S, kMaxLogprobs}, DType::kI32);
-    m.top_logprobs = cuda::device_tensor({S, kMaxLogprobs}, DType::kF32);
-    m.row_params = cuda::device_tensor({S, int64_t(sizeof(cuda::RowSampling))}, DType::kU8);
-    m.mask_ids = cuda::device_tensor({64}, DType::kI32);
-    m.host_outputs = std::make_unique<PinnedBuffer>(size_t(S) * (8 + 8 * kMaxLogprobs) + size_t(S) * sizeof(cuda::RowSampling) + 256);
     m.attention_workspace = cuda::DeviceBuffer(cuda::attention_workspace_bytes(T, c.num_heads, c.head_dim));
-    m.sampling_workspace = cuda::DeviceBuffer(cuda::sampling_workspace_bytes(S, c.vocab_size));
+    m.sampler = std::make_unique<CudaSampler>(S, c.vocab_size, options.max_model_len);
     if (options.attention_backend == "flashinfer")
         m.flashinfer = std::make_unique<cuda::FlashInferAttention>(T, S, c.num_heads, c.num_kv_heads, c.head_dim,
                                                                    options.page_size);
     else if (options.attention_backend != "auto" && options.attention_backend != "fa2")
         fail("attention_backend '{}' is not supported (auto, fa2, flashinfer)", options.attention_backend);
+    if (!options.enforce_eager)
+        m.graphs = std::make_unique<DecodeGraphs>(L, S, options.page_size, m.host_ints(), m.dev_inputs.data<int32_t>());
+
+    // The graphs' memory, measured against a minimal KV pool before the real one is sized. What
+    // the device keeps of it after the trial graphs are destroyed is already outside free
+    // memory (and the real graphs reuse it); only the rest must be set aside again.
+    size_t graph_bytes = 0, graph_reserve = 0, graph_kept = 0;
+    const bool measure_graphs = m.graphs && options.num_pages <= 0;
+    if (measure_graphs) {
+        m.allocate_kv(kTrialPages);
+        graph_bytes = m.capture_graphs(/*warm_up=*/true);
+        graph_kept = graph_bytes - std::min(graph_bytes, m.graphs->clear());
+        m.allocate_kv(0);  // frees the trial pool
+        graph_reserve = graph_bytes - graph_kept + kGraphMarginBytes;
+    }
     size_t free2 = 0;
     MI_CUDA_CHECK(cudaMemGetInfo(&free2, &total));
-    const size_t activation_bytes = free1 - free2;
+    // With what the warm-up steps keep (GEMM and attention set-up, lazily loaded kernels).
+    const size_t activation_bytes = free1 - free2 - graph_kept;
 
-    // The KV cache takes what gpu_memory_utilization leaves.
+    // The KV cache takes what gpu_memory_utilization leaves after the graphs.
     const size_t page_bytes = size_t(2 * c.num_layers * options.page_size * c.num_kv_heads * c.head_dim * 2);
-    // CUDA graphs are captured after the KV cache exists (they bake its addresses in), so their
-    // memory is set aside first: 20 MiB measured for 23 sizes of Qwen3-0.6B; 256 MiB is ample.
-    const double graph_reserve = options.enforce_eager ? 0.0 : double(kGraphReserveBytes);
-    const double budget = double(total) * options.gpu_memory_utilization - double(total - free2) - graph_reserve;
+    const double usable = double(total) * options.gpu_memory_utilization;
+    const double budget = usable - double(total - free2) - double(graph_reserve) - double(page_bytes);  // dummy page
     m.num_pages = options.num_pages > 0 ? options.num_pages : int64_t(std::max(0.0, budget) / double(page_bytes));
     if (m.num_pages < 1)
-        fail("the model does not fit: {:.2f} GiB of weights and {:.2f} GiB of activations, {:.2f} GiB usable of {:.2f} "
-             "GiB (gpu_memory_utilization {}); nothing is left for the KV cache", weight_bytes / 1073741824.0,
-             activation_bytes / 1073741824.0, double(total) * options.gpu_memory_utilization / 1073741824.0,
-             total / 1073741824.0, options.gpu_memory_utilization);
-    // One page more than the scheduler sees: the padded rows of graph replays write there.
-    m.dummy_page = m.num_pages;
-    for (auto& layer : m.layers) {
-        layer.k_cache = cuda::device_tensor({m.num_pages + 1, options.page_size, c.num_kv_heads, c.head_dim}, DType::kBF16);
-        layer.v_cache = cuda::device_tensor({m.num_pages + 1, options.page_size, c.num_kv_heads, c.head_dim}, DType::kBF16);
+        fail("the model does not fit: {:.0f} MiB of weights, {:.0f} MiB of activations and {:.0f} MiB for CUDA "
+             "graphs, {:.0f} MiB usable of {:.0f} MiB (gpu_memory_utilization {}); nothing is left for the KV "
+             "cache ({:.2f} MiB a page)", weight_bytes / kMiB, activation_bytes / kMiB,
+             (graph_bytes + kGraphMarginBytes) / kMiB, usable / kMiB, total / kMiB, options.gpu_memory_utilization,
+             page_bytes / kMiB);
+    m.allocate_kv(m.num_pages);
+    const size_t graph_new_bytes = m.graphs ? m.capture_graphs(/*warm_up=*/!measure_graphs) : 0;
+    if (!measure_graphs) graph_bytes = graph_new_bytes;
+    MI_LOG_INFO("CUDA memory: weights {:.0f} MiB, activations {:.0f} MiB, graphs {:.0f} MiB ({} decode sizes, "
+                "measured before the KV cache was sized, + {:.0f} MiB margin), KV cache {:.0f} MiB = {} pages of {} "
+                "tokens ({} tokens); {:.0f} MiB on the card", weight_bytes / kMiB, activation_bytes / kMiB,
+                graph_bytes / kMiB, m.graphs ? m.graphs->batch_sizes().size() : 0,
+                measure_graphs ? kGraphMarginBytes / kMiB : 0.0, double(m.num_pages + 1) * double(page_bytes) / kMiB,
+                m.num_pages, options.page_size, m.num_pages * options.page_size, total / kMiB);
+    if (measure_graphs && graph_new_bytes > graph_reserve)
+        MI_LOG_WARN("CUDA graphs took {:.0f} MiB more on the second capture, beyond the {:.0f} MiB set aside",
+                    graph_new_bytes / kMiB, graph_reserve / kMiB);
+}
+
+void CudaModelRunner::Impl::allocate_kv(int64_t pages) {
+    dummy_page = pages;
+    for (auto& layer : layers) {
+        layer.k_cache = layer.v_cache = Tensor();  // free the old pool first
+        if (pages == 0) continue;
+        layer.k_cache = cuda::device_tensor({pages + 1, opt.page_size, cfg.num_kv_heads, cfg.head_dim}, DType::kBF16);
+        layer.v_cache = cuda::device_tensor({pages + 1, opt.page_size, cfg.num_kv_heads, cfg.head_dim}, DType::kBF16);
     }
-    MI_LOG_INFO("CUDA: weights {:.2f} GiB, activations {:.2f} GiB, KV cache {} pages of {} tokens ({} tokens, {:.2f} GiB)",
-                weight_bytes / 1073741824.0, activation_bytes / 1073741824.0, m.num_pages, options.page_size,
-                m.num_pages * options.page_size, double(m.num_pages) * double(page_bytes) / 1073741824.0);
-    if (!options.enforce_eager) m.capture_graphs();
+}
+
+size_t CudaModelRunner::Impl::capture_graphs(bool warm_up) {
+    const int64_t G = max_pages_per_seq;
+    return graphs->capture(
+        dummy_page, warm_up, [&](int64_t b) { plan_attention(b); },
+        [&](int64_t b) { run_layers({b, b, b, 1, graph_max_seq_len, in.graph_table, G}); }, stream.get());
+}
+
+void CudaModelRunner::Impl::plan_attention(int64_t s) {
+    if (flashinfer)
+        flashinfer->plan(std::span<const int32_t>(host_ints() + in.query_start, size_t(s + 1)),
+                         std::span<const int32_t>(host_ints() + in.seq_lens, size_t(s)), stream.get());
 }
 
 CudaModelRunner::~CudaModelRunner() = default;
@@ -208,8 +232,13 @@ Tensor CudaModelRunner::last_logits() const {
 }
 
 std::vector<SampledToken> CudaModelRunner::run(const Batch& batch, std::span<const SamplerInput> sampling) {
-    impl_->forward(batch);
-    return impl_->sample(batch, sampling);
+    Impl& m = *impl_;
+    MI_CHECK(sampling.size() == batch.logits_indices.size(), "{} sampling inputs for {} rows", sampling.size(),
+             batch.logits_indices.size());
+    m.forward(batch);
+    const int64_t n = int64_t(sampling.size());
+    Tensor logits = rows(m.logits_f32, n);
+    return m.sampler->sample(logits, rows(m.logits_bf16, n), sampling, m.stream.get());
 }
 
 void CudaModelRunner::Impl::forward(const Batch& b) {
@@ -217,126 +246,36 @@ void CudaModelRunner::Impl::forward(const Batch& b) {
     MI_CHECK(n <= opt.max_num_batched_tokens && s <= opt.max_num_seqs && b.max_pages <= max_pages_per_seq,
              "batch of {} tokens / {} seqs / {} pages exceeds the runner's buffers", n, s, b.max_pages);
     last_num_logits = num_logits;
-    if (replay_graph(b)) return;
+    if (const int64_t graph_size = graphs ? graphs->stage(b, dummy_page, stream.get()) : 0) {
+        plan_attention(graph_size);
+        graphs->launch(graph_size, stream.get());
+        return;
+    }
     // One host->device copy of everything the step reads.
-    auto* host = static_cast<int32_t*>(host_inputs->data);
+    int32_t* host = host_ints();
     std::copy(b.input_ids.begin(), b.input_ids.end(), host);
-    std::copy(b.positions.begin(), b.positions.end(), host + off_pos);
-    std::copy(b.slot_mapping.begin(), b.slot_mapping.end(), host + off_slots);
-    std::copy(b.query_start.begin(), b.query_start.end(), host + off_qstart);
-    std::copy(b.seq_lens.begin(), b.seq_lens.end(), host + off_seqlens);
-    std::copy(b.logits_indices.begin(), b.logits_indices.end(), host + off_logits_idx);
-    std::copy(b.block_table.begin(), b.block_table.end(), host + off_table);
-    MI_CUDA_CHECK(cudaMemcpyAsync(dev_inputs.raw(), host, size_t(off_table + int64_t(b.block_table.size())) * 4,
+    std::copy(b.positions.begin(), b.positions.end(), host + in.positions);
+    std::copy(b.slot_mapping.begin(), b.slot_mapping.end(), host + in.slots);
+    std::copy(b.query_start.begin(), b.query_start.end(), host + in.query_start);
+    std::copy(b.seq_lens.begin(), b.seq_lens.end(), host + in.seq_lens);
+    std::copy(b.logits_indices.begin(), b.logits_indices.end(), host + in.logits_indices);
+    std::copy(b.block_table.begin(), b.block_table.end(), host + in.table);
+    MI_CUDA_CHECK(cudaMemcpyAsync(dev_inputs.raw(), host, size_t(in.table + int64_t(b.block_table.size())) * 4,
                                   cudaMemcpyHostToDevice, stream.get()));
-    StepShape shape{n, s, num_logits, 0, 0, off_table, b.max_pages};
+    StepShape shape{n, s, num_logits, 0, 0, in.table, b.max_pages};
     for (int64_t i = 0; i < s; ++i) {
         shape.max_query_len = std::max<int64_t>(shape.max_query_len, b.query_start[size_t(i) + 1] - b.query_start[size_t(i)]);
         shape.max_seq_len = std::max<int64_t>(shape.max_seq_len, b.seq_lens[size_t(i)]);
     }
-    if (flashinfer) flashinfer->plan(b.query_start, b.seq_lens, stream.get());
+    plan_attention(s);
     run_layers(shape);
-}
-
-// A decode-only batch replays the graph of the smallest captured size that holds it. The
-// inputs go to the same device buffers the graph was captured with; padded rows decode a
-// dummy token into the reserved page.
-bool CudaModelRunner::Impl::replay_graph(const Batch& b) {
-    const int64_t s = int64_t(b.seqs.size()), G = max_pages_per_seq;
-    if (graphs.empty() || b.num_tokens() != s || int64_t(b.logits_indices.size()) != s) return false;
-    auto it = graphs.lower_bound(s);
-    if (it == graphs.end()) return false;
-    const int64_t B = it->first;
-    auto* host = static_cast<int32_t*>(host_inputs->data);
-    for (int64_t i = 0; i < B; ++i) {
-        const bool real = i < s;
-        host[i] = real ? b.input_ids[size_t(i)] : 0;
-        host[off_pos + i] = real ? b.positions[size_t(i)] : 0;
-        host[off_slots + i] = real ? b.slot_mapping[size_t(i)] : int32_t(dummy_page * opt.page_size);
-        host[off_qstart + i] = int32_t(i);
-        host[off_seqlens + i] = real ? b.seq_lens[size_t(i)] : 1;
-        host[off_logits_idx + i] = int32_t(i);
-    }
-    host[off_qstart + B] = int32_t(B);
-    std::copy(b.block_table.begin(), b.block_table.end(), host + off_table);
-    for (int64_t i = s; i < B; ++i) host[off_table + s * b.max_pages + (i - s)] = int32_t(dummy_page);
-    const cudaStream_t st = stream.get();
-    MI_CUDA_CHECK(cudaMemcpyAsync(dev_inputs.raw(), host, size_t(off_table) * 4, cudaMemcpyHostToDevice, st));
-    // Real rows: the batch's compact rows into the graph's fixed-stride table.
-    const int64_t graph_table = off_table + opt.max_num_seqs * G;
-    MI_CUDA_CHECK(cudaMemcpy2DAsync(dev_inputs.data<int32_t>() + graph_table, size_t(G) * 4, host + off_table,
-                                    size_t(b.max_pages) * 4, size_t(b.max_pages) * 4, size_t(s), cudaMemcpyHostToDevice, st));
-    // Padded rows: page 0 of their table is the dummy page.
-    if (B > s)
-        MI_CUDA_CHECK(cudaMemcpy2DAsync(dev_inputs.data<int32_t>() + graph_table + s * G, size_t(G) * 4,
-                                        host + off_table + s * b.max_pages, 4, 4, size_t(B - s), cudaMemcpyHostToDevice, st));
-    if (flashinfer)
-        flashinfer->plan(std::span<const int32_t>(host + off_qstart, size_t(B + 1)),
-                         std::span<const int32_t>(host + off_seqlens, size_t(B)), st);
-    MI_CUDA_CHECK(cudaGraphLaunch(it->second.exec, st));
-    return true;
-}
-
-void CudaModelRunner::Impl::capture_graphs() {
-    std::vector<int64_t> sizes;
-    for (int64_t b : {1, 2, 4}) sizes.push_back(b);
-    for (int64_t b = 8; b <= opt.max_num_seqs; b += b < 64 ? 8 : 16) sizes.push_back(b);
-    if (sizes.back() != opt.max_num_seqs && opt.max_num_seqs > 4) sizes.push_back(opt.max_num_seqs);
-    sizes.erase(std::remove_if(sizes.begin(), sizes.end(), [&](int64_t b) { return b > opt.max_num_seqs; }), sizes.end());
-    const int64_t G = max_pages_per_seq, graph_table = off_table + opt.max_num_seqs * G;
-    // Inputs for capture: every row a one-token sequence in the dummy page.
-    auto* host = static_cast<int32_t*>(host_inputs->data);
-    const int64_t S = opt.max_num_seqs;
-    for (int64_t i = 0; i < S; ++i) {
-        host[i] = 0;
-        host[off_pos + i] = 0;
-        host[off_slots + i] = int32_t(dummy_page * opt.page_size);
-        host[off_qstart + i] = int32_t(i);
-        host[off_seqlens + i] = 1;
-        host[off_logits_idx + i] = int32_t(i);
-    }
-    host[off_qstart + S] = int32_t(S);
-    std::fill(host + graph_table, host + graph_table + S * G, int32_t(dummy_page));
-    const cudaStream_t st = stream.get();
-    MI_CUDA_CHECK(cudaMemcpyAsync(dev_inputs.raw(), host, size_t(graph_table + S * G) * 4, cudaMemcpyHostToDevice, st));
-    size_t free_before = 0, free_after = 0, total = 0;
-    MI_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
-    for (auto b = sizes.rbegin(); b != sizes.rend(); ++b) {
-        const StepShape shape{*b, *b, *b, 1, graph_max_seq_len, graph_table, G};
-        if (flashinfer)
-            flashinfer->plan(std::span<const int32_t>(host + off_qstart, size_t(*b + 1)),
-                             std::span<const int32_t>(host + off_seqlens, size_t(*b)), st);
-        run_layers(shape);  // eager first: GEMM algorithms and kernel attributes get cached
-        stream.synchronize();
-        Graph g;
-        MI_CUDA_CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-        run_layers(shape);
-        MI_CUDA_CHECK(cudaStreamEndCapture(st, &g.graph));
-        MI_CUDA_CHECK(cudaGraphInstantiate(&g.exec, g.graph, 0));
-        graphs[*b] = g;
-    }
-    stream.synchronize();
-    MI_CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
-    const double graph_bytes = double(free_before - free_after);
-    MI_LOG_INFO("CUDA graphs: {} decode batch sizes (1 .. {}), {:.1f} MiB", graphs.size(), sizes.back(),
-                graph_bytes / 1048576.0);
-    if (graph_bytes > double(kGraphReserveBytes))
-        MI_LOG_WARN("CUDA graphs took {:.0f} MiB, more than the {} MiB set aside for them", graph_bytes / 1048576.0,
-                    kGraphReserveBytes >> 20);
-}
-
-CudaModelRunner::Impl::~Impl() {
-    for (auto& [_, g] : graphs) {
-        if (g.exec) cudaGraphExecDestroy(g.exec);
-        if (g.graph) cudaGraphDestroy(g.graph);
-    }
 }
 
 void CudaModelRunner::Impl::run_layers(const StepShape& sh) {
     const int64_t n = sh.num_tokens, s = sh.num_seqs, num_logits = sh.num_logits;
-    const Tensor ids = inputs_view(0, {n}), pos = inputs_view(off_pos, {n}), slots = inputs_view(off_slots, {n});
-    const Tensor qstart = inputs_view(off_qstart, {s + 1}), seqlens = inputs_view(off_seqlens, {s});
-    const Tensor logits_idx = inputs_view(off_logits_idx, {num_logits});
+    const Tensor ids = inputs_view(0, {n}), pos = inputs_view(in.positions, {n}), slots = inputs_view(in.slots, {n});
+    const Tensor qstart = inputs_view(in.query_start, {s + 1}), seqlens = inputs_view(in.seq_lens, {s});
+    const Tensor logits_idx = inputs_view(in.logits_indices, {num_logits});
     const Tensor table = inputs_view(sh.table_offset, {s, sh.table_stride});
     const int64_t max_query_len = sh.max_query_len, max_seq_len = sh.max_seq_len;
     const cudaStream_t st = stream.get();
@@ -374,89 +313,6 @@ void CudaModelRunner::Impl::run_layers(const StepShape& sh) {
     Tensor lb = rows(logits_bf16, num_logits), lf = rows(logits_f32, num_logits);
     gemm.run(ln, lm_head, nullptr, lb, st);
     cuda::bf16_to_f32(lb, lf, st);
-}
-
-std::vector<SampledToken> CudaModelRunner::Impl::sample(const Batch& b, std::span<const SamplerInput> in) {
-    const int64_t rows_n = int64_t(in.size()), vocab = cfg.vocab_size;
-    MI_CHECK(rows_n == int64_t(b.logits_indices.size()), "{} sampling inputs for {} rows", rows_n, b.logits_indices.size());
-    std::vector<SampledToken> out(static_cast<size_t>(rows_n));
-    if (rows_n == 0) {
-        stream.synchronize();
-        return out;
-    }
-    const cudaStream_t st = stream.get();
-    bool all_greedy = true, penalties = false, per_row_masks = false;
-    int64_t max_logprobs = 0;
-    for (const SamplerInput& r : in) {
-        const SamplingParams& p = *r.params;
-        all_greedy &= p.greedy();
-        penalties |= p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0;
-        const bool masking = int64_t(r.output_ids.size()) < p.min_tokens;
-        per_row_masks |= masking && (!p.stop_token_ids.empty() || r.eos_ids.size() > 64);
-        max_logprobs = std::max<int64_t>(max_logprobs, p.logprobs.value_or(0));
-        all_greedy &= !masking && !p.logprobs;
-    }
-    Tensor logits = rows(logits_f32, rows_n);
-    if (penalties || per_row_masks) {
-        // Rare settings: the CPU reference sampler on a host copy of the logits.
-        Tensor host = cuda::to_host(logits);  // synchronous
-        std::vector<SamplerInput> cpu(in.begin(), in.end());
-        for (int64_t i = 0; i < rows_n; ++i)
-            cpu[size_t(i)].logits = std::span<const float>(host.data<float>() + i * vocab, size_t(vocab));
-        return sample_batch(cpu);
-    }
-    auto* host = static_cast<char*>(host_outputs->data);
-    auto* tokens_h = reinterpret_cast<int32_t*>(host);
-    auto* logprobs_h = reinterpret_cast<float*>(host + 4 * rows_n);
-    auto* top_ids_h = reinterpret_cast<int32_t*>(host + 8 * rows_n);
-    auto* top_lp_h = reinterpret_cast<float*>(host + 8 * rows_n + 4 * rows_n * kMaxLogprobs);
-    Tensor tok = rows(tokens, rows_n);
-    if (all_greedy) {
-        cuda::argmax(logits, tok, st);
-    } else {
-        auto* params_h = reinterpret_cast<cuda::RowSampling*>(host + 8 * rows_n * (1 + kMaxLogprobs));
-        std::vector<int32_t> masks;
-        for (int64_t i = 0; i < rows_n; ++i) {
-            const SamplerInput& r = in[size_t(i)];
-            const SamplingParams& p = *r.params;
-            const bool masking = int64_t(r.output_ids.size()) < p.min_tokens;
-            params_h[i] = {.temperature = float(p.temperature), .top_k = int32_t(p.top_k), .top_p = float(p.top_p),
-                           .min_p = float(p.min_p), .repetition_penalty = 1.f, .presence_penalty = 0.f,
-                           .frequency_penalty = 0.f, .seed = r.seed, .step = int32_t(r.output_ids.size()),
-                           .num_logprobs = int32_t(p.logprobs.value_or(0)), .mask_eos = masking ? 1 : 0};
-            if (masking && masks.empty())
-                for (int64_t id : r.eos_ids) masks.push_back(int32_t(id));
-        }
-        Tensor params = rows(row_params, rows_n);
-        MI_CUDA_CHECK(cudaMemcpyAsync(params.raw(), params_h, size_t(rows_n) * sizeof(cuda::RowSampling),
-                                      cudaMemcpyHostToDevice, st));
-        Tensor mask = Tensor(mask_ids.raw(), DType::kI32, {int64_t(masks.size())}, Device::kCUDA);
-        if (!masks.empty())
-            MI_CUDA_CHECK(cudaMemcpyAsync(mask.raw(), masks.data(), masks.size() * 4, cudaMemcpyHostToDevice, st));
-        Tensor lp = rows(logprobs, rows_n), ti = rows(top_ids, rows_n), tl = rows(top_logprobs, rows_n);
-        if (max_logprobs > 0) {
-            ti = Tensor(top_ids.raw(), DType::kI32, {rows_n, max_logprobs}, Device::kCUDA);
-            tl = Tensor(top_logprobs.raw(), DType::kF32, {rows_n, max_logprobs}, Device::kCUDA);
-        }
-        cuda::sample(logits, params, nullptr, nullptr, mask, max_logprobs, tok, lp, max_logprobs > 0 ? &ti : nullptr,
-                     max_logprobs > 0 ? &tl : nullptr, sampling_workspace.data(), sampling_workspace.bytes(), st);
-        MI_CUDA_CHECK(cudaMemcpyAsync(logprobs_h, lp.raw(), size_t(rows_n) * 4, cudaMemcpyDeviceToHost, st));
-        if (max_logprobs > 0) {
-            MI_CUDA_CHECK(cudaMemcpyAsync(top_ids_h, ti.raw(), size_t(rows_n * max_logprobs) * 4, cudaMemcpyDeviceToHost, st));
-            MI_CUDA_CHECK(cudaMemcpyAsync(top_lp_h, tl.raw(), size_t(rows_n * max_logprobs) * 4, cudaMemcpyDeviceToHost, st));
-        }
-    }
-    MI_CUDA_CHECK(cudaMemcpyAsync(tokens_h, tok.raw(), size_t(rows_n) * 4, cudaMemcpyDeviceToHost, st));
-    stream.synchronize();
-    for (int64_t i = 0; i < rows_n; ++i) {
-        SampledToken& t = out[size_t(i)];
-        t.token = tokens_h[i];
-        if (all_greedy) continue;
-        t.logprob = logprobs_h[i];
-        for (int64_t k = 0; k < in[size_t(i)].params->logprobs.value_or(0); ++k)
-            t.top_logprobs.emplace_back(top_ids_h[i * max_logprobs + k], top_lp_h[i * max_logprobs + k]);
-    }
-    return out;
 }
 
 }  // namespace miniinfer

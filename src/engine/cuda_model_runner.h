@@ -1,13 +1,14 @@
 // CudaModelRunner: the ModelRunner on one GPU. Dense Qwen2 / Qwen3 (Qwen3-MoE comes later).
 //
 // At construction it uploads the weights as bf16, allocates every activation buffer for the
-// worst step (max_num_batched_tokens tokens, max_num_seqs sampled rows), then gives the KV
-// cache the rest of gpu_memory_utilization of the card, in pages. A step copies the Batch to
-// the GPU in one transfer, runs embedding -> N x [add&norm, QKV GEMM, q/k norm + rope + K/V
-// store, paged attention, O GEMM, add&norm, gate-up GEMM, SiLU*mul, down GEMM] -> norm of
-// the sampled rows -> lm_head -> sampling, and copies the sampled tokens back. Decode-only
-// steps replay CUDA graphs captured at start for a ladder of batch sizes (1, 2, 4, 8, 16, ...
-// every 8 up to 64, then every 16), padded up to the next captured size.
+// worst step (max_num_batched_tokens tokens, max_num_seqs sampled rows), measures the memory of
+// the decode CUDA graphs (captured once against a one-page KV pool, then destroyed; see
+// cuda_graphs.h), then gives the KV cache the rest of gpu_memory_utilization of the card, in
+// pages, and captures the graphs for real. The log line says weights / activations / graphs /
+// KV cache in MiB. A step copies the Batch to the GPU in one transfer, runs embedding -> N x
+// [add&norm, QKV GEMM, q/k norm + rope + K/V store, paged attention, O GEMM, add&norm, gate-up
+// GEMM, SiLU*mul, down GEMM] -> norm of the sampled rows -> lm_head, and samples on the GPU
+// (cuda_sampler.h: penalties and masks included). Decode-only steps replay the graphs.
 #pragma once
 
 #include <memory>
@@ -38,7 +39,8 @@ public:
     const ModelConfig& config() const override;
     int64_t num_pages() const;
     std::vector<SampledToken> run(const Batch& batch, std::span<const SamplerInput> sampling) override;
-    // The f32 logits of the last run's sampled rows, copied to the host ([rows, vocab]; tests).
+    // The f32 logits of the last run's sampled rows, copied to the host ([rows, vocab]; tests);
+    // penalised rows hold their penalised logits.
     Tensor last_logits() const;
 
 private:

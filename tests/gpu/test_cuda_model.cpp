@@ -10,6 +10,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
 #include "core/json.h"
 #include "engine/cuda_model_runner.h"
@@ -111,6 +112,111 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaModel, ::testing::Values("qwen2-tiny", "q
                              std::replace(s.begin(), s.end(), '-', '_');
                              return s;
                          });
+
+// The KV cache is sized after the CUDA graphs' memory is measured: once the runner has built
+// everything (weights, activations, graphs, KV pages), the card's used memory stays within
+// gpu_memory_utilization. When nothing is left for the KV cache, construction throws an
+// Error that gives the numbers in MiB.
+TEST(CudaRunner, StartupMemoryStaysWithinUtilization) {
+    REQUIRE_GPU();
+    ModelConfig config = ModelConfig::load(kFixtures / "qwen3-tiny");
+    ModelWeights weights = load_weights(config, kFixtures / "qwen3-tiny");
+    const double utilization = 0.2;
+    {
+        CudaModelRunner gpu(config, weights, {.page_size = 16, .max_num_seqs = 64, .max_num_batched_tokens = 512,
+                                              .max_model_len = 1024, .gpu_memory_utilization = utilization});
+        size_t free = 0, total = 0;
+        MI_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+        std::printf("[ used %.0f MiB of %.0f MiB allowed; %lld KV pages ]\n", double(total - free) / 1048576.0,
+                    utilization * double(total) / 1048576.0, (long long)gpu.num_pages());
+        EXPECT_LE(double(total - free), utilization * double(total));
+        EXPECT_GT(gpu.num_pages(), 1000);  // and it did not leave most of the budget unused
+    }
+    try {
+        CudaModelRunner gpu(config, weights, {.max_num_seqs = 64, .max_num_batched_tokens = 512,
+                                              .max_model_len = 1024, .gpu_memory_utilization = 0.0001});
+        ADD_FAILURE() << "a runner was built in 0.01% of the card";
+    } catch (const Error& e) {
+        const std::string message = e.what();
+        std::printf("[ %s ]\n", message.c_str());
+        EXPECT_NE(message.find("does not fit"), std::string::npos) << message;
+        EXPECT_NE(message.find("MiB for CUDA graphs"), std::string::npos) << message;
+    }
+}
+
+// Penalised rows are sampled on the GPU (penalty kernel, then the sampler with the raw logits
+// for logprobs) and give the CPU sampler's tokens and logprobs on the same raw logits. The same
+// batch runs twice: unpenalised first, to read the raw logits (the forward is deterministic);
+// the "generated" tokens and stop ids are then each row's raw favourite, so the penalties and
+// masks hit the tokens that decide the answer.
+TEST(CudaRunner, PenalisedRowsMatchCpuSampler) {
+    REQUIRE_GPU();
+    ModelConfig config = ModelConfig::load(kFixtures / "qwen3-tiny");
+    ModelWeights weights = load_weights(config, kFixtures / "qwen3-tiny");
+    CudaModelRunner gpu(config, weights, {.page_size = 16, .max_num_seqs = 16, .max_num_batched_tokens = 512,
+                                          .max_model_len = 256, .num_pages = 64});
+    const int64_t num_rows = 8, vocab = config.vocab_size;
+    std::vector<Request> requests(static_cast<size_t>(num_rows));
+    Batch b;
+    int32_t next_page = 0;
+    for (int64_t i = 0; i < num_rows; ++i) {
+        Request& r = requests[size_t(i)];
+        for (int64_t t = 0; t < 20 + 3 * i; ++t) r.prompt_ids.push_back(int32_t((t * 37 + i * 101) % vocab));
+        for (int k = 0; k < 3; ++k) r.pages.push_back(next_page++);  // 3 x 16 >= 41 tokens
+        b.seqs.push_back({&r, 0, int64_t(r.prompt_ids.size()), true});
+    }
+    build_batch(b, 16);
+    const std::vector<int64_t> eos = {vocab - 1};
+    std::vector<SamplingParams> plain(static_cast<size_t>(num_rows)), penalised(static_cast<size_t>(num_rows));
+    std::vector<std::vector<int32_t>> outputs(static_cast<size_t>(num_rows));
+    auto inputs_for = [&](const std::vector<SamplingParams>& params) {
+        std::vector<SamplerInput> in(static_cast<size_t>(num_rows));
+        for (size_t i = 0; i < in.size(); ++i) {
+            in[i].params = &params[i];
+            in[i].prompt_ids = requests[i].prompt_ids;
+            in[i].output_ids = outputs[i];
+            in[i].eos_ids = eos;
+            in[i].seed = 1000 + i;
+        }
+        return in;
+    };
+    for (SamplingParams& p : plain) p.temperature = 0;
+    std::vector<SamplerInput> raw_inputs = inputs_for(plain);
+    gpu.run(b, raw_inputs);
+    const Tensor raw = gpu.last_logits();  // [num_rows, vocab]
+    for (int64_t i = 0; i < num_rows; ++i) {
+        const float* row = raw.data<float>() + i * vocab;
+        const int32_t top = int32_t(std::max_element(row, row + vocab) - row);
+        outputs[size_t(i)] = {top, top, top, int32_t((top + 1) % vocab)};
+        SamplingParams& p = penalised[size_t(i)];
+        p.temperature = i % 2 ? 0.8 : 0.0;
+        p.repetition_penalty = i % 3 == 0 ? 4.0 : 1.0;
+        p.frequency_penalty = i % 4 == 1 ? 2.0 : 0.0;
+        p.presence_penalty = i % 4 == 2 ? 2.0 : 0.0;
+        if (i >= 6) p.min_tokens = 100, p.stop_token_ids = {top};  // masks EOS and the favourite
+        if (i % 3 == 1) p.logprobs = 4;
+    }
+    std::vector<SamplerInput> inputs = inputs_for(penalised);
+    const std::vector<SampledToken> got = gpu.run(b, inputs);
+    raw_inputs = inputs_for(plain);  // the same outputs, unpenalised: what the raw logits give
+    int64_t changed_by_penalties = 0;
+    for (int64_t i = 0; i < num_rows; ++i) {
+        inputs[size_t(i)].logits = std::span<const float>(raw.data<float>() + i * vocab, size_t(vocab));
+        raw_inputs[size_t(i)].logits = inputs[size_t(i)].logits;
+        const SampledToken want = sample(inputs[size_t(i)]);
+        changed_by_penalties += want.token != sample(raw_inputs[size_t(i)]).token;
+        EXPECT_EQ(got[size_t(i)].token, want.token) << "row " << i;
+        EXPECT_NEAR(got[size_t(i)].logprob, want.logprob, 1e-4) << "row " << i;
+        ASSERT_EQ(got[size_t(i)].top_logprobs.size(), want.top_logprobs.size()) << "row " << i;
+        for (size_t k = 0; k < want.top_logprobs.size(); ++k) {
+            EXPECT_EQ(got[size_t(i)].top_logprobs[k].first, want.top_logprobs[k].first) << "row " << i;
+            EXPECT_NEAR(got[size_t(i)].top_logprobs[k].second, want.top_logprobs[k].second, 1e-4) << "row " << i;
+        }
+    }
+    std::printf("[ penalties changed %lld of %lld tokens ]\n", (long long)changed_by_penalties, (long long)num_rows);
+    // Row 6 is greedy with its favourite masked: its token must change, whatever the model.
+    EXPECT_GT(changed_by_penalties, 0) << "the test's penalties changed no token";
+}
 
 // The engine end to end on the GPU: text in, greedy tokens out, compared with Hugging Face.
 TEST(CudaEngine, DemoGreedyAgreesWithHuggingFace) {

@@ -1,4 +1,7 @@
-// The CUDA sampler against the CPU reference sampler (layers/sampler.h) on random rows.
+// The CUDA sampler against the CPU reference sampler (layers/sampler.h) on random rows, through
+// the runner's CudaSampler (engine/cuda_sampler.h): penalties and min_tokens masks applied in
+// place by the penalty kernel, then the sampling kernel with the raw logits (f32, or bf16 as the
+// runner passes them) for the logprobs. No row goes to the CPU.
 //
 // Tolerances: tokens equal for >= 99.5% of rows; a row may differ only where the CPU's and the
 // GPU's floating-point sums (different order, relative 1e-16) fall on opposite sides of a top_p
@@ -18,6 +21,7 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
+#include "engine/cuda_sampler.h"
 #include "kernels/cuda/sampling.h"
 #include "layers/sampler.h"
 
@@ -27,8 +31,6 @@ using namespace miniinfer;
     if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible: GPU test skipped"
 
 namespace {
-
-constexpr int64_t kMaxLogprobs = 5;
 
 template <typename T>
 T pick(std::mt19937& rng, std::initializer_list<T> options) {
@@ -51,11 +53,12 @@ struct Batch {
     std::vector<int64_t> eos_ids;   // EOS for every row
     std::vector<int64_t> stop_ids;  // every row's stop_token_ids
     bool penalties = false;
+    bool bf16_raw = false;  // logits are bf16 values; the raw logits go to the sampler as bf16
 };
 
-Batch random_batch(int64_t rows, int64_t vocab, bool penalties, std::mt19937& rng) {
+Batch random_batch(int64_t rows, int64_t vocab, bool penalties, bool bf16_raw, std::mt19937& rng) {
     Batch b;
-    b.rows = rows, b.vocab = vocab, b.penalties = penalties;
+    b.rows = rows, b.vocab = vocab, b.penalties = penalties, b.bf16_raw = bf16_raw;
     b.logits.resize(size_t(rows * vocab));
     b.eos_ids = {vocab - 1};
     if (vocab > 2) b.stop_ids = {vocab / 2};
@@ -101,25 +104,10 @@ Batch random_batch(int64_t rows, int64_t vocab, bool penalties, std::mt19937& rn
         }
         p.stop_token_ids = b.stop_ids;
         b.requests.push_back(std::move(row));
+        if (bf16_raw)
+            for (int64_t i = 0; i < vocab; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i]));
     }
     return b;
-}
-
-cuda::RowSampling to_row_sampling(const Row& row) {
-    const SamplingParams& p = row.params;
-    cuda::RowSampling r{};
-    r.temperature = float(p.temperature);
-    r.top_k = int32_t(p.top_k);
-    r.top_p = float(p.top_p);
-    r.min_p = float(p.min_p);
-    r.repetition_penalty = float(p.repetition_penalty);
-    r.presence_penalty = float(p.presence_penalty);
-    r.frequency_penalty = float(p.frequency_penalty);
-    r.seed = row.seed;
-    r.step = int32_t(row.output.size());
-    r.num_logprobs = int32_t(p.logprobs.value_or(0));
-    r.mask_eos = int64_t(row.output.size()) < p.min_tokens;
-    return r;
 }
 
 Tensor host_tensor(const void* data, Shape shape, DType dtype) {
@@ -128,63 +116,7 @@ Tensor host_tensor(const void* data, Shape shape, DType dtype) {
     return t;
 }
 
-struct GpuResult {
-    std::vector<int32_t> tokens, top_ids;
-    std::vector<float> logprobs, top_logprobs;
-};
-
-GpuResult run_gpu(const Batch& b) {
-    const int64_t rows = b.rows, vocab = b.vocab;
-    Tensor logits = cuda::to_device(host_tensor(b.logits.data(), {rows, vocab}, DType::kF32));
-    std::vector<cuda::RowSampling> params;
-    for (const Row& row : b.requests) params.push_back(to_row_sampling(row));
-    Tensor d_params = cuda::to_device(
-        host_tensor(params.data(), {rows, int64_t(sizeof(cuda::RowSampling))}, DType::kU8));
-    Tensor counts, prompt_mask;
-    if (b.penalties) {
-        std::vector<int32_t> c(size_t(rows * vocab), 0);
-        std::vector<uint8_t> m(size_t(rows * vocab), 0);
-        for (int64_t r = 0; r < rows; ++r) {
-            for (int32_t id : b.requests[r].output) ++c[size_t(r * vocab + id)];
-            for (int32_t id : b.requests[r].prompt) m[size_t(r * vocab + id)] = 1;
-        }
-        counts = cuda::to_device(host_tensor(c.data(), {rows, vocab}, DType::kI32));
-        prompt_mask = cuda::to_device(host_tensor(m.data(), {rows, vocab}, DType::kU8));
-    }
-    std::vector<int32_t> mask;
-    for (int64_t id : b.eos_ids) mask.push_back(int32_t(id));
-    for (int64_t id : b.stop_ids) mask.push_back(int32_t(id));
-    Tensor mask_ids =
-        cuda::to_device(host_tensor(mask.data(), {int64_t(mask.size())}, DType::kI32));
-    Tensor tokens = cuda::device_tensor({rows}, DType::kI32);
-    Tensor logprobs = cuda::device_tensor({rows}, DType::kF32);
-    Tensor top_ids = cuda::device_tensor({rows, kMaxLogprobs}, DType::kI32);
-    Tensor top_logprobs = cuda::device_tensor({rows, kMaxLogprobs}, DType::kF32);
-    const size_t ws_bytes = cuda::sampling_workspace_bytes(rows, vocab);
-    cuda::DeviceBuffer workspace(ws_bytes);
-    cuda::sample(logits, d_params, b.penalties ? &counts : nullptr,
-                 b.penalties ? &prompt_mask : nullptr, mask_ids, kMaxLogprobs, tokens, logprobs,
-                 &top_ids, &top_logprobs, workspace.data(), ws_bytes, nullptr);
-    MI_CUDA_CHECK(cudaDeviceSynchronize());
-    GpuResult out;
-    auto fetch = [](const Tensor& d, auto& v) {
-        Tensor h = cuda::to_host(d);
-        using T = typename std::decay_t<decltype(v)>::value_type;
-        v.assign(h.data<T>(), h.data<T>() + h.numel());
-    };
-    fetch(tokens, out.tokens);
-    fetch(logprobs, out.logprobs);
-    fetch(top_ids, out.top_ids);
-    fetch(top_logprobs, out.top_logprobs);
-    return out;
-}
-
-struct Tally {
-    int64_t rows = 0, mismatches = 0;
-};
-
-void compare(const Batch& b, Tally& tally) {
-    const GpuResult gpu = run_gpu(b);
+std::vector<SamplerInput> sampler_inputs(const Batch& b) {
     std::vector<SamplerInput> inputs;
     for (int64_t r = 0; r < b.rows; ++r) {
         const Row& row = b.requests[r];
@@ -197,11 +129,38 @@ void compare(const Batch& b, Tally& tally) {
         in.seed = row.seed;
         inputs.push_back(in);
     }
+    return inputs;
+}
+
+std::vector<SampledToken> run_gpu(const Batch& b, std::span<const SamplerInput> inputs) {
+    const int64_t rows = b.rows, vocab = b.vocab;
+    Tensor logits = cuda::to_device(host_tensor(b.logits.data(), {rows, vocab}, DType::kF32));
+    Tensor raw;
+    if (b.bf16_raw) {
+        std::vector<uint16_t> bits(b.logits.size());
+        for (size_t i = 0; i < bits.size(); ++i) bits[i] = f32_to_bf16(b.logits[i]);  // exact
+        raw = cuda::to_device(host_tensor(bits.data(), {rows, vocab}, DType::kBF16));
+    } else {
+        raw = cuda::to_device(host_tensor(b.logits.data(), {rows, vocab}, DType::kF32));
+    }
+    // max_model_len 1: the token-list upload is sized for almost nothing and must grow.
+    CudaSampler sampler(rows, vocab, /*max_model_len=*/1);
+    cuda::Stream stream;
+    return sampler.sample(logits, raw, inputs, stream.get());
+}
+struct Tally {
+    int64_t rows = 0, mismatches = 0;
+};
+
+void compare(const Batch& b, Tally& tally) {
+    const std::vector<SamplerInput> inputs = sampler_inputs(b);
+    const std::vector<SampledToken> gpu = run_gpu(b, inputs);
     const std::vector<SampledToken> cpu = sample_batch(inputs);
+    ASSERT_EQ(gpu.size(), cpu.size());
     for (int64_t r = 0; r < b.rows; ++r) {
         const SamplingParams& p = b.requests[r].params;
         ++tally.rows;
-        const int32_t want = cpu[r].token, got = gpu.tokens[r];
+        const int32_t want = cpu[r].token, got = gpu[r].token;
         if (got != want) {
             ++tally.mismatches;
             const std::vector<double> dist = sampling_distribution(inputs[r]);
@@ -214,17 +173,21 @@ void compare(const Batch& b, Tally& tally) {
                 (long long)p.top_k, p.top_p, p.min_p);
             continue;
         }
-        EXPECT_NEAR(gpu.logprobs[r], cpu[r].logprob, 1e-4) << "vocab " << b.vocab << " row " << r;
+        // All greedy rows without logprobs: the argmax path, which reports no logprobs.
+        const bool argmax_path =
+            std::all_of(b.requests.begin(), b.requests.end(),
+                        [](const Row& row) { return row.params.greedy() && !row.params.logprobs; });
+        if (!argmax_path) {
+            EXPECT_NEAR(gpu[r].logprob, cpu[r].logprob, 1e-4)
+                << "vocab " << b.vocab << " row " << r;
+        }
         const int64_t n = std::min<int64_t>(p.logprobs.value_or(0), b.vocab);
         ASSERT_EQ(int64_t(cpu[r].top_logprobs.size()), n);
-        for (int64_t j = 0; j < kMaxLogprobs; ++j) {
-            const size_t at = size_t(r * kMaxLogprobs + j);
-            if (j >= n) {
-                EXPECT_EQ(gpu.top_ids[at], -1) << "row " << r << " j " << j;
-                continue;
-            }
-            EXPECT_EQ(gpu.top_ids[at], cpu[r].top_logprobs[j].first) << "row " << r << " j " << j;
-            EXPECT_NEAR(gpu.top_logprobs[at], cpu[r].top_logprobs[j].second, 1e-4)
+        ASSERT_EQ(int64_t(gpu[r].top_logprobs.size()), n) << "row " << r;
+        for (int64_t j = 0; j < n; ++j) {
+            EXPECT_EQ(gpu[r].top_logprobs[j].first, cpu[r].top_logprobs[j].first)
+                << "row " << r << " j " << j;
+            EXPECT_NEAR(gpu[r].top_logprobs[j].second, cpu[r].top_logprobs[j].second, 1e-4)
                 << "row " << r << " j " << j;
         }
     }
@@ -283,12 +246,14 @@ TEST(CudaSampling, SampleMatchesCpu) {
     for (Shape2 shape :
          {Shape2{64, 7}, Shape2{256, 1000}, Shape2{1, 151936}, Shape2{256, 151936}}) {
         for (bool penalties : {false, true}) {
-            const Batch b = random_batch(shape.rows, shape.vocab, penalties, rng);
-            const int64_t before = tally.mismatches;
-            compare(b, tally);
-            std::printf("rows %lld vocab %lld penalties %d: %lld mismatches\n",
-                        (long long)shape.rows, (long long)shape.vocab, int(penalties),
-                        (long long)(tally.mismatches - before));
+            for (bool bf16_raw : {false, true}) {
+                const Batch b = random_batch(shape.rows, shape.vocab, penalties, bf16_raw, rng);
+                const int64_t before = tally.mismatches;
+                compare(b, tally);
+                std::printf("rows %lld vocab %lld penalties %d bf16 raw %d: %lld mismatches\n",
+                            (long long)shape.rows, (long long)shape.vocab, int(penalties),
+                            int(bf16_raw), (long long)(tally.mismatches - before));
+            }
         }
     }
     std::printf("tokens equal on %lld of %lld rows\n", (long long)(tally.rows - tally.mismatches),
@@ -307,17 +272,16 @@ TEST(CudaSampling, StepTime) {
     Tensor logits = cuda::to_device(host_tensor(x.data(), {rows, vocab}, DType::kF32));
     Tensor tokens = cuda::device_tensor({rows}, DType::kI32);
     Tensor logprobs = cuda::device_tensor({rows}, DType::kF32);
-    Tensor mask_ids;
     std::vector<cuda::RowSampling> params(static_cast<size_t>(rows));
     auto run = [&](float temperature, float top_p, int32_t top_k = 0) {
         for (size_t r = 0; r < params.size(); ++r)
-            params[r] = {temperature, top_k, top_p, 0.f, 1.f, 0.f, 0.f, r, 3, 0, 0};
+            params[r] = {temperature, top_k, top_p, 0.f, r, 3, 0, 0};
         Tensor d_params = cuda::to_device(
             host_tensor(params.data(), {rows, int64_t(sizeof(cuda::RowSampling))}, DType::kU8));
         return time_ms(
             [&] {
-                cuda::sample(logits, d_params, nullptr, nullptr, mask_ids, 0, tokens, logprobs,
-                             nullptr, nullptr, nullptr, 0, nullptr);
+                cuda::sample(logits, d_params, nullptr, 0, tokens, logprobs, nullptr, nullptr,
+                             nullptr, 0, nullptr);
             },
             20);
     };

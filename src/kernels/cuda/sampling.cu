@@ -12,9 +12,11 @@
 // order of floating-point sums (relative 1e-16) at a top_p or draw boundary.
 //
 // The row stays in global memory (151,936 floats do not fit in shared memory) and each pass
-// re-reads it; penalties and masking are recomputed per read rather than stored, so the raw
-// logits survive for the logprobs (only masked ids are overwritten, after the raw passes).
+// re-reads it. Penalised rows arrive penalised (penalties.cu); their logprobs come from the
+// raw logits, which the runner still holds in bf16.
 #include "kernels/cuda/sampling.h"
+
+#include <cuda_bf16.h>
 
 #include <climits>
 #include <cstdint>
@@ -396,13 +398,11 @@ __device__ int draw(int vocab, const Load& load, const Kept& kept, const Weight&
 }
 
 struct SampleArgs {
-    float* logits;  // [rows, vocab]
+    const float* logits;  // [rows, vocab]
     int vocab;
-    const RowSampling* params;   // [rows]
-    const int32_t* counts;       // [rows, vocab] or null
-    const uint8_t* prompt_mask;  // [rows, vocab] or null
-    const int32_t* mask_ids;     // [num_mask_ids]
-    int num_mask_ids;
+    const RowSampling* params;  // [rows]
+    const void* raw_logits;     // [rows, vocab] bf16 or f32, or null
+    bool raw_bf16;
     int max_logprobs;
     int32_t* tokens;      // [rows]
     float* logprobs;      // [rows]
@@ -411,10 +411,10 @@ struct SampleArgs {
 };
 
 // The row's num_top best raw logprobs, best first, ties by lower id.
-__device__ void write_top_logprobs(const SampleArgs& a, const float* raw, int64_t row, int num_top,
+template <typename Load>
+__device__ void write_top_logprobs(const SampleArgs& a, const Load& load, int64_t row, int num_top,
                                    LogSoftmax log_softmax, Scratch& s) {
     const int vocab = a.vocab;
-    const auto load = [raw](int i) { return raw[i]; };
     const auto all = [](int, uint32_t) { return true; };
     const auto no_weight = [](float) { return 0.0; };
     const Cut cut = select_cut<false>(vocab, load, all, no_weight, uint32_t(num_top), 0.0, s);
@@ -446,16 +446,25 @@ __global__ void __launch_bounds__(kThreads, 2) sample_kernel(SampleArgs a) {
     const int64_t row = blockIdx.x;
     const int vocab = a.vocab;
     const RowSampling p = a.params[row];
-    float* raw = a.logits + row * vocab;  // plain loads: masked ids are rewritten below
+    const float* x_row = a.logits + row * vocab;
+    const auto load = [x_row](int i) { return __ldg(x_row + i); };
+    // The raw logits of a penalised row are elsewhere; otherwise they are `logits` itself.
+    const bool separate_raw = p.penalised && a.raw_logits != nullptr;
+    const float* raw_f32 =
+        separate_raw ? static_cast<const float*>(a.raw_logits) + row * vocab : nullptr;
+    const __nv_bfloat16* raw_bf16 =
+        separate_raw ? static_cast<const __nv_bfloat16*>(a.raw_logits) + row * vocab : nullptr;
+    const auto raw = [=](int i) {
+        if (!separate_raw) return __ldg(x_row + i);
+        return a.raw_bf16 ? __bfloat162float(raw_bf16[i]) : __ldg(raw_f32 + i);
+    };
 
-    // Raw logits: log-softmax normaliser and argmax (the greedy token when nothing changes them).
+    // Raw logits: log-softmax normaliser and argmax (the greedy token when they are unpenalised).
     ArgMax best = {neg_inf(), INT_MAX};
     LogSumExp lse = {neg_inf(), 0.f};
-    for_each(
-        vocab, [raw](int i) { return raw[i]; },
-        [&](int i, bool valid, float x) {
-            if (valid) best.update(x, i), lse.update(x);
-        });
+    for_each(vocab, raw, [&](int i, bool valid, float x) {
+        if (valid) best.update(x, i), lse.update(x);
+    });
     best = block_combine(best, s.argmax_slots);
     lse = block_combine(lse, s.lse_slots);
     const LogSoftmax log_softmax = {lse.m, logf(lse.s)};
@@ -469,29 +478,7 @@ __global__ void __launch_bounds__(kThreads, 2) sample_kernel(SampleArgs a) {
         if (num_top > 0) write_top_logprobs(a, raw, row, num_top, log_softmax, s);
     }
 
-    // min_tokens masking, stored; then penalties, recomputed on every read.
-    if (p.mask_eos) {
-        __syncthreads();  // every raw read above is done
-        for (int j = threadIdx.x; j < a.num_mask_ids; j += kThreads) raw[a.mask_ids[j]] = neg_inf();
-        __syncthreads();
-    }
-    const bool penalised =
-        a.counts != nullptr &&
-        (p.repetition_penalty != 1.f || p.frequency_penalty != 0.f || p.presence_penalty != 0.f);
-    const int32_t* counts = penalised ? a.counts + row * vocab : nullptr;
-    const uint8_t* prompt = penalised ? a.prompt_mask + row * vocab : nullptr;
-    const auto load = [=](int i) {
-        float x = raw[i];
-        if (counts != nullptr) {
-            const int c = counts[i];
-            if (p.repetition_penalty != 1.f && (c > 0 || prompt[i] != 0))
-                x = x > 0.f ? x / p.repetition_penalty : x * p.repetition_penalty;
-            if (c > 0)  // the CPU's double arithmetic, rounded once to float
-                x -= float(double(p.frequency_penalty) * c + double(p.presence_penalty));
-        }
-        return x;
-    };
-    if (penalised || p.mask_eos) {
+    if (separate_raw) {  // the penalised row's own maximum
         best = {neg_inf(), INT_MAX};
         for_each(vocab, load, [&](int i, bool valid, float x) {
             if (valid) best.update(x, i);
@@ -539,7 +526,7 @@ __global__ void __launch_bounds__(kThreads, 2) sample_kernel(SampleArgs a) {
     }
     if (threadIdx.x == 0) {
         a.tokens[row] = token;
-        a.logprobs[row] = log_softmax(raw[token]);  // a sampled token is never a masked one
+        a.logprobs[row] = log_softmax(raw(token));
     }
 }
 
@@ -567,10 +554,9 @@ size_t sampling_workspace_bytes(int64_t, int64_t) {
     return 0;
 }
 
-void sample(Tensor& logits, const Tensor& rows_params, const Tensor* counts,
-            const Tensor* prompt_mask, const Tensor& mask_ids, int64_t max_logprobs, Tensor& tokens,
-            Tensor& logprobs, Tensor* top_ids, Tensor* top_logprobs, void* workspace,
-            size_t workspace_bytes, cudaStream_t stream) {
+void sample(const Tensor& logits, const Tensor& rows_params, const Tensor* raw_logits,
+            int64_t max_logprobs, Tensor& tokens, Tensor& logprobs, Tensor* top_ids,
+            Tensor* top_logprobs, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
     (void)workspace;
     MI_LAUNCH_CHECK(is_cuda(logits, DType::kF32) && logits.ndim() == 2,
                     "sample: logits must be a contiguous [rows, vocab] f32 CUDA tensor");
@@ -581,17 +567,10 @@ void sample(Tensor& logits, const Tensor& rows_params, const Tensor* counts,
     MI_LAUNCH_CHECK(rows_params.device() == Device::kCUDA && rows_params.is_contiguous() &&
                         rows_params.nbytes() == size_t(rows) * sizeof(RowSampling),
                     "sample: rows_params must hold rows RowSampling structs on the GPU");
-    MI_LAUNCH_CHECK((counts == nullptr) == (prompt_mask == nullptr),
-                    "sample: counts and prompt_mask come together");
-    if (counts) {
-        MI_LAUNCH_CHECK(is_cuda(*counts, DType::kI32) && counts->shape() == logits.shape(),
-                        "sample: counts must be [rows, vocab] i32 CUDA");
-        MI_LAUNCH_CHECK(is_cuda(*prompt_mask, DType::kU8) && prompt_mask->shape() == logits.shape(),
-                        "sample: prompt_mask must be [rows, vocab] u8 CUDA");
-    }
-    const int64_t num_mask_ids = mask_ids.defined() ? mask_ids.numel() : 0;
-    MI_LAUNCH_CHECK(num_mask_ids == 0 || (is_cuda(mask_ids, DType::kI32) && mask_ids.ndim() == 1),
-                    "sample: mask_ids must be [n] i32 CUDA");
+    if (raw_logits)
+        MI_LAUNCH_CHECK((is_cuda(*raw_logits, DType::kBF16) || is_cuda(*raw_logits, DType::kF32)) &&
+                            raw_logits->shape() == logits.shape(),
+                        "sample: raw_logits must be [rows, vocab] bf16 or f32 CUDA");
     MI_LAUNCH_CHECK(is_cuda(tokens, DType::kI32) && tokens.numel() == rows,
                     "sample: tokens must be [rows] i32 CUDA");
     MI_LAUNCH_CHECK(is_cuda(logprobs, DType::kF32) && logprobs.numel() == rows,
@@ -611,10 +590,8 @@ void sample(Tensor& logits, const Tensor& rows_params, const Tensor* counts,
         logits.data<float>(),
         int(vocab),
         static_cast<const RowSampling*>(rows_params.raw()),
-        counts ? counts->data<int32_t>() : nullptr,
-        prompt_mask ? prompt_mask->data<uint8_t>() : nullptr,
-        num_mask_ids > 0 ? mask_ids.data<int32_t>() : nullptr,
-        int(num_mask_ids),
+        raw_logits ? raw_logits->raw() : nullptr,
+        raw_logits && raw_logits->dtype() == DType::kBF16,
         int(max_logprobs),
         tokens.data<int32_t>(),
         logprobs.data<float>(),

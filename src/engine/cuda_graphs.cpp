@@ -1,0 +1,126 @@
+#include "engine/cuda_graphs.h"
+
+#include <algorithm>
+
+#include "core/cuda/cuda_check.h"
+
+namespace miniinfer {
+
+DecodeGraphs::DecodeGraphs(StepInputLayout layout, int64_t max_num_seqs, int64_t page_size,
+                           int32_t* host_inputs, int32_t* device_inputs)
+    : layout_(layout),
+      max_num_seqs_(max_num_seqs),
+      page_size_(page_size),
+      host_(host_inputs),
+      device_(device_inputs) {
+    for (int64_t b : {1, 2, 4}) sizes_.push_back(b);
+    for (int64_t b = 8; b <= max_num_seqs; b += b < 64 ? 8 : 16) sizes_.push_back(b);
+    if (sizes_.back() != max_num_seqs && max_num_seqs > 4) sizes_.push_back(max_num_seqs);
+    std::erase_if(sizes_, [&](int64_t b) { return b > max_num_seqs; });
+}
+
+DecodeGraphs::~DecodeGraphs() {
+    destroy();
+}
+
+void DecodeGraphs::destroy() {
+    for (auto& [_, g] : graphs_) {
+        if (g.exec) cudaGraphExecDestroy(g.exec);
+        if (g.graph) cudaGraphDestroy(g.graph);
+    }
+    graphs_.clear();
+}
+
+size_t DecodeGraphs::clear() {
+    size_t free_before = 0, free_after = 0, total = 0;
+    MI_CUDA_CHECK(cudaDeviceSynchronize());
+    MI_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
+    destroy();
+    MI_CUDA_CHECK(cudaDeviceSynchronize());
+    MI_CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
+    return free_after > free_before ? free_after - free_before : 0;
+}
+
+size_t DecodeGraphs::capture(int64_t dummy_page, bool warm_up,
+                             const std::function<void(int64_t)>& plan,
+                             const std::function<void(int64_t)>& step, cudaStream_t stream) {
+    destroy();
+    const StepInputLayout& L = layout_;
+    const int64_t S = max_num_seqs_, G = L.max_pages_per_seq;
+    int32_t* host = host_;
+    for (int64_t i = 0; i < S; ++i) {
+        host[i] = 0;
+        host[L.positions + i] = 0;
+        host[L.slots + i] = int32_t(dummy_page * page_size_);
+        host[L.query_start + i] = int32_t(i);
+        host[L.seq_lens + i] = 1;
+        host[L.logits_indices + i] = int32_t(i);
+    }
+    host[L.query_start + S] = int32_t(S);
+    std::fill(host + L.graph_table, host + L.graph_table + S * G, int32_t(dummy_page));
+    MI_CUDA_CHECK(cudaMemcpyAsync(device_, host, size_t(L.graph_table + S * G) * 4,
+                                  cudaMemcpyHostToDevice, stream));
+    if (warm_up)
+        for (int64_t b : sizes_) {
+            plan(b);
+            step(b);
+        }
+    MI_CUDA_CHECK(cudaStreamSynchronize(stream));
+    size_t free_before = 0, free_after = 0, total = 0;
+    MI_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
+    for (auto b = sizes_.rbegin(); b != sizes_.rend(); ++b) {
+        plan(*b);
+        Graph& g = graphs_[*b];
+        MI_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        step(*b);
+        MI_CUDA_CHECK(cudaStreamEndCapture(stream, &g.graph));
+        MI_CUDA_CHECK(cudaGraphInstantiate(&g.exec, g.graph, 0));
+        // Upload now, so the memory a first replay would take is here and measured.
+        MI_CUDA_CHECK(cudaGraphUpload(g.exec, stream));
+    }
+    MI_CUDA_CHECK(cudaStreamSynchronize(stream));
+    MI_CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
+    return free_before > free_after ? free_before - free_after : 0;
+}
+
+int64_t DecodeGraphs::stage(const Batch& b, int64_t dummy_page, cudaStream_t stream) {
+    const int64_t s = int64_t(b.seqs.size()), G = layout_.max_pages_per_seq;
+    if (graphs_.empty() || b.num_tokens() != s || int64_t(b.logits_indices.size()) != s) return 0;
+    auto it = graphs_.lower_bound(s);
+    if (it == graphs_.end()) return 0;
+    const int64_t B = it->first;
+    const StepInputLayout& L = layout_;
+    int32_t* host = host_;
+    for (int64_t i = 0; i < B; ++i) {
+        const bool real = i < s;
+        host[i] = real ? b.input_ids[size_t(i)] : 0;
+        host[L.positions + i] = real ? b.positions[size_t(i)] : 0;
+        host[L.slots + i] = real ? b.slot_mapping[size_t(i)] : int32_t(dummy_page * page_size_);
+        host[L.query_start + i] = int32_t(i);
+        host[L.seq_lens + i] = real ? b.seq_lens[size_t(i)] : 1;
+        host[L.logits_indices + i] = int32_t(i);
+    }
+    host[L.query_start + B] = int32_t(B);
+    // The compact table goes to the eager table's place in the host buffer, the padded rows'
+    // single page after it; both land at the graphs' fixed stride on the device.
+    std::copy(b.block_table.begin(), b.block_table.end(), host + L.table);
+    for (int64_t i = s; i < B; ++i) host[L.table + s * b.max_pages + (i - s)] = int32_t(dummy_page);
+    MI_CUDA_CHECK(
+        cudaMemcpyAsync(device_, host, size_t(L.table) * 4, cudaMemcpyHostToDevice, stream));
+    MI_CUDA_CHECK(cudaMemcpy2DAsync(device_ + L.graph_table, size_t(G) * 4, host + L.table,
+                                    size_t(b.max_pages) * 4, size_t(b.max_pages) * 4, size_t(s),
+                                    cudaMemcpyHostToDevice, stream));
+    if (B > s)
+        MI_CUDA_CHECK(cudaMemcpy2DAsync(device_ + L.graph_table + s * G, size_t(G) * 4,
+                                        host + L.table + s * b.max_pages, 4, 4, size_t(B - s),
+                                        cudaMemcpyHostToDevice, stream));
+    return B;
+}
+
+void DecodeGraphs::launch(int64_t batch_size, cudaStream_t stream) const {
+    auto it = graphs_.find(batch_size);
+    MI_CHECK(it != graphs_.end(), "no CUDA graph for batch size {}", batch_size);
+    MI_CUDA_CHECK(cudaGraphLaunch(it->second.exec, stream));
+}
+
+}  // namespace miniinfer

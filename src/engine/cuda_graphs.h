@@ -1,0 +1,84 @@
+// DecodeGraphs: the CUDA runner's decode steps as CUDA graphs, one per batch size of a ladder
+// (1, 2, 4, 8, 16, ... every 8 up to 64, then every 16, and max_num_seqs), replayed with
+// padding up to the next captured size.
+//
+// A graph bakes in the addresses it was captured with, so every step writes its inputs to the
+// same places: the runner's one i32 input buffer (pinned host staging, copied to the device),
+// at the offsets of StepInputLayout. Padded rows decode one token of a one-token sequence in a
+// reserved dummy KV page, so they touch no real request's K/V; the graphs read the block table
+// at a fixed stride (max_pages_per_seq) in their own region of the buffer.
+//
+// The memory the graphs hold does not depend on the KV pool's size, so the runner captures the
+// ladder once against a minimal pool, measures it (capture() returns the bytes), clear()s it
+// (which says how much of it the device got back), sizes the KV cache with what the real
+// capture will need, and captures again for real.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <vector>
+
+#include "scheduler/batch.h"
+
+namespace miniinfer {
+
+// Offsets (in int32s) of the step inputs in the runner's input buffer; the token ids are at 0.
+struct StepInputLayout {
+    int64_t positions = 0, slots = 0, query_start = 0, seq_lens = 0, logits_indices = 0;
+    int64_t table = 0;        // eager steps' block table, at the batch's own stride
+    int64_t graph_table = 0;  // the graphs' block table: [max_num_seqs, max_pages_per_seq]
+    int64_t max_pages_per_seq = 0;
+};
+
+class DecodeGraphs {
+  public:
+    // Nothing is captured yet. host/device: the runner's input buffer (pinned host, device),
+    // which it keeps alive and which must be graph_table + max_num_seqs * max_pages_per_seq
+    // ints long.
+    DecodeGraphs(StepInputLayout layout, int64_t max_num_seqs, int64_t page_size,
+                 int32_t* host_inputs, int32_t* device_inputs);
+    ~DecodeGraphs();
+    DecodeGraphs(const DecodeGraphs&) = delete;
+    DecodeGraphs& operator=(const DecodeGraphs&) = delete;
+
+    const std::vector<int64_t>& batch_sizes() const { return sizes_; }
+    bool empty() const { return graphs_.empty(); }
+
+    // Captures one graph per batch size, largest first. Every row's inputs become a one-token
+    // sequence in dummy_page. For each size B: plan(B) does the host work the step needs
+    // (outside the capture), step(B) launches the step's kernels on `stream` (captured; it must
+    // not allocate or sync). With warm_up, every step first runs eagerly once (GEMM algorithms,
+    // kernel attributes and lazily loaded modules are set up outside the measurement).
+    // Returns the device memory the instantiated, uploaded graphs hold, in bytes
+    // (cudaMemGetInfo before / after, synchronised). Replaces any earlier graphs.
+    size_t capture(int64_t dummy_page, bool warm_up, const std::function<void(int64_t)>& plan,
+                   const std::function<void(int64_t)>& step, cudaStream_t stream);
+    // Destroys every graph. Returns the device memory that came back (cudaMemGetInfo after /
+    // before; the driver may keep some of it for the next graphs, which then reuse it).
+    size_t clear();
+
+    // For a decode-only batch that fits the ladder: writes its inputs, padded to the smallest
+    // captured size B >= its size, to the host buffer and copies them to the device on
+    // `stream`; returns B. Returns 0 (writing nothing) for any other batch.
+    int64_t stage(const Batch& b, int64_t dummy_page, cudaStream_t stream);
+    // Replays the graph of size B (one stage() returned) on `stream`.
+    void launch(int64_t batch_size, cudaStream_t stream) const;
+
+  private:
+    struct Graph {
+        cudaGraph_t graph = nullptr;
+        cudaGraphExec_t exec = nullptr;
+    };
+    void destroy();
+    StepInputLayout layout_;
+    int64_t max_num_seqs_, page_size_;
+    int32_t* host_;
+    int32_t* device_;
+    std::vector<int64_t> sizes_;
+    std::map<int64_t, Graph> graphs_;  // batch size -> graph
+};
+
+}  // namespace miniinfer

@@ -1,0 +1,210 @@
+#include "engine/cuda_sampler.h"
+
+#include <algorithm>
+
+#include "core/check.h"
+#include "engine/pinned_buffer.h"
+#include "kernels/cuda/penalties.h"
+#include "kernels/cuda/sampling.h"
+
+namespace miniinfer {
+namespace {
+
+constexpr int64_t kMaxLogprobs = 20;
+constexpr int64_t kMaskIdsPerRow = 64;  // EOS + stop ids the upload has room for before growing
+
+// Penalties or masks change this row's logits before sampling.
+bool needs_penalties(const SamplerInput& r) {
+    const SamplingParams& p = *r.params;
+    const bool masking = int64_t(r.output_ids.size()) < p.min_tokens &&
+                         (!r.eos_ids.empty() || !p.stop_token_ids.empty());
+    return masking || p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 ||
+           p.frequency_penalty != 0.0;
+}
+
+Tensor rows(const Tensor& t, int64_t n) {
+    return t.slice_rows(0, n);
+}
+
+// Bytes of the penalty upload: [n RowPenalties][3n + 1 segment starts][num_ids token ids].
+size_t starts_offset(int64_t n) {
+    return size_t(n) * sizeof(cuda::RowPenalties);
+}
+size_t ids_offset(int64_t n) {
+    return starts_offset(n) + size_t(3 * n + 1) * 4;
+}
+
+}  // namespace
+
+struct CudaSampler::Buffers {
+    Tensor tokens, logprobs, top_ids, top_logprobs,
+        row_params;  // [rows], [rows], [rows, 20] x2, [rows] RowSampling
+    std::unique_ptr<PinnedBuffer> host_outputs;
+    cuda::DeviceBuffer sampling_workspace, penalties_workspace;
+    std::unique_ptr<PinnedBuffer> host_penalties;  // the penalty upload's staging and device copy
+    cuda::DeviceBuffer dev_penalties;
+};
+
+CudaSampler::CudaSampler(int64_t max_rows, int64_t vocab, int64_t max_model_len)
+    : max_rows_(max_rows), vocab_(vocab) {
+    const int64_t S = max_rows;
+    const size_t penalty_bytes =
+        ids_offset(S) + size_t(S) * size_t(max_model_len + kMaskIdsPerRow) * 4;
+    buf_ = std::make_unique<Buffers>();
+    Buffers& B = *buf_;
+    B.tokens = cuda::device_tensor({S}, DType::kI32);
+    B.logprobs = cuda::device_tensor({S}, DType::kF32);
+    B.top_ids = cuda::device_tensor({S, kMaxLogprobs}, DType::kI32);
+    B.top_logprobs = cuda::device_tensor({S, kMaxLogprobs}, DType::kF32);
+    B.row_params = cuda::device_tensor({S, int64_t(sizeof(cuda::RowSampling))}, DType::kU8);
+    B.host_outputs = std::make_unique<PinnedBuffer>(
+        size_t(S) * (8 + 8 * kMaxLogprobs + sizeof(cuda::RowSampling)));
+    B.sampling_workspace = cuda::DeviceBuffer(cuda::sampling_workspace_bytes(S, vocab));
+    B.penalties_workspace = cuda::DeviceBuffer(cuda::penalties_workspace_bytes(vocab));
+    B.host_penalties = std::make_unique<PinnedBuffer>(penalty_bytes);
+    B.dev_penalties = cuda::DeviceBuffer(penalty_bytes);
+}
+
+CudaSampler::~CudaSampler() = default;
+
+std::vector<SampledToken> CudaSampler::sample(Tensor& logits, const Tensor& raw_logits,
+                                              std::span<const SamplerInput> rows_in,
+                                              cudaStream_t st) {
+    const int64_t rows_n = int64_t(rows_in.size());
+    MI_CHECK(rows_n <= max_rows_ && logits.size(0) == rows_n,
+             "{} sampling inputs for {} logits rows (at most {})", rows_n, logits.size(0),
+             max_rows_);
+    Buffers& B = *buf_;
+    std::vector<SampledToken> out(static_cast<size_t>(rows_n));
+    bool all_greedy = true;
+    int64_t max_logprobs = 0;
+    std::vector<int32_t> penalised;  // rows whose logits penalties or masks change
+    for (int64_t i = 0; i < rows_n; ++i) {
+        const SamplerInput& r = rows_in[size_t(i)];
+        all_greedy &= r.params->greedy() && !r.params->logprobs;
+        max_logprobs = std::max<int64_t>(max_logprobs, r.params->logprobs.value_or(0));
+        if (needs_penalties(r)) penalised.push_back(int32_t(i));
+    }
+    if (rows_n == 0) {
+        MI_CUDA_CHECK(cudaStreamSynchronize(st));
+        return out;
+    }
+    if (!penalised.empty()) apply_penalties(logits, rows_in, penalised, st);
+    auto* host = static_cast<char*>(B.host_outputs->data);
+    auto* tokens_h = reinterpret_cast<int32_t*>(host);
+    auto* logprobs_h = reinterpret_cast<float*>(host + 4 * rows_n);
+    auto* top_ids_h = reinterpret_cast<int32_t*>(host + 8 * rows_n);
+    auto* top_lp_h = reinterpret_cast<float*>(host + 8 * rows_n + 4 * rows_n * kMaxLogprobs);
+    Tensor tok = rows(B.tokens, rows_n);
+    if (all_greedy) {
+        cuda::argmax(logits, tok, st);  // of the penalised logits, where penalties apply
+    } else {
+        auto* params_h =
+            reinterpret_cast<cuda::RowSampling*>(host + 8 * rows_n * (1 + kMaxLogprobs));
+        for (int64_t i = 0; i < rows_n; ++i) {
+            const SamplerInput& r = rows_in[size_t(i)];
+            const SamplingParams& p = *r.params;
+            params_h[i] = {.temperature = float(p.temperature),
+                           .top_k = int32_t(p.top_k),
+                           .top_p = float(p.top_p),
+                           .min_p = float(p.min_p),
+                           .seed = r.seed,
+                           .step = int32_t(r.output_ids.size()),
+                           .num_logprobs = int32_t(p.logprobs.value_or(0)),
+                           .penalised = 0};
+        }
+        for (int32_t i : penalised) params_h[i].penalised = 1;
+        Tensor params = rows(B.row_params, rows_n);
+        MI_CUDA_CHECK(cudaMemcpyAsync(params.raw(), params_h,
+                                      size_t(rows_n) * sizeof(cuda::RowSampling),
+                                      cudaMemcpyHostToDevice, st));
+        Tensor lp = rows(B.logprobs, rows_n), ti, tl;
+        if (max_logprobs > 0) {
+            ti = Tensor(B.top_ids.raw(), DType::kI32, {rows_n, max_logprobs}, Device::kCUDA);
+            tl = Tensor(B.top_logprobs.raw(), DType::kF32, {rows_n, max_logprobs}, Device::kCUDA);
+        }
+        cuda::sample(logits, params, penalised.empty() ? nullptr : &raw_logits, max_logprobs, tok,
+                     lp, max_logprobs > 0 ? &ti : nullptr, max_logprobs > 0 ? &tl : nullptr,
+                     B.sampling_workspace.data(), B.sampling_workspace.bytes(), st);
+        MI_CUDA_CHECK(
+            cudaMemcpyAsync(logprobs_h, lp.raw(), size_t(rows_n) * 4, cudaMemcpyDeviceToHost, st));
+        if (max_logprobs > 0) {
+            MI_CUDA_CHECK(cudaMemcpyAsync(top_ids_h, ti.raw(), size_t(rows_n * max_logprobs) * 4,
+                                          cudaMemcpyDeviceToHost, st));
+            MI_CUDA_CHECK(cudaMemcpyAsync(top_lp_h, tl.raw(), size_t(rows_n * max_logprobs) * 4,
+                                          cudaMemcpyDeviceToHost, st));
+        }
+    }
+    MI_CUDA_CHECK(
+        cudaMemcpyAsync(tokens_h, tok.raw(), size_t(rows_n) * 4, cudaMemcpyDeviceToHost, st));
+    MI_CUDA_CHECK(cudaStreamSynchronize(st));
+    for (int64_t i = 0; i < rows_n; ++i) {
+        SampledToken& t = out[size_t(i)];
+        t.token = tokens_h[i];
+        if (all_greedy) continue;
+        t.logprob = logprobs_h[i];
+        for (int64_t k = 0; k < rows_in[size_t(i)].params->logprobs.value_or(0); ++k)
+            t.top_logprobs.emplace_back(top_ids_h[i * max_logprobs + k],
+                                        top_lp_h[i * max_logprobs + k]);
+    }
+    return out;
+}
+
+// The CPU reference checks that ids lie in the vocabulary; the kernel trusts them, so the
+// staging checks them.
+void CudaSampler::apply_penalties(Tensor& logits, std::span<const SamplerInput> rows_in,
+                                  const std::vector<int32_t>& penalised, cudaStream_t st) {
+    Buffers& B = *buf_;
+    const int64_t n = int64_t(penalised.size());
+    size_t num_ids = 0;
+    for (int32_t i : penalised) {
+        const SamplerInput& r = rows_in[size_t(i)];
+        num_ids += r.prompt_ids.size() + r.output_ids.size() + r.eos_ids.size() +
+                   r.params->stop_token_ids.size();
+    }
+    const size_t bytes = ids_offset(n) + num_ids * 4;
+    if (bytes > B.host_penalties->bytes) {         // rare: many stop ids
+        MI_CUDA_CHECK(cudaStreamSynchronize(st));  // the old staging may still be read
+        B.host_penalties = std::make_unique<PinnedBuffer>(bytes);
+        B.dev_penalties = cuda::DeviceBuffer(bytes);
+    }
+    auto* host = static_cast<char*>(B.host_penalties->data);
+    auto* params = reinterpret_cast<cuda::RowPenalties*>(host);
+    auto* starts = reinterpret_cast<int32_t*>(host + starts_offset(n));
+    auto* ids = reinterpret_cast<int32_t*>(host + ids_offset(n));
+    int32_t at = 0;
+    auto put = [&](int64_t id) {
+        MI_CHECK(id >= 0 && id < vocab_, "token id {} outside the vocabulary of {}", id, vocab_);
+        ids[at++] = int32_t(id);
+    };
+    starts[0] = 0;
+    for (int64_t j = 0; j < n; ++j) {
+        const SamplerInput& r = rows_in[size_t(penalised[size_t(j)])];
+        const SamplingParams& p = *r.params;
+        params[j] = {.row = penalised[size_t(j)],
+                     .repetition_penalty = float(p.repetition_penalty),
+                     .frequency_penalty = p.frequency_penalty,
+                     .presence_penalty = p.presence_penalty};
+        const bool repetition = p.repetition_penalty != 1.0;
+        const bool additive = p.frequency_penalty != 0.0 || p.presence_penalty != 0.0;
+        if (repetition) std::for_each(r.prompt_ids.begin(), r.prompt_ids.end(), put);
+        starts[3 * j + 1] = at;
+        if (repetition || additive) std::for_each(r.output_ids.begin(), r.output_ids.end(), put);
+        starts[3 * j + 2] = at;
+        if (int64_t(r.output_ids.size()) < p.min_tokens) {
+            std::for_each(r.eos_ids.begin(), r.eos_ids.end(), put);
+            std::for_each(p.stop_token_ids.begin(), p.stop_token_ids.end(), put);
+        }
+        starts[3 * j + 3] = at;
+    }
+    auto* dev = static_cast<char*>(B.dev_penalties.data());
+    MI_CUDA_CHECK(
+        cudaMemcpyAsync(dev, host, ids_offset(n) + size_t(at) * 4, cudaMemcpyHostToDevice, st));
+    const Tensor params_d(dev, DType::kU8, {int64_t(starts_offset(n))}, Device::kCUDA);
+    const Tensor starts_d(dev + starts_offset(n), DType::kI32, {3 * n + 1}, Device::kCUDA);
+    const Tensor ids_d(dev + ids_offset(n), DType::kI32, {int64_t(at)}, Device::kCUDA);
+    cuda::apply_penalties(logits, params_d, starts_d, ids_d, B.penalties_workspace.data(),
+                          B.penalties_workspace.bytes(), st);
+}
+
+}  // namespace miniinfer

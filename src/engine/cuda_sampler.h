@@ -1,0 +1,40 @@
+// CudaSampler: the CUDA runner's sampling step. For the rows whose logits penalties or
+// min_tokens masks change, it uploads their token lists (CSR, one copy per step) and applies
+// them in place (kernels/cuda/penalties.h); then it samples every row on the GPU — argmax
+// when all rows are greedy without logprobs, else the full sampler (kernels/cuda/sampling.h)
+// — and copies the tokens and logprobs back. No row falls back to the CPU sampler; the results
+// are the CPU sampler's (layers/sampler.h) up to the float-sum boundaries sampling.h describes.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/cuda/device_buffer.h"
+#include "layers/sampler.h"
+
+namespace miniinfer {
+
+class CudaSampler {
+  public:
+    // Allocates every buffer for max_rows rows of `vocab` logits; the token-list upload starts
+    // with room for max_model_len ids and 64 masked ids a row and grows when a step needs more.
+    CudaSampler(int64_t max_rows, int64_t vocab, int64_t max_model_len);
+    ~CudaSampler();
+
+    // logits: [rows, vocab] f32 CUDA, changed in place on the penalised rows. raw_logits: the
+    // same values before any change ([rows, vocab] bf16 or f32 CUDA; the logprobs are read
+    // there). rows_in[i] describes row i (its logits span is ignored). Synchronises `stream`.
+    std::vector<SampledToken> sample(Tensor& logits, const Tensor& raw_logits,
+                                     std::span<const SamplerInput> rows_in, cudaStream_t stream);
+
+  private:
+    struct Buffers;
+    // Uploads the penalised rows' lists and applies them to logits in place.
+    void apply_penalties(Tensor& logits, std::span<const SamplerInput> rows_in,
+                         const std::vector<int32_t>& penalised, cudaStream_t stream);
+    int64_t max_rows_, vocab_;
+    std::unique_ptr<Buffers> buf_;
+};
+
+}  // namespace miniinfer

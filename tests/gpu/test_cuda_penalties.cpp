@@ -1,0 +1,230 @@
+// The CUDA penalty kernel against the CPU reference (layers/sampler.h, apply_penalties) on
+// random rows: repetition, frequency and presence penalties over random prompt / output lists
+// (duplicates, empty lists, lists longer than the block), and min_tokens masks of EOS and stop
+// ids. Tolerance: none. The kernel does the CPU's float operations (the frequency/presence
+// term in double, rounded once), so every logit must be bitwise equal; rows not listed must be
+// untouched.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/device_buffer.h"
+#include "kernels/cuda/penalties.h"
+#include "layers/sampler.h"
+
+using namespace miniinfer;
+
+#define REQUIRE_GPU() \
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible: GPU test skipped"
+
+namespace {
+
+struct Row {
+    SamplingParams params;
+    std::vector<int32_t> prompt, output;
+    std::vector<int64_t> eos;
+    bool listed = false;  // handed to the kernel
+};
+
+Tensor host_tensor(const void* data, Shape shape, DType dtype) {
+    Tensor t = Tensor::zeros(std::move(shape), dtype);
+    if (t.nbytes() > 0) std::memcpy(t.raw(), data, t.nbytes());
+    return t;
+}
+
+template <typename T>
+T pick(std::mt19937& rng, std::initializer_list<T> options) {
+    std::uniform_int_distribution<size_t> d(0, options.size() - 1);
+    return *(options.begin() + d(rng));
+}
+
+// Random rows; ids drawn from a small pool so duplicates are common, and from the whole
+// vocabulary. max_list bounds the prompt and output lengths.
+std::vector<Row> random_rows(int64_t rows, int64_t vocab, int max_list, std::mt19937& rng) {
+    std::uniform_real_distribution<float> unit(0.f, 1.f);
+    std::uniform_int_distribution<int32_t> any_id(0, int32_t(vocab - 1));
+    std::uniform_int_distribution<int32_t> pool_id(0, int32_t(std::min<int64_t>(vocab, 24) - 1));
+    std::uniform_int_distribution<int> length(0, max_list);
+    auto random_id = [&] { return unit(rng) < 0.5f ? pool_id(rng) : any_id(rng); };
+    std::vector<Row> out(static_cast<size_t>(rows));
+    for (Row& r : out) {
+        r.listed = unit(rng) < 0.7f;
+        for (int k = length(rng); k > 0; --k) r.prompt.push_back(random_id());
+        for (int k = length(rng); k > 0; --k) r.output.push_back(random_id());
+        SamplingParams& p = r.params;
+        p.repetition_penalty = pick(rng, {1.0, 1.0, 1.1, 1.3, 0.7, 2.0});
+        p.frequency_penalty = pick(rng, {0.0, 0.0, 0.1, 0.5, -0.3, 1.7});  // 0.1: not a float
+        p.presence_penalty = pick(rng, {0.0, 0.0, 0.2, 1.0, -0.5});
+        if (unit(rng) < 0.4f) {
+            p.min_tokens = int64_t(r.output.size()) + pick(rng, {0, 1, 5});  // 0: not masking
+            r.eos.push_back(vocab - 1);
+            if (unit(rng) < 0.5f) r.eos.push_back(any_id(rng));
+            for (int k = pick(rng, {0, 1, 3}); k > 0; --k) p.stop_token_ids.push_back(random_id());
+        }
+    }
+    return out;
+}
+
+// The CSR upload the runner builds (engine/cuda_sampler.cpp): prompt ids only with a
+// repetition penalty, output ids with any penalty, masked ids while output < min_tokens.
+void run_gpu(std::vector<float>& logits, int64_t vocab, const std::vector<Row>& rows) {
+    std::vector<cuda::RowPenalties> params;
+    std::vector<int32_t> starts = {0}, ids;
+    for (size_t i = 0; i < rows.size(); ++i) {
+        const Row& r = rows[i];
+        if (!r.listed) continue;
+        const SamplingParams& p = r.params;
+        params.push_back(
+            {int32_t(i), float(p.repetition_penalty), p.frequency_penalty, p.presence_penalty});
+        const bool repetition = p.repetition_penalty != 1.0;
+        if (repetition) ids.insert(ids.end(), r.prompt.begin(), r.prompt.end());
+        starts.push_back(int32_t(ids.size()));
+        if (repetition || p.frequency_penalty != 0.0 || p.presence_penalty != 0.0)
+            ids.insert(ids.end(), r.output.begin(), r.output.end());
+        starts.push_back(int32_t(ids.size()));
+        if (int64_t(r.output.size()) < p.min_tokens) {
+            for (int64_t id : r.eos) ids.push_back(int32_t(id));
+            for (int64_t id : p.stop_token_ids) ids.push_back(int32_t(id));
+        }
+        starts.push_back(int32_t(ids.size()));
+    }
+    const int64_t n = int64_t(params.size()), num_rows = int64_t(rows.size());
+    Tensor d_logits = cuda::to_device(host_tensor(logits.data(), {num_rows, vocab}, DType::kF32));
+    Tensor d_params = cuda::device_tensor({int64_t(n * sizeof(cuda::RowPenalties))}, DType::kU8);
+    if (n > 0)
+        MI_CUDA_CHECK(
+            cudaMemcpy(d_params.raw(), params.data(), d_params.nbytes(), cudaMemcpyHostToDevice));
+    Tensor d_starts =
+        cuda::to_device(host_tensor(starts.data(), {int64_t(starts.size())}, DType::kI32));
+    Tensor d_ids = cuda::device_tensor({int64_t(ids.size())}, DType::kI32);
+    if (!ids.empty())
+        MI_CUDA_CHECK(cudaMemcpy(d_ids.raw(), ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+    const size_t ws_bytes = cuda::penalties_workspace_bytes(vocab);
+    cuda::DeviceBuffer workspace(ws_bytes);
+    // Garbage in the workspace: the kernel must not rely on it being zero.
+    MI_CUDA_CHECK(cudaMemset(workspace.data(), 0x5a, ws_bytes));
+    cuda::apply_penalties(d_logits, d_params, d_starts, d_ids, workspace.data(), ws_bytes, nullptr);
+    MI_CUDA_CHECK(cudaDeviceSynchronize());
+    Tensor out = cuda::to_host(d_logits);
+    std::memcpy(logits.data(), out.raw(), out.nbytes());
+}
+
+// Returns the number of logits the penalties changed (so a test can check it did something).
+int64_t check_against_cpu(int64_t num_rows, int64_t vocab, int max_list, std::mt19937& rng) {
+    const std::vector<Row> rows = random_rows(num_rows, vocab, max_list, rng);
+    std::vector<float> raw(static_cast<size_t>(num_rows * vocab));
+    std::normal_distribution<float> normal(0.f, 4.f);
+    for (float& x : raw) x = normal(rng);
+    for (size_t i = 0; i < raw.size(); i += 7) raw[i] = 0.f;  // the repetition penalty's x > 0 edge
+    std::vector<float> gpu = raw;
+    run_gpu(gpu, vocab, rows);
+    int64_t changed = 0;
+    for (int64_t r = 0; r < num_rows; ++r) {
+        const Row& row = rows[size_t(r)];
+        std::vector<float> want(raw.begin() + r * vocab, raw.begin() + (r + 1) * vocab);
+        if (row.listed) {
+            SamplerInput in;
+            in.logits = want;
+            in.params = &row.params;
+            in.prompt_ids = row.prompt;
+            in.output_ids = row.output;
+            in.eos_ids = row.eos;
+            apply_penalties(want, in);
+        }
+        for (int64_t i = 0; i < vocab; ++i) {
+            const float got = gpu[size_t(r * vocab + i)];
+            changed += std::memcmp(&got, &raw[size_t(r * vocab + i)], 4) != 0;
+            // Bitwise: also tells -0.f from 0.f and -inf from a large negative value.
+            if (std::memcmp(&got, &want[size_t(i)], 4) == 0) continue;
+            ADD_FAILURE() << "rows " << num_rows << " vocab " << vocab << " row " << r << " token "
+                          << i << ": gpu " << got << " cpu " << want[size_t(i)] << " (raw "
+                          << raw[size_t(r * vocab + i)] << ", listed " << row.listed << ")";
+            return changed;  // one report is enough
+        }
+    }
+    return changed;
+}
+
+double time_ms(const std::function<void()>& fn, int iterations) {
+    if (std::getenv("CUDA_INJECTION64_PATH") != nullptr) iterations = 1;  // compute-sanitizer
+    fn();
+    cuda::Event start(true), end(true);
+    start.record(nullptr);
+    for (int k = 0; k < iterations; ++k) fn();
+    end.record(nullptr);
+    end.synchronize();
+    return cuda::Event::elapsed_ms(start, end) / iterations;
+}
+
+}  // namespace
+
+TEST(CudaPenalties, MatchCpuBitwise) {
+    REQUIRE_GPU();
+    std::mt19937 rng(21);
+    struct Case {
+        int64_t rows, vocab;
+        int max_list;
+    };
+    // 1-token and odd vocabularies, a bitmap word boundary (33), more rows than the kernel's
+    // grid (100 > 32 blocks), lists longer than a block (3000 > 256 threads), Qwen's vocabulary.
+    for (Case c : {Case{1, 1, 4}, Case{5, 33, 40}, Case{64, 1000, 60}, Case{100, 517, 20},
+                   Case{8, 4096, 3000}, Case{32, 151936, 600}}) {
+        const int64_t changed = check_against_cpu(c.rows, c.vocab, c.max_list, rng);
+        std::printf(
+            "rows %lld vocab %lld lists <= %d: %lld logits changed, all equal to the CPU's\n",
+            (long long)c.rows, (long long)c.vocab, c.max_list, (long long)changed);
+        if (c.vocab > 1) {
+            EXPECT_GT(changed, 0) << "the random rows penalised nothing";
+        }
+    }
+}
+
+TEST(CudaPenalties, NoRowsIsANoOp) {
+    REQUIRE_GPU();
+    std::vector<float> x = {1.f, -2.f, 3.f};
+    std::vector<float> before = x;
+    run_gpu(x, 3, {Row{}});  // one unlisted row: n = 0
+    EXPECT_EQ(x, before);
+}
+
+// Informative: 256 rows of Qwen's vocabulary, each with 1024 prompt and 512 output ids and all
+// three penalties (the worst case of the balanced workload's lengths).
+TEST(CudaPenalties, StepTime) {
+    REQUIRE_GPU();
+    const int64_t rows = 256, vocab = 151936, prompt_len = 1024, output_len = 512;
+    std::mt19937 rng(22);
+    std::uniform_int_distribution<int32_t> any_id(0, int32_t(vocab - 1));
+    std::vector<cuda::RowPenalties> params;
+    std::vector<int32_t> starts = {0}, ids;
+    for (int64_t r = 0; r < rows; ++r) {
+        params.push_back({int32_t(r), 1.1f, 0.5, 0.25});
+        for (int64_t k = 0; k < prompt_len; ++k) ids.push_back(any_id(rng));
+        starts.push_back(int32_t(ids.size()));
+        for (int64_t k = 0; k < output_len; ++k) ids.push_back(any_id(rng) % 5000);
+        starts.push_back(int32_t(ids.size()));
+        starts.push_back(int32_t(ids.size()));
+    }
+    Tensor logits = cuda::device_tensor({rows, vocab}, DType::kF32);
+    Tensor d_params =
+        cuda::device_tensor({int64_t(params.size() * sizeof(cuda::RowPenalties))}, DType::kU8);
+    MI_CUDA_CHECK(
+        cudaMemcpy(d_params.raw(), params.data(), d_params.nbytes(), cudaMemcpyHostToDevice));
+    Tensor d_starts =
+        cuda::to_device(host_tensor(starts.data(), {int64_t(starts.size())}, DType::kI32));
+    Tensor d_ids = cuda::to_device(host_tensor(ids.data(), {int64_t(ids.size())}, DType::kI32));
+    cuda::DeviceBuffer workspace(cuda::penalties_workspace_bytes(vocab));
+    const double ms = time_ms(
+        [&] {
+            cuda::apply_penalties(logits, d_params, d_starts, d_ids, workspace.data(),
+                                  workspace.bytes(), nullptr);
+        },
+        20);
+    std::printf(
+        "256 rows x (1024 prompt + 512 output ids), vocab 151936: apply_penalties %.3f ms\n", ms);
+    MI_CUDA_CHECK(cudaDeviceSynchronize());
+}
