@@ -23,7 +23,11 @@ std::optional<RequestOutput> OutputChannel::next(std::chrono::milliseconds timeo
 }
 
 EngineLoop::EngineLoop(std::unique_ptr<LLMEngine> engine, Metrics* metrics, int64_t max_queued)
-    : engine_(std::move(engine)), metrics_(metrics), max_queued_(max_queued), thread_([this] { run(); }) {}
+    : engine_(std::move(engine)),
+      metrics_(metrics),
+      max_queued_(max_queued),
+      publisher_([this] { run_publisher(); }),
+      thread_([this] { run(); }) {}
 
 EngineLoop::~EngineLoop() {
     {
@@ -32,6 +36,7 @@ EngineLoop::~EngineLoop() {
     }
     wake_.notify_all();
     thread_.join();
+    publisher_.join();
 }
 
 void EngineLoop::post(Command command) {
@@ -52,8 +57,7 @@ std::shared_ptr<OutputChannel> EngineLoop::submit(const std::string& id, const P
     post([&, channel] {
         try {
             engine_->add_request(prompt, params, id);
-            channels_[id] = channel;
-            timings_[id].arrival = Clock::now();
+            hand_over(Registration{id, channel, Clock::now()});
             ++num_waiting_;
             verdict.set_value("");
         } catch (const Error& e) {
@@ -88,18 +92,62 @@ void EngineLoop::run() {
         }
         for (Command& c : commands) c();
         if (!engine_->has_unfinished()) continue;
+        StepResult step;
         try {
-            publish(engine_->step());
+            step.outputs = engine_->step();
         } catch (const std::exception& e) {  // a bug: say which and keep serving is not safe
             MI_LOG_ERROR("engine step failed: {}", e.what());
             throw;
         }
-        update_metrics();
+        const Scheduler& s = engine_->scheduler();
+        step.time = Clock::now();
+        step.running = int64_t(s.num_running());
+        step.waiting = int64_t(s.num_waiting());
+        step.preemptions = s.num_preemptions();
+        step.kv_usage = s.kv_usage();
+        num_waiting_ = step.waiting;
+        hand_over(std::move(step));
     }
     {
         std::lock_guard lock(mutex_);  // answer submits that raced the shutdown
         for (Command& c : commands_) c();
         commands_.clear();
+    }
+    {
+        std::lock_guard lock(events_mutex_);
+        engine_done_ = true;
+    }
+    events_ready_.notify_one();
+}
+
+void EngineLoop::hand_over(Event event) {
+    {
+        std::lock_guard lock(events_mutex_);
+        events_.push_back(std::move(event));
+    }
+    events_ready_.notify_one();
+}
+
+// The publisher: takes everything the engine thread handed over so far, in order.
+void EngineLoop::run_publisher() {
+    for (;;) {
+        std::deque<Event> events;
+        bool done = false;
+        {
+            std::unique_lock lock(events_mutex_);
+            events_ready_.wait(lock, [&] { return engine_done_ || !events_.empty(); });
+            events.swap(events_);
+            done = engine_done_;
+        }
+        for (Event& e : events) {
+            if (auto* r = std::get_if<Registration>(&e)) {
+                channels_[r->id] = std::move(r->channel);
+                timings_[r->id].arrival = r->arrival;
+            } else {
+                publish(std::get<StepResult>(e));
+            }
+        }
+        if (done) break;
     }
     for (auto& [id, channel] : channels_) {  // shutting down: end every open stream
         RequestOutput out;
@@ -110,9 +158,9 @@ void EngineLoop::run() {
     }
 }
 
-void EngineLoop::publish(std::vector<RequestOutput> outputs) {
-    const auto now = Clock::now();
-    for (RequestOutput& out : outputs) {
+void EngineLoop::publish(StepResult& step) {
+    const auto now = step.time;
+    for (RequestOutput& out : step.outputs) {
         auto it = channels_.find(out.request_id);
         if (it == channels_.end()) continue;
         Timing& t = timings_[out.request_id];
@@ -145,16 +193,11 @@ void EngineLoop::publish(std::vector<RequestOutput> outputs) {
             it->second->push(std::move(out));
         }
     }
-}
-
-void EngineLoop::update_metrics() {
-    const Scheduler& s = engine_->scheduler();
-    num_waiting_ = int64_t(s.num_waiting());
     if (!metrics_) return;
-    metrics_->set_requests(int64_t(s.num_running()), int64_t(s.num_waiting()));
-    metrics_->set_kv_cache_usage(s.kv_usage());
-    metrics_->add_preemptions(s.num_preemptions() - num_preemptions_seen_);
-    num_preemptions_seen_ = s.num_preemptions();
+    metrics_->set_requests(step.running, step.waiting);
+    metrics_->set_kv_cache_usage(step.kv_usage);
+    metrics_->add_preemptions(step.preemptions - num_preemptions_seen_);
+    num_preemptions_seen_ = step.preemptions;
 }
 
 }  // namespace miniinfer

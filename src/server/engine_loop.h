@@ -5,6 +5,10 @@
 // submit() itself (it waits for the engine thread's verdict). The loop answers ping() between
 // steps, which is what /health checks. Destruction stops the thread; unfinished requests get
 // a final output with finish_reason "abort".
+//
+// Two threads: the engine thread only steps the engine and hands each step's outputs over in
+// one piece; a publisher thread routes them to the channels (one wake-up per request) and
+// records the metrics. So the GPU waits for neither the handlers' wake-ups nor the metrics.
 #pragma once
 
 #include <atomic>
@@ -17,6 +21,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <variant>
 
 #include "engine/llm_engine.h"
 #include "server/metrics.h"
@@ -64,10 +69,26 @@ public:
 
 private:
     using Command = std::function<void()>;  // runs on the engine thread
+    // What the engine thread hands the publisher, in order: a new request's channel, or one
+    // step's outputs with the scheduler's numbers after it.
+    struct Registration {
+        std::string id;
+        std::shared_ptr<OutputChannel> channel;
+        std::chrono::steady_clock::time_point arrival;
+    };
+    struct StepResult {
+        std::vector<RequestOutput> outputs;
+        std::chrono::steady_clock::time_point time;
+        int64_t running = 0, waiting = 0, preemptions = 0;
+        double kv_usage = 0;
+    };
+    using Event = std::variant<Registration, StepResult>;
+
     void run();
     void post(Command command);
-    void publish(std::vector<RequestOutput> outputs);
-    void update_metrics();
+    void hand_over(Event event);
+    void run_publisher();
+    void publish(StepResult& step);
 
     std::unique_ptr<LLMEngine> engine_;
     Metrics* metrics_;
@@ -76,7 +97,13 @@ private:
     std::condition_variable wake_;
     std::deque<Command> commands_;
     bool stop_ = false;
-    // Engine thread only:
+    std::atomic<int64_t> num_waiting_{0};
+    // Engine thread -> publisher thread.
+    std::mutex events_mutex_;
+    std::condition_variable events_ready_;
+    std::deque<Event> events_;
+    bool engine_done_ = false;
+    // Publisher thread only:
     std::map<std::string, std::shared_ptr<OutputChannel>> channels_;
     struct Timing {
         std::chrono::steady_clock::time_point arrival, first_token, last_token;
@@ -84,7 +111,7 @@ private:
     };
     std::map<std::string, Timing> timings_;
     int64_t num_preemptions_seen_ = 0;
-    std::atomic<int64_t> num_waiting_{0};
+    std::thread publisher_;  // started before the engine thread, joined after it
     std::thread thread_;
 };
 
