@@ -7,7 +7,11 @@
 namespace miniinfer {
 
 EngineLoop::EngineLoop(std::unique_ptr<LLMEngine> engine, Metrics* metrics, int64_t max_queued)
-    : engine_(std::move(engine)), metrics_(metrics), max_queued_(max_queued), tracker_(metrics),
+    : engine_(std::move(engine)),
+      metrics_(metrics),
+      max_queued_(max_queued),
+      tracker_(metrics),
+      publisher_([this] { run_publisher(); }),
       thread_([this] { run(); }) {}
 
 EngineLoop::~EngineLoop() {
@@ -17,6 +21,7 @@ EngineLoop::~EngineLoop() {
     }
     wake_.notify_all();
     thread_.join();
+    publisher_.join();
 }
 
 void EngineLoop::post(Command command) {
@@ -76,30 +81,62 @@ void EngineLoop::run() {
         }
         for (Command& c : commands) c();
         if (!engine_->has_unfinished()) continue;
+        StepResult step;
         try {
-            for (RequestOutput& out : engine_->step()) tracker_.publish(std::move(out));
+            step.outputs = engine_->step();
         } catch (const std::exception& e) {  // a bug: say which and keep serving is not safe
             MI_LOG_ERROR("engine step failed: {}", e.what());
             throw;
         }
-        update_metrics();
+        const Scheduler& s = engine_->scheduler();
+        step.running = int64_t(s.num_running());
+        step.waiting = int64_t(s.num_waiting());
+        step.preemptions = s.num_preemptions();
+        step.kv_usage = s.kv_usage();
+        num_waiting_ = step.waiting;
+        {
+            std::lock_guard lock(steps_mutex_);
+            steps_.push_back(std::move(step));
+        }
+        steps_ready_.notify_one();
     }
     {
         std::lock_guard lock(mutex_);  // answer submits that raced the shutdown
         for (Command& c : commands_) c();
         commands_.clear();
     }
-    tracker_.finish_all("abort");  // shutting down: end every open stream
+    {
+        std::lock_guard lock(steps_mutex_);
+        engine_done_ = true;
+    }
+    steps_ready_.notify_one();
 }
 
-void EngineLoop::update_metrics() {
-    const Scheduler& s = engine_->scheduler();
-    num_waiting_ = int64_t(s.num_waiting());
+// The publisher: every step handed over so far, in order; once the engine thread is done,
+// every request still open ends with finish_reason "abort".
+void EngineLoop::run_publisher() {
+    for (;;) {
+        std::deque<StepResult> steps;
+        bool done = false;
+        {
+            std::unique_lock lock(steps_mutex_);
+            steps_ready_.wait(lock, [&] { return engine_done_ || !steps_.empty(); });
+            steps.swap(steps_);
+            done = engine_done_;
+        }
+        for (StepResult& step : steps) publish(step);
+        if (done) break;
+    }
+    tracker_.finish_all("abort");
+}
+
+void EngineLoop::publish(StepResult& step) {
+    for (RequestOutput& out : step.outputs) tracker_.publish(std::move(out));
     if (!metrics_) return;
-    metrics_->set_requests(int64_t(s.num_running()), int64_t(s.num_waiting()));
-    metrics_->set_kv_cache_usage(s.kv_usage());
-    metrics_->add_preemptions(s.num_preemptions() - num_preemptions_seen_);
-    num_preemptions_seen_ = s.num_preemptions();
+    metrics_->set_requests(step.running, step.waiting);
+    metrics_->set_kv_cache_usage(step.kv_usage);
+    metrics_->add_preemptions(step.preemptions - num_preemptions_seen_);
+    num_preemptions_seen_ = step.preemptions;
 }
 
 }  // namespace miniinfer

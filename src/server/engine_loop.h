@@ -5,6 +5,11 @@
 // request (a client went away). The loop answers ping() between steps, which is what /health
 // checks. Destruction stops the thread; unfinished requests get a final output with
 // finish_reason "abort".
+//
+// Two threads: the engine thread only steps the engine and hands each step's outputs over in
+// one piece; a publisher thread routes them to the channels (one wake-up per request) and
+// records the metrics. So the GPU waits for neither the handlers' wake-ups nor the metrics
+// (with 256 streams that was about 2 ms a step).
 #pragma once
 
 #include <atomic>
@@ -14,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "engine/llm_engine.h"
 #include "server/engine_client.h"
@@ -41,9 +47,16 @@ public:
 
 private:
     using Command = std::function<void()>;  // runs on the engine thread
+    // One step's outputs and the scheduler's numbers after it (engine -> publisher thread).
+    struct StepResult {
+        std::vector<RequestOutput> outputs;
+        int64_t running = 0, waiting = 0, preemptions = 0;
+        double kv_usage = 0;
+    };
     void run();
     void post(Command command);
-    void update_metrics();
+    void run_publisher();
+    void publish(StepResult& step);
 
     std::unique_ptr<LLMEngine> engine_;
     Metrics* metrics_;
@@ -53,8 +66,14 @@ private:
     std::condition_variable wake_;
     std::deque<Command> commands_;
     bool stop_ = false;
-    int64_t num_preemptions_seen_ = 0;  // engine thread only
     std::atomic<int64_t> num_waiting_{0};
+    // Engine thread -> publisher thread.
+    std::mutex steps_mutex_;
+    std::condition_variable steps_ready_;
+    std::deque<StepResult> steps_;
+    bool engine_done_ = false;
+    int64_t num_preemptions_seen_ = 0;  // publisher thread only
+    std::thread publisher_;             // started before the engine thread, joined after it
     std::thread thread_;
 };
 

@@ -1,9 +1,12 @@
 #include "server/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 
 #include "core/logging.h"
@@ -75,9 +78,19 @@ void HttpServer::listen() {
     auto& s = impl_->server;
     const int wanted = impl_->options.port;
     int port = wanted;
+    int listen_fd = -1;
+    s.set_socket_options([&listen_fd](socket_t sock) {
+        httplib::default_socket_options(sock);
+        listen_fd = sock;
+    });
     if (wanted == 0) port = s.bind_to_any_port(impl_->options.host);
     else if (!s.bind_to_port(impl_->options.host, wanted)) port = -1;
+    s.set_socket_options(httplib::default_socket_options);
     if (port < 0) fail("cannot listen on {}:{}", impl_->options.host, wanted);
+    // cpp-httplib 0.11 listens with a backlog of 5: a burst of clients (bench-serve's 256 at
+    // once) overflows it, the kernel drops handshakes, and a client whose request then waits
+    // out the server's 5 s read timeout sees its connection closed. Listening again raises it.
+    if (::listen(listen_fd, SOMAXCONN) != 0) fail("listen on {}:{}: {}", impl_->options.host, port, std::strerror(errno));
     impl_->options.port = port;
     MI_LOG_INFO("serving '{}' on http://{}:{}", impl_->options.served_model_name, impl_->options.host, port);
     s.listen_after_bind();
