@@ -15,9 +15,11 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -33,6 +35,31 @@ struct Seq {
 };
 
 inline constexpr uint16_t kBf16NaN = 0x7FC0;
+
+// The case tables both backends run.
+// GQA ratios 1, 2, 7, 8, 8 (one KV head) x head dims 64, 128 x the given page sizes.
+inline std::vector<Config> all_configs(std::initializer_list<int64_t> page_sizes) {
+    std::vector<Config> configs;
+    for (int64_t head_dim : {64, 128})
+        for (int64_t page_size : page_sizes)
+            for (auto [h, kv] : std::vector<std::pair<int64_t, int64_t>>{
+                     {8, 8}, {16, 8}, {14, 2}, {32, 4}, {8, 1}})
+                configs.push_back({h, kv, head_dim, page_size});
+    return configs;
+}
+// Prefill only: 1 token, page boundaries (16, 64), odd lengths, more than one 64-row tile.
+inline const std::vector<Seq> kPrefillSeqs = {{1, 1},   {16, 16}, {17, 17},
+                                              {64, 64}, {65, 65}, {133, 133}};
+// Decode only: lengths around the page sizes tested (16, 24, 64, 256) and a long one.
+inline const std::vector<Seq> kDecodeSeqs = {{1, 1},  {1, 15},  {1, 16},  {1, 17},
+                                             {1, 24}, {1, 25},  {1, 63},  {1, 64},
+                                             {1, 65}, {1, 256}, {1, 257}, {1, 1000}};
+// Decodes, a fresh prefill, chunks after cached prefixes (one ending on a page boundary).
+inline const std::vector<Seq> kMixedSeqs = {{1, 40},   {37, 37}, {1, 1},    {29, 300},
+                                            {64, 320}, {1, 129}, {100, 611}};
+// Long decodes, alone and next to short ones (the KV length split across blocks).
+inline const std::vector<Seq> kLongDecodeSeqs = {{1, 4000}};
+inline const std::vector<Seq> kLongMixedDecodeSeqs = {{1, 4001}, {1, 2500}, {1, 7}, {1, 3072}};
 
 // One batch on the host: bf16 q and caches, i32 metadata. Cache slots no sequence owns (and
 // slots past a sequence's length) hold NaN: a kernel that reads them poisons its output.

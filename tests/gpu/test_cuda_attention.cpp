@@ -62,15 +62,8 @@ void expect_matches_cpu(const Config& cfg, const std::vector<Seq>& seqs, std::mt
     attention_testing::expect_matches_cpu(cfg, seqs, rng, run_gpu);
 }
 
-// GQA ratios 1, 2, 7, 8, 8 (one KV head) crossed with both head dims and three page sizes.
 std::vector<Config> all_configs() {
-    std::vector<Config> configs;
-    for (int64_t head_dim : {64, 128})
-        for (int64_t page_size : {16, 64, 256})
-            for (auto [h, kv] : std::vector<std::pair<int64_t, int64_t>>{
-                     {8, 8}, {16, 8}, {14, 2}, {32, 4}, {8, 1}})
-                configs.push_back({h, kv, head_dim, page_size});
-    return configs;
+    return attention_testing::all_configs({16, 64, 256});
 }
 
 }  // namespace
@@ -78,39 +71,19 @@ std::vector<Config> all_configs() {
 TEST(CudaAttention, PrefillOnly) {
     REQUIRE_GPU();
     std::mt19937 rng(10);
-    for (const Config& cfg : all_configs()) {
-        // 1 token, page boundaries (16, 64), odd lengths, more than one 64-row tile.
-        expect_matches_cpu(cfg, {{1, 1}, {16, 16}, {17, 17}, {64, 64}, {65, 65}, {133, 133}}, rng);
-    }
+    for (const Config& cfg : all_configs()) expect_matches_cpu(cfg, kPrefillSeqs, rng);
 }
 
 TEST(CudaAttention, DecodeOnly) {
     REQUIRE_GPU();
     std::mt19937 rng(11);
-    for (const Config& cfg : all_configs()) {
-        expect_matches_cpu(cfg,
-                           {{1, 1},
-                            {1, 15},
-                            {1, 16},
-                            {1, 17},
-                            {1, 63},
-                            {1, 64},
-                            {1, 65},
-                            {1, 256},
-                            {1, 257},
-                            {1, 1000}},
-                           rng);
-    }
+    for (const Config& cfg : all_configs()) expect_matches_cpu(cfg, kDecodeSeqs, rng);
 }
 
 TEST(CudaAttention, MixedBatchAndChunkAfterCachedPrefix) {
     REQUIRE_GPU();
     std::mt19937 rng(12);
-    for (const Config& cfg : all_configs()) {
-        // decodes, a fresh prefill, chunks after cached prefixes (one ending on a page boundary).
-        expect_matches_cpu(
-            cfg, {{1, 40}, {37, 37}, {1, 1}, {29, 300}, {64, 320}, {1, 129}, {100, 611}}, rng);
-    }
+    for (const Config& cfg : all_configs()) expect_matches_cpu(cfg, kMixedSeqs, rng);
 }
 
 // Long contexts: one or a few sequences, so the decode splits the KV length across blocks;
@@ -119,8 +92,8 @@ TEST(CudaAttention, LongContextsSplitKv) {
     REQUIRE_GPU();
     std::mt19937 rng(13);
     for (const Config& cfg : all_configs()) {
-        expect_matches_cpu(cfg, {{1, 4000}}, rng);
-        expect_matches_cpu(cfg, {{1, 4001}, {1, 2500}, {1, 7}, {1, 3072}}, rng);
+        expect_matches_cpu(cfg, kLongDecodeSeqs, rng);
+        expect_matches_cpu(cfg, kLongMixedDecodeSeqs, rng);
     }
     for (const Config& cfg : {Config{16, 8, 128, 16}, Config{14, 2, 64, 256}})
         expect_matches_cpu(cfg, {{200, 3000}, {1, 4000}, {64, 64}}, rng);

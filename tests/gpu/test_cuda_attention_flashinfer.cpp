@@ -75,15 +75,9 @@ void expect_matches_cpu(const Config& cfg, const std::vector<Seq>& seqs, std::mt
     attention_testing::expect_matches_cpu(cfg, seqs, rng, run_flashinfer);
 }
 
-// GQA ratios 1, 2, 7, 8, 8 (one KV head) x both head dims x page sizes 16, 24, 64, 256.
+// Page size 24 besides fa2's: not a power of two.
 std::vector<Config> all_configs() {
-    std::vector<Config> configs;
-    for (int64_t head_dim : {64, 128})
-        for (int64_t page_size : {16, 24, 64, 256})
-            for (auto [h, kv] : std::vector<std::pair<int64_t, int64_t>>{
-                     {8, 8}, {16, 8}, {14, 2}, {32, 4}, {8, 1}})
-                configs.push_back({h, kv, head_dim, page_size});
-    return configs;
+    return attention_testing::all_configs({16, 24, 64, 256});
 }
 
 }  // namespace
@@ -92,7 +86,7 @@ TEST(CudaAttentionFlashInfer, PrefillOnly) {
     REQUIRE_GPU();
     std::mt19937 rng(20);
     for (const Config& cfg : all_configs()) {
-        expect_matches_cpu(cfg, {{1, 1}, {16, 16}, {17, 17}, {64, 64}, {65, 65}, {133, 133}}, rng);
+        expect_matches_cpu(cfg, kPrefillSeqs, rng);
         EXPECT_GT(g_last_plan.merges, 0) << "few row tiles: the key ranges should be split";
     }
 }
@@ -101,20 +95,7 @@ TEST(CudaAttentionFlashInfer, DecodeOnly) {
     REQUIRE_GPU();
     std::mt19937 rng(21);
     for (const Config& cfg : all_configs()) {
-        expect_matches_cpu(cfg,
-                           {{1, 1},
-                            {1, 15},
-                            {1, 16},
-                            {1, 17},
-                            {1, 24},
-                            {1, 25},
-                            {1, 63},
-                            {1, 64},
-                            {1, 65},
-                            {1, 256},
-                            {1, 257},
-                            {1, 1000}},
-                           rng);
+        expect_matches_cpu(cfg, kDecodeSeqs, rng);
     }
 }
 
@@ -122,8 +103,7 @@ TEST(CudaAttentionFlashInfer, MixedBatchAndChunkAfterCachedPrefix) {
     REQUIRE_GPU();
     std::mt19937 rng(22);
     for (const Config& cfg : all_configs()) {
-        expect_matches_cpu(
-            cfg, {{1, 40}, {37, 37}, {1, 1}, {29, 300}, {64, 320}, {1, 129}, {100, 611}}, rng);
+        expect_matches_cpu(cfg, kMixedSeqs, rng);
     }
 }
 
@@ -132,12 +112,11 @@ TEST(CudaAttentionFlashInfer, LongContexts) {
     std::mt19937 rng(23);
     const std::vector<Config> configs = all_configs();
     for (size_t c = 0; c < configs.size(); ++c) {
-        expect_matches_cpu(configs[c], {{1, 4000}}, rng);
+        expect_matches_cpu(configs[c], kLongDecodeSeqs, rng);
         EXPECT_GT(g_last_plan.chunk, 0) << "one long decode must be split";
         // Half of the configs (both head dims, every page size and GQA ratio): the CPU
         // reference is the cost here.
-        if (c % 2 == 0)
-            expect_matches_cpu(configs[c], {{1, 4001}, {1, 2500}, {1, 7}, {1, 3072}}, rng);
+        if (c % 2 == 0) expect_matches_cpu(configs[c], kLongMixedDecodeSeqs, rng);
     }
     // A long chunked prefill after a long cached prefix, next to a long decode.
     for (const Config& cfg : {Config{16, 8, 128, 24}, Config{14, 2, 64, 256}})

@@ -1,6 +1,7 @@
-// Paged attention dispatcher (backend fa2): validates the tensors, then picks prefill or decode
-// kernels by the batch shape. The compile-time instances (head_dim 64/128; decode heads per
-// block 1/2/4/8) are chosen in the two launchers.
+// Paged attention dispatcher (backend fa2): validates the tensors (check_attention_params, which
+// the flashinfer backend shares), then picks prefill or decode kernels by the batch shape. The
+// compile-time instances (head_dim 64/128; decode heads per block 1/2/4/8) are chosen in the two
+// launchers.
 #include "kernels/cuda/attention.h"
 
 #include "core/cuda/cuda_check.h"
@@ -16,23 +17,43 @@ void check_cuda(const Tensor* t, DType dtype, int ndim, const char* message) {
 
 }  // namespace
 
-void paged_attention(const AttentionParams& p, void* workspace, size_t workspace_bytes,
-                     cudaStream_t stream) {
+void check_attention_params(const AttentionParams& p) {
     check_cuda(p.q, DType::kBF16, 3,
-               "paged_attention: q must be contiguous bf16 CUDA [num_tokens, num_heads, head_dim]");
+               "paged attention: q must be contiguous bf16 CUDA [num_tokens, num_heads, head_dim]");
     check_cuda(p.k_cache, DType::kBF16, 4,
-               "paged_attention: k_cache must be contiguous bf16 CUDA [num_pages, page_size, "
+               "paged attention: k_cache must be contiguous bf16 CUDA [num_pages, page_size, "
                "num_kv_heads, head_dim]");
-    check_cuda(p.v_cache, DType::kBF16, 4, "paged_attention: v_cache must be like k_cache");
+    check_cuda(p.v_cache, DType::kBF16, 4, "paged attention: v_cache must be like k_cache");
     check_cuda(p.query_start, DType::kI32, 1,
-               "paged_attention: query_start must be i32 CUDA [num_seqs + 1]");
-    check_cuda(p.seq_lens, DType::kI32, 1, "paged_attention: seq_lens must be i32 CUDA [num_seqs]");
+               "paged attention: query_start must be i32 CUDA [num_seqs + 1]");
+    check_cuda(p.seq_lens, DType::kI32, 1, "paged attention: seq_lens must be i32 CUDA [num_seqs]");
     check_cuda(p.block_table, DType::kI32, 2,
-               "paged_attention: block_table must be i32 CUDA [num_seqs, max_pages]");
+               "paged attention: block_table must be i32 CUDA [num_seqs, max_pages]");
     check_cuda(
         p.out, DType::kBF16, 2,
-        "paged_attention: out must be contiguous bf16 CUDA [num_tokens, num_heads * head_dim]");
+        "paged attention: out must be contiguous bf16 CUDA [num_tokens, num_heads * head_dim]");
+    const int64_t num_tokens = p.q->size(0), num_heads = p.q->size(1), head_dim = p.q->size(2);
+    const int64_t num_kv_heads = p.k_cache->size(2);
+    MI_LAUNCH_CHECK(head_dim == 64 || head_dim == 128,
+                    "paged attention: head_dim must be 64 or 128");
+    MI_LAUNCH_CHECK(
+        p.k_cache->size(3) == head_dim && p.v_cache->shape() == p.k_cache->shape(),
+        "paged attention: k_cache/v_cache must be [num_pages, page_size, num_kv_heads, head_dim]");
+    MI_LAUNCH_CHECK(num_kv_heads > 0 && num_heads % num_kv_heads == 0,
+                    "paged attention: num_heads must be a multiple of num_kv_heads");
+    MI_LAUNCH_CHECK(p.query_start->size(0) == p.num_seqs + 1 && p.seq_lens->size(0) == p.num_seqs &&
+                        p.block_table->size(0) >= p.num_seqs,
+                    "paged attention: query_start / seq_lens / block_table do not match num_seqs");
+    MI_LAUNCH_CHECK(p.out->size(0) == num_tokens && p.out->size(1) == num_heads * head_dim,
+                    "paged attention: out must be [num_tokens, num_heads * head_dim]");
+    MI_LAUNCH_CHECK(
+        p.max_query_len >= 0 && p.max_query_len <= num_tokens && p.max_seq_len >= p.max_query_len,
+        "paged attention: bad max_query_len / max_seq_len bounds");
+}
 
+void paged_attention(const AttentionParams& p, void* workspace, size_t workspace_bytes,
+                     cudaStream_t stream) {
+    check_attention_params(p);
     AttentionLaunch a{};
     a.num_tokens = p.q->size(0);
     a.num_heads = p.q->size(1);
@@ -44,21 +65,6 @@ void paged_attention(const AttentionParams& p, void* workspace, size_t workspace
     a.max_seq_len = p.max_seq_len;
     a.max_pages = p.block_table->size(1);
     a.scale = p.scale;
-    MI_LAUNCH_CHECK(a.head_dim == 64 || a.head_dim == 128,
-                    "paged_attention: head_dim must be 64 or 128");
-    MI_LAUNCH_CHECK(
-        p.k_cache->size(3) == a.head_dim && p.v_cache->shape() == p.k_cache->shape(),
-        "paged_attention: k_cache/v_cache must be [num_pages, page_size, num_kv_heads, head_dim]");
-    MI_LAUNCH_CHECK(a.num_kv_heads > 0 && a.num_heads % a.num_kv_heads == 0,
-                    "paged_attention: num_heads must be a multiple of num_kv_heads");
-    MI_LAUNCH_CHECK(p.query_start->size(0) == a.num_seqs + 1 && p.seq_lens->size(0) == a.num_seqs &&
-                        p.block_table->size(0) >= a.num_seqs,
-                    "paged_attention: query_start / seq_lens / block_table do not match num_seqs");
-    MI_LAUNCH_CHECK(p.out->size(0) == a.num_tokens && p.out->size(1) == a.num_heads * a.head_dim,
-                    "paged_attention: out must be [num_tokens, num_heads * head_dim]");
-    MI_LAUNCH_CHECK(
-        a.max_query_len >= 0 && a.max_query_len <= a.num_tokens && a.max_seq_len >= a.max_query_len,
-        "paged_attention: bad max_query_len / max_seq_len bounds");
     if (a.num_tokens == 0 || a.num_seqs == 0 || a.max_query_len == 0) return;
 
     a.q = p.q->raw();

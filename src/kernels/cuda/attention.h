@@ -40,6 +40,11 @@ struct AttentionParams {
     Tensor* out;  // [num_tokens, num_heads * head_dim] bf16
 };
 
+// The launchers' common validation of p (both backends): dtypes, ranks, contiguity, head_dim 64
+// or 128, K/V shapes, GQA ratio, the lengths against num_seqs, out's shape and the host-side
+// bounds. Aborts with a message (MI_LAUNCH_CHECK) on a violation: a caller's bug.
+void check_attention_params(const AttentionParams& p);
+
 // Workspace bytes the split-KV decode needs for up to max_tokens query rows (allocate once).
 // A smaller workspace is allowed: the decode then uses fewer splits (none with 0 bytes).
 size_t attention_workspace_bytes(int64_t max_tokens, int64_t num_heads, int64_t head_dim);

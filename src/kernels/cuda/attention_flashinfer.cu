@@ -23,8 +23,7 @@
 #include <vector>
 
 #include "core/cuda/cuda_check.h"
-#include "kernels/cuda/mma_bf16.cuh"
-#include "kernels/cuda/paged_kv.cuh"
+#include "kernels/cuda/attention_tile.cuh"
 
 namespace miniinfer::cuda {
 namespace {
@@ -50,9 +49,10 @@ constexpr size_t smem_bytes() {
 // max_pages]; plan: see the top of the file; out: [num_tokens, num_heads, head_dim];
 // partial_o: [slots, head_dim] f32; partial_lse: [slots] f32 (base 2).
 // grid: the fixed number of blocks the plan was made for; each walks its own item list.
-// The tile loop is the fa2 prefill's (attention_prefill.cu) over the key range [kv_begin,
-// kv_end) of the item instead of all the keys of the row tile, so a row may see no key at all
-// in a chunk (its online-softmax state then stays empty: max -inf, sum 0).
+// The tile loop is the fa2 prefill's (attention_prefill.cu; the tile step in attention_tile.cuh)
+// over the key range [kv_begin, kv_end) of the item instead of all the keys of the row tile, so
+// a row may see no key at all in a chunk (its online-softmax state then stays empty: max -inf,
+// sum 0).
 template <int kHeadDim>
 __global__ void __launch_bounds__(kThreads, 3)
     work_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k_cache,
@@ -100,24 +100,8 @@ __global__ void __launch_bounds__(kThreads, 3)
             bf16* warp_v = v_tiles + warp * 2 * kSub * kStride;
             int limit[2];
             uint32_t qf[kHeadDim / 16][4];
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                const int r = row_begin + gid + 8 * i;
-                const bool valid = r < num_rows;
-                const int t = valid ? r / group : 0;
-                limit[i] = min(valid ? prefix_len + t : kv_end - 1, kv_end - 1);
-                const bf16* q_row = q + (int64_t(q_begin + t) * num_heads + kv_head * group +
-                                         (valid ? r % group : 0)) *
-                                            kHeadDim;
-#pragma unroll
-                for (int kc = 0; kc < kHeadDim / 16; ++kc) {
-                    const int col = kc * 16 + tig * 2;
-                    qf[kc][i] = valid ? *reinterpret_cast<const uint32_t*>(q_row + col) : 0u;
-                    qf[kc][2 + i] =
-                        valid ? *reinterpret_cast<const uint32_t*>(q_row + col + 8) : 0u;
-                }
-            }
-            const int min_lim = min(prefix_len + row_begin / group, kv_end - 1);
+            load_q_fragments<kHeadDim>(q, q_begin, row_begin, num_rows, group, num_heads, kv_head,
+                                       prefix_len, kv_end - 1, qf, limit);
             const int num_subs = (kv_end - kv_begin + kSub - 1) / kSub;
             const int my_subs = num_subs > warp ? (num_subs - warp + kWarps - 1) / kWarps : 0;
             auto load_sub = [&](int stage, int key0) {
@@ -150,62 +134,11 @@ __global__ void __launch_bounds__(kThreads, 3)
                 const bf16* vt = warp_v + (it % 2) * kSub * kStride;
                 cp_async_wait_all_but_one();
                 __syncwarp();
-                float sc[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-#pragma unroll
-                for (int kc = 0; kc < kHeadDim / 16; ++kc) {
-                    uint32_t b[4];
-                    ldmatrix_x4(b, kt + ((lane / 16) * 8 + lane % 8) * kStride + kc * 16 +
-                                       ((lane / 8) & 1) * 8);
-                    mma_bf16(sc[0], qf[kc], b[0], b[1]);
-                    mma_bf16(sc[1], qf[kc], b[2], b[3]);
-                }
-                const bool mask = key0 + kSub - 1 > min_lim;
-#pragma unroll
-                for (int i = 0; i < 2; ++i) {
-                    float tile_max = mx[i];
-#pragma unroll
-                    for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-                        for (int j = 0; j < 2; ++j) {
-                            float& x = sc[nt][2 * i + j];
-                            x *= scale_log2;
-                            if (mask && key0 + nt * 8 + tig * 2 + j > limit[i]) x = -INFINITY;
-                            tile_max = fmaxf(tile_max, x);
-                        }
-                    }
-                    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-                    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-                    const float ref = tile_max == -INFINITY ? 0.f : tile_max;
-                    const float correction = exp2f(mx[i] - ref);
-                    mx[i] = tile_max;
-                    float tile_sum = 0.f;
-#pragma unroll
-                    for (int nt = 0; nt < 2; ++nt) {
-#pragma unroll
-                        for (int j = 0; j < 2; ++j) {
-                            float& x = sc[nt][2 * i + j];
-                            x = exp2f(x - ref);
-                            tile_sum += x;
-                        }
-                    }
-                    sm[i] = sm[i] * correction + tile_sum;
-#pragma unroll
-                    for (int dt = 0; dt < kHeadDim / 8; ++dt) {
-                        acc[dt][2 * i] *= correction;
-                        acc[dt][2 * i + 1] *= correction;
-                    }
-                }
-                const uint32_t pf[4] = {
-                    pack_bf16(sc[0][0], sc[0][1]), pack_bf16(sc[0][2], sc[0][3]),
-                    pack_bf16(sc[1][0], sc[1][1]), pack_bf16(sc[1][2], sc[1][3])};
-#pragma unroll
-                for (int dp = 0; dp < kHeadDim / 16; ++dp) {
-                    uint32_t b[4];
-                    ldmatrix_x4_trans(b, vt + (((lane / 8) & 1) * 8 + lane % 8) * kStride +
-                                             dp * 16 + (lane / 16) * 8);
-                    mma_bf16(acc[2 * dp], pf, b[0], b[1]);
-                    mma_bf16(acc[2 * dp + 1], pf, b[2], b[3]);
-                }
+                float sc[kSub / 8][4];
+                qk_scores<kHeadDim, kSub>(qf, kt, sc);
+                online_softmax<kHeadDim, kSub, true>(sc, mx, sm, acc, scale_log2,
+                                                     key0 + kSub - 1 > min_limit, key0, limit);
+                accumulate_pv<kHeadDim, kSub>(sc, vt, acc);
                 __syncwarp();  // every lane is done with this stage
                 if (it + 2 < my_subs) load_sub(it % 2, key0 + 2 * kWarps * kSub);
                 cp_async_commit();
@@ -265,38 +198,16 @@ __global__ void __launch_bounds__(kThreads, 3)
 
         int row_limit[2];
         uint32_t q_frag[kHeadDim / 16][4];
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const int r = row_begin + warp * 16 + gid + 8 * i;
-            const bool valid = r < num_rows;
-            const int t = valid ? r / group : 0;
-            row_limit[i] = min(valid ? prefix_len + t : kv_end - 1, kv_end - 1);
-            const bf16* q_row =
-                q + (int64_t(q_begin + t) * num_heads + kv_head * group + (valid ? r % group : 0)) *
-                        kHeadDim;
-#pragma unroll
-            for (int kc = 0; kc < kHeadDim / 16; ++kc) {
-                const int col = kc * 16 + tig * 2;
-                q_frag[kc][i] = valid ? *reinterpret_cast<const uint32_t*>(q_row + col) : 0u;
-                q_frag[kc][2 + i] =
-                    valid ? *reinterpret_cast<const uint32_t*>(q_row + col + 8) : 0u;
-            }
-        }
-
-        // Gathers keys [key_begin, key_begin + kBlockN) of this KV head; keys from kv_end on are
-        // zero-filled, never read.
-        auto load_tile = [&](bf16* tile, const bf16* cache, int key_begin) {
-            for (int c = threadIdx.x; c < kBlockN * kChunks; c += kThreads) {
-                const int r = c / kChunks, chunk = c % kChunks;
-                const int key = key_begin + r;
-                const bool valid = key < kv_end;
-                const bf16* src = cache;
-                if (valid) {
-                    src = cache + cache_row(pages, key, page_size, page_shift) * kv_row_stride +
-                          kv_head * kHeadDim + chunk * 8;
-                }
-                cp_async_16(tile + r * kStride + chunk * 8, src, valid);
-            }
+        load_q_fragments<kHeadDim>(q, q_begin, row_begin + warp * 16, num_rows, group, num_heads,
+                                   kv_head, prefix_len, kv_end - 1, q_frag, row_limit);
+        // Keys from kv_end on are zero-filled, never read.
+        auto load_tiles = [&](int stage, int key_begin) {
+            gather_kv_tile<kHeadDim, kBlockN, kThreads>(
+                k_tiles + stage * kBlockN * kStride, k_cache, pages, key_begin, kv_end, page_size,
+                page_shift, kv_row_stride, kv_head * kHeadDim);
+            gather_kv_tile<kHeadDim, kBlockN, kThreads>(
+                v_tiles + stage * kBlockN * kStride, v_cache, pages, key_begin, kv_end, page_size,
+                page_shift, kv_row_stride, kv_head * kHeadDim);
         };
 
         float o[kHeadDim / 8][4];
@@ -307,103 +218,28 @@ __global__ void __launch_bounds__(kThreads, 3)
         // One commit group per tile, always committed (maybe empty): waiting for all but the
         // newest group means waiting for this tile.
         for (int stage = 0; stage < 2; ++stage) {
-            if (stage < num_tiles) {
-                load_tile(k_tiles + stage * kBlockN * kStride, k_cache, kv_begin + stage * kBlockN);
-                load_tile(v_tiles + stage * kBlockN * kStride, v_cache, kv_begin + stage * kBlockN);
-            }
+            if (stage < num_tiles) load_tiles(stage, kv_begin + stage * kBlockN);
             cp_async_commit();
         }
 
         for (int tile = 0; tile < num_tiles; ++tile) {
             const int key_begin = kv_begin + tile * kBlockN;
-            const bf16* k_tile = k_tiles + (tile % 2) * kBlockN * kStride;
-            const bf16* v_tile = v_tiles + (tile % 2) * kBlockN * kStride;
             cp_async_wait_all_but_one();
             __syncthreads();
-
             // A warp whose 16 rows are all past the tile's end (decode: 1 to 8 packed rows use
-            // only warp 0) loads its share of the tiles but skips the math.
+            // only warp 0) loads its share of the tiles but skips the math. Unlike fa2 a row may
+            // have seen no key yet (its chunk starts past its causal limit): online_softmax
+            // keeps such a row's state empty.
             if (warp_active) {
                 float s[kBlockN / 8][4];
-#pragma unroll
-                for (int nt = 0; nt < kBlockN / 8; ++nt)
-                    s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-#pragma unroll
-                for (int kc = 0; kc < kHeadDim / 16; ++kc) {
-#pragma unroll
-                    for (int np = 0; np < kBlockN / 16; ++np) {
-                        uint32_t b[4];
-                        ldmatrix_x4(b, k_tile + (np * 16 + (lane / 16) * 8 + lane % 8) * kStride +
-                                           kc * 16 + ((lane / 8) & 1) * 8);
-                        mma_bf16(s[2 * np], q_frag[kc], b[0], b[1]);
-                        mma_bf16(s[2 * np + 1], q_frag[kc], b[2], b[3]);
-                    }
-                }
-
-                // Online softmax; unlike fa2 a row may have seen no key yet (its chunk starts past
-                // its causal limit), so an all -inf maximum takes 0 as reference (exp2 -> 0).
-                const bool need_mask = key_begin + kBlockN - 1 > min_limit;
-#pragma unroll
-                for (int i = 0; i < 2; ++i) {
-                    float tile_max = row_max[i];
-#pragma unroll
-                    for (int nt = 0; nt < kBlockN / 8; ++nt) {
-#pragma unroll
-                        for (int j = 0; j < 2; ++j) {
-                            float& x = s[nt][2 * i + j];
-                            x *= scale_log2;
-                            if (need_mask && key_begin + nt * 8 + tig * 2 + j > row_limit[i])
-                                x = -INFINITY;
-                            tile_max = fmaxf(tile_max, x);
-                        }
-                    }
-                    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-                    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-                    const float ref = tile_max == -INFINITY ? 0.f : tile_max;
-                    const float correction = exp2f(row_max[i] - ref);
-                    row_max[i] = tile_max;
-                    float tile_sum = 0.f;
-#pragma unroll
-                    for (int nt = 0; nt < kBlockN / 8; ++nt) {
-#pragma unroll
-                        for (int j = 0; j < 2; ++j) {
-                            float& x = s[nt][2 * i + j];
-                            x = exp2f(x - ref);
-                            tile_sum += x;
-                        }
-                    }
-                    row_sum[i] = row_sum[i] * correction + tile_sum;
-#pragma unroll
-                    for (int dt = 0; dt < kHeadDim / 8; ++dt) {
-                        o[dt][2 * i] *= correction;
-                        o[dt][2 * i + 1] *= correction;
-                    }
-                }
-
-#pragma unroll
-                for (int kk = 0; kk < kBlockN / 16; ++kk) {
-                    const uint32_t p[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]),
-                                           pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                                           pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                           pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-                    for (int dp = 0; dp < kHeadDim / 16; ++dp) {
-                        uint32_t b[4];
-                        ldmatrix_x4_trans(
-                            b, v_tile + (kk * 16 + ((lane / 8) & 1) * 8 + lane % 8) * kStride +
-                                   dp * 16 + (lane / 16) * 8);
-                        mma_bf16(o[2 * dp], p, b[0], b[1]);
-                        mma_bf16(o[2 * dp + 1], p, b[2], b[3]);
-                    }
-                }
+                qk_scores<kHeadDim, kBlockN>(q_frag, k_tiles + (tile % 2) * kBlockN * kStride, s);
+                online_softmax<kHeadDim, kBlockN, true>(s, row_max, row_sum, o, scale_log2,
+                                                        key_begin + kBlockN - 1 > min_limit,
+                                                        key_begin, row_limit);
+                accumulate_pv<kHeadDim, kBlockN>(s, v_tiles + (tile % 2) * kBlockN * kStride, o);
             }
             __syncthreads();  // every warp is done with this stage (also before the next item)
-            if (tile + 2 < num_tiles) {
-                load_tile(k_tiles + (tile % 2) * kBlockN * kStride, k_cache,
-                          key_begin + 2 * kBlockN);
-                load_tile(v_tiles + (tile % 2) * kBlockN * kStride, v_cache,
-                          key_begin + 2 * kBlockN);
-            }
+            if (tile + 2 < num_tiles) load_tiles(tile % 2, key_begin + 2 * kBlockN);
             cp_async_commit();
         }
 
@@ -512,12 +348,6 @@ void launch(const LaunchArgs& a, cudaStream_t stream) {
     merge_kernel<kHeadDim><<<a.grid, kThreads, 0, stream>>>(
         a.plan, a.query_start, a.num_heads, a.num_kv_heads, a.partial_o, a.partial_lse, a.out);
     MI_CUDA_CHECK(cudaGetLastError());
-}
-
-void check_cuda(const Tensor* t, DType dtype, int ndim, const char* message) {
-    MI_LAUNCH_CHECK(t != nullptr && t->device() == Device::kCUDA && t->dtype() == dtype &&
-                        t->ndim() == ndim && t->is_contiguous(),
-                    message);
 }
 
 }  // namespace
@@ -698,18 +528,7 @@ void FlashInferAttention::plan(std::span<const int32_t> query_start,
 }
 
 void FlashInferAttention::run(const AttentionParams& p, cudaStream_t stream) {
-    check_cuda(p.q, DType::kBF16, 3,
-               "flashinfer: q must be contiguous bf16 CUDA [num_tokens, num_heads, head_dim]");
-    check_cuda(p.k_cache, DType::kBF16, 4,
-               "flashinfer: k_cache must be contiguous bf16 CUDA [num_pages, page_size, "
-               "num_kv_heads, head_dim]");
-    check_cuda(p.v_cache, DType::kBF16, 4, "flashinfer: v_cache must be like k_cache");
-    check_cuda(p.query_start, DType::kI32, 1, "flashinfer: query_start must be i32 CUDA");
-    check_cuda(p.seq_lens, DType::kI32, 1, "flashinfer: seq_lens must be i32 CUDA");
-    check_cuda(p.block_table, DType::kI32, 2,
-               "flashinfer: block_table must be i32 CUDA [num_seqs, max_pages]");
-    check_cuda(p.out, DType::kBF16, 2,
-               "flashinfer: out must be contiguous bf16 CUDA [num_tokens, num_heads * head_dim]");
+    check_attention_params(p);
     MI_LAUNCH_CHECK(
         p.q->size(1) == num_heads_ && p.q->size(2) == head_dim_ && p.q->size(0) <= max_tokens_,
         "flashinfer: q does not match the constructed heads / head_dim / max_tokens");

@@ -4,7 +4,8 @@
 // r / group and query head kv_head * group + r % group, so the query heads that share a KV head
 // (GQA) share every K/V tile this block loads. Each of the 4 warps owns 16 rows and walks the
 // keys in tiles of 64: S = Q·Kᵀ (Q stays in registers), online softmax in fp32 (log2 domain), then
-// O += P·V with P converted from the S accumulators straight into mma A fragments.
+// O += P·V with P converted from the S accumulators straight into mma A fragments (the tile
+// step is attention_tile.cuh's, shared with the flashinfer work kernel).
 //
 // K and V tiles are gathered from the paged cache row by row (a 64-key tile may span pages of
 // any size) with cp.async, two tiles ahead of the one being computed.
@@ -14,8 +15,7 @@
 
 #include "core/cuda/cuda_check.h"
 #include "kernels/cuda/attention.h"
-#include "kernels/cuda/mma_bf16.cuh"
-#include "kernels/cuda/paged_kv.cuh"
+#include "kernels/cuda/attention_tile.cuh"
 
 namespace miniinfer::cuda {
 namespace {
@@ -44,7 +44,6 @@ __global__ void __launch_bounds__(kThreads, 3)
     // +8 halves (16 B) per row: the 8 row addresses of one ldmatrix phase hit 8 different
     // 4-bank groups, so the tile reads are conflict-free.
     constexpr int kStride = kHeadDim + 8;
-    constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per K/V row
     // Two stages each of K and V: tile t + 2 loads while tile t + 1 is computed.
     extern __shared__ __align__(16) unsigned char smem[];
     bf16* k_tiles = reinterpret_cast<bf16*>(smem);    // [2, kBlockN, kStride]
@@ -66,44 +65,24 @@ __global__ void __launch_bounds__(kThreads, 3)
     const int num_tiles = (num_keys + kBlockN - 1) / kBlockN;
     const int32_t* pages = block_table + int64_t(seq) * max_pages;
     const int64_t kv_row_stride = int64_t(num_kv_heads) * kHeadDim;
+    const int head_offset = kv_head * kHeadDim;
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int gid = lane / 4, tig = lane % 4;  // mma fragment coordinates
 
-    // This thread's two rows (gid and gid + 8 of the warp's 16): the last key each may see, and
-    // Q as mma A fragments, loaded once. Rows past the end compute on zeros and are not stored.
+    // This thread's two rows: Q as mma A fragments, loaded once, and the last key each may see.
+    // Rows past the end compute on zeros and are not stored.
     int row_limit[2];
     uint32_t q_frag[kHeadDim / 16][4];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        const int r = row_begin + warp * 16 + gid + 8 * i;
-        const bool valid = r < num_rows;
-        const int t = valid ? r / group : 0;
-        row_limit[i] = valid ? prefix_len + t : seq_len - 1;
-        const bf16* q_row =
-            q + (int64_t(q_begin + t) * num_heads + kv_head * group + (valid ? r % group : 0)) *
-                    kHeadDim;
-#pragma unroll
-        for (int kc = 0; kc < kHeadDim / 16; ++kc) {
-            const int col = kc * 16 + tig * 2;
-            q_frag[kc][i] = valid ? *reinterpret_cast<const uint32_t*>(q_row + col) : 0u;
-            q_frag[kc][2 + i] = valid ? *reinterpret_cast<const uint32_t*>(q_row + col + 8) : 0u;
-        }
-    }
-
-    // Gathers keys [key_begin, key_begin + kBlockN) of this KV head into a tile.
-    auto load_tile = [&](bf16* tile, const bf16* cache, int key_begin) {
-        for (int c = threadIdx.x; c < kBlockN * kChunks; c += kThreads) {
-            const int r = c / kChunks, chunk = c % kChunks;
-            const int key = key_begin + r;
-            const bool valid = key < num_keys;
-            const bf16* src = cache;
-            if (valid) {
-                src = cache + cache_row(pages, key, page_size, page_shift) * kv_row_stride +
-                      kv_head * kHeadDim + chunk * 8;
-            }
-            cp_async_16(tile + r * kStride + chunk * 8, src, valid);
-        }
+    load_q_fragments<kHeadDim>(q, q_begin, row_begin + warp * 16, num_rows, group, num_heads,
+                               kv_head, prefix_len, seq_len - 1, q_frag, row_limit);
+    auto load_tiles = [&](int stage, int key_begin) {
+        gather_kv_tile<kHeadDim, kBlockN, kThreads>(k_tiles + stage * kBlockN * kStride, k_cache,
+                                                    pages, key_begin, num_keys, page_size,
+                                                    page_shift, kv_row_stride, head_offset);
+        gather_kv_tile<kHeadDim, kBlockN, kThreads>(v_tiles + stage * kBlockN * kStride, v_cache,
+                                                    pages, key_begin, num_keys, page_size,
+                                                    page_shift, kv_row_stride, head_offset);
     };
 
     float o[kHeadDim / 8][4];  // O accumulators: 16 rows x head_dim per warp
@@ -114,100 +93,24 @@ __global__ void __launch_bounds__(kThreads, 3)
     // One commit group per tile (its K and V), always committed (maybe empty) so that waiting for
     // all but the newest group means waiting for this tile.
     for (int stage = 0; stage < 2; ++stage) {
-        if (stage < num_tiles) {
-            load_tile(k_tiles + stage * kBlockN * kStride, k_cache, stage * kBlockN);
-            load_tile(v_tiles + stage * kBlockN * kStride, v_cache, stage * kBlockN);
-        }
+        if (stage < num_tiles) load_tiles(stage, stage * kBlockN);
         cp_async_commit();
     }
 
     for (int tile = 0; tile < num_tiles; ++tile) {
         const int key_begin = tile * kBlockN;
-        const bf16* k_tile = k_tiles + (tile % 2) * kBlockN * kStride;
-        const bf16* v_tile = v_tiles + (tile % 2) * kBlockN * kStride;
         cp_async_wait_all_but_one();  // K(tile) and V(tile) have landed
         __syncthreads();
-
         float s[kBlockN / 8][4];
-#pragma unroll
-        for (int nt = 0; nt < kBlockN / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-#pragma unroll
-        for (int kc = 0; kc < kHeadDim / 16; ++kc) {
-#pragma unroll
-            for (int np = 0; np < kBlockN / 16; ++np) {
-                // Matrices (lane / 8): keys +0 / +8 (lane / 16) x dims +0 / +8 ((lane / 8) & 1)
-                // -> b0, b1 of key tile 2np and of key tile 2np + 1.
-                uint32_t b[4];
-                ldmatrix_x4(b, k_tile + (np * 16 + (lane / 16) * 8 + lane % 8) * kStride + kc * 16 +
-                                   ((lane / 8) & 1) * 8);
-                mma_bf16(s[2 * np], q_frag[kc], b[0], b[1]);
-                mma_bf16(s[2 * np + 1], q_frag[kc], b[2], b[3]);
-            }
-        }
-
-        // Online softmax. Tile 0 holds key 0, which every row may see, so row_max is finite
-        // from the first tile on and exp2 of a masked (-inf) score is exactly 0.
-        const bool need_mask = key_begin + kBlockN - 1 > min_limit;
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            float tile_max = row_max[i];
-#pragma unroll
-            for (int nt = 0; nt < kBlockN / 8; ++nt) {
-#pragma unroll
-                for (int j = 0; j < 2; ++j) {
-                    float& x = s[nt][2 * i + j];
-                    x *= scale_log2;
-                    if (need_mask && key_begin + nt * 8 + tig * 2 + j > row_limit[i]) x = -INFINITY;
-                    tile_max = fmaxf(tile_max, x);
-                }
-            }
-            // A row's scores live in the 4 threads of a quad.
-            tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-            tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-            const float correction = exp2f(row_max[i] - tile_max);
-            row_max[i] = tile_max;
-            float tile_sum = 0.f;
-#pragma unroll
-            for (int nt = 0; nt < kBlockN / 8; ++nt) {
-#pragma unroll
-                for (int j = 0; j < 2; ++j) {
-                    float& x = s[nt][2 * i + j];
-                    x = exp2f(x - tile_max);
-                    tile_sum += x;
-                }
-            }
-            row_sum[i] = row_sum[i] * correction + tile_sum;
-#pragma unroll
-            for (int dt = 0; dt < kHeadDim / 8; ++dt) {
-                o[dt][2 * i] *= correction;
-                o[dt][2 * i + 1] *= correction;
-            }
-        }
-
-#pragma unroll
-        for (int kk = 0; kk < kBlockN / 16; ++kk) {
-            // The S accumulators of key tiles 2kk and 2kk + 1 are exactly the A fragment of P.
-            const uint32_t p[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]),
-                                   pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                                   pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                   pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-            for (int dp = 0; dp < kHeadDim / 16; ++dp) {
-                // Matrices (lane / 8), transposed: keys +0 / +8 ((lane / 8) & 1) x dims +0 / +8
-                // (lane / 16) -> b0, b1 of dim tile 2dp and of dim tile 2dp + 1.
-                uint32_t b[4];
-                ldmatrix_x4_trans(b, v_tile +
-                                         (kk * 16 + ((lane / 8) & 1) * 8 + lane % 8) * kStride +
-                                         dp * 16 + (lane / 16) * 8);
-                mma_bf16(o[2 * dp], p, b[0], b[1]);
-                mma_bf16(o[2 * dp + 1], p, b[2], b[3]);
-            }
-        }
+        qk_scores<kHeadDim, kBlockN>(q_frag, k_tiles + (tile % 2) * kBlockN * kStride, s);
+        // Tile 0 holds key 0, which every row may see, so row_max is finite from the first tile
+        // on. Only tiles reaching past the smallest causal limit need the mask.
+        online_softmax<kHeadDim, kBlockN, false>(s, row_max, row_sum, o, scale_log2,
+                                                 key_begin + kBlockN - 1 > min_limit, key_begin,
+                                                 row_limit);
+        accumulate_pv<kHeadDim, kBlockN>(s, v_tiles + (tile % 2) * kBlockN * kStride, o);
         __syncthreads();  // every warp is done with this stage
-        if (tile + 2 < num_tiles) {
-            load_tile(k_tiles + (tile % 2) * kBlockN * kStride, k_cache, key_begin + 2 * kBlockN);
-            load_tile(v_tiles + (tile % 2) * kBlockN * kStride, v_cache, key_begin + 2 * kBlockN);
-        }
+        if (tile + 2 < num_tiles) load_tiles(tile % 2, key_begin + 2 * kBlockN);
         cp_async_commit();
     }
 

@@ -1,0 +1,178 @@
+// The FlashAttention-2 tile step that both tensor-core attention kernels run (the fa2 prefill,
+// attention_prefill.cu, and the flashinfer work kernel, attention_flashinfer.cu): one warp holds
+// 16 "packed" query rows (row r: query token r / group, query head kv_head * group + r % group)
+// and meets one tile of keys staged in shared memory:
+//   load_q_fragments   Q of the thread's two rows as mma A fragments, loaded once
+//   gather_kv_tile     a tile of K or V rows from the paged cache, cp.async, zeros past the end
+//   qk_scores          S = Q·Kᵀ (16 rows x kKeys keys, fp32 accumulators)
+//   online_softmax     scale to base 2, causal / range mask, running max and sum, O rescaled,
+//                      S becomes P = 2^(S - max)
+//   accumulate_pv      O += P·V, P taken straight from the S accumulators as A fragments
+// Fragment layout (mma m16n8k16): a thread (gid = lane / 4, tig = lane % 4) holds rows gid and
+// gid + 8, columns tig * 2 and tig * 2 + 1 of every 8-column block.
+// Everything is inlined into the callers, which keep their own loops, barriers and stores.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/mma_bf16.cuh"
+#include "kernels/cuda/paged_kv.cuh"
+
+namespace miniinfer::cuda {
+
+// The thread's rows r0 + gid and r0 + gid + 8 (r0: the warp's first packed row): Q fragments
+// (zeros for rows >= num_rows) and the last key each row may see: its causal limit
+// prefix_len + token, capped at last_key, which is also the limit of rows past the end.
+// q: [num_tokens, num_heads, kHeadDim]; q_begin: the sequence's first query token.
+template <int kHeadDim>
+__device__ __forceinline__ void load_q_fragments(const __nv_bfloat16* q, int q_begin, int r0,
+                                                 int num_rows, int group, int num_heads,
+                                                 int kv_head, int prefix_len, int last_key,
+                                                 uint32_t (&q_frag)[kHeadDim / 16][4],
+                                                 int (&limit)[2]) {
+    const int lane = threadIdx.x % 32, gid = lane / 4, tig = lane % 4;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const int r = r0 + gid + 8 * i;
+        const bool valid = r < num_rows;
+        const int t = valid ? r / group : 0;
+        limit[i] = min(valid ? prefix_len + t : last_key, last_key);
+        const __nv_bfloat16* q_row =
+            q + (int64_t(q_begin + t) * num_heads + kv_head * group + (valid ? r % group : 0)) *
+                    kHeadDim;
+#pragma unroll
+        for (int kc = 0; kc < kHeadDim / 16; ++kc) {
+            const int col = kc * 16 + tig * 2;
+            q_frag[kc][i] = valid ? *reinterpret_cast<const uint32_t*>(q_row + col) : 0u;
+            q_frag[kc][2 + i] = valid ? *reinterpret_cast<const uint32_t*>(q_row + col + 8) : 0u;
+        }
+    }
+}
+
+// Keys [key_begin, key_begin + kKeys) of one KV head into tile ([kKeys, kHeadDim + 8] bf16),
+// spread over kThreads threads; keys from key_end on are zero-filled, never read (the cache
+// past a sequence's length may hold anything). cache: [num_pages, page_size, num_kv_heads,
+// kHeadDim]; pages: the sequence's block-table row; kv_row_stride = num_kv_heads * kHeadDim and
+// head_offset = kv_head * kHeadDim, computed once by the caller.
+template <int kHeadDim, int kKeys, int kThreads>
+__device__ __forceinline__ void gather_kv_tile(__nv_bfloat16* tile, const __nv_bfloat16* cache,
+                                               const int32_t* pages, int key_begin, int key_end,
+                                               int page_size, int page_shift, int64_t kv_row_stride,
+                                               int head_offset) {
+    constexpr int kStride = kHeadDim + 8, kChunks = kHeadDim / 8;  // 16-byte chunks per row
+    for (int c = threadIdx.x; c < kKeys * kChunks; c += kThreads) {
+        const int r = c / kChunks, chunk = c % kChunks;
+        const int key = key_begin + r;
+        const bool valid = key < key_end;
+        const __nv_bfloat16* src = cache;
+        if (valid)
+            src = cache + cache_row(pages, key, page_size, page_shift) * kv_row_stride +
+                  head_offset + chunk * 8;
+        cp_async_16(tile + r * kStride + chunk * 8, src, valid);
+    }
+}
+
+// s = Q·Kᵀ for the kKeys keys of k_tile ([kKeys, kHeadDim + 8] bf16 in shared memory).
+template <int kHeadDim, int kKeys>
+__device__ __forceinline__ void qk_scores(const uint32_t (&q_frag)[kHeadDim / 16][4],
+                                          const __nv_bfloat16* k_tile, float (&s)[kKeys / 8][4]) {
+    constexpr int kStride = kHeadDim + 8;
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int nt = 0; nt < kKeys / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+#pragma unroll
+    for (int kc = 0; kc < kHeadDim / 16; ++kc) {
+#pragma unroll
+        for (int np = 0; np < kKeys / 16; ++np) {
+            // Matrices (lane / 8): keys +0 / +8 (lane / 16) x dims +0 / +8 ((lane / 8) & 1)
+            // -> b0, b1 of key tile 2np and of key tile 2np + 1.
+            uint32_t b[4];
+            ldmatrix_x4(b, k_tile + (np * 16 + (lane / 16) * 8 + lane % 8) * kStride + kc * 16 +
+                               ((lane / 8) & 1) * 8);
+            mma_bf16(s[2 * np], q_frag[kc], b[0], b[1]);
+            mma_bf16(s[2 * np + 1], q_frag[kc], b[2], b[3]);
+        }
+    }
+}
+
+// One online-softmax step over the tile's scores (keys key_begin + column): scores scaled to
+// base 2, keys past a row's limit masked when need_mask (the caller knows whether any key of the
+// tile can be past one), the running max / sum updated, O rescaled, and s left holding
+// P = 2^(s - max). kMayBeEmpty: a row may have seen no key yet (max -inf); it then takes 0 as
+// its reference, so its P and correction are exact zeros rather than NaN. Without it (fa2: tile
+// 0 holds key 0, which every row sees) the check is left out.
+template <int kHeadDim, int kKeys, bool kMayBeEmpty>
+__device__ __forceinline__ void online_softmax(float (&s)[kKeys / 8][4], float (&row_max)[2],
+                                               float (&row_sum)[2], float (&o)[kHeadDim / 8][4],
+                                               float scale_log2, bool need_mask, int key_begin,
+                                               const int (&limit)[2]) {
+    const int tig = threadIdx.x % 4;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        float tile_max = row_max[i];
+#pragma unroll
+        for (int nt = 0; nt < kKeys / 8; ++nt) {
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                float& x = s[nt][2 * i + j];
+                x *= scale_log2;
+                if (need_mask && key_begin + nt * 8 + tig * 2 + j > limit[i]) x = -INFINITY;
+                tile_max = fmaxf(tile_max, x);
+            }
+        }
+        // A row's scores live in the 4 threads of a quad.
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+        const float ref = (kMayBeEmpty && tile_max == -INFINITY) ? 0.f : tile_max;
+        const float correction = exp2f(row_max[i] - ref);
+        row_max[i] = tile_max;
+        float tile_sum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < kKeys / 8; ++nt) {
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                float& x = s[nt][2 * i + j];
+                x = exp2f(x - ref);
+                tile_sum += x;
+            }
+        }
+        row_sum[i] = row_sum[i] * correction + tile_sum;
+#pragma unroll
+        for (int dt = 0; dt < kHeadDim / 8; ++dt) {
+            o[dt][2 * i] *= correction;
+            o[dt][2 * i + 1] *= correction;
+        }
+    }
+}
+
+// o += P·V for the kKeys keys of v_tile ([kKeys, kHeadDim + 8] bf16 in shared memory).
+template <int kHeadDim, int kKeys>
+__device__ __forceinline__ void accumulate_pv(const float (&s)[kKeys / 8][4],
+                                              const __nv_bfloat16* v_tile,
+                                              float (&o)[kHeadDim / 8][4]) {
+    constexpr int kStride = kHeadDim + 8;
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+        // The S accumulators of key tiles 2kk and 2kk + 1 are exactly the A fragment of P.
+        const uint32_t p[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]),
+                               pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                               pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                               pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+        for (int dp = 0; dp < kHeadDim / 16; ++dp) {
+            // Matrices (lane / 8), transposed: keys +0 / +8 ((lane / 8) & 1) x dims +0 / +8
+            // (lane / 16) -> b0, b1 of dim tile 2dp and of dim tile 2dp + 1.
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, v_tile + (kk * 16 + ((lane / 8) & 1) * 8 + lane % 8) * kStride +
+                                     dp * 16 + (lane / 16) * 8);
+            mma_bf16(o[2 * dp], p, b[0], b[1]);
+            mma_bf16(o[2 * dp + 1], p, b[2], b[3]);
+        }
+    }
+}
+
+}  // namespace miniinfer::cuda
