@@ -4,8 +4,10 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <future>
 
 #include "apps/commands.h"
 #include "apps/engine_options.h"
@@ -147,22 +149,42 @@ void run_in_process(LLMEngine& engine, const std::vector<Job>& jobs, std::vector
     }
 }
 
+volatile std::sig_atomic_t g_interrupted = 0;
+
 // --use-multiprocess: the same requests through the tokenizer / engine / detokenizer processes.
+// SIGINT/SIGTERM end the wait with an Error, so the client's destructor still stops the
+// children and removes their socket directory.
 void run_in_pipeline(PipelineClient& client, const std::vector<Job>& jobs, std::vector<RequestOutput>& results) {
+    struct sigaction on_signal = {};
+    on_signal.sa_handler = [](int) { g_interrupted = 1; };
+    sigaction(SIGINT, &on_signal, nullptr);
+    sigaction(SIGTERM, &on_signal, nullptr);
     auto channel = std::make_shared<OutputChannel>();
-    std::map<std::string, size_t> index;
+    std::vector<std::future<void>> verdicts(jobs.size());  // all sent first, in input order
     for (size_t i = 0; i < jobs.size(); ++i) {
         try {
             if (!jobs[i].error.empty()) fail("{}", jobs[i].error);
-            const std::string id = std::to_string(i);
-            client.submit(id, jobs[i].prompt, jobs[i].params, channel);
-            index[id] = i;
+            verdicts[i] = client.submit_async(std::to_string(i), jobs[i].prompt, jobs[i].params, channel);
         } catch (const Error& e) {
             results[i].error = e.what();
         }
     }
+    std::vector<char> accepted(jobs.size(), 0);
+    for (size_t i = 0; i < jobs.size(); ++i) {
+        if (!verdicts[i].valid()) continue;
+        try {
+            verdicts[i].get();
+            accepted[i] = 1;
+        } catch (const Error& e) {
+            results[i].error = e.what();
+        }
+    }
+    std::map<std::string, size_t> index;
+    for (size_t i = 0; i < jobs.size(); ++i)
+        if (accepted[i]) index[std::to_string(i)] = i;
     Progress progress(index.size(), jobs.size() > 1 && isatty(STDERR_FILENO));
     for (size_t num_done = 0; num_done < index.size();) {
+        if (g_interrupted) fail("interrupted: {} of {} requests done", num_done, index.size());
         std::optional<RequestOutput> out = channel->next(std::chrono::milliseconds(200));
         if (!out || !out->finished) continue;
         ++num_done;

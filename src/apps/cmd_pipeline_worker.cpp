@@ -9,7 +9,8 @@ namespace miniinfer::apps {
 void add_pipeline_worker(CLI::App& app) {
     auto o = std::make_shared<pipeline::WorkerOptions>();
     auto config = std::make_shared<std::string>();
-    CLI::App* cmd = app.add_subcommand("pipeline-worker", "A process of the multi-process pipeline (internal)");
+    CLI::App* cmd =
+        app.add_subcommand("pipeline-worker", "A process of the multi-process pipeline (internal)");
     cmd->group("");  // not listed in --help: only MiniInfer starts it
     cmd->add_option("--role", o->role, "tokenizer | engine | detokenizer")->required();
     cmd->add_option("--ipc-dir", o->ipc_dir, "The frontend's socket directory")->required();

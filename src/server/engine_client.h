@@ -25,12 +25,12 @@ namespace miniinfer {
 // Outputs of engine requests, produced by the engine side, consumed by one handler (shared by
 // the n choices of one API request).
 class OutputChannel {
-public:
+  public:
     void push(RequestOutput out);
     // The next output, or nullopt after `timeout` (the caller checks its client meanwhile).
     std::optional<RequestOutput> next(std::chrono::milliseconds timeout);
 
-private:
+  private:
     std::mutex mutex_;
     std::condition_variable ready_;
     std::deque<RequestOutput> queue_;
@@ -38,26 +38,26 @@ private:
 
 // submit() refused a request because too many are waiting (HTTP 429).
 class QueueFull : public Error {
-public:
+  public:
     using Error::Error;
 };
 
 // The engine is gone (a pipeline process died): nothing can be served any more (HTTP 503).
 class EngineUnavailable : public Error {
-public:
+  public:
     using Error::Error;
 };
 
 class EngineClient {
-public:
+  public:
     virtual ~EngineClient() = default;
 
     // Queues a request; its outputs go to `channel` (or a new one, returned). The id must be
     // unique (the server makes them). Throws Error (bad input: the same messages as
     // LLMEngine::add_request), QueueFull or EngineUnavailable; then nothing was queued.
-    virtual std::shared_ptr<OutputChannel> submit(const std::string& id, const Prompt& prompt,
-                                                  const SamplingParams& params,
-                                                  std::shared_ptr<OutputChannel> channel = nullptr) = 0;
+    virtual std::shared_ptr<OutputChannel> submit(
+        const std::string& id, const Prompt& prompt, const SamplingParams& params,
+        std::shared_ptr<OutputChannel> channel = nullptr) = 0;
     // Ends a request; its final output has finish_reason "abort". Unknown ids are ignored.
     virtual void abort(const std::string& id) = 0;
     // True if the engine loop answered within `timeout` (what /health checks).

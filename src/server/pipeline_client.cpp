@@ -13,23 +13,31 @@ using namespace pipeline;
 
 namespace {
 std::optional<Tokenizer> load_tokenizer(const std::string& model_dir) {
-    if (!std::filesystem::exists(std::filesystem::path(model_dir) / "tokenizer.json")) return std::nullopt;
+    if (!std::filesystem::exists(std::filesystem::path(model_dir) / "tokenizer.json"))
+        return std::nullopt;
     return Tokenizer::load(model_dir);
 }
 }  // namespace
 
 PipelineClient::PipelineClient(const EngineConfig& config, Metrics* metrics, int64_t max_queued)
-    : config_(config), model_config_(ModelConfig::load(config.model_dir)), tokenizer_(load_tokenizer(config.model_dir)),
-      metrics_(metrics), max_queued_(max_queued), tracker_(metrics) {
+    : config_(config),
+      model_config_(ModelConfig::load(config.model_dir)),
+      tokenizer_(load_tokenizer(config.model_dir)),
+      metrics_(metrics),
+      max_queued_(max_queued),
+      tracker_(metrics) {
     const std::filesystem::path& dir = dir_.path();
     inbox_ = bind_inbox(context_, IpcDir::endpoint(dir, "frontend"));
     to_tokenizer_ = connect_to(context_, IpcDir::endpoint(dir, "tokenizer"));
     to_engine_ = connect_to(context_, IpcDir::endpoint(dir, "engine"));
     std::vector<ChildSpec> specs;
     for (const char* role : {"tokenizer", "engine", "detokenizer"})
-        specs.push_back({role, {"pipeline-worker", "--role", role, "--ipc-dir", dir.string(), "--parent-pid",
-                                std::to_string(getpid()), "--config", config_.to_json().dump()}});
-    children_ = std::make_unique<ChildProcesses>(specs, [this](const ChildExit& e) { on_child_exit(e); });
+        specs.push_back(
+            {role,
+             {"pipeline-worker", "--role", role, "--ipc-dir", dir.string(), "--parent-pid",
+              std::to_string(getpid()), "--config", config_.to_json().dump()}});
+    children_ =
+        std::make_unique<ChildProcesses>(specs, [this](const ChildExit& e) { on_child_exit(e); });
     wait_until_ready();
     receiver_ = std::thread([this] { receive_loop(); });
 }
@@ -80,7 +88,11 @@ void PipelineClient::on_child_exit(const ChildExit& e) {
 
 void PipelineClient::fail_waiters(const std::string& why) {
     std::lock_guard lock(waiters_mutex_);
-    for (auto& [id, verdict] : verdicts_) verdict.set_value({"the engine is unavailable: " + why, true});
+    for (auto& [id, verdict] : verdicts_) {
+        tracker_.remove(id);
+        verdict.set_exception(
+            std::make_exception_ptr(EngineUnavailable("the engine is unavailable: " + why)));
+    }
     verdicts_.clear();
     for (auto& [seq, pong] : pings_) pong.set_value(false);
     pings_.clear();
@@ -92,26 +104,33 @@ void PipelineClient::send(zmq::socket_t& socket, const Json& message) {
 }
 
 std::shared_ptr<OutputChannel> PipelineClient::submit(const std::string& id, const Prompt& prompt,
-                                                      const SamplingParams& params, std::shared_ptr<OutputChannel> channel) {
-    if (max_queued_ > 0 && num_waiting_.load() >= max_queued_)
-        throw QueueFull(fmt::format("too many requests are queued ({}); try again later", max_queued_));
+                                                      const SamplingParams& params,
+                                                      std::shared_ptr<OutputChannel> channel) {
     if (!channel) channel = std::make_shared<OutputChannel>();
-    std::future<Verdict> verdict;
+    submit_async(id, prompt, params, channel).get();
+    return channel;
+}
+
+std::future<void> PipelineClient::submit_async(const std::string& id, const Prompt& prompt,
+                                               const SamplingParams& params,
+                                               std::shared_ptr<OutputChannel> channel) {
+    if (max_queued_ > 0 && num_waiting_.load() >= max_queued_)
+        throw QueueFull(
+            fmt::format("too many requests are queued ({}); try again later", max_queued_));
+    std::future<void> verdict;
     {
         std::lock_guard lock(waiters_mutex_);
         if (dead_) throw EngineUnavailable("the engine is unavailable: " + death_);
         verdict = verdicts_[id].get_future();
+        tracker_.add(id, std::move(channel));
     }
-    tracker_.add(id, channel);
     Json add = {{"type", kAdd}, {"id", id}, {"params", to_json(params)}};
-    if (!prompt.token_ids.empty()) add["ids"] = prompt.token_ids;
-    else add["text"] = prompt.text;
+    if (!prompt.token_ids.empty())
+        add["ids"] = prompt.token_ids;
+    else
+        add["text"] = prompt.text;
     send(to_tokenizer_, add);
-    const Verdict v = verdict.get();
-    if (v.error.empty()) return channel;
-    tracker_.remove(id);
-    if (v.engine_dead) throw EngineUnavailable(v.error);
-    throw Error(v.error);
+    return verdict;
 }
 
 void PipelineClient::abort(const std::string& id) {
@@ -142,7 +161,8 @@ void PipelineClient::receive_loop() {
     while (!stopping_) {
         try {
             if (std::optional<Json> m = receive(inbox_, 100ms)) handle(*m);
-        } catch (const std::exception& e) {  // a malformed message is a bug in a peer: say so, go on
+        } catch (
+            const std::exception& e) {  // a malformed message is a bug in a peer: say so, go on
             MI_LOG_ERROR("pipeline: bad message from a worker: {}", e.what());
         }
     }
@@ -151,23 +171,29 @@ void PipelineClient::receive_loop() {
 // One message from the detokenizer (or a rejection from the tokenizer), on the receiver thread.
 void PipelineClient::handle(const Json& m) {
     const std::string type = m.at("type").get<std::string>();
-    auto answer = [&](const std::string& id, Verdict v) {
+    auto answer = [&](const std::string& id, const std::string& error) {  // error "": accepted
         std::lock_guard lock(waiters_mutex_);
         auto it = verdicts_.find(id);
         if (it == verdicts_.end()) return;
-        it->second.set_value(std::move(v));
+        if (error.empty()) {
+            it->second.set_value();
+        } else {
+            tracker_.remove(id);
+            it->second.set_exception(std::make_exception_ptr(Error(error)));
+        }
         verdicts_.erase(it);
     };
     if (type == kOutputs) {
         for (const Json& d : m.at("outputs"))
-            if (std::optional<RequestOutput> out = assembler_.apply(delta_from_json(d))) tracker_.publish(std::move(*out));
+            if (std::optional<RequestOutput> out = assembler_.apply(delta_from_json(d)))
+                tracker_.publish(std::move(*out));
     } else if (type == kAccepted) {
         const std::string id = m.at("id").get<std::string>();
         assembler_.start(id, m.at("prompt_ids").get<std::vector<int32_t>>());
         ++num_waiting_;
-        answer(id, {});
+        answer(id, "");
     } else if (type == kRejected) {
-        answer(m.at("id").get<std::string>(), {m.at("error").get<std::string>(), false});
+        answer(m.at("id").get<std::string>(), m.at("error").get<std::string>());
     } else if (type == kStats) {
         num_waiting_ = m.at("waiting").get<int64_t>();
         if (!metrics_) return;

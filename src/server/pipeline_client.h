@@ -32,14 +32,21 @@
 namespace miniinfer {
 
 class PipelineClient : public EngineClient {
-public:
+  public:
     // Throws Error if a process cannot start or the engine process fails to load the model.
     // metrics may be null; max_queued as EngineLoop's.
     PipelineClient(const EngineConfig& config, Metrics* metrics, int64_t max_queued);
     ~PipelineClient() override;
 
-    std::shared_ptr<OutputChannel> submit(const std::string& id, const Prompt& prompt, const SamplingParams& params,
-                                          std::shared_ptr<OutputChannel> channel = nullptr) override;
+    std::shared_ptr<OutputChannel> submit(
+        const std::string& id, const Prompt& prompt, const SamplingParams& params,
+        std::shared_ptr<OutputChannel> channel = nullptr) override;
+    // submit() without waiting for the verdict: the future throws what submit() would. The
+    // engine receives requests in the order of these calls (generate uses this: one round trip
+    // for all its prompts, and requests without a seed draw theirs in input order).
+    std::future<void> submit_async(const std::string& id, const Prompt& prompt,
+                                   const SamplingParams& params,
+                                   std::shared_ptr<OutputChannel> channel);
     void abort(const std::string& id) override;
     bool ping(std::chrono::milliseconds timeout) override;
 
@@ -48,17 +55,13 @@ public:
     const SamplingParams& default_params() const override { return default_params_; }
     int64_t max_model_len() const override { return max_model_len_; }
 
-private:
-    struct Verdict {
-        std::string error;  // empty: accepted
-        bool engine_dead = false;
-    };
+  private:
     void wait_until_ready();
     void receive_loop();
     void handle(const Json& message);
     void on_child_exit(const pipeline::ChildExit& exit);
     void send(zmq::socket_t& socket, const Json& message);
-    // Answers every waiting submit() and ping() (they fail with `why`).
+    // Answers every waiting submit() (EngineUnavailable) and ping() (false).
     void fail_waiters(const std::string& why);
 
     EngineConfig config_;
@@ -80,13 +83,13 @@ private:
     std::mutex waiters_mutex_;  // guards what follows up to the receiver
     bool dead_ = false;         // a child died: nothing more can be served
     std::string death_;         // which one and how
-    std::map<std::string, std::promise<Verdict>> verdicts_;
+    std::map<std::string, std::promise<void>> verdicts_;  // submits waiting for the engine's answer
     std::map<uint64_t, std::promise<bool>> pings_;
     uint64_t next_ping_ = 0;
 
     pipeline::OutputAssembler assembler_;  // receiver thread only
     std::atomic<int64_t> num_waiting_{0};
-    int64_t num_preemptions_seen_ = 0;     // receiver thread only
+    int64_t num_preemptions_seen_ = 0;  // receiver thread only
     std::atomic<bool> stopping_{false};
     std::thread receiver_;
 };

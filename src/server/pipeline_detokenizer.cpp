@@ -4,7 +4,9 @@ namespace miniinfer::pipeline {
 
 void PipelineDetokenizer::add(const std::string& id, const SamplingParams& params) {
     Request& r = requests_[id];
-    if (tokenizer_) r.detokenizer.emplace(*tokenizer_, params.skip_special_tokens, params.stop, params.min_tokens);
+    if (tokenizer_)
+        r.detokenizer.emplace(*tokenizer_, params.skip_special_tokens, params.stop,
+                              params.min_tokens);
 }
 
 PipelineDetokenizer::Result PipelineDetokenizer::process(OutputDelta in) {

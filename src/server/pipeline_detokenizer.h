@@ -18,7 +18,7 @@
 namespace miniinfer::pipeline {
 
 class PipelineDetokenizer {
-public:
+  public:
     // `tokenizer` may be null (a model without one: no text, no stop strings, as LLMEngine).
     explicit PipelineDetokenizer(const Tokenizer* tokenizer) : tokenizer_(tokenizer) {}
 
@@ -26,14 +26,15 @@ public:
     void add(const std::string& id, const SamplingParams& params);
 
     struct Result {
-        std::optional<OutputDelta> delta;  // for the frontend; none: drop (the request already ended here)
-        bool abort_in_engine = false;      // a stop string ended it: the engine core must stop it too
+        std::optional<OutputDelta>
+            delta;  // for the frontend; none: drop (the request already ended here)
+        bool abort_in_engine = false;  // a stop string ended it: the engine core must stop it too
     };
     Result process(OutputDelta delta);
 
     size_t num_requests() const { return requests_.size(); }
 
-private:
+  private:
     struct Request {
         std::optional<IncrementalDetokenizer> detokenizer;
         bool ended = false;  // a stop string ended it; waiting for the engine core's final delta

@@ -13,7 +13,8 @@ namespace miniinfer::pipeline {
 IpcDir::IpcDir() {
     // sun_path holds 108 bytes: keep the directory short ("/tmp/miniinfer-XXXXXX").
     std::string pattern = "/tmp/miniinfer-XXXXXX";
-    if (!mkdtemp(pattern.data())) fail("cannot create a directory for the pipeline's sockets: {}", std::strerror(errno));
+    if (!mkdtemp(pattern.data()))
+        fail("cannot create a directory for the pipeline's sockets: {}", std::strerror(errno));
     path_ = pattern;
 }
 
@@ -58,7 +59,8 @@ void send_raw(zmq::socket_t& socket, const zmq::message_t& message) {
     socket.send(zmq::buffer(message.data(), message.size()), zmq::send_flags::none);
 }
 
-std::optional<Json> receive(zmq::socket_t& socket, std::chrono::milliseconds timeout, zmq::message_t* raw) {
+std::optional<Json> receive(zmq::socket_t& socket, std::chrono::milliseconds timeout,
+                            zmq::message_t* raw) {
     zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
     if (timeout.count() > 0 && zmq::poll(&item, 1, timeout) == 0) return std::nullopt;
     zmq::message_t message;

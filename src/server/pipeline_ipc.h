@@ -19,7 +19,7 @@ namespace miniinfer::pipeline {
 
 // A fresh private directory (mkdtemp, mode 0700) removed with everything in it on destruction.
 class IpcDir {
-public:
+  public:
     IpcDir();
     ~IpcDir();
     IpcDir(const IpcDir&) = delete;
@@ -29,7 +29,7 @@ public:
     // The endpoint of a process's inbox in `dir`, e.g. "ipc:///tmp/miniinfer-Ab12/engine.ipc".
     static std::string endpoint(const std::filesystem::path& dir, const std::string& role);
 
-private:
+  private:
     std::filesystem::path path_;
 };
 

@@ -9,8 +9,10 @@ std::string encode(const Json& message) {
 
 Json decode(std::string_view bytes) {
     Json message = Json::from_msgpack(bytes.begin(), bytes.end(), true, false);
-    if (message.is_discarded() || !message.is_object() || !message.contains("type") || !message["type"].is_string())
-        fail("pipeline: a message that is not a MessagePack map with a \"type\" ({} bytes)", bytes.size());
+    if (message.is_discarded() || !message.is_object() || !message.contains("type") ||
+        !message["type"].is_string())
+        fail("pipeline: a message that is not a MessagePack map with a \"type\" ({} bytes)",
+             bytes.size());
     return message;
 }
 
@@ -33,7 +35,9 @@ Json to_json(const SamplingParams& p) {
     return j;
 }
 
-SamplingParams params_from_json(const Json& json) { return SamplingParams::from_json(json, SamplingParams{}); }
+SamplingParams params_from_json(const Json& json) {
+    return SamplingParams::from_json(json, SamplingParams{});
+}
 
 Json to_json(const OutputDelta& d) {
     Json logprobs = Json::array();
@@ -42,8 +46,11 @@ Json to_json(const OutputDelta& d) {
         for (auto [id, lp] : t.top) top.push_back(Json::array({id, lp}));
         logprobs.push_back(Json::array({t.token, t.logprob, top}));
     }
-    Json j = {{"id", d.request_id}, {"tokens", d.new_token_ids}, {"logprobs", logprobs},
-              {"finished", d.finished}, {"cached", d.num_cached_tokens}};
+    Json j = {{"id", d.request_id},
+              {"tokens", d.new_token_ids},
+              {"logprobs", logprobs},
+              {"finished", d.finished},
+              {"cached", d.num_cached_tokens}};
     // Only what is there: most deltas are one token of a running request.
     if (!d.delta_text.empty()) j["text"] = d.delta_text;
     if (!d.finish_reason.empty()) j["finish_reason"] = d.finish_reason;
@@ -57,8 +64,10 @@ OutputDelta delta_from_json(const Json& j) {
     d.request_id = j.at("id").get<std::string>();
     d.new_token_ids = j.at("tokens").get<std::vector<int32_t>>();
     for (const Json& t : j.at("logprobs")) {
-        TokenLogprob lp{.token = t.at(0).get<int32_t>(), .logprob = t.at(1).get<float>(), .top = {}};
-        for (const Json& e : t.at(2)) lp.top.emplace_back(e.at(0).get<int32_t>(), e.at(1).get<float>());
+        TokenLogprob lp{
+            .token = t.at(0).get<int32_t>(), .logprob = t.at(1).get<float>(), .top = {}};
+        for (const Json& e : t.at(2))
+            lp.top.emplace_back(e.at(0).get<int32_t>(), e.at(1).get<float>());
         d.new_logprobs.push_back(std::move(lp));
     }
     d.finished = j.at("finished").get<bool>();
@@ -71,15 +80,16 @@ OutputDelta delta_from_json(const Json& j) {
 }
 
 OutputDelta delta_of(const RequestOutput& out, size_t num_tokens_sent) {
-    OutputDelta d{.request_id = out.request_id,
-                  .new_token_ids = {out.token_ids.begin() + long(num_tokens_sent), out.token_ids.end()},
-                  .new_logprobs = {},
-                  .delta_text = out.delta_text,
-                  .finished = out.finished,
-                  .finish_reason = out.finish_reason,
-                  .stop_reason = out.stop_reason,
-                  .error = out.error,
-                  .num_cached_tokens = out.num_cached_tokens};
+    OutputDelta d{
+        .request_id = out.request_id,
+        .new_token_ids = {out.token_ids.begin() + long(num_tokens_sent), out.token_ids.end()},
+        .new_logprobs = {},
+        .delta_text = out.delta_text,
+        .finished = out.finished,
+        .finish_reason = out.finish_reason,
+        .stop_reason = out.stop_reason,
+        .error = out.error,
+        .num_cached_tokens = out.num_cached_tokens};
     if (out.logprobs.size() > num_tokens_sent)
         d.new_logprobs.assign(out.logprobs.begin() + long(num_tokens_sent), out.logprobs.end());
     return d;

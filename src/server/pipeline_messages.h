@@ -29,10 +29,10 @@ inline constexpr const char* kAccepted = "accepted";  // id, prompt_ids, params
 inline constexpr const char* kRejected = "rejected";  // id, error
 inline constexpr const char* kAbort = "abort";        // id
 inline constexpr const char* kOutputs = "outputs";    // outputs: [OutputDelta]
-inline constexpr const char* kStats = "stats";        // running, waiting, kv_usage, preemptions (total)
+inline constexpr const char* kStats = "stats";        // running, waiting, kv_usage, preemptions
 inline constexpr const char* kPing = "ping";          // seq
 inline constexpr const char* kPong = "pong";          // seq
-inline constexpr const char* kReady = "ready";        // max_model_len, default_params (engine core started)
+inline constexpr const char* kReady = "ready";        // max_model_len, default_params
 
 // What is new in one request's output since the previous one.
 struct OutputDelta {
@@ -63,14 +63,14 @@ OutputDelta delta_of(const RequestOutput& out, size_t num_tokens_sent);
 // The frontend's side: rebuilds whole RequestOutputs (every token, text and logprob so far,
 // as LLMEngine::step returns them) from a request's deltas.
 class OutputAssembler {
-public:
+  public:
     // A request the engine accepted; its deltas may follow.
     void start(const std::string& id, std::vector<int32_t> prompt_ids);
     // The RequestOutput after `delta`; nullopt for an unknown id. A finished request is forgotten.
     std::optional<RequestOutput> apply(const OutputDelta& delta);
     void clear() { outputs_.clear(); }
 
-private:
+  private:
     std::map<std::string, RequestOutput> outputs_;
 };
 

@@ -48,7 +48,8 @@ pid_t spawn_self(const std::vector<std::string>& args) {
     posix_spawnattr_setsigmask(&attr, &none);  // the frontend blocks SIGINT/SIGTERM for sigwait
     posix_spawnattr_setsigdefault(&attr, &defaults);
     posix_spawnattr_setpgroup(&attr, 0);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setflags(
+        &attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
     pid_t pid = 0;
     const int rc = posix_spawn(&pid, "/proc/self/exe", nullptr, &attr, argv.data(), environ);
     posix_spawnattr_destroy(&attr);
@@ -58,7 +59,8 @@ pid_t spawn_self(const std::vector<std::string>& args) {
 
 }  // namespace
 
-ChildProcesses::ChildProcesses(const std::vector<ChildSpec>& children, std::function<void(const ChildExit&)> on_exit)
+ChildProcesses::ChildProcesses(const std::vector<ChildSpec>& children,
+                               std::function<void(const ChildExit&)> on_exit)
     : on_exit_(std::move(on_exit)) {
     try {
         for (const ChildSpec& spec : children) {
@@ -85,7 +87,9 @@ ChildProcesses::ChildProcesses(const std::vector<ChildSpec>& children, std::func
     watcher_ = std::thread([this] { watch(); });
 }
 
-ChildProcesses::~ChildProcesses() { terminate_all(std::chrono::seconds(5)); }
+ChildProcesses::~ChildProcesses() {
+    terminate_all(std::chrono::seconds(5));
+}
 
 std::vector<pid_t> ChildProcesses::pids() const {
     std::lock_guard lock(mutex_);
@@ -122,7 +126,9 @@ void ChildProcesses::watch() {
                 if (waitpid(c.pid, &status, 0) != c.pid) continue;
                 c.reaped = true;
                 close(c.pidfd);
-                exit = ChildExit{.role = c.role, .pid = c.pid, .how = describe_wait_status(status),
+                exit = ChildExit{.role = c.role,
+                                 .pid = c.pid,
+                                 .how = describe_wait_status(status),
                                  .expected = terminating_};
                 // A pipeline is useless without any of its parts: stop the others.
                 terminating_ = true;
@@ -149,7 +155,8 @@ void ChildProcesses::terminate_all(std::chrono::milliseconds grace) {
     if (!all_reaped_.wait_for(lock, grace, [&] { return !running(); })) {
         for (const Child& c : children_)
             if (!c.reaped) {
-                MI_LOG_WARN("the {} process (pid {}) did not stop within {} ms: SIGKILL", c.role, c.pid, grace.count());
+                MI_LOG_WARN("the {} process (pid {}) did not stop within {} ms: SIGKILL", c.role,
+                            c.pid, grace.count());
                 kill(c.pid, SIGKILL);
             }
         all_reaped_.wait(lock, [&] { return !running(); });

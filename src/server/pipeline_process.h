@@ -36,11 +36,12 @@ struct ChildExit {
 std::string describe_wait_status(int status);
 
 class ChildProcesses {
-public:
+  public:
     // Starts every child (Error if one cannot be started; those already started are stopped).
     // on_exit runs on the watching thread once per child, whenever it exits. When one exits
     // before terminate_all(), the others are sent SIGTERM (their exits then count as expected).
-    ChildProcesses(const std::vector<ChildSpec>& children, std::function<void(const ChildExit&)> on_exit);
+    ChildProcesses(const std::vector<ChildSpec>& children,
+                   std::function<void(const ChildExit&)> on_exit);
     // terminate_all(5 s).
     ~ChildProcesses();
     ChildProcesses(const ChildProcesses&) = delete;
@@ -51,7 +52,7 @@ public:
     void terminate_all(std::chrono::milliseconds grace);
     std::vector<pid_t> pids() const;
 
-private:
+  private:
     struct Child {
         std::string role;
         pid_t pid = 0;

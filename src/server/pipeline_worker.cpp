@@ -24,10 +24,11 @@ using namespace std::chrono_literals;
 // threads (they inherit the mask) and read from a signalfd polled beside the inbox, so a
 // stop request never interrupts a step and is never lost.
 class Inbox {
-public:
+  public:
     // `stop_signals` must be blocked in every thread already.
     Inbox(zmq::context_t& context, const WorkerOptions& o, const sigset_t& stop_signals)
-        : dir_(o.ipc_dir), socket_(bind_inbox(context, IpcDir::endpoint(o.ipc_dir, o.role))),
+        : dir_(o.ipc_dir),
+          socket_(bind_inbox(context, IpcDir::endpoint(o.ipc_dir, o.role))),
           signal_fd_(signalfd(-1, &stop_signals, SFD_CLOEXEC)) {
         if (signal_fd_ < 0) fail("signalfd: {}", std::strerror(errno));
     }
@@ -37,7 +38,8 @@ public:
 
     // Blocks up to `timeout` (-1: no limit) for a message or a stop signal; false on a signal.
     bool wait(std::chrono::milliseconds timeout) {
-        zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, signal_fd_, ZMQ_POLLIN, 0}};
+        zmq::pollitem_t items[] = {{socket_.handle(), 0, ZMQ_POLLIN, 0},
+                                   {nullptr, signal_fd_, ZMQ_POLLIN, 0}};
         zmq::poll(items, 2, timeout);
         return !(items[1].revents & ZMQ_POLLIN);
     }
@@ -46,14 +48,15 @@ public:
         return connect_to(context, IpcDir::endpoint(dir_, role));
     }
 
-private:
+  private:
     std::string dir_;
     zmq::socket_t socket_;
     int signal_fd_;
 };
 
 std::optional<Tokenizer> load_tokenizer(const std::string& model_dir) {
-    if (!std::filesystem::exists(std::filesystem::path(model_dir) / "tokenizer.json")) return std::nullopt;
+    if (!std::filesystem::exists(std::filesystem::path(model_dir) / "tokenizer.json"))
+        return std::nullopt;
     return Tokenizer::load(model_dir);
 }
 
@@ -70,7 +73,9 @@ void run_tokenizer(zmq::context_t& context, Inbox& inbox, const WorkerOptions& o
             if (m->contains("text")) {
                 const std::string text = m->at("text").get<std::string>();
                 if (!text.empty() && !tokenizer) {  // LLMEngine::add_request's words
-                    send(to_frontend, rejected(*m, "this model directory has no tokenizer.json: give prompt token ids instead of text"));
+                    send(to_frontend, rejected(*m,
+                                               "this model directory has no tokenizer.json: give "
+                                               "prompt token ids instead of text"));
                     continue;
                 }
                 (*m)["ids"] = text.empty() ? std::vector<int32_t>{} : tokenizer->encode(text);
@@ -86,7 +91,8 @@ void run_engine(zmq::context_t& context, Inbox& inbox, const WorkerOptions& o) {
     config.detokenize = false;
     LLMEngine engine(config);
     zmq::socket_t to_detokenizer = inbox.connect(context, "detokenizer");
-    send(to_detokenizer, {{"type", kReady}, {"max_model_len", engine.config().max_model_len},
+    send(to_detokenizer, {{"type", kReady},
+                          {"max_model_len", engine.config().max_model_len},
                           {"default_params", to_json(engine.default_params())}});
     std::map<std::string, size_t> num_sent;  // tokens already sent, per running request
     auto handle = [&](const Json& m) {
@@ -95,9 +101,13 @@ void run_engine(zmq::context_t& context, Inbox& inbox, const WorkerOptions& o) {
             const std::string id = m.at("id").get<std::string>();
             try {
                 const SamplingParams params = params_from_json(m.at("params"));
-                engine.add_request(Prompt::from_ids(m.at("ids").get<std::vector<int32_t>>()), params, id);
+                engine.add_request(Prompt::from_ids(m.at("ids").get<std::vector<int32_t>>()),
+                                   params, id);
                 num_sent[id] = 0;
-                send(to_detokenizer, {{"type", kAccepted}, {"id", id}, {"prompt_ids", m.at("ids")}, {"params", m.at("params")}});
+                send(to_detokenizer, {{"type", kAccepted},
+                                      {"id", id},
+                                      {"prompt_ids", m.at("ids")},
+                                      {"params", m.at("params")}});
             } catch (const Error& e) {
                 send(to_detokenizer, rejected(m, e.what()));
             }
@@ -120,10 +130,14 @@ void run_engine(zmq::context_t& context, Inbox& inbox, const WorkerOptions& o) {
             sent = out.token_ids.size();
             if (out.finished) num_sent.erase(out.request_id);
         }
-        if (!outputs.empty()) send(to_detokenizer, {{"type", kOutputs}, {"outputs", std::move(outputs)}});
+        if (!outputs.empty())
+            send(to_detokenizer, {{"type", kOutputs}, {"outputs", std::move(outputs)}});
         const Scheduler& s = engine.scheduler();
-        send(to_detokenizer, {{"type", kStats}, {"running", s.num_running()}, {"waiting", s.num_waiting()},
-                              {"kv_usage", s.kv_usage()}, {"preemptions", s.num_preemptions()}});
+        send(to_detokenizer, {{"type", kStats},
+                              {"running", s.num_running()},
+                              {"waiting", s.num_waiting()},
+                              {"kv_usage", s.kv_usage()},
+                              {"preemptions", s.num_preemptions()}});
     }
 }
 
@@ -136,7 +150,8 @@ void run_detokenizer(zmq::context_t& context, Inbox& inbox, const WorkerOptions&
         zmq::message_t raw;
         while (std::optional<Json> m = inbox.next(&raw)) {
             const std::string type = m->at("type").get<std::string>();
-            if (type == kAccepted) detokenizer.add(m->at("id").get<std::string>(), params_from_json(m->at("params")));
+            if (type == kAccepted)
+                detokenizer.add(m->at("id").get<std::string>(), params_from_json(m->at("params")));
             if (type != kOutputs) {  // accepted, rejected, stats, pong, ready: the frontend's
                 send_raw(to_frontend, raw);
                 continue;
@@ -144,10 +159,12 @@ void run_detokenizer(zmq::context_t& context, Inbox& inbox, const WorkerOptions&
             Json outputs = Json::array();
             for (const Json& d : m->at("outputs")) {
                 PipelineDetokenizer::Result r = detokenizer.process(delta_from_json(d));
-                if (r.abort_in_engine) send(to_engine, {{"type", kAbort}, {"id", r.delta->request_id}});
+                if (r.abort_in_engine)
+                    send(to_engine, {{"type", kAbort}, {"id", r.delta->request_id}});
                 if (r.delta) outputs.push_back(to_json(*r.delta));
             }
-            if (!outputs.empty()) send(to_frontend, {{"type", kOutputs}, {"outputs", std::move(outputs)}});
+            if (!outputs.empty())
+                send(to_frontend, {{"type", kOutputs}, {"outputs", std::move(outputs)}});
         }
     }
 }
@@ -166,9 +183,12 @@ void run_worker(const WorkerOptions& o) {
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
     zmq::context_t context(1);
     Inbox inbox(context, o, stop_signals);
-    if (o.role == "tokenizer") run_tokenizer(context, inbox, o);
-    else if (o.role == "engine") run_engine(context, inbox, o);
-    else run_detokenizer(context, inbox, o);
+    if (o.role == "tokenizer")
+        run_tokenizer(context, inbox, o);
+    else if (o.role == "engine")
+        run_engine(context, inbox, o);
+    else
+        run_detokenizer(context, inbox, o);
 }
 
 }  // namespace miniinfer::pipeline

@@ -11,17 +11,17 @@
 // the model does not load) is an Error thrown to the caller, which exits 1 with it.
 #pragma once
 
-#include <string>
 #include <sys/types.h>
+#include <string>
 
 #include "config/engine_config.h"
 
 namespace miniinfer::pipeline {
 
 struct WorkerOptions {
-    std::string role;     // tokenizer | engine | detokenizer
-    std::string ipc_dir;  // where the inboxes are (IpcDir of the frontend)
-    pid_t parent_pid = 0; // the frontend: exit at once if it is already gone
+    std::string role;      // tokenizer | engine | detokenizer
+    std::string ipc_dir;   // where the inboxes are (IpcDir of the frontend)
+    pid_t parent_pid = 0;  // the frontend: exit at once if it is already gone
     EngineConfig config;
 };
 

@@ -3,7 +3,9 @@
 namespace miniinfer {
 
 namespace {
-double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+double seconds(std::chrono::steady_clock::duration d) {
+    return std::chrono::duration<double>(d).count();
+}
 }  // namespace
 
 void RequestTracker::add(const std::string& id, std::shared_ptr<OutputChannel> channel) {
@@ -68,7 +70,8 @@ void RequestTracker::record(Open& r, const RequestOutput& out, Clock::time_point
     metrics_->add_request_finished(out.finish_reason);
     metrics_->observe_e2e_request_latency(seconds(now - r.arrival));
     if (r.num_tokens > 1)
-        metrics_->observe_time_per_output_token(seconds(r.last_token - r.first_token) / double(r.num_tokens - 1));
+        metrics_->observe_time_per_output_token(seconds(r.last_token - r.first_token) /
+                                                double(r.num_tokens - 1));
 }
 
 }  // namespace miniinfer

@@ -17,7 +17,7 @@
 namespace miniinfer {
 
 class RequestTracker {
-public:
+  public:
     explicit RequestTracker(Metrics* metrics) : metrics_(metrics) {}  // metrics may be null
 
     // Starts tracking `id` (its arrival time is now); its outputs go to `channel`.
@@ -31,7 +31,7 @@ public:
     size_t finish_all(const std::string& finish_reason, const std::string& error = "");
     bool contains(const std::string& id) const;
 
-private:
+  private:
     using Clock = std::chrono::steady_clock;
     struct Open {
         std::shared_ptr<OutputChannel> channel;

@@ -19,7 +19,9 @@ namespace {
 
 const std::filesystem::path kFixtures = MINIINFER_FIXTURES;
 
-Json round_trip(const Json& message) { return decode(encode(message)); }
+Json round_trip(const Json& message) {
+    return decode(encode(message));
+}
 
 TEST(PipelineMessages, SamplingParamsRoundTrip) {
     SamplingParams p;
@@ -56,7 +58,8 @@ TEST(PipelineMessages, SamplingParamsRoundTrip) {
     EXPECT_EQ(q.logprobs, p.logprobs);
     EXPECT_EQ(q.skip_special_tokens, p.skip_special_tokens);
     // Unset optionals stay unset.
-    const SamplingParams d = params_from_json(round_trip({{"type", kAdd}, {"p", to_json(SamplingParams{})}})["p"]);
+    const SamplingParams d =
+        params_from_json(round_trip({{"type", kAdd}, {"p", to_json(SamplingParams{})}})["p"]);
     EXPECT_FALSE(d.seed.has_value());
     EXPECT_FALSE(d.logprobs.has_value());
 }
@@ -131,7 +134,8 @@ TEST(PipelineMessages, DeltasRebuildTheOutputs) {
         const OutputDelta d = delta_of(want, sent);
         EXPECT_LE(d.new_token_ids.size(), 1u);  // deltas only
         sent = want.token_ids.size();
-        const std::optional<RequestOutput> got = assembler.apply(delta_from_json(round_trip({{"type", "o"}, {"d", to_json(d)}})["d"]));
+        const std::optional<RequestOutput> got =
+            assembler.apply(delta_from_json(round_trip({{"type", "o"}, {"d", to_json(d)}})["d"]));
         ASSERT_TRUE(got.has_value());
         EXPECT_EQ(got->token_ids, want.token_ids);
         EXPECT_EQ(got->text, want.text);
@@ -140,7 +144,8 @@ TEST(PipelineMessages, DeltasRebuildTheOutputs) {
         EXPECT_EQ(got->logprobs.size(), want.logprobs.size());
         EXPECT_EQ(got->finish_reason, want.finish_reason);
     }
-    EXPECT_FALSE(assembler.apply(delta_of(stream.back(), 0)).has_value());  // forgotten once finished
+    EXPECT_FALSE(
+        assembler.apply(delta_of(stream.back(), 0)).has_value());  // forgotten once finished
 }
 
 // ---- An LLMEngine with detokenize = false, then the detokenizer stage, equals one LLMEngine.
@@ -151,7 +156,8 @@ struct Case {
 };
 
 // Single process: LLMEngine::generate.
-std::vector<RequestOutput> single_process(const EngineConfig& config, const std::vector<Case>& cases) {
+std::vector<RequestOutput> single_process(const EngineConfig& config,
+                                          const std::vector<Case>& cases) {
     LLMEngine engine(config);
     std::vector<Prompt> prompts;
     std::vector<SamplingParams> params;
@@ -162,7 +168,8 @@ std::vector<RequestOutput> single_process(const EngineConfig& config, const std:
 // The pipeline's data path in one thread: engine core deltas -> MessagePack -> detokenizer
 // stage -> MessagePack -> assembler. Aborts asked by the stage reach the engine `delay`
 // steps later, as they would across processes (the engine keeps generating meanwhile).
-std::vector<RequestOutput> pipeline_in_one_process(EngineConfig config, const std::vector<Case>& cases, int delay) {
+std::vector<RequestOutput> pipeline_in_one_process(EngineConfig config,
+                                                   const std::vector<Case>& cases, int delay) {
     config.detokenize = false;
     LLMEngine engine(config);
     const std::optional<Tokenizer> tokenizer = Tokenizer::load(config.model_dir);
@@ -173,9 +180,11 @@ std::vector<RequestOutput> pipeline_in_one_process(EngineConfig config, const st
     for (size_t i = 0; i < cases.size(); ++i) {
         const std::string id = std::to_string(i);
         Prompt ids = cases[i].prompt;
-        if (ids.token_ids.empty()) ids = Prompt::from_ids(tokenizer->encode(ids.text));  // the tokenizer process
+        if (ids.token_ids.empty())
+            ids = Prompt::from_ids(tokenizer->encode(ids.text));  // the tokenizer process
         engine.add_request(ids, cases[i].params, id);
-        detokenizer.add(id, params_from_json(round_trip({{"type", kAccepted}, {"p", to_json(cases[i].params)}})["p"]));
+        detokenizer.add(id, params_from_json(round_trip(
+                                {{"type", kAccepted}, {"p", to_json(cases[i].params)}})["p"]));
         assembler.start(id, ids.token_ids);
         num_sent[id] = 0;
     }
@@ -186,16 +195,20 @@ std::vector<RequestOutput> pipeline_in_one_process(EngineConfig config, const st
         aborts.pop_front();
         aborts.emplace_back();
         for (const RequestOutput& out : engine.step()) {
-            EXPECT_TRUE(out.text.empty() && out.delta_text.empty()) << "the engine core makes no text";
-            const Json wire = round_trip({{"type", kOutputs}, {"d", to_json(delta_of(out, num_sent[out.request_id]))}});
+            EXPECT_TRUE(out.text.empty() && out.delta_text.empty())
+                << "the engine core makes no text";
+            const Json wire = round_trip(
+                {{"type", kOutputs}, {"d", to_json(delta_of(out, num_sent[out.request_id]))}});
             num_sent[out.request_id] = out.token_ids.size();
             PipelineDetokenizer::Result r = detokenizer.process(delta_from_json(wire["d"]));
             if (r.abort_in_engine) aborts.back().push_back(out.request_id);
             if (!r.delta) continue;
-            EXPECT_FALSE(ended.count(r.delta->request_id)) << "nothing after a request's final delta";
+            EXPECT_FALSE(ended.count(r.delta->request_id))
+                << "nothing after a request's final delta";
             if (r.delta->finished) ended.insert(r.delta->request_id);
             const Json back = round_trip({{"type", kOutputs}, {"d", to_json(*r.delta)}});
-            if (std::optional<RequestOutput> whole = assembler.apply(delta_from_json(back["d"])); whole && whole->finished)
+            if (std::optional<RequestOutput> whole = assembler.apply(delta_from_json(back["d"]));
+                whole && whole->finished)
                 results[std::stoul(whole->request_id)] = *whole;
         }
     }
@@ -250,7 +263,9 @@ TEST(PipelineEquivalence, DetokenizerStageAfterTheEngineCoreEqualsOneProcess) {
     ASSERT_GT(text1.size(), 30u);
 
     std::vector<Case> cases = plain;
-    auto add = [&](Prompt prompt, SamplingParams p) { cases.push_back({std::move(prompt), std::move(p)}); };
+    auto add = [&](Prompt prompt, SamplingParams p) {
+        cases.push_back({std::move(prompt), std::move(p)});
+    };
     SamplingParams stop = greedy(40);
     stop.stop = {text0.substr(10, 3)};  // a stop string in the middle
     add(plain[0].prompt, stop);
