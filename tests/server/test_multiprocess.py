@@ -178,3 +178,23 @@ def test_children_exit_when_the_frontend_dies(start_server):
         time.sleep(0.05)
     shutil.rmtree(sockets, ignore_errors=True)  # left behind by the SIGKILL, as expected
     assert all(gone(pid) for pid in pids.values())
+
+
+def test_generate_through_the_pipeline_writes_the_same_lines(tmp_path):
+    from conftest import BIN, DEMO
+    import subprocess
+    lines = [{"prompt": "The capital of France is", "max_tokens": 12, "temperature": 0, "logprobs": 2},
+             {"prompt": "Hello", "max_tokens": 12, "temperature": 0.7, "stop": ["o"]},  # no seed: drawn in order
+             {"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0.9, "seed": 11, "min_tokens": 4},
+             {"prompt_token_ids": [1, 999999]},                                            # an error line
+             {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8, "temperature": 0}]
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps(l) + "\n" for l in lines))
+    outs = []
+    for extra in ([], ["--use-multiprocess"]):
+        r = subprocess.run([BIN, "generate", "--model", DEMO, "--input", str(src), "--max-model-len", "256",
+                            "--seed", "5", *extra], capture_output=True, text=True, timeout=300)
+        assert r.returncode == 1 and "1 of 5 requests failed" in r.stderr, r.stderr  # the bad line
+        outs.append([json.loads(l) for l in r.stdout.splitlines()])
+    assert len(outs[0]) == 5 and "error" in outs[0][3]
+    assert outs[1] == outs[0]
