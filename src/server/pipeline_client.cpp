@@ -26,6 +26,8 @@ PipelineClient::PipelineClient(const EngineConfig& config, Metrics* metrics, int
       metrics_(metrics),
       max_queued_(max_queued),
       tracker_(metrics) {
+    EngineConfig checked = config_;  // a bad flag is reported here, before any process starts
+    checked.resolve(model_config_);
     const std::filesystem::path& dir = dir_.path();
     inbox_ = bind_inbox(context_, IpcDir::endpoint(dir, "frontend"));
     to_tokenizer_ = connect_to(context_, IpcDir::endpoint(dir, "tokenizer"));
@@ -64,6 +66,7 @@ void PipelineClient::wait_until_ready() {
         max_model_len_ = m->at("max_model_len").get<int64_t>();
         default_params_ = params_from_json(m->at("default_params"));
         MI_LOG_INFO("multi-process pipeline ready (sockets in {})", dir_.path().string());
+        ready_ = true;
         return;
     }
 }
@@ -79,6 +82,10 @@ void PipelineClient::on_child_exit(const ChildExit& e) {
         if (dead_) return;
         dead_ = true;
         death_ = why;
+    }
+    if (!ready_) {  // the constructor reports it
+        MI_LOG_ERROR("pipeline: {} while starting", why);
+        return;
     }
     MI_LOG_ERROR("pipeline: {}; no more requests can be served (/health answers 503)", why);
     fail_waiters(why);
