@@ -142,7 +142,16 @@ void add_bench(CLI::App& app) {
     cmd->add_option("--json", opts->json_out, "Also write the results as JSON here");
     cmd->add_option("--hbm-bytes-per-s", opts->hbm_bytes_per_s, "Memory bandwidth for the SOL")->capture_default_str();
     cmd->add_option("--matmul-flops", opts->matmul_flops, "bf16 matrix rate for the SOL")->capture_default_str();
-    cmd->callback([opts] { run(*opts); });
+    // `miniinfer bench serve ...` benchmarks a running server (as `vllm bench serve`); the
+    // offline options, --model included, then do not apply.
+    add_bench_serve(*cmd, "serve");
+    cmd->require_subcommand(0, 1);
+    cmd->get_option("--model")->required(false);
+    cmd->callback([opts, cmd] {
+        if (!cmd->get_subcommands().empty()) return;
+        if (opts->engine.config.model_dir.empty()) fail("bench: --model is required");
+        run(*opts);
+    });
 }
 
 }  // namespace miniinfer::apps

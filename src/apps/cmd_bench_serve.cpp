@@ -283,10 +283,10 @@ void run(const ServeBenchOptions& o) {
 
 }  // namespace
 
-void add_bench_serve(CLI::App& app) {
+void add_bench_serve(CLI::App& app, const std::string& name) {
     auto o = std::make_shared<ServeBenchOptions>();
     CLI::App* cmd = app.add_subcommand(
-        "bench-serve", "Load a running OpenAI-compatible server and report throughput and latency");
+        name, "Load a running OpenAI-compatible server and report throughput and latency");
     cmd->add_option("--host", o->host, "Server host")->capture_default_str();
     cmd->add_option("--port", o->port, "Server port")->capture_default_str();
     cmd->add_option("--api-key", o->api_key, "Sent as 'Authorization: Bearer KEY'");

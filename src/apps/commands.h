@@ -4,6 +4,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <string>
+
 namespace miniinfer::apps {
 
 void add_inspect(CLI::App& app);  // miniinfer inspect --model DIR [--json]
@@ -12,7 +14,8 @@ void add_tokenizer_commands(CLI::App& app);  // miniinfer tokenize | detokenize 
 void add_generate(CLI::App& app);  // miniinfer generate --model DIR --prompt TEXT ... | --input FILE.jsonl
 void add_chat(CLI::App& app);      // miniinfer chat --model DIR
 void add_bench(CLI::App& app);     // miniinfer bench --model DIR --workload NAME
-void add_bench_serve(CLI::App& app);  // miniinfer bench-serve --port 8000 --workload NAME (against a server)
+// miniinfer bench serve | bench-serve --port 8000 --workload NAME (against a running server)
+void add_bench_serve(CLI::App& app, const std::string& name = "bench-serve");
 void add_serve(CLI::App& app);     // miniinfer serve MODEL_DIR [--port 8000 ...]
 void add_pipeline_worker(CLI::App& app);  // miniinfer pipeline-worker --role ROLE ... (internal)
 

@@ -106,9 +106,9 @@ def server_factory():
         s.server_close()
 
 
-def bench(server, tmp_path, *args):
+def bench(server, tmp_path, *args, command=("bench-serve",)):
     out = tmp_path / "result.json"
-    p = subprocess.run([BIN, "bench-serve", "--port", str(server.server_address[1]), "--json", str(out), *args],
+    p = subprocess.run([BIN, *command, "--port", str(server.server_address[1]), "--json", str(out), *args],
                        capture_output=True, text=True, timeout=120)
     result = json.loads(out.read_text()) if out.exists() else None
     return p, result
@@ -140,6 +140,18 @@ def test_random_workload_counts_latencies_and_request_fields(server_factory, tmp
         assert body["max_tokens"] == 7 and body["ignore_eos"] is True and body["temperature"] == 0
         assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
         assert body["model"] == "demo"
+
+
+def test_bench_serve_is_also_spelled_like_vllm(server_factory, tmp_path):
+    # `miniinfer bench serve` (as `vllm bench serve`) is the same command; bench's --model is
+    # not required there.
+    s = server_factory()
+    p, r = bench(s, tmp_path, "--workload", "random", "--num-prompts", "4", "--input-len", "3",
+                 "--output-len", "2", command=("bench", "serve"))
+    assert p.returncode == 0, p.stderr
+    assert (r["completed"], r["failed"]) == (4, 0)
+    p = subprocess.run([BIN, "bench", "--workload", "bs1"], capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0 and "--model is required" in p.stderr
 
 
 @pytest.mark.parametrize("mode", ["http", "event"])
