@@ -1,4 +1,5 @@
-// bf16 GEMM through cuBLASLt with a per-shape algorithm cache.
+// bf16 GEMM: few rows go to the gemv kernel, the rest through cuBLASLt with a per-shape
+// algorithm cache.
 //
 // cuBLASLt is column-major. Our row-major y[m, n] = x[m, k] · w[n, k]ᵀ is, read column-major,
 // yᵀ[n, m] = w · xᵀ where the row-major w[n, k] is the column-major [k, n] matrix A (so op(A) = Aᵀ)
@@ -15,6 +16,7 @@
 #include "core/check.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
+#include "kernels/cuda/gemv.h"
 
 namespace miniinfer::cuda {
 namespace {
@@ -148,7 +150,7 @@ const Plan& Gemm::Impl::plan_for(const Key& key) {
     return plans.emplace(key, std::move(plan)).first->second;
 }
 
-Gemm::Gemm() : impl_(std::make_unique<Impl>()) {
+Gemm::Gemm(int64_t gemv_max_rows) : impl_(std::make_unique<Impl>()), gemv_max_rows_(gemv_max_rows) {
     check_cublas(cublasLtCreate(&impl_->handle), "cublasLtCreate");
 }
 
@@ -175,6 +177,12 @@ void Gemm::run(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
                  bias->describe(), n);
     }
     if (m == 0 || n == 0) return;
+    // Few rows: cuBLASLt's tiles are mostly idle and it adds a split-K reduce kernel, while the
+    // GEMM is just a read of w (test_cuda_gemv's BenchQwen3Shapes compares the two).
+    if (m <= gemv_max_rows_ && gemv_supported(x, w, bias, y)) {
+        gemv(x, w, bias, y, stream);
+        return;
+    }
 
     const Key key{m,
                   n,

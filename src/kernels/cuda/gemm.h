@@ -1,4 +1,4 @@
-// bf16 GEMM through cuBLASLt (see gemm.cpp).
+// bf16 GEMM: the gemv kernel for a few rows, cuBLASLt otherwise (see gemm.cpp).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,7 +10,11 @@
 
 namespace miniinfer::cuda {
 
-// y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n]): bf16 in and out, fp32 accumulation, through cuBLASLt.
+// y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n]): bf16 in and out, fp32 accumulation.
+// m ≤ gemv_max_rows (decode at small batch) with operands gemv_supported() accepts (k % 8 == 0,
+// x and w 16-byte aligned) runs the bandwidth-bound gemv kernel (kernels/cuda/gemv.h): one bf16
+// rounding of the fp32 sum plus bias, no workspace, no algorithm cache. Everything else runs
+// through cuBLASLt, as follows.
 // x may have any rank with k as its last dimension (m = x.numel() / k); y holds m * n elements.
 // All tensors are contiguous bf16 CUDA tensors; y must not alias x, w or bias.
 // Rounding: without bias y = bf16(fp32 sum). With bias, cuBLASLt's BIAS epilogue (the one
@@ -25,7 +29,9 @@ namespace miniinfer::cuda {
 // they are bugs in the caller, not user errors.
 class Gemm {
   public:
-    Gemm();
+    // gemv_max_rows: the largest m sent to the gemv kernel; 0 sends everything to cuBLASLt
+    // (benchmarks and tests compare the two this way).
+    explicit Gemm(int64_t gemv_max_rows = kGemvMaxRows);
     ~Gemm();
     Gemm(const Gemm&) = delete;
     Gemm& operator=(const Gemm&) = delete;
@@ -33,10 +39,16 @@ class Gemm {
     void run(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, cudaStream_t stream);
 
     static constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+    // Largest m sent to gemv by default. Measured on the H200 (test_cuda_gemv's BenchQwen3Shapes,
+    // Qwen3-0.6B's four layer GEMMs): m=1 gemv 17.4 us vs cuBLASLt 30.0; m=4 25.6 vs 26.0;
+    // m=8 31.3 vs 23.6. gemv's time grows with m (each row is another pass over x), so it only
+    // pays for the smallest batches.
+    static constexpr int64_t kGemvMaxRows = 2;
 
   private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
+    int64_t gemv_max_rows_;
 };
 
 }  // namespace miniinfer::cuda

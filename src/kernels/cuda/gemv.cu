@@ -1,0 +1,227 @@
+// y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias) for a few rows of x: the decode GEMM at small batch.
+//
+// At m ≤ 8 the GEMM is a stream of w through the SMs: 2 FLOP per weight byte loaded and m
+// of them at most, far below the H200's ~160 FLOP/byte balance point, so the only goal is to keep
+// enough 16-byte loads of w in flight to saturate HBM. Layout of the work:
+//   - one warp owns kCols whole rows of w (output columns) and all m rows of x: no split-K, so
+//     no second kernel and no atomics; the 32 lanes stride k in 8-element (16-byte) vectors;
+//   - each lane first issues kUnroll × kCols loads of w (L1 bypassed: w is read once), then
+//     multiplies them with x, which is tiny and re-read from L1 by every warp;
+//   - the m × kCols fp32 partial sums per lane are combined with a butterfly reduce-scatter
+//     (each shuffle step halves the values a lane holds), ~1 shuffle per value instead of the
+//     5 of a plain warp sum — at m = 8 the plain sum would cost more than the loads;
+//   - blocks of 4 warps, grid over n: thousands of warps for every layer of a 0.6B model.
+// kCols trades parallelism (small n wants many warps: kCols = 1) against fewer x re-reads.
+#include "kernels/cuda/gemv.h"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/cuda/cuda_check.h"
+
+namespace miniinfer::cuda {
+namespace {
+
+constexpr int kWarpsPerBlock = 4;
+constexpr int kThreads = 32 * kWarpsPerBlock;
+constexpr int kVecElems = 8;  // bf16 per 16-byte load
+
+constexpr int next_pow2(int v) {
+    int p = 1;
+    while (p < v) p *= 2;
+    return p;
+}
+
+// 16-byte load of weights that are read exactly once: bypass L1 so that x stays resident there.
+__device__ __forceinline__ uint4 load_streaming(const uint4* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+// Eight bf16 (a 16-byte vector) to fp32: a bf16 is the top half of an fp32.
+__device__ __forceinline__ void unpack_bf16x8(const uint4& v, float (&out)[8]) {
+    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        out[2 * i] = __uint_as_float(words[i] << 16);
+        out[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+    }
+}
+
+// Sums kValues fp32 values across the warp's 32 lanes (kValues a power of two ≤ 32). At each
+// step a lane keeps half of its values and trades the other half with its partner, so the step
+// costs half the values' shuffles; once one value is left, plain xor steps finish. Afterwards
+// lane L holds the full sum of value L >> (5 - log2 kValues) in v[0].
+template <int kValues>
+__device__ __forceinline__ void warp_reduce_scatter(float (&v)[kValues], int lane) {
+    static_assert(kValues >= 1 && kValues <= 32 && (kValues & (kValues - 1)) == 0);
+#pragma unroll
+    for (int step = 0; step < 5; ++step) {
+        const int offset = 16 >> step;
+        const int count = kValues >> step;  // values still held (compile time after unrolling)
+        if (count >= 2) {
+            const int half = count / 2;
+            const bool upper = (lane & offset) != 0;
+#pragma unroll
+            for (int i = 0; i < half; ++i) {
+                const float send = upper ? v[i] : v[i + half];
+                const float keep = upper ? v[i + half] : v[i];
+                v[i] = keep + __shfl_xor_sync(0xffffffffu, send, offset);
+            }
+        } else {
+            v[0] += __shfl_xor_sync(0xffffffffu, v[0], offset);
+        }
+    }
+}
+
+// x: [kRows, k] bf16; w: [n, k] bf16; bias: [n] bf16 or null; y: [kRows, n] bf16.
+// k % 8 == 0 and x, w 16-byte aligned (checked by the launcher). Warp g of the grid owns
+// output columns [g * kCols, g * kCols + kCols) for every row.
+template <int kRows, int kCols>
+__global__ void __launch_bounds__(kThreads)
+    gemv_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
+                const __nv_bfloat16* __restrict__ bias, __nv_bfloat16* __restrict__ y, int64_t n,
+                int k) {
+    constexpr int kValues = next_pow2(kRows * kCols);    // padded for the reduce-scatter
+    constexpr int kUnroll = kCols >= 8 ? 1 : 8 / kCols;  // ~8 loads of w in flight per lane
+    const int lane = int(threadIdx.x) % 32;
+    const int64_t col0 = (int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32) * kCols;
+    if (col0 >= n) return;  // whole warp: no shuffle partner is lost
+    const int k_vecs = k / kVecElems;
+
+    const uint4* w_rows[kCols];  // columns past n read row n - 1; their sums are dropped
+#pragma unroll
+    for (int c = 0; c < kCols; ++c)
+        w_rows[c] =
+            reinterpret_cast<const uint4*>(w + (col0 + c < n ? col0 + c : n - 1) * int64_t(k));
+    const uint4* x_vecs = reinterpret_cast<const uint4*>(x);
+
+    float acc[kRows * kCols] = {};  // acc[r * kCols + c]: row r of x times column c of the warp
+    for (int base = lane; base < k_vecs; base += 32 * kUnroll) {
+        uint4 w_vec[kUnroll][kCols];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            if (base + 32 * u < k_vecs) {
+#pragma unroll
+                for (int c = 0; c < kCols; ++c)
+                    w_vec[u][c] = load_streaming(w_rows[c] + base + 32 * u);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            const int vec = base + 32 * u;
+            if (vec >= k_vecs) break;
+            float w_f[kCols][8];
+#pragma unroll
+            for (int c = 0; c < kCols; ++c) unpack_bf16x8(w_vec[u][c], w_f[c]);
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) {
+                float x_f[8];
+                unpack_bf16x8(__ldg(x_vecs + int64_t(r) * k_vecs + vec), x_f);
+#pragma unroll
+                for (int c = 0; c < kCols; ++c) {
+#pragma unroll
+                    for (int j = 0; j < 8; ++j)
+                        acc[r * kCols + c] = fmaf(x_f[j], w_f[c][j], acc[r * kCols + c]);
+                }
+            }
+        }
+    }
+
+    float sum;
+    if constexpr (kValues == kRows * kCols) {
+        warp_reduce_scatter(acc, lane);
+        sum = acc[0];
+    } else {
+        float padded[kValues];  // zeros up to a power of two
+#pragma unroll
+        for (int i = 0; i < kValues; ++i) padded[i] = i < kRows * kCols ? acc[i] : 0.f;
+        warp_reduce_scatter(padded, lane);
+        sum = padded[0];
+    }
+    constexpr int kLanesPerValue = 32 / kValues;
+    if (lane % kLanesPerValue != 0) return;
+    const int value = lane / kLanesPerValue;
+    const int r = value / kCols, c = value % kCols;
+    const int64_t col = col0 + c;
+    if (r >= kRows || col >= n) return;
+    if (bias) sum += __bfloat162float(bias[col]);
+    y[int64_t(r) * n + col] = __float2bfloat16_rn(sum);
+}
+
+using KernelFn = void (*)(const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
+                          __nv_bfloat16*, int64_t, int);
+
+// Every compiled specialisation: [cols_per_block index (1, 2, 4)][rows - 1].
+constexpr KernelFn kKernels[3][kGemvRowsPerLaunch] = {
+    {gemv_kernel<1, 1>, gemv_kernel<2, 1>, gemv_kernel<3, 1>, gemv_kernel<4, 1>, gemv_kernel<5, 1>,
+     gemv_kernel<6, 1>, gemv_kernel<7, 1>, gemv_kernel<8, 1>},
+    {gemv_kernel<1, 2>, gemv_kernel<2, 2>, gemv_kernel<3, 2>, gemv_kernel<4, 2>, gemv_kernel<5, 2>,
+     gemv_kernel<6, 2>, gemv_kernel<7, 2>, gemv_kernel<8, 2>},
+    {gemv_kernel<1, 4>, gemv_kernel<2, 4>, gemv_kernel<3, 4>, gemv_kernel<4, 4>, gemv_kernel<5, 4>,
+     gemv_kernel<6, 4>, gemv_kernel<7, 4>, gemv_kernel<8, 4>},
+};
+
+// Columns per warp by n: small n (the 1024-wide o_proj and down of a 0.6B model) needs one column
+// per warp for enough warps in flight; wide n (lm_head) can share x reads over more.
+int pick_cols(int64_t n) {
+    if (n >= 16384) return 4;
+    if (n >= 4096) return 2;
+    return 1;
+}
+
+bool is_bf16_cuda(const Tensor& t) {
+    return t.device() == Device::kCUDA && t.dtype() == DType::kBF16 && t.is_contiguous();
+}
+
+bool aligned16(const void* p) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+}  // namespace
+
+bool gemv_supported(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y) {
+    if (!is_bf16_cuda(x) || !is_bf16_cuda(w) || !is_bf16_cuda(y) || w.ndim() != 2) return false;
+    const int64_t n = w.size(0), k = w.size(1);
+    if (k <= 0 || k % kVecElems != 0 || k > INT32_MAX || x.ndim() < 1 || x.size(-1) != k)
+        return false;
+    if (!aligned16(x.raw()) || !aligned16(w.raw())) return false;
+    const int64_t m = x.numel() / k;
+    if (y.numel() != m * n || y.ndim() < 1 || y.size(-1) != n) return false;
+    return !bias || (is_bf16_cuda(*bias) && bias->ndim() == 1 && bias->size(0) == n);
+}
+
+void gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, cudaStream_t stream,
+          int cols_per_block) {
+    MI_LAUNCH_CHECK(
+        gemv_supported(x, w, bias, y),
+        "gemv: operands must be contiguous bf16 CUDA tensors, w [n, k] with k % 8 == 0, "
+        "x [.., k] and w 16-byte aligned, y [.., n] with m * n elements, bias [n]");
+    MI_LAUNCH_CHECK(
+        cols_per_block == 0 || cols_per_block == 1 || cols_per_block == 2 || cols_per_block == 4,
+        "gemv: cols_per_block must be 0 (auto), 1, 2 or 4");
+    const int64_t n = w.size(0), k = w.size(1), m = x.numel() / k;
+    if (m == 0 || n == 0) return;
+
+    const int cols = cols_per_block ? cols_per_block : pick_cols(n);
+    const int cols_idx = cols == 1 ? 0 : cols == 2 ? 1 : 2;
+    const int64_t cols_per_cta = int64_t(cols) * kWarpsPerBlock;
+    const int64_t blocks = (n + cols_per_cta - 1) / cols_per_cta;
+    MI_LAUNCH_CHECK(blocks <= INT32_MAX, "gemv: n too large for the grid");
+    const auto* bias_ptr = bias ? bias->data<__nv_bfloat16>() : nullptr;
+    // Rows beyond one launch's kGemvRowsPerLaunch: further launches, each re-reading w.
+    for (int64_t row0 = 0; row0 < m; row0 += kGemvRowsPerLaunch) {
+        const int64_t rows = std::min(kGemvRowsPerLaunch, m - row0);
+        kKernels[cols_idx][rows - 1]<<<unsigned(blocks), kThreads, 0, stream>>>(
+            x.data<__nv_bfloat16>() + row0 * k, w.data<__nv_bfloat16>(), bias_ptr,
+            y.data<__nv_bfloat16>() + row0 * n, n, int(k));
+        MI_CUDA_CHECK(cudaGetLastError());
+    }
+}
+
+}  // namespace miniinfer::cuda

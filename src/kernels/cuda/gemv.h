@@ -1,0 +1,32 @@
+// bf16 GEMM for a few rows of x (decode at small batch), bandwidth-bound (see gemv.cu).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace miniinfer::cuda {
+
+// Rows one launch handles; gemv() covers larger m in chunks of this many rows, each chunk
+// streaming w again (from L2 when w fits there).
+inline constexpr int64_t kGemvRowsPerLaunch = 8;
+
+// Whether gemv() accepts these operands: contiguous bf16 CUDA tensors, w [n, k] with k % 8 == 0,
+// x and w 16-byte aligned (so every row is read with 16-byte loads), x ending in k, y holding
+// m * n elements, bias (if given) [n]. y may have any alignment. The Gemm wrapper asks this
+// before dispatching to gemv and falls back to cuBLASLt when it is false.
+bool gemv_supported(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y);
+
+// y[m, n] = bf16(x[m, k] · w[n, k]ᵀ (+ bias[n])): bf16 in, fp32 products and sums, one bf16
+// rounding of the fp32 result (the bias is added in fp32 before it). x: any rank ending in k
+// (m = x.numel() / k); y: m * n elements ending in n; y must not alias x, w or bias.
+// Meant for small m (1..16): every block streams a few rows of w once and keeps m fp32 sums per
+// column, so time is ~ceil(m / 8) reads of w. No allocation, no synchronisation: safe to call
+// during CUDA graph capture. Operands gemv_supported() rejects abort (MI_LAUNCH_CHECK).
+// cols_per_block: 0 picks by n; 1, 2 or 4 force a variant (benchmarks only).
+void gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, cudaStream_t stream,
+          int cols_per_block = 0);
+
+}  // namespace miniinfer::cuda

@@ -1,0 +1,349 @@
+// The gemv kernel (y = x · wᵀ (+ bias) for few rows) against a double reference on random shapes,
+// its use by the Gemm wrapper (dispatch, fallback, graph capture), and a benchmark against
+// cuBLASLt on Qwen3-0.6B's decode shapes that sets Gemm::kGemvMaxRows.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/device_buffer.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemv.h"
+
+using namespace miniinfer;
+
+// GTEST_SKIP returns from the calling function, so this must be a macro.
+#define REQUIRE_GPU() \
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible: GPU test skipped"
+
+namespace {
+
+constexpr double kBf16HalfUlp = 1.0 / 256;  // 2^-8: round-to-nearest error of bf16, relative
+
+Tensor random_bf16(Shape shape, std::mt19937& rng, float scale) {
+    Tensor t = Tensor::zeros(std::move(shape), DType::kBF16);
+    std::normal_distribution<float> d(0.f, scale);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<uint16_t>()[i] = f32_to_bf16(d(rng));
+    return t;
+}
+
+// A bf16 view of a device buffer starting `offset` elements in: misaligned operands.
+Tensor offset_view(const Tensor& buffer, int64_t offset, Shape shape) {
+    return Tensor(static_cast<uint16_t*>(buffer.raw()) + offset, DType::kBF16, std::move(shape),
+                  Device::kCUDA);
+}
+
+Tensor download(const Tensor& view) {
+    Tensor out = Tensor::zeros(view.shape(), DType::kBF16);
+    MI_CUDA_CHECK(cudaMemcpy(out.raw(), view.raw(), out.nbytes(), cudaMemcpyDeviceToHost));
+    return out;
+}
+
+// y = x · wᵀ + bias in double from the bf16 inputs, and Σ|x·w| + |bias| for the tolerance.
+struct Reference {
+    std::vector<double> y, abs_sum;
+};
+
+Reference reference(const Tensor& x, const Tensor& w, const Tensor* bias, int64_t m, int64_t n,
+                    int64_t k) {
+    std::vector<float> xf(size_t(m * k)), wf(size_t(n * k));
+    copy_to_f32(x, xf.data());
+    copy_to_f32(w, wf.data());
+    Reference ref;
+    ref.y.assign(size_t(m * n), 0.0);
+    ref.abs_sum.assign(size_t(m * n), 0.0);
+    for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < n; ++j) {
+            double s = 0, a = 0;
+            for (int64_t p = 0; p < k; ++p) {
+                const double prod = double(xf[size_t(i * k + p)]) * double(wf[size_t(j * k + p)]);
+                s += prod;
+                a += std::fabs(prod);
+            }
+            const double b = bias ? bf16_to_f32(bias->data<uint16_t>()[j]) : 0.0;
+            ref.y[size_t(i * n + j)] = s + b;
+            ref.abs_sum[size_t(i * n + j)] = a + std::fabs(b);
+        }
+    }
+    return ref;
+}
+
+// Tolerance: one bf16 rounding of the result (≤ 2^-8 relative) plus the fp32 summation error of
+// k products and the bias, at most about (k + 1) · 2^-24 · Σ|x·w| (products of bf16 values are
+// exact in fp32); doubled for the order in which lanes and shuffles add. gemv adds the bias in
+// fp32 before its single rounding, so unlike cuBLASLt's BIAS epilogue there is no extra term.
+double worst_error(const Tensor& y_host, const Reference& ref, int64_t k, const char* what) {
+    const double accumulation = 2.0 * double(k + 1) * std::ldexp(1.0, -24);
+    double worst = 0;  // largest error as a fraction of its tolerance
+    for (size_t i = 0; i < ref.y.size(); ++i) {
+        const double got = bf16_to_f32(y_host.data<uint16_t>()[i]);
+        const double tol =
+            kBf16HalfUlp * std::fabs(ref.y[i]) + accumulation * ref.abs_sum[i] + 1e-30;
+        const double err = std::fabs(got - ref.y[i]);
+        EXPECT_LE(err, tol) << what << " element " << i << ": got " << got << " want " << ref.y[i];
+        if (!(err <= tol)) return err / tol;  // one report per case, not thousands
+        worst = std::max(worst, err / tol);
+    }
+    return worst;
+}
+
+void sync_device() {
+    MI_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+}  // namespace
+
+// Every row count of one launch and of two (11, 16), odd n (a warp's last columns past n), k from
+// one vector to 4096 including k / 8 not a multiple of 32 lanes, with and without bias, every
+// cols_per_block variant. y sits one element into its buffer (gemv accepts any y alignment) with
+// guard elements either side that must survive.
+TEST(CudaGemv, MatchesDoubleReference) {
+    REQUIRE_GPU();
+    std::mt19937 rng(31);
+    struct NK {
+        int64_t n, k;
+    };
+    double worst = 0;
+    for (int64_t m : {1, 2, 3, 5, 8, 11, 16}) {
+        for (NK nk : {NK{1, 8}, NK{33, 64}, NK{257, 1032}, NK{1001, 1024}, NK{7, 4096}}) {
+            const int64_t n = nk.n, k = nk.k;
+            Tensor x = random_bf16({m, k}, rng, 1.f);
+            Tensor w = random_bf16({n, k}, rng, 1.f / std::sqrt(float(k)));
+            Tensor bias = random_bf16({n}, rng, 1.f);
+            Tensor dx = cuda::to_device(x), dw = cuda::to_device(w), dbias = cuda::to_device(bias);
+            const int64_t guard = 8;
+            Tensor y_buf = cuda::device_tensor({m * n + 2 * guard}, DType::kBF16);
+            Tensor dy = offset_view(y_buf, guard + 1, {m, n});
+            for (bool with_bias : {false, true}) {
+                const Reference ref = reference(x, w, with_bias ? &bias : nullptr, m, n, k);
+                for (int cols : {0, 1, 2, 4}) {
+                    MI_CUDA_CHECK(cudaMemset(y_buf.raw(), 0xff, y_buf.nbytes()));  // NaN
+                    cuda::gemv(dx, dw, with_bias ? &dbias : nullptr, dy, nullptr, cols);
+                    sync_device();
+                    char what[96];
+                    std::snprintf(what, sizeof what, "m=%ld n=%ld k=%ld bias=%d cols=%d", long(m),
+                                  long(n), long(k), int(with_bias), cols);
+                    worst = std::max(worst, worst_error(download(dy), ref, k, what));
+                    const Tensor all = cuda::to_host(y_buf);
+                    const auto* bits = all.data<uint16_t>();
+                    for (int64_t i = 0; i < all.numel(); ++i) {
+                        if (i < guard + 1 || i >= guard + 1 + m * n) {
+                            ASSERT_EQ(bits[i], 0xffff) << what << ": wrote outside y at " << i;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    std::printf("  gemv: worst error %.2f of tolerance\n", worst);
+}
+
+// What the Gemm wrapper relies on to fall back to cuBLASLt: k % 8 != 0 and misaligned x or w are
+// refused; a misaligned y is fine (gemv stores scalars).
+TEST(CudaGemv, SupportedOperands) {
+    REQUIRE_GPU();
+    const int64_t m = 2, n = 5, k = 16;
+    Tensor x_buf = cuda::device_tensor({m * k + 8}, DType::kBF16);
+    Tensor w_buf = cuda::device_tensor({n * k + 8}, DType::kBF16);
+    Tensor y_buf = cuda::device_tensor({m * n + 8}, DType::kBF16);
+    Tensor bias = cuda::device_tensor({n}, DType::kBF16);
+    Tensor x = offset_view(x_buf, 0, {m, k}), w = offset_view(w_buf, 0, {n, k}),
+           y = offset_view(y_buf, 0, {m, n});
+    EXPECT_TRUE(cuda::gemv_supported(x, w, &bias, y));
+    EXPECT_TRUE(cuda::gemv_supported(offset_view(x_buf, 0, {1, m, k}), w, nullptr,
+                                     offset_view(y_buf, 0, {1, m, n})));
+    EXPECT_TRUE(cuda::gemv_supported(x, w, nullptr, offset_view(y_buf, 1, {m, n})));
+    EXPECT_FALSE(cuda::gemv_supported(offset_view(x_buf, 1, {m, k}), w, nullptr, y));
+    EXPECT_FALSE(cuda::gemv_supported(x, offset_view(w_buf, 4, {n, k}), nullptr, y));
+    EXPECT_FALSE(cuda::gemv_supported(offset_view(x_buf, 0, {m * 4, 4}),
+                                      offset_view(w_buf, 0, {n, 4}), nullptr, y));  // k = 4
+    EXPECT_FALSE(cuda::gemv_supported(x, w, nullptr, offset_view(y_buf, 0, {m, n + 1})));
+    Tensor short_bias = cuda::device_tensor({n - 1}, DType::kBF16);
+    EXPECT_FALSE(cuda::gemv_supported(x, w, &short_bias, y));
+    Tensor host_x = Tensor::zeros({m, k}, DType::kBF16);
+    EXPECT_FALSE(cuda::gemv_supported(host_x, w, nullptr, y));
+}
+
+// The wrapper sends m ≤ its gemv_max_rows to gemv (bit-identical to calling gemv) and the rest,
+// or operands gemv refuses, to cuBLASLt; all of them are correct.
+TEST(CudaGemv, GemmDispatch) {
+    REQUIRE_GPU();
+    std::mt19937 rng(32);
+    cuda::Gemm gemm;  // default crossover
+    cuda::Gemm cublas_only(0);
+    for (int64_t m : {1, 4, 8, 9, 24}) {
+        for (int64_t k : {1024, 17}) {  // 17: gemv refuses, cuBLASLt runs even at m = 1
+            const int64_t n = 515;
+            Tensor x = random_bf16({m, k}, rng, 1.f);
+            Tensor w = random_bf16({n, k}, rng, 1.f / std::sqrt(float(k)));
+            Tensor dx = cuda::to_device(x), dw = cuda::to_device(w);
+            Tensor dy = cuda::device_tensor({m, n}, DType::kBF16);
+            Tensor dy_ref = cuda::device_tensor({m, n}, DType::kBF16);
+            const Reference ref = reference(x, w, nullptr, m, n, k);
+            char what[64];
+            std::snprintf(what, sizeof what, "gemm m=%ld k=%ld", long(m), long(k));
+            gemm.run(dx, dw, nullptr, dy, nullptr);
+            sync_device();
+            const Tensor got = cuda::to_host(dy);
+            // cuBLASLt's tolerance is gemv's: no bias here, so one rounding either way.
+            worst_error(got, ref, k, what);
+            cublas_only.run(dx, dw, nullptr, dy_ref, nullptr);
+            sync_device();
+            worst_error(cuda::to_host(dy_ref), ref, k, what);
+            if (m <= cuda::Gemm::kGemvMaxRows && k % 8 == 0) {
+                cuda::gemv(dx, dw, nullptr, dy_ref, nullptr);
+                sync_device();
+                EXPECT_EQ(std::memcmp(cuda::to_host(dy_ref).raw(), got.raw(), got.nbytes()), 0)
+                    << what << ": the wrapper did not run gemv";
+            }
+        }
+    }
+}
+
+// Captured into a CUDA graph, the gemv path records a kernel without running it and replays to
+// the eager bits (the runner captures its decode steps).
+TEST(CudaGemv, GraphCaptureReplays) {
+    REQUIRE_GPU();
+    std::mt19937 rng(33);
+    const int64_t m = 3, n = 777, k = 2048;
+    cuda::Gemm gemm;
+    Tensor dx = cuda::to_device(random_bf16({m, k}, rng, 1.f));
+    Tensor dw = cuda::to_device(random_bf16({n, k}, rng, 0.02f));
+    Tensor dbias = cuda::to_device(random_bf16({n}, rng, 1.f));
+    Tensor dy = cuda::device_tensor({m, n}, DType::kBF16);
+    cuda::Stream stream;
+    gemm.run(dx, dw, &dbias, dy, stream.get());
+    stream.synchronize();
+    const Tensor eager = cuda::to_host(dy);
+    MI_CUDA_CHECK(cudaMemset(dy.raw(), 0, dy.nbytes()));
+    sync_device();
+
+    cudaGraph_t graph = nullptr;
+    MI_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+    gemm.run(dx, dw, &dbias, dy, stream.get());
+    MI_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+    std::unique_ptr<CUgraph_st, decltype(&cudaGraphDestroy)> graph_owner(graph, cudaGraphDestroy);
+    cudaGraphExec_t exec = nullptr;
+    MI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    std::unique_ptr<CUgraphExec_st, decltype(&cudaGraphExecDestroy)> exec_owner(
+        exec, cudaGraphExecDestroy);
+    const Tensor before = cuda::to_host(dy);
+    EXPECT_TRUE(std::all_of(before.data<uint16_t>(), before.data<uint16_t>() + m * n,
+                            [](uint16_t v) { return v == 0; }))
+        << "capture must not execute the GEMM";
+    MI_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+    stream.synchronize();
+    EXPECT_EQ(std::memcmp(cuda::to_host(dy).raw(), eager.raw(), eager.nbytes()), 0)
+        << "graph replay differs from eager";
+}
+
+// Informative only, never asserted: µs per call and achieved GB/s (w + x + y bytes over time, so
+// m > 8 is charged once for w although gemv reads it once per 8 rows) for gemv (auto and each
+// cols_per_block) and cuBLASLt on Qwen3-0.6B's decode GEMMs. Each call reads a different copy of
+// w, with ≥ 256 MiB of copies in all, so w comes from HBM as in a real step, not from the 50 MiB
+// L2. Calls are replayed from a CUDA graph so that launch overhead does not hide kernel time.
+// Skipped when instrumented (compute-sanitizer): one call taking > 1 ms means nothing.
+TEST(CudaGemv, BenchQwen3Shapes) {
+    REQUIRE_GPU();
+    struct BenchShape {
+        const char* name;
+        int64_t n, k;
+    };
+    const BenchShape shapes[] = {{"gate_up", 6144, 1024},
+                                 {"qkv", 4096, 1024},
+                                 {"o_proj", 1024, 2048},
+                                 {"down", 1024, 3072},
+                                 {"lm_head", 151936, 1024}};
+    const int64_t max_m = 16;
+    std::mt19937 rng(34);
+    cuda::Gemm cublas(0);
+    cuda::Stream stream;
+    cuda::Event start(true), end(true);
+    std::printf("gemv bench (H200 HBM ~4800 GB/s); us per call, GB/s\n");
+    std::printf("%-8s %3s | %16s | %16s %9s %9s %9s | %s\n", "shape", "m", "cuBLASLt", "gemv auto",
+                "cols=1", "cols=2", "cols=4", "speedup");
+    double layer_us[2][4] = {};  // [cublas, gemv][m index]: the four layer GEMMs summed
+    for (const BenchShape& shape : shapes) {
+        const int64_t w_bytes = shape.n * shape.k * 2;
+        const int64_t copies = std::max<int64_t>(1, (int64_t(256) << 20) / w_bytes);
+        std::vector<Tensor> ws;
+        for (int64_t c = 0; c < copies; ++c) {
+            ws.push_back(cuda::device_tensor({shape.n, shape.k}, DType::kBF16));
+            if (c == 0) {
+                ws[0] = cuda::to_device(random_bf16({shape.n, shape.k}, rng, 0.02f));
+            } else {
+                MI_CUDA_CHECK(cudaMemcpy(ws[c].raw(), ws[0].raw(), size_t(w_bytes),
+                                         cudaMemcpyDeviceToDevice));
+            }
+        }
+        const int64_t calls = std::max<int64_t>(copies, 16);
+        Tensor x_all = cuda::to_device(random_bf16({max_m, shape.k}, rng, 1.f));
+        Tensor y_all = cuda::device_tensor({max_m, shape.n}, DType::kBF16);
+        int m_idx = 0;
+        for (int64_t m : {1, 4, 8, 16}) {
+            Tensor x = offset_view(x_all, 0, {m, shape.k});
+            Tensor y = offset_view(y_all, 0, {m, shape.n});
+            // variant -1: cuBLASLt; 0: gemv auto; 1, 2, 4: gemv cols_per_block.
+            auto call = [&](int variant, const Tensor& w) {
+                if (variant < 0)
+                    cublas.run(x, w, nullptr, y, stream.get());
+                else
+                    cuda::gemv(x, w, nullptr, y, stream.get(), variant);
+            };
+            auto time_us = [&](int variant) -> double {
+                call(variant, ws[0]);  // cuBLASLt picks and caches its algorithm here
+                stream.synchronize();
+                start.record(stream.get());
+                call(variant, ws[0]);
+                end.record(stream.get());
+                end.synchronize();
+                if (cuda::Event::elapsed_ms(start, end) > 1.f) return -1;  // instrumented
+                cudaGraph_t graph = nullptr;
+                MI_CUDA_CHECK(
+                    cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+                for (int64_t i = 0; i < calls; ++i) call(variant, ws[size_t(i % copies)]);
+                MI_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+                cudaGraphExec_t exec = nullptr;
+                MI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+                MI_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));  // warm clocks and code
+                const int replays = 5;
+                start.record(stream.get());
+                for (int r = 0; r < replays; ++r)
+                    MI_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+                end.record(stream.get());
+                end.synchronize();
+                MI_CUDA_CHECK(cudaGraphExecDestroy(exec));
+                MI_CUDA_CHECK(cudaGraphDestroy(graph));
+                return 1e3 * cuda::Event::elapsed_ms(start, end) / double(replays * calls);
+            };
+            const double bytes = double(w_bytes) + double(m * (shape.k + shape.n) * 2);
+            const double cublas_us = time_us(-1), auto_us = time_us(0);
+            if (cublas_us < 0 || auto_us < 0) {
+                std::printf("gemv bench skipped: one call took over 1 ms (instrumented run?)\n");
+                return;
+            }
+            const double c1 = time_us(1), c2 = time_us(2), c4 = time_us(4);
+            std::printf(
+                "%-8s %3ld | %7.2f %5.0f GB/s | %7.2f %5.0f GB/s %9.2f %9.2f %9.2f | %.2fx\n",
+                shape.name, long(m), cublas_us, bytes / cublas_us * 1e-3, auto_us,
+                bytes / auto_us * 1e-3, c1, c2, c4, cublas_us / auto_us);
+            if (shape.n != 151936) {
+                layer_us[0][m_idx] += cublas_us;
+                layer_us[1][m_idx] += auto_us;
+            }
+            ++m_idx;
+        }
+    }
+    int m_idx = 0;
+    for (int64_t m : {1, 4, 8, 16}) {
+        std::printf("one layer's 4 GEMMs, m=%2ld: cuBLASLt %.2f us, gemv %.2f us\n", long(m),
+                    layer_us[0][m_idx], layer_us[1][m_idx]);
+        ++m_idx;
+    }
+}
