@@ -15,7 +15,7 @@ mkdir -p "$out/bin" "$out/lib"
 [ -f "$build/src/apps/miniinfer" ] && cp "$build/src/apps/miniinfer" "$out/bin/"
 find "$build/tests" -type f -name 'test_*' -perm -u+x -exec cp {} "$out/bin/" \;
 for b in "$out"/bin/*; do ldd "$b"; done | awk '/=> \// {print $3}' | sort -u |
-  grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux[^/]*|libpthread|libdl|librt|libcuda|libcudart|libcublas[^/]*)\.so' |
+  grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux[^/]*|libpthread|libdl|librt|libresolv|libanl|libutil|libcuda|libcudart|libcublas[^/]*)\.so' |
   xargs -r cp -L -t "$out/lib"
 strip --strip-debug "$out"/bin/* "$out"/lib/*
 tar -C "$(dirname "$out")" -cJf "$out.tar.xz" "$(basename "$out")"
