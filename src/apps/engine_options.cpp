@@ -28,6 +28,9 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool positional_model) 
         ->capture_default_str();
     cmd.add_flag("--enforce-eager", o.config.enforce_eager, "CUDA: no graphs, every step launched kernel by kernel");
     cmd.add_option("--seed", o.config.seed, "Seed for requests that bring none")->capture_default_str();
+    cmd.add_option("--generation-config", o.config.generation_config,
+                   "Sampling defaults: auto (the model's generation_config.json), vllm (vLLM's), or a folder")
+        ->capture_default_str();
 }
 
 void add_multiprocess_option(CLI::App& cmd, EngineOptions& o) {

@@ -1,6 +1,7 @@
 #include "config/engine_config.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "core/check.h"
 
@@ -15,6 +16,9 @@ void EngineConfig::resolve(const ModelConfig& model) {
     if (device != "cpu" && device != "cuda") fail("device '{}' is not supported (cpu, cuda)", device);
     if (attention_backend != "auto" && attention_backend != "fa2" && attention_backend != "flashinfer")
         fail("attention_backend '{}' is not supported (auto, fa2, flashinfer)", attention_backend);
+    if (generation_config != "auto" && generation_config != "vllm" &&
+        !std::filesystem::exists(std::filesystem::path(generation_config) / "generation_config.json"))
+        fail("generation_config '{}': not auto, vllm or a folder with a generation_config.json", generation_config);
     if (max_num_seqs < 1) fail("max_num_seqs must be at least 1, got {}", max_num_seqs);
     if (page_size < 1 || page_size > 1024) fail("page_size must be in [1, 1024], got {}", page_size);
     if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0))
@@ -58,6 +62,7 @@ static void visit_fields(Config& c, Visit&& visit) {
     visit("use_multiprocess", c.use_multiprocess);
     visit("detokenize", c.detokenize);
     visit("seed", c.seed);
+    visit("generation_config", c.generation_config);
 }
 
 Json EngineConfig::to_json() const {

@@ -28,6 +28,9 @@ struct EngineConfig {
     bool detokenize = true;                  // false: outputs carry token ids only, no text, no stop strings
                                              // (the pipeline's engine core; its detokenizer process does them)
     uint64_t seed = 0;                       // draws the seeds of requests that bring none
+    // Sampling defaults: "auto" = the model's generation_config.json, "vllm" = vLLM's defaults
+    // (the file's EOS ids still apply), else a folder holding a generation_config.json.
+    std::string generation_config = "auto";
 
     // Fills derived fields for `model` and validates. Throws Error naming the field. If the
     // cache cannot hold max_model_len tokens, max_model_len shrinks to what it holds.

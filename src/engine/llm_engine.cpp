@@ -66,10 +66,21 @@ std::optional<Tokenizer> load_tokenizer(const std::string& dir) {
     return Tokenizer::load(dir);
 }
 
+// EngineConfig::generation_config: where the sampling defaults come from (see there).
+GenerationConfig load_generation_config(const EngineConfig& c) {
+    GenerationConfig model = GenerationConfig::load(c.model_dir);
+    if (c.generation_config == "auto") return model;
+    if (c.generation_config != "vllm") return GenerationConfig::load(c.generation_config);
+    GenerationConfig defaults;
+    defaults.eos_token_ids = model.eos_token_ids;  // where to stop is the model's, not a default
+    defaults.bos_token_id = model.bos_token_id;
+    return defaults;
+}
+
 }  // namespace
 
 LLMEngine::LLMEngine(EngineConfig config)
-    : LLMEngine(config, load_runner(config), load_tokenizer(config.model_dir), GenerationConfig::load(config.model_dir)) {
+    : LLMEngine(config, load_runner(config), load_tokenizer(config.model_dir), load_generation_config(config)) {
     if (tokenizer_)
         if (auto eos = tokenizer_eos(config_.model_dir, *tokenizer_); eos && !contains(eos_ids_, *eos))
             eos_ids_.push_back(*eos);

@@ -74,6 +74,18 @@ def test_bad_engine_options():
     assert code == 1 and "nothing to generate" in err
 
 
+def test_generation_config_flag(tmp_path):
+    # A folder's generation_config.json gives the defaults: temperature 0 makes an unflagged
+    # request greedy, so it must reproduce Hugging Face's greedy tokens.
+    (tmp_path / "generation_config.json").write_text('{"temperature": 0.0}')
+    code, out, err = run("generate", "--model", DEMO, "--prompt", "Hello", "--max-tokens", "32", "--ignore-eos",
+                         "--generation-config", str(tmp_path))
+    assert code == 0, err
+    assert lines(out)[0]["token_ids"] == REF["prompts"][0]["greedy"]
+    code, _, err = run("generate", "--model", DEMO, "--prompt", "x", "--generation-config", str(tmp_path / "nope"))
+    assert code == 1 and "generation_config" in err and "nope" in err
+
+
 def test_chat_streams_and_keeps_history():
     code, out, err = run("chat", "--model", DEMO, "--max-tokens", "4", "--temperature", "0",
                          stdin="Hello there\n/reset\nAgain\n/exit\n")

@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "core/json.h"
 #include "engine/llm_engine.h"
 
@@ -209,4 +212,37 @@ TEST(Engine, TextPromptsStopStringsAndEos) {
     EXPECT_EQ(stopped.finish_reason, "stop");
     EXPECT_EQ(stopped.stop_reason, s.stop[0]);
     EXPECT_EQ(stopped.text, out.text.substr(0, out.text.find(s.stop[0])));
+}
+
+// --generation-config: auto reads the model's sampling defaults (the demo's temperature 0.6,
+// top_k 20, top_p 0.95), vllm ignores them (but keeps the file's EOS ids), a folder's file
+// replaces them, and anything else is refused when the engine starts.
+TEST(Engine, GenerationConfigChoosesTheSamplingDefaults) {
+    EngineConfig c = config_for("qwen3-demo");
+    {
+        LLMEngine auto_engine(c);
+        EXPECT_DOUBLE_EQ(auto_engine.default_params().temperature, 0.6);
+        EXPECT_EQ(auto_engine.default_params().top_k, 20);
+    }
+    c.generation_config = "vllm";
+    {
+        LLMEngine vllm_engine(c);
+        EXPECT_DOUBLE_EQ(vllm_engine.default_params().temperature, 1.0);
+        EXPECT_EQ(vllm_engine.default_params().top_k, SamplingParams().top_k);
+        EXPECT_THAT(vllm_engine.eos_token_ids(), ::testing::Contains(151643));  // from the file
+    }
+    const auto dir = std::filesystem::temp_directory_path() / "miniinfer_test_generation_config";
+    std::filesystem::create_directories(dir);
+    {
+        std::ofstream(dir / "generation_config.json") << R"({"temperature": 0.3, "top_p": 0.5})";
+    }
+    c.generation_config = dir.string();
+    {
+        LLMEngine folder_engine(c);
+        EXPECT_DOUBLE_EQ(folder_engine.default_params().temperature, 0.3);
+        EXPECT_DOUBLE_EQ(folder_engine.default_params().top_p, 0.5);
+    }
+    std::filesystem::remove_all(dir);
+    c.generation_config = dir.string();  // now missing
+    EXPECT_THROW({ LLMEngine bad(c); }, Error);
 }
