@@ -41,20 +41,31 @@ std::shared_ptr<OutputChannel> EngineLoop::submit(const std::string& id, const P
     const Prompt ids = prompt.token_ids.empty() && !prompt.text.empty() && tokenizer()
                            ? Prompt::from_ids(tokenizer()->encode(prompt.text))
                            : prompt;
-    std::promise<std::string> verdict;  // "" = accepted, else the error
+    // The verdict comes from the engine thread, which also counts the queue exactly (the
+    // check above only turns requests away early): a burst of submits cannot slip past it.
+    struct Verdict {
+        bool queue_full = false;
+        std::string error;  // "" = accepted
+    };
+    std::promise<Verdict> verdict;
     auto result = verdict.get_future();
     post([&, channel] {
+        if (max_queued_ > 0 && int64_t(engine_->scheduler().num_waiting()) >= max_queued_) {
+            verdict.set_value({true, fmt::format("too many requests are queued ({}); try again later", max_queued_)});
+            return;
+        }
         try {
             engine_->add_request(ids, params, id);
             tracker_.add(id, channel);
             ++num_waiting_;
-            verdict.set_value("");
+            verdict.set_value({});
         } catch (const Error& e) {
-            verdict.set_value(e.what());
+            verdict.set_value({false, e.what()});
         }
     });
-    const std::string error = result.get();
-    if (!error.empty()) throw Error(error);
+    const Verdict v = result.get();
+    if (v.queue_full) throw QueueFull(v.error);
+    if (!v.error.empty()) throw Error(v.error);
     return channel;
 }
 
