@@ -1,4 +1,5 @@
-// miniinfer pipeline-worker --role ROLE --ipc-dir DIR --parent-pid PID --config JSON (hidden):
+// miniinfer pipeline-worker --role ROLE --ipc-dir DIR --parent-pid PID --config JSON
+// [--max-queued N] (hidden):
 // one process of the multi-process pipeline, started by `serve --use-multiprocess` or
 // `generate --use-multiprocess` re-executing this binary (see server/pipeline_worker.h).
 #include "apps/commands.h"
@@ -16,6 +17,7 @@ void add_pipeline_worker(CLI::App& app) {
     cmd->add_option("--ipc-dir", o->ipc_dir, "The frontend's socket directory")->required();
     cmd->add_option("--parent-pid", o->parent_pid, "The frontend's pid")->required();
     cmd->add_option("--config", *config, "EngineConfig as JSON")->required();
+    cmd->add_option("--max-queued", o->max_queued, "Engine: refuse requests while this many wait");
     cmd->callback([o, config] {
         o->config = EngineConfig::from_json(Json::parse(*config));
         pipeline::run_worker(*o);

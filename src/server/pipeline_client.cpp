@@ -37,7 +37,8 @@ PipelineClient::PipelineClient(const EngineConfig& config, Metrics* metrics, int
         specs.push_back(
             {role,
              {"pipeline-worker", "--role", role, "--ipc-dir", dir.string(), "--parent-pid",
-              std::to_string(getpid()), "--config", config_.to_json().dump()}});
+              std::to_string(getpid()), "--config", config_.to_json().dump(), "--max-queued",
+              std::to_string(max_queued_)}});
     children_ =
         std::make_unique<ChildProcesses>(specs, [this](const ChildExit& e) { on_child_exit(e); });
     wait_until_ready();
@@ -178,7 +179,7 @@ void PipelineClient::receive_loop() {
 // One message from the detokenizer (or a rejection from the tokenizer), on the receiver thread.
 void PipelineClient::handle(const Json& m) {
     const std::string type = m.at("type").get<std::string>();
-    auto answer = [&](const std::string& id, const std::string& error) {  // error "": accepted
+    auto answer = [&](const std::string& id, const std::string& error, bool queue_full) {
         std::lock_guard lock(waiters_mutex_);
         auto it = verdicts_.find(id);
         if (it == verdicts_.end()) return;
@@ -186,7 +187,8 @@ void PipelineClient::handle(const Json& m) {
             it->second.set_value();
         } else {
             tracker_.remove(id);
-            it->second.set_exception(std::make_exception_ptr(Error(error)));
+            it->second.set_exception(queue_full ? std::make_exception_ptr(QueueFull(error))
+                                                : std::make_exception_ptr(Error(error)));
         }
         verdicts_.erase(it);
     };
@@ -198,9 +200,10 @@ void PipelineClient::handle(const Json& m) {
         const std::string id = m.at("id").get<std::string>();
         assembler_.start(id, m.at("prompt_ids").get<std::vector<int32_t>>());
         ++num_waiting_;
-        answer(id, "");
+        answer(id, "", false);
     } else if (type == kRejected) {
-        answer(m.at("id").get<std::string>(), m.at("error").get<std::string>());
+        answer(m.at("id").get<std::string>(), m.at("error").get<std::string>(),
+               m.value("queue_full", false));
     } else if (type == kStats) {
         num_waiting_ = m.at("waiting").get<int64_t>();
         if (!metrics_) return;

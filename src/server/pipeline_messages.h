@@ -26,7 +26,7 @@ namespace miniinfer::pipeline {
 // Message types ("type" field) and their other fields.
 inline constexpr const char* kAdd = "add";            // id, params, text | ids
 inline constexpr const char* kAccepted = "accepted";  // id, prompt_ids, params
-inline constexpr const char* kRejected = "rejected";  // id, error
+inline constexpr const char* kRejected = "rejected";  // id, error, queue_full
 inline constexpr const char* kAbort = "abort";        // id
 inline constexpr const char* kOutputs = "outputs";    // outputs: [OutputDelta]
 inline constexpr const char* kStats = "stats";        // running, waiting, kv_usage, preemptions

@@ -60,8 +60,8 @@ std::optional<Tokenizer> load_tokenizer(const std::string& model_dir) {
     return Tokenizer::load(model_dir);
 }
 
-Json rejected(const Json& add, const std::string& error) {
-    return {{"type", kRejected}, {"id", add.at("id")}, {"error", error}};
+Json rejected(const Json& add, const std::string& error, bool queue_full = false) {
+    return {{"type", kRejected}, {"id", add.at("id")}, {"error", error}, {"queue_full", queue_full}};
 }
 
 void run_tokenizer(zmq::context_t& context, Inbox& inbox, const WorkerOptions& o) {
@@ -99,6 +99,13 @@ void run_engine(zmq::context_t& context, Inbox& inbox, const WorkerOptions& o) {
         const std::string type = m.at("type").get<std::string>();
         if (type == kAdd) {
             const std::string id = m.at("id").get<std::string>();
+            // The queue is counted here, where it is exact (as EngineLoop does on its thread).
+            if (o.max_queued > 0 && int64_t(engine.scheduler().num_waiting()) >= o.max_queued) {
+                const std::string why = fmt::format(
+                    "too many requests are queued ({}); try again later", o.max_queued);
+                send(to_detokenizer, rejected(m, why, true));
+                return;
+            }
             try {
                 const SamplingParams params = params_from_json(m.at("params"));
                 engine.add_request(Prompt::from_ids(m.at("ids").get<std::vector<int32_t>>()),

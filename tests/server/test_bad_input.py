@@ -78,8 +78,10 @@ def test_api_key(start_server):
     assert got == 200
 
 
-def test_too_many_queued(start_server):
-    s = start_server("--max-queued-requests", "2", "--max-num-seqs", "1")
+@pytest.mark.parametrize("mode", ["single", "multiprocess"])
+def test_too_many_queued(start_server, mode):
+    from conftest import MODES
+    s = start_server("--max-queued-requests", "2", "--max-num-seqs", "1", *MODES[mode])
     with concurrent.futures.ThreadPoolExecutor(16) as pool:
         results = list(pool.map(lambda _: post(s.url + "/v1/completions", {"prompt": "Hi", "max_tokens": 200,
                                                                             "ignore_eos": True}),
