@@ -21,15 +21,13 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
+#include "gpu_testing.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/attention.h"
 #include "paged_attention_testing.h"
 
 using namespace miniinfer;
 using namespace miniinfer::attention_testing;
-
-#define REQUIRE_GPU() \
-    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible: GPU test skipped"
 
 namespace {
 

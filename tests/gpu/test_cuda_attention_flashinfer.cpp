@@ -19,6 +19,7 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
+#include "gpu_testing.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_flashinfer.h"
@@ -26,9 +27,6 @@
 
 using namespace miniinfer;
 using namespace miniinfer::attention_testing;
-
-#define REQUIRE_GPU() \
-    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible: GPU test skipped"
 
 namespace {
 

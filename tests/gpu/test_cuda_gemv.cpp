@@ -13,25 +13,16 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
+#include "gpu_testing.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemv.h"
 
 using namespace miniinfer;
-
-// GTEST_SKIP returns from the calling function, so this must be a macro.
-#define REQUIRE_GPU() \
-    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible: GPU test skipped"
+using gpu_testing::random_bf16;
 
 namespace {
 
 constexpr double kBf16HalfUlp = 1.0 / 256;  // 2^-8: round-to-nearest error of bf16, relative
-
-Tensor random_bf16(Shape shape, std::mt19937& rng, float scale) {
-    Tensor t = Tensor::zeros(std::move(shape), DType::kBF16);
-    std::normal_distribution<float> d(0.f, scale);
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<uint16_t>()[i] = f32_to_bf16(d(rng));
-    return t;
-}
 
 // A bf16 view of a device buffer starting `offset` elements in: misaligned operands.
 Tensor offset_view(const Tensor& buffer, int64_t offset, Shape shape) {

@@ -12,6 +12,7 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
+#include "gpu_testing.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gather_rows.h"
@@ -20,21 +21,11 @@
 #include "kernels/cuda/silu_mul.h"
 
 using namespace miniinfer;
-
-// GTEST_SKIP returns from the calling function, so this must be a macro.
-#define REQUIRE_GPU() \
-    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible: GPU test skipped"
+using gpu_testing::random_bf16;
 
 namespace {
 
 constexpr float kBf16HalfUlp = 1.f / 256;  // 2^-8: round-to-nearest error of bf16, relative
-
-Tensor random_bf16(Shape shape, std::mt19937& rng, float scale) {
-    Tensor t = Tensor::zeros(std::move(shape), DType::kBF16);
-    std::normal_distribution<float> d(0.f, scale);
-    for (int64_t i = 0; i < t.numel(); ++i) t.data<uint16_t>()[i] = f32_to_bf16(d(rng));
-    return t;
-}
 
 Tensor host_i32(const std::vector<int32_t>& values) {
     Tensor t = Tensor::zeros({int64_t(values.size())}, DType::kI32);

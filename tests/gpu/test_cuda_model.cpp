@@ -12,15 +12,13 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
+#include "gpu_testing.h"
 #include "core/json.h"
 #include "engine/cuda_model_runner.h"
 #include "engine/llm_engine.h"
 #include "models/sequence_runner.h"
 
 using namespace miniinfer;
-
-#define REQUIRE_GPU() \
-    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible: GPU test skipped"
 
 namespace {
 const std::filesystem::path kFixtures = MINIINFER_FIXTURES;

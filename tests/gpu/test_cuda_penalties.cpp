@@ -14,13 +14,11 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
+#include "gpu_testing.h"
 #include "kernels/cuda/penalties.h"
 #include "layers/sampler.h"
 
 using namespace miniinfer;
-
-#define REQUIRE_GPU() \
-    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible: GPU test skipped"
 
 namespace {
 

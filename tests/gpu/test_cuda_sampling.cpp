@@ -21,14 +21,12 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
+#include "gpu_testing.h"
 #include "engine/cuda_sampler.h"
 #include "kernels/cuda/sampling.h"
 #include "layers/sampler.h"
 
 using namespace miniinfer;
-
-#define REQUIRE_GPU() \
-    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible: GPU test skipped"
 
 namespace {
 
