@@ -1,6 +1,14 @@
 // miniinfer serve MODEL_DIR [vLLM-style flags]: the OpenAI-compatible HTTP server.
-// SIGINT / SIGTERM stop it cleanly (in-flight requests end with finish_reason "abort"; with
-// --use-multiprocess the pipeline's processes are stopped and its socket directory removed).
+//
+// Shutdown: the first SIGINT/SIGTERM drains (no new connections; every request in flight ends
+// at once with an error event / error body; connections left after --drain-timeout are shut
+// down), then the engine stops (with --use-multiprocess: its processes are stopped and reaped
+// and the socket directory removed) and the exit status is 0. A second signal exits at once
+// (children killed, socket directory removed).
+#include <sys/resource.h>
+#include <sys/wait.h>
+
+#include <atomic>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -21,8 +29,26 @@ struct ServeOptions {
     EngineOptions engine;
     ServerOptions server;
     int64_t max_queued_requests = 1024;
+    double drain_timeout_s = 3;
     std::string chat_template;  // a file overriding the model's template
 };
+
+// Every connection is a file descriptor: the soft limit (often 1024) is raised to the hard one,
+// and --max-connections lowered if even that is too few.
+void raise_open_file_limit(ServerOptions& server) {
+    constexpr rlim_t kReserve = 256;  // model files, ZeroMQ, logs, the listening socket
+    rlimit limit{};
+    if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+    limit.rlim_cur = limit.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &limit);
+    getrlimit(RLIMIT_NOFILE, &limit);
+    if (limit.rlim_cur != RLIM_INFINITY && rlim_t(server.max_connections) + kReserve > limit.rlim_cur) {
+        const int fit = int(limit.rlim_cur > 2 * kReserve ? limit.rlim_cur - kReserve : limit.rlim_cur / 2);
+        MI_LOG_WARN("open-file limit {}: --max-connections lowered from {} to {}", limit.rlim_cur,
+                    server.max_connections, fit);
+        server.max_connections = fit;
+    }
+}
 
 void run(ServeOptions o) {
     if (o.server.api_key.empty())
@@ -31,6 +57,10 @@ void run(ServeOptions o) {
     if (o.server.served_model_name.empty())
         o.server.served_model_name = std::filesystem::path(model_dir).lexically_normal().filename().string();
     if (o.server.served_model_name.empty()) o.server.served_model_name = model_dir;
+    if (o.server.max_connections < 1) fail("--max-connections must be at least 1");
+    if (!(o.server.request_read_timeout_s > 0)) fail("--request-read-timeout must be positive");
+    if (!(o.drain_timeout_s >= 0)) fail("--drain-timeout must be >= 0");
+    raise_open_file_limit(o.server);
 
     // SIGINT/SIGTERM are taken by one waiting thread, not by whichever thread they hit.
     sigset_t signals;
@@ -48,22 +78,41 @@ void run(ServeOptions o) {
         if (!o.chat_template.empty()) throw;
         MI_LOG_WARN("no chat template ({}): /v1/chat/completions is unavailable", e.what());
     }
+    o.server.custom_chat_template = !o.chat_template.empty();
     Metrics metrics(o.server.served_model_name);
     const EngineConfig config = o.engine.resolve();
     std::unique_ptr<EngineClient> engine;
-    if (config.use_multiprocess)  // built here, on the main thread: the children's PR_SET_PDEATHSIG follows it
-        engine = std::make_unique<PipelineClient>(config, &metrics, o.max_queued_requests);
-    else
+    std::vector<pid_t> child_pids;  // for an exit at once (second signal)
+    std::filesystem::path socket_dir;
+    if (config.use_multiprocess) {  // built here, on the main thread: the children's PR_SET_PDEATHSIG follows it
+        auto pipeline = std::make_unique<PipelineClient>(config, &metrics, o.max_queued_requests);
+        child_pids = pipeline->child_pids();
+        socket_dir = pipeline->socket_dir();
+        engine = std::move(pipeline);
+    } else {
         engine = std::make_unique<EngineLoop>(std::make_unique<LLMEngine>(config), &metrics, o.max_queued_requests);
+    }
     HttpServer server(o.server, *engine, metrics, chat ? &*chat : nullptr);
+    std::atomic<bool> finished{false};
     std::thread waiter([&] {
         int sig = 0;
         sigwait(&signals, &sig);
-        MI_LOG_INFO("signal {}: shutting down", sig);
-        server.stop();
+        if (finished) return;
+        MI_LOG_INFO("signal {}: shutting down (requests in flight are aborted; a second signal exits at once)", sig);
+        server.drain(std::chrono::milliseconds(int64_t(o.drain_timeout_s * 1000)));
+        sigwait(&signals, &sig);
+        if (finished) return;
+        MI_LOG_WARN("signal {} again: exiting now", sig);
+        for (pid_t pid : child_pids) kill(pid, SIGKILL);
+        for (pid_t pid : child_pids) waitpid(pid, nullptr, 0);  // the child watcher may reap first
+        std::error_code ignored;
+        if (!socket_dir.empty()) std::filesystem::remove_all(socket_dir, ignored);
+        std::_Exit(128 + sig);
     });
     server.listen();
-    pthread_kill(waiter.native_handle(), SIGTERM);  // listen() may have ended on its own
+    engine.reset();  // stops the engine (and its processes); a second signal still cuts this short
+    finished = true;
+    pthread_kill(waiter.native_handle(), SIGTERM);  // the waiter may still be in sigwait
     waiter.join();
 }
 
@@ -80,8 +129,20 @@ void add_serve(CLI::App& app) {
     cmd->add_option("--served-model-name", o->server.served_model_name, "The model name clients use");
     cmd->add_option("--max-queued-requests", o->max_queued_requests, "Refuse (429) beyond this many waiting requests")
         ->capture_default_str();
-    cmd->add_option("--max-body-bytes", o->server.max_body_bytes, "Refuse (413) larger request bodies")->capture_default_str();
-    cmd->add_option("--chat-template", o->chat_template, "A Jinja chat template file overriding the model's");
+    cmd->add_option("--max-body-bytes", o->server.max_body_bytes, "Refuse (413) larger request bodies, chunked or not")
+        ->capture_default_str();
+    cmd->add_option("--max-connections", o->server.max_connections,
+                    "Open connections at most (one thread each); beyond: 503 and closed")
+        ->capture_default_str();
+    cmd->add_option("--request-read-timeout", o->server.request_read_timeout_s,
+                    "Seconds to receive a request's headers and body (408 after)")
+        ->capture_default_str();
+    cmd->add_option("--drain-timeout", o->drain_timeout_s,
+                    "On SIGINT/SIGTERM: seconds to let aborted requests' responses go out before "
+                    "closing their connections")
+        ->capture_default_str();
+    cmd->add_option("--chat-template", o->chat_template,
+                    "A Jinja chat template file overriding the model's (message roles are then not checked)");
     cmd->callback([o] { run(*o); });
 }
 

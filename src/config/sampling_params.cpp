@@ -24,16 +24,16 @@ const Json* present(const Json& json, const char* key) {
     return it == json.end() || it->is_null() ? nullptr : &*it;
 }
 
+// Names the field and the type found, never the value (it may be huge or deeply nested).
 [[noreturn]] void wrong_type(const char* key, const Json& value, const char* expected) {
-    fail("{}: field '{}' must be {}, got {} {}", kWhere, key, expected, value.type_name(),
-         value.dump());
+    fail("{}: field '{}' must be {}, got {}", kWhere, key, expected, value.type_name());
 }
 
 int64_t as_int64(const char* key, const Json& value) {
     if (!value.is_number_integer()) wrong_type(key, value, "an integer");
     if (value.is_number_unsigned() &&
         value.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
-        fail("{}: field '{}' is out of range, got {}", kWhere, key, value.dump());
+        fail("{}: field '{}' is out of range (larger than a signed 64-bit integer)", kWhere, key);
     return value.get<int64_t>();
 }
 

@@ -6,10 +6,14 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <ctime>
+#include <mutex>
+#include <thread>
 
 #include "core/logging.h"
+#include "server/http_listener.h"
 #include "server/openai_protocol.h"
 
 namespace miniinfer {
@@ -18,6 +22,8 @@ namespace {
 using namespace std::chrono_literals;
 
 std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+
+ApiError shutdown_error() { return {503, "the server is shutting down", "server_error"}; }
 
 void send_error(httplib::Response& res, const ApiError& e) {
     res.status = e.status;
@@ -40,12 +46,21 @@ struct HttpServer::Impl {
     EngineClient& engine;
     Metrics& metrics;
     const ChatTemplate* chat_template;
-    httplib::Server server;
+    HttpListener server;
     std::atomic<int64_t> next_id{0};
     bool split_reasoning = false;
+    // drain(): a timer that shuts down what is still open after the grace period.
+    std::mutex drain_mutex;
+    std::condition_variable listen_ended;
+    bool listening_done = false;
+    std::thread drain_timer;
 
     Impl(ServerOptions o, EngineClient& e, Metrics& m, const ChatTemplate* t)
-        : options(std::move(o)), engine(e), metrics(m), chat_template(t) {
+        : options(std::move(o)), engine(e), metrics(m), chat_template(t),
+          server(ConnectionLimits{
+              .max_connections = options.max_connections,
+              .request_read_timeout = std::chrono::milliseconds(int64_t(options.request_read_timeout_s * 1000)),
+              .max_body_bytes = options.max_body_bytes}) {
         split_reasoning = engine.model_config().arch != Arch::kQwen2 && engine.tokenizer() &&
                           engine.tokenizer()->token_to_id("</think>").has_value();
     }
@@ -57,7 +72,15 @@ struct HttpServer::Impl {
         return false;
     }
 
-    void handle_generate(const httplib::Request& req, httplib::Response& res, bool chat);
+    // A POST route whose body is read here, within the limits, then handed to `handler`.
+    void post(const std::string& path, std::function<void(const std::string& body, httplib::Response&)> handler) {
+        server.Post(path, [this, handler](const httplib::Request&, httplib::Response& res,
+                                          const httplib::ContentReader& reader) {
+            if (auto body = server.read_body(reader, res)) handler(*body, res);
+        });
+    }
+
+    void handle_generate(const std::string& body, httplib::Response& res, bool chat);
     void stream_response(httplib::Response& res, std::shared_ptr<ApiRequest> r, std::shared_ptr<OutputChannel> channel,
                          std::vector<std::string> ids, std::string response_id);
     void respond_when_done(httplib::Response& res, std::shared_ptr<ApiRequest> r,
@@ -72,7 +95,14 @@ HttpServer::HttpServer(ServerOptions options, EngineClient& engine, Metrics& met
     impl_->setup_routes();
 }
 
-HttpServer::~HttpServer() = default;
+HttpServer::~HttpServer() {
+    {
+        std::lock_guard lock(impl_->drain_mutex);
+        impl_->listening_done = true;
+    }
+    impl_->listen_ended.notify_all();
+    if (impl_->drain_timer.joinable()) impl_->drain_timer.join();
+}
 
 void HttpServer::listen() {
     auto& s = impl_->server;
@@ -93,27 +123,58 @@ void HttpServer::listen() {
     if (::listen(listen_fd, SOMAXCONN) != 0) fail("listen on {}:{}: {}", impl_->options.host, port, std::strerror(errno));
     impl_->options.port = port;
     MI_LOG_INFO("serving '{}' on http://{}:{}", impl_->options.served_model_name, impl_->options.host, port);
-    s.listen_after_bind();
+    if (!s.draining()) s.listen_after_bind();  // a drain before this point: nothing to serve
+    std::lock_guard lock(impl_->drain_mutex);
+    impl_->listening_done = true;
+    impl_->listen_ended.notify_all();
 }
 
-void HttpServer::stop() { impl_->server.stop(); }
+void HttpServer::drain(std::chrono::milliseconds grace) {
+    std::lock_guard lock(impl_->drain_mutex);
+    if (impl_->server.draining()) return;
+    MI_LOG_INFO("draining: no new connections; {} open, their requests end now (grace {} ms)",
+                impl_->server.num_open_connections(), grace.count());
+    impl_->server.drain();
+    impl_->drain_timer = std::thread([impl = impl_.get(), grace] {
+        std::unique_lock lock(impl->drain_mutex);
+        if (impl->listen_ended.wait_for(lock, grace, [&] { return impl->listening_done; })) return;
+        MI_LOG_WARN("{} connections still open after {} ms: closing them", impl->server.num_open_connections(),
+                    grace.count());
+        impl->server.close_all();
+    });
+}
+
 int HttpServer::port() const { return impl_->options.port; }
 
 void HttpServer::Impl::setup_routes() {
-    const int threads = options.num_threads;
-    server.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
-    server.set_payload_max_length(size_t(options.max_body_bytes));
     server.set_error_handler([](const httplib::Request&, httplib::Response& res) {
         if (!res.body.empty()) return;
+        if (res.status == 400) {  // a request httplib could not read: say why, when we know
+            switch (HttpListener::current_read_failure()) {
+                case ReadFailure::kTooLarge:
+                    return send_error(res, {413, "the request is too large", "invalid_request_error"});
+                case ReadFailure::kTimedOut:
+                    return send_error(res, {408, "the request was not received in time", "invalid_request_error"});
+                case ReadFailure::kDraining:
+                    return send_error(res, shutdown_error());
+                case ReadFailure::kNone:
+                    break;
+            }
+        }
         if (res.status == 413) send_error(res, {413, "the request body is too large", "invalid_request_error"});
         else if (res.status == 404) send_error(res, {404, "no such route", "not_found_error"});
         else send_error(res, {res.status, "request failed", "invalid_request_error"});
     });
     server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-        return authorized(req, res) ? httplib::Server::HandlerResponse::Unhandled : httplib::Server::HandlerResponse::Handled;
+        const bool ok = server.admit_body(req, res) && authorized(req, res);
+        return ok ? httplib::Server::HandlerResponse::Unhandled : httplib::Server::HandlerResponse::Handled;
+    });
+    server.set_expect_100_continue_handler([this](const httplib::Request& req, httplib::Response& res) {
+        return server.admit_body(req, res) ? 100 : res.status;
     });
     server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-        if (engine.ping(5s)) res.set_content("", "text/plain");
+        if (server.draining()) send_error(res, shutdown_error());
+        else if (engine.ping(5s)) res.set_content("", "text/plain");
         else send_error(res, {503, "the engine is not responding", "server_error"});
     });
     server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
@@ -124,12 +185,13 @@ void HttpServer::Impl::setup_routes() {
                       {"owned_by", "miniinfer"}, {"max_model_len", engine.max_model_len()}};
         res.set_content(dump({{"object", "list"}, {"data", Json::array({model})}}), "application/json");
     });
-    server.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) { handle_generate(q, r, false); });
-    server.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) { handle_generate(q, r, true); });
-    server.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    post("/v1/completions", [this](const std::string& body, httplib::Response& r) { handle_generate(body, r, false); });
+    post("/v1/chat/completions", [this](const std::string& body, httplib::Response& r) { handle_generate(body, r, true); });
+    post("/tokenize", [this](const std::string& raw, httplib::Response& res) {
         try {
             if (!engine.tokenizer()) fail("this model has no tokenizer");
-            Json body = Json::parse(req.body);
+            const Json body = parse_untrusted_json(raw, "the request body");
+            if (!body.is_object()) fail("the request body must be a JSON object");
             std::string text;
             if (body.contains("messages")) {
                 if (!chat_template) fail("this model has no chat template");
@@ -145,10 +207,11 @@ void HttpServer::Impl::setup_routes() {
             send_error(res, {400, e.what(), "invalid_request_error"});
         }
     });
-    server.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    post("/detokenize", [this](const std::string& raw, httplib::Response& res) {
         try {
             if (!engine.tokenizer()) fail("this model has no tokenizer");
-            Json body = Json::parse(req.body);
+            const Json body = parse_untrusted_json(raw, "the request body");
+            if (!body.is_object()) fail("the request body must be a JSON object");
             const auto ids = json_get<std::vector<int64_t>>(body, "tokens", "request");
             std::vector<int32_t> ids32;
             for (int64_t id : ids) {
@@ -161,26 +224,32 @@ void HttpServer::Impl::setup_routes() {
             send_error(res, {400, e.what(), "invalid_request_error"});
         }
     });
+    // Any other route that may carry a body: 404 without reading it (httplib would read a
+    // chunked body whole before finding no handler). The connection closes after.
+    auto no_route = [](const httplib::Request&, httplib::Response& res, const httplib::ContentReader&) {
+        send_error(res, {404, "no such route", "not_found_error"});
+        HttpListener::close_after_response();
+    };
+    server.Post(".*", no_route);
+    server.Put(".*", no_route);
+    server.Patch(".*", no_route);
+    server.Delete(".*", no_route);
 }
 
-void HttpServer::Impl::handle_generate(const httplib::Request& req, httplib::Response& res, bool chat) {
+void HttpServer::Impl::handle_generate(const std::string& raw_body, httplib::Response& res, bool chat) {
+    if (server.draining()) return send_error(res, shutdown_error());
     auto r = std::make_shared<ApiRequest>();
     std::vector<std::string> ids;
     auto channel = std::make_shared<OutputChannel>();
     const std::string response_id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
     try {
-        Json body;
-        try {
-            body = Json::parse(req.body);
-        } catch (const Json::parse_error&) {
-            fail("the request body is not valid JSON");
-        }
+        const Json body = parse_untrusted_json(raw_body, "the request body");
         auto render = [this](const Json& messages, const Json& tools, const Json& kwargs) {
             if (!chat_template) fail("this model has no chat template");
             return chat_template->render(nlohmann::ordered_json(messages), nlohmann::ordered_json(tools), true,
                                          nlohmann::ordered_json(kwargs));
         };
-        *r = chat ? parse_chat_request(body, engine.default_params(), render)
+        *r = chat ? parse_chat_request(body, engine.default_params(), render, options.custom_chat_template)
                   : parse_completion_request(body, engine.default_params());
         if (!r->model.empty() && r->model != options.served_model_name)
             return send_error(res, {404, fmt::format("the model '{}' does not exist", r->model), "not_found_error"});
@@ -226,6 +295,13 @@ void HttpServer::Impl::respond_when_done(httplib::Response& res, std::shared_ptr
         for (size_t i = 0; i < ids.size(); ++i) index[ids[i]] = i;
         auto last_probe = std::chrono::steady_clock::now();
         while (*done < ids.size()) {
+            if (server.draining()) {  // shutting down: the request ends now, with an error body
+                for (const auto& id : ids) engine.abort(id);
+                const std::string body = dump(shutdown_error().body());
+                sink.write(body.data(), body.size());
+                sink.done();
+                return true;
+            }
             auto out = channel->next(50ms);
             if (std::chrono::steady_clock::now() - last_probe >= 50ms) {
                 last_probe = std::chrono::steady_clock::now();
@@ -320,7 +396,16 @@ void HttpServer::Impl::stream_response(httplib::Response& res, std::shared_ptr<A
                     if (!send(sink, chunk(Json::array({{{"index", i}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}}}))))
                         return abort_all();
                 }
+        auto end_with_error = [&](const ApiError& error) {  // an error event, then [DONE]
+            for (const auto& id : ids) engine.abort(id);
+            send(sink, error.body());
+            const std::string done = "data: [DONE]\n\n";
+            sink.write(done.data(), done.size());
+            sink.done();
+            return true;
+        };
         while (*remaining > 0) {
+            if (server.draining()) return end_with_error(shutdown_error());
             auto out = channel->next(200ms);
             if (!out) {
                 if (!sink.is_writable()) return abort_all();
@@ -328,14 +413,8 @@ void HttpServer::Impl::stream_response(httplib::Response& res, std::shared_ptr<A
             }
             const size_t i = index->at(out->request_id);
             Choice& c = (*state)[i];
-            if (out->finish_reason == "error") {  // the engine failed it: an error event ends the stream
-                for (const auto& id : ids) engine.abort(id);
-                send(sink, ApiError{500, out->error, "server_error"}.body());
-                const std::string done = "data: [DONE]\n\n";
-                sink.write(done.data(), done.size());
-                sink.done();
-                return true;
-            }
+            if (out->finish_reason == "error")  // the engine failed it: an error event ends the stream
+                return end_with_error(ApiError{500, out->error, "server_error"});
             Json logprobs = nullptr;
             if (r->params.logprobs && out->logprobs.size() > c.num_logprobs_sent) {
                 std::vector<TokenLogprob> fresh(out->logprobs.begin() + long(c.num_logprobs_sent), out->logprobs.end());

@@ -7,8 +7,12 @@
 // disturbs the others. A streaming client that disconnects aborts its requests. A request that
 // fails inside the engine after it was accepted (the engine process died) ends its stream with
 // an error event ({"error": {...}}, then [DONE]); /health and new requests then answer 503.
+// Connections (one thread each, a cap, a deadline and a byte budget per request) are
+// HttpListener's (http_listener.h). Request bodies nesting deeper than kMaxJsonDepth are
+// refused before anything looks at them.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -24,7 +28,9 @@ struct ServerOptions {
     std::string api_key;             // empty: no authentication
     std::string served_model_name;   // default: the model directory's name
     int64_t max_body_bytes = 32 << 20;
-    int num_threads = 512;           // concurrent connections (each stream holds one)
+    int max_connections = 2048;      // open at once (each holds a thread); beyond: 503, closed
+    double request_read_timeout_s = 30;  // to receive one request's headers and body
+    bool custom_chat_template = false;   // --chat-template: message roles are not checked
 };
 
 class HttpServer {
@@ -32,9 +38,12 @@ public:
     // `chat_template` may be null (then /v1/chat/completions answers 400).
     HttpServer(ServerOptions options, EngineClient& engine, Metrics& metrics, const ChatTemplate* chat_template);
     ~HttpServer();
-    // Blocks until stop() (from another thread or a signal handler's helper thread).
+    // Blocks until drain() (from another thread) has ended every connection.
     void listen();
-    void stop();
+    // Graceful shutdown: stop accepting; every request in flight ends now (a stream with an
+    // error event and [DONE], a plain request with an error body); connections still open
+    // after `grace` are shut down. Returns at once; listen() returns when all are closed.
+    void drain(std::chrono::milliseconds grace);
     // The port actually bound (useful with port 0).
     int port() const;
 

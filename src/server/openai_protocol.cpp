@@ -1,5 +1,9 @@
 #include "server/openai_protocol.h"
 
+#include <algorithm>
+
+#include <fmt/ranges.h>
+
 namespace miniinfer {
 namespace {
 
@@ -74,7 +78,8 @@ ApiRequest parse_completion_request(const Json& body, const SamplingParams& defa
 }
 
 ApiRequest parse_chat_request(const Json& body, const SamplingParams& defaults,
-                              const std::function<std::string(const Json&, const Json&, const Json&)>& render_chat) {
+                              const std::function<std::string(const Json&, const Json&, const Json&)>& render_chat,
+                              bool any_role) {
     ApiRequest r;
     r.chat = true;
     Json adjusted = body;
@@ -87,6 +92,9 @@ ApiRequest parse_chat_request(const Json& body, const SamplingParams& defaults,
     for (const Json& m : messages) {
         if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
             fail("each message must be an object with a string 'role'");
+        const std::string& role = m["role"].get_ref<const std::string&>();
+        if (!any_role && std::find(kChatRoles.begin(), kChatRoles.end(), role) == kChatRoles.end())
+            fail("unknown message role (it must be one of {})", fmt::join(kChatRoles, ", "));
         if (m.contains("content") && !m["content"].is_null() && !m["content"].is_string() && !m["content"].is_array())
             fail("a message's 'content' must be a string or a list of parts");
     }

@@ -3,8 +3,11 @@
 // No I/O here: the HTTP server (http_server.cpp) moves the bytes.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "config/sampling_params.h"
@@ -34,12 +37,18 @@ struct ApiRequest {
     bool chat_logprobs = false;   // chat's logprobs format
 };
 
+// The message roles the model's own (Qwen) chat template renders; any other role would be
+// dropped silently by it, so a request carrying one is refused (OpenAI answers 400 too).
+inline constexpr std::array<std::string_view, 4> kChatRoles = {"system", "user", "assistant", "tool"};
+
 // Throws Error (-> 400) on malformed bodies, wrong types and bad values. `render_chat` turns
-// chat messages (+ tools, kwargs) into a prompt string.
+// chat messages (+ tools, kwargs) into a prompt string. `any_role`: accept roles outside
+// kChatRoles (a custom --chat-template decides what they mean).
 ApiRequest parse_completion_request(const Json& body, const SamplingParams& defaults);
 ApiRequest parse_chat_request(const Json& body, const SamplingParams& defaults,
                               const std::function<std::string(const Json& messages, const Json& tools,
-                                                               const Json& kwargs)>& render_chat);
+                                                               const Json& kwargs)>& render_chat,
+                              bool any_role = false);
 
 // Splits Qwen3's "<think>...</think>" reasoning from the answer, also when the tags arrive
 // split across streamed deltas.

@@ -50,6 +50,11 @@ class PipelineClient : public EngineClient {
     void abort(const std::string& id) override;
     bool ping(std::chrono::milliseconds timeout) override;
 
+    // For an emergency exit (a second SIGTERM): the children to kill and the directory to
+    // remove without going through the destructor.
+    std::vector<pid_t> child_pids() const { return children_->pids(); }
+    const std::filesystem::path& socket_dir() const { return dir_.path(); }
+
     const Tokenizer* tokenizer() const override { return tokenizer_ ? &*tokenizer_ : nullptr; }
     const ModelConfig& model_config() const override { return model_config_; }
     const SamplingParams& default_params() const override { return default_params_; }

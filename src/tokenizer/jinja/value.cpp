@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "core/json.h"
 #include "tokenizer/utf8.h"
 
 namespace miniinfer::jinja {
@@ -27,7 +28,11 @@ std::optional<Value> Args::get(size_t i, std::string_view name) const {
     return std::nullopt;
 }
 
-Value Value::from_json(const nlohmann::ordered_json& j) {
+Value Value::from_json(const nlohmann::ordered_json& j, int depth) {
+    // Recursive: bounded, so a caller that skipped parse_untrusted_json still gets an Error,
+    // not a stack overflow.
+    if (depth > kMaxJsonDepth)
+        fail("chat template: the value nests deeper than {} levels", kMaxJsonDepth);
     switch (j.type()) {
         case nlohmann::ordered_json::value_t::null:
             return nullptr;
@@ -43,16 +48,16 @@ Value Value::from_json(const nlohmann::ordered_json& j) {
             return j.get<std::string>();
         case nlohmann::ordered_json::value_t::array: {
             List l;
-            for (const auto& e : j) l.push_back(from_json(e));
+            for (const auto& e : j) l.push_back(from_json(e, depth + 1));
             return l;
         }
         case nlohmann::ordered_json::value_t::object: {
             Dict d;
-            for (const auto& [k, v] : j.items()) d.items.emplace_back(k, from_json(v));
+            for (const auto& [k, v] : j.items()) d.items.emplace_back(k, from_json(v, depth + 1));
             return d;
         }
         default:
-            fail("chat template: unsupported JSON value {}", j.dump());
+            fail("chat template: unsupported JSON value of type {}", j.type_name());
     }
 }
 

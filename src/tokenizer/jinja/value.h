@@ -63,7 +63,8 @@ class Value {
     Value(Dict d) : v_(std::make_shared<Dict>(std::move(d))) {}
     Value(Callable c) : v_(std::make_shared<Callable>(std::move(c))) {}
 
-    static Value from_json(const nlohmann::ordered_json& j);
+    // Error beyond kMaxJsonDepth levels of nesting (core/json.h).
+    static Value from_json(const nlohmann::ordered_json& j, int depth = 0);
     // A tuple: a list that prints as (a, b) (tuple literals, dict items).
     static Value tuple(List l) {
         Value v(std::move(l));
