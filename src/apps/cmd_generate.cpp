@@ -43,8 +43,11 @@ std::vector<Json> read_inputs(const GenerateOptions& o) {
         std::string line;
         for (int n = 1; std::getline(in, line); ++n) {
             if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-            Json j = Json::parse(line, nullptr, false);
-            lines.push_back(j.is_discarded() ? Json{{"__error", fmt::format("{} line {}: not valid JSON", o.input, n)}} : j);
+            try {
+                lines.push_back(parse_untrusted_json(line, fmt::format("{} line {}", o.input, n)));
+            } catch (const Error& e) {
+                lines.push_back(Json{{"__error", e.what()}});
+            }
         }
     }
     if (lines.empty()) fail("nothing to generate: give --prompt TEXT or --input FILE.jsonl");

@@ -32,7 +32,7 @@ void for_each_line(const std::function<OrderedJson(const OrderedJson&)>& handle)
         if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
         OrderedJson out;
         try {
-            OrderedJson in = OrderedJson::parse(line);
+            OrderedJson in = parse_untrusted_json<OrderedJson>(line, "the line");
             if (!in.is_object()) fail("expected a JSON object");
             out = handle(in);
         } catch (const std::exception& e) {  // Error or a JSON parse/type error

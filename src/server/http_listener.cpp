@@ -251,7 +251,8 @@ bool HttpListener::process_and_close_socket(socket_t sock) {
         connection.begin_request(limits_);
         const bool last = remaining == 1 || draining();
         bool closed = false;
-        if (!process_request(stream, last, closed, nullptr) || closed || last || connection.close_after)
+        if (!process_request(stream, last, closed, nullptr) || closed || last || connection.close_after ||
+            connection.failure != ReadFailure::kNone)  // what follows a cut-off request is not a request
             break;
     }
     t_current_ = nullptr;
