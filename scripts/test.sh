@@ -2,7 +2,8 @@
 # Everything, from a fresh Debian 12 machine: install, build, run every test; then rebuild the
 # CPU code with AddressSanitizer + UndefinedBehaviorSanitizer and run the loader, tokenizer
 # (with the differential fuzz against Hugging Face) and CLI tests under it. GPU tests skip with a message where there is no
-# GPU. Exit status: non-zero if anything failed.
+# GPU. Then the request fuzz target runs for a minute under libFuzzer (clang) with the same
+# sanitizers. Exit status: non-zero if anything failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
@@ -13,7 +14,20 @@ scripts/build.sh
 
 cmake -S . -B build-asan -G Ninja -DMINIINFER_CUDA=OFF -DMINIINFER_SANITIZE=ON \
       -DCMAKE_BUILD_TYPE=Debug >/dev/null
-ninja -C build-asan miniinfer test_loader test_tokenizer tokenizer_driver
+ninja -C build-asan miniinfer test_loader test_tokenizer tokenizer_driver fuzz_requests_replay
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-   ctest --output-on-failure -j "$jobs" -L 'loader|cli|tokenizer')
+   ctest --output-on-failure -j "$jobs" -L 'loader|cli|tokenizer|fuzz')
+
+# The request fuzz target under libFuzzer (clang) + ASan + UBSan, for a bounded time
+# (FUZZ_SECONDS, default 60), starting from the committed corpus. A crash, a sanitizer report
+# or an exception other than miniinfer::Error fails the run; the input is left in build-fuzz/.
+sanitize="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DMINIINFER_CUDA=OFF -DMINIINFER_TESTS=OFF \
+      -DMINIINFER_FUZZ=ON -DCMAKE_CXX_FLAGS="$sanitize" -DCMAKE_C_FLAGS="$sanitize" \
+      -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" >/dev/null
+ninja -C build-fuzz fuzz_requests
+rm -rf build-fuzz/corpus && mkdir -p build-fuzz/corpus && cp tests/fuzz/corpus/* build-fuzz/corpus/
+(cd build-fuzz && UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 tests/fuzz/fuzz_requests \
+   -max_total_time="${FUZZ_SECONDS:-60}" -max_len=8192 -timeout=10 -rss_limit_mb=4096 \
+   -print_final_stats=1 corpus 2>&1 | tail -15)
 echo "test: all passed"
