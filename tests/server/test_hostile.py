@@ -230,7 +230,8 @@ def test_connections_over_the_cap_are_refused_at_once(start_server):
             if answer.startswith(b"HTTP/1.1 503") or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
-        assert answer.startswith(b"HTTP/1.1 503") and b"too many open connections" in answer, answer
+        assert answer.startswith(b"HTTP/1.1 503") and b"too many open connections" in answer, \
+            (answer, s.log()[-2000:])
         assert time.monotonic() - t < 1
     finally:
         trickle.close()
