@@ -52,3 +52,38 @@ TEST(OpenAiProtocol, ParsesPromptsAndRejectsBadOnes) {
     EXPECT_EQ(c.params.logprobs, 2);
     EXPECT_NE(c.prompts[0].text.find("enable_thinking"), std::string::npos);
 }
+
+TEST(UntrustedJson, NestingIsBoundedBeforeParsing) {
+    auto nest = [](int depth) { return std::string(size_t(depth), '[') + std::string(size_t(depth), ']'); };
+    EXPECT_FALSE(json_nests_deeper_than(nest(64), 64));
+    EXPECT_TRUE(json_nests_deeper_than(nest(65), 64));
+    EXPECT_FALSE(json_nests_deeper_than(R"({"a": "[[[[[[[[[[\"[[[["})", 3));  // brackets in strings
+    EXPECT_NO_THROW(parse_untrusted_json(nest(64), "body"));
+    EXPECT_THROW(parse_untrusted_json(nest(100000), "body"), Error);
+    EXPECT_THROW(parse_untrusted_json("{\"a\": \"\xff\"}", "body"), Error);
+    try {
+        parse_untrusted_json("{\"a\": 1", "the request body");
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("the request body is not valid JSON"), std::string::npos);
+    }
+}
+
+TEST(OpenAiProtocol, UnknownRolesAndValuesNeverEchoed) {
+    auto render = [](const Json&, const Json&, const Json&) { return std::string("x"); };
+    const Json wizard = {{"messages", {{{"role", "wizard"}, {"content", "hi"}}}}};
+    try {
+        parse_chat_request(wizard, SamplingParams{}, render);
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("system, user, assistant, tool"), std::string::npos);
+    }
+    EXPECT_NO_THROW(parse_chat_request(wizard, SamplingParams{}, render, /*any_role=*/true));
+    const Json secret = {{"prompt", "x"}, {"stop", {{"SECRET"}}}, {"model", "m"}};
+    try {
+        parse_completion_request(secret, SamplingParams{});
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_EQ(std::string(e.what()).find("SECRET"), std::string::npos) << e.what();
+    }
+}
