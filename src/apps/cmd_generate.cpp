@@ -54,7 +54,8 @@ std::vector<Json> read_inputs(const GenerateOptions& o) {
     return lines;
 }
 
-Job make_job(const Json& line, const SamplingParams& base, const GenerateOptions& o, const ChatTemplate* chat) {
+Job make_job(const Json& line, const SamplingParams& base, const GenerateOptions& o,
+             const ChatTemplate* chat) {
     Job job{line, {}, base, ""};
     try {
         if (line.contains("__error")) fail("{}", line["__error"].get<std::string>());
@@ -62,15 +63,19 @@ Job make_job(const Json& line, const SamplingParams& base, const GenerateOptions
         job.params = SamplingParams::from_json(line, base);
         Json kwargs = o.no_thinking ? Json{{"enable_thinking", false}} : Json::object();
         if (line.contains("prompt_token_ids")) {
-            job.prompt = Prompt::from_ids(json_get<std::vector<int32_t>>(line, "prompt_token_ids", "input"));
+            job.prompt =
+                Prompt::from_ids(json_get<std::vector<int32_t>>(line, "prompt_token_ids", "input"));
         } else if (line.contains("messages")) {
             if (!chat) fail("this model has no chat template");
-            job.prompt = Prompt::from_text(chat->render(nlohmann::ordered_json(line["messages"]), nullptr, true, kwargs));
+            job.prompt = Prompt::from_text(
+                chat->render(nlohmann::ordered_json(line["messages"]), nullptr, true, kwargs));
         } else {
             std::string text = json_get<std::string>(line, "prompt", "input");
             if (o.chat) {
                 if (!chat) fail("--chat: this model has no chat template");
-                text = chat->render(nlohmann::ordered_json::array({{{"role", "user"}, {"content", text}}}), nullptr, true, kwargs);
+                text = chat->render(
+                    nlohmann::ordered_json::array({{{"role", "user"}, {"content", text}}}), nullptr,
+                    true, kwargs);
             }
             job.prompt = Prompt::from_text(text);
         }
@@ -108,7 +113,7 @@ Json to_json(const RequestOutput& out, const Job& job) {
 
 // A progress line on stderr (a terminal only): requests done, tokens, throughput.
 class Progress {
-public:
+  public:
     Progress(size_t num_requests, bool enabled) : num_requests_(num_requests), enabled_(enabled) {}
     ~Progress() {
         if (enabled_) std::fprintf(stderr, "\n");
@@ -119,19 +124,21 @@ public:
     }
     void show() const {
         if (!enabled_) return;
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-        std::fprintf(stderr, "\r%zu/%zu requests done, %zu tokens, %.1f tok/s", num_done_, num_requests_, num_tokens_,
-                     s > 0 ? double(num_tokens_) / s : 0.0);
+        const double s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+        std::fprintf(stderr, "\r%zu/%zu requests done, %zu tokens, %.1f tok/s", num_done_,
+                     num_requests_, num_tokens_, s > 0 ? double(num_tokens_) / s : 0.0);
     }
 
-private:
+  private:
     size_t num_requests_, num_done_ = 0, num_tokens_ = 0;
     bool enabled_;
     std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
 // One process: the engine's own step loop. results[i] gets job i's final output (or error).
-void run_in_process(LLMEngine& engine, const std::vector<Job>& jobs, std::vector<RequestOutput>& results) {
+void run_in_process(LLMEngine& engine, const std::vector<Job>& jobs,
+                    std::vector<RequestOutput>& results) {
     std::map<std::string, size_t> index;
     for (size_t i = 0; i < jobs.size(); ++i) {
         try {
@@ -157,7 +164,8 @@ volatile std::sig_atomic_t g_interrupted = 0;
 // --use-multiprocess: the same requests through the tokenizer / engine / detokenizer processes.
 // SIGINT/SIGTERM end the wait with an Error, so the client's destructor still stops the
 // children and removes their socket directory.
-void run_in_pipeline(PipelineClient& client, const std::vector<Job>& jobs, std::vector<RequestOutput>& results) {
+void run_in_pipeline(PipelineClient& client, const std::vector<Job>& jobs,
+                     std::vector<RequestOutput>& results) {
     struct sigaction on_signal = {};
     on_signal.sa_handler = [](int) { g_interrupted = 1; };
     sigaction(SIGINT, &on_signal, nullptr);
@@ -167,7 +175,8 @@ void run_in_pipeline(PipelineClient& client, const std::vector<Job>& jobs, std::
     for (size_t i = 0; i < jobs.size(); ++i) {
         try {
             if (!jobs[i].error.empty()) fail("{}", jobs[i].error);
-            verdicts[i] = client.submit_async(std::to_string(i), jobs[i].prompt, jobs[i].params, channel);
+            verdicts[i] =
+                client.submit_async(std::to_string(i), jobs[i].prompt, jobs[i].params, channel);
         } catch (const Error& e) {
             results[i].error = e.what();
         }
@@ -201,10 +210,12 @@ void run(const GenerateOptions& o, const Json& sampling_flags) {
     const EngineConfig config = o.engine.resolve();
     std::unique_ptr<LLMEngine> engine;
     std::unique_ptr<PipelineClient> pipeline;
-    if (config.use_multiprocess) pipeline = std::make_unique<PipelineClient>(config, nullptr, 0);
-    else engine = std::make_unique<LLMEngine>(config);
-    const SamplingParams base =
-        SamplingParams::from_json(sampling_flags, pipeline ? pipeline->default_params() : engine->default_params());
+    if (config.use_multiprocess)
+        pipeline = std::make_unique<PipelineClient>(config, nullptr, 0);
+    else
+        engine = std::make_unique<LLMEngine>(config);
+    const SamplingParams base = SamplingParams::from_json(
+        sampling_flags, pipeline ? pipeline->default_params() : engine->default_params());
     std::optional<ChatTemplate> chat;
     try {
         chat = ChatTemplate::load(o.engine.config.model_dir);
@@ -212,11 +223,14 @@ void run(const GenerateOptions& o, const Json& sampling_flags) {
         if (o.chat) throw;
     }
     std::vector<Job> jobs;
-    for (const Json& line : read_inputs(o)) jobs.push_back(make_job(line, base, o, chat ? &*chat : nullptr));
+    for (const Json& line : read_inputs(o))
+        jobs.push_back(make_job(line, base, o, chat ? &*chat : nullptr));
 
     std::vector<RequestOutput> results(jobs.size());
-    if (pipeline) run_in_pipeline(*pipeline, jobs, results);
-    else run_in_process(*engine, jobs, results);
+    if (pipeline)
+        run_in_pipeline(*pipeline, jobs, results);
+    else
+        run_in_process(*engine, jobs, results);
 
     std::ofstream file;
     if (!o.output.empty()) {
@@ -226,28 +240,36 @@ void run(const GenerateOptions& o, const Json& sampling_flags) {
     size_t num_errors = 0;
     for (size_t i = 0; i < jobs.size(); ++i) {
         num_errors += results[i].error.empty() ? 0 : 1;
-        const std::string line = to_json(results[i], jobs[i]).dump(-1, ' ', false, Json::error_handler_t::replace);
-        if (file.is_open()) file << line << '\n';
-        else std::printf("%s\n", line.c_str());
+        const std::string line =
+            to_json(results[i], jobs[i]).dump(-1, ' ', false, Json::error_handler_t::replace);
+        if (file.is_open())
+            file << line << '\n';
+        else
+            std::printf("%s\n", line.c_str());
     }
     std::fflush(stdout);
-    if (num_errors > 0) fail("{} of {} requests failed (see their \"error\" lines)", num_errors, jobs.size());
+    if (num_errors > 0)
+        fail("{} of {} requests failed (see their \"error\" lines)", num_errors, jobs.size());
 }
 
 }  // namespace
 
 void add_generate(CLI::App& app) {
     auto opts = std::make_shared<GenerateOptions>();
-    CLI::App* cmd = app.add_subcommand("generate", "Generate text for many prompts at once (JSON lines out)");
+    CLI::App* cmd =
+        app.add_subcommand("generate", "Generate text for many prompts at once (JSON lines out)");
     add_engine_options(*cmd, opts->engine);
     add_multiprocess_option(*cmd, opts->engine);
     cmd->add_option("--prompt", opts->prompts, "A prompt (repeatable)");
     cmd->add_option("--input", opts->input,
-                    "JSON lines: {\"prompt\": ...}, {\"messages\": [...]} or {\"prompt_token_ids\": [...]}, each "
+                    "JSON lines: {\"prompt\": ...}, {\"messages\": [...]} or "
+                    "{\"prompt_token_ids\": [...]}, each "
                     "with optional sampling fields");
     cmd->add_option("--output", opts->output, "Write JSON lines here instead of stdout");
-    cmd->add_flag("--chat", opts->chat, "Wrap each --prompt / \"prompt\" in the model's chat template as a user message");
-    cmd->add_flag("--no-thinking", opts->no_thinking, "Chat template kwarg enable_thinking=false (Qwen3)");
+    cmd->add_flag("--chat", opts->chat,
+                  "Wrap each --prompt / \"prompt\" in the model's chat template as a user message");
+    cmd->add_flag("--no-thinking", opts->no_thinking,
+                  "Chat template kwarg enable_thinking=false (Qwen3)");
     auto sampling = add_sampling_options(*cmd);
     cmd->callback([opts, sampling] { run(*opts, *sampling); });
 }

@@ -42,8 +42,10 @@ void raise_open_file_limit(ServerOptions& server) {
     limit.rlim_cur = limit.rlim_max;
     setrlimit(RLIMIT_NOFILE, &limit);
     getrlimit(RLIMIT_NOFILE, &limit);
-    if (limit.rlim_cur != RLIM_INFINITY && rlim_t(server.max_connections) + kReserve > limit.rlim_cur) {
-        const int fit = int(limit.rlim_cur > 2 * kReserve ? limit.rlim_cur - kReserve : limit.rlim_cur / 2);
+    if (limit.rlim_cur != RLIM_INFINITY &&
+        rlim_t(server.max_connections) + kReserve > limit.rlim_cur) {
+        const int fit =
+            int(limit.rlim_cur > 2 * kReserve ? limit.rlim_cur - kReserve : limit.rlim_cur / 2);
         MI_LOG_WARN("open-file limit {}: --max-connections lowered from {} to {}", limit.rlim_cur,
                     server.max_connections, fit);
         server.max_connections = fit;
@@ -55,7 +57,8 @@ void run(ServeOptions o) {
         if (const char* key = std::getenv("MINIINFER_API_KEY")) o.server.api_key = key;
     const std::string model_dir = o.engine.config.model_dir;
     if (o.server.served_model_name.empty())
-        o.server.served_model_name = std::filesystem::path(model_dir).lexically_normal().filename().string();
+        o.server.served_model_name =
+            std::filesystem::path(model_dir).lexically_normal().filename().string();
     if (o.server.served_model_name.empty()) o.server.served_model_name = model_dir;
     if (o.server.max_connections < 1) fail("--max-connections must be at least 1");
     if (!(o.server.request_read_timeout_s > 0)) fail("--request-read-timeout must be positive");
@@ -84,13 +87,15 @@ void run(ServeOptions o) {
     std::unique_ptr<EngineClient> engine;
     std::vector<pid_t> child_pids;  // for an exit at once (second signal)
     std::filesystem::path socket_dir;
-    if (config.use_multiprocess) {  // built here, on the main thread: the children's PR_SET_PDEATHSIG follows it
+    if (config.use_multiprocess) {  // built here, on the main thread: the children's
+                                    // PR_SET_PDEATHSIG follows it
         auto pipeline = std::make_unique<PipelineClient>(config, &metrics, o.max_queued_requests);
         child_pids = pipeline->child_pids();
         socket_dir = pipeline->socket_dir();
         engine = std::move(pipeline);
     } else {
-        engine = std::make_unique<EngineLoop>(std::make_unique<LLMEngine>(config), &metrics, o.max_queued_requests);
+        engine = std::make_unique<EngineLoop>(std::make_unique<LLMEngine>(config), &metrics,
+                                              o.max_queued_requests);
     }
     HttpServer server(o.server, *engine, metrics, chat ? &*chat : nullptr);
     std::atomic<bool> finished{false};
@@ -98,7 +103,10 @@ void run(ServeOptions o) {
         int sig = 0;
         sigwait(&signals, &sig);
         if (finished) return;
-        MI_LOG_INFO("signal {}: shutting down (requests in flight are aborted; a second signal exits at once)", sig);
+        MI_LOG_INFO(
+            "signal {}: shutting down (requests in flight are aborted; a second signal exits at "
+            "once)",
+            sig);
         server.drain(std::chrono::milliseconds(int64_t(o.drain_timeout_s * 1000)));
         sigwait(&signals, &sig);
         if (finished) return;
@@ -125,11 +133,15 @@ void add_serve(CLI::App& app) {
     add_multiprocess_option(*cmd, o->engine);
     cmd->add_option("--host", o->server.host, "Address to listen on")->capture_default_str();
     cmd->add_option("--port", o->server.port, "Port (0: any free port)")->capture_default_str();
-    cmd->add_option("--api-key", o->server.api_key, "Require 'Authorization: Bearer KEY' (or MINIINFER_API_KEY)");
-    cmd->add_option("--served-model-name", o->server.served_model_name, "The model name clients use");
-    cmd->add_option("--max-queued-requests", o->max_queued_requests, "Refuse (429) beyond this many waiting requests")
+    cmd->add_option("--api-key", o->server.api_key,
+                    "Require 'Authorization: Bearer KEY' (or MINIINFER_API_KEY)");
+    cmd->add_option("--served-model-name", o->server.served_model_name,
+                    "The model name clients use");
+    cmd->add_option("--max-queued-requests", o->max_queued_requests,
+                    "Refuse (429) beyond this many waiting requests")
         ->capture_default_str();
-    cmd->add_option("--max-body-bytes", o->server.max_body_bytes, "Refuse (413) larger request bodies, chunked or not")
+    cmd->add_option("--max-body-bytes", o->server.max_body_bytes,
+                    "Refuse (413) larger request bodies, chunked or not")
         ->capture_default_str();
     cmd->add_option("--max-connections", o->server.max_connections,
                     "Open connections at most (one thread each); beyond: 503 and closed")
@@ -141,8 +153,9 @@ void add_serve(CLI::App& app) {
                     "On SIGINT/SIGTERM: seconds to let aborted requests' responses go out before "
                     "closing their connections")
         ->capture_default_str();
-    cmd->add_option("--chat-template", o->chat_template,
-                    "A Jinja chat template file overriding the model's (message roles are then not checked)");
+    cmd->add_option(
+        "--chat-template", o->chat_template,
+        "A Jinja chat template file overriding the model's (message roles are then not checked)");
     cmd->callback([o] { run(*o); });
 }
 

@@ -60,7 +60,8 @@ void add_tokenize(CLI::App& app) {
         const EncodeOptions enc{.add_special_tokens = opts->add_special_tokens,
                                 .parse_special = !opts->no_parse_special};
         for_each_line([&](const OrderedJson& in) {
-            return OrderedJson{{"ids", tok.encode(json_get<std::string>(in, "text", "input"), enc)}};
+            return OrderedJson{
+                {"ids", tok.encode(json_get<std::string>(in, "text", "input"), enc)}};
         });
     });
 }
@@ -75,8 +76,9 @@ void add_detokenize(CLI::App& app) {
     cmd->callback([opts] {
         const Tokenizer tok = Tokenizer::load(opts->model_dir);
         for_each_line([&](const OrderedJson& in) {
-            return OrderedJson{{"text", tok.decode(json_get<std::vector<int32_t>>(in, "ids", "input"),
-                                                   opts->skip_special_tokens)}};
+            return OrderedJson{
+                {"text", tok.decode(json_get<std::vector<int32_t>>(in, "ids", "input"),
+                                    opts->skip_special_tokens)}};
         });
     });
 }
@@ -91,9 +93,9 @@ void add_chat_template(CLI::App& app) {
         const ChatTemplate chat = ChatTemplate::load(opts->model_dir);
         for_each_line([&](const OrderedJson& in) {
             const bool add_generation_prompt = in.value("add_generation_prompt", false);
-            const std::string text =
-                chat.render(json_get<OrderedJson>(in, "messages", "input"), in.value("tools", OrderedJson()),
-                            add_generation_prompt, in.value("kwargs", OrderedJson::object()));
+            const std::string text = chat.render(
+                json_get<OrderedJson>(in, "messages", "input"), in.value("tools", OrderedJson()),
+                add_generation_prompt, in.value("kwargs", OrderedJson::object()));
             return OrderedJson{{"text", text}};
         });
     });

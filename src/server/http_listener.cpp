@@ -11,9 +11,9 @@
 #include <thread>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "core/logging.h"
+#include "server/openai_protocol.h"
 
 namespace miniinfer {
 namespace {
@@ -36,9 +36,7 @@ int poll_socket(socket_t sock, short events, milliseconds timeout) {
 }
 
 std::string error_json(int status, const std::string& message, const std::string& type) {
-    const nlohmann::json body = {
-        {"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", status}}}};
-    return body.dump();
+    return ApiError{status, message, type}.body().dump();
 }
 
 // Over the connection cap: a 503 written without blocking, then the socket is closed unread.
@@ -129,7 +127,10 @@ class HttpListener::SocketStream : public httplib::Stream {
   public:
     SocketStream(const HttpListener& owner, Connection& connection, milliseconds idle_timeout,
                  milliseconds write_timeout)
-        : owner_(owner), c_(connection), idle_timeout_(idle_timeout), write_timeout_(write_timeout) {}
+        : owner_(owner),
+          c_(connection),
+          idle_timeout_(idle_timeout),
+          write_timeout_(write_timeout) {}
 
     bool has_buffered() const { return begin_ < end_; }
 
@@ -188,8 +189,8 @@ class HttpListener::SocketStream : public httplib::Stream {
             const auto now = Clock::now();
             if (now >= c_.deadline || now >= idle_end) return fail(ReadFailure::kTimedOut);
             const auto left = std::min(c_.deadline, idle_end) - now;
-            const auto slice = std::min<milliseconds>(
-                kPollSlice, std::chrono::ceil<milliseconds>(left));
+            const auto slice =
+                std::min<milliseconds>(kPollSlice, std::chrono::ceil<milliseconds>(left));
             const int revents = poll_socket(c_.sock, POLLIN, slice);
             if (revents < 0) return false;
             if (revents > 0) return true;  // data, end of stream or an error: recv tells
@@ -208,8 +209,8 @@ class HttpListener::SocketStream : public httplib::Stream {
         port = 0;
         if (get_name(c_.sock, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return;
         char host[NI_MAXHOST], serv[NI_MAXSERV];
-        if (getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof host, serv, sizeof serv,
-                        NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+        if (getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof host, serv,
+                        sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV) != 0)
             return;
         ip = host;
         port = std::atoi(serv);
@@ -251,8 +252,10 @@ bool HttpListener::process_and_close_socket(socket_t sock) {
         connection.begin_request(limits_);
         const bool last = remaining == 1 || draining();
         bool closed = false;
-        if (!process_request(stream, last, closed, nullptr) || closed || last || connection.close_after ||
-            connection.failure != ReadFailure::kNone)  // what follows a cut-off request is not a request
+        if (!process_request(stream, last, closed, nullptr) || closed || last ||
+            connection.close_after ||
+            connection.failure !=
+                ReadFailure::kNone)  // what follows a cut-off request is not a request
             break;
     }
     t_current_ = nullptr;
@@ -272,7 +275,8 @@ bool HttpListener::wait_for_request(socket_t sock) const {
         const auto now = Clock::now();
         if (now >= end) return false;
         const int revents = poll_socket(
-            sock, POLLIN, std::min<milliseconds>(kPollSlice, std::chrono::ceil<milliseconds>(end - now)));
+            sock, POLLIN,
+            std::min<milliseconds>(kPollSlice, std::chrono::ceil<milliseconds>(end - now)));
         if (revents != 0) return revents > 0;
     }
     return false;
@@ -296,13 +300,16 @@ bool HttpListener::admit_body(const httplib::Request& req, httplib::Response& re
     const std::string length = req.get_header_value("Content-Length");
     uint64_t n = 0;
     const auto [end, ec] = std::from_chars(length.data(), length.data() + length.size(), n);
-    if (ec == std::errc() && end == length.data() + length.size() && n <= uint64_t(limits_.max_body_bytes))
+    if (ec == std::errc() && end == length.data() + length.size() &&
+        n <= uint64_t(limits_.max_body_bytes))
         return true;
     if (ec == std::errc::invalid_argument || end != length.data() + length.size()) {
         set_error(res, 400, "the Content-Length header is not a number", "invalid_request_error");
     } else {
         c->failure = ReadFailure::kTooLarge;
-        set_error(res, 413, fmt::format("the request body is too large (the limit is {} bytes)", limits_.max_body_bytes),
+        set_error(res, 413,
+                  fmt::format("the request body is too large (the limit is {} bytes)",
+                              limits_.max_body_bytes),
                   "invalid_request_error");
     }
     close_after_response();
@@ -326,7 +333,8 @@ std::optional<std::string> HttpListener::read_body(const httplib::ContentReader&
     ReadFailure why = too_large ? ReadFailure::kTooLarge : current_read_failure();
     switch (why) {
         case ReadFailure::kTooLarge:
-            set_error(res, 413, fmt::format("the request body is too large (the limit is {} bytes)", limit),
+            set_error(res, 413,
+                      fmt::format("the request body is too large (the limit is {} bytes)", limit),
                       "invalid_request_error");
             break;
         case ReadFailure::kTimedOut:
