@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Everything, from a fresh Debian 12 machine: install, build, run every test; then rebuild the
-# CPU code with AddressSanitizer + UndefinedBehaviorSanitizer and run the loader, tokenizer
-# (with the differential fuzz against Hugging Face) and CLI tests under it. GPU tests skip with a message where there is no
-# GPU. Then the request fuzz target runs for a minute under libFuzzer (clang) with the same
-# sanitizers. Exit status: non-zero if anything failed.
+# Everything, from a fresh Debian 12 machine: install, check formatting (clang-format), build,
+# run every test; then rebuild the CPU code with AddressSanitizer + UndefinedBehaviorSanitizer and
+# run the loader, tokenizer (with the differential fuzz against Hugging Face) and CLI tests under
+# it. GPU tests skip with a message where there is no GPU. Then the request fuzz target runs for a
+# minute under libFuzzer (clang) with the same sanitizers. Exit status: non-zero if anything failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
 
 scripts/setup.sh
+scripts/check_format.sh
 scripts/build.sh
 (cd build && ctest --output-on-failure -j "$jobs")
 

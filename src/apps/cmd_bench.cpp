@@ -28,13 +28,15 @@ using Workload = BenchWorkload;
 // Speed of light: each decode step reads every weight once plus the live KV cache, at HBM
 // bandwidth, or runs its matmuls at the matrix rate, whichever is slower; prefill runs at the
 // matrix rate. All requests run at once (in waves of max_num_seqs).
-double sol_seconds(const Workload& w, const ModelConfig& c, int64_t max_num_seqs, const BenchOptions& o) {
+double sol_seconds(const Workload& w, const ModelConfig& c, int64_t max_num_seqs,
+                   const BenchOptions& o) {
     double weight_bytes = 0, matmul_params = double(c.vocab_size * c.hidden_size);  // lm_head
     for (const auto& [name, shape] : expected_tensors(c)) {
         double n = 1;
         for (int64_t d : shape) n *= double(d);
         weight_bytes += 2 * n;
-        if (shape.size() >= 2 && name != "model.embed_tokens.weight" && name != "lm_head.weight") matmul_params += n;
+        if (shape.size() >= 2 && name != "model.embed_tokens.weight" && name != "lm_head.weight")
+            matmul_params += n;
     }
     const double kv_per_token = 2.0 * double(c.num_layers * c.num_kv_heads * c.head_dim) * 2.0;
     double seconds = 0;
@@ -52,7 +54,8 @@ double sol_seconds(const Workload& w, const ModelConfig& c, int64_t max_num_seqs
                     live += 1;
                     kv += double(int64_t(w.prompts[r].size()) + k) * kv_per_token;
                 }
-            seconds += std::max((weight_bytes + kv) / o.hbm_bytes_per_s, 2 * matmul_params * live / o.matmul_flops);
+            seconds += std::max((weight_bytes + kv) / o.hbm_bytes_per_s,
+                                2 * matmul_params * live / o.matmul_flops);
         }
     }
     return seconds;
@@ -74,12 +77,15 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o) {
     while (engine.has_unfinished())
         for (const RequestOutput& out : engine.step())
             if (out.finished) output_tokens += int64_t(out.token_ids.size());
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double sol = sol_seconds(w, engine.model_config(), engine.config().max_num_seqs, o);
     const EngineConfig& c = engine.config();
     return {{"workload", w.name},
             {"device", c.device},
-            {"attention_backend", c.device == "cuda" ? (c.attention_backend == "auto" ? "fa2" : c.attention_backend) : "cpu"},
+            {"attention_backend",
+             c.device == "cuda" ? (c.attention_backend == "auto" ? "fa2" : c.attention_backend)
+                                : "cpu"},
             {"page_size", c.page_size},
             {"cuda_graphs", c.device == "cuda" && !c.enforce_eager},
             {"overlap", false},
@@ -96,7 +102,8 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o) {
 
 void run(const BenchOptions& o) {
     std::vector<Workload> workloads;
-    for (const std::string& name : o.workloads) workloads.push_back(make_bench_workload(name, o.balanced_file));
+    for (const std::string& name : o.workloads)
+        workloads.push_back(make_bench_workload(name, o.balanced_file));
     LLMEngine engine(o.engine.resolve());
     // Warm-up: one short request through every code path the runs use.
     SamplingParams warm;
@@ -105,19 +112,24 @@ void run(const BenchOptions& o) {
     warm.temperature = 0.6;
     engine.generate({Prompt::from_ids(std::vector<int32_t>(64, 1))}, warm);
 
-    std::printf("| workload | device | attention | page | graphs | overlap | requests | output tokens | seconds | tok/s | SOL tok/s | %% of SOL |\n");
+    std::printf(
+        "| workload | device | attention | page | graphs | overlap | requests | output tokens | "
+        "seconds | tok/s | SOL tok/s | %% of SOL |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     Json results = Json::array();
     for (const Workload& w : workloads) {
         const std::string& name = w.name;
         Json r = run_workload(engine, w, o);
-        std::printf("| %s | %s | %s | %lld | %s | off | %lld | %lld | %.2f | %.0f | %.0f | %.1f%% |", name.c_str(),
-                    r["device"].get<std::string>().c_str(), r["attention_backend"].get<std::string>().c_str(),
-                    r["page_size"].get<long long>(),
-                    r["cuda_graphs"].get<bool>() ? "on" : "off", r["requests"].get<long long>(),
-                    r["output_tokens"].get<long long>(), r["seconds"].get<double>(), r["output_tok_per_s"].get<double>(),
-                    r["sol_tok_per_s"].get<double>(), r["percent_of_sol"].get<double>());
-        if (name == "prefill256") std::printf(" prompt %.0f tok/s", r["prompt_tok_per_s"].get<double>());
+        std::printf(
+            "| %s | %s | %s | %lld | %s | off | %lld | %lld | %.2f | %.0f | %.0f | %.1f%% |",
+            name.c_str(), r["device"].get<std::string>().c_str(),
+            r["attention_backend"].get<std::string>().c_str(), r["page_size"].get<long long>(),
+            r["cuda_graphs"].get<bool>() ? "on" : "off", r["requests"].get<long long>(),
+            r["output_tokens"].get<long long>(), r["seconds"].get<double>(),
+            r["output_tok_per_s"].get<double>(), r["sol_tok_per_s"].get<double>(),
+            r["percent_of_sol"].get<double>());
+        if (name == "prefill256")
+            std::printf(" prompt %.0f tok/s", r["prompt_tok_per_s"].get<double>());
         if (name == "bs1") std::printf(" %.3f ms/token", r["ms_per_output_token"].get<double>());
         std::printf("\n");
         std::fflush(stdout);
@@ -134,14 +146,19 @@ void run(const BenchOptions& o) {
 
 void add_bench(CLI::App& app) {
     auto opts = std::make_shared<BenchOptions>();
-    CLI::App* cmd = app.add_subcommand("bench", "Run the standard offline workloads and report tok/s against the speed of light");
+    CLI::App* cmd = app.add_subcommand(
+        "bench", "Run the standard offline workloads and report tok/s against the speed of light");
     add_engine_options(*cmd, opts->engine);
     cmd->add_option("--workload", opts->workloads,
-                    "balanced, decode128, decode256, short256, prefill256, bs1 (repeatable)")->capture_default_str();
-    cmd->add_option("--balanced-file", opts->balanced_file, "The balanced workload's prompts")->capture_default_str();
+                    "balanced, decode128, decode256, short256, prefill256, bs1 (repeatable)")
+        ->capture_default_str();
+    cmd->add_option("--balanced-file", opts->balanced_file, "The balanced workload's prompts")
+        ->capture_default_str();
     cmd->add_option("--json", opts->json_out, "Also write the results as JSON here");
-    cmd->add_option("--hbm-bytes-per-s", opts->hbm_bytes_per_s, "Memory bandwidth for the SOL")->capture_default_str();
-    cmd->add_option("--matmul-flops", opts->matmul_flops, "bf16 matrix rate for the SOL")->capture_default_str();
+    cmd->add_option("--hbm-bytes-per-s", opts->hbm_bytes_per_s, "Memory bandwidth for the SOL")
+        ->capture_default_str();
+    cmd->add_option("--matmul-flops", opts->matmul_flops, "bf16 matrix rate for the SOL")
+        ->capture_default_str();
     // `miniinfer bench serve ...` benchmarks a running server (as `vllm bench serve`); the
     // offline options, --model included, then do not apply.
     add_bench_serve(*cmd, "serve");

@@ -41,7 +41,8 @@ void run(const ChatOptions& o, const Json& sampling_flags) {
         messages.push_back({{"role", "user"}, {"content", line}});
         std::string reply;
         try {
-            engine.add_request(Prompt::from_text(chat.render(messages, nullptr, true, kwargs)), params);
+            engine.add_request(Prompt::from_text(chat.render(messages, nullptr, true, kwargs)),
+                               params);
             while (engine.has_unfinished())
                 for (const RequestOutput& out : engine.step()) {
                     std::fputs(out.delta_text.c_str(), stdout);
@@ -61,10 +62,12 @@ void run(const ChatOptions& o, const Json& sampling_flags) {
 
 void add_chat(CLI::App& app) {
     auto opts = std::make_shared<ChatOptions>();
-    CLI::App* cmd = app.add_subcommand("chat", "Chat interactively with a model, streaming its replies");
+    CLI::App* cmd =
+        app.add_subcommand("chat", "Chat interactively with a model, streaming its replies");
     add_engine_options(*cmd, opts->engine);
     cmd->add_option("--system", opts->system, "A system message to start the conversation with");
-    cmd->add_flag("--no-thinking", opts->no_thinking, "Chat template kwarg enable_thinking=false (Qwen3)");
+    cmd->add_flag("--no-thinking", opts->no_thinking,
+                  "Chat template kwarg enable_thinking=false (Qwen3)");
     auto sampling = add_sampling_options(*cmd);
     cmd->callback([opts, sampling] { run(*opts, *sampling); });
 }

@@ -66,15 +66,19 @@ void print_text(const Json& j) {
                 j["model_type"].get<std::string>().c_str(), j["num_layers"].get<long long>(),
                 j["hidden_size"].get<long long>(), j["intermediate_size"].get<long long>(),
                 j["vocab_size"].get<long long>());
-    std::printf("attention   %lld heads, %lld kv heads, head_dim %lld, rope_theta %g, bias %s, qk_norm %s\n",
-                j["num_heads"].get<long long>(), j["num_kv_heads"].get<long long>(),
-                j["head_dim"].get<long long>(), j["rope_theta"].get<double>(),
-                j["attention_bias"].get<bool>() ? "yes" : "no", j["qk_norm"].get<bool>() ? "yes" : "no");
+    std::printf(
+        "attention   %lld heads, %lld kv heads, head_dim %lld, rope_theta %g, bias %s, qk_norm "
+        "%s\n",
+        j["num_heads"].get<long long>(), j["num_kv_heads"].get<long long>(),
+        j["head_dim"].get<long long>(), j["rope_theta"].get<double>(),
+        j["attention_bias"].get<bool>() ? "yes" : "no", j["qk_norm"].get<bool>() ? "yes" : "no");
     if (j.contains("num_experts"))
         std::printf("experts     %lld, top-%lld, moe_intermediate %lld, renormalise %s\n",
                     j["num_experts"].get<long long>(), j["num_experts_per_tok"].get<long long>(),
-                    j["moe_intermediate_size"].get<long long>(), j["norm_topk_prob"].get<bool>() ? "yes" : "no");
-    std::printf("embeddings  %s\n", j["tie_word_embeddings"].get<bool>() ? "tied" : "separate lm_head");
+                    j["moe_intermediate_size"].get<long long>(),
+                    j["norm_topk_prob"].get<bool>() ? "yes" : "no");
+    std::printf("embeddings  %s\n",
+                j["tie_word_embeddings"].get<bool>() ? "tied" : "separate lm_head");
     std::printf("checkpoint  %lld tensors in %lld file(s), %lld parameters, %.2f MB, dtypes %s\n",
                 j["num_tensors"].get<long long>(), j["num_files"].get<long long>(),
                 j["num_params"].get<long long>(), j["num_bytes"].get<double>() / 1e6,
@@ -85,13 +89,16 @@ void print_text(const Json& j) {
 
 void add_inspect(CLI::App& app) {
     auto opts = std::make_shared<InspectOptions>();
-    CLI::App* cmd = app.add_subcommand("inspect", "Summarise a model directory and check its checkpoint");
+    CLI::App* cmd =
+        app.add_subcommand("inspect", "Summarise a model directory and check its checkpoint");
     cmd->add_option("--model", opts->model_dir, "Hugging Face model directory")->required();
     cmd->add_flag("--json", opts->json, "Print JSON");
     cmd->callback([opts] {
         Json j = inspect(opts->model_dir);
-        if (opts->json) std::printf("%s\n", j.dump(2).c_str());
-        else print_text(j);
+        if (opts->json)
+            std::printf("%s\n", j.dump(2).c_str());
+        else
+            print_text(j);
     });
 }
 

@@ -39,10 +39,12 @@ void run(const LogitsOptions& o) {
     for (size_t p = 0; p < ids.size(); ++p) {
         const float* row = logits.data<float>() + int64_t(p) * vocab;
         std::iota(order.begin(), order.end(), 0);
-        std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                          [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+        std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+            return row[a] > row[b] || (row[a] == row[b] && a < b);
+        });
         Json top = Json::array();
-        for (int64_t i = 0; i < k; ++i) top.push_back({{"id", order[size_t(i)]}, {"logit", row[order[size_t(i)]]}});
+        for (int64_t i = 0; i < k; ++i)
+            top.push_back({{"id", order[size_t(i)]}, {"logit", row[order[size_t(i)]]}});
         positions.push_back({{"position", p}, {"token", ids[p]}, {"top", top}});
     }
     std::printf("%s\n", Json{{"model", o.model_dir}, {"positions", positions}}.dump().c_str());
@@ -52,12 +54,16 @@ void run(const LogitsOptions& o) {
 
 void add_logits(CLI::App& app) {
     auto opts = std::make_shared<LogitsOptions>();
-    CLI::App* cmd = app.add_subcommand("logits", "Run the CPU forward pass and print top-k logits per position");
+    CLI::App* cmd = app.add_subcommand(
+        "logits", "Run the CPU forward pass and print top-k logits per position");
     cmd->add_option("--model", opts->model_dir, "Hugging Face model directory")->required();
     cmd->add_option("--ids", opts->ids, "Token ids, comma separated")->required()->delimiter(',');
-    cmd->add_option("--top", opts->top, "How many logits to print per position")->capture_default_str();
-    cmd->add_option("--page-size", opts->page_size, "KV cache page size in tokens")->capture_default_str();
-    cmd->add_option("--load-format", opts->load_format, "auto | safetensors | dummy (seeded random weights)")
+    cmd->add_option("--top", opts->top, "How many logits to print per position")
+        ->capture_default_str();
+    cmd->add_option("--page-size", opts->page_size, "KV cache page size in tokens")
+        ->capture_default_str();
+    cmd->add_option("--load-format", opts->load_format,
+                    "auto | safetensors | dummy (seeded random weights)")
         ->capture_default_str();
     cmd->callback([opts] { run(*opts); });
 }

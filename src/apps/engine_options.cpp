@@ -10,47 +10,65 @@ EngineConfig EngineOptions::resolve() const {
 }
 
 void add_engine_options(CLI::App& cmd, EngineOptions& o, bool positional_model) {
-    if (positional_model) cmd.add_option("model", o.config.model_dir, "Hugging Face model directory")->required();
-    else cmd.add_option("--model", o.config.model_dir, "Hugging Face model directory")->required();
+    if (positional_model)
+        cmd.add_option("model", o.config.model_dir, "Hugging Face model directory")->required();
+    else
+        cmd.add_option("--model", o.config.model_dir, "Hugging Face model directory")->required();
     cmd.add_option("--device", o.config.device, "cpu | cuda")->capture_default_str();
-    cmd.add_option("--load-format", o.config.load_format, "auto | safetensors | dummy")->capture_default_str();
-    cmd.add_option("--max-num-seqs", o.config.max_num_seqs, "Most sequences in one step")->capture_default_str();
-    cmd.add_option("--max-model-len", o.config.max_model_len, "Longest prompt + output (0: the model's)")
+    cmd.add_option("--load-format", o.config.load_format, "auto | safetensors | dummy")
         ->capture_default_str();
-    cmd.add_option("--max-num-batched-tokens", o.config.max_num_batched_tokens, "Token budget of one step (0: 2048)")
+    cmd.add_option("--max-num-seqs", o.config.max_num_seqs, "Most sequences in one step")
         ->capture_default_str();
-    cmd.add_option("--page-size", o.config.page_size, "KV cache page size in tokens")->capture_default_str();
-    cmd.add_option("--kv-cache-mb", o.kv_cache_mb, "CPU KV cache budget in MiB (0: automatic)")->capture_default_str();
-    cmd.add_option("--gpu-memory-utilization", o.config.gpu_memory_utilization, "CUDA: fraction of GPU memory")
+    cmd.add_option("--max-model-len", o.config.max_model_len,
+                   "Longest prompt + output (0: the model's)")
+        ->capture_default_str();
+    cmd.add_option("--max-num-batched-tokens", o.config.max_num_batched_tokens,
+                   "Token budget of one step (0: 2048)")
+        ->capture_default_str();
+    cmd.add_option("--page-size", o.config.page_size, "KV cache page size in tokens")
+        ->capture_default_str();
+    cmd.add_option("--kv-cache-mb", o.kv_cache_mb, "CPU KV cache budget in MiB (0: automatic)")
+        ->capture_default_str();
+    cmd.add_option("--gpu-memory-utilization", o.config.gpu_memory_utilization,
+                   "CUDA: fraction of GPU memory")
         ->capture_default_str();
     cmd.add_flag("--no-prefix-caching", o.no_prefix_caching, "Turn the radix prefix cache off");
-    cmd.add_option("--attention-backend", o.config.attention_backend, "CUDA attention: auto | fa2 | flashinfer")
+    cmd.add_option("--attention-backend", o.config.attention_backend,
+                   "CUDA attention: auto | fa2 | flashinfer")
         ->capture_default_str();
-    cmd.add_flag("--enforce-eager", o.config.enforce_eager, "CUDA: no graphs, every step launched kernel by kernel");
-    cmd.add_option("--seed", o.config.seed, "Seed for requests that bring none")->capture_default_str();
+    cmd.add_flag("--enforce-eager", o.config.enforce_eager,
+                 "CUDA: no graphs, every step launched kernel by kernel");
+    cmd.add_option("--seed", o.config.seed, "Seed for requests that bring none")
+        ->capture_default_str();
     cmd.add_option("--generation-config", o.config.generation_config,
-                   "Sampling defaults: auto (the model's generation_config.json), vllm (vLLM's), or a folder")
+                   "Sampling defaults: auto (the model's generation_config.json), vllm (vLLM's), "
+                   "or a folder")
         ->capture_default_str();
 }
 
 void add_multiprocess_option(CLI::App& cmd, EngineOptions& o) {
-    cmd.add_flag("--use-multiprocess", o.config.use_multiprocess,
-                 "Tokenizer, engine core and detokenizer in separate processes (ZeroMQ over ipc://)");
+    cmd.add_flag(
+        "--use-multiprocess", o.config.use_multiprocess,
+        "Tokenizer, engine core and detokenizer in separate processes (ZeroMQ over ipc://)");
 }
 
 std::shared_ptr<Json> add_sampling_options(CLI::App& cmd) {
     auto json = std::make_shared<Json>(Json::object());
     auto number = [&](const char* flag, const char* key, const char* help) {
-        cmd.add_option_function<double>(flag, [json, key](double v) { (*json)[key] = v; }, help);
+        cmd.add_option_function<double>(
+            flag, [json, key](double v) { (*json)[key] = v; }, help);
     };
     auto integer = [&](const char* flag, const char* key, const char* help) {
-        cmd.add_option_function<int64_t>(flag, [json, key](int64_t v) { (*json)[key] = v; }, help);
+        cmd.add_option_function<int64_t>(
+            flag, [json, key](int64_t v) { (*json)[key] = v; }, help);
     };
-    number("--temperature", "temperature", "0 = greedy (default: the model's generation_config, else 1)");
+    number("--temperature", "temperature",
+           "0 = greedy (default: the model's generation_config, else 1)");
     number("--top-p", "top_p", "Nucleus sampling mass");
     integer("--top-k", "top_k", "Keep the k most likely tokens (0 or -1: all)");
     number("--min-p", "min_p", "Drop tokens below min_p x the top probability");
-    number("--repetition-penalty", "repetition_penalty", "> 1 discourages repeating prompt or output tokens");
+    number("--repetition-penalty", "repetition_penalty",
+           "> 1 discourages repeating prompt or output tokens");
     number("--presence-penalty", "presence_penalty", "[-2, 2]");
     number("--frequency-penalty", "frequency_penalty", "[-2, 2]");
     integer("--max-tokens", "max_tokens", "Most tokens to generate (default 16)");
@@ -58,14 +76,18 @@ std::shared_ptr<Json> add_sampling_options(CLI::App& cmd) {
     integer("--sampling-seed", "seed", "Seed of every request (same seed, same tokens)");
     integer("--logprobs", "logprobs", "Top-n log-probabilities per generated token");
     cmd.add_option_function<std::vector<std::string>>(
-        "--stop", [json](const std::vector<std::string>& v) { (*json)["stop"] = v; }, "Stop string (repeatable)");
+        "--stop", [json](const std::vector<std::string>& v) { (*json)["stop"] = v; },
+        "Stop string (repeatable)");
     cmd.add_option_function<std::vector<int64_t>>(
-           "--stop-token-ids", [json](const std::vector<int64_t>& v) { (*json)["stop_token_ids"] = v; },
+           "--stop-token-ids",
+           [json](const std::vector<int64_t>& v) { (*json)["stop_token_ids"] = v; },
            "Token ids that end a request, comma separated")
         ->delimiter(',');
-    cmd.add_flag_callback("--ignore-eos", [json] { (*json)["ignore_eos"] = true; }, "Do not stop at EOS");
-    cmd.add_flag_callback("--no-skip-special-tokens", [json] { (*json)["skip_special_tokens"] = false; },
-                          "Keep special tokens in the output text");
+    cmd.add_flag_callback(
+        "--ignore-eos", [json] { (*json)["ignore_eos"] = true; }, "Do not stop at EOS");
+    cmd.add_flag_callback(
+        "--no-skip-special-tokens", [json] { (*json)["skip_special_tokens"] = false; },
+        "Keep special tokens in the output text");
     return json;
 }
 

@@ -13,28 +13,38 @@ int64_t EngineConfig::kv_bytes_per_token(const ModelConfig& m, const std::string
 }
 
 void EngineConfig::resolve(const ModelConfig& model) {
-    if (device != "cpu" && device != "cuda") fail("device '{}' is not supported (cpu, cuda)", device);
-    if (attention_backend != "auto" && attention_backend != "fa2" && attention_backend != "flashinfer")
+    if (device != "cpu" && device != "cuda")
+        fail("device '{}' is not supported (cpu, cuda)", device);
+    if (attention_backend != "auto" && attention_backend != "fa2" &&
+        attention_backend != "flashinfer")
         fail("attention_backend '{}' is not supported (auto, fa2, flashinfer)", attention_backend);
     if (generation_config != "auto" && generation_config != "vllm" &&
-        !std::filesystem::exists(std::filesystem::path(generation_config) / "generation_config.json"))
-        fail("generation_config '{}': not auto, vllm or a folder with a generation_config.json", generation_config);
+        !std::filesystem::exists(std::filesystem::path(generation_config) /
+                                 "generation_config.json"))
+        fail("generation_config '{}': not auto, vllm or a folder with a generation_config.json",
+             generation_config);
     if (max_num_seqs < 1) fail("max_num_seqs must be at least 1, got {}", max_num_seqs);
-    if (page_size < 1 || page_size > 1024) fail("page_size must be in [1, 1024], got {}", page_size);
+    if (page_size < 1 || page_size > 1024)
+        fail("page_size must be in [1, 1024], got {}", page_size);
     if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0))
         fail("gpu_memory_utilization must be in (0, 1], got {}", gpu_memory_utilization);
     if (max_model_len < 0 || kv_cache_bytes < 0 || num_pages < 0 || max_num_batched_tokens < 0)
-        fail("max_model_len, kv_cache_bytes, num_pages and max_num_batched_tokens must not be negative");
+        fail(
+            "max_model_len, kv_cache_bytes, num_pages and max_num_batched_tokens must not be "
+            "negative");
     if (max_model_len == 0) max_model_len = model.max_position_embeddings;
     if (max_model_len > model.max_position_embeddings)
         fail("max_model_len {} exceeds the model's max_position_embeddings {}", max_model_len,
              model.max_position_embeddings);
     if (max_num_batched_tokens == 0) max_num_batched_tokens = 2048;
-    if (num_pages == 0 && device == "cuda") return;  // the CUDA runner sizes the cache from free memory
+    if (num_pages == 0 && device == "cuda")
+        return;  // the CUDA runner sizes the cache from free memory
     if (num_pages == 0) {
         const int64_t per_token = kv_bytes_per_token(model, device);
         if (kv_cache_bytes == 0)  // enough for every sequence at up to 2048 tokens, capped at 4 GiB
-            kv_cache_bytes = std::min<int64_t>(int64_t(4) << 30, max_num_seqs * std::min<int64_t>(max_model_len, 2048) * per_token);
+            kv_cache_bytes = std::min<int64_t>(
+                int64_t(4) << 30,
+                max_num_seqs * std::min<int64_t>(max_model_len, 2048) * per_token);
         num_pages = kv_cache_bytes / (per_token * page_size);
     }
     const int64_t pages_for_one = (max_model_len + page_size - 1) / page_size;

@@ -13,8 +13,10 @@ GenerationConfig GenerationConfig::from_json(const Json& json, const std::string
     if (!json.is_object()) fail("{}: expected a JSON object", where);
     GenerationConfig g;
     if (json.contains("eos_token_id") && !json["eos_token_id"].is_null()) {
-        if (json["eos_token_id"].is_number_integer()) g.eos_token_ids = {json["eos_token_id"].get<int64_t>()};
-        else g.eos_token_ids = json_get<std::vector<int64_t>>(json, "eos_token_id", where);
+        if (json["eos_token_id"].is_number_integer())
+            g.eos_token_ids = {json["eos_token_id"].get<int64_t>()};
+        else
+            g.eos_token_ids = json_get<std::vector<int64_t>>(json, "eos_token_id", where);
     }
     g.bos_token_id = optional_field<int64_t>(json, "bos_token_id", where);
     g.do_sample = optional_field<bool>(json, "do_sample", where);

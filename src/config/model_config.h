@@ -26,17 +26,17 @@ struct ModelConfig {
     std::string model_type;
     int64_t vocab_size = 0;
     int64_t hidden_size = 0;
-    int64_t intermediate_size = 0;      // dense MLP
+    int64_t intermediate_size = 0;  // dense MLP
     int64_t num_layers = 0;
     int64_t num_heads = 0;
     int64_t num_kv_heads = 0;
-    int64_t head_dim = 0;               // default hidden_size / num_heads
+    int64_t head_dim = 0;  // default hidden_size / num_heads
     double rms_norm_eps = 1e-6;
     double rope_theta = 10000.0;
     RopeScaling rope_scaling;
     int64_t max_position_embeddings = 0;
-    bool attention_bias = false;        // q/k/v biases (Qwen2 always has them)
-    bool qk_norm = false;               // per-head RMSNorm on q and k (Qwen3)
+    bool attention_bias = false;  // q/k/v biases (Qwen2 always has them)
+    bool qk_norm = false;         // per-head RMSNorm on q and k (Qwen3)
     bool tie_word_embeddings = false;
     // Mixture of experts (Qwen3-MoE); num_experts == 0 means dense.
     int64_t num_experts = 0;
@@ -47,7 +47,7 @@ struct ModelConfig {
     std::vector<int64_t> mlp_only_layers;
     std::vector<int64_t> eos_token_ids;
     int64_t bos_token_id = -1;
-    DType dtype = DType::kBF16;         // torch_dtype / dtype: the checkpoint's weights
+    DType dtype = DType::kBF16;  // torch_dtype / dtype: the checkpoint's weights
 
     int64_t q_size() const { return num_heads * head_dim; }
     int64_t kv_size() const { return num_kv_heads * head_dim; }

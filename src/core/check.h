@@ -14,7 +14,7 @@
 namespace miniinfer {
 
 class Error : public std::runtime_error {
-public:
+  public:
     explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
@@ -33,8 +33,8 @@ template <typename... Args>
 
 }  // namespace miniinfer
 
-#define MI_CHECK(cond, ...)                                                              \
-    do {                                                                                 \
-        if (!(cond)) [[unlikely]]                                                        \
+#define MI_CHECK(cond, ...)                                                                   \
+    do {                                                                                      \
+        if (!(cond)) [[unlikely]]                                                             \
             ::miniinfer::check_failed(__FILE__, __LINE__, #cond, ::fmt::format(__VA_ARGS__)); \
     } while (0)

@@ -12,7 +12,7 @@ namespace miniinfer {
 namespace {
 
 class HostStorage : public Storage {
-public:
+  public:
     // calloc: large blocks come zeroed from the OS page by page, so a big KV cache costs
     // nothing until it is used. Aligned to 64 bytes (a cache line) by hand.
     explicit HostStorage(size_t num_bytes) : block_(std::calloc(num_bytes + 64, 1)) {
@@ -22,7 +22,7 @@ public:
     }
     ~HostStorage() override { std::free(block_); }
 
-private:
+  private:
     void* block_;
 };
 
@@ -61,11 +61,13 @@ int64_t Tensor::numel() const {
     return n;
 }
 
-bool Tensor::is_contiguous() const { return strides_ == contiguous_strides(shape_); }
+bool Tensor::is_contiguous() const {
+    return strides_ == contiguous_strides(shape_);
+}
 
 Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
-    MI_CHECK(ndim() >= 1 && 0 <= begin && begin <= end && end <= shape_[0],
-             "slice [{}, {}) of {}", begin, end, describe());
+    MI_CHECK(ndim() >= 1 && 0 <= begin && begin <= end && end <= shape_[0], "slice [{}, {}) of {}",
+             begin, end, describe());
     Tensor out = *this;
     out.data_ = static_cast<char*>(data_) + begin * strides_[0] * int64_t(dtype_size(dtype_));
     out.shape_[0] = end - begin;
@@ -88,22 +90,28 @@ Tensor Tensor::to_f32() const {
 }
 
 void copy_to_f32(const Tensor& src, float* dst) {
-    MI_CHECK(src.device() == Device::kCPU && src.is_contiguous(), "copy_to_f32 of {}", src.describe());
+    MI_CHECK(src.device() == Device::kCPU && src.is_contiguous(), "copy_to_f32 of {}",
+             src.describe());
     const int64_t n = src.numel();
     const auto* half = src.data<uint16_t>();
     switch (src.dtype()) {
-        case DType::kF32: std::memcpy(dst, src.raw(), size_t(n) * sizeof(float)); break;
+        case DType::kF32:
+            std::memcpy(dst, src.raw(), size_t(n) * sizeof(float));
+            break;
         case DType::kBF16:
             for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(half[i]);
             break;
         case DType::kF16:
             for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(half[i]);
             break;
-        default: MI_CHECK(false, "copy_to_f32 of {}", src.describe());
+        default:
+            MI_CHECK(false, "copy_to_f32 of {}", src.describe());
     }
 }
 
-std::string shape_str(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
+std::string shape_str(const Shape& shape) {
+    return fmt::format("[{}]", fmt::join(shape, ", "));
+}
 
 std::string Tensor::describe() const {
     return fmt::format("{}{}", dtype_name(dtype_), shape_str(shape_));

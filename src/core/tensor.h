@@ -18,7 +18,7 @@ enum class Device : uint8_t { kCPU, kCUDA };
 
 // Owner of a block of memory. Subclasses free it in their destructor.
 class Storage {
-public:
+  public:
     virtual ~Storage() = default;
     void* data = nullptr;
     size_t bytes = 0;
@@ -28,7 +28,7 @@ public:
 using Shape = std::vector<int64_t>;
 
 class Tensor {
-public:
+  public:
     Tensor() = default;
     // A view of memory someone else owns (owner may be null: the caller keeps it alive).
     Tensor(void* data, DType dtype, Shape shape, Device device = Device::kCPU,
@@ -38,7 +38,9 @@ public:
     static Tensor zeros(Shape shape, DType dtype);
 
     template <typename T>
-    T* data() const { return static_cast<T*>(data_); }
+    T* data() const {
+        return static_cast<T*>(data_);
+    }
     void* raw() const { return data_; }
     DType dtype() const { return dtype_; }
     Device device() const { return device_; }
@@ -60,7 +62,7 @@ public:
 
     std::string describe() const;  // "bf16[128, 64]"
 
-private:
+  private:
     void* data_ = nullptr;
     DType dtype_ = DType::kF32;
     Device device_ = Device::kCPU;

@@ -33,7 +33,8 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
                               int64_t min_chunk) {
     if (n <= 0) return;
     const int64_t max_chunks = int64_t(num_threads()) * 4;
-    const int64_t chunk = std::max<int64_t>(std::max<int64_t>(min_chunk, 1), (n + max_chunks - 1) / max_chunks);
+    const int64_t chunk =
+        std::max<int64_t>(std::max<int64_t>(min_chunk, 1), (n + max_chunks - 1) / max_chunks);
     if (workers_.empty() || chunk >= n) {
         fn(0, n);
         return;

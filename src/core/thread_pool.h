@@ -16,7 +16,7 @@
 namespace miniinfer {
 
 class ThreadPool {
-public:
+  public:
     // num_threads <= 0: one per hardware thread.
     explicit ThreadPool(int num_threads = 0);
     ~ThreadPool();
@@ -32,7 +32,7 @@ public:
     // Process-wide pool sized from MINIINFER_NUM_THREADS or the hardware.
     static ThreadPool& global();
 
-private:
+  private:
     void worker_loop();
 
     std::vector<std::thread> workers_;

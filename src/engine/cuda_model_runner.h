@@ -25,25 +25,28 @@ struct CudaRunnerOptions {
     int64_t max_num_batched_tokens = 2048;
     int64_t max_model_len = 4096;
     double gpu_memory_utilization = 0.9;
-    int64_t num_pages = 0;  // > 0: exactly this many KV pages
+    int64_t num_pages = 0;       // > 0: exactly this many KV pages
     bool enforce_eager = false;  // no CUDA graphs
-    std::string attention_backend = "auto";  // fa2 | flashinfer; auto: fa2 (faster on the H200 so far)
+    std::string attention_backend =
+        "auto";  // fa2 | flashinfer; auto: fa2 (faster on the H200 so far)
 };
 
 class CudaModelRunner : public ModelRunner {
-public:
+  public:
     // Throws Error when the model does not fit (with the numbers) or is not supported on CUDA.
-    CudaModelRunner(ModelConfig config, const ModelWeights& weights, const CudaRunnerOptions& options);
+    CudaModelRunner(ModelConfig config, const ModelWeights& weights,
+                    const CudaRunnerOptions& options);
     ~CudaModelRunner() override;
 
     const ModelConfig& config() const override;
     int64_t num_pages() const;
-    std::vector<SampledToken> run(const Batch& batch, std::span<const SamplerInput> sampling) override;
+    std::vector<SampledToken> run(const Batch& batch,
+                                  std::span<const SamplerInput> sampling) override;
     // The f32 logits of the last run's sampled rows, copied to the host ([rows, vocab]; tests);
     // penalised rows hold their penalised logits.
     Tensor last_logits() const;
 
-private:
+  private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };

@@ -20,7 +20,9 @@ struct LLMEngine::Tracked {
 
 namespace {
 
-bool contains(const std::vector<int64_t>& ids, int32_t id) { return std::find(ids.begin(), ids.end(), id) != ids.end(); }
+bool contains(const std::vector<int64_t>& ids, int32_t id) {
+    return std::find(ids.begin(), ids.end(), id) != ids.end();
+}
 
 // tokenizer_config.json's eos_token ("<|im_end|>" or {"content": ...}) as an id, if any.
 std::optional<int32_t> tokenizer_eos(const std::filesystem::path& dir, const Tokenizer& tokenizer) {
@@ -54,15 +56,19 @@ std::unique_ptr<ModelRunner> load_runner(EngineConfig& config) {
         config.num_pages = runner->num_pages();
         return runner;
 #else
-        fail("--device cuda: this build of MiniInfer has no CUDA backend (configure with nvcc present)");
+        fail(
+            "--device cuda: this build of MiniInfer has no CUDA backend (configure with nvcc "
+            "present)");
 #endif
     }
-    QwenModel model = QwenModel::load(config.model_dir, parse_load_format(config.load_format), config.seed);
+    QwenModel model =
+        QwenModel::load(config.model_dir, parse_load_format(config.load_format), config.seed);
     return std::make_unique<CpuModelRunner>(std::move(model), config.num_pages, config.page_size);
 }
 
 std::optional<Tokenizer> load_tokenizer(const std::string& dir) {
-    if (!std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json")) return std::nullopt;
+    if (!std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"))
+        return std::nullopt;
     return Tokenizer::load(dir);
 }
 
@@ -80,31 +86,39 @@ GenerationConfig load_generation_config(const EngineConfig& c) {
 }  // namespace
 
 LLMEngine::LLMEngine(EngineConfig config)
-    : LLMEngine(config, load_runner(config), load_tokenizer(config.model_dir), load_generation_config(config)) {
+    : LLMEngine(config, load_runner(config), load_tokenizer(config.model_dir),
+                load_generation_config(config)) {
     if (tokenizer_)
-        if (auto eos = tokenizer_eos(config_.model_dir, *tokenizer_); eos && !contains(eos_ids_, *eos))
+        if (auto eos = tokenizer_eos(config_.model_dir, *tokenizer_);
+            eos && !contains(eos_ids_, *eos))
             eos_ids_.push_back(*eos);
 }
 
-LLMEngine::LLMEngine(EngineConfig config, std::unique_ptr<ModelRunner> runner, std::optional<Tokenizer> tokenizer,
-                     GenerationConfig generation)
-    : config_(std::move(config)), runner_(std::move(runner)), tokenizer_(std::move(tokenizer)), seed_rng_(config_.seed) {
+LLMEngine::LLMEngine(EngineConfig config, std::unique_ptr<ModelRunner> runner,
+                     std::optional<Tokenizer> tokenizer, GenerationConfig generation)
+    : config_(std::move(config)),
+      runner_(std::move(runner)),
+      tokenizer_(std::move(tokenizer)),
+      seed_rng_(config_.seed) {
     const ModelConfig& model = runner_->config();
     const int64_t wanted_len = config_.max_model_len;
     config_.resolve(model);
     if (wanted_len > config_.max_model_len)
-        MI_LOG_WARN("max_model_len lowered from {} to {}: the KV cache holds only that many tokens", wanted_len,
-                    config_.max_model_len);
-    MI_LOG_INFO("KV cache: {} pages of {} tokens ({} tokens, {:.1f} MiB); max_model_len {}", config_.num_pages,
-                config_.page_size, config_.num_pages * config_.page_size,
-                double(config_.num_pages * config_.page_size * EngineConfig::kv_bytes_per_token(model, config_.device)) / 1048576.0,
+        MI_LOG_WARN("max_model_len lowered from {} to {}: the KV cache holds only that many tokens",
+                    wanted_len, config_.max_model_len);
+    MI_LOG_INFO("KV cache: {} pages of {} tokens ({} tokens, {:.1f} MiB); max_model_len {}",
+                config_.num_pages, config_.page_size, config_.num_pages * config_.page_size,
+                double(config_.num_pages * config_.page_size *
+                       EngineConfig::kv_bytes_per_token(model, config_.device)) /
+                    1048576.0,
                 config_.max_model_len);
-    scheduler_ = std::make_unique<Scheduler>(SchedulerConfig{.max_num_seqs = config_.max_num_seqs,
-                                                             .max_num_batched_tokens = config_.max_num_batched_tokens,
-                                                             .max_model_len = config_.max_model_len,
-                                                             .page_size = config_.page_size,
-                                                             .num_pages = config_.num_pages,
-                                                             .enable_prefix_caching = config_.enable_prefix_caching});
+    scheduler_ = std::make_unique<Scheduler>(
+        SchedulerConfig{.max_num_seqs = config_.max_num_seqs,
+                        .max_num_batched_tokens = config_.max_num_batched_tokens,
+                        .max_model_len = config_.max_model_len,
+                        .page_size = config_.page_size,
+                        .num_pages = config_.num_pages,
+                        .enable_prefix_caching = config_.enable_prefix_caching});
     default_params_ = SamplingParams::from_defaults(generation);
     eos_ids_ = model.eos_token_ids;
     for (int64_t id : generation.eos_token_ids)
@@ -113,7 +127,8 @@ LLMEngine::LLMEngine(EngineConfig config, std::unique_ptr<ModelRunner> runner, s
 
 LLMEngine::~LLMEngine() = default;
 
-std::string LLMEngine::add_request(const Prompt& prompt, const SamplingParams& params, std::string request_id) {
+std::string LLMEngine::add_request(const Prompt& prompt, const SamplingParams& params,
+                                   std::string request_id) {
     if (request_id.empty()) request_id = std::to_string(next_id_++);
     if (requests_.count(request_id)) fail("request id '{}' is already in use", request_id);
     const int64_t vocab = model_config().vocab_size;
@@ -123,18 +138,23 @@ std::string LLMEngine::add_request(const Prompt& prompt, const SamplingParams& p
     if (!prompt.token_ids.empty()) {
         r.prompt_ids = prompt.token_ids;
     } else if (!prompt.text.empty()) {
-        if (!tokenizer_) fail("this model directory has no tokenizer.json: give prompt token ids instead of text");
+        if (!tokenizer_)
+            fail(
+                "this model directory has no tokenizer.json: give prompt token ids instead of "
+                "text");
         r.prompt_ids = tokenizer_->encode(prompt.text);
     }
     for (int32_t id : r.prompt_ids)
-        if (id < 0 || id >= vocab) fail("prompt token id {} is outside the vocabulary [0, {})", id, vocab);
+        if (id < 0 || id >= vocab)
+            fail("prompt token id {} is outside the vocabulary [0, {})", id, vocab);
     r.id = request_id;
     r.params = params;
     r.seed = params.seed.value_or(seed_rng_());
     r.arrival = next_id_++;
     scheduler_->validate_request(r);
     if (tokenizer_ && config_.detokenize)
-        t->detokenizer.emplace(*tokenizer_, params.skip_special_tokens, params.stop, params.min_tokens);
+        t->detokenizer.emplace(*tokenizer_, params.skip_special_tokens, params.stop,
+                               params.min_tokens);
     scheduler_->add(&r);
     requests_.emplace(request_id, std::move(t));
     return request_id;
@@ -142,13 +162,18 @@ std::string LLMEngine::add_request(const Prompt& prompt, const SamplingParams& p
 
 std::vector<RequestOutput> LLMEngine::step() {
     std::vector<RequestOutput> outputs;
-    for (const std::string& id : std::exchange(pending_, {})) outputs.push_back(output_of(*requests_.at(id)));
+    for (const std::string& id : std::exchange(pending_, {}))
+        outputs.push_back(output_of(*requests_.at(id)));
     Batch batch = scheduler_->schedule();
     if (batch.empty()) return outputs;
     std::vector<SamplerInput> sampling;
     for (const Request* r : batch.sampling)
-        sampling.push_back(SamplerInput{.logits = {}, .params = &r->params, .prompt_ids = r->prompt_ids,
-                                        .output_ids = r->output_ids, .eos_ids = eos_ids_, .seed = r->seed});
+        sampling.push_back(SamplerInput{.logits = {},
+                                        .params = &r->params,
+                                        .prompt_ids = r->prompt_ids,
+                                        .output_ids = r->output_ids,
+                                        .eos_ids = eos_ids_,
+                                        .seed = r->seed});
     std::vector<SampledToken> tokens = runner_->run(batch, sampling);
     scheduler_->update(batch);
     for (size_t i = 0; i < tokens.size(); ++i) {
@@ -163,16 +188,20 @@ std::vector<RequestOutput> LLMEngine::step() {
 void LLMEngine::append_token(Tracked& t, const SampledToken& sampled) {
     Request& r = t.request;
     r.output_ids.push_back(sampled.token);
-    if (r.params.logprobs) t.logprobs.push_back({sampled.token, sampled.logprob, sampled.top_logprobs});
+    if (r.params.logprobs)
+        t.logprobs.push_back({sampled.token, sampled.logprob, sampled.top_logprobs});
     const bool may_stop = int64_t(r.output_ids.size()) >= r.params.min_tokens;
-    if (may_stop && !r.params.ignore_eos && contains(eos_ids_, sampled.token)) return finish(t, FinishReason::kStop);
+    if (may_stop && !r.params.ignore_eos && contains(eos_ids_, sampled.token))
+        return finish(t, FinishReason::kStop);
     if (may_stop && contains(r.params.stop_token_ids, sampled.token))
         return finish(t, FinishReason::kStop, std::to_string(sampled.token));
     if (t.detokenizer) {
         t.delta += t.detokenizer->push(sampled.token);
-        if (t.detokenizer->stopped()) return finish(t, FinishReason::kStop, t.detokenizer->stop_string());
+        if (t.detokenizer->stopped())
+            return finish(t, FinishReason::kStop, t.detokenizer->stop_string());
     }
-    if (int64_t(r.output_ids.size()) >= r.params.max_tokens || r.num_tokens() >= config_.max_model_len)
+    if (int64_t(r.output_ids.size()) >= r.params.max_tokens ||
+        r.num_tokens() >= config_.max_model_len)
         finish(t, FinishReason::kLength);
 }
 
@@ -209,12 +238,15 @@ RequestOutput LLMEngine::output_of(Tracked& t) {
     return out;
 }
 
-std::vector<RequestOutput> LLMEngine::generate(const std::vector<Prompt>& prompts, const SamplingParams& params) {
+std::vector<RequestOutput> LLMEngine::generate(const std::vector<Prompt>& prompts,
+                                               const SamplingParams& params) {
     return generate(prompts, std::vector<SamplingParams>(prompts.size(), params));
 }
 
-std::vector<RequestOutput> LLMEngine::generate(const std::vector<Prompt>& prompts, const std::vector<SamplingParams>& params) {
-    MI_CHECK(prompts.size() == params.size(), "{} prompts, {} sampling params", prompts.size(), params.size());
+std::vector<RequestOutput> LLMEngine::generate(const std::vector<Prompt>& prompts,
+                                               const std::vector<SamplingParams>& params) {
+    MI_CHECK(prompts.size() == params.size(), "{} prompts, {} sampling params", prompts.size(),
+             params.size());
     std::vector<RequestOutput> results(prompts.size());
     std::map<std::string, size_t> index;
     for (size_t i = 0; i < prompts.size(); ++i) {
@@ -228,7 +260,8 @@ std::vector<RequestOutput> LLMEngine::generate(const std::vector<Prompt>& prompt
     }
     while (has_unfinished())
         for (RequestOutput& out : step())
-            if (out.finished && index.count(out.request_id)) results[index[out.request_id]] = std::move(out);
+            if (out.finished && index.count(out.request_id))
+                results[index[out.request_id]] = std::move(out);
     return results;
 }
 

@@ -35,16 +35,17 @@
 namespace miniinfer {
 
 class LLMEngine {
-public:
+  public:
     // Loads config.json, weights and (if present) tokenizer.json from config.model_dir.
     explicit LLMEngine(EngineConfig config);
     // With a given runner (tests use fake ones); `tokenizer` may be empty (ids only).
-    LLMEngine(EngineConfig config, std::unique_ptr<ModelRunner> runner, std::optional<Tokenizer> tokenizer,
-              GenerationConfig generation = {});
+    LLMEngine(EngineConfig config, std::unique_ptr<ModelRunner> runner,
+              std::optional<Tokenizer> tokenizer, GenerationConfig generation = {});
     ~LLMEngine();
 
     // Queues a request and returns its id (request_id, or a fresh one). Throws Error on bad input.
-    std::string add_request(const Prompt& prompt, const SamplingParams& params, std::string request_id = "");
+    std::string add_request(const Prompt& prompt, const SamplingParams& params,
+                            std::string request_id = "");
     // One step: schedule -> forward -> sample -> update. Outputs of the requests that got a
     // token or finished in this step (and of requests aborted since the last step).
     std::vector<RequestOutput> step();
@@ -54,8 +55,10 @@ public:
     bool has_unfinished() const { return scheduler_->has_unfinished() || !pending_.empty(); }
 
     // Runs every prompt to completion; outputs in prompt order.
-    std::vector<RequestOutput> generate(const std::vector<Prompt>& prompts, const SamplingParams& params);
-    std::vector<RequestOutput> generate(const std::vector<Prompt>& prompts, const std::vector<SamplingParams>& params);
+    std::vector<RequestOutput> generate(const std::vector<Prompt>& prompts,
+                                        const SamplingParams& params);
+    std::vector<RequestOutput> generate(const std::vector<Prompt>& prompts,
+                                        const std::vector<SamplingParams>& params);
 
     // generation_config.json's defaults (temperature, top_p, ...) on top of vLLM's.
     const SamplingParams& default_params() const { return default_params_; }
@@ -65,7 +68,7 @@ public:
     const Scheduler& scheduler() const { return *scheduler_; }
     const std::vector<int64_t>& eos_token_ids() const { return eos_ids_; }
 
-private:
+  private:
     struct Tracked;  // a Request plus its detokenizer and the output built so far
 
     void finish(Tracked& t, FinishReason reason, std::string stop_reason = "");

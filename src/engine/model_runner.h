@@ -17,20 +17,22 @@
 namespace miniinfer {
 
 class ModelRunner {
-public:
+  public:
     virtual ~ModelRunner() = default;
     virtual const ModelConfig& config() const = 0;
     // sampling[i] describes batch.sampling[i]; returns one token per entry, in order.
-    virtual std::vector<SampledToken> run(const Batch& batch, std::span<const SamplerInput> sampling) = 0;
+    virtual std::vector<SampledToken> run(const Batch& batch,
+                                          std::span<const SamplerInput> sampling) = 0;
 };
 
 class CpuModelRunner : public ModelRunner {
-public:
+  public:
     CpuModelRunner(QwenModel model, int64_t num_pages, int64_t page_size);
     const ModelConfig& config() const override { return model_.config(); }
-    std::vector<SampledToken> run(const Batch& batch, std::span<const SamplerInput> sampling) override;
+    std::vector<SampledToken> run(const Batch& batch,
+                                  std::span<const SamplerInput> sampling) override;
 
-private:
+  private:
     QwenModel model_;
     KvCache kv_;
 };

@@ -13,7 +13,7 @@
 namespace miniinfer {
 
 class KvCache {
-public:
+  public:
     KvCache(int64_t num_layers, int64_t num_pages, int64_t page_size, int64_t num_kv_heads,
             int64_t head_dim);
 
@@ -22,7 +22,7 @@ public:
     const Tensor& k(int64_t layer) const { return k_.at(size_t(layer)); }
     const Tensor& v(int64_t layer) const { return v_.at(size_t(layer)); }
 
-private:
+  private:
     int64_t num_pages_, page_size_;
     std::vector<Tensor> k_, v_;  // [num_pages, page_size, num_kv_heads, head_dim] f32
 };

@@ -20,7 +20,8 @@ std::optional<std::vector<int32_t>> PageAllocator::allocate(int32_t n) {
 
 void PageAllocator::free(std::span<const int32_t> pages) {
     for (int32_t p : pages) {
-        MI_CHECK(p >= 0 && p < num_pages() && !is_free_[size_t(p)], "freeing page {} (free or out of range)", p);
+        MI_CHECK(p >= 0 && p < num_pages() && !is_free_[size_t(p)],
+                 "freeing page {} (free or out of range)", p);
         is_free_[size_t(p)] = 1;
         free_list_.push_back(p);
     }

@@ -10,7 +10,7 @@
 namespace miniinfer {
 
 class PageAllocator {
-public:
+  public:
     explicit PageAllocator(int32_t num_pages);
 
     int32_t num_pages() const { return int32_t(is_free_.size()); }
@@ -21,7 +21,7 @@ public:
     std::optional<std::vector<int32_t>> allocate(int32_t n);
     void free(std::span<const int32_t> pages);
 
-private:
+  private:
     std::vector<int32_t> free_list_;  // a stack: recently freed pages are reused first
     std::vector<uint8_t> is_free_;
 };

@@ -12,9 +12,10 @@ struct RadixCache::Node {
     Node* parent = nullptr;
     std::vector<int32_t> tokens;  // this edge's tokens, a whole number of pages
     std::vector<int32_t> pages;   // tokens.size() / page_size pages
-    std::map<std::vector<int32_t>, std::unique_ptr<Node>> children;  // key: child's first page of tokens
-    int64_t lock_count = 0;       // locks on this node or below it
-    int64_t own_locks = 0;        // locks taken on this very node
+    std::map<std::vector<int32_t>, std::unique_ptr<Node>>
+        children;            // key: child's first page of tokens
+    int64_t lock_count = 0;  // locks on this node or below it
+    int64_t own_locks = 0;   // locks taken on this very node
     uint64_t last_access = 0;
 };
 
@@ -36,27 +37,33 @@ RadixCache::Node* RadixCache::split(Node* node, int64_t num_pages) {
     node->tokens.erase(node->tokens.begin(), node->tokens.begin() + num_tokens);
     node->pages.erase(node->pages.begin(), node->pages.begin() + num_pages);
 
-    auto& slot = node->parent->children.at(std::vector<int32_t>(upper->tokens.begin(), upper->tokens.begin() + page_size_));
+    auto& slot = node->parent->children.at(
+        std::vector<int32_t>(upper->tokens.begin(), upper->tokens.begin() + page_size_));
     std::unique_ptr<Node> lower = std::move(slot);
     node->parent = upper.get();
-    upper->children.emplace(std::vector<int32_t>(node->tokens.begin(), node->tokens.begin() + page_size_), std::move(lower));
+    upper->children.emplace(
+        std::vector<int32_t>(node->tokens.begin(), node->tokens.begin() + page_size_),
+        std::move(lower));
     slot = std::move(upper);
     return slot.get();
 }
 
 RadixCache::Match RadixCache::match_prefix(std::span<const int32_t> tokens, int64_t max_tokens) {
     const size_t P = size_t(page_size_);
-    const size_t limit = std::min<size_t>(tokens.size(), size_t(std::max<int64_t>(max_tokens, 0))) / P * P;
+    const size_t limit =
+        std::min<size_t>(tokens.size(), size_t(std::max<int64_t>(max_tokens, 0))) / P * P;
     Match match;
     Node* node = root_.get();
     size_t pos = 0;
     while (pos + P <= limit) {
-        auto it = node->children.find(std::vector<int32_t>(tokens.begin() + pos, tokens.begin() + pos + P));
+        auto it = node->children.find(
+            std::vector<int32_t>(tokens.begin() + pos, tokens.begin() + pos + P));
         if (it == node->children.end()) break;
         Node* child = it->second.get();
         size_t k = 1;  // the key matched the first page
         while (k < child->pages.size() && pos + (k + 1) * P <= limit &&
-               std::equal(tokens.begin() + pos + k * P, tokens.begin() + pos + (k + 1) * P, child->tokens.begin() + k * P))
+               std::equal(tokens.begin() + pos + k * P, tokens.begin() + pos + (k + 1) * P,
+                          child->tokens.begin() + k * P))
             ++k;
         child->last_access = ++clock_;
         if (k < child->pages.size()) child = split(child, int64_t(k));
@@ -140,8 +147,10 @@ int64_t RadixCache::evict(int64_t num_pages) {
         freed += int64_t(leaf->pages.size());
         free_subtree(leaf);
         Node* parent = leaf->parent;
-        parent->children.erase(std::vector<int32_t>(leaf->tokens.begin(), leaf->tokens.begin() + page_size_));
-        if (parent != root_.get() && parent->children.empty() && parent->lock_count == 0) leaves.push(parent);
+        parent->children.erase(
+            std::vector<int32_t>(leaf->tokens.begin(), leaf->tokens.begin() + page_size_));
+        if (parent != root_.get() && parent->children.empty() && parent->lock_count == 0)
+            leaves.push(parent);
     }
     return freed;
 }
@@ -160,7 +169,8 @@ int64_t RadixCache::num_evictable_pages() const {
 
 void RadixCache::check_invariants(std::span<const int32_t> request_pages) const {
     std::vector<int> owners(size_t(allocator_.num_pages()), 0);
-    for (int32_t p = 0; p < allocator_.num_pages(); ++p) owners[size_t(p)] += allocator_.is_free(p) ? 1 : 0;
+    for (int32_t p = 0; p < allocator_.num_pages(); ++p)
+        owners[size_t(p)] += allocator_.is_free(p) ? 1 : 0;
     for (int32_t p : request_pages) {
         MI_CHECK(p >= 0 && p < allocator_.num_pages(), "request page {} out of range", p);
         ++owners[size_t(p)];
@@ -170,22 +180,25 @@ void RadixCache::check_invariants(std::span<const int32_t> request_pages) const 
     while (!stack.empty()) {
         const Node* node = stack.back();
         stack.pop_back();
-        MI_CHECK(node->tokens.size() == node->pages.size() * size_t(page_size_), "edge of {} tokens, {} pages",
-                 node->tokens.size(), node->pages.size());
+        MI_CHECK(node->tokens.size() == node->pages.size() * size_t(page_size_),
+                 "edge of {} tokens, {} pages", node->tokens.size(), node->pages.size());
         MI_CHECK(node == root_.get() || !node->pages.empty(), "empty non-root node");
         int64_t child_locks = 0;
         for (const auto& [key, child] : node->children) {
             MI_CHECK(child->parent == node, "broken parent pointer");
-            MI_CHECK(std::equal(key.begin(), key.end(), child->tokens.begin()), "child key is not its first page");
+            MI_CHECK(std::equal(key.begin(), key.end(), child->tokens.begin()),
+                     "child key is not its first page");
             child_locks += child->lock_count;
             stack.push_back(child.get());
         }
         MI_CHECK(node->own_locks >= 0 && node->lock_count == node->own_locks + child_locks,
-                 "lock count {} != own {} + children {}", node->lock_count, node->own_locks, child_locks);
+                 "lock count {} != own {} + children {}", node->lock_count, node->own_locks,
+                 child_locks);
         for (int32_t p : node->pages) ++owners[size_t(p)];
         cached += int64_t(node->pages.size());
     }
-    MI_CHECK(cached == num_cached_pages_, "cached pages {} != counter {}", cached, num_cached_pages_);
+    MI_CHECK(cached == num_cached_pages_, "cached pages {} != counter {}", cached,
+             num_cached_pages_);
     for (size_t p = 0; p < owners.size(); ++p)
         MI_CHECK(owners[p] == 1, "page {} has {} owners (free / request / cached)", p, owners[p]);
 }

@@ -29,7 +29,7 @@
 namespace miniinfer {
 
 class RadixCache {
-public:
+  public:
     struct Node;
 
     struct Match {
@@ -67,7 +67,7 @@ public:
     // counts equal own locks + children's. request_pages: all pages requests hold now.
     void check_invariants(std::span<const int32_t> request_pages) const;
 
-private:
+  private:
     Node* split(Node* node, int64_t num_pages);  // node keeps the first num_pages; returns it
     void free_subtree(Node* node);
 

@@ -11,8 +11,8 @@ Tensor Linear::forward(const Tensor& x) const {
     const int64_t in = weight.size(1), out = weight.size(0), n = x.numel() / in;
     MI_CHECK(x.numel() == n * in, "Linear {}: input {}", weight.describe(), x.describe());
     Tensor y = Tensor::zeros({n, out}, DType::kF32);
-    cpu::linear(x.data<float>(), n, in, weight.data<float>(), bias.defined() ? bias.data<float>() : nullptr,
-                out, y.data<float>());
+    cpu::linear(x.data<float>(), n, in, weight.data<float>(),
+                bias.defined() ? bias.data<float>() : nullptr, out, y.data<float>());
     return y;
 }
 
@@ -20,17 +20,18 @@ Tensor RMSNorm::forward(const Tensor& x) const {
     const int64_t dim = weight.size(0);
     MI_CHECK(x.size(-1) == dim, "RMSNorm [{}]: input {}", dim, x.describe());
     Tensor y = Tensor::zeros(x.shape(), DType::kF32);
-    cpu::rms_norm(x.data<float>(), weight.data<float>(), x.numel() / dim, dim, eps, y.data<float>());
+    cpu::rms_norm(x.data<float>(), weight.data<float>(), x.numel() / dim, dim, eps,
+                  y.data<float>());
     return y;
 }
 
 Tensor RMSNorm::forward_add(const Tensor& x, Tensor& residual) const {
     const int64_t dim = weight.size(0);
-    MI_CHECK(x.shape() == residual.shape() && x.size(-1) == dim, "RMSNorm add: {} + {}", x.describe(),
-             residual.describe());
+    MI_CHECK(x.shape() == residual.shape() && x.size(-1) == dim, "RMSNorm add: {} + {}",
+             x.describe(), residual.describe());
     Tensor y = Tensor::zeros(x.shape(), DType::kF32);
-    cpu::add_rms_norm(residual.data<float>(), x.data<float>(), weight.data<float>(), x.numel() / dim, dim,
-                      eps, y.data<float>());
+    cpu::add_rms_norm(residual.data<float>(), x.data<float>(), weight.data<float>(),
+                      x.numel() / dim, dim, eps, y.data<float>());
     return y;
 }
 
@@ -46,19 +47,23 @@ Rotary::Rotary(int64_t head_dim, double theta, double linear_factor) : head_dim_
 void Rotary::apply(Tensor& x, std::span<const int32_t> positions) const {
     MI_CHECK(x.ndim() == 3 && x.size(2) == head_dim_ && x.size(0) == int64_t(positions.size()),
              "Rotary: {} with {} positions", x.describe(), positions.size());
-    cpu::rope_neox(x.data<float>(), x.size(0), x.size(1), head_dim_, positions.data(), inv_freq_.data());
+    cpu::rope_neox(x.data<float>(), x.size(0), x.size(1), head_dim_, positions.data(),
+                   inv_freq_.data());
 }
 
-Tensor PagedAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v, const ForwardBatch& batch,
-                               const Tensor& k_cache, const Tensor& v_cache, int64_t page_size) const {
+Tensor PagedAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                               const ForwardBatch& batch, const Tensor& k_cache,
+                               const Tensor& v_cache, int64_t page_size) const {
     const int64_t n = batch.num_tokens();
     MI_CHECK(q.numel() == n * num_heads * head_dim && k.numel() == n * num_kv_heads * head_dim &&
-                 v.numel() == k.numel(), "PagedAttention: q {} k {} v {} for {} tokens", q.describe(),
-             k.describe(), v.describe(), n);
-    MI_CHECK(int64_t(batch.slot_mapping.size()) == n && int64_t(batch.query_start.size()) == batch.num_seqs() + 1,
+                 v.numel() == k.numel(),
+             "PagedAttention: q {} k {} v {} for {} tokens", q.describe(), k.describe(),
+             v.describe(), n);
+    MI_CHECK(int64_t(batch.slot_mapping.size()) == n &&
+                 int64_t(batch.query_start.size()) == batch.num_seqs() + 1,
              "PagedAttention: inconsistent batch");
-    cpu::store_kv(k.data<float>(), v.data<float>(), batch.slot_mapping.data(), n, num_kv_heads, head_dim,
-                  k_cache.data<float>(), v_cache.data<float>());
+    cpu::store_kv(k.data<float>(), v.data<float>(), batch.slot_mapping.data(), n, num_kv_heads,
+                  head_dim, k_cache.data<float>(), v_cache.data<float>());
     Tensor out = Tensor::zeros({n, num_heads * head_dim}, DType::kF32);
     cpu::paged_attention({.q = q.data<float>(),
                           .k_cache = k_cache.data<float>(),
@@ -91,10 +96,12 @@ Tensor FusedMoE::forward(const Tensor& x) const {
     Tensor logits = router.forward(x);
     std::vector<int32_t> expert_ids(size_t(n * top_k));
     std::vector<float> weights(size_t(n * top_k));
-    cpu::moe_route(logits.data<float>(), n, num_experts, top_k, renormalize, expert_ids.data(), weights.data());
+    cpu::moe_route(logits.data<float>(), n, num_experts, top_k, renormalize, expert_ids.data(),
+                   weights.data());
     Tensor out = Tensor::zeros({n, hidden}, DType::kF32);
-    cpu::moe_experts(x.data<float>(), n, hidden, expert_ids.data(), weights.data(), top_k, gate_up.data<float>(),
-                     down.data<float>(), num_experts, inter, out.data<float>());
+    cpu::moe_experts(x.data<float>(), n, hidden, expert_ids.data(), weights.data(), top_k,
+                     gate_up.data<float>(), down.data<float>(), num_experts, inter,
+                     out.data<float>());
     return out;
 }
 

@@ -11,8 +11,8 @@
 namespace miniinfer {
 
 struct Linear {
-    Tensor weight;  // [out, in]
-    Tensor bias;    // [out] or undefined
+    Tensor weight;                          // [out, in]
+    Tensor bias;                            // [out] or undefined
     Tensor forward(const Tensor& x) const;  // [n, in] -> [n, out]
 };
 
@@ -27,12 +27,13 @@ struct RMSNorm {
 
 // Rotary position embedding, NeoX layout, with linear position scaling.
 class Rotary {
-public:
+  public:
     Rotary(int64_t head_dim, double theta, double linear_factor = 1.0);
-    void apply(Tensor& x, std::span<const int32_t> positions) const;  // x: [n, heads, head_dim], in place
+    void apply(Tensor& x,
+               std::span<const int32_t> positions) const;  // x: [n, heads, head_dim], in place
     const std::vector<float>& inv_freq() const { return inv_freq_; }
 
-private:
+  private:
     int64_t head_dim_;
     std::vector<float> inv_freq_;  // [head_dim / 2]
 };

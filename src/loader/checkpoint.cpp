@@ -18,10 +18,12 @@ std::vector<std::filesystem::path> shard_paths(const std::filesystem::path& dir,
             fail("{}: missing object 'weight_map'", index.string());
         std::set<std::string> files;
         for (const auto& [name, file] : json["weight_map"].items()) {
-            if (!file.is_string()) fail("{}: weight_map['{}'] is not a file name", index.string(), name);
+            if (!file.is_string())
+                fail("{}: weight_map['{}'] is not a file name", index.string(), name);
             std::string fn = file.get<std::string>();
             if (fn.find('/') != std::string::npos || fn == "..")
-                fail("{}: weight_map['{}'] = '{}' is not a file in the directory", index.string(), name, fn);
+                fail("{}: weight_map['{}'] = '{}' is not a file in the directory", index.string(),
+                     name, fn);
             (*index_map)[name] = fn;
             files.insert(fn);
         }
@@ -30,8 +32,10 @@ std::vector<std::filesystem::path> shard_paths(const std::filesystem::path& dir,
         return paths;
     }
     if (std::filesystem::exists(dir / "model.safetensors")) return {dir / "model.safetensors"};
-    fail("{}: no model.safetensors or model.safetensors.index.json (only safetensors checkpoints are supported)",
-         dir.string());
+    fail(
+        "{}: no model.safetensors or model.safetensors.index.json (only safetensors checkpoints "
+        "are supported)",
+        dir.string());
 }
 
 }  // namespace
@@ -46,7 +50,8 @@ Checkpoint Checkpoint::open(const std::filesystem::path& model_dir) {
     // Shards are opened (mapped and validated) in parallel.
     std::vector<std::optional<SafetensorsFile>> opened(paths.size());
     ThreadPool::global().parallel_for(int64_t(paths.size()), [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) opened[size_t(i)] = SafetensorsFile::open(paths[size_t(i)]);
+        for (int64_t i = begin; i < end; ++i)
+            opened[size_t(i)] = SafetensorsFile::open(paths[size_t(i)]);
     });
     for (auto& f : opened) ckpt.files_.push_back(std::move(*f));
 
@@ -54,14 +59,15 @@ Checkpoint Checkpoint::open(const std::filesystem::path& model_dir) {
         for (const auto& [name, entry] : ckpt.files_[i].entries()) {
             auto [it, inserted] = ckpt.where_.emplace(name, i);
             if (!inserted)
-                fail("tensor '{}' appears in both {} and {}", name, ckpt.files_[it->second].path().string(),
-                     ckpt.files_[i].path().string());
+                fail("tensor '{}' appears in both {} and {}", name,
+                     ckpt.files_[it->second].path().string(), ckpt.files_[i].path().string());
         }
     }
     for (const auto& [name, fn] : index_map) {
         auto it = ckpt.where_.find(name);
         if (it == ckpt.where_.end() || ckpt.files_[it->second].path().filename() != fn)
-            fail("{}: the index places tensor '{}' in this file but it is not there", (model_dir / fn).string(), name);
+            fail("{}: the index places tensor '{}' in this file but it is not there",
+                 (model_dir / fn).string(), name);
     }
     return ckpt;
 }
@@ -72,8 +78,8 @@ Tensor Checkpoint::get(const std::string& name, const Shape& expected) const {
     const SafetensorsFile& file = files_[it->second];
     Tensor t = file.tensor(name);
     if (t.shape() != expected)
-        fail("{}: tensor '{}' has shape {}, expected {} from config.json", file.path().string(), name,
-             shape_str(t.shape()), shape_str(expected));
+        fail("{}: tensor '{}' has shape {}, expected {} from config.json", file.path().string(),
+             name, shape_str(t.shape()), shape_str(expected));
     return t;
 }
 

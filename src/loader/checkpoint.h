@@ -13,7 +13,7 @@
 namespace miniinfer {
 
 class Checkpoint {
-public:
+  public:
     // Throws Error naming the directory or file at fault.
     static Checkpoint open(const std::filesystem::path& model_dir);
 
@@ -24,12 +24,12 @@ public:
 
     std::vector<std::string> names() const;
     size_t num_tensors() const { return where_.size(); }
-    int64_t num_params() const;   // elements over all tensors
-    size_t num_bytes() const;     // data bytes over all tensors
+    int64_t num_params() const;  // elements over all tensors
+    size_t num_bytes() const;    // data bytes over all tensors
     const std::vector<SafetensorsFile>& files() const { return files_; }
     const std::filesystem::path& dir() const { return dir_; }
 
-private:
+  private:
     std::filesystem::path dir_;
     std::vector<SafetensorsFile> files_;
     std::map<std::string, size_t> where_;  // tensor name -> index in files_

@@ -19,7 +19,7 @@ namespace {
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;  // the format's own limit
 
 class MappedFile : public Storage {
-public:
+  public:
     MappedFile(const std::filesystem::path& path, size_t size) {
         int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
         if (fd < 0) fail("{}: cannot open ({})", path.string(), std::strerror(errno));
@@ -39,9 +39,9 @@ public:
 // and F32 can be turned into tensors.
 size_t element_bytes(const std::string& dtype) {
     static const std::map<std::string, size_t> sizes = {
-        {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1}, {"U16", 2}, {"I16", 2},
-        {"F16", 2},  {"BF16", 2}, {"U32", 4}, {"I32", 4},    {"F32", 4},     {"U64", 8}, {"I64", 8},
-        {"F64", 8}};
+        {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1},
+        {"U16", 2},  {"I16", 2}, {"F16", 2}, {"BF16", 2},    {"U32", 4},
+        {"I32", 4},  {"F32", 4}, {"U64", 8}, {"I64", 8},     {"F64", 8}};
     auto it = sizes.find(dtype);
     return it == sizes.end() ? 0 : it->second;
 }
@@ -50,11 +50,12 @@ size_t element_bytes(const std::string& dtype) {
 
 SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
     const std::string where = path.string();
-    struct stat st{};
+    struct stat st {};
     if (::stat(path.c_str(), &st) != 0) fail("{}: cannot open ({})", where, std::strerror(errno));
     if (!S_ISREG(st.st_mode)) fail("{}: not a regular file", where);
     const size_t file_bytes = size_t(st.st_size);
-    if (file_bytes < 8) fail("{}: {} bytes is too short for a safetensors file (truncated?)", where, file_bytes);
+    if (file_bytes < 8)
+        fail("{}: {} bytes is too short for a safetensors file (truncated?)", where, file_bytes);
 
     SafetensorsFile file;
     file.path_ = path;
@@ -63,8 +64,10 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
     uint64_t header_bytes = 0;
     std::memcpy(&header_bytes, base, 8);  // little-endian, as is every machine we run on
     if (header_bytes > kMaxHeaderBytes || header_bytes > file_bytes - 8)
-        fail("{}: header length {} does not fit in the file of {} bytes (truncated or not safetensors)",
-             where, header_bytes, file_bytes);
+        fail(
+            "{}: header length {} does not fit in the file of {} bytes (truncated or not "
+            "safetensors)",
+            where, header_bytes, file_bytes);
     file.data_ = base + 8 + header_bytes;
     const size_t data_bytes = file_bytes - 8 - header_bytes;
 
@@ -104,8 +107,8 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
             numel *= uint64_t(d);
         }
         if (entry.end > data_bytes)
-            fail("{}: data [{}, {}) runs past the end of the file's {} data bytes (truncated?)", field,
-                 entry.begin, entry.end, data_bytes);
+            fail("{}: data [{}, {}) runs past the end of the file's {} data bytes (truncated?)",
+                 field, entry.begin, entry.end, data_bytes);
         if (entry.end - entry.begin != numel * elem)
             fail("{}: {} {} needs {} bytes but data_offsets span {}", field, entry.dtype_name,
                  shape_str(entry.shape), numel * elem, entry.end - entry.begin);
@@ -124,10 +127,15 @@ Tensor SafetensorsFile::tensor(const std::string& name) const {
     if (it == entries_.end()) fail("{}: no tensor '{}'", path_.string(), name);
     const SafetensorsEntry& e = it->second;
     DType dtype;
-    if (e.dtype_name == "BF16") dtype = DType::kBF16;
-    else if (e.dtype_name == "F16") dtype = DType::kF16;
-    else if (e.dtype_name == "F32") dtype = DType::kF32;
-    else fail("{}: tensor '{}' has dtype {}; expected BF16, F16 or F32", path_.string(), name, e.dtype_name);
+    if (e.dtype_name == "BF16")
+        dtype = DType::kBF16;
+    else if (e.dtype_name == "F16")
+        dtype = DType::kF16;
+    else if (e.dtype_name == "F32")
+        dtype = DType::kF32;
+    else
+        fail("{}: tensor '{}' has dtype {}; expected BF16, F16 or F32", path_.string(), name,
+             e.dtype_name);
     const char* p = data_ + e.begin;
     // The format aligns data only if the writer padded its header; Hugging Face's does, others
     // need not. Misaligned data is copied rather than read through a misaligned pointer.

@@ -19,12 +19,12 @@ namespace miniinfer {
 struct SafetensorsEntry {
     std::string dtype_name;  // as written: "BF16", "F32", "I64", ...
     Shape shape;
-    size_t begin = 0;        // byte range within the data section
+    size_t begin = 0;  // byte range within the data section
     size_t end = 0;
 };
 
 class SafetensorsFile {
-public:
+  public:
     // Throws Error naming the path on any problem.
     static SafetensorsFile open(const std::filesystem::path& path);
 
@@ -37,7 +37,7 @@ public:
     // and tensor). The view keeps the mapping alive.
     Tensor tensor(const std::string& name) const;
 
-private:
+  private:
     std::filesystem::path path_;
     std::shared_ptr<Storage> mapping_;
     const char* data_ = nullptr;  // start of the data section

@@ -11,7 +11,8 @@ QwenModel::QwenModel(ModelConfig config, ModelWeights weights)
     : config_(std::move(config)),
       weights_(std::move(weights)),
       rotary_(config_.head_dim, config_.rope_theta,
-              config_.rope_scaling.kind == RopeScaling::Kind::kLinear ? config_.rope_scaling.factor : 1.0) {
+              config_.rope_scaling.kind == RopeScaling::Kind::kLinear ? config_.rope_scaling.factor
+                                                                      : 1.0) {
     const float eps = float(config_.rms_norm_eps);
     for (int64_t l = 0; l < config_.num_layers; ++l) {
         const LayerWeights& w = weights_.layers[size_t(l)];
@@ -41,14 +42,16 @@ QwenModel::QwenModel(ModelConfig config, ModelWeights weights)
     final_norm_ = {weights_.norm, eps};
 }
 
-QwenModel QwenModel::load(const std::filesystem::path& model_dir, LoadFormat format, uint64_t seed) {
+QwenModel QwenModel::load(const std::filesystem::path& model_dir, LoadFormat format,
+                          uint64_t seed) {
     ModelConfig config = ModelConfig::load(model_dir);
-    ModelWeights weights = format == LoadFormat::kDummy ? dummy_weights(config, seed) : load_weights(config, model_dir);
+    ModelWeights weights = format == LoadFormat::kDummy ? dummy_weights(config, seed)
+                                                        : load_weights(config, model_dir);
     return QwenModel(std::move(config), std::move(weights));
 }
 
-Tensor QwenModel::attention(const Layer& layer, int64_t layer_idx, const Tensor& x, const ForwardBatch& batch,
-                            KvCache& kv) const {
+Tensor QwenModel::attention(const Layer& layer, int64_t layer_idx, const Tensor& x,
+                            const ForwardBatch& batch, KvCache& kv) const {
     const int64_t n = x.size(0), D = config_.head_dim;
     const int64_t q_size = config_.q_size(), kv_size = config_.kv_size();
     Tensor qkv = layer.qkv.forward(x);  // [n, q + 2 kv]
@@ -61,7 +64,8 @@ Tensor QwenModel::attention(const Layer& layer, int64_t layer_idx, const Tensor&
         const float* src = qkv.data<float>() + t * row;
         std::memcpy(q.data<float>() + t * q_size, src, size_t(q_size) * sizeof(float));
         std::memcpy(k.data<float>() + t * kv_size, src + q_size, size_t(kv_size) * sizeof(float));
-        std::memcpy(v.data<float>() + t * kv_size, src + q_size + kv_size, size_t(kv_size) * sizeof(float));
+        std::memcpy(v.data<float>() + t * kv_size, src + q_size + kv_size,
+                    size_t(kv_size) * sizeof(float));
     }
     if (config_.qk_norm) {
         q = layer.q_norm.forward(q);
@@ -69,7 +73,8 @@ Tensor QwenModel::attention(const Layer& layer, int64_t layer_idx, const Tensor&
     }
     rotary_.apply(q, batch.positions);
     rotary_.apply(k, batch.positions);
-    Tensor out = layer.attention.forward(q, k, v, batch, kv.k(layer_idx), kv.v(layer_idx), kv.page_size());
+    Tensor out =
+        layer.attention.forward(q, k, v, batch, kv.k(layer_idx), kv.v(layer_idx), kv.page_size());
     return layer.o_proj.forward(out);
 }
 
@@ -91,9 +96,12 @@ Tensor QwenModel::forward(const ForwardBatch& batch, KvCache& kv) const {
     Tensor last_r = Tensor::zeros({num_logits, hidden}, DType::kF32);
     for (int64_t i = 0; i < num_logits; ++i) {
         const int64_t row = batch.logits_indices[size_t(i)];
-        MI_CHECK(row >= 0 && row < batch.num_tokens(), "logits index {} of {} tokens", row, batch.num_tokens());
-        std::memcpy(last_h.data<float>() + i * hidden, h.data<float>() + row * hidden, size_t(hidden) * sizeof(float));
-        std::memcpy(last_r.data<float>() + i * hidden, residual.data<float>() + row * hidden, size_t(hidden) * sizeof(float));
+        MI_CHECK(row >= 0 && row < batch.num_tokens(), "logits index {} of {} tokens", row,
+                 batch.num_tokens());
+        std::memcpy(last_h.data<float>() + i * hidden, h.data<float>() + row * hidden,
+                    size_t(hidden) * sizeof(float));
+        std::memcpy(last_r.data<float>() + i * hidden, residual.data<float>() + row * hidden,
+                    size_t(hidden) * sizeof(float));
     }
     Tensor normed = final_norm_.forward_add(last_h, last_r);
     return Linear{weights_.lm_head, Tensor()}.forward(normed);

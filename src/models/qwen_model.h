@@ -19,12 +19,12 @@
 namespace miniinfer {
 
 class QwenModel {
-public:
+  public:
     QwenModel(ModelConfig config, ModelWeights weights);
 
     // config.json + checkpoint (or dummy weights) from a model directory. Errors name the file.
-    static QwenModel load(const std::filesystem::path& model_dir, LoadFormat format = LoadFormat::kSafetensors,
-                          uint64_t seed = 0);
+    static QwenModel load(const std::filesystem::path& model_dir,
+                          LoadFormat format = LoadFormat::kSafetensors, uint64_t seed = 0);
 
     const ModelConfig& config() const { return config_; }
 
@@ -33,7 +33,7 @@ public:
     // caller validates user input).
     Tensor forward(const ForwardBatch& batch, KvCache& kv) const;
 
-private:
+  private:
     struct Layer {
         RMSNorm input_norm, post_attention_norm;
         Linear qkv, o_proj;
@@ -44,8 +44,8 @@ private:
         bool is_moe = false;
     };
     // Attention block: x [n, hidden] (already normed) -> [n, hidden]
-    Tensor attention(const Layer& layer, int64_t layer_idx, const Tensor& x, const ForwardBatch& batch,
-                     KvCache& kv) const;
+    Tensor attention(const Layer& layer, int64_t layer_idx, const Tensor& x,
+                     const ForwardBatch& batch, KvCache& kv) const;
 
     ModelConfig config_;
     ModelWeights weights_;

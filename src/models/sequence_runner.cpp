@@ -25,13 +25,16 @@ Tensor SequenceRunner::append(std::span<const int32_t> ids, bool last_only) {
     for (int32_t id : ids)
         if (id < 0 || id >= vocab) fail("token id {} is outside the vocabulary [0, {})", id, vocab);
     const int64_t start = length(), n = int64_t(ids.size());
-    if (start + n > max_len_) fail("sequence of {} tokens exceeds the maximum length {}", start + n, max_len_);
+    if (start + n > max_len_)
+        fail("sequence of {} tokens exceeds the maximum length {}", start + n, max_len_);
 
-    std::vector<int32_t> positions(static_cast<size_t>(n)), slots(static_cast<size_t>(n)), logits_rows;
+    std::vector<int32_t> positions(static_cast<size_t>(n)), slots(static_cast<size_t>(n)),
+        logits_rows;
     for (int64_t i = 0; i < n; ++i) {
         const int64_t pos = start + i;
         positions[size_t(i)] = int32_t(pos);
-        slots[size_t(i)] = int32_t(block_table_[size_t(pos / page_size_)] * page_size_ + pos % page_size_);
+        slots[size_t(i)] =
+            int32_t(block_table_[size_t(pos / page_size_)] * page_size_ + pos % page_size_);
         if (!last_only || i == n - 1) logits_rows.push_back(int32_t(i));
     }
     const int32_t query_start[2] = {0, int32_t(n)};
@@ -49,11 +52,13 @@ Tensor SequenceRunner::append(std::span<const int32_t> ids, bool last_only) {
     return logits;
 }
 
-std::vector<int32_t> SequenceRunner::greedy(std::span<const int32_t> prompt, int64_t num_tokens, int64_t chunk) {
+std::vector<int32_t> SequenceRunner::greedy(std::span<const int32_t> prompt, int64_t num_tokens,
+                                            int64_t chunk) {
     if (chunk <= 0) chunk = int64_t(prompt.size());
     Tensor logits;
     for (size_t begin = 0; begin < prompt.size(); begin += size_t(chunk))
-        logits = append(prompt.subspan(begin, std::min(prompt.size() - begin, size_t(chunk))), true);
+        logits =
+            append(prompt.subspan(begin, std::min(prompt.size() - begin, size_t(chunk))), true);
     std::vector<int32_t> out;
     for (int64_t i = 0; i < num_tokens; ++i) {
         int32_t next = 0;

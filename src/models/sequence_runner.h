@@ -12,7 +12,7 @@
 namespace miniinfer {
 
 class SequenceRunner {
-public:
+  public:
     // Room for max_len tokens in pages of page_size.
     SequenceRunner(const QwenModel& model, int64_t max_len, int64_t page_size = 16);
 
@@ -24,9 +24,10 @@ public:
     int64_t length() const { return int64_t(tokens_.size()); }
 
     // Greedy continuation of `prompt` by num_tokens tokens (EOS not special).
-    std::vector<int32_t> greedy(std::span<const int32_t> prompt, int64_t num_tokens, int64_t chunk = 0);
+    std::vector<int32_t> greedy(std::span<const int32_t> prompt, int64_t num_tokens,
+                                int64_t chunk = 0);
 
-private:
+  private:
     const QwenModel& model_;
     int64_t max_len_, page_size_;
     KvCache kv_;

@@ -12,7 +12,9 @@
 namespace miniinfer {
 namespace {
 
-std::string layer_prefix(int64_t l) { return fmt::format("model.layers.{}.", l); }
+std::string layer_prefix(int64_t l) {
+    return fmt::format("model.layers.{}.", l);
+}
 
 // Where a weight comes from: a checkpoint tensor, or seeded random numbers.
 using Source = std::function<void(const std::string& name, const Shape& shape, float* dst)>;
@@ -20,7 +22,7 @@ using Source = std::function<void(const std::string& name, const Shape& shape, f
 // Collects (source tensor -> slice of a fused destination) copies, then runs them in parallel.
 // Without a source it only lists the tensors it would read (and allocates nothing).
 class Assembler {
-public:
+  public:
     explicit Assembler(Source source) : source_(std::move(source)) {}
 
     // Concatenates the named tensors along dim 0 into one new f32 tensor, shaped `view` if given.
@@ -53,11 +55,12 @@ public:
     void run() {
         if (!source_) return;
         ThreadPool::global().parallel_for(int64_t(jobs_.size()), [&](int64_t begin, int64_t end) {
-            for (int64_t i = begin; i < end; ++i) source_(jobs_[size_t(i)].name, jobs_[size_t(i)].shape, jobs_[size_t(i)].dst);
+            for (int64_t i = begin; i < end; ++i)
+                source_(jobs_[size_t(i)].name, jobs_[size_t(i)].shape, jobs_[size_t(i)].dst);
         });
     }
 
-private:
+  private:
     struct Job {
         std::string name;
         Shape shape;
@@ -76,16 +79,20 @@ ModelWeights assemble(const ModelConfig& c, Assembler& a) {
         LayerWeights lw;
         lw.input_norm = a.single(p + "input_layernorm.weight", {H});
         lw.post_attention_norm = a.single(p + "post_attention_layernorm.weight", {H});
-        lw.qkv = a.fused({{attn + "q_proj.weight", {q, H}}, {attn + "k_proj.weight", {kv, H}},
+        lw.qkv = a.fused({{attn + "q_proj.weight", {q, H}},
+                          {attn + "k_proj.weight", {kv, H}},
                           {attn + "v_proj.weight", {kv, H}}});
         if (c.attention_bias)
-            lw.qkv_bias = a.fused({{attn + "q_proj.bias", {q}}, {attn + "k_proj.bias", {kv}}, {attn + "v_proj.bias", {kv}}});
+            lw.qkv_bias = a.fused({{attn + "q_proj.bias", {q}},
+                                   {attn + "k_proj.bias", {kv}},
+                                   {attn + "v_proj.bias", {kv}}});
         if (c.qk_norm) {
             lw.q_norm = a.single(attn + "q_norm.weight", {D});
             lw.k_norm = a.single(attn + "k_norm.weight", {D});
         }
         lw.o_proj = a.single(attn + "o_proj.weight", {H, q});
-        if (c.attention_bias && c.arch != Arch::kQwen2) lw.o_bias = a.single(attn + "o_proj.bias", {H});
+        if (c.attention_bias && c.arch != Arch::kQwen2)
+            lw.o_bias = a.single(attn + "o_proj.bias", {H});
         if (c.is_moe_layer(l)) {
             const int64_t I = c.moe_intermediate_size;
             lw.router = a.single(mlp + "gate.weight", {c.num_experts, H});
@@ -100,7 +107,8 @@ ModelWeights assemble(const ModelConfig& c, Assembler& a) {
             lw.experts_down = a.fused(down, {c.num_experts, H, I});
         } else {
             const int64_t I = c.intermediate_size;
-            lw.gate_up = a.fused({{mlp + "gate_proj.weight", {I, H}}, {mlp + "up_proj.weight", {I, H}}});
+            lw.gate_up =
+                a.fused({{mlp + "gate_proj.weight", {I, H}}, {mlp + "up_proj.weight", {I, H}}});
             lw.down = a.single(mlp + "down_proj.weight", {H, I});
         }
         w.layers.push_back(std::move(lw));
@@ -145,7 +153,9 @@ ModelWeights dummy_weights(const ModelConfig& config, uint64_t seed) {
         for (int64_t d : shape) n *= d;
         const bool is_norm = name.find("norm") != std::string::npos;
         const bool is_bias = name.ends_with("bias");
-        const float scale = shape.size() == 2 && !name.starts_with("model.embed") ? 1.f / std::sqrt(float(shape[1])) : 1.f;
+        const float scale = shape.size() == 2 && !name.starts_with("model.embed")
+                                ? 1.f / std::sqrt(float(shape[1]))
+                                : 1.f;
         std::normal_distribution<float> normal(0.f, 1.f);
         for (int64_t i = 0; i < n; ++i)
             dst[i] = is_norm ? 1.f : is_bias ? 0.f : normal(rng) * scale;

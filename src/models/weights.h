@@ -18,19 +18,19 @@ namespace miniinfer {
 
 struct LayerWeights {
     Tensor input_norm, post_attention_norm;  // [hidden]
-    Tensor qkv, qkv_bias;                    // [q + 2 kv, hidden], [q + 2 kv] (Qwen2 / attention_bias)
-    Tensor q_norm, k_norm;                   // [head_dim] (Qwen3)
-    Tensor o_proj, o_bias;                   // [hidden, q], [hidden] (Qwen3 with attention_bias)
-    Tensor gate_up, down;                    // dense: [2 inter, hidden], [hidden, inter]
-    Tensor router;                           // MoE: [num_experts, hidden]
-    Tensor experts_gate_up, experts_down;    // MoE: [E, 2 moe_inter, hidden], [E, hidden, moe_inter]
+    Tensor qkv, qkv_bias;   // [q + 2 kv, hidden], [q + 2 kv] (Qwen2 / attention_bias)
+    Tensor q_norm, k_norm;  // [head_dim] (Qwen3)
+    Tensor o_proj, o_bias;  // [hidden, q], [hidden] (Qwen3 with attention_bias)
+    Tensor gate_up, down;   // dense: [2 inter, hidden], [hidden, inter]
+    Tensor router;          // MoE: [num_experts, hidden]
+    Tensor experts_gate_up, experts_down;  // MoE: [E, 2 moe_inter, hidden], [E, hidden, moe_inter]
 };
 
 struct ModelWeights {
-    Tensor embed;     // [vocab, hidden]
+    Tensor embed;  // [vocab, hidden]
     std::vector<LayerWeights> layers;
-    Tensor norm;      // [hidden]
-    Tensor lm_head;   // [vocab, hidden]; the same tensor as embed when tied
+    Tensor norm;     // [hidden]
+    Tensor lm_head;  // [vocab, hidden]; the same tensor as embed when tied
 };
 
 // The tensors a Hugging Face checkpoint of this config holds: (name, shape).

@@ -8,15 +8,18 @@ namespace miniinfer {
 
 void build_batch(Batch& b, int64_t page_size) {
     b.max_pages = 0;
-    for (const auto& s : b.seqs) b.max_pages = std::max<int64_t>(b.max_pages, int64_t(s.request->pages.size()));
+    for (const auto& s : b.seqs)
+        b.max_pages = std::max<int64_t>(b.max_pages, int64_t(s.request->pages.size()));
     b.query_start = {0};
     for (const auto& s : b.seqs) {
         const Request& r = *s.request;
-        MI_CHECK(int64_t(r.pages.size()) * page_size >= s.start + s.num_tokens, "request {}: pages do not cover the step", r.id);
+        MI_CHECK(int64_t(r.pages.size()) * page_size >= s.start + s.num_tokens,
+                 "request {}: pages do not cover the step", r.id);
         for (int64_t t = s.start; t < s.start + s.num_tokens; ++t) {
             b.input_ids.push_back(r.token(t));
             b.positions.push_back(int32_t(t));
-            b.slot_mapping.push_back(int32_t(r.pages[size_t(t / page_size)] * page_size + t % page_size));
+            b.slot_mapping.push_back(
+                int32_t(r.pages[size_t(t / page_size)] * page_size + t % page_size));
         }
         b.query_start.push_back(int32_t(b.input_ids.size()));
         b.seq_lens.push_back(int32_t(s.start + s.num_tokens));

@@ -18,15 +18,16 @@ struct ScheduledSeq {
 
 struct Batch {
     std::vector<ScheduledSeq> seqs;
-    std::vector<int32_t> input_ids;       // [num_tokens]
-    std::vector<int32_t> positions;       // [num_tokens]
-    std::vector<int32_t> query_start;     // [num_seqs + 1]
-    std::vector<int32_t> seq_lens;        // [num_seqs] context length after this step
-    std::vector<int32_t> block_table;     // [num_seqs, max_pages]
+    std::vector<int32_t> input_ids;    // [num_tokens]
+    std::vector<int32_t> positions;    // [num_tokens]
+    std::vector<int32_t> query_start;  // [num_seqs + 1]
+    std::vector<int32_t> seq_lens;     // [num_seqs] context length after this step
+    std::vector<int32_t> block_table;  // [num_seqs, max_pages]
     int64_t max_pages = 0;
-    std::vector<int32_t> slot_mapping;    // [num_tokens]
-    std::vector<int32_t> logits_indices;  // [num_sampling_seqs] row of each sampling seq's last token
-    std::vector<Request*> sampling;       // [num_sampling_seqs] the requests those rows belong to
+    std::vector<int32_t> slot_mapping;  // [num_tokens]
+    std::vector<int32_t>
+        logits_indices;              // [num_sampling_seqs] row of each sampling seq's last token
+    std::vector<Request*> sampling;  // [num_sampling_seqs] the requests those rows belong to
 
     int64_t num_tokens() const { return int64_t(input_ids.size()); }
     bool empty() const { return seqs.empty(); }

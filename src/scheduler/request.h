@@ -29,23 +29,24 @@ struct Request {
     std::vector<int32_t> prompt_ids;
     std::vector<int32_t> output_ids;
     SamplingParams params;
-    uint64_t seed = 0;           // params.seed, or drawn at arrival: sampling is per request
-    int64_t arrival = 0;         // order of arrival (preemption takes the newest)
+    uint64_t seed = 0;    // params.seed, or drawn at arrival: sampling is per request
+    int64_t arrival = 0;  // order of arrival (preemption takes the newest)
 
     RequestState state = RequestState::kWaiting;
     FinishReason finish_reason = FinishReason::kNone;
     std::string error;
 
     std::vector<int32_t> pages;
-    int64_t num_computed = 0;    // tokens whose K/V are in pages
-    size_t num_tree_pages = 0;   // leading pages owned by the RadixCache
+    int64_t num_computed = 0;   // tokens whose K/V are in pages
+    size_t num_tree_pages = 0;  // leading pages owned by the RadixCache
     RadixCache::Node* cache_node = nullptr;
     int64_t num_cached_tokens = 0;  // prompt tokens served from the prefix cache (first admission)
     int64_t num_preemptions = 0;
 
     int64_t num_tokens() const { return int64_t(prompt_ids.size() + output_ids.size()); }
     int32_t token(int64_t i) const {
-        return i < int64_t(prompt_ids.size()) ? prompt_ids[size_t(i)] : output_ids[size_t(i) - prompt_ids.size()];
+        return i < int64_t(prompt_ids.size()) ? prompt_ids[size_t(i)]
+                                              : output_ids[size_t(i) - prompt_ids.size()];
     }
     std::vector<int32_t> all_tokens() const;
     bool finished() const { return state == RequestState::kFinished; }

@@ -11,15 +11,19 @@ Scheduler::Scheduler(const SchedulerConfig& config)
     MI_CHECK(config.page_size > 0 && config.num_pages > 0 && config.max_num_seqs > 0 &&
                  config.max_num_batched_tokens > 0 && config.max_model_len > 0,
              "bad scheduler config");
-    if (config.enable_prefix_caching) cache_ = std::make_unique<RadixCache>(config.page_size, allocator_);
+    if (config.enable_prefix_caching)
+        cache_ = std::make_unique<RadixCache>(config.page_size, allocator_);
 }
 
 void Scheduler::validate_request(const Request& r) const {
     const int64_t prompt_len = int64_t(r.prompt_ids.size()), max_tokens = r.params.max_tokens;
     if (prompt_len == 0) fail("the prompt is empty");
     if (prompt_len + max_tokens > config_.max_model_len)
-        fail("this model's maximum context length is {} tokens, but {} were requested ({} in the prompt, "
-             "{} max_tokens)", config_.max_model_len, prompt_len + max_tokens, prompt_len, max_tokens);
+        fail(
+            "this model's maximum context length is {} tokens, but {} were requested ({} in the "
+            "prompt, "
+            "{} max_tokens)",
+            config_.max_model_len, prompt_len + max_tokens, prompt_len, max_tokens);
     const int64_t pages = (prompt_len + max_tokens + config_.page_size - 1) / config_.page_size;
     if (pages > config_.num_pages)
         fail("the request needs {} KV-cache pages ({} tokens) but the cache holds only {}", pages,
@@ -44,8 +48,10 @@ Batch Scheduler::schedule() {
             bool ok = reserve_pages(r, r->num_computed + chunk);
             while (!ok && preempt_newest(r)) {
                 // The victim may already be in this batch: take it out and refund its budget.
-                auto it = std::find_if(batch.seqs.begin(), batch.seqs.end(),
-                                       [&](const ScheduledSeq& s) { return s.request->state != RequestState::kRunning; });
+                auto it =
+                    std::find_if(batch.seqs.begin(), batch.seqs.end(), [&](const ScheduledSeq& s) {
+                        return s.request->state != RequestState::kRunning;
+                    });
                 if (it != batch.seqs.end()) {
                     budget += it->num_tokens;
                     batch.seqs.erase(it);
@@ -56,7 +62,8 @@ Batch Scheduler::schedule() {
                 preempt_newest(nullptr);
                 break;
             }
-            batch.seqs.push_back({r, r->num_computed, chunk, r->num_computed + chunk == r->num_tokens()});
+            batch.seqs.push_back(
+                {r, r->num_computed, chunk, r->num_computed + chunk == r->num_tokens()});
             budget -= chunk;
         }
     }
@@ -96,7 +103,8 @@ void Scheduler::update(const Batch& batch) {
 }
 
 void Scheduler::finish(Request* r, FinishReason reason) {
-    if (r->state == RequestState::kRunning) running_.erase(std::find(running_.begin(), running_.end(), r));
+    if (r->state == RequestState::kRunning)
+        running_.erase(std::find(running_.begin(), running_.end(), r));
     if (r->state == RequestState::kWaiting) {
         auto it = std::find(waiting_.begin(), waiting_.end(), r);
         if (it != waiting_.end()) waiting_.erase(it);
@@ -107,12 +115,14 @@ void Scheduler::finish(Request* r, FinishReason reason) {
 }
 
 bool Scheduler::reserve_pages(Request* r, int64_t num_tokens) {
-    const int64_t need = (num_tokens + config_.page_size - 1) / config_.page_size - int64_t(r->pages.size());
+    const int64_t need =
+        (num_tokens + config_.page_size - 1) / config_.page_size - int64_t(r->pages.size());
     return need <= 0 || try_allocate(r, need);
 }
 
 bool Scheduler::try_allocate(Request* r, int64_t num_pages) {
-    if (allocator_.num_free() < num_pages && cache_) cache_->evict(num_pages - allocator_.num_free());
+    if (allocator_.num_free() < num_pages && cache_)
+        cache_->evict(num_pages - allocator_.num_free());
     auto pages = allocator_.allocate(int32_t(num_pages));
     if (!pages) return false;
     r->pages.insert(r->pages.end(), pages->begin(), pages->end());
@@ -125,8 +135,9 @@ void Scheduler::release_pages(Request* r) {
     if (cache_ && r->cache_node) {
         const size_t full = size_t(r->num_computed / config_.page_size);
         const std::vector<int32_t> tokens = r->all_tokens();
-        const int64_t cached_len = cache_->insert(std::span(tokens).first(full * size_t(config_.page_size)),
-                                                  std::span(r->pages).first(full));
+        const int64_t cached_len =
+            cache_->insert(std::span(tokens).first(full * size_t(config_.page_size)),
+                           std::span(r->pages).first(full));
         const size_t cached_pages = size_t(cached_len / config_.page_size);
         for (size_t i = r->num_tree_pages; i < r->pages.size(); ++i)
             if (i < cached_pages || i >= full) allocator_.free(std::span(&r->pages[i], 1));
@@ -155,14 +166,17 @@ bool Scheduler::preempt_newest(const Request* keep) {
 
 double Scheduler::kv_usage() const {
     const int64_t evictable = cache_ ? cache_->num_evictable_pages() : 0;
-    return double(config_.num_pages - allocator_.num_free() - evictable) / double(config_.num_pages);
+    return double(config_.num_pages - allocator_.num_free() - evictable) /
+           double(config_.num_pages);
 }
 
 void Scheduler::check_invariants() const {
     std::vector<int32_t> owned;
     for (const Request* r : running_) {
-        MI_CHECK(r->state == RequestState::kRunning, "request {} in the running list is not running", r->id);
-        MI_CHECK(int64_t(r->pages.size()) * config_.page_size >= r->num_computed, "request {} lacks pages", r->id);
+        MI_CHECK(r->state == RequestState::kRunning,
+                 "request {} in the running list is not running", r->id);
+        MI_CHECK(int64_t(r->pages.size()) * config_.page_size >= r->num_computed,
+                 "request {} lacks pages", r->id);
         owned.insert(owned.end(), r->pages.begin() + long(r->num_tree_pages), r->pages.end());
     }
     for (const Request* r : waiting_)
@@ -175,7 +189,8 @@ void Scheduler::check_invariants() const {
     std::vector<int> count(size_t(allocator_.num_pages()), 0);
     for (int32_t p : owned) ++count[size_t(p)];
     for (int32_t p = 0; p < allocator_.num_pages(); ++p)
-        MI_CHECK(count[size_t(p)] + (allocator_.is_free(p) ? 1 : 0) == 1, "page {} owned {} times", p, count[size_t(p)]);
+        MI_CHECK(count[size_t(p)] + (allocator_.is_free(p) ? 1 : 0) == 1, "page {} owned {} times",
+                 p, count[size_t(p)]);
 }
 
 }  // namespace miniinfer

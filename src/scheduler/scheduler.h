@@ -34,7 +34,7 @@ struct SchedulerConfig {
 };
 
 class Scheduler {
-public:
+  public:
     explicit Scheduler(const SchedulerConfig& config);
 
     // Queues a validated request (see validate_request).
@@ -64,18 +64,18 @@ public:
     // MI_CHECKs the page-ownership and reference-count invariants (tests call it every step).
     void check_invariants() const;
 
-private:
+  private:
     bool reserve_pages(Request* r, int64_t num_tokens);  // pages for tokens [0, num_tokens)
     bool try_allocate(Request* r, int64_t num_pages);
-    void release_pages(Request* r);                     // to the prefix cache or the allocator
+    void release_pages(Request* r);  // to the prefix cache or the allocator
     bool preempt_newest(const Request* keep);
     bool admit(Request* r, int64_t& budget, Batch& batch);
 
     SchedulerConfig config_;
     PageAllocator allocator_;
-    std::unique_ptr<RadixCache> cache_;   // null when prefix caching is off
+    std::unique_ptr<RadixCache> cache_;  // null when prefix caching is off
     std::deque<Request*> waiting_;
-    std::vector<Request*> running_;       // in admission order
+    std::vector<Request*> running_;  // in admission order
     int64_t num_preemptions_ = 0;
 };
 

@@ -33,9 +33,11 @@ void EngineLoop::post(Command command) {
 }
 
 std::shared_ptr<OutputChannel> EngineLoop::submit(const std::string& id, const Prompt& prompt,
-                                                  const SamplingParams& params, std::shared_ptr<OutputChannel> channel) {
+                                                  const SamplingParams& params,
+                                                  std::shared_ptr<OutputChannel> channel) {
     if (max_queued_ > 0 && num_waiting_.load() >= max_queued_)
-        throw QueueFull(fmt::format("too many requests are queued ({}); try again later", max_queued_));
+        throw QueueFull(
+            fmt::format("too many requests are queued ({}); try again later", max_queued_));
     if (!channel) channel = std::make_shared<OutputChannel>();
     // Text is tokenized here, on the caller's thread, not on the engine thread.
     const Prompt ids = prompt.token_ids.empty() && !prompt.text.empty() && tokenizer()
@@ -51,7 +53,9 @@ std::shared_ptr<OutputChannel> EngineLoop::submit(const std::string& id, const P
     auto result = verdict.get_future();
     post([&, channel] {
         if (max_queued_ > 0 && int64_t(engine_->scheduler().num_waiting()) >= max_queued_) {
-            verdict.set_value({true, fmt::format("too many requests are queued ({}); try again later", max_queued_)});
+            verdict.set_value(
+                {true,
+                 fmt::format("too many requests are queued ({}); try again later", max_queued_)});
             return;
         }
         try {
@@ -86,7 +90,8 @@ void EngineLoop::run() {
         std::deque<Command> commands;
         {
             std::unique_lock lock(mutex_);
-            wake_.wait(lock, [&] { return stop_ || !commands_.empty() || engine_->has_unfinished(); });
+            wake_.wait(lock,
+                       [&] { return stop_ || !commands_.empty() || engine_->has_unfinished(); });
             if (stop_) break;
             commands.swap(commands_);
         }

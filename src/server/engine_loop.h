@@ -29,14 +29,15 @@
 namespace miniinfer {
 
 class EngineLoop : public EngineClient {
-public:
+  public:
     // `engine` is built by the caller (it may take long); max_queued: requests waiting beyond
     // this many are refused with QueueFull.
     EngineLoop(std::unique_ptr<LLMEngine> engine, Metrics* metrics, int64_t max_queued);
     ~EngineLoop() override;
 
-    std::shared_ptr<OutputChannel> submit(const std::string& id, const Prompt& prompt, const SamplingParams& params,
-                                          std::shared_ptr<OutputChannel> channel = nullptr) override;
+    std::shared_ptr<OutputChannel> submit(
+        const std::string& id, const Prompt& prompt, const SamplingParams& params,
+        std::shared_ptr<OutputChannel> channel = nullptr) override;
     void abort(const std::string& id) override;
     bool ping(std::chrono::milliseconds timeout) override;
 
@@ -45,7 +46,7 @@ public:
     const SamplingParams& default_params() const override { return engine_->default_params(); }
     int64_t max_model_len() const override { return engine_->config().max_model_len; }
 
-private:
+  private:
     using Command = std::function<void()>;  // runs on the engine thread
     // One step's outputs and the scheduler's numbers after it (engine -> publisher thread).
     struct StepResult {

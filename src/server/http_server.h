@@ -25,18 +25,19 @@ namespace miniinfer {
 struct ServerOptions {
     std::string host = "127.0.0.1";
     int port = 8000;
-    std::string api_key;             // empty: no authentication
-    std::string served_model_name;   // default: the model directory's name
+    std::string api_key;            // empty: no authentication
+    std::string served_model_name;  // default: the model directory's name
     int64_t max_body_bytes = 32 << 20;
-    int max_connections = 2048;      // open at once (each holds a thread); beyond: 503, closed
+    int max_connections = 2048;          // open at once (each holds a thread); beyond: 503, closed
     double request_read_timeout_s = 30;  // to receive one request's headers and body
     bool custom_chat_template = false;   // --chat-template: message roles are not checked
 };
 
 class HttpServer {
-public:
+  public:
     // `chat_template` may be null (then /v1/chat/completions answers 400).
-    HttpServer(ServerOptions options, EngineClient& engine, Metrics& metrics, const ChatTemplate* chat_template);
+    HttpServer(ServerOptions options, EngineClient& engine, Metrics& metrics,
+               const ChatTemplate* chat_template);
     ~HttpServer();
     // Blocks until drain() (from another thread) has ended every connection.
     void listen();
@@ -47,7 +48,7 @@ public:
     // The port actually bound (useful with port 0).
     int port() const;
 
-private:
+  private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };

@@ -20,7 +20,8 @@ void parse_common(const Json& body, const SamplingParams& defaults, ApiRequest& 
     r.stream = json_get_or<bool>(body, "stream", false, "request");
     if (body.contains("stream_options") && !body["stream_options"].is_null()) {
         if (!body["stream_options"].is_object()) fail("'stream_options' must be an object");
-        r.include_usage = json_get_or<bool>(body["stream_options"], "include_usage", false, "stream_options");
+        r.include_usage =
+            json_get_or<bool>(body["stream_options"], "include_usage", false, "stream_options");
     }
     if (body.contains("echo") && body["echo"].is_boolean() && body["echo"].get<bool>())
         fail("'echo' is not supported");
@@ -43,7 +44,8 @@ Json token_bytes(const Tokenizer* tokenizer, int32_t id) {
 }  // namespace
 
 Json ApiError::body() const {
-    return {{"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", status}}}};
+    return {
+        {"error", {{"message", message}, {"type", type}, {"param", nullptr}, {"code", status}}}};
 }
 
 ApiRequest parse_completion_request(const Json& body, const SamplingParams& defaults) {
@@ -62,12 +64,15 @@ ApiRequest parse_completion_request(const Json& body, const SamplingParams& defa
             for (const Json& t : item) {
                 if (!t.is_number_integer()) fail("'prompt' token ids must be integers");
                 const int64_t id = t.get<int64_t>();
-                if (id < 0 || id > INT32_MAX) fail("prompt token id {} is outside the vocabulary", id);
+                if (id < 0 || id > INT32_MAX)
+                    fail("prompt token id {} is outside the vocabulary", id);
                 ids.push_back(int32_t(id));
             }
             return Prompt::from_ids(std::move(ids));
         }
-        fail("'prompt' must be a string, a list of strings, a list of token ids, or a list of those");
+        fail(
+            "'prompt' must be a string, a list of strings, a list of token ids, or a list of "
+            "those");
     };
     if (p.is_array() && !p.empty() && (p[0].is_string() || p[0].is_array())) {
         for (const Json& item : p) r.prompts.push_back(one(item));
@@ -77,13 +82,15 @@ ApiRequest parse_completion_request(const Json& body, const SamplingParams& defa
     return r;
 }
 
-ApiRequest parse_chat_request(const Json& body, const SamplingParams& defaults,
-                              const std::function<std::string(const Json&, const Json&, const Json&)>& render_chat,
-                              bool any_role) {
+ApiRequest parse_chat_request(
+    const Json& body, const SamplingParams& defaults,
+    const std::function<std::string(const Json&, const Json&, const Json&)>& render_chat,
+    bool any_role) {
     ApiRequest r;
     r.chat = true;
     Json adjusted = body;
-    if (body.is_object() && body.contains("max_completion_tokens") && !body["max_completion_tokens"].is_null())
+    if (body.is_object() && body.contains("max_completion_tokens") &&
+        !body["max_completion_tokens"].is_null())
         adjusted["max_tokens"] = body["max_completion_tokens"];
     parse_common(adjusted, defaults, r);
     r.chat_logprobs = r.params.logprobs.has_value();
@@ -95,12 +102,14 @@ ApiRequest parse_chat_request(const Json& body, const SamplingParams& defaults,
         const std::string& role = m["role"].get_ref<const std::string&>();
         if (!any_role && std::find(kChatRoles.begin(), kChatRoles.end(), role) == kChatRoles.end())
             fail("unknown message role (it must be one of {})", fmt::join(kChatRoles, ", "));
-        if (m.contains("content") && !m["content"].is_null() && !m["content"].is_string() && !m["content"].is_array())
+        if (m.contains("content") && !m["content"].is_null() && !m["content"].is_string() &&
+            !m["content"].is_array())
             fail("a message's 'content' must be a string or a list of parts");
     }
     Json kwargs = body.value("chat_template_kwargs", Json::object());
     if (!kwargs.is_object()) fail("'chat_template_kwargs' must be an object");
-    r.prompts.push_back(Prompt::from_text(render_chat(messages, body.value("tools", Json()), kwargs)));
+    r.prompts.push_back(
+        Prompt::from_text(render_chat(messages, body.value("tools", Json()), kwargs)));
     return r;
 }
 
@@ -162,7 +171,8 @@ std::pair<std::string, std::string> ReasoningSplitter::finish() {
 }
 
 Json completion_logprobs(const std::vector<TokenLogprob>& logprobs, const Tokenizer* tokenizer) {
-    Json tokens = Json::array(), values = Json::array(), tops = Json::array(), offsets = Json::array();
+    Json tokens = Json::array(), values = Json::array(), tops = Json::array(),
+         offsets = Json::array();
     int64_t offset = 0;
     for (const TokenLogprob& t : logprobs) {
         const std::string text = token_text(tokenizer, t.token);
@@ -174,7 +184,10 @@ Json completion_logprobs(const std::vector<TokenLogprob>& logprobs, const Tokeni
         for (auto [id, lp] : t.top) top[token_text(tokenizer, id)] = lp;
         tops.push_back(top);
     }
-    return {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops}, {"text_offset", offsets}};
+    return {{"tokens", tokens},
+            {"token_logprobs", values},
+            {"top_logprobs", tops},
+            {"text_offset", offsets}};
 }
 
 Json chat_logprobs(const std::vector<TokenLogprob>& logprobs, const Tokenizer* tokenizer) {
@@ -182,7 +195,9 @@ Json chat_logprobs(const std::vector<TokenLogprob>& logprobs, const Tokenizer* t
     for (const TokenLogprob& t : logprobs) {
         Json top = Json::array();
         for (auto [id, lp] : t.top)
-            top.push_back({{"token", token_text(tokenizer, id)}, {"logprob", lp}, {"bytes", token_bytes(tokenizer, id)}});
+            top.push_back({{"token", token_text(tokenizer, id)},
+                           {"logprob", lp},
+                           {"bytes", token_bytes(tokenizer, id)}});
         content.push_back({{"token", token_text(tokenizer, t.token)},
                            {"logprob", t.logprob},
                            {"bytes", token_bytes(tokenizer, t.token)},

@@ -34,31 +34,33 @@ struct ApiRequest {
     int64_t n = 1;
     bool stream = false;
     bool include_usage = false;
-    bool chat_logprobs = false;   // chat's logprobs format
+    bool chat_logprobs = false;  // chat's logprobs format
 };
 
 // The message roles the model's own (Qwen) chat template renders; any other role would be
 // dropped silently by it, so a request carrying one is refused (OpenAI answers 400 too).
-inline constexpr std::array<std::string_view, 4> kChatRoles = {"system", "user", "assistant", "tool"};
+inline constexpr std::array<std::string_view, 4> kChatRoles = {"system", "user", "assistant",
+                                                               "tool"};
 
 // Throws Error (-> 400) on malformed bodies, wrong types and bad values. `render_chat` turns
 // chat messages (+ tools, kwargs) into a prompt string. `any_role`: accept roles outside
 // kChatRoles (a custom --chat-template decides what they mean).
 ApiRequest parse_completion_request(const Json& body, const SamplingParams& defaults);
-ApiRequest parse_chat_request(const Json& body, const SamplingParams& defaults,
-                              const std::function<std::string(const Json& messages, const Json& tools,
-                                                               const Json& kwargs)>& render_chat,
-                              bool any_role = false);
+ApiRequest parse_chat_request(
+    const Json& body, const SamplingParams& defaults,
+    const std::function<std::string(const Json& messages, const Json& tools, const Json& kwargs)>&
+        render_chat,
+    bool any_role = false);
 
 // Splits Qwen3's "<think>...</think>" reasoning from the answer, also when the tags arrive
 // split across streamed deltas.
 class ReasoningSplitter {
-public:
+  public:
     // Returns {reasoning delta, content delta} for the next piece of generated text.
     std::pair<std::string, std::string> feed(const std::string& text);
     std::pair<std::string, std::string> finish();  // flushes what was held back
 
-private:
+  private:
     enum class State { kStart, kThinking, kAnswer } state_ = State::kStart;
     std::string held_;
     bool strip_newlines_ = false;

@@ -34,11 +34,10 @@ PipelineClient::PipelineClient(const EngineConfig& config, Metrics* metrics, int
     to_engine_ = connect_to(context_, IpcDir::endpoint(dir, "engine"));
     std::vector<ChildSpec> specs;
     for (const char* role : {"tokenizer", "engine", "detokenizer"})
-        specs.push_back(
-            {role,
-             {"pipeline-worker", "--role", role, "--ipc-dir", dir.string(), "--parent-pid",
-              std::to_string(getpid()), "--config", config_.to_json().dump(), "--max-queued",
-              std::to_string(max_queued_)}});
+        specs.push_back({role,
+                         {"pipeline-worker", "--role", role, "--ipc-dir", dir.string(),
+                          "--parent-pid", std::to_string(getpid()), "--config",
+                          config_.to_json().dump(), "--max-queued", std::to_string(max_queued_)}});
     children_ =
         std::make_unique<ChildProcesses>(specs, [this](const ChildExit& e) { on_child_exit(e); });
     wait_until_ready();

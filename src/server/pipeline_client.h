@@ -95,7 +95,7 @@ class PipelineClient : public EngineClient {
     pipeline::OutputAssembler assembler_;  // receiver thread only
     std::atomic<int64_t> num_waiting_{0};
     int64_t num_preemptions_seen_ = 0;  // receiver thread only
-    std::atomic<bool> ready_{false};  // the engine process has loaded the model
+    std::atomic<bool> ready_{false};    // the engine process has loaded the model
     std::atomic<bool> stopping_{false};
     std::thread receiver_;
 };

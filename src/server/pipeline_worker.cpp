@@ -61,7 +61,8 @@ std::optional<Tokenizer> load_tokenizer(const std::string& model_dir) {
 }
 
 Json rejected(const Json& add, const std::string& error, bool queue_full = false) {
-    return {{"type", kRejected}, {"id", add.at("id")}, {"error", error}, {"queue_full", queue_full}};
+    return {
+        {"type", kRejected}, {"id", add.at("id")}, {"error", error}, {"queue_full", queue_full}};
 }
 
 void run_tokenizer(zmq::context_t& context, Inbox& inbox, const WorkerOptions& o) {
@@ -101,8 +102,8 @@ void run_engine(zmq::context_t& context, Inbox& inbox, const WorkerOptions& o) {
             const std::string id = m.at("id").get<std::string>();
             // The queue is counted here, where it is exact (as EngineLoop does on its thread).
             if (o.max_queued > 0 && int64_t(engine.scheduler().num_waiting()) >= o.max_queued) {
-                const std::string why = fmt::format(
-                    "too many requests are queued ({}); try again later", o.max_queued);
+                const std::string why =
+                    fmt::format("too many requests are queued ({}); try again later", o.max_queued);
                 send(to_detokenizer, rejected(m, why, true));
                 return;
             }

@@ -19,9 +19,9 @@
 namespace miniinfer::pipeline {
 
 struct WorkerOptions {
-    std::string role;      // tokenizer | engine | detokenizer
-    std::string ipc_dir;   // where the inboxes are (IpcDir of the frontend)
-    pid_t parent_pid = 0;  // the frontend: exit at once if it is already gone
+    std::string role;        // tokenizer | engine | detokenizer
+    std::string ipc_dir;     // where the inboxes are (IpcDir of the frontend)
+    pid_t parent_pid = 0;    // the frontend: exit at once if it is already gone
     int64_t max_queued = 0;  // engine: refuse requests while this many wait (0: no limit)
     EngineConfig config;
 };

@@ -7,7 +7,8 @@
 namespace miniinfer {
 
 IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens,
-                                               std::vector<std::string> stop_strings, int64_t min_tokens)
+                                               std::vector<std::string> stop_strings,
+                                               int64_t min_tokens)
     : tokenizer_(&tokenizer), skip_special_tokens_(skip_special_tokens), min_tokens_(min_tokens) {
     for (std::string& s : stop_strings)
         if (!s.empty()) stop_strings_.push_back(std::move(s));

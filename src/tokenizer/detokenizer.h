@@ -47,7 +47,7 @@ class IncrementalDetokenizer {
     std::string pending_bytes_;  // an unfinished UTF-8 character (at most 3 bytes)
     std::string held_;           // decoded text that may begin a stop string
     int64_t min_tokens_ = 0;
-    int64_t num_tokens_ = 0;     // tokens pushed so far
+    int64_t num_tokens_ = 0;  // tokens pushed so far
     int stop_idx_ = -1;
     bool finished_ = false;
 };

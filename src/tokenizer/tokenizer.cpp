@@ -132,7 +132,8 @@ static void load_post_processor(const Json& spec, std::vector<int32_t>& prefix,
 Tokenizer Tokenizer::from_json(const Json& j) {
     // Hugging Face would truncate or pad every encoding; we return ids as they are.
     for (const char* key : {"truncation", "padding"})
-        if (j.contains(key) && !j[key].is_null()) fail("tokenizer.json: '{}' is set; it is not supported", key);
+        if (j.contains(key) && !j[key].is_null())
+            fail("tokenizer.json: '{}' is set; it is not supported", key);
     auto impl = std::make_unique<Impl>();
     impl->normalizer = Normalizer::from_json(j.value("normalizer", Json()));
     impl->pre_tokenizer = PreTokenizer::from_json(j.value("pre_tokenizer", Json()));

@@ -28,7 +28,8 @@ const ChatTemplate& qwen3_template() {
 void exercise(const Json& body) {
     const SamplingParams defaults;
     auto render = [](const Json& messages, const Json& tools, const Json& kwargs) {
-        return qwen3_template().render(nlohmann::ordered_json(messages), nlohmann::ordered_json(tools), true,
+        return qwen3_template().render(nlohmann::ordered_json(messages),
+                                       nlohmann::ordered_json(tools), true,
                                        nlohmann::ordered_json(kwargs));
     };
     std::optional<ApiRequest> request;
@@ -47,9 +48,12 @@ void exercise(const Json& body) {
         return;
     }
     // What the frontend sends the tokenizer process, and back.
-    const Json message = {{"type", pipeline::kAdd}, {"id", "x"}, {"params", pipeline::to_json(request->params)}};
-    const SamplingParams back = pipeline::params_from_json(pipeline::decode(pipeline::encode(message))["params"]);
-    if (back.stop != request->params.stop || back.max_tokens != request->params.max_tokens) __builtin_trap();
+    const Json message = {
+        {"type", pipeline::kAdd}, {"id", "x"}, {"params", pipeline::to_json(request->params)}};
+    const SamplingParams back =
+        pipeline::params_from_json(pipeline::decode(pipeline::encode(message))["params"]);
+    if (back.stop != request->params.stop || back.max_tokens != request->params.max_tokens)
+        __builtin_trap();
 }
 
 }  // namespace

@@ -14,8 +14,9 @@
 
 // Skips the test with a message ctest shows (SKIP_REGULAR_EXPRESSION). GTEST_SKIP returns
 // from the calling function, so this must be a macro.
-#define REQUIRE_GPU() \
-    if (::miniinfer::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device visible: GPU test skipped"
+#define REQUIRE_GPU()                           \
+    if (::miniinfer::cuda::device_count() == 0) \
+    GTEST_SKIP() << "no CUDA device visible: GPU test skipped"
 
 namespace miniinfer::gpu_testing {
 

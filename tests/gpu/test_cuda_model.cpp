@@ -12,10 +12,10 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
-#include "gpu_testing.h"
 #include "core/json.h"
 #include "engine/cuda_model_runner.h"
 #include "engine/llm_engine.h"
+#include "gpu_testing.h"
 #include "models/sequence_runner.h"
 
 using namespace miniinfer;
@@ -50,10 +50,15 @@ TEST_P(CudaModel, TeacherForcedArgmaxMatchesHuggingFace) {
     ModelConfig config = ModelConfig::load(kFixtures / name);
     ModelWeights weights = load_weights(config, kFixtures / name);
     QwenModel cpu_model(config, weights);
-    CudaModelRunner gpu(config, weights, {.page_size = 16, .max_num_seqs = 128, .max_num_batched_tokens = 512,
-                                          .max_model_len = 256, .num_pages = 64});
+    CudaModelRunner gpu(config, weights,
+                        {.page_size = 16,
+                         .max_num_seqs = 128,
+                         .max_num_batched_tokens = 512,
+                         .max_model_len = 256,
+                         .num_pages = 64});
     for (const Case& c : cases_of(name)) {
-        const int64_t n = int64_t(c.sequence.size()) - 1;  // predict tokens 1..n from positions 0..n-1
+        const int64_t n =
+            int64_t(c.sequence.size()) - 1;  // predict tokens 1..n from positions 0..n-1
         // CPU: the reference logits' top-2 gaps.
         SequenceRunner cpu(cpu_model, n);
         Tensor logits = cpu.append(std::span(c.sequence).first(size_t(n)));
@@ -80,31 +85,37 @@ TEST_P(CudaModel, TeacherForcedArgmaxMatchesHuggingFace) {
         Tensor gpu_logits = gpu.last_logits();
         float max_delta = 0, max_abs = 0;
         for (int64_t i = 0; i < n * config.vocab_size; ++i) {
-            max_delta = std::max(max_delta, std::fabs(gpu_logits.data<float>()[i] - logits.data<float>()[i]));
+            max_delta = std::max(max_delta,
+                                 std::fabs(gpu_logits.data<float>()[i] - logits.data<float>()[i]));
             max_abs = std::max(max_abs, std::fabs(logits.data<float>()[i]));
         }
-        std::printf("[ %s: max |dlogit| GPU vs CPU %.3f (largest |logit| %.1f) ]\n", name.c_str(), max_delta, max_abs);
+        std::printf("[ %s: max |dlogit| GPU vs CPU %.3f (largest |logit| %.1f) ]\n", name.c_str(),
+                    max_delta, max_abs);
         EXPECT_LE(max_delta, 0.05f * max_abs) << name;
         int agree = 0, clear = 0;
         for (int64_t i = 0; i < n; ++i) {
             const float* row = logits.data<float>() + i * config.vocab_size;
             std::vector<float> sorted(row, row + config.vocab_size);
-            std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+            std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(),
+                              std::greater<float>());
             const bool is_clear = sorted[0] - sorted[1] > kTieGap;
-            const bool same = tokens[size_t(i)].token == c.sequence[size_t(i) + 1] || i + 1 < int64_t(c.prompt_len);
-            if (i + 1 < int64_t(c.prompt_len)) continue;  // prompt positions have no reference next token
+            const bool same = tokens[size_t(i)].token == c.sequence[size_t(i) + 1] ||
+                              i + 1 < int64_t(c.prompt_len);
+            if (i + 1 < int64_t(c.prompt_len))
+                continue;  // prompt positions have no reference next token
             agree += tokens[size_t(i)].token == c.sequence[size_t(i) + 1];
             clear += is_clear;
             if (is_clear) {
                 EXPECT_TRUE(same) << name << " position " << i << " gap " << sorted[0] - sorted[1];
             }
         }
-        std::printf("[ %s: %d of %zu greedy positions agree (%d with a clear top-2 gap) ]\n", name.c_str(), agree,
-                    c.sequence.size() - c.prompt_len, clear);
+        std::printf("[ %s: %d of %zu greedy positions agree (%d with a clear top-2 gap) ]\n",
+                    name.c_str(), agree, c.sequence.size() - c.prompt_len, clear);
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, CudaModel, ::testing::Values("qwen2-tiny", "qwen3-tiny", "qwen3-demo"),
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaModel,
+                         ::testing::Values("qwen2-tiny", "qwen3-tiny", "qwen3-demo"),
                          [](const auto& info) {
                              std::string s = info.param;
                              std::replace(s.begin(), s.end(), '-', '_');
@@ -121,18 +132,26 @@ TEST(CudaRunner, StartupMemoryStaysWithinUtilization) {
     ModelWeights weights = load_weights(config, kFixtures / "qwen3-tiny");
     const double utilization = 0.2;
     {
-        CudaModelRunner gpu(config, weights, {.page_size = 16, .max_num_seqs = 64, .max_num_batched_tokens = 512,
-                                              .max_model_len = 1024, .gpu_memory_utilization = utilization});
+        CudaModelRunner gpu(config, weights,
+                            {.page_size = 16,
+                             .max_num_seqs = 64,
+                             .max_num_batched_tokens = 512,
+                             .max_model_len = 1024,
+                             .gpu_memory_utilization = utilization});
         size_t free = 0, total = 0;
         MI_CUDA_CHECK(cudaMemGetInfo(&free, &total));
-        std::printf("[ used %.0f MiB of %.0f MiB allowed; %lld KV pages ]\n", double(total - free) / 1048576.0,
-                    utilization * double(total) / 1048576.0, (long long)gpu.num_pages());
+        std::printf("[ used %.0f MiB of %.0f MiB allowed; %lld KV pages ]\n",
+                    double(total - free) / 1048576.0, utilization * double(total) / 1048576.0,
+                    (long long)gpu.num_pages());
         EXPECT_LE(double(total - free), utilization * double(total));
         EXPECT_GT(gpu.num_pages(), 1000);  // and it did not leave most of the budget unused
     }
     try {
-        CudaModelRunner gpu(config, weights, {.max_num_seqs = 64, .max_num_batched_tokens = 512,
-                                              .max_model_len = 1024, .gpu_memory_utilization = 0.0001});
+        CudaModelRunner gpu(config, weights,
+                            {.max_num_seqs = 64,
+                             .max_num_batched_tokens = 512,
+                             .max_model_len = 1024,
+                             .gpu_memory_utilization = 0.0001});
         ADD_FAILURE() << "a runner was built in 0.01% of the card";
     } catch (const Error& e) {
         const std::string message = e.what();
@@ -151,21 +170,27 @@ TEST(CudaRunner, PenalisedRowsMatchCpuSampler) {
     REQUIRE_GPU();
     ModelConfig config = ModelConfig::load(kFixtures / "qwen3-tiny");
     ModelWeights weights = load_weights(config, kFixtures / "qwen3-tiny");
-    CudaModelRunner gpu(config, weights, {.page_size = 16, .max_num_seqs = 16, .max_num_batched_tokens = 512,
-                                          .max_model_len = 256, .num_pages = 64});
+    CudaModelRunner gpu(config, weights,
+                        {.page_size = 16,
+                         .max_num_seqs = 16,
+                         .max_num_batched_tokens = 512,
+                         .max_model_len = 256,
+                         .num_pages = 64});
     const int64_t num_rows = 8, vocab = config.vocab_size;
     std::vector<Request> requests(static_cast<size_t>(num_rows));
     Batch b;
     int32_t next_page = 0;
     for (int64_t i = 0; i < num_rows; ++i) {
         Request& r = requests[size_t(i)];
-        for (int64_t t = 0; t < 20 + 3 * i; ++t) r.prompt_ids.push_back(int32_t((t * 37 + i * 101) % vocab));
+        for (int64_t t = 0; t < 20 + 3 * i; ++t)
+            r.prompt_ids.push_back(int32_t((t * 37 + i * 101) % vocab));
         for (int k = 0; k < 3; ++k) r.pages.push_back(next_page++);  // 3 x 16 >= 41 tokens
         b.seqs.push_back({&r, 0, int64_t(r.prompt_ids.size()), true});
     }
     build_batch(b, 16);
     const std::vector<int64_t> eos = {vocab - 1};
-    std::vector<SamplingParams> plain(static_cast<size_t>(num_rows)), penalised(static_cast<size_t>(num_rows));
+    std::vector<SamplingParams> plain(static_cast<size_t>(num_rows)),
+        penalised(static_cast<size_t>(num_rows));
     std::vector<std::vector<int32_t>> outputs(static_cast<size_t>(num_rows));
     auto inputs_for = [&](const std::vector<SamplingParams>& params) {
         std::vector<SamplerInput> in(static_cast<size_t>(num_rows));
@@ -199,7 +224,8 @@ TEST(CudaRunner, PenalisedRowsMatchCpuSampler) {
     raw_inputs = inputs_for(plain);  // the same outputs, unpenalised: what the raw logits give
     int64_t changed_by_penalties = 0;
     for (int64_t i = 0; i < num_rows; ++i) {
-        inputs[size_t(i)].logits = std::span<const float>(raw.data<float>() + i * vocab, size_t(vocab));
+        inputs[size_t(i)].logits =
+            std::span<const float>(raw.data<float>() + i * vocab, size_t(vocab));
         raw_inputs[size_t(i)].logits = inputs[size_t(i)].logits;
         const SampledToken want = sample(inputs[size_t(i)]);
         changed_by_penalties += want.token != sample(raw_inputs[size_t(i)]).token;
@@ -207,11 +233,14 @@ TEST(CudaRunner, PenalisedRowsMatchCpuSampler) {
         EXPECT_NEAR(got[size_t(i)].logprob, want.logprob, 1e-4) << "row " << i;
         ASSERT_EQ(got[size_t(i)].top_logprobs.size(), want.top_logprobs.size()) << "row " << i;
         for (size_t k = 0; k < want.top_logprobs.size(); ++k) {
-            EXPECT_EQ(got[size_t(i)].top_logprobs[k].first, want.top_logprobs[k].first) << "row " << i;
-            EXPECT_NEAR(got[size_t(i)].top_logprobs[k].second, want.top_logprobs[k].second, 1e-4) << "row " << i;
+            EXPECT_EQ(got[size_t(i)].top_logprobs[k].first, want.top_logprobs[k].first)
+                << "row " << i;
+            EXPECT_NEAR(got[size_t(i)].top_logprobs[k].second, want.top_logprobs[k].second, 1e-4)
+                << "row " << i;
         }
     }
-    std::printf("[ penalties changed %lld of %lld tokens ]\n", (long long)changed_by_penalties, (long long)num_rows);
+    std::printf("[ penalties changed %lld of %lld tokens ]\n", (long long)changed_by_penalties,
+                (long long)num_rows);
     // Row 6 is greedy with its favourite masked: its token must change, whatever the model.
     EXPECT_GT(changed_by_penalties, 0) << "the test's penalties changed no token";
 }
@@ -232,13 +261,19 @@ TEST(CudaEngine, DemoGreedyAgreesWithHuggingFace) {
     p.ignore_eos = true;
     std::vector<Prompt> prompts;
     std::vector<Case> cases = cases_of("qwen3-demo");
-    for (const Case& k : cases) prompts.push_back(Prompt::from_ids({k.sequence.begin(), k.sequence.begin() + long(k.prompt_len)}));
+    for (const Case& k : cases)
+        prompts.push_back(
+            Prompt::from_ids({k.sequence.begin(), k.sequence.begin() + long(k.prompt_len)}));
     auto outs = engine.generate(prompts, p);
     for (size_t i = 0; i < outs.size(); ++i) {
-        const std::vector<int32_t> ref(cases[i].sequence.begin() + long(cases[i].prompt_len), cases[i].sequence.end());
+        const std::vector<int32_t> ref(cases[i].sequence.begin() + long(cases[i].prompt_len),
+                                       cases[i].sequence.end());
         size_t same = 0;
-        while (same < ref.size() && same < outs[i].token_ids.size() && ref[same] == outs[i].token_ids[same]) ++same;
-        std::printf("[ demo prompt %zu: first %zu of 32 greedy tokens equal Hugging Face's ]\n", i, same);
+        while (same < ref.size() && same < outs[i].token_ids.size() &&
+               ref[same] == outs[i].token_ids[same])
+            ++same;
+        std::printf("[ demo prompt %zu: first %zu of 32 greedy tokens equal Hugging Face's ]\n", i,
+                    same);
         EXPECT_EQ(outs[i].token_ids.size(), 32u);
         EXPECT_GE(same, 1u) << "the first token after the prompt differs";
     }
@@ -250,7 +285,8 @@ TEST(CudaEngine, GraphReplayEqualsEager) {
     REQUIRE_GPU();
     std::vector<Prompt> prompts;
     for (const Case& k : cases_of("qwen3-demo"))
-        prompts.push_back(Prompt::from_ids({k.sequence.begin(), k.sequence.begin() + long(k.prompt_len)}));
+        prompts.push_back(
+            Prompt::from_ids({k.sequence.begin(), k.sequence.begin() + long(k.prompt_len)}));
     prompts.push_back(Prompt::from_text("Once upon a time"));
     prompts.push_back(Prompt::from_text("1, 2, 3, 4,"));  // 5 requests: replays pad to 8
     std::vector<SamplingParams> params(prompts.size());
@@ -270,7 +306,8 @@ TEST(CudaEngine, GraphReplayEqualsEager) {
         c.gpu_memory_utilization = 0.3;
         c.enforce_eager = eager;
         LLMEngine engine(c);
-        for (const auto& out : engine.generate(prompts, params)) results[eager].push_back(out.token_ids);
+        for (const auto& out : engine.generate(prompts, params))
+            results[eager].push_back(out.token_ids);
     }
     EXPECT_EQ(results[0], results[1]);
 }

@@ -37,15 +37,18 @@ TEST(CudaOps, AddRmsNormMatchesCpu) {
             Tensor out = cuda::to_host(dout).to_f32(), new_res = cuda::to_host(dres).to_f32();
 
             // Reference: residual sum rounded to bf16 (the stored stream), then the f32 norm.
-            Tensor sum = Tensor::zeros({rows, dim}, DType::kF32), ref = Tensor::zeros({rows, dim}, DType::kF32);
+            Tensor sum = Tensor::zeros({rows, dim}, DType::kF32),
+                   ref = Tensor::zeros({rows, dim}, DType::kF32);
             Tensor xf = x.to_f32(), rf = res.to_f32(), wf = w.to_f32();
             for (int64_t i = 0; i < rows * dim; ++i)
-                sum.data<float>()[i] = bf16_to_f32(f32_to_bf16(xf.data<float>()[i] + rf.data<float>()[i]));
+                sum.data<float>()[i] =
+                    bf16_to_f32(f32_to_bf16(xf.data<float>()[i] + rf.data<float>()[i]));
             cpu::rms_norm(sum.data<float>(), wf.data<float>(), rows, dim, 1e-6f, ref.data<float>());
             for (int64_t i = 0; i < rows * dim; ++i) {
                 ASSERT_EQ(new_res.data<float>()[i], sum.data<float>()[i]) << i;
                 const float r = ref.data<float>()[i];
-                ASSERT_NEAR(out.data<float>()[i], r, std::fabs(r) * 0.016f + 1e-6f) << "rows " << rows << " dim " << dim;
+                ASSERT_NEAR(out.data<float>()[i], r, std::fabs(r) * 0.016f + 1e-6f)
+                    << "rows " << rows << " dim " << dim;
             }
         }
     }

@@ -21,8 +21,8 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
-#include "gpu_testing.h"
 #include "engine/cuda_sampler.h"
+#include "gpu_testing.h"
 #include "kernels/cuda/sampling.h"
 #include "layers/sampler.h"
 

@@ -17,7 +17,8 @@ int main() {
         } catch (const std::exception& e) {
             out["error"] = e.what();
         }
-        std::cout << out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+        std::cout << out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)
+                  << "\n";
     }
     return 0;
 }

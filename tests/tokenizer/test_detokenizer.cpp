@@ -100,13 +100,17 @@ TEST_F(Detokenizer, StopStringsWaitForMinTokens) {
     for (const std::string stop : {"e", "The", "end", "he ve", "42. T"}) {
         for (size_t min_tokens = 0; min_tokens <= ids.size(); ++min_tokens) {
             // ASCII: the first min_tokens tokens decode to exactly this prefix.
-            const size_t early = tok_->decode(std::vector<int32_t>(ids.begin(), ids.begin() + long(min_tokens))).size();
-            const size_t match = text.find(stop, early + 1 > stop.size() ? early + 1 - stop.size() : 0);
+            const size_t early =
+                tok_->decode(std::vector<int32_t>(ids.begin(), ids.begin() + long(min_tokens)))
+                    .size();
+            const size_t match =
+                text.find(stop, early + 1 > stop.size() ? early + 1 - stop.size() : 0);
             IncrementalDetokenizer d(*tok_, true, {stop}, int64_t(min_tokens));
             std::string out;
             for (int32_t id : ids) out += d.push(id);
             out += d.finish();
-            EXPECT_EQ(d.stopped(), match != std::string::npos) << stop << " min_tokens " << min_tokens;
+            EXPECT_EQ(d.stopped(), match != std::string::npos)
+                << stop << " min_tokens " << min_tokens;
             EXPECT_EQ(out, text.substr(0, match)) << stop << " min_tokens " << min_tokens;
         }
     }

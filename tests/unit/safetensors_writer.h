@@ -34,7 +34,9 @@ inline std::string header_for(const std::vector<FakeTensor>& tensors) {
     Json header = Json::object();
     size_t offset = 0;
     for (const auto& t : tensors) {
-        header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + t.bytes.size()}}};
+        header[t.name] = {{"dtype", t.dtype},
+                          {"shape", t.shape},
+                          {"data_offsets", {offset, offset + t.bytes.size()}}};
         offset += t.bytes.size();
     }
     header["__metadata__"] = {{"format", "pt"}};
@@ -42,14 +44,16 @@ inline std::string header_for(const std::vector<FakeTensor>& tensors) {
 }
 
 // header_json empty: the correct header for `tensors`.
-inline void write_safetensors(const std::filesystem::path& path, const std::vector<FakeTensor>& tensors,
+inline void write_safetensors(const std::filesystem::path& path,
+                              const std::vector<FakeTensor>& tensors,
                               std::string header_json = "") {
     if (header_json.empty()) header_json = header_for(tensors);
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     uint64_t len = header_json.size();
     out.write(reinterpret_cast<const char*>(&len), 8);
     out << header_json;
-    for (const auto& t : tensors) out.write(reinterpret_cast<const char*>(t.bytes.data()), std::streamsize(t.bytes.size()));
+    for (const auto& t : tensors)
+        out.write(reinterpret_cast<const char*>(t.bytes.data()), std::streamsize(t.bytes.size()));
 }
 
 inline std::filesystem::path fresh_dir(const std::string& name) {

@@ -35,25 +35,30 @@ TEST(Checkpoint, MissingAndMisshapenTensors) {
     EXPECT_THAT(error_message([&] { ckpt.get("model.layers.9.mlp.up_proj.weight", {1}); }),
                 HasSubstr("checkpoint has no tensor 'model.layers.9.mlp.up_proj.weight'"));
     std::string err = error_message([&] { ckpt.get("model.norm.weight", {64}); });
-    EXPECT_THAT(err, HasSubstr("model.safetensors: tensor 'model.norm.weight' has shape [128], expected [64]"));
+    EXPECT_THAT(
+        err,
+        HasSubstr("model.safetensors: tensor 'model.norm.weight' has shape [128], expected [64]"));
 }
 
 TEST(Checkpoint, BrokenDirectories) {
-    EXPECT_THAT(error_message([&] { Checkpoint::open(kFixtures / "does-not-exist"); }), HasSubstr("not a directory"));
+    EXPECT_THAT(error_message([&] { Checkpoint::open(kFixtures / "does-not-exist"); }),
+                HasSubstr("not a directory"));
     auto empty = fresh_dir("ckpt_empty");
     EXPECT_THAT(error_message([&] { Checkpoint::open(empty); }), HasSubstr("no model.safetensors"));
 
     // The index names a shard that is not there.
     auto dir = copy_fixture("qwen2-tiny", "ckpt_noshard");
     std::filesystem::remove(dir / "model-00003-of-00014.safetensors");
-    EXPECT_THAT(error_message([&] { Checkpoint::open(dir); }), HasSubstr("model-00003-of-00014.safetensors: cannot open"));
+    EXPECT_THAT(error_message([&] { Checkpoint::open(dir); }),
+                HasSubstr("model-00003-of-00014.safetensors: cannot open"));
 
     // The index places a tensor in a shard that does not hold it.
     auto dir2 = copy_fixture("qwen2-tiny", "ckpt_badindex");
     Json index = read_json_file(dir2 / "model.safetensors.index.json");
     index["weight_map"]["model.norm.weight"] = "model-00001-of-00014.safetensors";
     std::ofstream(dir2 / "model.safetensors.index.json") << index.dump();
-    EXPECT_THAT(error_message([&] { Checkpoint::open(dir2); }), HasSubstr("tensor 'model.norm.weight'"));
+    EXPECT_THAT(error_message([&] { Checkpoint::open(dir2); }),
+                HasSubstr("tensor 'model.norm.weight'"));
 }
 
 TEST(Weights, TruncatedCheckpointNamesTheFile) {
@@ -107,23 +112,30 @@ TEST(Weights, FusionLayout) {
     const LayerWeights& l1 = w.layers[1];
     EXPECT_EQ(l1.qkv.shape(), (Shape{c.q_size() + 2 * c.kv_size(), c.hidden_size}));
     // Row 0 of k_proj sits right after q_proj's rows; v_proj's last bias at the very end.
-    Tensor k = ckpt.get("model.layers.1.self_attn.k_proj.weight", {c.kv_size(), c.hidden_size}).to_f32();
+    Tensor k =
+        ckpt.get("model.layers.1.self_attn.k_proj.weight", {c.kv_size(), c.hidden_size}).to_f32();
     EXPECT_EQ(l1.qkv.data<float>()[c.q_size() * c.hidden_size + 3], k.data<float>()[3]);
     Tensor vb = ckpt.get("model.layers.1.self_attn.v_proj.bias", {c.kv_size()}).to_f32();
-    EXPECT_EQ(l1.qkv_bias.data<float>()[c.q_size() + 2 * c.kv_size() - 1], vb.data<float>()[c.kv_size() - 1]);
-    Tensor up = ckpt.get("model.layers.1.mlp.up_proj.weight", {c.intermediate_size, c.hidden_size}).to_f32();
+    EXPECT_EQ(l1.qkv_bias.data<float>()[c.q_size() + 2 * c.kv_size() - 1],
+              vb.data<float>()[c.kv_size() - 1]);
+    Tensor up = ckpt.get("model.layers.1.mlp.up_proj.weight", {c.intermediate_size, c.hidden_size})
+                    .to_f32();
     EXPECT_EQ(l1.gate_up.data<float>()[c.intermediate_size * c.hidden_size], up.data<float>()[0]);
     EXPECT_NE(w.lm_head.raw(), w.embed.raw());  // qwen2-tiny is not tied
 
     ModelConfig mc = ModelConfig::load(kFixtures / "qwen3-moe-tiny");
     ModelWeights mw = load_weights(mc, kFixtures / "qwen3-moe-tiny");
     EXPECT_EQ(mw.lm_head.raw(), mw.embed.raw());  // tied
-    EXPECT_EQ(mw.layers[0].experts_gate_up.shape(), (Shape{8, 2 * mc.moe_intermediate_size, mc.hidden_size}));
+    EXPECT_EQ(mw.layers[0].experts_gate_up.shape(),
+              (Shape{8, 2 * mc.moe_intermediate_size, mc.hidden_size}));
     EXPECT_FALSE(mw.layers[1].experts_gate_up.defined());  // dense layer
     Checkpoint mck = Checkpoint::open(kFixtures / "qwen3-moe-tiny");
-    Tensor up5 = mck.get("model.layers.2.mlp.experts.5.up_proj.weight", {mc.moe_intermediate_size, mc.hidden_size}).to_f32();
+    Tensor up5 = mck.get("model.layers.2.mlp.experts.5.up_proj.weight",
+                         {mc.moe_intermediate_size, mc.hidden_size})
+                     .to_f32();
     const int64_t I = mc.moe_intermediate_size, H = mc.hidden_size;
-    EXPECT_EQ(mw.layers[2].experts_gate_up.data<float>()[(5 * 2 * I + I) * H + 7], up5.data<float>()[7]);
+    EXPECT_EQ(mw.layers[2].experts_gate_up.data<float>()[(5 * 2 * I + I) * H + 7],
+              up5.data<float>()[7]);
 }
 
 TEST(Weights, DummyIsSeededAndNeedsNoCheckpoint) {
@@ -132,5 +144,6 @@ TEST(Weights, DummyIsSeededAndNeedsNoCheckpoint) {
     const int64_t n = a.layers[0].qkv.numel();
     EXPECT_EQ(std::memcmp(a.layers[0].qkv.raw(), b.layers[0].qkv.raw(), size_t(n) * 4), 0);
     EXPECT_NE(std::memcmp(a.layers[0].qkv.raw(), d.layers[0].qkv.raw(), size_t(n) * 4), 0);
-    EXPECT_EQ(expected_tensors(c).size(), 79u);  // every tensor of the hub layout, tied head excluded
+    EXPECT_EQ(expected_tensors(c).size(),
+              79u);  // every tensor of the hub layout, tied head excluded
 }

@@ -97,8 +97,10 @@ TEST(ModelConfig, LinearRopeScalingAndRopeParameters) {
 }
 
 TEST(ModelConfig, EveryFixtureParses) {
-    for (auto [name, arch] : {std::pair{"qwen2-tiny", Arch::kQwen2}, {"qwen3-tiny", Arch::kQwen3},
-                              {"qwen3-moe-tiny", Arch::kQwen3Moe}, {"qwen3-demo", Arch::kQwen3}}) {
+    for (auto [name, arch] : {std::pair{"qwen2-tiny", Arch::kQwen2},
+                              {"qwen3-tiny", Arch::kQwen3},
+                              {"qwen3-moe-tiny", Arch::kQwen3Moe},
+                              {"qwen3-demo", Arch::kQwen3}}) {
         ModelConfig c = ModelConfig::load(kFixtures / name);
         EXPECT_EQ(c.arch, arch) << name;
         EXPECT_GT(c.num_layers, 0);
@@ -122,19 +124,26 @@ TEST(ModelConfig, BrokenConfigsNameTheField) {
         j.erase(key);
         return j;
     };
-    EXPECT_NE(error_of(with("model_type", "llama")).find("model_type 'llama' is not supported"), std::string::npos);
-    EXPECT_NE(error_of(with("rope_scaling", {{"type", "yarn"}, {"factor", 4.0}})).find("rope_scaling type 'yarn'"),
+    EXPECT_NE(error_of(with("model_type", "llama")).find("model_type 'llama' is not supported"),
               std::string::npos);
-    EXPECT_NE(error_of(with("rope_scaling", {{"rope_type", "dynamic"}, {"factor", 2.0}})).find("'dynamic'"),
+    EXPECT_NE(error_of(with("rope_scaling", {{"type", "yarn"}, {"factor", 4.0}}))
+                  .find("rope_scaling type 'yarn'"),
               std::string::npos);
-    EXPECT_NE(error_of(with("use_sliding_window", true)).find("use_sliding_window"), std::string::npos);
+    EXPECT_NE(error_of(with("rope_scaling", {{"rope_type", "dynamic"}, {"factor", 2.0}}))
+                  .find("'dynamic'"),
+              std::string::npos);
+    EXPECT_NE(error_of(with("use_sliding_window", true)).find("use_sliding_window"),
+              std::string::npos);
     EXPECT_NE(error_of(with("hidden_act", "gelu")).find("hidden_act 'gelu'"), std::string::npos);
-    EXPECT_NE(error_of(without("hidden_size")).find("missing field 'hidden_size'"), std::string::npos);
-    EXPECT_NE(error_of(with("num_hidden_layers", "28")).find("'num_hidden_layers' has the wrong type"),
+    EXPECT_NE(error_of(without("hidden_size")).find("missing field 'hidden_size'"),
               std::string::npos);
+    EXPECT_NE(
+        error_of(with("num_hidden_layers", "28")).find("'num_hidden_layers' has the wrong type"),
+        std::string::npos);
     EXPECT_NE(error_of(with("num_key_value_heads", 5)).find("not a multiple"), std::string::npos);
     EXPECT_NE(error_of(with("torch_dtype", "int8")).find("torch_dtype"), std::string::npos);
-    EXPECT_NE(error_of(with("vocab_size", 0)).find("'vocab_size' must be positive"), std::string::npos);
+    EXPECT_NE(error_of(with("vocab_size", 0)).find("'vocab_size' must be positive"),
+              std::string::npos);
     Json moe = with("model_type", "qwen3_moe");
     EXPECT_NE(error_of(moe).find("missing field 'num_local_experts'"), std::string::npos);
     EXPECT_NE(error_of(Json::array()).find("expected a JSON object"), std::string::npos);
@@ -148,7 +157,8 @@ TEST(ModelConfig, MissingOrInvalidFiles) {
         ModelConfig::load(dir);
         FAIL() << "no error";
     } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("config.json: cannot open"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("config.json: cannot open"), std::string::npos)
+            << e.what();
     }
     std::ofstream(dir / "config.json") << "{\"model_type\": ";
     try {

@@ -24,13 +24,15 @@ std::vector<float> randn(size_t n, std::mt19937& rng, float scale = 1.f) {
 TEST(CpuOps, LinearWithBias) {
     std::mt19937 rng(1);
     for (auto [n, in, out] : {std::tuple{1, 7, 5}, {9, 64, 33}, {4, 130, 257}}) {
-        auto x = randn(size_t(n * in), rng), w = randn(size_t(out * in), rng), b = randn(size_t(out), rng);
+        auto x = randn(size_t(n * in), rng), w = randn(size_t(out * in), rng),
+             b = randn(size_t(out), rng);
         std::vector<float> y(size_t(n * out));
         cpu::linear(x.data(), n, in, w.data(), b.data(), out, y.data());
         for (int t = 0; t < n; ++t)
             for (int o = 0; o < out; ++o) {
                 double ref = b[size_t(o)];
-                for (int i = 0; i < in; ++i) ref += double(x[size_t(t * in + i)]) * w[size_t(o * in + i)];
+                for (int i = 0; i < in; ++i)
+                    ref += double(x[size_t(t * in + i)]) * w[size_t(o * in + i)];
                 ASSERT_NEAR(y[size_t(t * out + o)], ref, 1e-4 * (1 + std::fabs(ref)));
             }
     }
@@ -46,10 +48,12 @@ TEST(CpuOps, RmsNormAndAddRmsNorm) {
     auto expect_norm = [&](const std::vector<float>& in, const std::vector<float>& out) {
         for (int i = 0; i < rows; ++i) {
             double ss = 0;
-            for (int j = 0; j < dim; ++j) ss += double(in[size_t(i * dim + j)]) * in[size_t(i * dim + j)];
+            for (int j = 0; j < dim; ++j)
+                ss += double(in[size_t(i * dim + j)]) * in[size_t(i * dim + j)];
             const double inv = 1.0 / std::sqrt(ss / dim + eps);
             for (int j = 0; j < dim; ++j)
-                ASSERT_NEAR(out[size_t(i * dim + j)], w[size_t(j)] * in[size_t(i * dim + j)] * inv, 1e-5);
+                ASSERT_NEAR(out[size_t(i * dim + j)], w[size_t(j)] * in[size_t(i * dim + j)] * inv,
+                            1e-5);
         }
     };
     expect_norm(x, y);
@@ -76,11 +80,14 @@ TEST(CpuOps, RotaryMatchesRotationFormula) {
             for (int i = 0; i < n; ++i)
                 for (int h = 0; h < heads; ++h)
                     for (int j = 0; j < half; ++j) {
-                        const double angle = pos[size_t(i)] / factor * std::pow(theta, -2.0 * j / head_dim);
+                        const double angle =
+                            pos[size_t(i)] / factor * std::pow(theta, -2.0 * j / head_dim);
                         const size_t base = size_t((i * heads + h) * head_dim);
                         const double a = x[base + size_t(j)], b = x[base + size_t(j + half)];
-                        ASSERT_NEAR(t.data<float>()[base + size_t(j)], a * std::cos(angle) - b * std::sin(angle), 2e-4);
-                        ASSERT_NEAR(t.data<float>()[base + size_t(j + half)], b * std::cos(angle) + a * std::sin(angle), 2e-4);
+                        ASSERT_NEAR(t.data<float>()[base + size_t(j)],
+                                    a * std::cos(angle) - b * std::sin(angle), 2e-4);
+                        ASSERT_NEAR(t.data<float>()[base + size_t(j + half)],
+                                    b * std::cos(angle) + a * std::sin(angle), 2e-4);
                     }
         }
     }
@@ -92,7 +99,8 @@ TEST(CpuOps, RotaryScoresDependOnlyOnDistance) {
     Rotary rotary(d, 10000.0);
     auto q = randn(d, rng), k = randn(d, rng);
     auto score = [&](int qp, int kp) {
-        Tensor tq = Tensor::zeros({1, 1, d}, DType::kF32), tk = Tensor::zeros({1, 1, d}, DType::kF32);
+        Tensor tq = Tensor::zeros({1, 1, d}, DType::kF32),
+               tk = Tensor::zeros({1, 1, d}, DType::kF32);
         std::copy(q.begin(), q.end(), tq.data<float>());
         std::copy(k.begin(), k.end(), tk.data<float>());
         int32_t pq = qp, pk = kp;
@@ -107,7 +115,8 @@ TEST(CpuOps, RotaryScoresDependOnlyOnDistance) {
 }
 
 TEST(CpuOps, SiluMul) {
-    std::vector<float> gu = {1.f, -2.f, 0.5f, 3.f};  // one token, inter 2: gate (1, -2), up (0.5, 3)
+    std::vector<float> gu = {1.f, -2.f, 0.5f,
+                             3.f};  // one token, inter 2: gate (1, -2), up (0.5, 3)
     std::vector<float> out(2);
     cpu::silu_mul(gu.data(), 1, 2, out.data());
     EXPECT_NEAR(out[0], 1.0 / (1 + std::exp(-1.0)) * 0.5, 1e-6);
@@ -118,10 +127,14 @@ TEST(CpuOps, SiluMul) {
 // cached prefixes (query chunk shorter than the context), and several GQA ratios.
 TEST(CpuOps, PagedAttentionMatchesDenseCausal) {
     std::mt19937 rng(5);
-    struct Case { int heads, kv_heads, head_dim, page_size; };
-    for (Case c : {Case{4, 4, 8, 1}, {4, 2, 64, 16}, {7, 1, 64, 3}, {8, 1, 128, 16}, {16, 2, 128, 256}}) {
+    struct Case {
+        int heads, kv_heads, head_dim, page_size;
+    };
+    for (Case c :
+         {Case{4, 4, 8, 1}, {4, 2, 64, 16}, {7, 1, 64, 3}, {8, 1, 128, 16}, {16, 2, 128, 256}}) {
         const std::vector<int> seq_lens = {1, 17, 40, 5};
-        const std::vector<int> q_lens = {1, 17, 9, 1};  // prefill, prefill, chunk after a cached prefix, decode
+        const std::vector<int> q_lens = {
+            1, 17, 9, 1};  // prefill, prefill, chunk after a cached prefix, decode
         const int num_seqs = int(seq_lens.size());
         int max_pages = 0, total_pages = 0;
         for (int len : seq_lens) {
@@ -134,8 +147,10 @@ TEST(CpuOps, PagedAttentionMatchesDenseCausal) {
         std::vector<int32_t> block_table(size_t(num_seqs * max_pages), -1);
         std::vector<int32_t> query_start = {0};
         const int row = c.kv_heads * c.head_dim;
-        std::vector<float> k_cache(size_t(total_pages * c.page_size * row)), v_cache(k_cache.size());
-        std::vector<std::vector<float>> dense_k(static_cast<size_t>(num_seqs)), dense_v(static_cast<size_t>(num_seqs));
+        std::vector<float> k_cache(size_t(total_pages * c.page_size * row)),
+            v_cache(k_cache.size());
+        std::vector<std::vector<float>> dense_k(static_cast<size_t>(num_seqs)),
+            dense_v(static_cast<size_t>(num_seqs));
         int next_page = 0;
         for (int s = 0; s < num_seqs; ++s) {
             for (int p = 0; p * c.page_size < seq_lens[size_t(s)]; ++p)
@@ -143,9 +158,13 @@ TEST(CpuOps, PagedAttentionMatchesDenseCausal) {
             dense_k[size_t(s)] = randn(size_t(seq_lens[size_t(s)] * row), rng);
             dense_v[size_t(s)] = randn(size_t(seq_lens[size_t(s)] * row), rng);
             for (int j = 0; j < seq_lens[size_t(s)]; ++j) {
-                const int slot = block_table[size_t(s * max_pages + j / c.page_size)] * c.page_size + j % c.page_size;
-                std::copy_n(&dense_k[size_t(s)][size_t(j * row)], row, &k_cache[size_t(slot * row)]);
-                std::copy_n(&dense_v[size_t(s)][size_t(j * row)], row, &v_cache[size_t(slot * row)]);
+                const int slot =
+                    block_table[size_t(s * max_pages + j / c.page_size)] * c.page_size +
+                    j % c.page_size;
+                std::copy_n(&dense_k[size_t(s)][size_t(j * row)], row,
+                            &k_cache[size_t(slot * row)]);
+                std::copy_n(&dense_v[size_t(s)][size_t(j * row)], row,
+                            &v_cache[size_t(slot * row)]);
             }
             query_start.push_back(query_start.back() + q_lens[size_t(s)]);
         }
@@ -153,9 +172,9 @@ TEST(CpuOps, PagedAttentionMatchesDenseCausal) {
         auto q = randn(size_t(num_tokens * c.heads * c.head_dim), rng);
         std::vector<float> out(q.size());
         const float scale = 1.f / std::sqrt(float(c.head_dim));
-        cpu::paged_attention({q.data(), k_cache.data(), v_cache.data(), query_start.data(), seq_lens.data(),
-                              block_table.data(), num_seqs, max_pages, c.page_size, c.heads, c.kv_heads,
-                              c.head_dim, scale, out.data()});
+        cpu::paged_attention({q.data(), k_cache.data(), v_cache.data(), query_start.data(),
+                              seq_lens.data(), block_table.data(), num_seqs, max_pages, c.page_size,
+                              c.heads, c.kv_heads, c.head_dim, scale, out.data()});
         for (int s = 0; s < num_seqs; ++s)
             for (int i = 0; i < q_lens[size_t(s)]; ++i) {
                 const int t = query_start[size_t(s)] + i;
@@ -176,10 +195,11 @@ TEST(CpuOps, PagedAttentionMatchesDenseCausal) {
                     for (int d = 0; d < c.head_dim; ++d) {
                         double ref = 0;
                         for (int j = 0; j < visible; ++j)
-                            ref += p[size_t(j)] / sum * dense_v[size_t(s)][size_t(j * row + kh * c.head_dim + d)];
+                            ref += p[size_t(j)] / sum *
+                                   dense_v[size_t(s)][size_t(j * row + kh * c.head_dim + d)];
                         ASSERT_NEAR(out[size_t((t * c.heads + h) * c.head_dim + d)], ref, 2e-5)
-                            << "heads " << c.heads << "/" << c.kv_heads << " d " << c.head_dim << " page " << c.page_size
-                            << " seq " << s << " row " << i;
+                            << "heads " << c.heads << "/" << c.kv_heads << " d " << c.head_dim
+                            << " page " << c.page_size << " seq " << s << " row " << i;
                     }
                 }
             }
@@ -211,16 +231,19 @@ TEST(CpuOps, MoeRouteSoftmaxTopK) {
         for (int t = 0; t < n; ++t) {
             std::vector<double> p(E);
             double sum = 0;
-            for (int e = 0; e < E; ++e) sum += (p[size_t(e)] = std::exp(double(logits[size_t(t * E + e)])));
+            for (int e = 0; e < E; ++e)
+                sum += (p[size_t(e)] = std::exp(double(logits[size_t(t * E + e)])));
             for (auto& x : p) x /= sum;
             std::vector<int> order(E);
             std::iota(order.begin(), order.end(), 0);
-            std::sort(order.begin(), order.end(), [&](int a, int b) { return p[size_t(a)] > p[size_t(b)]; });
+            std::sort(order.begin(), order.end(),
+                      [&](int a, int b) { return p[size_t(a)] > p[size_t(b)]; });
             double top = 0;
             for (int k = 0; k < K; ++k) top += p[size_t(order[size_t(k)])];
             for (int k = 0; k < K; ++k) {
                 EXPECT_EQ(ids[size_t(t * K + k)], order[size_t(k)]);
-                EXPECT_NEAR(w[size_t(t * K + k)], p[size_t(order[size_t(k)])] / (renorm ? top : 1.0), 1e-6);
+                EXPECT_NEAR(w[size_t(t * K + k)],
+                            p[size_t(order[size_t(k)])] / (renorm ? top : 1.0), 1e-6);
             }
         }
     }
@@ -229,11 +252,13 @@ TEST(CpuOps, MoeRouteSoftmaxTopK) {
 TEST(CpuOps, MoeExpertsMatchPerTokenLoop) {
     std::mt19937 rng(7);
     const int n = 5, H = 16, I = 8, E = 4, K = 2;
-    auto x = randn(n * H, rng), gate_up = randn(E * 2 * I * H, rng, 0.3f), down = randn(E * H * I, rng, 0.3f);
+    auto x = randn(n * H, rng), gate_up = randn(E * 2 * I * H, rng, 0.3f),
+         down = randn(E * H * I, rng, 0.3f);
     std::vector<int32_t> ids = {0, 3, 1, 0, 2, 3, 3, 1, 0, 2};
     std::vector<float> w = {0.6f, 0.4f, 0.5f, 0.5f, 0.9f, 0.1f, 0.7f, 0.3f, 0.2f, 0.8f};
     std::vector<float> out(n * H);
-    cpu::moe_experts(x.data(), n, H, ids.data(), w.data(), K, gate_up.data(), down.data(), E, I, out.data());
+    cpu::moe_experts(x.data(), n, H, ids.data(), w.data(), K, gate_up.data(), down.data(), E, I,
+                     out.data());
     for (int t = 0; t < n; ++t)
         for (int o = 0; o < H; ++o) {
             double ref = 0;
@@ -243,8 +268,10 @@ TEST(CpuOps, MoeExpertsMatchPerTokenLoop) {
                 for (int i = 0; i < I; ++i) {
                     double g = 0, u = 0;
                     for (int j = 0; j < H; ++j) {
-                        g += double(gate_up[size_t((e * 2 * I + i) * H + j)]) * x[size_t(t * H + j)];
-                        u += double(gate_up[size_t((e * 2 * I + I + i) * H + j)]) * x[size_t(t * H + j)];
+                        g +=
+                            double(gate_up[size_t((e * 2 * I + i) * H + j)]) * x[size_t(t * H + j)];
+                        u += double(gate_up[size_t((e * 2 * I + I + i) * H + j)]) *
+                             x[size_t(t * H + j)];
                     }
                     y += down[size_t((e * H + o) * I + i)] * (g / (1 + std::exp(-g)) * u);
                 }

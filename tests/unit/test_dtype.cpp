@@ -10,7 +10,8 @@ using namespace miniinfer;
 
 TEST(DType, Bf16RoundTripsExactValues) {
     for (float v : {0.f, -0.f, 1.f, -2.5f, 3.140625f, 65504.f, 1e-30f})
-        EXPECT_EQ(bf16_to_f32(f32_to_bf16(bf16_to_f32(f32_to_bf16(v)))), bf16_to_f32(f32_to_bf16(v)));
+        EXPECT_EQ(bf16_to_f32(f32_to_bf16(bf16_to_f32(f32_to_bf16(v)))),
+                  bf16_to_f32(f32_to_bf16(v)));
     EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.f)), 1.f);
     EXPECT_EQ(f32_to_bf16(1.f), 0x3f80);
 }

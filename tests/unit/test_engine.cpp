@@ -63,9 +63,15 @@ class EngineFixture : public ::testing::TestWithParam<std::string> {};
 TEST_P(EngineFixture, GreedyMatchesHuggingFaceInEveryBatchingMode) {
     const Reference ref = load_reference(GetParam());
     const std::vector<Prompt> prompts = prompts_of(ref);
-    struct Mode { const char* name; int64_t budget, num_pages, page_size; bool caching; };
-    for (Mode m : {Mode{"together", 2048, 64, 16, true}, {"chunked budget 5", 5, 64, 16, true},
-                   {"no prefix cache, page 3", 2048, 400, 3, false}, {"tiny pool (preemption)", 2048, 20, 4, true}}) {
+    struct Mode {
+        const char* name;
+        int64_t budget, num_pages, page_size;
+        bool caching;
+    };
+    for (Mode m : {Mode{"together", 2048, 64, 16, true},
+                   {"chunked budget 5", 5, 64, 16, true},
+                   {"no prefix cache, page 3", 2048, 400, 3, false},
+                   {"tiny pool (preemption)", 2048, 20, 4, true}}) {
         EngineConfig c = config_for(GetParam());
         c.max_num_batched_tokens = m.budget;
         c.num_pages = m.num_pages;
@@ -86,16 +92,19 @@ TEST_P(EngineFixture, GreedyMatchesHuggingFaceInEveryBatchingMode) {
         for (const auto& o : outs) EXPECT_EQ(o.finish_reason, "length") << m.name;
         if (m.num_pages == 20) {  // 37 pages of demand in 20: preempted again and again
             EXPECT_GE(engine.scheduler().num_preemptions(), 2);
-            std::printf("[ %s: %lld preemptions ]\n", m.name, (long long)engine.scheduler().num_preemptions());
+            std::printf("[ %s: %lld preemptions ]\n", m.name,
+                        (long long)engine.scheduler().num_preemptions());
         }
     }
     // One at a time.
     LLMEngine engine(config_for(GetParam()));
     for (size_t i = 0; i < prompts.size(); ++i)
-        EXPECT_EQ(engine.generate({prompts[i]}, greedy(32))[0].token_ids, ref.greedy[i]) << "alone " << i;
+        EXPECT_EQ(engine.generate({prompts[i]}, greedy(32))[0].token_ids, ref.greedy[i])
+            << "alone " << i;
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, EngineFixture, ::testing::Values("qwen2-tiny", "qwen3-tiny", "qwen3-moe-tiny"),
+INSTANTIATE_TEST_SUITE_P(Fixtures, EngineFixture,
+                         ::testing::Values("qwen2-tiny", "qwen3-tiny", "qwen3-moe-tiny"),
                          [](const auto& info) {
                              std::string s = info.param;
                              std::replace(s.begin(), s.end(), '-', '_');
@@ -148,15 +157,18 @@ TEST(Engine, BadRequestsFailAloneWhileOthersFinish) {
     LLMEngine engine(config_for("qwen2-tiny"));
     SamplingParams nan_temp = greedy(8), good = greedy(8), too_long = greedy(250);
     nan_temp.temperature = std::nan("");
-    auto outs = engine.generate({Prompt::from_ids(ref.prompts[1]), Prompt::from_ids(ref.prompts[1]),
-                                 Prompt::from_ids(ref.prompts[2]), Prompt::from_ids({}), Prompt::from_ids({7, 9999})},
-                                std::vector<SamplingParams>{nan_temp, good, too_long, good, good});
+    auto outs = engine.generate(
+        {Prompt::from_ids(ref.prompts[1]), Prompt::from_ids(ref.prompts[1]),
+         Prompt::from_ids(ref.prompts[2]), Prompt::from_ids({}), Prompt::from_ids({7, 9999})},
+        std::vector<SamplingParams>{nan_temp, good, too_long, good, good});
     EXPECT_EQ(outs[0].finish_reason, "error");
     EXPECT_THAT(outs[0].error, HasSubstr("temperature"));
     EXPECT_EQ(outs[1].finish_reason, "length");
-    EXPECT_EQ(outs[1].token_ids, std::vector<int32_t>(ref.greedy[1].begin(), ref.greedy[1].begin() + 8));
+    EXPECT_EQ(outs[1].token_ids,
+              std::vector<int32_t>(ref.greedy[1].begin(), ref.greedy[1].begin() + 8));
     EXPECT_EQ(outs[2].finish_reason, "error");
-    EXPECT_THAT(outs[2].error, HasSubstr("maximum context length is 256 tokens, but 287 were requested"));
+    EXPECT_THAT(outs[2].error,
+                HasSubstr("maximum context length is 256 tokens, but 287 were requested"));
     EXPECT_THAT(outs[3].error, HasSubstr("empty"));
     EXPECT_THAT(outs[4].error, HasSubstr("9999"));
 }
@@ -168,8 +180,10 @@ TEST(Engine, StopTokensMaxTokensAndAbort) {
     p.stop_token_ids = {ref.greedy[2][5]};
     auto out = engine.generate({Prompt::from_ids(ref.prompts[2])}, p)[0];
     EXPECT_EQ(out.finish_reason, "stop");
-    const auto stop_at = std::find(ref.greedy[2].begin(), ref.greedy[2].end(), ref.greedy[2][5]) - ref.greedy[2].begin();
-    EXPECT_EQ(out.token_ids, std::vector<int32_t>(ref.greedy[2].begin(), ref.greedy[2].begin() + stop_at + 1));
+    const auto stop_at = std::find(ref.greedy[2].begin(), ref.greedy[2].end(), ref.greedy[2][5]) -
+                         ref.greedy[2].begin();
+    EXPECT_EQ(out.token_ids,
+              std::vector<int32_t>(ref.greedy[2].begin(), ref.greedy[2].begin() + stop_at + 1));
     p.min_tokens = 10;  // the stop token no longer ends it early
     out = engine.generate({Prompt::from_ids(ref.prompts[2])}, p)[0];
     EXPECT_GE(out.token_ids.size(), 10u);
@@ -189,7 +203,9 @@ TEST(Engine, StopTokensMaxTokensAndAbort) {
     EXPECT_EQ(last["b"].token_ids.size(), 4u);
     engine.scheduler().check_invariants();
     EXPECT_EQ(engine.scheduler().kv_usage(), 0.0);
-    EXPECT_GE(engine.scheduler().allocator().num_free() + engine.scheduler().prefix_cache()->num_cached_pages(), free_before);
+    EXPECT_GE(engine.scheduler().allocator().num_free() +
+                  engine.scheduler().prefix_cache()->num_cached_pages(),
+              free_before);
 }
 
 TEST(Engine, TextPromptsStopStringsAndEos) {
@@ -233,9 +249,7 @@ TEST(Engine, GenerationConfigChoosesTheSamplingDefaults) {
     }
     const auto dir = std::filesystem::temp_directory_path() / "miniinfer_test_generation_config";
     std::filesystem::create_directories(dir);
-    {
-        std::ofstream(dir / "generation_config.json") << R"({"temperature": 0.3, "top_p": 0.5})";
-    }
+    { std::ofstream(dir / "generation_config.json") << R"({"temperature": 0.3, "top_p": 0.5})"; }
     c.generation_config = dir.string();
     {
         LLMEngine folder_engine(c);

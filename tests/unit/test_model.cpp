@@ -50,11 +50,12 @@ TEST_P(HuggingFaceFixture, LogitsMatch) {
         for (size_t i = 0; i < ref.positions[p].size(); ++i) {
             const float* ours = logits.data<float>() + ref.positions[p][i] * vocab;
             const float* theirs = ref.logits[p].data<float>() + int64_t(i) * vocab;
-            for (int64_t v = 0; v < vocab; ++v) max_delta = std::max(max_delta, std::fabs(ours[v] - theirs[v]));
+            for (int64_t v = 0; v < vocab; ++v)
+                max_delta = std::max(max_delta, std::fabs(ours[v] - theirs[v]));
         }
         EXPECT_LE(max_delta, kLogitTolerance) << name << " prompt " << p;
-        std::printf("[ %s prompt %zu: %zu tokens, max |dlogit| %.2e ]\n", name.c_str(), p, ref.prompts[p].size(),
-                    double(max_delta));
+        std::printf("[ %s prompt %zu: %zu tokens, max |dlogit| %.2e ]\n", name.c_str(), p,
+                    ref.prompts[p].size(), double(max_delta));
     }
 }
 
@@ -65,7 +66,8 @@ TEST_P(HuggingFaceFixture, GreedyMatches) {
     for (size_t p = 0; p < ref.prompts.size(); ++p) {
         const int64_t len = int64_t(ref.prompts[p].size() + ref.greedy[p].size());
         SequenceRunner runner(model, len);
-        EXPECT_EQ(runner.greedy(ref.prompts[p], int64_t(ref.greedy[p].size())), ref.greedy[p]) << name << " prompt " << p;
+        EXPECT_EQ(runner.greedy(ref.prompts[p], int64_t(ref.greedy[p].size())), ref.greedy[p])
+            << name << " prompt " << p;
         // Same tokens with another page size and the prompt fed in chunks of 5.
         SequenceRunner chunked(model, len, 3);
         EXPECT_EQ(chunked.greedy(ref.prompts[p], int64_t(ref.greedy[p].size()), 5), ref.greedy[p])
@@ -74,7 +76,8 @@ TEST_P(HuggingFaceFixture, GreedyMatches) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, HuggingFaceFixture,
-                         ::testing::Values("qwen2-tiny", "qwen3-tiny", "qwen3-moe-tiny", "qwen3-demo"),
+                         ::testing::Values("qwen2-tiny", "qwen3-tiny", "qwen3-moe-tiny",
+                                           "qwen3-demo"),
                          [](const auto& info) {
                              std::string s = info.param;
                              std::replace(s.begin(), s.end(), '-', '_');
@@ -101,11 +104,13 @@ TEST(QwenModel, MixedBatchEqualsSeparateRuns) {
     Tensor lc = rc.append(std::span(a).subspan(12, 1));
 
     // Together, in one KvCache: first the prefixes (a[:31] and a[:12]) as one step...
-    KvCache kv(model.config().num_layers, 3 * max_pages, page_size, model.config().num_kv_heads, model.config().head_dim);
+    KvCache kv(model.config().num_layers, 3 * max_pages, page_size, model.config().num_kv_heads,
+               model.config().head_dim);
     std::vector<int32_t> table(3 * max_pages);
     std::iota(table.begin(), table.end(), 0);
     std::reverse(table.begin(), table.end());
-    auto step = [&](const std::vector<std::pair<int, std::span<const int32_t>>>& parts, const std::vector<int>& starts) {
+    auto step = [&](const std::vector<std::pair<int, std::span<const int32_t>>>& parts,
+                    const std::vector<int>& starts) {
         std::vector<int32_t> ids, pos, qs = {0}, lens, slots, rows, bt;
         for (size_t i = 0; i < parts.size(); ++i) {
             const auto& [seq, tokens] = parts[i];
@@ -113,24 +118,30 @@ TEST(QwenModel, MixedBatchEqualsSeparateRuns) {
                 const int p = starts[i] + int(j);
                 ids.push_back(tokens[j]);
                 pos.push_back(p);
-                slots.push_back(table[size_t(seq * max_pages + p / page_size)] * int32_t(page_size) + p % int32_t(page_size));
+                slots.push_back(table[size_t(seq * max_pages + p / page_size)] *
+                                    int32_t(page_size) +
+                                p % int32_t(page_size));
             }
             qs.push_back(int32_t(ids.size()));
             lens.push_back(starts[i] + int(tokens.size()));
             rows.push_back(int32_t(ids.size()) - 1);
-            bt.insert(bt.end(), table.begin() + seq * max_pages, table.begin() + (seq + 1) * max_pages);
+            bt.insert(bt.end(), table.begin() + seq * max_pages,
+                      table.begin() + (seq + 1) * max_pages);
         }
         ForwardBatch batch{ids, pos, qs, lens, bt, max_pages, slots, rows};
         return model.forward(batch, kv);
     };
     step({{0, std::span(a).first(31)}, {2, std::span(a).first(12)}}, {0, 0});
     // ...then a's chunk, b's whole prompt and c's decode token in one mixed step.
-    Tensor mixed = step({{0, std::span(a).subspan(31)}, {1, std::span(b)}, {2, std::span(a).subspan(12, 1)}}, {31, 0, 12});
+    Tensor mixed =
+        step({{0, std::span(a).subspan(31)}, {1, std::span(b)}, {2, std::span(a).subspan(12, 1)}},
+             {31, 0, 12});
     const Tensor* alone[3] = {&la, &lb, &lc};
     for (int s = 0; s < 3; ++s) {
         const float* x = alone[s]->data<float>() + (alone[s]->size(0) - 1) * vocab;
         const float* y = mixed.data<float>() + s * vocab;
-        for (int64_t v = 0; v < vocab; ++v) ASSERT_NEAR(x[v], y[v], 1e-4) << "sequence " << s << " token " << v;
+        for (int64_t v = 0; v < vocab; ++v)
+            ASSERT_NEAR(x[v], y[v], 1e-4) << "sequence " << s << " token " << v;
     }
 }
 

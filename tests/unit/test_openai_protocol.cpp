@@ -29,32 +29,39 @@ TEST(ReasoningSplitter, ThinkBlockSplitAnywhere) {
 }
 
 TEST(ReasoningSplitter, NoThinkingAndUnfinishedThinking) {
-    EXPECT_EQ(split("Just an answer with </think> inside", 3), (std::pair<std::string, std::string>{"", "Just an answer with </think> inside"}));
-    EXPECT_EQ(split("<think>still thinking when cut off", 4), (std::pair<std::string, std::string>{"still thinking when cut off", ""}));
+    EXPECT_EQ(split("Just an answer with </think> inside", 3),
+              (std::pair<std::string, std::string>{"", "Just an answer with </think> inside"}));
+    EXPECT_EQ(split("<think>still thinking when cut off", 4),
+              (std::pair<std::string, std::string>{"still thinking when cut off", ""}));
     EXPECT_EQ(split("<thin", 2), (std::pair<std::string, std::string>{"", "<thin"}));
 }
 
 TEST(OpenAiProtocol, ParsesPromptsAndRejectsBadOnes) {
     SamplingParams defaults;
-    ApiRequest r = parse_completion_request(Json::parse(R"({"prompt": [[1, 2], [3]], "n": 2, "max_tokens": 5})"), defaults);
+    ApiRequest r = parse_completion_request(
+        Json::parse(R"({"prompt": [[1, 2], [3]], "n": 2, "max_tokens": 5})"), defaults);
     EXPECT_EQ(r.prompts.size(), 2u);
     EXPECT_EQ(r.prompts[1].token_ids, std::vector<int32_t>{3});
     EXPECT_EQ(r.n, 2);
     EXPECT_EQ(r.params.max_tokens, 5);
     EXPECT_THROW(parse_completion_request(Json::parse(R"({"prompt": 5})"), defaults), Error);
-    EXPECT_THROW(parse_completion_request(Json::parse(R"({"prompt": "x", "n": 0})"), defaults), Error);
+    EXPECT_THROW(parse_completion_request(Json::parse(R"({"prompt": "x", "n": 0})"), defaults),
+                 Error);
     EXPECT_THROW(parse_completion_request(Json::parse(R"({"prompt": [1, "a"]})"), defaults), Error);
     auto render = [](const Json& m, const Json&, const Json& kw) { return m.dump() + kw.dump(); };
-    ApiRequest c = parse_chat_request(Json::parse(R"({"messages": [{"role": "user", "content": "hi"}],
+    ApiRequest c =
+        parse_chat_request(Json::parse(R"({"messages": [{"role": "user", "content": "hi"}],
         "max_completion_tokens": 7, "logprobs": true, "top_logprobs": 2, "chat_template_kwargs": {"enable_thinking": false}})"),
-                                      defaults, render);
+                           defaults, render);
     EXPECT_EQ(c.params.max_tokens, 7);
     EXPECT_EQ(c.params.logprobs, 2);
     EXPECT_NE(c.prompts[0].text.find("enable_thinking"), std::string::npos);
 }
 
 TEST(UntrustedJson, NestingIsBoundedBeforeParsing) {
-    auto nest = [](int depth) { return std::string(size_t(depth), '[') + std::string(size_t(depth), ']'); };
+    auto nest = [](int depth) {
+        return std::string(size_t(depth), '[') + std::string(size_t(depth), ']');
+    };
     EXPECT_FALSE(json_nests_deeper_than(nest(64), 64));
     EXPECT_TRUE(json_nests_deeper_than(nest(65), 64));
     EXPECT_FALSE(json_nests_deeper_than(R"({"a": "[[[[[[[[[[\"[[[["})", 3));  // brackets in strings
@@ -65,7 +72,8 @@ TEST(UntrustedJson, NestingIsBoundedBeforeParsing) {
         parse_untrusted_json("{\"a\": 1", "the request body");
         FAIL();
     } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("the request body is not valid JSON"), std::string::npos);
+        EXPECT_NE(std::string(e.what()).find("the request body is not valid JSON"),
+                  std::string::npos);
     }
 }
 

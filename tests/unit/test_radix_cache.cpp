@@ -12,7 +12,7 @@ TEST(PageAllocator, AllOrNothingAndReuse) {
     PageAllocator a(4);
     auto p = a.allocate(3);
     ASSERT_TRUE(p.has_value());
-    EXPECT_EQ(*p, (std::vector<int32_t>{2, 1, 0}) );
+    EXPECT_EQ(*p, (std::vector<int32_t>{2, 1, 0}));
     EXPECT_FALSE(a.allocate(2).has_value());
     EXPECT_EQ(a.num_free(), 1);
     a.free(std::span(*p).first(1));
@@ -22,7 +22,9 @@ TEST(PageAllocator, AllOrNothingAndReuse) {
 }
 
 namespace {
-std::vector<int32_t> seq(std::initializer_list<int32_t> v) { return v; }
+std::vector<int32_t> seq(std::initializer_list<int32_t> v) {
+    return v;
+}
 }  // namespace
 
 TEST(RadixCache, MatchSplitLockEvict) {
@@ -33,7 +35,7 @@ TEST(RadixCache, MatchSplitLockEvict) {
     auto a_pages = *alloc.allocate(4);
     EXPECT_EQ(cache.match_prefix(a_tokens).num_tokens, 0);
     EXPECT_EQ(cache.insert(a_tokens, std::span(a_pages).first(3)), 0);  // full pages only
-    alloc.free(std::span(a_pages).subspan(3));                           // the partial page
+    alloc.free(std::span(a_pages).subspan(3));                          // the partial page
     cache.check_invariants({});
     EXPECT_EQ(cache.num_cached_pages(), 3);
 
@@ -86,13 +88,17 @@ TEST(RadixCache, FuzzAgainstPageContents) {
     PageAllocator alloc(num_pages);
     RadixCache cache(page_size, alloc);
     std::map<int32_t, std::vector<int32_t>> content;  // page -> the tokens written into it
-    struct Live { std::vector<int32_t> tokens, pages; RadixCache::Match match; };
+    struct Live {
+        std::vector<int32_t> tokens, pages;
+        RadixCache::Match match;
+    };
     std::vector<Live> live;
     int64_t matched_pages = 0, evicted_pages = 0;
     auto request_pages = [&] {
         std::vector<int32_t> out;
         for (const auto& r : live)
-            for (size_t i = size_t(r.match.pages.size()); i < r.pages.size(); ++i) out.push_back(r.pages[i]);
+            for (size_t i = size_t(r.match.pages.size()); i < r.pages.size(); ++i)
+                out.push_back(r.pages[i]);
         return out;
     };
     for (int step = 0; step < 3000; ++step) {
@@ -104,7 +110,8 @@ TEST(RadixCache, FuzzAgainstPageContents) {
             matched_pages += int64_t(r.match.pages.size());
             for (size_t i = 0; i < r.match.pages.size(); ++i)
                 ASSERT_EQ(content.at(r.match.pages[i]),
-                          std::vector<int32_t>(r.tokens.begin() + long(i) * page_size, r.tokens.begin() + long(i + 1) * page_size));
+                          std::vector<int32_t>(r.tokens.begin() + long(i) * page_size,
+                                               r.tokens.begin() + long(i + 1) * page_size));
             cache.lock(r.match.node);
             const int32_t need = int32_t((len + page_size - 1) / page_size - r.match.pages.size());
             if (alloc.num_free() < need) evicted_pages += cache.evict(need - alloc.num_free());
@@ -135,7 +142,8 @@ TEST(RadixCache, FuzzAgainstPageContents) {
         cache.check_invariants(request_pages());
     }
     for (auto& r : live) {
-        for (size_t i = r.match.pages.size(); i < r.pages.size(); ++i) alloc.free(std::span(&r.pages[i], 1));
+        for (size_t i = r.match.pages.size(); i < r.pages.size(); ++i)
+            alloc.free(std::span(&r.pages[i], 1));
         cache.unlock(r.match.node);
     }
     live.clear();

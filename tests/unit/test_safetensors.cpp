@@ -43,9 +43,7 @@ TEST(Safetensors, ReadsF32Bf16F16) {
 TEST(Safetensors, TensorsOutliveTheFileObject) {
     auto path = good_file(fresh_dir("st_alive"));
     Tensor a;
-    {
-        a = SafetensorsFile::open(path).tensor("a");
-    }
+    { a = SafetensorsFile::open(path).tensor("a"); }
     EXPECT_EQ(a.data<float>()[4], 4.f);  // the mapping is kept alive by the tensor
 }
 
@@ -53,13 +51,15 @@ TEST(Safetensors, TruncatedFilesAreErrorsNamingTheFile) {
     auto dir = fresh_dir("st_trunc");
     auto path = good_file(dir);
     const auto size = std::filesystem::file_size(path);
-    for (uintmax_t cut : {size - 1, size - 10, uintmax_t(40), uintmax_t(9), uintmax_t(5), uintmax_t(0)}) {
+    for (uintmax_t cut :
+         {size - 1, size - 10, uintmax_t(40), uintmax_t(9), uintmax_t(5), uintmax_t(0)}) {
         auto p = dir / ("cut" + std::to_string(cut) + ".safetensors");
         std::filesystem::copy_file(path, p, std::filesystem::copy_options::overwrite_existing);
         std::filesystem::resize_file(p, cut);
         std::string err = error_message([&] { SafetensorsFile::open(p); });
         EXPECT_THAT(err, HasSubstr(p.string())) << "cut at " << cut;
-        EXPECT_THAT(err, ::testing::AnyOf(HasSubstr("truncated"), HasSubstr("not valid JSON"))) << err;
+        EXPECT_THAT(err, ::testing::AnyOf(HasSubstr("truncated"), HasSubstr("not valid JSON")))
+            << err;
     }
 }
 
@@ -82,14 +82,18 @@ TEST(Safetensors, GarbageHeaders) {
     EXPECT_THAT(error_message([&] { SafetensorsFile::open(p); }), HasSubstr("needs 20 bytes"));
     write_safetensors(p, fake, R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [16, 0]}})");
     EXPECT_THAT(error_message([&] { SafetensorsFile::open(p); }), HasSubstr("bad data_offsets"));
-    write_safetensors(p, fake, R"({"a": {"dtype": "F32", "shape": [-4], "data_offsets": [0, 16]}})");
+    write_safetensors(p, fake,
+                      R"({"a": {"dtype": "F32", "shape": [-4], "data_offsets": [0, 16]}})");
     EXPECT_THAT(error_message([&] { SafetensorsFile::open(p); }), HasSubstr("negative dimension"));
     write_safetensors(p, fake, R"({"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
                                    "b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})");
     EXPECT_THAT(error_message([&] { SafetensorsFile::open(p); }), HasSubstr("overlap"));
     write_safetensors(p, fake, R"({"a": {"dtype": "F32", "shape": [4]}})");
-    EXPECT_THAT(error_message([&] { SafetensorsFile::open(p); }), HasSubstr("missing field 'data_offsets'"));
-    write_safetensors(p, fake, R"({"a": {"dtype": "F32", "shape": [4000000000, 4000000000, 4000000000], "data_offsets": [0, 16]}})");
+    EXPECT_THAT(error_message([&] { SafetensorsFile::open(p); }),
+                HasSubstr("missing field 'data_offsets'"));
+    write_safetensors(
+        p, fake,
+        R"({"a": {"dtype": "F32", "shape": [4000000000, 4000000000, 4000000000], "data_offsets": [0, 16]}})");
     EXPECT_THAT(error_message([&] { SafetensorsFile::open(p); }), HasSubstr("too large"));
 }
 
@@ -98,13 +102,16 @@ TEST(Safetensors, WrongAndUnknownDtypes) {
     auto p = dir / "d.safetensors";
     FakeTensor ints{"ids", "I64", {2}, std::vector<uint8_t>(16)};
     write_safetensors(p, {ints});
-    SafetensorsFile f = SafetensorsFile::open(p);  // a valid file...
+    SafetensorsFile f = SafetensorsFile::open(p);               // a valid file...
     std::string err = error_message([&] { f.tensor("ids"); });  // ...whose tensor we cannot use
     EXPECT_THAT(err, HasSubstr("'ids' has dtype I64; expected BF16, F16 or F32"));
     EXPECT_THAT(err, HasSubstr(p.string()));
     FakeTensor q{"q", "Q4_K", {2}, std::vector<uint8_t>(2)};
     write_safetensors(p, {q});
-    EXPECT_THAT(error_message([&] { SafetensorsFile::open(p); }), HasSubstr("unknown dtype 'Q4_K'"));
-    EXPECT_THAT(error_message([&] { SafetensorsFile::open(dir / "absent.safetensors"); }), HasSubstr("cannot open"));
-    EXPECT_THAT(error_message([&] { SafetensorsFile::open(dir); }), HasSubstr("not a regular file"));
+    EXPECT_THAT(error_message([&] { SafetensorsFile::open(p); }),
+                HasSubstr("unknown dtype 'Q4_K'"));
+    EXPECT_THAT(error_message([&] { SafetensorsFile::open(dir / "absent.safetensors"); }),
+                HasSubstr("cannot open"));
+    EXPECT_THAT(error_message([&] { SafetensorsFile::open(dir); }),
+                HasSubstr("not a regular file"));
 }

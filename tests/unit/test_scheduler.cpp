@@ -14,7 +14,7 @@ using namespace miniinfer;
 namespace {
 
 class FakeRunner : public ModelRunner {
-public:
+  public:
     explicit FakeRunner(int64_t vocab, int64_t page_size) : page_size_(page_size) {
         config_.model_type = "fake";
         config_.vocab_size = vocab;
@@ -30,11 +30,13 @@ public:
             const int32_t start = len - (b.query_start[s + 1] - first);
             // Context written in earlier steps must be intact.
             for (int32_t p = 0; p < start; ++p) {
-                const int32_t page = b.block_table[s * size_t(b.max_pages) + size_t(p / page_size_)];
+                const int32_t page =
+                    b.block_table[s * size_t(b.max_pages) + size_t(p / page_size_)];
                 const auto it = kv_.find(int64_t(page) * page_size_ + p % page_size_);
                 EXPECT_TRUE(it != kv_.end()) << "unwritten slot for position " << p;
                 if (it != kv_.end()) {
-                    EXPECT_EQ(it->second, (std::pair{p, b.seqs[s].request->token(p)})) << "position " << p;
+                    EXPECT_EQ(it->second, (std::pair{p, b.seqs[s].request->token(p)}))
+                        << "position " << p;
                 }
             }
             for (int32_t i = first; i < b.query_start[s + 1]; ++i) {
@@ -44,12 +46,16 @@ public:
         }
         std::vector<SampledToken> out;
         for (const SamplerInput& in : sampling)  // a function of the request and its length only
-            out.push_back({int32_t((in.seed * 7919 + in.output_ids.size() * 31 + in.prompt_ids.size()) % uint64_t(config_.vocab_size)), 0.f, {}});
+            out.push_back(
+                {int32_t((in.seed * 7919 + in.output_ids.size() * 31 + in.prompt_ids.size()) %
+                         uint64_t(config_.vocab_size)),
+                 0.f,
+                 {}});
         return out;
     }
     int64_t steps = 0;
 
-private:
+  private:
     ModelConfig config_;
     int64_t page_size_;
     std::map<int64_t, std::pair<int32_t, int32_t>> kv_;  // slot -> (position, token)
@@ -74,8 +80,8 @@ class SchedulerFuzz : public ::testing::TestWithParam<bool> {};
 TEST_P(SchedulerFuzz, RandomRequestsAbortsAndATinyPool) {
     const bool prefix_caching = GetParam();
     const int64_t page_size = 4, num_pages = 24, vocab = 50;
-    LLMEngine engine(small_config(num_pages, page_size, prefix_caching), std::make_unique<FakeRunner>(vocab, page_size),
-                     std::nullopt);
+    LLMEngine engine(small_config(num_pages, page_size, prefix_caching),
+                     std::make_unique<FakeRunner>(vocab, page_size), std::nullopt);
     std::mt19937 rng(prefix_caching ? 11 : 12);
     std::map<std::string, int64_t> expected_len;  // id -> max_tokens
     std::map<std::string, RequestOutput> done;
@@ -111,8 +117,10 @@ TEST_P(SchedulerFuzz, RandomRequestsAbortsAndATinyPool) {
         engine.scheduler().check_invariants();
         ASSERT_LT(++steps, 200000) << "no progress";
     }
-    std::printf("[ %zu requests finished, %lld rejected, %lld aborted, %lld steps, %lld preemptions ]\n", done.size(),
-                (long long)rejected, (long long)aborted, (long long)steps, (long long)engine.scheduler().num_preemptions());
+    std::printf(
+        "[ %zu requests finished, %lld rejected, %lld aborted, %lld steps, %lld preemptions ]\n",
+        done.size(), (long long)rejected, (long long)aborted, (long long)steps,
+        (long long)engine.scheduler().num_preemptions());
     EXPECT_GT(rejected, 0);
     EXPECT_GT(engine.scheduler().num_preemptions(), 0);
     for (const auto& [id, len] : expected_len) {
@@ -145,9 +153,14 @@ TEST(Scheduler, RejectsWhatCanNeverRun) {
     EXPECT_THAT([&] { engine.add_request(Prompt::from_ids({}), p); },
                 ::testing::ThrowsMessage<Error>(::testing::HasSubstr("empty")));
     EXPECT_THAT([&] { engine.add_request(Prompt::from_ids(std::vector<int32_t>(30, 1)), p); },
-                ::testing::ThrowsMessage<Error>(::testing::HasSubstr("maximum context length is 32 tokens, but 40 were requested (30 in the prompt, 10 max_tokens)")));
-    EXPECT_THAT([&] { engine.add_request(Prompt::from_ids({1, 50}), p); },
-                ::testing::ThrowsMessage<Error>(::testing::HasSubstr("outside the vocabulary")));
+                ::testing::ThrowsMessage<Error>(
+                    ::testing::HasSubstr("maximum context length is 32 tokens, but 40 were "
+                                         "requested (30 in the prompt, 10 max_tokens)")));
+    EXPECT_THAT(
+        [&] {
+            engine.add_request(Prompt::from_ids({1, 50}), p);
+        },
+        ::testing::ThrowsMessage<Error>(::testing::HasSubstr("outside the vocabulary")));
     EXPECT_THAT([&] { engine.add_request(Prompt::from_text("hi"), p); },
                 ::testing::ThrowsMessage<Error>(::testing::HasSubstr("no tokenizer.json")));
     engine.add_request(Prompt::from_ids({1}), p, "x");

@@ -15,7 +15,8 @@ TEST(ThreadPool, CoversEveryIndexOnce) {
         pool.parallel_for(n, [&](int64_t b, int64_t e) {
             for (int64_t i = b; i < e; ++i) hits[size_t(i)]++;
         });
-        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)].load(), 1) << "n=" << n << " i=" << i;
+        for (int64_t i = 0; i < n; ++i)
+            ASSERT_EQ(hits[size_t(i)].load(), 1) << "n=" << n << " i=" << i;
     }
 }
 
@@ -23,15 +24,18 @@ TEST(ThreadPool, ManyRoundsAndMinChunk) {
     ThreadPool pool(3);
     std::atomic<int64_t> sum = 0;
     for (int round = 0; round < 200; ++round)
-        pool.parallel_for(100, [&](int64_t b, int64_t e) { sum += e - b; }, 7);
+        pool.parallel_for(
+            100, [&](int64_t b, int64_t e) { sum += e - b; }, 7);
     EXPECT_EQ(sum.load(), 200 * 100);
 }
 
 TEST(ThreadPool, RethrowsInCaller) {
     ThreadPool pool(2);
-    EXPECT_THROW(pool.parallel_for(64, [](int64_t b, int64_t) {
-        if (b == 0) throw std::runtime_error("boom");
-    }), std::runtime_error);
+    EXPECT_THROW(pool.parallel_for(64,
+                                   [](int64_t b, int64_t) {
+                                       if (b == 0) throw std::runtime_error("boom");
+                                   }),
+                 std::runtime_error);
     // Still usable afterwards.
     std::atomic<int> n = 0;
     pool.parallel_for(10, [&](int64_t b, int64_t e) { n += int(e - b); });

@@ -37,7 +37,7 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 
 namespace {
 class DeviceStorage : public Storage {
-public:
+  public:
     explicit DeviceStorage(size_t num_bytes) : buffer_(num_bytes) {
         MI_CUDA_CHECK(cudaMemset(buffer_.data(), 0, num_bytes));
         data = buffer_.data();
@@ -45,7 +45,7 @@ public:
         device = Device::kCUDA;
     }
 
-private:
+  private:
     DeviceBuffer buffer_;
 };
 }  // namespace
@@ -58,7 +58,8 @@ Tensor device_tensor(Shape shape, DType dtype) {
 }
 
 Tensor to_device(const Tensor& host) {
-    MI_CHECK(host.device() == Device::kCPU && host.is_contiguous(), "to_device of {}", host.describe());
+    MI_CHECK(host.device() == Device::kCPU && host.is_contiguous(), "to_device of {}",
+             host.describe());
     Tensor out = device_tensor(host.shape(), host.dtype());
     MI_CUDA_CHECK(cudaMemcpy(out.raw(), host.raw(), host.nbytes(), cudaMemcpyHostToDevice));
     return out;
@@ -72,20 +73,29 @@ Tensor to_host(const Tensor& device) {
     return out;
 }
 
-Stream::Stream() { MI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)); }
+Stream::Stream() {
+    MI_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+}
 Stream::~Stream() {
     if (stream_) cudaStreamDestroy(stream_);
 }
-void Stream::synchronize() const { MI_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void Stream::synchronize() const {
+    MI_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
 
 Event::Event(bool timing) {
-    MI_CUDA_CHECK(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
+    MI_CUDA_CHECK(
+        cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
 }
 Event::~Event() {
     if (event_) cudaEventDestroy(event_);
 }
-void Event::record(cudaStream_t stream) const { MI_CUDA_CHECK(cudaEventRecord(event_, stream)); }
-void Event::synchronize() const { MI_CUDA_CHECK(cudaEventSynchronize(event_)); }
+void Event::record(cudaStream_t stream) const {
+    MI_CUDA_CHECK(cudaEventRecord(event_, stream));
+}
+void Event::synchronize() const {
+    MI_CUDA_CHECK(cudaEventSynchronize(event_));
+}
 float Event::elapsed_ms(const Event& start, const Event& end) {
     float ms = 0;
     MI_CUDA_CHECK(cudaEventElapsedTime(&ms, start.event_, end.event_));

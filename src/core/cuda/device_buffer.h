@@ -12,7 +12,7 @@
 namespace miniinfer::cuda {
 
 class DeviceBuffer {
-public:
+  public:
     DeviceBuffer() = default;
     explicit DeviceBuffer(size_t bytes);
     ~DeviceBuffer();
@@ -24,7 +24,7 @@ public:
     void* data() const { return data_; }
     size_t bytes() const { return bytes_; }
 
-private:
+  private:
     void* data_ = nullptr;
     size_t bytes_ = 0;
 };
@@ -36,7 +36,7 @@ Tensor to_device(const Tensor& host);
 Tensor to_host(const Tensor& device);
 
 class Stream {
-public:
+  public:
     Stream();  // non-blocking stream
     ~Stream();
     Stream(const Stream&) = delete;
@@ -44,12 +44,12 @@ public:
     cudaStream_t get() const { return stream_; }
     void synchronize() const;
 
-private:
+  private:
     cudaStream_t stream_ = nullptr;
 };
 
 class Event {
-public:
+  public:
     explicit Event(bool timing = false);
     ~Event();
     Event(const Event&) = delete;
@@ -60,7 +60,7 @@ public:
     // Milliseconds between two recorded timing events.
     static float elapsed_ms(const Event& start, const Event& end);
 
-private:
+  private:
     cudaEvent_t event_ = nullptr;
 };
 

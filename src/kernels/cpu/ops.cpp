@@ -11,7 +11,9 @@
 namespace miniinfer::cpu {
 namespace {
 
-ThreadPool& pool() { return ThreadPool::global(); }
+ThreadPool& pool() {
+    return ThreadPool::global();
+}
 
 inline float dot(const float* a, const float* b, int64_t n) {
     float sum = 0.f;
@@ -20,26 +22,32 @@ inline float dot(const float* a, const float* b, int64_t n) {
     return sum;
 }
 
-inline float silu(float x) { return x / (1.f + std::exp(-x)); }
+inline float silu(float x) {
+    return x / (1.f + std::exp(-x));
+}
 
 }  // namespace
 
 void embedding(const int32_t* ids, int64_t n, const float* table, int64_t hidden, float* out) {
     for (int64_t i = 0; i < n; ++i)
-        std::memcpy(out + i * hidden, table + int64_t(ids[i]) * hidden, size_t(hidden) * sizeof(float));
+        std::memcpy(out + i * hidden, table + int64_t(ids[i]) * hidden,
+                    size_t(hidden) * sizeof(float));
 }
 
 // Each task takes a block of weight rows and runs it against every token, so a weight row is
 // read from memory once per call, not once per token.
 void linear(const float* x, int64_t n, int64_t in, const float* w, const float* bias, int64_t out,
             float* y) {
-    pool().parallel_for(out, [&](int64_t begin, int64_t end) {
-        for (int64_t o = begin; o < end; ++o) {
-            const float* row = w + o * in;
-            const float b = bias ? bias[o] : 0.f;
-            for (int64_t t = 0; t < n; ++t) y[t * out + o] = dot(x + t * in, row, in) + b;
-        }
-    }, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, in * n)));
+    pool().parallel_for(
+        out,
+        [&](int64_t begin, int64_t end) {
+            for (int64_t o = begin; o < end; ++o) {
+                const float* row = w + o * in;
+                const float b = bias ? bias[o] : 0.f;
+                for (int64_t t = 0; t < n; ++t) y[t * out + o] = dot(x + t * in, row, in) + b;
+            }
+        },
+        std::max<int64_t>(1, 16384 / std::max<int64_t>(1, in * n)));
 }
 
 void rms_norm(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y) {
@@ -103,7 +111,8 @@ void paged_attention(const PagedAttentionArgs& a) {
     // Which sequence each query row belongs to.
     std::vector<int32_t> seq_of(static_cast<size_t>(num_tokens));
     for (int64_t s = 0; s < a.num_seqs; ++s)
-        for (int32_t t = a.query_start[s]; t < a.query_start[s + 1]; ++t) seq_of[size_t(t)] = int32_t(s);
+        for (int32_t t = a.query_start[s]; t < a.query_start[s + 1]; ++t)
+            seq_of[size_t(t)] = int32_t(s);
 
     pool().parallel_for(num_tokens * a.num_heads, [&](int64_t begin, int64_t end) {
         std::vector<float> scores;
@@ -115,12 +124,15 @@ void paged_attention(const PagedAttentionArgs& a) {
             const int64_t num_keys = a.seq_lens[s] - q_len + (t - a.query_start[s]) + 1;
             const int32_t* pages = a.block_table + s * a.max_pages;
             const float* q = a.q + (t * a.num_heads + h) * a.head_dim;
-            auto slot = [&](int64_t j) { return int64_t(pages[j / a.page_size]) * a.page_size + j % a.page_size; };
+            auto slot = [&](int64_t j) {
+                return int64_t(pages[j / a.page_size]) * a.page_size + j % a.page_size;
+            };
 
             scores.resize(size_t(num_keys));
             float max_score = -INFINITY;
             for (int64_t j = 0; j < num_keys; ++j) {
-                scores[size_t(j)] = dot(q, a.k_cache + slot(j) * kv_row + kv_h * a.head_dim, a.head_dim) * a.scale;
+                scores[size_t(j)] =
+                    dot(q, a.k_cache + slot(j) * kv_row + kv_h * a.head_dim, a.head_dim) * a.scale;
                 max_score = std::max(max_score, scores[size_t(j)]);
             }
             float denom = 0.f;
@@ -131,7 +143,8 @@ void paged_attention(const PagedAttentionArgs& a) {
                 const float* v = a.v_cache + slot(j) * kv_row + kv_h * a.head_dim;
                 for (int64_t d = 0; d < a.head_dim; ++d) acc[size_t(d)] += p * v[d];
             }
-            std::memcpy(a.out + (t * a.num_heads + h) * a.head_dim, acc.data(), size_t(a.head_dim) * sizeof(float));
+            std::memcpy(a.out + (t * a.num_heads + h) * a.head_dim, acc.data(),
+                        size_t(a.head_dim) * sizeof(float));
         }
     });
 }
@@ -144,15 +157,18 @@ void moe_route(const float* router_logits, int64_t n, int64_t num_experts, int64
         const float* logits = router_logits + t * num_experts;
         const float max_logit = *std::max_element(logits, logits + num_experts);
         float sum = 0.f;
-        for (int64_t e = 0; e < num_experts; ++e) sum += (probs[size_t(e)] = std::exp(logits[e] - max_logit));
+        for (int64_t e = 0; e < num_experts; ++e)
+            sum += (probs[size_t(e)] = std::exp(logits[e] - max_logit));
         for (auto& p : probs) p /= sum;
         std::iota(order.begin(), order.end(), 0);
-        std::stable_sort(order.begin(), order.end(), [&](int32_t x, int32_t y) { return probs[size_t(x)] > probs[size_t(y)]; });
+        std::stable_sort(order.begin(), order.end(),
+                         [&](int32_t x, int32_t y) { return probs[size_t(x)] > probs[size_t(y)]; });
         float top_sum = 0.f;
         for (int64_t k = 0; k < top_k; ++k) top_sum += probs[size_t(order[size_t(k)])];
         for (int64_t k = 0; k < top_k; ++k) {
             expert_ids[t * top_k + k] = order[size_t(k)];
-            weights[t * top_k + k] = probs[size_t(order[size_t(k)])] / (renormalize ? top_sum : 1.f);
+            weights[t * top_k + k] =
+                probs[size_t(order[size_t(k)])] / (renormalize ? top_sum : 1.f);
         }
     }
 }
@@ -172,15 +188,18 @@ void moe_experts(const float* x, int64_t n, int64_t hidden, const int32_t* exper
         const int64_t m = int64_t(rows.size());
         xs.resize(size_t(m * hidden));
         for (int64_t r = 0; r < m; ++r)
-            std::memcpy(&xs[size_t(r * hidden)], x + (rows[size_t(r)] / top_k) * hidden, size_t(hidden) * sizeof(float));
+            std::memcpy(&xs[size_t(r * hidden)], x + (rows[size_t(r)] / top_k) * hidden,
+                        size_t(hidden) * sizeof(float));
         h2.resize(size_t(m * 2 * inter));
         h.resize(size_t(m * inter));
         y.resize(size_t(m * hidden));
-        linear(xs.data(), m, hidden, gate_up + e * 2 * inter * hidden, nullptr, 2 * inter, h2.data());
+        linear(xs.data(), m, hidden, gate_up + e * 2 * inter * hidden, nullptr, 2 * inter,
+               h2.data());
         silu_mul(h2.data(), m, inter, h.data());
         linear(h.data(), m, inter, down + e * hidden * inter, nullptr, hidden, y.data());
         for (int64_t r = 0; r < m; ++r)
-            std::memcpy(&expert_out[size_t(rows[size_t(r)] * hidden)], &y[size_t(r * hidden)], size_t(hidden) * sizeof(float));
+            std::memcpy(&expert_out[size_t(rows[size_t(r)] * hidden)], &y[size_t(r * hidden)],
+                        size_t(hidden) * sizeof(float));
     }
     for (int64_t t = 0; t < n; ++t) {
         float* o = out + t * hidden;

@@ -9,7 +9,8 @@
 namespace miniinfer::cuda {
 namespace {
 
-__global__ void bf16_to_f32_kernel(const __nv_bfloat16* __restrict__ in, float* __restrict__ out, int64_t n) {
+__global__ void bf16_to_f32_kernel(const __nv_bfloat16* __restrict__ in, float* __restrict__ out,
+                                   int64_t n) {
     const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 8;
     if (i + 8 <= n) {
         const uint4 packed = *reinterpret_cast<const uint4*>(in + i);
@@ -29,15 +30,18 @@ __global__ void bf16_to_f32_kernel(const __nv_bfloat16* __restrict__ in, float* 
 }  // namespace
 
 void bf16_to_f32(const Tensor& in, Tensor& out, cudaStream_t stream) {
-    MI_LAUNCH_CHECK(in.device() == Device::kCUDA && out.device() == Device::kCUDA && in.dtype() == DType::kBF16 &&
-                        out.dtype() == DType::kF32 && in.numel() == out.numel() && in.is_contiguous() && out.is_contiguous(),
+    MI_LAUNCH_CHECK(in.device() == Device::kCUDA && out.device() == Device::kCUDA &&
+                        in.dtype() == DType::kBF16 && out.dtype() == DType::kF32 &&
+                        in.numel() == out.numel() && in.is_contiguous() && out.is_contiguous(),
                     "bf16_to_f32: contiguous CUDA bf16 in, f32 out, same size");
-    MI_LAUNCH_CHECK(reinterpret_cast<uintptr_t>(in.raw()) % 16 == 0 && reinterpret_cast<uintptr_t>(out.raw()) % 16 == 0,
+    MI_LAUNCH_CHECK(reinterpret_cast<uintptr_t>(in.raw()) % 16 == 0 &&
+                        reinterpret_cast<uintptr_t>(out.raw()) % 16 == 0,
                     "bf16_to_f32: 16-byte aligned buffers");
     const int64_t n = in.numel();
     if (n == 0) return;
     const int64_t threads = (n + 7) / 8;
-    bf16_to_f32_kernel<<<unsigned((threads + 255) / 256), 256, 0, stream>>>(in.data<__nv_bfloat16>(), out.data<float>(), n);
+    bf16_to_f32_kernel<<<unsigned((threads + 255) / 256), 256, 0, stream>>>(
+        in.data<__nv_bfloat16>(), out.data<float>(), n);
     MI_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -31,7 +31,8 @@ __device__ float block_sum(float v) {
 }
 
 // x, out: [rows, dim]; residual: [rows, dim] or null; w: [dim]
-__global__ void add_rms_norm_kernel(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ residual,
+__global__ void add_rms_norm_kernel(const __nv_bfloat16* __restrict__ x,
+                                    __nv_bfloat16* __restrict__ residual,
                                     const __nv_bfloat16* __restrict__ w, int dim, float eps,
                                     __nv_bfloat16* __restrict__ out) {
     const int64_t base = int64_t(blockIdx.x) * dim;
@@ -54,7 +55,8 @@ __global__ void add_rms_norm_kernel(const __nv_bfloat16* __restrict__ x, __nv_bf
 }
 
 void check_bf16_cuda(const Tensor& t, const char* name) {
-    MI_LAUNCH_CHECK(t.device() == Device::kCUDA && t.dtype() == DType::kBF16 && t.is_contiguous(), name);
+    MI_LAUNCH_CHECK(t.device() == Device::kCUDA && t.dtype() == DType::kBF16 && t.is_contiguous(),
+                    name);
 }
 
 }  // namespace
