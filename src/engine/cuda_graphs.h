@@ -27,10 +27,26 @@ namespace miniinfer {
 
 // Offsets (in int32s) of the step inputs in the runner's input buffer; the token ids are at 0.
 struct StepInputLayout {
+    StepInputLayout() = default;
+    // For steps of up to max_tokens tokens and max_seqs sequences of up to max_pages_per_seq
+    // pages: [ids | positions | slots] x max_tokens, query_start (max_seqs + 1), seq_lens,
+    // logits_indices, then the two block tables.
+    StepInputLayout(int64_t max_tokens, int64_t max_seqs, int64_t max_pages_per_seq)
+        : positions(max_tokens),
+          slots(2 * max_tokens),
+          query_start(3 * max_tokens),
+          seq_lens(query_start + max_seqs + 1),
+          logits_indices(seq_lens + max_seqs),
+          table(logits_indices + max_seqs),
+          graph_table(table + max_seqs * max_pages_per_seq),
+          max_pages_per_seq(max_pages_per_seq),
+          total(graph_table + max_seqs * max_pages_per_seq) {}
+
     int64_t positions = 0, slots = 0, query_start = 0, seq_lens = 0, logits_indices = 0;
     int64_t table = 0;        // eager steps' block table, at the batch's own stride
     int64_t graph_table = 0;  // the graphs' block table: [max_num_seqs, max_pages_per_seq]
     int64_t max_pages_per_seq = 0;
+    int64_t total = 0;  // ints in the buffer
 };
 
 class DecodeGraphs {

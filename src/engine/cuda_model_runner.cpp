@@ -4,21 +4,12 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
+#include "core/cuda/pinned_buffer.h"
 #include "core/logging.h"
-#include "core/thread_pool.h"
 #include "engine/cuda_graphs.h"
 #include "engine/cuda_sampler.h"
-#include "engine/pinned_buffer.h"
-#include "kernels/cuda/attention.h"
-#include "kernels/cuda/attention_flashinfer.h"
-#include "kernels/cuda/cast.h"
-#include "kernels/cuda/embedding.h"
-#include "kernels/cuda/gather_rows.h"
-#include "kernels/cuda/gemm.h"
-#include "kernels/cuda/qk_norm_rope.h"
-#include "kernels/cuda/rms_norm.h"
-#include "kernels/cuda/silu_mul.h"
-#include "layers/layers.h"
+#include "layers/cuda/attention_backend.h"
+#include "models/cuda_model.h"
 
 namespace miniinfer {
 namespace {
@@ -29,57 +20,30 @@ constexpr size_t kGraphMarginBytes = size_t(16) << 20;
 constexpr int64_t kTrialPages = 1;  // the KV pool the graphs are first measured against
 constexpr double kMiB = 1048576.0;
 
-// f32 host weights -> bf16 device tensor (lossless: checkpoints are bf16).
-Tensor upload_bf16(const Tensor& host) {
-    if (!host.defined()) return Tensor();
-    Tensor staged = Tensor::zeros(host.shape(), DType::kBF16);
-    const float* src = host.data<float>();
-    auto* dst = staged.data<uint16_t>();
-    ThreadPool::global().parallel_for(
-        host.numel(),
-        [&](int64_t b, int64_t e) {
-            for (int64_t i = b; i < e; ++i) dst[i] = f32_to_bf16(src[i]);
-        },
-        1 << 16);
-    return cuda::to_device(staged);
+size_t free_device_memory() {
+    size_t free = 0, total = 0;
+    MI_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return free;
 }
 
-Tensor rows(const Tensor& t, int64_t n) {
-    return t.slice_rows(0, n);
+size_t total_device_memory() {
+    size_t free = 0, total = 0;
+    MI_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+    return total;
 }
 
 }  // namespace
 
 struct CudaModelRunner::Impl {
-    struct Layer {
-        Tensor input_norm, post_norm, qkv, qkv_bias, q_norm, k_norm, o_proj, o_bias, gate_up, down;
-        Tensor k_cache, v_cache;  // [num_pages + 1, page_size, num_kv_heads, head_dim] bf16
+    // The device memory each construction phase took, for the fit check and the log line.
+    struct Memory {
+        size_t weights = 0, activations = 0;
+        size_t free_after_weights = 0;
+        size_t graphs = 0;         // the graphs' trial (or only) capture
+        size_t graphs_kept = 0;    // what the device kept of the trial after destroying it
+        size_t graph_reserve = 0;  // set aside for the real capture when sizing the KV cache
+        bool graphs_measured = false;
     };
-
-    ModelConfig cfg;
-    CudaRunnerOptions opt;
-    int64_t max_pages_per_seq = 0, num_pages = 0;
-    cuda::Stream stream;
-    cuda::Gemm gemm;
-    Tensor embed, final_norm, lm_head, inv_freq;
-    std::vector<Layer> layers;
-
-    // Step inputs: host staging (pinned) and its device copy, i32, at the offsets of `in`.
-    StepInputLayout in;
-    std::unique_ptr<PinnedBuffer> host_inputs;
-    Tensor dev_inputs;
-    // Activations, sized for the worst step.
-    Tensor hidden, residual, normed, qkv, q, attn, proj, gate_up, act;
-    Tensor last_hidden, last_residual, last_normed;
-    Tensor logits_bf16, logits_f32;  // [max_num_seqs, vocab]: lm_head's output and its f32 copy
-    cuda::DeviceBuffer attention_workspace;
-    std::unique_ptr<CudaSampler> sampler;
-    std::unique_ptr<cuda::FlashInferAttention> flashinfer;  // the `flashinfer` backend, else fa2
-
-    std::unique_ptr<DecodeGraphs> graphs;
-    int64_t dummy_page = 0;  // the KV page padded graph rows write to (one past the scheduler's)
-    int64_t graph_max_seq_len = 0;
-    int64_t last_num_logits = 0;
 
     // What one forward pass reads: how many tokens / sequences / sampled rows, and where the
     // block table is (the eager step packs it with the batch's own stride).
@@ -88,154 +52,161 @@ struct CudaModelRunner::Impl {
             table_stride;
     };
 
+    explicit Impl(const EngineConfig& config)
+        : opt(config),
+          max_pages_per_seq((config.max_model_len + config.page_size - 1) / config.page_size),
+          in(config.max_num_batched_tokens, config.max_num_seqs, max_pages_per_seq),
+          graph_max_seq_len(std::min<int64_t>(config.max_model_len, 4096)) {}
+
+    // The construction phases, in order.
+    void upload_model(ModelConfig model_config, ModelWeights weights);
+    void allocate_step_buffers();
+    void measure_graphs();
+    void size_kv_cache();
+    void capture_and_log();
+
+    void allocate_kv(int64_t pages);  // pages + 1 (the dummy page); 0 frees the pool
+    size_t capture_graphs(bool warm_up);
+    void plan_attention(int64_t num_seqs);  // from the host inputs' first rows
+    void forward(const Batch& b);
+    void run_model(const StepShape& shape);  // kernels only: no host work, capturable
+
     Tensor inputs_view(int64_t offset, Shape shape) const {
         return Tensor(dev_inputs.data<int32_t>() + offset, DType::kI32, std::move(shape),
                       Device::kCUDA);
     }
     int32_t* host_ints() const { return static_cast<int32_t*>(host_inputs->data); }
-    void allocate_kv(int64_t pages);  // pages + 1 (the dummy page)
-    size_t capture_graphs(bool warm_up);
-    void forward(const Batch& b);
-    void run_layers(const StepShape& shape);  // kernels only: no host work, capturable
-    void plan_attention(int64_t num_seqs);    // flashinfer: plan from the host inputs' first rows
+
+    const EngineConfig opt;
+    const int64_t max_pages_per_seq;
+    Memory memory;
+    int64_t num_pages = 0;
+    cuda::Stream stream;
+    std::unique_ptr<CudaModel> model;
+    std::unique_ptr<cuda::AttentionBackend> attention;
+    std::vector<cuda::KvLayer> kv;  // per layer: [num_pages + 1, page_size, kv_heads, head_dim]
+
+    // Step inputs: host staging (pinned) and its device copy, i32, at the offsets of `in`.
+    const StepInputLayout in;
+    std::unique_ptr<cuda::PinnedBuffer> host_inputs;
+    Tensor dev_inputs;
+    std::unique_ptr<CudaSampler> sampler;
+
+    std::unique_ptr<DecodeGraphs> graphs;
+    int64_t dummy_page = 0;  // the KV page padded graph rows write to (one past the scheduler's)
+    const int64_t graph_max_seq_len;
+    int64_t last_num_logits = 0;
 };
 
-CudaModelRunner::CudaModelRunner(ModelConfig config, const ModelWeights& w,
-                                 const CudaRunnerOptions& options)
-    : impl_(std::make_unique<Impl>()) {
-    Impl& m = *impl_;
-    m.cfg = std::move(config);
-    m.opt = options;
-    const ModelConfig& c = m.cfg;
-    if (c.num_experts > 0)
-        fail("{}: Qwen3-MoE does not run on CUDA yet; use --device cpu", c.model_type);
+CudaModelRunner::CudaModelRunner(const EngineConfig& config, ModelConfig model_config,
+                                 ModelWeights weights)
+    : impl_(std::make_unique<Impl>(config)) {
     if (cuda::device_count() == 0) fail("--device cuda: no CUDA device is visible");
-    size_t free0 = 0, total = 0;
-    MI_CUDA_CHECK(cudaMemGetInfo(&free0, &total));
+    impl_->upload_model(std::move(model_config), std::move(weights));
+    impl_->allocate_step_buffers();
+    impl_->measure_graphs();
+    impl_->size_kv_cache();
+    impl_->capture_and_log();
+}
 
-    m.embed = upload_bf16(w.embed);
-    m.lm_head = c.tie_word_embeddings ? m.embed : upload_bf16(w.lm_head);
-    m.final_norm = upload_bf16(w.norm);
-    for (const LayerWeights& lw : w.layers)
-        m.layers.push_back({upload_bf16(lw.input_norm), upload_bf16(lw.post_attention_norm),
-                            upload_bf16(lw.qkv), upload_bf16(lw.qkv_bias), upload_bf16(lw.q_norm),
-                            upload_bf16(lw.k_norm), upload_bf16(lw.o_proj), upload_bf16(lw.o_bias),
-                            upload_bf16(lw.gate_up), upload_bf16(lw.down), Tensor(), Tensor()});
-    Rotary rotary(c.head_dim, c.rope_theta,
-                  c.rope_scaling.kind == RopeScaling::Kind::kLinear ? c.rope_scaling.factor : 1.0);
-    Tensor freq = Tensor::zeros({c.head_dim / 2}, DType::kF32);
-    std::copy(rotary.inv_freq().begin(), rotary.inv_freq().end(), freq.data<float>());
-    m.inv_freq = cuda::to_device(freq);
-    size_t free1 = 0;
-    MI_CUDA_CHECK(cudaMemGetInfo(&free1, &total));
-    const size_t weight_bytes = free0 - free1;
+void CudaModelRunner::Impl::upload_model(ModelConfig model_config, ModelWeights weights) {
+    const size_t before = free_device_memory();
+    model = make_cuda_model(model_config, std::move(weights));
+    memory.free_after_weights = free_device_memory();
+    memory.weights = before - memory.free_after_weights;
+}
 
-    // Worst-case activations: every buffer for max_num_batched_tokens rows.
-    const int64_t T = options.max_num_batched_tokens, S = options.max_num_seqs, H = c.hidden_size;
-    const int64_t qkv_width = c.q_size() + 2 * c.kv_size(), I = c.intermediate_size;
-    m.max_pages_per_seq = (options.max_model_len + options.page_size - 1) / options.page_size;
-    StepInputLayout& L = m.in;
-    L.positions = T;
-    L.slots = 2 * T;
-    L.query_start = 3 * T;
-    L.seq_lens = L.query_start + S + 1;
-    L.logits_indices = L.seq_lens + S;
-    L.table = L.logits_indices + S;
-    L.graph_table = L.table + S * m.max_pages_per_seq;
-    L.max_pages_per_seq = m.max_pages_per_seq;
-    const int64_t input_ints = L.graph_table + S * m.max_pages_per_seq;
-    m.graph_max_seq_len = std::min<int64_t>(options.max_model_len, 4096);
-    m.host_inputs = std::make_unique<PinnedBuffer>(size_t(input_ints) * 4);
-    m.dev_inputs = cuda::device_tensor({input_ints}, DType::kI32);
-    for (Tensor* t : {&m.hidden, &m.residual, &m.normed, &m.proj})
-        *t = cuda::device_tensor({T, H}, DType::kBF16);
-    m.qkv = cuda::device_tensor({T, qkv_width}, DType::kBF16);
-    m.q = cuda::device_tensor({T, c.num_heads, c.head_dim}, DType::kBF16);
-    m.attn = cuda::device_tensor({T, c.q_size()}, DType::kBF16);
-    m.gate_up = cuda::device_tensor({T, 2 * I}, DType::kBF16);
-    m.act = cuda::device_tensor({T, I}, DType::kBF16);
-    for (Tensor* t : {&m.last_hidden, &m.last_residual, &m.last_normed})
-        *t = cuda::device_tensor({S, H}, DType::kBF16);
-    m.logits_bf16 = cuda::device_tensor({S, c.vocab_size}, DType::kBF16);
-    m.logits_f32 = cuda::device_tensor({S, c.vocab_size}, DType::kF32);
-    m.attention_workspace =
-        cuda::DeviceBuffer(cuda::attention_workspace_bytes(T, c.num_heads, c.head_dim));
-    m.sampler = std::make_unique<CudaSampler>(S, c.vocab_size, options.max_model_len);
-    if (options.attention_backend == "flashinfer")
-        m.flashinfer = std::make_unique<cuda::FlashInferAttention>(
-            T, S, c.num_heads, c.num_kv_heads, c.head_dim, options.page_size);
-    else if (options.attention_backend != "auto" && options.attention_backend != "fa2")
-        fail("attention_backend '{}' is not supported (auto, fa2, flashinfer)",
-             options.attention_backend);
-    if (!options.enforce_eager)
-        m.graphs = std::make_unique<DecodeGraphs>(L, S, options.page_size, m.host_ints(),
-                                                  m.dev_inputs.data<int32_t>());
+// Every buffer a step uses, for the worst step: max_num_batched_tokens tokens, max_num_seqs
+// sequences and sampled rows.
+void CudaModelRunner::Impl::allocate_step_buffers() {
+    const int64_t T = opt.max_num_batched_tokens, S = opt.max_num_seqs;
+    host_inputs = std::make_unique<cuda::PinnedBuffer>(size_t(in.total) * 4);
+    dev_inputs = cuda::device_tensor({in.total}, DType::kI32);
+    model->allocate_activations(T, S);
+    const CudaModel::AttentionDims dims = model->attention_dims();
+    attention =
+        cuda::make_attention_backend(opt.attention_backend, {.max_tokens = T,
+                                                             .max_seqs = S,
+                                                             .num_heads = dims.num_heads,
+                                                             .num_kv_heads = dims.num_kv_heads,
+                                                             .head_dim = dims.head_dim,
+                                                             .page_size = opt.page_size});
+    sampler = std::make_unique<CudaSampler>(S, model->config().vocab_size, opt.max_model_len);
+    if (!opt.enforce_eager)
+        graphs = std::make_unique<DecodeGraphs>(in, S, opt.page_size, host_ints(),
+                                                dev_inputs.data<int32_t>());
+}
 
-    // The graphs' memory, measured against a minimal KV pool before the real one is sized. What
-    // the device keeps of it after the trial graphs are destroyed is already outside free
-    // memory (and the real graphs reuse it); only the rest must be set aside again.
-    size_t graph_bytes = 0, graph_reserve = 0, graph_kept = 0;
-    const bool measure_graphs = m.graphs && options.num_pages <= 0;
-    if (measure_graphs) {
-        m.allocate_kv(kTrialPages);
-        graph_bytes = m.capture_graphs(/*warm_up=*/true);
-        graph_kept = graph_bytes - std::min(graph_bytes, m.graphs->clear());
-        m.allocate_kv(0);  // frees the trial pool
-        graph_reserve = graph_bytes - graph_kept + kGraphMarginBytes;
+// The graphs' memory, measured against a minimal KV pool before the real one is sized. What
+// the device keeps of it after the trial graphs are destroyed is already outside free memory
+// (and the real graphs reuse it); only the rest must be set aside again. The warm-up steps
+// also leave what they keep (GEMM and attention set-up, lazily loaded kernels) in the
+// activations' share.
+void CudaModelRunner::Impl::measure_graphs() {
+    memory.graphs_measured = graphs && opt.num_pages <= 0;
+    if (memory.graphs_measured) {
+        allocate_kv(kTrialPages);
+        memory.graphs = capture_graphs(/*warm_up=*/true);
+        memory.graphs_kept = memory.graphs - std::min(memory.graphs, graphs->clear());
+        allocate_kv(0);
+        memory.graph_reserve = memory.graphs - memory.graphs_kept + kGraphMarginBytes;
     }
-    size_t free2 = 0;
-    MI_CUDA_CHECK(cudaMemGetInfo(&free2, &total));
-    // With what the warm-up steps keep (GEMM and attention set-up, lazily loaded kernels).
-    const size_t activation_bytes = free1 - free2 - graph_kept;
+    memory.activations = memory.free_after_weights - free_device_memory() - memory.graphs_kept;
+}
 
-    // The KV cache takes what gpu_memory_utilization leaves after the graphs.
+// The KV cache takes what gpu_memory_utilization leaves after the graphs.
+void CudaModelRunner::Impl::size_kv_cache() {
+    const CudaModel::AttentionDims d = model->attention_dims();
     const size_t page_bytes =
-        size_t(2 * c.num_layers * options.page_size * c.num_kv_heads * c.head_dim * 2);
-    const double usable = double(total) * options.gpu_memory_utilization;
-    const double budget =
-        usable - double(total - free2) - double(graph_reserve) - double(page_bytes);  // dummy page
-    m.num_pages = options.num_pages > 0 ? options.num_pages
-                                        : int64_t(std::max(0.0, budget) / double(page_bytes));
-    if (m.num_pages < 1)
+        size_t(2 * d.num_layers * opt.page_size * d.num_kv_heads * d.head_dim * 2);
+    const size_t total = total_device_memory();
+    const double usable = double(total) * opt.gpu_memory_utilization;
+    const double budget = usable - double(total - free_device_memory()) -
+                          double(memory.graph_reserve) - double(page_bytes);  // dummy page
+    num_pages =
+        opt.num_pages > 0 ? opt.num_pages : int64_t(std::max(0.0, budget) / double(page_bytes));
+    if (num_pages < 1)
         fail(
             "the model does not fit: {:.0f} MiB of weights, {:.0f} MiB of activations and {:.0f} "
-            "MiB for CUDA "
-            "graphs, {:.0f} MiB usable of {:.0f} MiB (gpu_memory_utilization {}); nothing is left "
-            "for the KV "
-            "cache ({:.2f} MiB a page)",
-            weight_bytes / kMiB, activation_bytes / kMiB, (graph_bytes + kGraphMarginBytes) / kMiB,
-            usable / kMiB, total / kMiB, options.gpu_memory_utilization, page_bytes / kMiB);
-    m.allocate_kv(m.num_pages);
-    const size_t graph_new_bytes = m.graphs ? m.capture_graphs(/*warm_up=*/!measure_graphs) : 0;
-    if (!measure_graphs) graph_bytes = graph_new_bytes;
+            "MiB for CUDA graphs, {:.0f} MiB usable of {:.0f} MiB (gpu_memory_utilization {}); "
+            "nothing is left for the KV cache ({:.2f} MiB a page)",
+            memory.weights / kMiB, memory.activations / kMiB,
+            (memory.graphs + kGraphMarginBytes) / kMiB, usable / kMiB, total / kMiB,
+            opt.gpu_memory_utilization, page_bytes / kMiB);
+    allocate_kv(num_pages);
+}
+
+void CudaModelRunner::Impl::capture_and_log() {
+    const size_t captured = graphs ? capture_graphs(/*warm_up=*/!memory.graphs_measured) : 0;
+    if (!memory.graphs_measured) memory.graphs = captured;
+    const CudaModel::AttentionDims d = model->attention_dims();
+    const double kv_bytes = double(num_pages + 1) * double(2 * d.num_layers * opt.page_size *
+                                                           d.num_kv_heads * d.head_dim * 2);
     MI_LOG_INFO(
         "CUDA memory: weights {:.0f} MiB, activations {:.0f} MiB, graphs {:.0f} MiB ({} decode "
-        "sizes, "
-        "measured before the KV cache was sized, + {:.0f} MiB margin), KV cache {:.0f} MiB = {} "
-        "pages of {} "
-        "tokens ({} tokens); {:.0f} MiB on the card",
-        weight_bytes / kMiB, activation_bytes / kMiB, graph_bytes / kMiB,
-        m.graphs ? m.graphs->batch_sizes().size() : 0,
-        measure_graphs ? kGraphMarginBytes / kMiB : 0.0,
-        double(m.num_pages + 1) * double(page_bytes) / kMiB, m.num_pages, options.page_size,
-        m.num_pages * options.page_size, total / kMiB);
-    if (measure_graphs && graph_new_bytes > graph_reserve)
+        "sizes, measured before the KV cache was sized, + {:.0f} MiB margin), KV cache {:.0f} MiB "
+        "= {} pages of {} tokens ({} tokens); {:.0f} MiB on the card; attention backend {}",
+        memory.weights / kMiB, memory.activations / kMiB, memory.graphs / kMiB,
+        graphs ? graphs->batch_sizes().size() : 0,
+        memory.graphs_measured ? kGraphMarginBytes / kMiB : 0.0, kv_bytes / kMiB, num_pages,
+        opt.page_size, num_pages * opt.page_size, total_device_memory() / kMiB, attention->name());
+    if (memory.graphs_measured && captured > memory.graph_reserve)
         MI_LOG_WARN(
             "CUDA graphs took {:.0f} MiB more on the second capture, beyond the {:.0f} MiB set "
             "aside",
-            graph_new_bytes / kMiB, graph_reserve / kMiB);
+            captured / kMiB, memory.graph_reserve / kMiB);
 }
 
 void CudaModelRunner::Impl::allocate_kv(int64_t pages) {
     dummy_page = pages;
-    for (auto& layer : layers) {
-        layer.k_cache = layer.v_cache = Tensor();  // free the old pool first
-        if (pages == 0) continue;
-        layer.k_cache = cuda::device_tensor(
-            {pages + 1, opt.page_size, cfg.num_kv_heads, cfg.head_dim}, DType::kBF16);
-        layer.v_cache = cuda::device_tensor(
-            {pages + 1, opt.page_size, cfg.num_kv_heads, cfg.head_dim}, DType::kBF16);
-    }
+    kv.clear();  // free the old pool first
+    if (pages == 0) return;
+    const CudaModel::AttentionDims d = model->attention_dims();
+    for (int64_t l = 0; l < d.num_layers; ++l)
+        kv.push_back({cuda::device_tensor({pages + 1, opt.page_size, d.num_kv_heads, d.head_dim},
+                                          DType::kBF16),
+                      cuda::device_tensor({pages + 1, opt.page_size, d.num_kv_heads, d.head_dim},
+                                          DType::kBF16)});
 }
 
 size_t CudaModelRunner::Impl::capture_graphs(bool warm_up) {
@@ -243,21 +214,19 @@ size_t CudaModelRunner::Impl::capture_graphs(bool warm_up) {
     return graphs->capture(
         dummy_page, warm_up, [&](int64_t b) { plan_attention(b); },
         [&](int64_t b) {
-            run_layers({b, b, b, 1, graph_max_seq_len, in.graph_table, G});
+            run_model({b, b, b, 1, graph_max_seq_len, in.graph_table, G});
         },
         stream.get());
 }
 
 void CudaModelRunner::Impl::plan_attention(int64_t s) {
-    if (flashinfer)
-        flashinfer->plan(std::span<const int32_t>(host_ints() + in.query_start, size_t(s + 1)),
-                         std::span<const int32_t>(host_ints() + in.seq_lens, size_t(s)),
-                         stream.get());
+    attention->plan(std::span<const int32_t>(host_ints() + in.query_start, size_t(s + 1)),
+                    std::span<const int32_t>(host_ints() + in.seq_lens, size_t(s)), stream.get());
 }
 
 CudaModelRunner::~CudaModelRunner() = default;
 const ModelConfig& CudaModelRunner::config() const {
-    return impl_->cfg;
+    return impl_->model->config();
 }
 int64_t CudaModelRunner::num_pages() const {
     return impl_->num_pages;
@@ -265,7 +234,7 @@ int64_t CudaModelRunner::num_pages() const {
 
 Tensor CudaModelRunner::last_logits() const {
     impl_->stream.synchronize();
-    return cuda::to_host(rows(impl_->logits_f32, impl_->last_num_logits));
+    return cuda::to_host(impl_->model->logits_f32(impl_->last_num_logits));
 }
 
 std::vector<SampledToken> CudaModelRunner::run(const Batch& batch,
@@ -275,8 +244,8 @@ std::vector<SampledToken> CudaModelRunner::run(const Batch& batch,
              sampling.size(), batch.logits_indices.size());
     m.forward(batch);
     const int64_t n = int64_t(sampling.size());
-    Tensor logits = rows(m.logits_f32, n);
-    return m.sampler->sample(logits, rows(m.logits_bf16, n), sampling, m.stream.get());
+    Tensor logits = m.model->logits_f32(n);
+    return m.sampler->sample(logits, m.model->logits_bf16(n), sampling, m.stream.get());
 }
 
 void CudaModelRunner::Impl::forward(const Batch& b) {
@@ -311,68 +280,25 @@ void CudaModelRunner::Impl::forward(const Batch& b) {
         shape.max_seq_len = std::max<int64_t>(shape.max_seq_len, b.seq_lens[size_t(i)]);
     }
     plan_attention(s);
-    run_layers(shape);
+    run_model(shape);
 }
 
-void CudaModelRunner::Impl::run_layers(const StepShape& sh) {
-    const int64_t n = sh.num_tokens, s = sh.num_seqs, num_logits = sh.num_logits;
-    const Tensor ids = inputs_view(0, {n}), pos = inputs_view(in.positions, {n}),
-                 slots = inputs_view(in.slots, {n});
-    const Tensor qstart = inputs_view(in.query_start, {s + 1}),
-                 seqlens = inputs_view(in.seq_lens, {s});
-    const Tensor logits_idx = inputs_view(in.logits_indices, {num_logits});
-    const Tensor table = inputs_view(sh.table_offset, {s, sh.table_stride});
-    const int64_t max_query_len = sh.max_query_len, max_seq_len = sh.max_seq_len;
-    const cudaStream_t st = stream.get();
-    const float eps = float(cfg.rms_norm_eps);
-    Tensor x = rows(hidden, n), res = rows(residual, n), h = rows(normed, n), pr = rows(proj, n);
-    Tensor qkv_n = rows(qkv, n), q_n = rows(q, n), attn_n = rows(attn, n), gu = rows(gate_up, n),
-           a = rows(act, n);
-    cuda::embedding(ids, embed, res, st);
-    for (size_t l = 0; l < layers.size(); ++l) {
-        Layer& L = layers[l];
-        // The residual stream: layer 0 normalises the embedding; later layers add the MLP output
-        // first.
-        if (l == 0)
-            cuda::add_rms_norm(res, nullptr, L.input_norm, eps, h, st);
-        else
-            cuda::add_rms_norm(x, &res, L.input_norm, eps, h, st);
-        gemm.run(h, L.qkv, L.qkv_bias.defined() ? &L.qkv_bias : nullptr, qkv_n, st);
-        cuda::qk_norm_rope_store(qkv_n, L.q_norm.defined() ? &L.q_norm : nullptr,
-                                 L.k_norm.defined() ? &L.k_norm : nullptr, eps, pos, inv_freq,
-                                 slots, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, q_n,
-                                 L.k_cache, L.v_cache, st);
-        const cuda::AttentionParams ap{.q = &q_n,
-                                       .k_cache = &L.k_cache,
-                                       .v_cache = &L.v_cache,
-                                       .query_start = &qstart,
-                                       .seq_lens = &seqlens,
-                                       .block_table = &table,
-                                       .num_seqs = s,
-                                       .max_query_len = max_query_len,
-                                       .max_seq_len = max_seq_len,
-                                       .scale = float(1.0 / std::sqrt(double(cfg.head_dim))),
-                                       .out = &attn_n};
-        if (flashinfer)
-            flashinfer->run(ap, st);
-        else
-            cuda::paged_attention(ap, attention_workspace.data(), attention_workspace.bytes(), st);
-        gemm.run(attn_n, L.o_proj, L.o_bias.defined() ? &L.o_bias : nullptr, pr, st);
-        cuda::add_rms_norm(pr, &res, L.post_norm, eps, h, st);
-        gemm.run(h, L.gate_up, nullptr, gu, st);
-        cuda::silu_mul(gu, a, st);
-        gemm.run(a, L.down, nullptr, x, st);
-    }
-    if (num_logits == 0) return;
-    // Only the sampled rows: gather, add & norm, lm_head.
-    Tensor lh = rows(last_hidden, num_logits), lr = rows(last_residual, num_logits),
-           ln = rows(last_normed, num_logits);
-    cuda::gather_rows(x, logits_idx, lh, st);
-    cuda::gather_rows(res, logits_idx, lr, st);
-    cuda::add_rms_norm(lh, &lr, final_norm, eps, ln, st);
-    Tensor lb = rows(logits_bf16, num_logits), lf = rows(logits_f32, num_logits);
-    gemm.run(ln, lm_head, nullptr, lb, st);
-    cuda::bf16_to_f32(lb, lf, st);
+void CudaModelRunner::Impl::run_model(const StepShape& sh) {
+    const int64_t n = sh.num_tokens, s = sh.num_seqs;
+    const cuda::StepInputs inputs{
+        .num_tokens = n,
+        .num_seqs = s,
+        .num_logits = sh.num_logits,
+        .max_query_len = sh.max_query_len,
+        .max_seq_len = sh.max_seq_len,
+        .token_ids = inputs_view(0, {n}),
+        .positions = inputs_view(in.positions, {n}),
+        .slots = inputs_view(in.slots, {n}),
+        .query_start = inputs_view(in.query_start, {s + 1}),
+        .seq_lens = inputs_view(in.seq_lens, {s}),
+        .block_table = inputs_view(sh.table_offset, {s, sh.table_stride}),
+        .logits_indices = inputs_view(in.logits_indices, {sh.num_logits})};
+    model->forward(inputs, kv, *attention, stream.get());
 }
 
 }  // namespace miniinfer

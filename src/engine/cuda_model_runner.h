@@ -1,41 +1,35 @@
-// CudaModelRunner: the ModelRunner on one GPU. Dense Qwen2 / Qwen3 (Qwen3-MoE comes later).
+// CudaModelRunner: the ModelRunner on one GPU. It knows no architecture: the model
+// (models/cuda_model.h, picked by make_cuda_model) launches the layers; the runner owns what
+// every model needs around them — the memory budget, the paged KV pool, the step inputs'
+// staging, the decode CUDA graphs, the attention backend's per-step plan, and sampling.
 //
-// At construction it uploads the weights as bf16, allocates every activation buffer for the
-// worst step (max_num_batched_tokens tokens, max_num_seqs sampled rows), measures the memory of
-// the decode CUDA graphs (captured once against a one-page KV pool, then destroyed; see
-// cuda_graphs.h), then gives the KV cache the rest of gpu_memory_utilization of the card, in
-// pages, and captures the graphs for real. The log line says weights / activations / graphs /
-// KV cache in MiB. A step copies the Batch to the GPU in one transfer, runs embedding -> N x
-// [add&norm, QKV GEMM, q/k norm + rope + K/V store, paged attention, O GEMM, add&norm, gate-up
-// GEMM, SiLU*mul, down GEMM] -> norm of the sampled rows -> lm_head, and samples on the GPU
-// (cuda_sampler.h: penalties and masks included). Decode-only steps replay the graphs.
+// At construction, in phases: upload the weights (bf16, as the loader wrote them); allocate
+// every activation for the worst step (max_num_batched_tokens tokens, max_num_seqs sampled
+// rows); measure the decode CUDA graphs' memory (captured once against a one-page KV pool, then
+// destroyed; see cuda_graphs.h); give the KV cache the rest of gpu_memory_utilization of the
+// card, in pages; capture the graphs for real; log weights / activations / graphs / KV cache
+// in MiB. A step copies the Batch to the GPU in one transfer, plans attention on the host, runs
+// the model's forward (or replays a graph for a decode-only batch) and samples on the GPU
+// (cuda_sampler.h: penalties and masks included).
 #pragma once
 
 #include <memory>
 #include <string>
 
+#include "config/engine_config.h"
 #include "engine/model_runner.h"
 #include "models/weights.h"
 
 namespace miniinfer {
 
-struct CudaRunnerOptions {
-    int64_t page_size = 16;
-    int64_t max_num_seqs = 256;
-    int64_t max_num_batched_tokens = 2048;
-    int64_t max_model_len = 4096;
-    double gpu_memory_utilization = 0.9;
-    int64_t num_pages = 0;       // > 0: exactly this many KV pages
-    bool enforce_eager = false;  // no CUDA graphs
-    std::string attention_backend =
-        "auto";  // fa2 | flashinfer; auto: fa2 (faster on the H200 so far)
-};
-
 class CudaModelRunner : public ModelRunner {
   public:
-    // Throws Error when the model does not fit (with the numbers) or is not supported on CUDA.
-    CudaModelRunner(ModelConfig config, const ModelWeights& weights,
-                    const CudaRunnerOptions& options);
+    // config: resolved (EngineConfig::resolve); reads page_size, max_num_seqs,
+    // max_num_batched_tokens, max_model_len, gpu_memory_utilization, num_pages (> 0: exactly
+    // that many KV pages), enforce_eager and attention_backend. weights: bf16 host tensors
+    // (load_weights / dummy_weights with WeightTarget{DType::kBF16}), released as they upload.
+    // Throws Error when the model does not fit (with the numbers) or does not run on CUDA.
+    CudaModelRunner(const EngineConfig& config, ModelConfig model_config, ModelWeights weights);
     ~CudaModelRunner() override;
 
     const ModelConfig& config() const override;

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "core/check.h"
-#include "engine/pinned_buffer.h"
+#include "core/cuda/pinned_buffer.h"
 #include "kernels/cuda/penalties.h"
 #include "kernels/cuda/sampling.h"
 
@@ -39,9 +39,10 @@ size_t ids_offset(int64_t n) {
 struct CudaSampler::Buffers {
     Tensor tokens, logprobs, top_ids, top_logprobs,
         row_params;  // [rows], [rows], [rows, 20] x2, [rows] RowSampling
-    std::unique_ptr<PinnedBuffer> host_outputs;
+    std::unique_ptr<cuda::PinnedBuffer> host_outputs;
     cuda::DeviceBuffer sampling_workspace, penalties_workspace;
-    std::unique_ptr<PinnedBuffer> host_penalties;  // the penalty upload's staging and device copy
+    std::unique_ptr<cuda::PinnedBuffer>
+        host_penalties;  // the penalty upload's staging and device copy
     cuda::DeviceBuffer dev_penalties;
 };
 
@@ -57,11 +58,11 @@ CudaSampler::CudaSampler(int64_t max_rows, int64_t vocab, int64_t max_model_len)
     B.top_ids = cuda::device_tensor({S, kMaxLogprobs}, DType::kI32);
     B.top_logprobs = cuda::device_tensor({S, kMaxLogprobs}, DType::kF32);
     B.row_params = cuda::device_tensor({S, int64_t(sizeof(cuda::RowSampling))}, DType::kU8);
-    B.host_outputs = std::make_unique<PinnedBuffer>(
+    B.host_outputs = std::make_unique<cuda::PinnedBuffer>(
         size_t(S) * (8 + 8 * kMaxLogprobs + sizeof(cuda::RowSampling)));
     B.sampling_workspace = cuda::DeviceBuffer(cuda::sampling_workspace_bytes(S, vocab));
     B.penalties_workspace = cuda::DeviceBuffer(cuda::penalties_workspace_bytes(vocab));
-    B.host_penalties = std::make_unique<PinnedBuffer>(penalty_bytes);
+    B.host_penalties = std::make_unique<cuda::PinnedBuffer>(penalty_bytes);
     B.dev_penalties = cuda::DeviceBuffer(penalty_bytes);
 }
 
@@ -165,7 +166,7 @@ void CudaSampler::apply_penalties(Tensor& logits, std::span<const SamplerInput> 
     const size_t bytes = ids_offset(n) + num_ids * 4;
     if (bytes > B.host_penalties->bytes) {         // rare: many stop ids
         MI_CUDA_CHECK(cudaStreamSynchronize(st));  // the old staging may still be read
-        B.host_penalties = std::make_unique<PinnedBuffer>(bytes);
+        B.host_penalties = std::make_unique<cuda::PinnedBuffer>(bytes);
         B.dev_penalties = cuda::DeviceBuffer(bytes);
     }
     auto* host = static_cast<char*>(B.host_penalties->data);

@@ -40,19 +40,12 @@ std::unique_ptr<ModelRunner> load_runner(EngineConfig& config) {
     config.resolve(model_config);
     if (config.device == "cuda") {
 #ifdef MINIINFER_HAS_CUDA
+        const WeightTarget bf16{.dtype = DType::kBF16};
         ModelWeights weights = parse_load_format(config.load_format) == LoadFormat::kDummy
-                                   ? dummy_weights(model_config, config.seed)
-                                   : load_weights(model_config, config.model_dir);
-        auto runner = std::make_unique<CudaModelRunner>(
-            model_config, weights,
-            CudaRunnerOptions{.page_size = config.page_size,
-                              .max_num_seqs = config.max_num_seqs,
-                              .max_num_batched_tokens = config.max_num_batched_tokens,
-                              .max_model_len = config.max_model_len,
-                              .gpu_memory_utilization = config.gpu_memory_utilization,
-                              .num_pages = config.num_pages,
-                              .enforce_eager = config.enforce_eager,
-                              .attention_backend = config.attention_backend});
+                                   ? dummy_weights(model_config, config.seed, bf16)
+                                   : load_weights(model_config, config.model_dir, bf16);
+        auto runner =
+            std::make_unique<CudaModelRunner>(config, std::move(model_config), std::move(weights));
         config.num_pages = runner->num_pages();
         return runner;
 #else
@@ -112,13 +105,7 @@ LLMEngine::LLMEngine(EngineConfig config, std::unique_ptr<ModelRunner> runner,
                        EngineConfig::kv_bytes_per_token(model, config_.device)) /
                     1048576.0,
                 config_.max_model_len);
-    scheduler_ = std::make_unique<Scheduler>(
-        SchedulerConfig{.max_num_seqs = config_.max_num_seqs,
-                        .max_num_batched_tokens = config_.max_num_batched_tokens,
-                        .max_model_len = config_.max_model_len,
-                        .page_size = config_.page_size,
-                        .num_pages = config_.num_pages,
-                        .enable_prefix_caching = config_.enable_prefix_caching});
+    scheduler_ = std::make_unique<Scheduler>(config_);
     default_params_ = SamplingParams::from_defaults(generation);
     eos_ids_ = model.eos_token_ids;
     for (int64_t id : generation.eos_token_ids)

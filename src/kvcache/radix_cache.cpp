@@ -79,7 +79,8 @@ RadixCache::Match RadixCache::match_prefix(std::span<const int32_t> tokens, int6
 void RadixCache::lock(Node* node) {
     MI_CHECK(node != nullptr, "lock(null)");
     ++node->own_locks;
-    for (Node* n = node; n != nullptr; n = n->parent) ++n->lock_count;
+    for (Node* n = node; n != nullptr; n = n->parent)
+        if (n->lock_count++ == 0) num_evictable_pages_ -= int64_t(n->pages.size());
 }
 
 void RadixCache::unlock(Node* node) {
@@ -87,7 +88,7 @@ void RadixCache::unlock(Node* node) {
     --node->own_locks;
     for (Node* n = node; n != nullptr; n = n->parent) {
         MI_CHECK(n->lock_count > 0, "lock count below zero");
-        --n->lock_count;
+        if (--n->lock_count == 0) num_evictable_pages_ += int64_t(n->pages.size());
     }
 }
 
@@ -106,6 +107,7 @@ int64_t RadixCache::insert(std::span<const int32_t> tokens, std::span<const int3
             leaf->pages.assign(pages.begin() + page, pages.begin() + num_pages);
             leaf->last_access = ++clock_;
             num_cached_pages_ += int64_t(leaf->pages.size());
+            num_evictable_pages_ += int64_t(leaf->pages.size());  // a new leaf is unlocked
             node->children.emplace(std::vector<int32_t>(first, first + P), std::move(leaf));
             break;
         }
@@ -128,6 +130,7 @@ int64_t RadixCache::insert(std::span<const int32_t> tokens, std::span<const int3
 void RadixCache::free_subtree(Node* node) {
     allocator_.free(node->pages);
     num_cached_pages_ -= int64_t(node->pages.size());
+    if (node->lock_count == 0) num_evictable_pages_ -= int64_t(node->pages.size());
 }
 
 int64_t RadixCache::evict(int64_t num_pages) {
@@ -155,18 +158,6 @@ int64_t RadixCache::evict(int64_t num_pages) {
     return freed;
 }
 
-int64_t RadixCache::num_evictable_pages() const {
-    int64_t n = 0;
-    std::vector<const Node*> stack = {root_.get()};
-    while (!stack.empty()) {
-        const Node* node = stack.back();
-        stack.pop_back();
-        if (node->lock_count == 0) n += int64_t(node->pages.size());
-        for (const auto& [_, child] : node->children) stack.push_back(child.get());
-    }
-    return n;
-}
-
 void RadixCache::check_invariants(std::span<const int32_t> request_pages) const {
     std::vector<int> owners(size_t(allocator_.num_pages()), 0);
     for (int32_t p = 0; p < allocator_.num_pages(); ++p)
@@ -175,7 +166,7 @@ void RadixCache::check_invariants(std::span<const int32_t> request_pages) const 
         MI_CHECK(p >= 0 && p < allocator_.num_pages(), "request page {} out of range", p);
         ++owners[size_t(p)];
     }
-    int64_t cached = 0;
+    int64_t cached = 0, evictable = 0;
     std::vector<const Node*> stack = {root_.get()};
     while (!stack.empty()) {
         const Node* node = stack.back();
@@ -196,9 +187,12 @@ void RadixCache::check_invariants(std::span<const int32_t> request_pages) const 
                  child_locks);
         for (int32_t p : node->pages) ++owners[size_t(p)];
         cached += int64_t(node->pages.size());
+        if (node->lock_count == 0) evictable += int64_t(node->pages.size());
     }
     MI_CHECK(cached == num_cached_pages_, "cached pages {} != counter {}", cached,
              num_cached_pages_);
+    MI_CHECK(evictable == num_evictable_pages_, "evictable pages {} != counter {}", evictable,
+             num_evictable_pages_);
     for (size_t p = 0; p < owners.size(); ++p)
         MI_CHECK(owners[p] == 1, "page {} has {} owners (free / request / cached)", p, owners[p]);
 }

@@ -61,10 +61,12 @@ class RadixCache {
 
     int64_t page_size() const { return page_size_; }
     int64_t num_cached_pages() const { return num_cached_pages_; }
-    int64_t num_evictable_pages() const;  // cached pages on no locked path
+    // Cached pages on no locked path (a counter kept by lock / unlock / insert / evict).
+    int64_t num_evictable_pages() const { return num_evictable_pages_; }
 
     // MI_CHECKs: every page is free, in request_pages, or cached, and only one of them; lock
-    // counts equal own locks + children's. request_pages: all pages requests hold now.
+    // counts equal own locks + children's; the page counters equal a walk of the tree.
+    // request_pages: all pages requests hold now.
     void check_invariants(std::span<const int32_t> request_pages) const;
 
   private:
@@ -75,6 +77,7 @@ class RadixCache {
     PageAllocator& allocator_;
     std::unique_ptr<Node> root_;
     int64_t num_cached_pages_ = 0;
+    int64_t num_evictable_pages_ = 0;
     uint64_t clock_ = 0;
 };
 

@@ -6,7 +6,7 @@
 
 namespace miniinfer {
 
-Scheduler::Scheduler(const SchedulerConfig& config)
+Scheduler::Scheduler(const EngineConfig& config)
     : config_(config), allocator_(int32_t(config.num_pages)) {
     MI_CHECK(config.page_size > 0 && config.num_pages > 0 && config.max_num_seqs > 0 &&
                  config.max_num_batched_tokens > 0 && config.max_model_len > 0,

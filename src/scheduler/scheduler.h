@@ -18,24 +18,18 @@
 #include <memory>
 #include <vector>
 
+#include "config/engine_config.h"
 #include "kvcache/page_allocator.h"
 #include "kvcache/radix_cache.h"
 #include "scheduler/batch.h"
 
 namespace miniinfer {
 
-struct SchedulerConfig {
-    int64_t max_num_seqs = 256;
-    int64_t max_num_batched_tokens = 2048;
-    int64_t max_model_len = 4096;
-    int64_t page_size = 16;
-    int64_t num_pages = 0;
-    bool enable_prefix_caching = true;
-};
-
 class Scheduler {
   public:
-    explicit Scheduler(const SchedulerConfig& config);
+    // Reads max_num_seqs, max_num_batched_tokens, max_model_len, page_size, num_pages and
+    // enable_prefix_caching of a resolved config.
+    explicit Scheduler(const EngineConfig& config);
 
     // Queues a validated request (see validate_request).
     void add(Request* request);
@@ -57,7 +51,7 @@ class Scheduler {
     int64_t num_preemptions() const { return num_preemptions_; }
     const PageAllocator& allocator() const { return allocator_; }
     const RadixCache* prefix_cache() const { return cache_.get(); }
-    const SchedulerConfig& config() const { return config_; }
+    const EngineConfig& config() const { return config_; }
     // Free pages plus evictable cached pages, as a fraction of all pages in use (for metrics).
     double kv_usage() const;
 
@@ -71,7 +65,7 @@ class Scheduler {
     bool preempt_newest(const Request* keep);
     bool admit(Request* r, int64_t& budget, Batch& batch);
 
-    SchedulerConfig config_;
+    EngineConfig config_;
     PageAllocator allocator_;
     std::unique_ptr<RadixCache> cache_;  // null when prefix caching is off
     std::deque<Request*> waiting_;

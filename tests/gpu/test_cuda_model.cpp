@@ -24,6 +24,25 @@ namespace {
 const std::filesystem::path kFixtures = MINIINFER_FIXTURES;
 constexpr float kTieGap = 0.5f;
 
+// The runner's options as an EngineConfig (resolved: every field the runner reads is set).
+EngineConfig runner_config(int64_t max_num_seqs, int64_t max_model_len, int64_t num_pages,
+                           double gpu_memory_utilization = 0.9) {
+    EngineConfig c;
+    c.device = "cuda";
+    c.max_num_seqs = max_num_seqs;
+    c.max_num_batched_tokens = 512;
+    c.max_model_len = max_model_len;
+    c.page_size = 16;
+    c.num_pages = num_pages;
+    c.gpu_memory_utilization = gpu_memory_utilization;
+    return c;
+}
+
+// What the engine gives the CUDA runner: bf16 weights.
+ModelWeights bf16_weights(const ModelConfig& config, const std::string& name) {
+    return load_weights(config, kFixtures / name, {.dtype = DType::kBF16});
+}
+
 struct Case {
     std::vector<int32_t> sequence;  // prompt + greedy
     size_t prompt_len;
@@ -48,14 +67,8 @@ TEST_P(CudaModel, TeacherForcedArgmaxMatchesHuggingFace) {
     REQUIRE_GPU();
     const std::string name = GetParam();
     ModelConfig config = ModelConfig::load(kFixtures / name);
-    ModelWeights weights = load_weights(config, kFixtures / name);
-    QwenModel cpu_model(config, weights);
-    CudaModelRunner gpu(config, weights,
-                        {.page_size = 16,
-                         .max_num_seqs = 128,
-                         .max_num_batched_tokens = 512,
-                         .max_model_len = 256,
-                         .num_pages = 64});
+    QwenModel cpu_model(config, load_weights(config, kFixtures / name));
+    CudaModelRunner gpu(runner_config(128, 256, 64), config, bf16_weights(config, name));
     for (const Case& c : cases_of(name)) {
         const int64_t n =
             int64_t(c.sequence.size()) - 1;  // predict tokens 1..n from positions 0..n-1
@@ -129,15 +142,10 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, CudaModel,
 TEST(CudaRunner, StartupMemoryStaysWithinUtilization) {
     REQUIRE_GPU();
     ModelConfig config = ModelConfig::load(kFixtures / "qwen3-tiny");
-    ModelWeights weights = load_weights(config, kFixtures / "qwen3-tiny");
     const double utilization = 0.2;
     {
-        CudaModelRunner gpu(config, weights,
-                            {.page_size = 16,
-                             .max_num_seqs = 64,
-                             .max_num_batched_tokens = 512,
-                             .max_model_len = 1024,
-                             .gpu_memory_utilization = utilization});
+        CudaModelRunner gpu(runner_config(64, 1024, 0, utilization), config,
+                            bf16_weights(config, "qwen3-tiny"));
         size_t free = 0, total = 0;
         MI_CUDA_CHECK(cudaMemGetInfo(&free, &total));
         std::printf("[ used %.0f MiB of %.0f MiB allowed; %lld KV pages ]\n",
@@ -147,11 +155,8 @@ TEST(CudaRunner, StartupMemoryStaysWithinUtilization) {
         EXPECT_GT(gpu.num_pages(), 1000);  // and it did not leave most of the budget unused
     }
     try {
-        CudaModelRunner gpu(config, weights,
-                            {.max_num_seqs = 64,
-                             .max_num_batched_tokens = 512,
-                             .max_model_len = 1024,
-                             .gpu_memory_utilization = 0.0001});
+        CudaModelRunner gpu(runner_config(64, 1024, 0, 0.0001), config,
+                            bf16_weights(config, "qwen3-tiny"));
         ADD_FAILURE() << "a runner was built in 0.01% of the card";
     } catch (const Error& e) {
         const std::string message = e.what();
@@ -169,13 +174,7 @@ TEST(CudaRunner, StartupMemoryStaysWithinUtilization) {
 TEST(CudaRunner, PenalisedRowsMatchCpuSampler) {
     REQUIRE_GPU();
     ModelConfig config = ModelConfig::load(kFixtures / "qwen3-tiny");
-    ModelWeights weights = load_weights(config, kFixtures / "qwen3-tiny");
-    CudaModelRunner gpu(config, weights,
-                        {.page_size = 16,
-                         .max_num_seqs = 16,
-                         .max_num_batched_tokens = 512,
-                         .max_model_len = 256,
-                         .num_pages = 64});
+    CudaModelRunner gpu(runner_config(16, 256, 64), config, bf16_weights(config, "qwen3-tiny"));
     const int64_t num_rows = 8, vocab = config.vocab_size;
     std::vector<Request> requests(static_cast<size_t>(num_rows));
     Batch b;

@@ -1,5 +1,5 @@
-// PinnedBuffer: page-locked host memory for the CUDA runner's per-step transfers (async copies
-// from it neither stage nor block). Owns the allocation; not copyable.
+// PinnedBuffer: page-locked host memory for per-step host->device transfers (async copies from
+// it neither stage nor block). Owns the allocation; not copyable.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -8,7 +8,7 @@
 
 #include "core/cuda/cuda_check.h"
 
-namespace miniinfer {
+namespace miniinfer::cuda {
 
 struct PinnedBuffer {
     explicit PinnedBuffer(size_t size) : bytes(size) {
@@ -21,4 +21,4 @@ struct PinnedBuffer {
     size_t bytes = 0;
 };
 
-}  // namespace miniinfer
+}  // namespace miniinfer::cuda

@@ -1,0 +1,40 @@
+#include "layers/cuda/attention.h"
+
+#include "core/cuda/device_buffer.h"
+#include "kernels/cuda/qk_norm_rope.h"
+#include "layers/cuda/attention_backend.h"
+
+namespace miniinfer::cuda {
+
+Attention::Buffers Attention::allocate_buffers(int64_t max_tokens) const {
+    return {
+        .qkv = device_tensor({max_tokens, (num_heads + 2 * num_kv_heads) * head_dim}, DType::kBF16),
+        .q = device_tensor({max_tokens, num_heads, head_dim}, DType::kBF16),
+        .out = device_tensor({max_tokens, num_heads * head_dim}, DType::kBF16)};
+}
+
+void Attention::forward(const Tensor& x, Tensor& y, KvLayer& kv, const Step& step,
+                        Buffers& buf) const {
+    const StepInputs& in = step.in;
+    Tensor qkv_out = rows(buf.qkv, in.num_tokens), q = rows(buf.q, in.num_tokens);
+    Tensor out = rows(buf.out, in.num_tokens);
+    qkv.forward(x, qkv_out, step);
+    qk_norm_rope_store(qkv_out, q_norm.defined() ? &q_norm : nullptr,
+                       k_norm.defined() ? &k_norm : nullptr, eps, in.positions, inv_freq, in.slots,
+                       num_heads, num_kv_heads, head_dim, q, kv.k, kv.v, step.stream);
+    const AttentionParams params{.q = &q,
+                                 .k_cache = &kv.k,
+                                 .v_cache = &kv.v,
+                                 .query_start = &in.query_start,
+                                 .seq_lens = &in.seq_lens,
+                                 .block_table = &in.block_table,
+                                 .num_seqs = in.num_seqs,
+                                 .max_query_len = in.max_query_len,
+                                 .max_seq_len = in.max_seq_len,
+                                 .scale = scale,
+                                 .out = &out};
+    step.attention.run(params, step.stream);
+    o_proj.forward(out, y, step);
+}
+
+}  // namespace miniinfer::cuda

@@ -1,0 +1,38 @@
+// The attention block on the GPU, Qwen2 / Qwen3 style:
+//
+//   QKV GEMM (column-parallel) -> per-head q/k RMSNorm (Qwen3) + rotary + K/V stored into the
+//   layer's pages (one fused kernel) -> paged attention (the step's backend) -> O projection
+//   (row-parallel)
+//
+// Heads are this rank's: num_heads / world query heads and num_kv_heads / world KV heads.
+#pragma once
+
+#include <cstdint>
+
+#include "layers/cuda/linear.h"
+#include "layers/cuda/step.h"
+
+namespace miniinfer::cuda {
+
+struct Attention {
+    Linear qkv;             // [(heads + 2 kv_heads) * head_dim, hidden], column-parallel
+    Linear o_proj;          // [hidden, heads * head_dim], row-parallel
+    Tensor q_norm, k_norm;  // [head_dim] bf16 (Qwen3) or undefined (Qwen2)
+    Tensor inv_freq;        // [head_dim / 2] f32: rotary frequencies, shared by every layer
+    int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
+    float eps = 1e-6f;  // of q_norm / k_norm
+    float scale = 1.f;  // softmax scale, 1 / sqrt(head_dim)
+
+    // Scratch shared by every layer, allocated once for the largest step.
+    struct Buffers {
+        Tensor qkv;  // [max_tokens, (heads + 2 kv_heads) * head_dim]
+        Tensor q;    // [max_tokens, heads, head_dim]: normed, rotated
+        Tensor out;  // [max_tokens, heads * head_dim]: attention's output, before o_proj
+    };
+    Buffers allocate_buffers(int64_t max_tokens) const;
+
+    // y = attention(x) for the step's tokens; writes this step's K/V into kv.
+    void forward(const Tensor& x, Tensor& y, KvLayer& kv, const Step& step, Buffers& buf) const;
+};
+
+}  // namespace miniinfer::cuda

@@ -1,0 +1,45 @@
+// AttentionBackend: paged attention over a layer's KV pages, one interface for both backends.
+//
+//   fa2 (kernels/cuda/attention.h): FlashAttention-2's algorithm; needs no plan, only a
+//     workspace for the split-KV decode.
+//   flashinfer (kernels/cuda/attention_flashinfer.h): FlashInfer's plan/run design; plan()
+//     spreads the step's work over a fixed persistent grid.
+//
+// A step calls plan() once on the host with its query_start / seq_lens, then run() once per
+// layer. run() allocates nothing and never synchronises, so a decode step can be captured in a
+// CUDA graph and replayed after later plan() calls with other lengths (up to the same bounds).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "kernels/cuda/attention.h"
+
+namespace miniinfer::cuda {
+
+// The largest step a backend is built for, and this rank's attention heads.
+struct AttentionShape {
+    int64_t max_tokens, max_seqs, num_heads, num_kv_heads, head_dim, page_size;
+};
+
+class AttentionBackend {
+  public:
+    virtual ~AttentionBackend() = default;
+    virtual const char* name() const = 0;
+    // Host side, once per step before run(): the step's query_start [num_seqs + 1] and
+    // seq_lens [num_seqs], as the device copy run() reads will hold them.
+    virtual void plan(std::span<const int32_t> query_start, std::span<const int32_t> seq_lens,
+                      cudaStream_t stream) = 0;
+    // Device side: p.out = attention(p.q, the pages of p.k_cache / p.v_cache).
+    virtual void run(const AttentionParams& p, cudaStream_t stream) = 0;
+};
+
+// "fa2", "flashinfer", or "auto" (fa2: faster on the H200 so far). Throws Error for any other.
+std::unique_ptr<AttentionBackend> make_attention_backend(const std::string& name,
+                                                         const AttentionShape& shape);
+
+}  // namespace miniinfer::cuda

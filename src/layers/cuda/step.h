@@ -1,0 +1,45 @@
+// What the GPU blocks read besides their input: one step's inputs on the device, and the
+// model's tools (stream, GEMM, attention backend). Nothing here owns memory: the runner owns
+// the staged step inputs, the model its GEMM, the runner the attention backend and KV pool.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace miniinfer::cuda {
+
+class Gemm;
+class AttentionBackend;
+
+// One step's inputs: i32 views into the runner's device copy of the batch, and the host-side
+// bounds the launch grids are sized with (for a captured graph, the bounds it was captured at).
+struct StepInputs {
+    int64_t num_tokens = 0, num_seqs = 0, num_logits = 0;
+    int64_t max_query_len = 0, max_seq_len = 0;
+    Tensor token_ids, positions, slots;  // [num_tokens]
+    Tensor query_start, seq_lens;        // [num_seqs + 1], [num_seqs]
+    Tensor block_table;                  // [num_seqs, pages per row]
+    Tensor logits_indices;               // [num_logits]: the rows that are sampled
+};
+
+// One layer's KV pages: [num_pages, page_size, num_kv_heads, head_dim] bf16 each.
+struct KvLayer {
+    Tensor k, v;
+};
+
+struct Step {
+    const StepInputs& in;
+    cudaStream_t stream;
+    Gemm& gemm;
+    AttentionBackend& attention;
+};
+
+// Rows [0, n) of a worst-case activation buffer.
+inline Tensor rows(const Tensor& t, int64_t n) {
+    return t.slice_rows(0, n);
+}
+
+}  // namespace miniinfer::cuda

@@ -1,0 +1,49 @@
+// CudaModel: a model's forward pass on one GPU, as the CUDA runner sees it. The runner owns the
+// memory sizing, the KV pool, the staged step inputs, the CUDA graphs and sampling; the model
+// owns its weights (bf16 on the device, this rank's shard), its activations and its GEMM, and
+// launches its blocks (layers/cuda/). make_cuda_model is the one place that picks a model class
+// by architecture.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "config/model_config.h"
+#include "layers/cuda/attention_backend.h"
+#include "layers/cuda/communicator.h"
+#include "layers/cuda/step.h"
+#include "models/weights.h"
+
+namespace miniinfer {
+
+class CudaModel {
+  public:
+    virtual ~CudaModel() = default;
+    virtual const ModelConfig& config() const = 0;
+    // This rank's attention: layers, heads, KV heads, head_dim (the KV pool's shape).
+    struct AttentionDims {
+        int64_t num_layers, num_heads, num_kv_heads, head_dim;
+    };
+    virtual AttentionDims attention_dims() const = 0;
+    // Allocates every activation for steps of up to max_tokens tokens and max_logits sampled
+    // rows. Call once, before forward().
+    virtual void allocate_activations(int64_t max_tokens, int64_t max_logits) = 0;
+    // One step's kernels on `stream`: no host work, no allocation, no sync (capturable). Writes
+    // this step's K/V into kv (one KvLayer per layer) and the logits of in.logits_indices' rows.
+    virtual void forward(const cuda::StepInputs& in, std::span<cuda::KvLayer> kv,
+                         cuda::AttentionBackend& attention, cudaStream_t stream) = 0;
+    // The last forward's logits: [rows, vocab] f32, and the bf16 values they were cast from.
+    virtual Tensor logits_f32(int64_t rows) const = 0;
+    virtual Tensor logits_bf16(int64_t rows) const = 0;
+};
+
+// Uploads `weights` (bf16 host tensors, as load_weights(WeightTarget{kBF16, rank, world})
+// writes them; released as they go up) and builds the model for config.arch. comm: null
+// without tensor parallelism. Throws Error for an architecture the GPU does not run yet.
+std::unique_ptr<CudaModel> make_cuda_model(const ModelConfig& config, ModelWeights weights,
+                                           cuda::Communicator* comm = nullptr);
+
+}  // namespace miniinfer

@@ -1,0 +1,121 @@
+#include "models/qwen_cuda_model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/check.h"
+#include "core/cuda/device_buffer.h"
+#include "kernels/cuda/cast.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/gather_rows.h"
+#include "layers/layers.h"
+
+namespace miniinfer {
+namespace {
+
+// A host bf16 weight to the device; the host copy is released (its last reference dropped).
+Tensor upload(Tensor& host) {
+    if (!host.defined()) return Tensor();
+    MI_CHECK(host.dtype() == DType::kBF16, "the CUDA model takes bf16 weights, got {}",
+             host.describe());
+    Tensor device = cuda::to_device(host);
+    host = Tensor();
+    return device;
+}
+
+cuda::Linear linear(Tensor& weight, Tensor& bias, cuda::Shard shard, cuda::Communicator* comm) {
+    return {.weight = upload(weight), .bias = upload(bias), .shard = shard, .comm = comm};
+}
+
+cuda::RmsNorm norm(Tensor& weight, double eps) {
+    return {.weight = upload(weight), .eps = float(eps)};
+}
+
+}  // namespace
+
+QwenCudaModel::QwenCudaModel(ModelConfig config, ModelWeights w, cuda::Communicator* comm)
+    : config_(std::move(config)) {
+    const ModelConfig& c = config_;
+    const int64_t world = comm ? comm->world() : 1;
+    embed_ = upload(w.embed);
+    lm_head_ = c.tie_word_embeddings ? embed_ : upload(w.lm_head);
+    final_norm_ = norm(w.norm, c.rms_norm_eps);
+
+    Rotary rotary(c.head_dim, c.rope_theta,
+                  c.rope_scaling.kind == RopeScaling::Kind::kLinear ? c.rope_scaling.factor : 1.0);
+    Tensor freq = Tensor::zeros({c.head_dim / 2}, DType::kF32);
+    std::copy(rotary.inv_freq().begin(), rotary.inv_freq().end(), freq.data<float>());
+    const Tensor inv_freq = cuda::to_device(freq);
+
+    Tensor none;
+    for (LayerWeights& lw : w.layers) {
+        Layer layer;
+        layer.input_norm = norm(lw.input_norm, c.rms_norm_eps);
+        layer.post_attention_norm = norm(lw.post_attention_norm, c.rms_norm_eps);
+        cuda::Attention& a = layer.attention;
+        a.qkv = linear(lw.qkv, lw.qkv_bias, cuda::Shard::kColumn, comm);
+        a.o_proj = linear(lw.o_proj, lw.o_bias, cuda::Shard::kRow, comm);
+        a.q_norm = upload(lw.q_norm);
+        a.k_norm = upload(lw.k_norm);
+        a.inv_freq = inv_freq;
+        a.num_heads = c.num_heads / world;
+        a.num_kv_heads = c.num_kv_heads / world;
+        a.head_dim = c.head_dim;
+        a.eps = float(c.rms_norm_eps);
+        a.scale = float(1.0 / std::sqrt(double(c.head_dim)));
+        layer.mlp.gate_up = linear(lw.gate_up, none, cuda::Shard::kColumn, comm);
+        layer.mlp.down = linear(lw.down, none, cuda::Shard::kRow, comm);
+        layers_.push_back(std::move(layer));
+    }
+}
+
+CudaModel::AttentionDims QwenCudaModel::attention_dims() const {
+    const cuda::Attention& a = layers_.at(0).attention;
+    return {int64_t(layers_.size()), a.num_heads, a.num_kv_heads, a.head_dim};
+}
+
+void QwenCudaModel::allocate_activations(int64_t max_tokens, int64_t max_logits) {
+    const int64_t H = config_.hidden_size, V = config_.vocab_size;
+    for (Tensor* t : {&hidden_, &residual_, &normed_, &attn_out_})
+        *t = cuda::device_tensor({max_tokens, H}, DType::kBF16);
+    attention_buffers_ = layers_.at(0).attention.allocate_buffers(max_tokens);
+    mlp_buffers_ = layers_.at(0).mlp.allocate_buffers(max_tokens);
+    for (Tensor* t : {&last_hidden_, &last_residual_, &last_normed_})
+        *t = cuda::device_tensor({max_logits, H}, DType::kBF16);
+    logits_bf16_ = cuda::device_tensor({max_logits, V}, DType::kBF16);
+    logits_f32_ = cuda::device_tensor({max_logits, V}, DType::kF32);
+}
+
+void QwenCudaModel::forward(const cuda::StepInputs& in, std::span<cuda::KvLayer> kv,
+                            cuda::AttentionBackend& attention, cudaStream_t stream) {
+    using cuda::rows;
+    const cuda::Step step{.in = in, .stream = stream, .gemm = gemm_, .attention = attention};
+    const int64_t n = in.num_tokens;
+    Tensor x = rows(hidden_, n), residual = rows(residual_, n), h = rows(normed_, n);
+    Tensor attn_out = rows(attn_out_, n);
+    cuda::embedding(in.token_ids, embed_, residual, stream);
+    for (size_t l = 0; l < layers_.size(); ++l) {
+        const Layer& layer = layers_[l];
+        // The residual stream: layer 0 normalises the embedding; later layers add the MLP
+        // output first.
+        if (l == 0)
+            layer.input_norm.forward(residual, nullptr, h, stream);
+        else
+            layer.input_norm.forward(x, &residual, h, stream);
+        layer.attention.forward(h, attn_out, kv[l], step, attention_buffers_);
+        layer.post_attention_norm.forward(attn_out, &residual, h, stream);
+        layer.mlp.forward(h, x, step, mlp_buffers_);
+    }
+    const int64_t m = in.num_logits;
+    if (m == 0) return;
+    // Only the sampled rows: gather, add & norm, lm_head.
+    Tensor last_x = rows(last_hidden_, m), last_res = rows(last_residual_, m);
+    Tensor last_h = rows(last_normed_, m), lb = rows(logits_bf16_, m), lf = rows(logits_f32_, m);
+    cuda::gather_rows(x, in.logits_indices, last_x, stream);
+    cuda::gather_rows(residual, in.logits_indices, last_res, stream);
+    final_norm_.forward(last_x, &last_res, last_h, stream);
+    gemm_.run(last_h, lm_head_, nullptr, lb, stream);
+    cuda::bf16_to_f32(lb, lf, stream);
+}
+
+}  // namespace miniinfer

@@ -1,0 +1,57 @@
+// QwenCudaModel: Qwen2 and Qwen3 on the GPU, written once (the CPU reference is QwenModel,
+// models/qwen_model.h; read the two side by side).
+//
+//   embed -> N x [ add & norm -> attention -> add & norm -> MLP ] -> gather the sampled rows
+//   -> add & norm -> lm_head -> f32 logits
+//
+// What differs between the two is a config option, as on the CPU: Qwen2's q/k/v biases
+// (attention_bias), Qwen3's per-head q/k RMSNorm (qk_norm). The residual stream is carried in
+// its own buffer and added inside the next norm (add_rms_norm), so each layer reads: x (the
+// last block's output) and the residual; the norm adds them.
+#pragma once
+
+#include <vector>
+
+#include "kernels/cuda/gemm.h"
+#include "layers/cuda/attention.h"
+#include "layers/cuda/mlp.h"
+#include "models/cuda_model.h"
+
+namespace miniinfer {
+
+class QwenCudaModel final : public CudaModel {
+  public:
+    QwenCudaModel(ModelConfig config, ModelWeights weights, cuda::Communicator* comm);
+
+    const ModelConfig& config() const override { return config_; }
+    AttentionDims attention_dims() const override;
+    void allocate_activations(int64_t max_tokens, int64_t max_logits) override;
+    void forward(const cuda::StepInputs& in, std::span<cuda::KvLayer> kv,
+                 cuda::AttentionBackend& attention, cudaStream_t stream) override;
+    Tensor logits_f32(int64_t rows) const override { return cuda::rows(logits_f32_, rows); }
+    Tensor logits_bf16(int64_t rows) const override { return cuda::rows(logits_bf16_, rows); }
+
+  private:
+    // QwenModel::Layer's parts, grouped into the GPU blocks: the attention block holds qkv,
+    // o_proj, q_norm and k_norm. Qwen3-MoE's sparse layers will hold a cuda::Moe here.
+    struct Layer {
+        cuda::RmsNorm input_norm, post_attention_norm;
+        cuda::Attention attention;
+        cuda::Mlp mlp;
+    };
+
+    ModelConfig config_;
+    cuda::Gemm gemm_;
+    Tensor embed_, lm_head_;  // [vocab, hidden]; the same tensor when tied
+    std::vector<Layer> layers_;
+    cuda::RmsNorm final_norm_;
+
+    // Activations for the largest step (allocate_activations).
+    Tensor hidden_, residual_, normed_, attn_out_;  // [max_tokens, hidden]
+    cuda::Attention::Buffers attention_buffers_;
+    cuda::Mlp::Buffers mlp_buffers_;
+    Tensor last_hidden_, last_residual_, last_normed_;  // [max_logits, hidden]: sampled rows
+    Tensor logits_bf16_, logits_f32_;                   // [max_logits, vocab]
+};
+
+}  // namespace miniinfer
