@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -106,6 +107,50 @@ void copy_to_f32(const Tensor& src, float* dst) {
             break;
         default:
             MI_CHECK(false, "copy_to_f32 of {}", src.describe());
+    }
+}
+
+void convert_elements(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n) {
+    const size_t src_size = dtype_size(src_dtype), dst_size = dtype_size(dst_dtype);
+    if (src_dtype == dst_dtype) {
+        std::memcpy(dst, src, size_t(n) * src_size);
+        return;
+    }
+    // Through f32 a block at a time: one switch per block, not per element.
+    constexpr int64_t kBlock = 1024;
+    float f32[kBlock];
+    for (int64_t begin = 0; begin < n; begin += kBlock) {
+        const int64_t len = std::min(kBlock, n - begin);
+        const void* s = static_cast<const char*>(src) + size_t(begin) * src_size;
+        void* d = static_cast<char*>(dst) + size_t(begin) * dst_size;
+        const auto* s16 = static_cast<const uint16_t*>(s);
+        auto* d16 = static_cast<uint16_t*>(d);
+        switch (src_dtype) {
+            case DType::kF32:
+                std::memcpy(f32, s, size_t(len) * sizeof(float));
+                break;
+            case DType::kBF16:
+                for (int64_t i = 0; i < len; ++i) f32[i] = bf16_to_f32(s16[i]);
+                break;
+            case DType::kF16:
+                for (int64_t i = 0; i < len; ++i) f32[i] = f16_to_f32(s16[i]);
+                break;
+            default:
+                MI_CHECK(false, "convert_elements from {}", dtype_name(src_dtype));
+        }
+        switch (dst_dtype) {
+            case DType::kF32:
+                std::memcpy(d, f32, size_t(len) * sizeof(float));
+                break;
+            case DType::kBF16:
+                for (int64_t i = 0; i < len; ++i) d16[i] = f32_to_bf16(f32[i]);
+                break;
+            case DType::kF16:
+                for (int64_t i = 0; i < len; ++i) d16[i] = f32_to_f16(f32[i]);
+                break;
+            default:
+                MI_CHECK(false, "convert_elements to {}", dtype_name(dst_dtype));
+        }
     }
 }
 

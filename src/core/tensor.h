@@ -76,4 +76,8 @@ std::string shape_str(const Shape& shape);
 // Writes a contiguous host tensor's elements (f32, bf16 or f16) to dst as f32.
 void copy_to_f32(const Tensor& src, float* dst);
 
+// Writes n elements of src (f32, bf16 or f16) to dst as dst_dtype (f32, bf16 or f16), each
+// pointer aligned to its dtype. Equal dtypes are a plain copy; narrowing rounds to nearest even.
+void convert_elements(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n);
+
 }  // namespace miniinfer

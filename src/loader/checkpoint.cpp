@@ -83,6 +83,12 @@ Tensor Checkpoint::get(const std::string& name, const Shape& expected) const {
     return t;
 }
 
+void Checkpoint::release(const std::string& name, size_t begin, size_t end) const {
+    auto it = where_.find(name);
+    if (it == where_.end()) fail("{}: checkpoint has no tensor '{}'", dir_.string(), name);
+    files_[it->second].release(name, begin, end);
+}
+
 std::vector<std::string> Checkpoint::names() const {
     std::vector<std::string> out;
     for (const auto& [name, _] : where_) out.push_back(name);

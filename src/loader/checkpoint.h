@@ -3,6 +3,7 @@
 // SafetensorsFile) and that the index and the shards agree.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <string>
@@ -21,6 +22,9 @@ class Checkpoint {
     // The tensor, checked against `expected` shape: missing or misshapen is an Error naming the
     // tensor (and the file it is in).
     Tensor get(const std::string& name, const Shape& expected) const;
+    // Gives back the resident pages of bytes [begin, end) of tensor `name`'s data once they are
+    // copied (see SafetensorsFile::release); the tensor stays readable.
+    void release(const std::string& name, size_t begin = 0, size_t end = SIZE_MAX) const;
 
     std::vector<std::string> names() const;
     size_t num_tensors() const { return where_.size(); }

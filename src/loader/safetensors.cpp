@@ -147,4 +147,18 @@ Tensor SafetensorsFile::tensor(const std::string& name) const {
     return Tensor(const_cast<char*>(p), dtype, e.shape, Device::kCPU, mapping_);
 }
 
+void SafetensorsFile::release(const std::string& name, size_t begin, size_t end) const {
+    auto it = entries_.find(name);
+    if (it == entries_.end()) fail("{}: no tensor '{}'", path_.string(), name);
+    const SafetensorsEntry& e = it->second;
+    end = std::min(end, e.end - e.begin);
+    if (begin >= end) return;
+    static const uintptr_t page = uintptr_t(::sysconf(_SC_PAGESIZE));
+    const auto first = reinterpret_cast<uintptr_t>(data_ + e.begin + begin);
+    const auto last = reinterpret_cast<uintptr_t>(data_ + e.begin + end);
+    const uintptr_t lo = (first + page - 1) / page * page, hi = last / page * page;
+    // Advice only: a failure leaves the pages resident, which costs memory but not correctness.
+    if (lo < hi) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
 }  // namespace miniinfer

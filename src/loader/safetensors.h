@@ -7,6 +7,7 @@
 // file (and the tensor) before any byte of data is touched — never a crash.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -36,6 +37,13 @@ class SafetensorsFile {
     // A view of tensor `name` (BF16, F16 or F32; other dtypes are an Error naming the file
     // and tensor). The view keeps the mapping alive.
     Tensor tensor(const std::string& name) const;
+
+    // Gives back this process's resident pages of bytes [begin, end) of tensor `name`'s data
+    // (end clamped to its size; only pages wholly inside, so neighbours keep theirs). The data
+    // stays readable: the mapping is read-only and private, so a later read faults the page in
+    // again from the file. A loader calls this once it has copied the bytes, so its peak memory
+    // holds the copy and not the mapping as well. The page cache is the kernel's to keep.
+    void release(const std::string& name, size_t begin = 0, size_t end = SIZE_MAX) const;
 
   private:
     std::filesystem::path path_;

@@ -1,10 +1,12 @@
 #include "models/weights.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
-#include <cstring>
 #include <functional>
 #include <random>
 
+#include "core/host_memory.h"
 #include "core/logging.h"
 #include "core/thread_pool.h"
 #include "loader/checkpoint.h"
@@ -16,62 +18,111 @@ std::string layer_prefix(int64_t l) {
     return fmt::format("model.layers.{}.", l);
 }
 
-// Where a weight comes from: a checkpoint tensor, or seeded random numbers.
-using Source = std::function<void(const std::string& name, const Shape& shape, float* dst)>;
+// The part of a source tensor one rank holds. The tensor is seen as [rows, cols]; a 1-D
+// tensor is [rows, 1].
+struct Block {
+    int64_t rows = 0, cols = 0;
+    int64_t row_begin = 0, row_end = 0, col_begin = 0, col_end = 0;
+};
+
+Block shard_block(const Shape& shape, Shard shard, const WeightTarget& target) {
+    const int64_t rows = shape.at(0), cols = shape.size() > 1 ? shape[1] : 1;
+    Block b{rows, cols, 0, rows, 0, cols};
+    if (shard == Shard::kColumn) {
+        b.row_begin = target.rank * rows / target.world;
+        b.row_end = (target.rank + 1) * rows / target.world;
+    } else if (shard == Shard::kRow) {
+        b.col_begin = target.rank * cols / target.world;
+        b.col_end = (target.rank + 1) * cols / target.world;
+    }
+    return b;
+}
+
+// Writes `block` of source tensor `name` (shaped `shape`) to dst, rows after rows, in the
+// target's dtype.
+using Source =
+    std::function<void(const std::string& name, const Shape& shape, const Block& block, void* dst)>;
 
 // Collects (source tensor -> slice of a fused destination) copies, then runs them in parallel.
 // Without a source it only lists the tensors it would read (and allocates nothing).
 class Assembler {
   public:
-    explicit Assembler(Source source) : source_(std::move(source)) {}
+    struct Part {
+        std::string name;
+        Shape shape;  // the whole source tensor's
+        Shard shard;
+    };
 
-    // Concatenates the named tensors along dim 0 into one new f32 tensor, shaped `view` if given.
-    Tensor fused(const std::vector<std::pair<std::string, Shape>>& parts, const Shape& view = {}) {
-        if (!source_) {
-            for (const auto& [name, s] : parts) jobs_.push_back({name, s, nullptr});
-            return Tensor();
-        }
-        Shape shape = parts.at(0).second;
-        int64_t row_elems = 1;
-        for (size_t d = 1; d < shape.size(); ++d) row_elems *= shape[d];
+    Assembler(Source source, WeightTarget target)
+        : source_(std::move(source)), target_(std::move(target)) {}
+
+    // Concatenates each part's shard along dim 0 into one new tensor of the target's dtype,
+    // shaped `view` (already in shard sizes) if given.
+    Tensor fused(const std::vector<Part>& parts, const Shape& view = {}) {
+        for (const Part& part : parts) jobs_.push_back({part, nullptr});
+        if (!source_) return Tensor();
+        std::vector<Shape> local;
+        for (const Part& part : parts) local.push_back(shard_shape(part));
+        Shape shape = local.at(0);
         shape[0] = 0;
-        for (const auto& [name, s] : parts) shape[0] += s[0];
-        Tensor out = Tensor::zeros(shape, DType::kF32);
-        float* dst = out.data<float>();
-        for (const auto& [name, s] : parts) {
-            jobs_.push_back({name, s, dst});
-            dst += s[0] * row_elems;
+        for (const Shape& s : local) shape[0] += s[0];
+        Tensor out = Tensor::zeros(shape, target_.dtype);
+        auto* dst = static_cast<char*>(out.raw());
+        for (size_t i = 0; i < parts.size(); ++i) {
+            jobs_[jobs_.size() - parts.size() + i].dst = dst;
+            int64_t numel = 1;
+            for (int64_t d : local[i]) numel *= d;
+            dst += size_t(numel) * dtype_size(target_.dtype);
         }
+        bytes_written_ += int64_t(out.nbytes());
         return view.empty() ? out : out.view(view);
     }
-    Tensor single(const std::string& name, const Shape& shape) { return fused({{name, shape}}); }
+    Tensor single(const std::string& name, const Shape& shape, Shard shard = Shard::kReplicated) {
+        return fused({{name, shape, shard}});
+    }
 
     std::vector<std::pair<std::string, Shape>> planned() const {
         std::vector<std::pair<std::string, Shape>> out;
-        for (const auto& j : jobs_) out.emplace_back(j.name, j.shape);
+        for (const Job& j : jobs_) out.emplace_back(j.part.name, j.part.shape);
         return out;
     }
 
-    void run() {
+    void run(LoadStats* stats) {
         if (!source_) return;
         ThreadPool::global().parallel_for(int64_t(jobs_.size()), [&](int64_t begin, int64_t end) {
-            for (int64_t i = begin; i < end; ++i)
-                source_(jobs_[size_t(i)].name, jobs_[size_t(i)].shape, jobs_[size_t(i)].dst);
+            for (int64_t i = begin; i < end; ++i) {
+                const Job& j = jobs_[size_t(i)];
+                source_(j.part.name, j.part.shape, shard_block(j.part.shape, j.part.shard, target_),
+                        j.dst);
+            }
         });
+        stats->num_tensors = int64_t(jobs_.size());
+        stats->bytes_written = bytes_written_;
     }
 
   private:
     struct Job {
-        std::string name;
-        Shape shape;
-        float* dst;
+        Part part;
+        void* dst;
     };
+
+    Shape shard_shape(const Part& part) const {
+        Block b = shard_block(part.shape, part.shard, target_);
+        Shape s = part.shape;
+        s[0] = b.row_end - b.row_begin;
+        if (s.size() > 1) s[1] = b.col_end - b.col_begin;
+        return s;
+    }
+
     Source source_;
+    WeightTarget target_;
     std::vector<Job> jobs_;
+    int64_t bytes_written_ = 0;
 };
 
-ModelWeights assemble(const ModelConfig& c, Assembler& a) {
+ModelWeights assemble(const ModelConfig& c, const WeightTarget& t, Assembler& a) {
     const int64_t H = c.hidden_size, D = c.head_dim, q = c.q_size(), kv = c.kv_size();
+    const Shard kCol = Shard::kColumn, kRow = Shard::kRow;
     ModelWeights w;
     w.embed = a.single("model.embed_tokens.weight", {c.vocab_size, H});
     for (int64_t l = 0; l < c.num_layers; ++l) {
@@ -79,51 +130,124 @@ ModelWeights assemble(const ModelConfig& c, Assembler& a) {
         LayerWeights lw;
         lw.input_norm = a.single(p + "input_layernorm.weight", {H});
         lw.post_attention_norm = a.single(p + "post_attention_layernorm.weight", {H});
-        lw.qkv = a.fused({{attn + "q_proj.weight", {q, H}},
-                          {attn + "k_proj.weight", {kv, H}},
-                          {attn + "v_proj.weight", {kv, H}}});
+        lw.qkv = a.fused({{attn + "q_proj.weight", {q, H}, kCol},
+                          {attn + "k_proj.weight", {kv, H}, kCol},
+                          {attn + "v_proj.weight", {kv, H}, kCol}});
         if (c.attention_bias)
-            lw.qkv_bias = a.fused({{attn + "q_proj.bias", {q}},
-                                   {attn + "k_proj.bias", {kv}},
-                                   {attn + "v_proj.bias", {kv}}});
+            lw.qkv_bias = a.fused({{attn + "q_proj.bias", {q}, kCol},
+                                   {attn + "k_proj.bias", {kv}, kCol},
+                                   {attn + "v_proj.bias", {kv}, kCol}});
         if (c.qk_norm) {
             lw.q_norm = a.single(attn + "q_norm.weight", {D});
             lw.k_norm = a.single(attn + "k_norm.weight", {D});
         }
-        lw.o_proj = a.single(attn + "o_proj.weight", {H, q});
+        lw.o_proj = a.single(attn + "o_proj.weight", {H, q}, kRow);
+        // Replicated: added once to the row-parallel sum, not on every rank's partial.
         if (c.attention_bias && c.arch != Arch::kQwen2)
             lw.o_bias = a.single(attn + "o_proj.bias", {H});
         if (c.is_moe_layer(l)) {
-            const int64_t I = c.moe_intermediate_size;
-            lw.router = a.single(mlp + "gate.weight", {c.num_experts, H});
-            std::vector<std::pair<std::string, Shape>> gate_up, down;
-            for (int64_t e = 0; e < c.num_experts; ++e) {
+            const int64_t E = c.num_experts, I = c.moe_intermediate_size, I_r = I / t.world;
+            lw.router = a.single(mlp + "gate.weight", {E, H});
+            std::vector<Assembler::Part> gate_up, down;
+            for (int64_t e = 0; e < E; ++e) {
                 const std::string ep = fmt::format("{}experts.{}.", mlp, e);
-                gate_up.push_back({ep + "gate_proj.weight", {I, H}});
-                gate_up.push_back({ep + "up_proj.weight", {I, H}});
-                down.push_back({ep + "down_proj.weight", {H, I}});
+                gate_up.push_back({ep + "gate_proj.weight", {I, H}, kCol});
+                gate_up.push_back({ep + "up_proj.weight", {I, H}, kCol});
+                down.push_back({ep + "down_proj.weight", {H, I}, kRow});
             }
-            lw.experts_gate_up = a.fused(gate_up, {c.num_experts, 2 * I, H});
-            lw.experts_down = a.fused(down, {c.num_experts, H, I});
+            lw.experts_gate_up = a.fused(gate_up, {E, 2 * I_r, H});
+            lw.experts_down = a.fused(down, {E, H, I_r});
         } else {
             const int64_t I = c.intermediate_size;
-            lw.gate_up =
-                a.fused({{mlp + "gate_proj.weight", {I, H}}, {mlp + "up_proj.weight", {I, H}}});
-            lw.down = a.single(mlp + "down_proj.weight", {H, I});
+            lw.gate_up = a.fused(
+                {{mlp + "gate_proj.weight", {I, H}, kCol}, {mlp + "up_proj.weight", {I, H}, kCol}});
+            lw.down = a.single(mlp + "down_proj.weight", {H, I}, kRow);
         }
         w.layers.push_back(std::move(lw));
     }
     w.norm = a.single("model.norm.weight", {H});
     w.lm_head = c.tie_word_embeddings ? w.embed : a.single("lm_head.weight", {c.vocab_size, H});
-    a.run();
+    a.run(&w.stats);
     return w;
+}
+
+// A bad target is the user's error, found before any work.
+void check_target(const ModelConfig& c, const WeightTarget& t) {
+    if (t.dtype != DType::kF32 && t.dtype != DType::kBF16)
+        fail("weights in {} are not supported (f32, bf16)", dtype_name(t.dtype));
+    if (t.world < 1 || t.rank < 0 || t.rank >= t.world)
+        fail("tensor-parallel rank {} of world {}: need world >= 1 and 0 <= rank < world", t.rank,
+             t.world);
+    auto check_divides = [&](const char* what, int64_t n) {
+        if (n % t.world != 0)
+            fail("tensor-parallel world {} does not divide {} = {}", t.world, what, n);
+    };
+    check_divides("num_attention_heads", c.num_heads);
+    check_divides("num_key_value_heads", c.num_kv_heads);
+    bool any_dense = false, any_moe = false;
+    for (int64_t l = 0; l < c.num_layers; ++l) (c.is_moe_layer(l) ? any_moe : any_dense) = true;
+    if (any_dense) check_divides("intermediate_size", c.intermediate_size);
+    if (any_moe) check_divides("moe_intermediate_size", c.moe_intermediate_size);
+}
+
+// Copies `b` of checkpoint tensor `name` into dst as `dtype`, a few MiB of source at a time,
+// giving each stretch's pages back once copied: even the embedding is never resident twice.
+void copy_block(const Checkpoint& ckpt, const std::string& name, const Shape& shape, const Block& b,
+                DType dtype, void* dst) {
+    constexpr int64_t kStepBytes = 8 << 20;
+    const Tensor src = ckpt.get(name, shape);
+    const int64_t src_size = int64_t(dtype_size(src.dtype())), row_bytes = b.cols * src_size;
+    const int64_t width = b.col_end - b.col_begin,
+                  rows_per_step = std::max<int64_t>(1, kStepBytes / row_bytes);
+    const auto* base = static_cast<const char*>(src.raw());
+    auto* out = static_cast<char*>(dst);
+    const size_t out_row_bytes = size_t(width) * dtype_size(dtype);
+    for (int64_t r0 = b.row_begin; r0 < b.row_end; r0 += rows_per_step) {
+        const int64_t r1 = std::min(b.row_end, r0 + rows_per_step);
+        if (width == b.cols) {  // whole rows: one contiguous run
+            convert_elements(base + r0 * row_bytes, src.dtype(), out, dtype, (r1 - r0) * b.cols);
+            out += size_t(r1 - r0) * out_row_bytes;
+        } else {  // a column slice: a piece of every row
+            for (int64_t r = r0; r < r1; ++r, out += out_row_bytes)
+                convert_elements(base + r * row_bytes + b.col_begin * src_size, src.dtype(), out,
+                                 dtype, width);
+        }
+        ckpt.release(name, size_t(r0 * row_bytes), size_t(r1 * row_bytes));
+    }
+}
+
+// The dummy tensor is generated whole, row by row in one seeded stream (so every target sees
+// the same numbers), keeping only `b`'s part: one row of f32 at a time, never the tensor.
+void generate_block(uint64_t seed, const std::string& name, const Shape& shape, const Block& b,
+                    DType dtype, void* dst) {
+    std::mt19937_64 rng(seed ^ std::hash<std::string>{}(name));
+    std::normal_distribution<float> normal(0.f, 1.f);
+    const bool is_norm = name.find("norm") != std::string::npos;
+    const bool is_bias = name.ends_with("bias");
+    const float scale = shape.size() == 2 && !name.starts_with("model.embed")
+                            ? 1.f / std::sqrt(float(shape[1]))
+                            : 1.f;
+    const int64_t width = b.col_end - b.col_begin;
+    const size_t out_row_bytes = size_t(width) * dtype_size(dtype);
+    std::vector<float> row(size_t(b.cols));
+    auto* out = static_cast<char*>(dst);
+    for (int64_t r = 0; r < b.row_end; ++r) {
+        for (float& x : row) x = is_norm ? 1.f : is_bias ? 0.f : normal(rng) * scale;
+        if (r < b.row_begin) continue;
+        convert_elements(row.data() + b.col_begin, DType::kF32, out, dtype, width);
+        out += out_row_bytes;
+    }
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace
 
 std::vector<std::pair<std::string, Shape>> expected_tensors(const ModelConfig& config) {
-    Assembler plan(nullptr);
-    assemble(config, plan);
+    Assembler plan(nullptr, WeightTarget{});
+    assemble(config, WeightTarget{}, plan);
     return plan.planned();
 }
 
@@ -133,34 +257,42 @@ LoadFormat parse_load_format(const std::string& name) {
     fail("load format '{}' is not supported (auto, safetensors, dummy)", name);
 }
 
-ModelWeights load_weights(const ModelConfig& config, const std::filesystem::path& model_dir) {
+ModelWeights load_weights(const ModelConfig& config, const std::filesystem::path& model_dir,
+                          const WeightTarget& target) {
+    const auto start = std::chrono::steady_clock::now();
+    check_target(config, target);
     Checkpoint ckpt = Checkpoint::open(model_dir);
     auto expected = expected_tensors(config);
     for (const auto& [name, shape] : expected) ckpt.get(name, shape);  // all errors before any work
     if (ckpt.num_tensors() > expected.size())
         MI_LOG_WARN("{}: {} checkpoint tensors are not used by the model", model_dir.string(),
                     ckpt.num_tensors() - expected.size());
-    Assembler a([&](const std::string& name, const Shape& shape, float* dst) {
-        copy_to_f32(ckpt.get(name, shape), dst);
-    });
-    return assemble(config, a);
+    Assembler a([&](const std::string& name, const Shape& shape, const Block& b,
+                    void* dst) { copy_block(ckpt, name, shape, b, target.dtype, dst); },
+                target);
+    ModelWeights w = assemble(config, target, a);
+    LoadStats& s = w.stats;
+    s.seconds = seconds_since(start);
+    s.peak_host_bytes = peak_host_memory_bytes();
+    MI_LOG_INFO(
+        "loaded {} tensors, {:.2f} GB of {} (rank {} of {}) in {:.2f} s ({:.2f} GB/s), peak host "
+        "memory {:.2f} GB",
+        s.num_tensors, double(s.bytes_written) / 1e9, dtype_name(target.dtype), target.rank,
+        target.world, s.seconds, double(s.bytes_written) / 1e9 / std::max(s.seconds, 1e-9),
+        double(s.peak_host_bytes) / 1e9);
+    return w;
 }
 
-ModelWeights dummy_weights(const ModelConfig& config, uint64_t seed) {
-    Assembler a([&](const std::string& name, const Shape& shape, float* dst) {
-        std::mt19937_64 rng(seed ^ std::hash<std::string>{}(name));
-        int64_t n = 1;
-        for (int64_t d : shape) n *= d;
-        const bool is_norm = name.find("norm") != std::string::npos;
-        const bool is_bias = name.ends_with("bias");
-        const float scale = shape.size() == 2 && !name.starts_with("model.embed")
-                                ? 1.f / std::sqrt(float(shape[1]))
-                                : 1.f;
-        std::normal_distribution<float> normal(0.f, 1.f);
-        for (int64_t i = 0; i < n; ++i)
-            dst[i] = is_norm ? 1.f : is_bias ? 0.f : normal(rng) * scale;
-    });
-    return assemble(config, a);
+ModelWeights dummy_weights(const ModelConfig& config, uint64_t seed, const WeightTarget& target) {
+    const auto start = std::chrono::steady_clock::now();
+    check_target(config, target);
+    Assembler a([&](const std::string& name, const Shape& shape, const Block& b,
+                    void* dst) { generate_block(seed, name, shape, b, target.dtype, dst); },
+                target);
+    ModelWeights w = assemble(config, target, a);
+    w.stats.seconds = seconds_since(start);
+    w.stats.peak_host_bytes = peak_host_memory_bytes();
+    return w;
 }
 
 }  // namespace miniinfer

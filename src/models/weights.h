@@ -2,10 +2,27 @@
 //
 // Fusion at load time: q/k/v projections (and biases) become one [q + 2 kv, hidden] matrix,
 // gate/up one [2 inter, hidden] matrix (gate rows first), and a MoE layer's experts two stacked
-// tensors. Every tensor config.json implies is checked for presence, shape and dtype; a tied
-// model reuses the embedding as lm_head. Tensors are converted in parallel on the global pool.
+// tensors. Every tensor config.json implies is checked for presence, shape and dtype before any
+// data is read; a tied model reuses the embedding as lm_head.
+//
+// The target: the loader writes host tensors of target.dtype straight from the memory-mapped
+// checkpoint (bf16 -> bf16 is a copy; f16 / f32 sources are converted element by element, never
+// through a whole f32 tensor), in parallel on the global pool, and gives each source tensor's
+// pages back once copied, so the peak host memory of a load is about what it writes.
+//
+// The shard (Megatron-style, rank r of world w), by the rule each weight is given (Shard):
+//   kColumn     qkv: [q_r; k_r; v_r], rank r's q heads then its kv heads of k and of v (the
+//               bias likewise); gate_up: [gate_r; up_r]; a MoE expert's gate_up likewise.
+//   kRow        o_proj: the columns of rank r's q heads; down and a MoE expert's down: the
+//               columns of rank r's slice of the intermediate size.
+//   kReplicated embed, lm_head, every norm, the router, and o_proj's bias (the model adds it
+//               once, after the row-parallel sum).
+// Each rank reads only its slice of a source tensor: rows are one contiguous range, columns a
+// strided copy of row pieces. world must divide num_heads, num_kv_heads and the intermediate
+// size(s) the model uses; with world 1 every rule is the whole tensor.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <utility>
@@ -16,7 +33,29 @@
 
 namespace miniinfer {
 
+// What the loader writes: the element type and the tensor-parallel shard (rank of world).
+struct WeightTarget {
+    DType dtype = DType::kF32;  // kF32 (the CPU reference) or kBF16 (the CUDA model)
+    int64_t rank = 0, world = 1;
+};
+
+// How a weight [out_features, in_features] (a bias: [out_features]) splits over the ranks.
+enum class Shard {
+    kReplicated,  // every rank holds all of it
+    kColumn,      // column-parallel linear: rank r holds a slice of the rows (its outputs)
+    kRow,         // row-parallel linear: rank r holds a slice of the columns (its inputs)
+};
+
+// What a load did, for the log line and for tests (dummy weights fill it too).
+struct LoadStats {
+    int64_t num_tensors = 0;      // source tensors read (or generated)
+    int64_t bytes_written = 0;    // bytes of the tensors in ModelWeights (a tied head once)
+    double seconds = 0;           // wall time of the whole call
+    int64_t peak_host_bytes = 0;  // the process's VmHWM when it returned
+};
+
 struct LayerWeights {
+    // Shapes are world 1's; a shard divides q, kv, inter and moe_inter by world.
     Tensor input_norm, post_attention_norm;  // [hidden]
     Tensor qkv, qkv_bias;   // [q + 2 kv, hidden], [q + 2 kv] (Qwen2 / attention_bias)
     Tensor q_norm, k_norm;  // [head_dim] (Qwen3)
@@ -26,22 +65,28 @@ struct LayerWeights {
     Tensor experts_gate_up, experts_down;  // MoE: [E, 2 moe_inter, hidden], [E, hidden, moe_inter]
 };
 
+// Host tensors of the target's dtype and shard.
 struct ModelWeights {
     Tensor embed;  // [vocab, hidden]
     std::vector<LayerWeights> layers;
     Tensor norm;     // [hidden]
     Tensor lm_head;  // [vocab, hidden]; the same tensor as embed when tied
+    LoadStats stats;
 };
 
-// The tensors a Hugging Face checkpoint of this config holds: (name, shape).
+// The tensors a Hugging Face checkpoint of this config holds: (name, shape), whole (unsharded).
 std::vector<std::pair<std::string, Shape>> expected_tensors(const ModelConfig& config);
 
 enum class LoadFormat { kSafetensors, kDummy };
 LoadFormat parse_load_format(const std::string& name);  // "auto" | "safetensors" | "dummy"
 
-// Reads <model_dir>'s checkpoint (Errors name the file and tensor).
-ModelWeights load_weights(const ModelConfig& config, const std::filesystem::path& model_dir);
-// Seeded random weights with unit-scale activations, for benchmarks without a checkpoint.
-ModelWeights dummy_weights(const ModelConfig& config, uint64_t seed);
+// Reads <model_dir>'s checkpoint for `target` and logs one line of LoadStats. Errors (before any
+// data is read) name the file and tensor, or the numbers a bad target does not divide.
+ModelWeights load_weights(const ModelConfig& config, const std::filesystem::path& model_dir,
+                          const WeightTarget& target = {});
+// Seeded random weights with unit-scale activations, for benchmarks without a checkpoint. The
+// values are the f32 target's whatever the target: bf16 is their rounding, a shard their slice.
+ModelWeights dummy_weights(const ModelConfig& config, uint64_t seed,
+                           const WeightTarget& target = {});
 
 }  // namespace miniinfer
