@@ -23,7 +23,7 @@ Tensor upload(Tensor& host) {
     return device;
 }
 
-cuda::Linear linear(Tensor& weight, Tensor& bias, cuda::Shard shard, cuda::Communicator* comm) {
+cuda::Linear linear(Tensor& weight, Tensor& bias, Shard shard, cuda::Communicator* comm) {
     return {.weight = upload(weight), .bias = upload(bias), .shard = shard, .comm = comm};
 }
 
@@ -53,8 +53,8 @@ QwenCudaModel::QwenCudaModel(ModelConfig config, ModelWeights w, cuda::Communica
         layer.input_norm = norm(lw.input_norm, c.rms_norm_eps);
         layer.post_attention_norm = norm(lw.post_attention_norm, c.rms_norm_eps);
         cuda::Attention& a = layer.attention;
-        a.qkv = linear(lw.qkv, lw.qkv_bias, cuda::Shard::kColumn, comm);
-        a.o_proj = linear(lw.o_proj, lw.o_bias, cuda::Shard::kRow, comm);
+        a.qkv = linear(lw.qkv, lw.qkv_bias, Shard::kColumn, comm);
+        a.o_proj = linear(lw.o_proj, lw.o_bias, Shard::kRow, comm);
         a.q_norm = upload(lw.q_norm);
         a.k_norm = upload(lw.k_norm);
         a.inv_freq = inv_freq;
@@ -63,8 +63,8 @@ QwenCudaModel::QwenCudaModel(ModelConfig config, ModelWeights w, cuda::Communica
         a.head_dim = c.head_dim;
         a.eps = float(c.rms_norm_eps);
         a.scale = float(1.0 / std::sqrt(double(c.head_dim)));
-        layer.mlp.gate_up = linear(lw.gate_up, none, cuda::Shard::kColumn, comm);
-        layer.mlp.down = linear(lw.down, none, cuda::Shard::kRow, comm);
+        layer.mlp.gate_up = linear(lw.gate_up, none, Shard::kColumn, comm);
+        layer.mlp.down = linear(lw.down, none, Shard::kRow, comm);
         layers_.push_back(std::move(layer));
     }
 }

@@ -30,6 +30,7 @@
 
 #include "config/model_config.h"
 #include "core/tensor.h"
+#include "layers/shard.h"
 
 namespace miniinfer {
 
@@ -37,13 +38,6 @@ namespace miniinfer {
 struct WeightTarget {
     DType dtype = DType::kF32;  // kF32 (the CPU reference) or kBF16 (the CUDA model)
     int64_t rank = 0, world = 1;
-};
-
-// How a weight [out_features, in_features] (a bias: [out_features]) splits over the ranks.
-enum class Shard {
-    kReplicated,  // every rank holds all of it
-    kColumn,      // column-parallel linear: rank r holds a slice of the rows (its outputs)
-    kRow,         // row-parallel linear: rank r holds a slice of the columns (its inputs)
 };
 
 // What a load did, for the log line and for tests (dummy weights fill it too).

@@ -1,5 +1,6 @@
-// The GPU blocks' two simplest parts: a linear layer with its tensor-parallel shard rule, and
-// RMSNorm (with the residual add fused in).
+// The GPU blocks' two simplest parts: a linear layer with its tensor-parallel shard rule
+// (layers/shard.h: a row-parallel layer sums its output over the ranks through the
+// communicator and adds its bias on rank 0 only), and RMSNorm with the residual add fused in.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -7,16 +8,9 @@
 #include "core/tensor.h"
 #include "layers/cuda/communicator.h"
 #include "layers/cuda/step.h"
+#include "layers/shard.h"
 
 namespace miniinfer::cuda {
-
-// How a linear layer's weight is split across tensor-parallel ranks (Megatron's rules; the
-// loader cuts the checkpoint the same way, models/weights.h):
-//   kColumn: each rank holds a slice of the output rows; its output is that slice of y.
-//   kRow: each rank holds a slice of the input columns and sees that slice of x; its output is
-//     a partial sum, all-reduced across ranks. The bias is added once (rank 0).
-//   kReplicated: every rank holds the whole weight.
-enum class Shard { kReplicated, kColumn, kRow };
 
 struct Linear {
     Tensor weight;  // [out, in] bf16 on the device: this rank's shard
