@@ -19,17 +19,18 @@ struct EngineConfig {
     int64_t max_num_batched_tokens = 0;  // tokens per step; 0: 2048
     int64_t page_size = 16;
     double gpu_memory_utilization = 0.9;  // CUDA: fraction of the card for weights + KV
-    int64_t kv_cache_bytes =
-        0;  // CPU KV budget; 0: max_num_seqs x min(max_model_len, 2048) tokens, <= 4 GiB
+    // CPU KV budget; 0: max_num_seqs x min(max_model_len, 2048) tokens, <= 4 GiB
+    int64_t kv_cache_bytes = 0;
     int64_t num_pages = 0;  // > 0 overrides both budgets (tests)
     bool enable_prefix_caching = true;
     bool enforce_eager = false;  // CUDA: no graphs (every step launched kernel by kernel)
     std::string attention_backend = "auto";  // auto | fa2 | flashinfer (CUDA)
-    bool use_multiprocess =
-        false;               // tokenizer, engine core, detokenizer as processes (serve, generate)
-    bool detokenize = true;  // false: outputs carry token ids only, no text, no stop strings
-                             // (the pipeline's engine core; its detokenizer process does them)
-    uint64_t seed = 0;       // draws the seeds of requests that bring none
+    // Tokenizer, engine core, detokenizer as processes (serve, generate).
+    bool use_multiprocess = false;
+    // false: outputs carry token ids only, no text, no stop strings (the pipeline's engine core;
+    // its detokenizer process does them).
+    bool detokenize = true;
+    uint64_t seed = 0;  // draws the seeds of requests that bring none
     // Sampling defaults: "auto" = the model's generation_config.json, "vllm" = vLLM's defaults
     // (the file's EOS ids still apply), else a folder holding a generation_config.json.
     std::string generation_config = "auto";

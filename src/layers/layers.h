@@ -1,6 +1,7 @@
-// The building blocks of a decoder, each owning its weights (f32 host tensors on the CPU
-// backend) and running on the device its tensors live on. Activations are [num_tokens, ...]
-// f32 tensors; every forward returns a new tensor and leaves its inputs alone unless it says so.
+// The CPU reference's building blocks of a decoder, each owning its f32 host weights. The GPU
+// has its own blocks (layers/cuda/), written for speed against the same semantics.
+// Activations are [num_tokens, ...] f32 tensors; every forward returns a new tensor and leaves
+// its inputs alone unless it says so.
 #pragma once
 
 #include <vector>
@@ -39,7 +40,7 @@ class Rotary {
 };
 
 // Stores this step's K/V into the layer's pages, then attends over all of each sequence's pages.
-// The backend interface the CUDA kernels (fa2, flashinfer) implement later.
+// The reference for the GPU's attention backends (layers/cuda/attention_backend.h).
 struct PagedAttention {
     int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
     float scale = 1.f;

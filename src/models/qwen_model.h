@@ -1,4 +1,5 @@
-// QwenModel: Qwen2, Qwen3 and Qwen3-MoE, written once.
+// QwenModel: Qwen2, Qwen3 and Qwen3-MoE, written once: the CPU reference (the GPU model,
+// models/qwen_cuda_model.h, mirrors it).
 //
 //   embed -> N x [ norm -> attention -> add & norm -> MLP or MoE ] -> add & norm -> lm_head
 //
