@@ -6,7 +6,9 @@
 # bench-<backend>.txt/.json, nvidia-smi.txt. Exit status non-zero if anything failed.
 # DIST_DIR (default dist/gpu) picks another package; ONLY=pattern runs only matching binaries;
 # BENCH=0 skips the benchmark, BACKENDS="fa2 flashinfer" picks the backends benched and
-# WORKLOADS="--workload bs1" the workloads (default: all six).
+# WORKLOADS="--workload bs1" the workloads (default: all six). LOAD=0 skips the loader check:
+# a random Qwen3-0.6B-shaped checkpoint (tools/make_random_checkpoint.py, needs torch and
+# transformers) loaded for CUDA, whose logged peak host memory must stay below 1.5x its size.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-results}
@@ -37,6 +39,21 @@ if command -v compute-sanitizer >/dev/null; then
   done
 else
   echo "compute-sanitizer not found: memcheck not run" | tee -a "$out/summary.txt"
+fi
+if [[ "${LOAD:-1}" != 0 && -z "${ONLY:-}" ]]; then
+  ckpt=${TMPDIR:-/tmp}/miniinfer-qwen3-0.6b-random
+  if python3 tools/make_random_checkpoint.py bench/qwen3-0.6b "$ckpt" > "$out/load.log" 2>&1 &&
+     "$dist/bin/miniinfer" bench --model "$ckpt" --device cuda --workload bs1 >> "$out/load.log" 2>&1; then
+    size=$(du -cb "$ckpt"/*.safetensors | tail -1 | cut -f1)
+    peak=$(grep -o 'peak host memory [0-9.]* GB' "$out/load.log" | head -1 | awk '{print $4}')
+    verdict=$(awk -v p="$peak" -v s="$size" 'BEGIN { print (p != "" && p * 1e9 < 1.5 * s) ? "PASS" : "FAIL" }')
+    echo "$verdict load: peak host memory ${peak:-?} GB for a $(awk -v s="$size" 'BEGIN{printf "%.2f", s/1e9}') GB checkpoint (limit 1.5x)" | tee -a "$out/summary.txt"
+    grep -o 'loaded [0-9]* tensors.*' "$out/load.log" | head -1 | tee -a "$out/summary.txt"
+    [ "$verdict" = PASS ] || status=1
+  else
+    echo "FAIL load (see load.log)" | tee -a "$out/summary.txt"; status=1
+  fi
+  rm -rf "$ckpt"
 fi
 if [[ "${BENCH:-1}" != 0 && -z "${ONLY:-}" ]]; then
   for backend in ${BACKENDS:-fa2 flashinfer}; do

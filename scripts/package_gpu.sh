@@ -13,7 +13,7 @@ out=${DIST_DIR:-dist/gpu}
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
 [ -f "$build/src/apps/miniinfer" ] && cp "$build/src/apps/miniinfer" "$out/bin/"
-find "$build/tests" -type f -name 'test_*' -perm -u+x -exec cp {} "$out/bin/" \;
+[ -d "$build/tests" ] && find "$build/tests" -type f -name 'test_*' -perm -u+x -exec cp {} "$out/bin/" \;
 for b in "$out"/bin/*; do ldd "$b"; done | awk '/=> \// {print $3}' | sort -u |
   grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux[^/]*|libpthread|libdl|librt|libresolv|libanl|libutil|libcuda|libcudart|libcublas[^/]*)\.so' |
   xargs -r cp -L -t "$out/lib"

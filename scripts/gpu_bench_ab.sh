@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# On a GPU machine, from the repository root: the offline benchmark for two packages
+# (scripts/package_gpu.sh; A = DIST_A, default dist/gpu; B = DIST_B, default dist/base),
+# interleaved A, B, A, B in one session so both see the same card. Each run is one process:
+# the cold first run of each workload, then ROUNDS - 1 steady-state repeats in the same
+# process. Writes bench-<A|B>-<n>.{txt,json} and ab-summary.txt (tok/s per workload and run)
+# to $OUT (else gpu-results/). WORKLOADS (default: balanced decode256 prefill256 bs1),
+# ROUNDS (default 3), PAIRS (default 2), FLAGS (extra engine flags for both).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-gpu-results}
+mkdir -p "$out"
+dists=("${DIST_A:-dist/gpu}" "${DIST_B:-dist/base}")
+args=()
+for w in ${WORKLOADS:-balanced decode256 prefill256 bs1}; do
+  for ((r = 0; r < ${ROUNDS:-3}; ++r)); do args+=(--workload "$w"); done
+done
+status=0
+: > "$out/ab-summary.txt"
+for ((p = 1; p <= ${PAIRS:-2}; ++p)); do
+  for i in 0 1; do
+    name=$([ $i = 0 ] && echo A || echo B)
+    dist=${dists[$i]}
+    if LD_LIBRARY_PATH="$PWD/$dist/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}" \
+        "$dist/bin/miniinfer" bench --model bench/qwen3-0.6b --load-format dummy --device cuda \
+        ${FLAGS:-} "${args[@]}" --json "$out/bench-$name-$p.json" > "$out/bench-$name-$p.txt" 2>&1; then
+      echo "== $name ($dist) run $p" >> "$out/ab-summary.txt"
+      grep -E '^\| *(balanced|decode|short|prefill|bs1)' "$out/bench-$name-$p.txt" >> "$out/ab-summary.txt"
+    else
+      echo "FAIL bench $name ($dist) run $p" | tee -a "$out/ab-summary.txt"; status=1
+    fi
+  done
+done
+cat "$out/ab-summary.txt"
+exit $status
