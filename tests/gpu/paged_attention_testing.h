@@ -1,5 +1,6 @@
-// Shared by the paged-attention GPU tests (fa2 and flashinfer backends): random paged batches,
-// the CPU reference (cpu::paged_attention) and the comparison.
+// The paged-attention GPU tests' shared part (tests/gpu/test_cuda_attention.cpp, every backend):
+// the case tables, random paged batches, the CPU reference (cpu::paged_attention) and the
+// comparison. Host only: the test file owns the device copies and the backends.
 //
 // Tolerance (bf16 output): the GPU rounds P (the softmax numerators) to bf16 before P·V, as
 // FlashAttention does, and rounds the output to bf16; the CPU stays in f32 on the same bf16
@@ -15,7 +16,6 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
-#include <initializer_list>
 #include <numeric>
 #include <random>
 #include <string>
@@ -36,12 +36,13 @@ struct Seq {
 
 inline constexpr uint16_t kBf16NaN = 0x7FC0;
 
-// The case tables both backends run.
-// GQA ratios 1, 2, 7, 8, 8 (one KV head) x head dims 64, 128 x the given page sizes.
-inline std::vector<Config> all_configs(std::initializer_list<int64_t> page_sizes) {
+// The case tables every backend runs.
+// GQA ratios 1, 2, 7, 8, 8 (one KV head) x head dims 64, 128 x page sizes 16, 24 (not a power
+// of two: the division path of the page lookup), 64, 256.
+inline std::vector<Config> all_configs() {
     std::vector<Config> configs;
     for (int64_t head_dim : {64, 128})
-        for (int64_t page_size : page_sizes)
+        for (int64_t page_size : {16, 24, 64, 256})
             for (auto [h, kv] : std::vector<std::pair<int64_t, int64_t>>{
                      {8, 8}, {16, 8}, {14, 2}, {32, 4}, {8, 1}})
                 configs.push_back({h, kv, head_dim, page_size});
@@ -60,6 +61,20 @@ inline const std::vector<Seq> kMixedSeqs = {{1, 40},   {37, 37}, {1, 1},    {29,
 // Long decodes, alone and next to short ones (the KV length split across blocks).
 inline const std::vector<Seq> kLongDecodeSeqs = {{1, 4000}};
 inline const std::vector<Seq> kLongMixedDecodeSeqs = {{1, 4001}, {1, 2500}, {1, 7}, {1, 3072}};
+// Long chunked prefills after long cached prefixes, next to a long decode and a fresh prompt,
+// on a few configs (the CPU reference is the cost here).
+inline const std::vector<std::vector<Seq>> kLongChunkBatches = {{{200, 3000}, {1, 4000}, {64, 64}},
+                                                                {{150, 2500}, {1, 4000}, {64, 64}}};
+inline const std::vector<Config> kLongChunkConfigs = {
+    {16, 8, 128, 16}, {16, 8, 128, 24}, {14, 2, 64, 256}};
+// Many sequences (400: decodes and every fifth a 9-row chunk): more work than the GPU holds at
+// once, so no key range needs splitting and a persistent kernel loops over several items.
+inline std::vector<Seq> many_seqs() {
+    std::vector<Seq> seqs;
+    for (int i = 0; i < 400; ++i) seqs.push_back({i % 5 == 0 ? 9 : 1, 9 + (i * 37) % 300});
+    return seqs;
+}
+inline const std::vector<Config> kManySeqsConfigs = {{16, 8, 128, 16}, {32, 4, 64, 24}};
 
 // One batch on the host: bf16 q and caches, i32 metadata. Cache slots no sequence owns (and
 // slots past a sequence's length) hold NaN: a kernel that reads them poisons its output.
@@ -143,19 +158,20 @@ inline Tensor run_cpu(const Batch& b) {
     return out;
 }
 
+inline std::string describe(const Config& c) {
+    return "heads " + std::to_string(c.num_heads) + "/" + std::to_string(c.num_kv_heads) +
+           " head_dim " + std::to_string(c.head_dim) + " page " + std::to_string(c.page_size);
+}
 inline std::string describe(const Config& c, const std::vector<Seq>& seqs) {
-    std::string s = "heads " + std::to_string(c.num_heads) + "/" + std::to_string(c.num_kv_heads) +
-                    " head_dim " + std::to_string(c.head_dim) + " page " +
-                    std::to_string(c.page_size) + " seqs (q_len/seq_len):";
+    std::string s = describe(c) + " seqs (q_len/seq_len):";
     for (const Seq& q : seqs) s += " " + std::to_string(q.q_len) + "/" + std::to_string(q.seq_len);
     return s;
 }
 
-// `run_gpu` runs one backend on the batch and returns its output as f32 on the host.
-inline void expect_matches_cpu(const Config& cfg, const std::vector<Seq>& seqs, std::mt19937& rng,
-                               const std::function<Tensor(const Batch&)>& run_gpu) {
-    const Batch b = make_batch(cfg, seqs, rng);
-    const Tensor ref = run_cpu(b), got = run_gpu(b);
+// `got` (a backend's output as f32 on the host) against the CPU reference on b, within the
+// tolerances above; `what` names the case in the failure messages.
+inline void expect_close(const Batch& b, const Tensor& got, const std::string& what) {
+    const Tensor ref = run_cpu(b);
     double sum_err = 0;
     int64_t bad = 0, first_bad = -1;
     for (int64_t i = 0; i < ref.numel(); ++i) {
@@ -168,13 +184,20 @@ inline void expect_matches_cpu(const Config& cfg, const std::vector<Seq>& seqs, 
         }
     }
     const double mean_err = sum_err / double(std::max<int64_t>(ref.numel(), 1));
-    const int64_t row_elems = cfg.num_heads * cfg.head_dim;
-    EXPECT_EQ(bad, 0) << describe(cfg, seqs) << ": first bad element token "
-                      << first_bad / row_elems << " head " << first_bad % row_elems / cfg.head_dim
-                      << " dim " << first_bad % cfg.head_dim << ": gpu "
-                      << (first_bad >= 0 ? got.data<float>()[first_bad] : 0.f) << " cpu "
-                      << (first_bad >= 0 ? ref.data<float>()[first_bad] : 0.f);
-    EXPECT_LT(mean_err, 2e-3) << describe(cfg, seqs);
+    const int64_t head_dim = b.cfg.head_dim, row_elems = b.cfg.num_heads * head_dim;
+    EXPECT_EQ(bad, 0) << what << ": first bad element token " << first_bad / row_elems << " head "
+                      << first_bad % row_elems / head_dim << " dim " << first_bad % head_dim
+                      << ": gpu " << (first_bad >= 0 ? got.data<float>()[first_bad] : 0.f)
+                      << " cpu " << (first_bad >= 0 ? ref.data<float>()[first_bad] : 0.f);
+    EXPECT_LT(mean_err, 2e-3) << what;
+}
+
+// A random batch of `seqs` run through `run_gpu` (one backend; it returns the output as f32 on
+// the host) against the CPU reference.
+inline void expect_matches_cpu(const Config& cfg, const std::vector<Seq>& seqs, std::mt19937& rng,
+                               const std::function<Tensor(const Batch&)>& run_gpu) {
+    const Batch b = make_batch(cfg, seqs, rng);
+    expect_close(b, run_gpu(b), describe(cfg, seqs));
 }
 
 }  // namespace miniinfer::attention_testing

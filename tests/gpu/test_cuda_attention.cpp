@@ -1,29 +1,31 @@
-// Paged attention (fa2 backend) against cpu::paged_attention on random batches, plus an
-// informative decode bandwidth line.
+// Paged attention on the GPU against cpu::paged_attention, every backend through the one
+// interface (layers/cuda/attention_backend.h: make_attention_backend, plan on the host, run on
+// the device), from one case table (paged_attention_testing.h, which also holds the
+// tolerances), plus informative decode bandwidth / prefill throughput lines per backend.
 //
-// Tolerance (bf16 output): the GPU rounds P (the softmax numerators) to bf16 before P·V, as
-// FlashAttention does, and rounds the output to bf16; the CPU stays in f32 on the same bf16
-// inputs. Each element must satisfy |gpu - cpu| <= 1e-2 + 1e-2 |cpu| (the worst case of P's
-// rounding, 2^-9 relative, times a |v| of up to ~4, plus half a bf16 ulp of the output), and
-// the mean absolute error over the batch must stay below 2e-3 (expected ~3e-4), which catches
-// systematic errors (a wrongly masked key, a bad split merge) that a per-element bound may hide.
+//   CudaAttention (value-parameterised, Backend/CudaAttention.<Case>/<backend>): the same
+//     batches, the same seeds, for "fa2" and "flashinfer".
+//   CudaAttentionFa2 / CudaAttentionFlashInferPlan: what only one backend has (fa2's workspace
+//     argument; the flashinfer planner's decisions), through that backend's own API.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
+#include <memory>
 #include <numeric>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
 #include "gpu_testing.h"
-#include "kernels/cpu/ops.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_flashinfer.h"
+#include "layers/cuda/attention_backend.h"
 #include "paged_attention_testing.h"
 
 using namespace miniinfer;
@@ -31,190 +33,357 @@ using namespace miniinfer::attention_testing;
 
 namespace {
 
-Tensor run_gpu(const Batch& b) {
-    Tensor q = cuda::to_device(b.q), k = cuda::to_device(b.k_cache), v = cuda::to_device(b.v_cache);
-    Tensor qs = cuda::to_device(b.query_start), lens = cuda::to_device(b.seq_lens),
-           table = cuda::to_device(b.block_table);
-    Tensor out =
-        cuda::device_tensor({b.num_tokens, b.cfg.num_heads * b.cfg.head_dim}, DType::kBF16);
-    const size_t ws_bytes =
-        cuda::attention_workspace_bytes(b.num_tokens, b.cfg.num_heads, b.cfg.head_dim);
-    cuda::DeviceBuffer workspace(ws_bytes);
-    cuda::AttentionParams p{&q,
-                            &k,
-                            &v,
-                            &qs,
-                            &lens,
-                            &table,
-                            b.num_seqs,
-                            b.max_query_len,
-                            b.max_seq_len,
-                            1.f / std::sqrt(float(b.cfg.head_dim)),
-                            &out};
-    cuda::paged_attention(p, workspace.data(), ws_bytes, nullptr);
-    MI_CUDA_CHECK(cudaDeviceSynchronize());
-    return cuda::to_host(out).to_f32();
+std::span<const int32_t> host_span(const Tensor& t) {
+    return {t.data<int32_t>(), size_t(t.numel())};
 }
 
-void expect_matches_cpu(const Config& cfg, const std::vector<Seq>& seqs, std::mt19937& rng) {
-    attention_testing::expect_matches_cpu(cfg, seqs, rng, run_gpu);
+cuda::AttentionShape shape_of(const Config& c, int64_t max_tokens, int64_t max_seqs) {
+    return {max_tokens, max_seqs, c.num_heads, c.num_kv_heads, c.head_dim, c.page_size};
 }
 
-std::vector<Config> all_configs() {
-    return attention_testing::all_configs({16, 64, 256});
+// A host Batch copied to the device, with its output buffer.
+struct DeviceBatch {
+    explicit DeviceBatch(const Batch& b)
+        : q(cuda::to_device(b.q)),
+          k(cuda::to_device(b.k_cache)),
+          v(cuda::to_device(b.v_cache)),
+          query_start(cuda::to_device(b.query_start)),
+          seq_lens(cuda::to_device(b.seq_lens)),
+          block_table(cuda::to_device(b.block_table)),
+          out(cuda::device_tensor({b.num_tokens, b.cfg.num_heads * b.cfg.head_dim}, DType::kBF16)) {
+    }
+    DeviceBatch(const DeviceBatch&) = delete;
+    DeviceBatch& operator=(const DeviceBatch&) = delete;
+
+    cuda::AttentionParams params(const Batch& b) {
+        return {&q,
+                &k,
+                &v,
+                &query_start,
+                &seq_lens,
+                &block_table,
+                b.num_seqs,
+                b.max_query_len,
+                b.max_seq_len,
+                1.f / std::sqrt(float(b.cfg.head_dim)),
+                &out};
+    }
+    // NaN (0xFFFF) everywhere: a row the kernels forget to write fails the comparison.
+    void poison_out() { MI_CUDA_CHECK(cudaMemset(out.raw(), 0xFF, out.nbytes())); }
+    Tensor out_host() {
+        MI_CUDA_CHECK(cudaDeviceSynchronize());
+        return cuda::to_host(out).to_f32();
+    }
+
+    Tensor q, k, v, query_start, seq_lens, block_table, out;
+};
+
+// One batch through the interface: a backend sized for it, plan, run.
+Tensor run_backend(const std::string& name, const Batch& b) {
+    DeviceBatch d(b);
+    d.poison_out();
+    auto backend = cuda::make_attention_backend(name, shape_of(b.cfg, b.num_tokens, b.num_seqs));
+    backend->plan(host_span(b.query_start), host_span(b.seq_lens), nullptr);
+    backend->run(d.params(b), nullptr);
+    return d.out_host();
 }
+
+// The inputs of the informative benchmarks: num_seqs sequences of seq_len keys, each with
+// q_len query rows (1: decode; seq_len: a whole prompt), constant bf16 data (0x3c3c ≈ 0.0115).
+struct UniformBatch {
+    UniformBatch(int64_t num_seqs_, int64_t q_len, int64_t seq_len, const Config& c,
+                 bool shuffle_pages)
+        : num_seqs(num_seqs_),
+          num_tokens(num_seqs_ * q_len),
+          qs_host(Tensor::zeros({num_seqs_ + 1}, DType::kI32)),
+          lens_host(Tensor::zeros({num_seqs_}, DType::kI32)) {
+        const int64_t pages_per_seq = (seq_len + c.page_size - 1) / c.page_size,
+                      num_pages = num_seqs * pages_per_seq;
+        k = cuda::device_tensor({num_pages, c.page_size, c.num_kv_heads, c.head_dim}, DType::kBF16);
+        v = cuda::device_tensor({num_pages, c.page_size, c.num_kv_heads, c.head_dim}, DType::kBF16);
+        q = cuda::device_tensor({num_tokens, c.num_heads, c.head_dim}, DType::kBF16);
+        for (Tensor* t : {&k, &v, &q}) MI_CUDA_CHECK(cudaMemset(t->raw(), 0x3c, t->nbytes()));
+        Tensor table_host = Tensor::zeros({num_seqs, pages_per_seq}, DType::kI32);
+        std::iota(table_host.data<int32_t>(), table_host.data<int32_t>() + num_pages, 0);
+        if (shuffle_pages) {
+            std::mt19937 rng(16);
+            std::shuffle(table_host.data<int32_t>(), table_host.data<int32_t>() + num_pages, rng);
+        }
+        for (int64_t s = 0; s < num_seqs; ++s) {
+            qs_host.data<int32_t>()[s + 1] = int32_t((s + 1) * q_len);
+            lens_host.data<int32_t>()[s] = int32_t(seq_len);
+        }
+        qs = cuda::to_device(qs_host);
+        lens = cuda::to_device(lens_host);
+        table = cuda::to_device(table_host);
+        out = cuda::device_tensor({num_tokens, c.num_heads * c.head_dim}, DType::kBF16);
+        p = {&q,     &k,       &v,    &qs,     &lens,
+             &table, num_seqs, q_len, seq_len, 1.f / std::sqrt(float(c.head_dim)),
+             &out};
+    }
+    UniformBatch(const UniformBatch&) = delete;
+    UniformBatch& operator=(const UniformBatch&) = delete;
+
+    int64_t num_seqs, num_tokens;
+    Tensor qs_host, lens_host;
+    Tensor q, k, v, qs, lens, table, out;
+    cuda::AttentionParams p{};
+};
+
+// Milliseconds of one run(), or a negative value after skipping: a first run above 50 ms means
+// a sanitizer or profiler is instrumenting the kernels, and the number would mean nothing.
+double ms_per_run(cuda::AttentionBackend& backend, const cuda::AttentionParams& p) {
+    cuda::Event start(true), stop(true);
+    start.record(nullptr);
+    backend.run(p, nullptr);
+    stop.record(nullptr);
+    stop.synchronize();
+    if (cuda::Event::elapsed_ms(start, stop) > 50.f) return -cuda::Event::elapsed_ms(start, stop);
+    constexpr int kIters = 20;
+    start.record(nullptr);
+    for (int i = 0; i < kIters; ++i) backend.run(p, nullptr);
+    stop.record(nullptr);
+    stop.synchronize();
+    return cuda::Event::elapsed_ms(start, stop) / kIters;
+}
+
+// Qwen3-0.6B's attention shapes, for the informative lines.
+const Config kQwen3Config{16, 8, 128, 16};
 
 }  // namespace
 
-TEST(CudaAttention, PrefillOnly) {
+// ---------------------------------------------------------------------------------------------
+// Every backend, through the interface only.
+
+class CudaAttention : public ::testing::TestWithParam<std::string> {
+  protected:
+    void expect_matches_cpu(const Config& cfg, const std::vector<Seq>& seqs, std::mt19937& rng) {
+        const std::string name = GetParam();
+        attention_testing::expect_matches_cpu(cfg, seqs, rng,
+                                              [&](const Batch& b) { return run_backend(name, b); });
+    }
+};
+
+INSTANTIATE_TEST_SUITE_P(Backend, CudaAttention,
+                         ::testing::Values(std::string("fa2"), std::string("flashinfer")),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                             return info.param;
+                         });
+
+TEST_P(CudaAttention, PrefillOnly) {
     REQUIRE_GPU();
     std::mt19937 rng(10);
     for (const Config& cfg : all_configs()) expect_matches_cpu(cfg, kPrefillSeqs, rng);
 }
 
-TEST(CudaAttention, DecodeOnly) {
+TEST_P(CudaAttention, DecodeOnly) {
     REQUIRE_GPU();
     std::mt19937 rng(11);
     for (const Config& cfg : all_configs()) expect_matches_cpu(cfg, kDecodeSeqs, rng);
 }
 
-TEST(CudaAttention, MixedBatchAndChunkAfterCachedPrefix) {
+TEST_P(CudaAttention, MixedBatchAndChunkAfterCachedPrefix) {
     REQUIRE_GPU();
     std::mt19937 rng(12);
     for (const Config& cfg : all_configs()) expect_matches_cpu(cfg, kMixedSeqs, rng);
 }
 
-// Long contexts: one or a few sequences, so the decode splits the KV length across blocks;
-// a long chunked prefill against a long cached prefix.
-TEST(CudaAttention, LongContextsSplitKv) {
+// Long contexts: one or a few sequences, so the keys of a sequence are split across blocks
+// (fa2's split-KV decode, flashinfer's chunked items and merge); long chunked prefills.
+TEST_P(CudaAttention, LongContextsSplitKv) {
     REQUIRE_GPU();
     std::mt19937 rng(13);
     for (const Config& cfg : all_configs()) {
         expect_matches_cpu(cfg, kLongDecodeSeqs, rng);
         expect_matches_cpu(cfg, kLongMixedDecodeSeqs, rng);
     }
-    for (const Config& cfg : {Config{16, 8, 128, 16}, Config{14, 2, 64, 256}})
-        expect_matches_cpu(cfg, {{200, 3000}, {1, 4000}, {64, 64}}, rng);
+    for (const Config& cfg : kLongChunkConfigs)
+        for (const std::vector<Seq>& seqs : kLongChunkBatches) expect_matches_cpu(cfg, seqs, rng);
 }
 
-// A smaller workspace than asked for: fewer splits (none at 0 bytes), same answer.
-TEST(CudaAttention, DecodeWithoutWorkspace) {
+// More work than the GPU holds at once: no split, and flashinfer's persistent blocks each run
+// several items (CudaAttentionFlashInferPlan checks that the plan is indeed that).
+TEST_P(CudaAttention, ManySequences) {
     REQUIRE_GPU();
     std::mt19937 rng(14);
+    for (const Config& cfg : kManySeqsConfigs) expect_matches_cpu(cfg, many_seqs(), rng);
+}
+
+// run() captured once in a CUDA graph, replayed after plan() for other lengths (same device
+// arrays, new contents, same AttentionShape). The capture sees short lengths (fa2 sizes its
+// decode grid and splits from p.max_seq_len = 699); the replays go up to 3000 keys, which fa2
+// promises stay correct (longer splits) and flashinfer follows through the plan it keeps in its
+// fixed device workspace.
+TEST_P(CudaAttention, GraphReplayAfterNewPlan) {
+    REQUIRE_GPU();
+    std::mt19937 rng(15);
     const Config cfg{16, 8, 128, 16};
-    const Batch b = make_batch(cfg, {{1, 3000}, {1, 999}}, rng);
-    const Tensor ref = run_cpu(b);
-    Tensor q = cuda::to_device(b.q), k = cuda::to_device(b.k_cache), v = cuda::to_device(b.v_cache);
-    Tensor qs = cuda::to_device(b.query_start), lens = cuda::to_device(b.seq_lens),
-           table = cuda::to_device(b.block_table);
-    Tensor out = cuda::device_tensor({b.num_tokens, cfg.num_heads * cfg.head_dim}, DType::kBF16);
-    cuda::AttentionParams p{
-        &q, &k, &v, &qs, &lens, &table, b.num_seqs, 1, b.max_seq_len, 1.f / std::sqrt(128.f), &out};
-    cuda::paged_attention(p, nullptr, 0, nullptr);
-    MI_CUDA_CHECK(cudaDeviceSynchronize());
-    const Tensor got = cuda::to_host(out).to_f32();
-    for (int64_t i = 0; i < ref.numel(); ++i) {
-        const float r = ref.data<float>()[i];
-        ASSERT_NEAR(got.data<float>()[i], r, 1e-2f + 1e-2f * std::fabs(r)) << i;
+    // The pages hold the longest lengths replayed; seq_lens starts at the captured ones.
+    Batch b = make_batch(cfg, {{1, 3000}, {1, 50}, {1, 700}, {1, 1}}, rng);
+    const std::vector<int32_t> captured_lens{129, 2, 699, 1};
+    std::copy(captured_lens.begin(), captured_lens.end(), b.seq_lens.data<int32_t>());
+    b.max_seq_len = 699;
+    DeviceBatch d(b);
+    auto backend =
+        cuda::make_attention_backend(GetParam(), shape_of(cfg, b.num_tokens, b.num_seqs));
+    const cuda::AttentionParams p = d.params(b);
+    cuda::Stream stream;
+    backend->plan(host_span(b.query_start), host_span(b.seq_lens), stream.get());
+    backend->run(p, stream.get());  // eager warm-up: kernel attributes set before the capture
+    MI_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    MI_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+    backend->run(p, stream.get());
+    MI_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+    MI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+
+    for (const std::vector<int32_t>& lens : {std::vector<int32_t>{3000, 50, 700, 1},
+                                             std::vector<int32_t>{2999, 50, 1, 1}, captured_lens}) {
+        std::copy(lens.begin(), lens.end(), b.seq_lens.data<int32_t>());
+        MI_CUDA_CHECK(cudaMemcpy(d.seq_lens.raw(), b.seq_lens.data<int32_t>(), d.seq_lens.nbytes(),
+                                 cudaMemcpyHostToDevice));
+        d.poison_out();
+        MI_CUDA_CHECK(cudaDeviceSynchronize());  // legacy-stream copies vs. the non-blocking one
+        backend->plan(host_span(b.query_start), host_span(b.seq_lens), stream.get());
+        MI_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+        MI_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+        std::vector<Seq> seqs;
+        for (int32_t len : lens) seqs.push_back({1, len});
+        expect_close(b, d.out_host(), "graph replay, " + describe(cfg, seqs));
     }
+    MI_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    MI_CUDA_CHECK(cudaGraphDestroy(graph));
 }
 
 // Informative: decode HBM bandwidth at Qwen3-0.6B's shapes (16 heads, 8 KV heads, head_dim
-// 128, page 16), 256 sequences x 1024 keys: bytes of K and V read / time, against ~4.8 TB/s.
-// Skipped when one launch takes far too long (a sanitizer or profiler is instrumenting it).
-TEST(CudaAttention, DecodeBandwidth) {
+// 128, page 16), 256 sequences x 1024 keys: bytes of K and V read / time of run(), against
+// ~4.8 TB/s. plan() is host work outside the timing (the runner overlaps it with the previous
+// step); its time is printed apart.
+TEST_P(CudaAttention, DecodeBandwidth) {
     REQUIRE_GPU();
-    const int64_t num_seqs = 256, seq_len = 1024, num_heads = 16, num_kv_heads = 8, head_dim = 128,
-                  page_size = 16;
-    const int64_t pages_per_seq = seq_len / page_size, num_pages = num_seqs * pages_per_seq;
-    Tensor k = cuda::device_tensor({num_pages, page_size, num_kv_heads, head_dim}, DType::kBF16);
-    Tensor v = cuda::device_tensor({num_pages, page_size, num_kv_heads, head_dim}, DType::kBF16);
-    MI_CUDA_CHECK(cudaMemset(k.raw(), 0x3c, k.nbytes()));  // bf16 0x3c3c ≈ 0.0115 everywhere
-    MI_CUDA_CHECK(cudaMemset(v.raw(), 0x3c, v.nbytes()));
-    Tensor q = cuda::device_tensor({num_seqs, num_heads, head_dim}, DType::kBF16);
-    Tensor qs_host = Tensor::zeros({num_seqs + 1}, DType::kI32),
-           lens_host = Tensor::zeros({num_seqs}, DType::kI32);
-    Tensor table_host = Tensor::zeros({num_seqs, pages_per_seq}, DType::kI32);
-    std::vector<int32_t> page_ids(static_cast<size_t>(num_pages));
-    std::iota(page_ids.begin(), page_ids.end(), 0);
-    std::mt19937 rng(15);
-    std::shuffle(page_ids.begin(), page_ids.end(), rng);
-    for (int64_t s = 0; s < num_seqs; ++s) {
-        qs_host.data<int32_t>()[s + 1] = int32_t(s + 1);
-        lens_host.data<int32_t>()[s] = int32_t(seq_len);
-    }
-    std::copy(page_ids.begin(), page_ids.end(), table_host.data<int32_t>());
-    Tensor qs = cuda::to_device(qs_host), lens = cuda::to_device(lens_host),
-           table = cuda::to_device(table_host);
-    Tensor out = cuda::device_tensor({num_seqs, num_heads * head_dim}, DType::kBF16);
-    const size_t ws_bytes = cuda::attention_workspace_bytes(num_seqs, num_heads, head_dim);
-    cuda::DeviceBuffer workspace(ws_bytes);
-    cuda::AttentionParams p{
-        &q, &k, &v, &qs, &lens, &table, num_seqs, 1, seq_len, 1.f / std::sqrt(128.f), &out};
-    cuda::Event start(true), stop(true);
-
-    start.record(nullptr);
-    cuda::paged_attention(p, workspace.data(), ws_bytes, nullptr);
-    stop.record(nullptr);
-    stop.synchronize();
-    if (cuda::Event::elapsed_ms(start, stop) > 50.f)
-        GTEST_SKIP() << "one decode launch took " << cuda::Event::elapsed_ms(start, stop)
+    const Config& c = kQwen3Config;
+    const int64_t num_seqs = 256, seq_len = 1024;
+    UniformBatch u(num_seqs, 1, seq_len, c, /*shuffle_pages=*/true);
+    auto backend = cuda::make_attention_backend(GetParam(), shape_of(c, num_seqs, num_seqs));
+    backend->plan(host_span(u.qs_host), host_span(u.lens_host), nullptr);
+    MI_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 10; ++i)
+        backend->plan(host_span(u.qs_host), host_span(u.lens_host), nullptr);
+    const double plan_us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+        10;
+    const double ms = ms_per_run(*backend, u.p);
+    if (ms < 0)
+        GTEST_SKIP() << "one decode run took " << -ms
                      << " ms: instrumented (sanitizer?), bandwidth not measured";
-    constexpr int kIters = 20;
-    start.record(nullptr);
-    for (int i = 0; i < kIters; ++i) cuda::paged_attention(p, workspace.data(), ws_bytes, nullptr);
-    stop.record(nullptr);
-    stop.synchronize();
-    const double seconds = cuda::Event::elapsed_ms(start, stop) / 1e3 / kIters;
-    const double bytes = 2.0 * double(num_seqs * seq_len * num_kv_heads * head_dim) * 2.0;
+    const double seconds = ms / 1e3;
+    const double bytes = 2.0 * double(num_seqs * seq_len * c.num_kv_heads * c.head_dim) * 2.0;
     std::printf(
-        "[ BENCH    ] decode 256 seqs x 1024 keys, 16/8 heads, head_dim 128, page 16: %.1f us, "
-        "%.0f GB/s of K/V (%.0f%% of 4.8 TB/s)\n",
-        seconds * 1e6, bytes / seconds / 1e9, 100.0 * bytes / seconds / 4.8e12);
+        "[ BENCH    ] %s decode 256 seqs x 1024 keys, 16/8 heads, head_dim 128, page 16: %.1f us, "
+        "%.0f GB/s of K/V (%.0f%% of 4.8 TB/s); plan %.1f us host\n",
+        backend->name(), seconds * 1e6, bytes / seconds / 1e9, 100.0 * bytes / seconds / 4.8e12,
+        plan_us);
 }
 
 // Informative: causal prefill throughput at Qwen3-0.6B's shapes, 16 prompts x 1024 tokens, in
 // TFLOP/s of the two matmuls (4 · head_dim FLOPs per visible (query, key, head)).
-TEST(CudaAttention, PrefillThroughput) {
+TEST_P(CudaAttention, PrefillThroughput) {
     REQUIRE_GPU();
-    const int64_t num_seqs = 16, seq_len = 1024, num_heads = 16, num_kv_heads = 8, head_dim = 128,
-                  page_size = 16;
-    const int64_t pages_per_seq = seq_len / page_size, num_pages = num_seqs * pages_per_seq,
-                  num_tokens = num_seqs * seq_len;
-    Tensor k = cuda::device_tensor({num_pages, page_size, num_kv_heads, head_dim}, DType::kBF16);
-    Tensor v = cuda::device_tensor({num_pages, page_size, num_kv_heads, head_dim}, DType::kBF16);
-    Tensor q = cuda::device_tensor({num_tokens, num_heads, head_dim}, DType::kBF16);
-    for (Tensor* t : {&k, &v, &q}) MI_CUDA_CHECK(cudaMemset(t->raw(), 0x3c, t->nbytes()));
-    Tensor qs_host = Tensor::zeros({num_seqs + 1}, DType::kI32),
-           lens_host = Tensor::zeros({num_seqs}, DType::kI32);
-    Tensor table_host = Tensor::zeros({num_seqs, pages_per_seq}, DType::kI32);
-    for (int64_t s = 0; s < num_seqs; ++s) {
-        qs_host.data<int32_t>()[s + 1] = int32_t((s + 1) * seq_len);
-        lens_host.data<int32_t>()[s] = int32_t(seq_len);
-    }
-    std::iota(table_host.data<int32_t>(), table_host.data<int32_t>() + num_pages, 0);
-    Tensor qs = cuda::to_device(qs_host), lens = cuda::to_device(lens_host),
-           table = cuda::to_device(table_host);
-    Tensor out = cuda::device_tensor({num_tokens, num_heads * head_dim}, DType::kBF16);
-    cuda::AttentionParams p{
-        &q, &k, &v, &qs, &lens, &table, num_seqs, seq_len, seq_len, 1.f / std::sqrt(128.f), &out};
-    cuda::Event start(true), stop(true);
-    start.record(nullptr);
-    cuda::paged_attention(p, nullptr, 0, nullptr);
-    stop.record(nullptr);
-    stop.synchronize();
-    if (cuda::Event::elapsed_ms(start, stop) > 50.f)
-        GTEST_SKIP() << "one prefill launch took " << cuda::Event::elapsed_ms(start, stop)
+    const Config& c = kQwen3Config;
+    const int64_t num_seqs = 16, seq_len = 1024;
+    UniformBatch u(num_seqs, seq_len, seq_len, c, /*shuffle_pages=*/false);
+    auto backend = cuda::make_attention_backend(GetParam(), shape_of(c, u.num_tokens, u.num_seqs));
+    backend->plan(host_span(u.qs_host), host_span(u.lens_host), nullptr);
+    const double ms = ms_per_run(*backend, u.p);
+    if (ms < 0)
+        GTEST_SKIP() << "one prefill run took " << -ms
                      << " ms: instrumented (sanitizer?), throughput not measured";
-    constexpr int kIters = 20;
-    start.record(nullptr);
-    for (int i = 0; i < kIters; ++i) cuda::paged_attention(p, nullptr, 0, nullptr);
-    stop.record(nullptr);
-    stop.synchronize();
-    const double seconds = cuda::Event::elapsed_ms(start, stop) / 1e3 / kIters;
-    const double flops = 4.0 * head_dim * num_heads * num_seqs * (seq_len * (seq_len + 1) / 2.0);
+    const double seconds = ms / 1e3;
+    const double flops =
+        4.0 * c.head_dim * c.num_heads * num_seqs * (seq_len * (seq_len + 1) / 2.0);
     std::printf(
-        "[ BENCH    ] prefill 16 x 1024 tokens causal, 16/8 heads, head_dim 128, page 16: %.1f us, "
-        "%.0f TFLOP/s (dense bf16 peak ~989)\n",
-        seconds * 1e6, flops / seconds / 1e12);
+        "[ BENCH    ] %s prefill 16 x 1024 tokens causal, 16/8 heads, head_dim 128, page 16: "
+        "%.1f us, %.0f TFLOP/s (dense bf16 peak ~989)\n",
+        backend->name(), seconds * 1e6, flops / seconds / 1e12);
+}
+
+// ---------------------------------------------------------------------------------------------
+// fa2 only: the workspace argument of cuda::paged_attention.
+
+// A smaller workspace than attention_workspace_bytes asks for: fewer splits (none at 0 bytes),
+// the same answer.
+TEST(CudaAttentionFa2, DecodeWithSmallerOrNoWorkspace) {
+    REQUIRE_GPU();
+    std::mt19937 rng(20);
+    const Config cfg{16, 8, 128, 16};
+    const std::vector<Seq> seqs{{1, 3000}, {1, 999}};
+    const Batch b = make_batch(cfg, seqs, rng);
+    DeviceBatch d(b);
+    const size_t full = cuda::attention_workspace_bytes(b.num_tokens, cfg.num_heads, cfg.head_dim);
+    cuda::DeviceBuffer workspace(full);
+    for (size_t bytes : {full / 2, full / 5, size_t(0)}) {
+        d.poison_out();
+        cuda::paged_attention(d.params(b), bytes > 0 ? workspace.data() : nullptr, bytes, nullptr);
+        expect_close(b, d.out_host(),
+                     "workspace " + std::to_string(bytes) + " of " + std::to_string(full) +
+                         " bytes, " + describe(cfg, seqs));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// flashinfer only: what the planner decides (FlashInferAttention's introspection). The plan
+// depends on the lengths and the shape only; CudaAttention/flashinfer runs these same lengths
+// and shapes against the CPU reference, so here plan() alone is checked.
+
+namespace {
+
+struct PlanStats {
+    int64_t items = 0, merges = 0, chunk = 0, ctas = 0;
+};
+
+PlanStats plan_flashinfer(const Config& c, const std::vector<Seq>& seqs) {
+    std::vector<int32_t> query_start{0}, seq_lens;
+    for (const Seq& s : seqs) {
+        query_start.push_back(query_start.back() + s.q_len);
+        seq_lens.push_back(s.seq_len);
+    }
+    cuda::FlashInferAttention attention(query_start.back(), int64_t(seqs.size()), c.num_heads,
+                                        c.num_kv_heads, c.head_dim, c.page_size);
+    attention.plan(query_start, seq_lens, nullptr);
+    MI_CUDA_CHECK(cudaDeviceSynchronize());
+    return {attention.planned_items(), attention.planned_merges(), attention.planned_chunk(),
+            attention.num_ctas()};
+}
+
+}  // namespace
+
+// Few row tiles: the key ranges are cut into chunks so that the grid fills, then merged.
+TEST(CudaAttentionFlashInferPlan, PrefillSplitsKeyRanges) {
+    REQUIRE_GPU();
+    for (const Config& cfg : all_configs())
+        EXPECT_GT(plan_flashinfer(cfg, kPrefillSeqs).merges, 0)
+            << "few row tiles: the key ranges should be split; " << describe(cfg, kPrefillSeqs);
+}
+
+TEST(CudaAttentionFlashInferPlan, LongDecodeIsChunked) {
+    REQUIRE_GPU();
+    for (const Config& cfg : all_configs())
+        EXPECT_GT(plan_flashinfer(cfg, kLongDecodeSeqs).chunk, 0)
+            << "one long decode must be split; " << describe(cfg, kLongDecodeSeqs);
+}
+
+// Enough row tiles to fill the grid: no split, every item writes the output directly, and the
+// blocks each run several items (the persistent loop).
+TEST(CudaAttentionFlashInferPlan, ManySequencesFillTheGridWithoutSplit) {
+    REQUIRE_GPU();
+    const std::vector<Seq> seqs = many_seqs();
+    for (const Config& cfg : kManySeqsConfigs) {
+        const PlanStats plan = plan_flashinfer(cfg, seqs);
+        EXPECT_EQ(plan.chunk, 0) << "the row tiles alone fill the grid; " << describe(cfg);
+        EXPECT_EQ(plan.merges, 0) << describe(cfg);
+        EXPECT_GT(plan.items, plan.ctas) << describe(cfg);
+    }
 }
