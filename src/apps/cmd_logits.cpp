@@ -24,13 +24,14 @@ void run(const LogitsOptions& o) {
     if (o.ids.empty()) fail("--ids is empty: give at least one token id");
     if (o.top < 1) fail("--top must be at least 1, got {}", o.top);
     if (o.page_size < 1) fail("--page-size must be at least 1, got {}", o.page_size);
-    QwenModel model = QwenModel::load(o.model_dir, parse_load_format(o.load_format));
-    const int64_t vocab = model.config().vocab_size;
+    // Bad ids are answered from config.json, before the weights load (and log).
+    const int64_t vocab = ModelConfig::load(o.model_dir).vocab_size;
     std::vector<int32_t> ids;
     for (int64_t id : o.ids) {
         if (id < 0 || id >= vocab) fail("token id {} is outside the vocabulary [0, {})", id, vocab);
         ids.push_back(int32_t(id));
     }
+    QwenModel model = QwenModel::load(o.model_dir, parse_load_format(o.load_format));
     SequenceRunner runner(model, int64_t(ids.size()), o.page_size);
     Tensor logits = runner.append(ids);  // [n, vocab]
     const int64_t k = std::min<int64_t>(o.top, vocab);

@@ -1,6 +1,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <random>
+
+#include "core/host_memory.h"
 #include "loader/checkpoint.h"
 #include "models/weights.h"
 #include "safetensors_writer.h"
@@ -19,6 +22,154 @@ std::filesystem::path copy_fixture(const std::string& name, const std::string& t
         if (e.path().extension() == ".json" || e.path().filename().string().starts_with("model"))
             std::filesystem::copy_file(e.path(), dir / e.path().filename());
     return dir;
+}
+
+// Every tensor field of `w`, named.
+std::vector<std::pair<std::string, Tensor>> fields(const ModelWeights& w) {
+    std::vector<std::pair<std::string, Tensor>> out = {
+        {"embed", w.embed}, {"norm", w.norm}, {"lm_head", w.lm_head}};
+    for (size_t l = 0; l < w.layers.size(); ++l) {
+        const LayerWeights& lw = w.layers[l];
+        const std::pair<const char*, Tensor> named[] = {
+            {"input_norm", lw.input_norm},
+            {"post_attention_norm", lw.post_attention_norm},
+            {"qkv", lw.qkv},
+            {"qkv_bias", lw.qkv_bias},
+            {"q_norm", lw.q_norm},
+            {"k_norm", lw.k_norm},
+            {"o_proj", lw.o_proj},
+            {"o_bias", lw.o_bias},
+            {"gate_up", lw.gate_up},
+            {"down", lw.down},
+            {"router", lw.router},
+            {"experts_gate_up", lw.experts_gate_up},
+            {"experts_down", lw.experts_down}};
+        for (const auto& [name, t] : named) out.emplace_back(fmt::format("{}.{}", l, name), t);
+    }
+    return out;
+}
+
+std::vector<uint8_t> bytes_of(const Tensor& t) {
+    const auto* p = static_cast<const uint8_t*>(t.raw());
+    return std::vector<uint8_t>(p, p + t.nbytes());
+}
+
+// bf16 == each f32 element rounded, with the same shape.
+void expect_rounded(const Tensor& bf16, const Tensor& f32, const std::string& what) {
+    ASSERT_EQ(bf16.defined(), f32.defined()) << what;
+    if (!f32.defined()) return;
+    ASSERT_EQ(bf16.dtype(), DType::kBF16) << what;
+    ASSERT_EQ(bf16.shape(), f32.shape()) << what;
+    for (int64_t i = 0; i < f32.numel(); ++i)
+        ASSERT_EQ(bf16.data<uint16_t>()[i], f32_to_bf16(f32.data<float>()[i])) << what << " @" << i;
+}
+
+// Un-fuses the ranks' row shards: part 0 of every rank in turn, then part 1, ... Sizes count
+// rows of a weight, elements of a bias, rows of every expert for stacked [E, rows, H] experts.
+std::vector<uint8_t> join_rows(const std::vector<Tensor>& shards,
+                               const std::vector<int64_t>& part_rows) {
+    int64_t rows = 0;
+    for (int64_t r : part_rows) rows += r;
+    const size_t row_bytes = shards[0].nbytes() / size_t(rows);
+    std::vector<uint8_t> out;
+    int64_t row = 0;
+    for (int64_t n : part_rows) {
+        for (const Tensor& s : shards) {
+            const auto* p = static_cast<const uint8_t*>(s.raw()) + size_t(row) * row_bytes;
+            out.insert(out.end(), p, p + size_t(n) * row_bytes);
+        }
+        row += n;
+    }
+    return out;
+}
+
+// Joins the ranks' column shards (the last dimension) back into whole rows.
+std::vector<uint8_t> join_cols(const std::vector<Tensor>& shards) {
+    const size_t piece_bytes = size_t(shards[0].size(-1)) * dtype_size(shards[0].dtype());
+    const size_t rows = shards[0].nbytes() / piece_bytes;
+    std::vector<uint8_t> out;
+    for (size_t r = 0; r < rows; ++r)
+        for (const Tensor& s : shards) {
+            const auto* p = static_cast<const uint8_t*>(s.raw()) + r * piece_bytes;
+            out.insert(out.end(), p, p + piece_bytes);
+        }
+    return out;
+}
+
+// The ranks' shards of every field, put back together, equal the world-1 weights.
+void expect_shards_join(const ModelConfig& c, const ModelWeights& whole,
+                        const std::vector<ModelWeights>& ranks) {
+    const int64_t world = int64_t(ranks.size()), q = c.q_size() / world, kv = c.kv_size() / world;
+    const int64_t inter = c.intermediate_size / world, moe = c.moe_intermediate_size / world;
+    std::vector<int64_t> experts_rows(size_t(2 * c.num_experts), moe);
+    std::vector<std::vector<std::pair<std::string, Tensor>>> shard_fields;
+    for (const ModelWeights& w : ranks) shard_fields.push_back(fields(w));
+    const auto whole_fields = fields(whole);
+    int num_sharded = 0;
+    for (size_t f = 0; f < whole_fields.size(); ++f) {
+        const auto& [name, t] = whole_fields[f];
+        std::vector<Tensor> shards;
+        for (const auto& sf : shard_fields) shards.push_back(sf[f].second);
+        if (!t.defined()) {
+            for (const Tensor& s : shards) EXPECT_FALSE(s.defined()) << name;
+            continue;
+        }
+        std::vector<uint8_t> joined;
+        if (name.ends_with(".qkv") || name.ends_with(".qkv_bias"))
+            joined = join_rows(shards, {q, kv, kv});
+        else if (name.ends_with(".gate_up"))
+            joined = join_rows(shards, {inter, inter});
+        else if (name.ends_with(".experts_gate_up"))
+            joined = join_rows(shards, experts_rows);
+        else if (name.ends_with(".o_proj") || name.ends_with("down"))
+            joined = join_cols(shards);
+        else {  // replicated
+            for (const Tensor& s : shards) EXPECT_EQ(bytes_of(s), bytes_of(t)) << name;
+            continue;
+        }
+        ++num_sharded;
+        for (const Tensor& s : shards) EXPECT_EQ(s.nbytes() * size_t(world), t.nbytes()) << name;
+        EXPECT_EQ(joined, bytes_of(t)) << name;
+    }
+    EXPECT_GT(num_sharded, 0);
+}
+
+// A checkpoint of random values for `config_json`, tensor i written as dtypes[i % size].
+std::filesystem::path random_checkpoint(const std::string& tag, const Json& config_json,
+                                        const std::vector<std::string>& dtypes) {
+    auto dir = fresh_dir(tag);
+    std::ofstream(dir / "config.json") << config_json.dump();
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal(0.f, 1.f);
+    std::vector<FakeTensor> tensors;
+    for (const auto& [name, shape] : expected_tensors(ModelConfig::load(dir))) {
+        const std::string& dtype = dtypes[tensors.size() % dtypes.size()];
+        int64_t n = 1;
+        for (int64_t d : shape) n *= d;
+        FakeTensor t{name, dtype, shape, {}};
+        for (int64_t i = 0; i < n; ++i) {
+            const float x = normal(rng);
+            const uint16_t h = dtype == "BF16" ? f32_to_bf16(x) : f32_to_f16(x);
+            const auto* p = dtype == "F32" ? reinterpret_cast<const uint8_t*>(&x)
+                                           : reinterpret_cast<const uint8_t*>(&h);
+            t.bytes.insert(t.bytes.end(), p, p + (dtype == "F32" ? 4 : 2));
+        }
+        tensors.push_back(std::move(t));
+    }
+    write_safetensors(dir / "model.safetensors", tensors);
+    return dir;
+}
+
+// qwen3-tiny with q/k/v/o biases and 4 kv heads: shards for world 2 and 4, biases included.
+Json biased_qwen3_config() {
+    Json json = read_json_file(kFixtures / "qwen3-tiny" / "config.json");
+    json["attention_bias"] = true;
+    json["num_key_value_heads"] = 4;
+    return json;
+}
+
+WeightTarget bf16_rank(int64_t rank, int64_t world) {
+    return {.dtype = DType::kBF16, .rank = rank, .world = world};
 }
 }  // namespace
 
@@ -146,4 +297,115 @@ TEST(Weights, DummyIsSeededAndNeedsNoCheckpoint) {
     EXPECT_NE(std::memcmp(a.layers[0].qkv.raw(), d.layers[0].qkv.raw(), size_t(n) * 4), 0);
     EXPECT_EQ(expected_tensors(c).size(),
               79u);  // every tensor of the hub layout, tied head excluded
+}
+
+TEST(Checkpoint, ReleasedTensorStaysReadable) {
+    Checkpoint ckpt = Checkpoint::open(kFixtures / "qwen3-tiny");
+    Tensor embed = ckpt.get("model.embed_tokens.weight", {512, 128});
+    const std::vector<uint8_t> before = bytes_of(embed);
+    ckpt.release("model.embed_tokens.weight");
+    ckpt.release("model.embed_tokens.weight", 100, 70000);
+    EXPECT_EQ(bytes_of(embed), before);  // the pages fault back in from the file
+}
+
+TEST(Weights, Bf16LoadIsTheF32LoadRounded) {
+    for (const char* fixture : {"qwen3-tiny", "qwen2-tiny", "qwen3-moe-tiny"}) {
+        ModelConfig c = ModelConfig::load(kFixtures / fixture);
+        ModelWeights f32 = load_weights(c, kFixtures / fixture);
+        ModelWeights bf16 = load_weights(c, kFixtures / fixture, {.dtype = DType::kBF16});
+        auto ff = fields(f32), bf = fields(bf16);
+        for (size_t i = 0; i < ff.size(); ++i)
+            expect_rounded(bf[i].second, ff[i].second, fixture + (" " + ff[i].first));
+        EXPECT_EQ(bf16.lm_head.raw() == bf16.embed.raw(), c.tie_word_embeddings);
+    }
+}
+
+TEST(Weights, F32AndF16SourcesConvertElementWise) {
+    // Tensors alternate F32, F16 and BF16 in the file.
+    auto dir = random_checkpoint("weights_mixed", biased_qwen3_config(), {"F32", "F16", "BF16"});
+    ModelConfig c = ModelConfig::load(dir);
+    ModelWeights f32 = load_weights(c, dir), bf16 = load_weights(c, dir, {.dtype = DType::kBF16});
+    auto ff = fields(f32), bf = fields(bf16);
+    for (size_t i = 0; i < ff.size(); ++i) expect_rounded(bf[i].second, ff[i].second, ff[i].first);
+    EXPECT_TRUE(f32.layers[0].o_bias.defined());
+}
+
+TEST(Weights, ShardsJoinIntoTheWholeModel) {
+    auto check = [](const std::filesystem::path& dir, int64_t world, DType dtype) {
+        SCOPED_TRACE(fmt::format("{} world {} {}", dir.string(), world, dtype_name(dtype)));
+        ModelConfig c = ModelConfig::load(dir);
+        ModelWeights whole = load_weights(c, dir, {.dtype = dtype});
+        std::vector<ModelWeights> ranks;
+        for (int64_t r = 0; r < world; ++r)
+            ranks.push_back(load_weights(c, dir, {.dtype = dtype, .rank = r, .world = world}));
+        EXPECT_EQ(ranks[1].layers[0].qkv.shape(),
+                  (Shape{(c.q_size() + 2 * c.kv_size()) / world, c.hidden_size}));
+        expect_shards_join(c, whole, ranks);
+    };
+    check(kFixtures / "qwen3-tiny", 2, DType::kF32);
+    check(kFixtures / "qwen3-tiny", 2, DType::kBF16);
+    check(kFixtures / "qwen3-moe-tiny", 2, DType::kBF16);
+    auto biased = random_checkpoint("weights_biased", biased_qwen3_config(), {"BF16"});
+    check(biased, 2, DType::kBF16);
+    check(biased, 4, DType::kBF16);
+    check(biased, 4, DType::kF32);
+}
+
+TEST(Weights, BadShardIsAnError) {
+    // qwen2-tiny has 1 kv head, qwen3-tiny 2: neither splits further.
+    ModelConfig qwen2 = ModelConfig::load(kFixtures / "qwen2-tiny");
+    EXPECT_THAT(
+        error_message([&] { load_weights(qwen2, kFixtures / "qwen2-tiny", bf16_rank(0, 2)); }),
+        HasSubstr("world 2 does not divide num_key_value_heads = 1"));
+    ModelConfig qwen3 = ModelConfig::load(kFixtures / "qwen3-tiny");
+    EXPECT_THAT(error_message([&] { dummy_weights(qwen3, 1, bf16_rank(0, 4)); }),
+                HasSubstr("world 4 does not divide num_key_value_heads = 2"));
+    ModelConfig moe = ModelConfig::load(kFixtures / "qwen3-moe-tiny");
+    EXPECT_THAT(error_message([&] { dummy_weights(moe, 1, bf16_rank(0, 3)); }),
+                HasSubstr("world 3 does not divide num_attention_heads = 4"));
+    Json odd = read_json_file(kFixtures / "qwen3-moe-tiny" / "config.json");
+    odd["moe_intermediate_size"] = 65;
+    EXPECT_THAT(error_message(
+                    [&] { dummy_weights(ModelConfig::from_json(odd, "odd"), 1, bf16_rank(1, 2)); }),
+                HasSubstr("world 2 does not divide moe_intermediate_size = 65"));
+    for (auto [rank, world] : std::vector<std::pair<int, int>>{{2, 2}, {-1, 2}, {0, 0}})
+        EXPECT_THAT(error_message([&] {
+                        load_weights(qwen3, kFixtures / "qwen3-tiny", bf16_rank(rank, world));
+                    }),
+                    HasSubstr(fmt::format("rank {} of world {}", rank, world)));
+    EXPECT_THAT(error_message([&] { dummy_weights(qwen3, 1, {.dtype = DType::kF16}); }),
+                HasSubstr("weights in f16 are not supported"));
+}
+
+TEST(Weights, DummyBf16IsTheF32DummyRoundedAndShards) {
+    for (const char* fixture : {"qwen3-moe-tiny", "qwen2-tiny"}) {
+        ModelConfig c = ModelConfig::load(kFixtures / fixture);
+        ModelWeights f32 = dummy_weights(c, 3), bf16 = dummy_weights(c, 3, {.dtype = DType::kBF16});
+        auto ff = fields(f32), bf = fields(bf16);
+        for (size_t i = 0; i < ff.size(); ++i)
+            expect_rounded(bf[i].second, ff[i].second, fixture + (" " + ff[i].first));
+    }
+    ModelConfig moe = ModelConfig::load(kFixtures / "qwen3-moe-tiny");
+    expect_shards_join(
+        moe, dummy_weights(moe, 3, {.dtype = DType::kBF16}),
+        {dummy_weights(moe, 3, bf16_rank(0, 2)), dummy_weights(moe, 3, bf16_rank(1, 2))});
+}
+
+TEST(Weights, LoadStatsCountWhatWasWritten) {
+    for (const char* fixture : {"qwen3-moe-tiny", "qwen2-tiny"}) {
+        ModelConfig c = ModelConfig::load(kFixtures / fixture);
+        for (const WeightTarget& target : {WeightTarget{}, bf16_rank(1, 2)}) {
+            if (c.num_kv_heads % target.world != 0) continue;
+            ModelWeights w = load_weights(c, kFixtures / fixture, target);
+            int64_t bytes = 0;
+            for (const auto& [name, t] : fields(w))
+                if (t.defined() && !(name == "lm_head" && c.tie_word_embeddings))
+                    bytes += int64_t(t.nbytes());
+            EXPECT_EQ(w.stats.bytes_written, bytes) << fixture;
+            EXPECT_EQ(w.stats.num_tensors, int64_t(expected_tensors(c).size())) << fixture;
+            EXPECT_GT(w.stats.peak_host_bytes, 0);
+            EXPECT_GE(w.stats.seconds, 0.0);
+        }
+    }
+    EXPECT_GT(peak_host_memory_bytes(), 0);
 }
