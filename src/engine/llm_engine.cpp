@@ -12,10 +12,9 @@ namespace miniinfer {
 
 struct LLMEngine::Tracked {
     Request request;
-    std::optional<IncrementalDetokenizer> detokenizer;
+    std::optional<OutputProcessor> output;  // set once the request is valid
     std::string text, delta;
     std::vector<TokenLogprob> logprobs;
-    std::string stop_reason;
 };
 
 namespace {
@@ -59,12 +58,6 @@ std::unique_ptr<ModelRunner> load_runner(EngineConfig& config) {
     return std::make_unique<CpuModelRunner>(std::move(model), config.num_pages, config.page_size);
 }
 
-std::optional<Tokenizer> load_tokenizer(const std::string& dir) {
-    if (!std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"))
-        return std::nullopt;
-    return Tokenizer::load(dir);
-}
-
 // EngineConfig::generation_config: where the sampling defaults come from (see there).
 GenerationConfig load_generation_config(const EngineConfig& c) {
     GenerationConfig model = GenerationConfig::load(c.model_dir);
@@ -81,10 +74,11 @@ GenerationConfig load_generation_config(const EngineConfig& c) {
 LLMEngine::LLMEngine(EngineConfig config)
     : LLMEngine(config, load_runner(config), load_tokenizer(config.model_dir),
                 load_generation_config(config)) {
+    std::vector<int64_t>& eos_ids = stop_rules_.eos_token_ids;
     if (tokenizer_)
         if (auto eos = tokenizer_eos(config_.model_dir, *tokenizer_);
-            eos && !contains(eos_ids_, *eos))
-            eos_ids_.push_back(*eos);
+            eos && !contains(eos_ids, *eos))
+            eos_ids.push_back(*eos);
 }
 
 LLMEngine::LLMEngine(EngineConfig config, std::unique_ptr<ModelRunner> runner,
@@ -107,9 +101,11 @@ LLMEngine::LLMEngine(EngineConfig config, std::unique_ptr<ModelRunner> runner,
                 config_.max_model_len);
     scheduler_ = std::make_unique<Scheduler>(config_);
     default_params_ = SamplingParams::from_defaults(generation);
-    eos_ids_ = model.eos_token_ids;
+    stop_rules_.eos_token_ids = model.eos_token_ids;
     for (int64_t id : generation.eos_token_ids)
-        if (!contains(eos_ids_, int32_t(id))) eos_ids_.push_back(id);
+        if (!contains(stop_rules_.eos_token_ids, int32_t(id)))
+            stop_rules_.eos_token_ids.push_back(id);
+    stop_rules_.max_model_len = config_.max_model_len;
 }
 
 LLMEngine::~LLMEngine() = default;
@@ -139,9 +135,9 @@ std::string LLMEngine::add_request(const Prompt& prompt, const SamplingParams& p
     r.seed = params.seed.value_or(seed_rng_());
     r.arrival = next_id_++;
     scheduler_->validate_request(r);
-    if (tokenizer_ && config_.detokenize)
-        t->detokenizer.emplace(*tokenizer_, params.skip_special_tokens, params.stop,
-                               params.min_tokens);
+    t->output.emplace(params, stop_rules_,
+                      tokenizer_ && config_.detokenize ? &*tokenizer_ : nullptr,
+                      int64_t(r.prompt_ids.size()));
     scheduler_->add(&r);
     requests_.emplace(request_id, std::move(t));
     return request_id;
@@ -159,7 +155,7 @@ std::vector<RequestOutput> LLMEngine::step() {
                                         .params = &r->params,
                                         .prompt_ids = r->prompt_ids,
                                         .output_ids = r->output_ids,
-                                        .eos_ids = eos_ids_,
+                                        .eos_ids = stop_rules_.eos_token_ids,
                                         .seed = r->seed});
     std::vector<SampledToken> tokens = runner_->run(batch, sampling);
     scheduler_->update(batch);
@@ -171,37 +167,24 @@ std::vector<RequestOutput> LLMEngine::step() {
     return outputs;
 }
 
-// Stop checks in vLLM's order: EOS, stop token ids, stop strings, then the length limits.
+// The stop checks are OutputProcessor's; a request it ends is finished in the scheduler too
+// (its pages go back to the pool before the next schedule).
 void LLMEngine::append_token(Tracked& t, const SampledToken& sampled) {
     Request& r = t.request;
     r.output_ids.push_back(sampled.token);
     if (r.params.logprobs)
         t.logprobs.push_back({sampled.token, sampled.logprob, sampled.top_logprobs});
-    const bool may_stop = int64_t(r.output_ids.size()) >= r.params.min_tokens;
-    if (may_stop && !r.params.ignore_eos && contains(eos_ids_, sampled.token))
-        return finish(t, FinishReason::kStop);
-    if (may_stop && contains(r.params.stop_token_ids, sampled.token))
-        return finish(t, FinishReason::kStop, std::to_string(sampled.token));
-    if (t.detokenizer) {
-        t.delta += t.detokenizer->push(sampled.token);
-        if (t.detokenizer->stopped())
-            return finish(t, FinishReason::kStop, t.detokenizer->stop_string());
-    }
-    if (int64_t(r.output_ids.size()) >= r.params.max_tokens ||
-        r.num_tokens() >= config_.max_model_len)
-        finish(t, FinishReason::kLength);
-}
-
-void LLMEngine::finish(Tracked& t, FinishReason reason, std::string stop_reason) {
-    if (t.detokenizer && !t.detokenizer->stopped()) t.delta += t.detokenizer->finish();
-    t.stop_reason = std::move(stop_reason);
-    scheduler_->finish(&t.request, reason);
+    OutputProcessor::Update update = t.output->append(sampled.token);
+    t.delta += update.delta_text;
+    if (update.finished()) scheduler_->finish(&r, update.finish_reason);
 }
 
 void LLMEngine::abort(const std::string& request_id) {
     auto it = requests_.find(request_id);
     if (it == requests_.end() || it->second->request.finished()) return;
-    finish(*it->second, FinishReason::kAbort);
+    Tracked& t = *it->second;
+    t.delta += t.output->finish(FinishReason::kAbort);
+    scheduler_->finish(&t.request, FinishReason::kAbort);
     pending_.push_back(request_id);
 }
 
@@ -217,7 +200,7 @@ RequestOutput LLMEngine::output_of(Tracked& t) {
                       .logprobs = t.logprobs,
                       .finished = r.finished(),
                       .finish_reason = finish_reason_name(r.finish_reason),
-                      .stop_reason = t.stop_reason,
+                      .stop_reason = t.output->stop_reason(),
                       .error = r.error,
                       .num_prompt_tokens = int64_t(r.prompt_ids.size()),
                       .num_cached_tokens = r.num_cached_tokens};

@@ -27,9 +27,9 @@
 #include "config/generation_config.h"
 #include "config/sampling_params.h"
 #include "engine/model_runner.h"
+#include "engine/output_processor.h"
 #include "engine/request_output.h"
 #include "scheduler/scheduler.h"
-#include "tokenizer/detokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace miniinfer {
@@ -66,12 +66,14 @@ class LLMEngine {
     const EngineConfig& config() const { return config_; }
     const Tokenizer* tokenizer() const { return tokenizer_ ? &*tokenizer_ : nullptr; }
     const Scheduler& scheduler() const { return *scheduler_; }
-    const std::vector<int64_t>& eos_token_ids() const { return eos_ids_; }
+    const std::vector<int64_t>& eos_token_ids() const { return stop_rules_.eos_token_ids; }
+    // The EOS ids and max_model_len every request stops on (the pipeline's detokenizer needs
+    // the same to reach the same verdicts).
+    const StopRules& stop_rules() const { return stop_rules_; }
 
   private:
-    struct Tracked;  // a Request plus its detokenizer and the output built so far
+    struct Tracked;  // a Request plus its OutputProcessor and the output built so far
 
-    void finish(Tracked& t, FinishReason reason, std::string stop_reason = "");
     void append_token(Tracked& t, const SampledToken& sampled);
     RequestOutput output_of(Tracked& t);
 
@@ -80,7 +82,7 @@ class LLMEngine {
     std::optional<Tokenizer> tokenizer_;
     std::unique_ptr<Scheduler> scheduler_;
     SamplingParams default_params_;
-    std::vector<int64_t> eos_ids_;
+    StopRules stop_rules_;
     std::map<std::string, std::unique_ptr<Tracked>> requests_;
     std::vector<std::string> pending_;  // ids finished outside step() (aborts)
     std::mt19937_64 seed_rng_;

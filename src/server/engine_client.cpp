@@ -1,5 +1,7 @@
 #include "server/engine_client.h"
 
+#include <fmt/format.h>
+
 namespace miniinfer {
 
 void OutputChannel::push(RequestOutput out) {
@@ -16,6 +18,11 @@ std::optional<RequestOutput> OutputChannel::next(std::chrono::milliseconds timeo
     RequestOutput out = std::move(queue_.front());
     queue_.pop_front();
     return out;
+}
+
+std::optional<QueueFull> check_queue(int64_t num_waiting, int64_t max_queued) {
+    if (max_queued <= 0 || num_waiting < max_queued) return std::nullopt;
+    return QueueFull(fmt::format("too many requests are queued ({}); try again later", max_queued));
 }
 
 }  // namespace miniinfer

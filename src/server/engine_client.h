@@ -42,6 +42,12 @@ class QueueFull : public Error {
     using Error::Error;
 };
 
+// The admission check of every EngineClient (--max-queued), written once: the refusal for a
+// request that arrives while `num_waiting` requests wait, or nullopt to admit it. max_queued
+// <= 0: no limit. Callers check twice, early on the caller's thread (cheap, approximate) and
+// again where the queue is exact (the engine's thread or process), with the same words.
+std::optional<QueueFull> check_queue(int64_t num_waiting, int64_t max_queued);
+
 // The engine is gone (a pipeline process died): nothing can be served any more (HTTP 503).
 class EngineUnavailable : public Error {
   public:

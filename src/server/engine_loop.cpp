@@ -35,9 +35,7 @@ void EngineLoop::post(Command command) {
 std::shared_ptr<OutputChannel> EngineLoop::submit(const std::string& id, const Prompt& prompt,
                                                   const SamplingParams& params,
                                                   std::shared_ptr<OutputChannel> channel) {
-    if (max_queued_ > 0 && num_waiting_.load() >= max_queued_)
-        throw QueueFull(
-            fmt::format("too many requests are queued ({}); try again later", max_queued_));
+    if (std::optional<QueueFull> full = check_queue(num_waiting_.load(), max_queued_)) throw *full;
     if (!channel) channel = std::make_shared<OutputChannel>();
     // Text is tokenized here, on the caller's thread, not on the engine thread.
     const Prompt ids = prompt.token_ids.empty() && !prompt.text.empty() && tokenizer()
@@ -52,10 +50,9 @@ std::shared_ptr<OutputChannel> EngineLoop::submit(const std::string& id, const P
     std::promise<Verdict> verdict;
     auto result = verdict.get_future();
     post([&, channel] {
-        if (max_queued_ > 0 && int64_t(engine_->scheduler().num_waiting()) >= max_queued_) {
-            verdict.set_value(
-                {true,
-                 fmt::format("too many requests are queued ({}); try again later", max_queued_)});
+        if (std::optional<QueueFull> full =
+                check_queue(int64_t(engine_->scheduler().num_waiting()), max_queued_)) {
+            verdict.set_value({true, full->what()});
             return;
         }
         try {

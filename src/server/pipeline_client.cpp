@@ -11,14 +11,6 @@ namespace miniinfer {
 using namespace std::chrono_literals;
 using namespace pipeline;
 
-namespace {
-std::optional<Tokenizer> load_tokenizer(const std::string& model_dir) {
-    if (!std::filesystem::exists(std::filesystem::path(model_dir) / "tokenizer.json"))
-        return std::nullopt;
-    return Tokenizer::load(model_dir);
-}
-}  // namespace
-
 PipelineClient::PipelineClient(const EngineConfig& config, Metrics* metrics, int64_t max_queued)
     : config_(config),
       model_config_(ModelConfig::load(config.model_dir)),
@@ -121,9 +113,7 @@ std::shared_ptr<OutputChannel> PipelineClient::submit(const std::string& id, con
 std::future<void> PipelineClient::submit_async(const std::string& id, const Prompt& prompt,
                                                const SamplingParams& params,
                                                std::shared_ptr<OutputChannel> channel) {
-    if (max_queued_ > 0 && num_waiting_.load() >= max_queued_)
-        throw QueueFull(
-            fmt::format("too many requests are queued ({}); try again later", max_queued_));
+    if (std::optional<QueueFull> full = check_queue(num_waiting_.load(), max_queued_)) throw *full;
     std::future<void> verdict;
     {
         std::lock_guard lock(waiters_mutex_);

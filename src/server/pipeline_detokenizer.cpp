@@ -2,11 +2,18 @@
 
 namespace miniinfer::pipeline {
 
-void PipelineDetokenizer::add(const std::string& id, const SamplingParams& params) {
-    Request& r = requests_[id];
-    if (tokenizer_)
-        r.detokenizer.emplace(*tokenizer_, params.skip_special_tokens, params.stop,
-                              params.min_tokens);
+namespace {
+FinishReason reason_named(const std::string& name) {
+    for (FinishReason r : {FinishReason::kStop, FinishReason::kLength, FinishReason::kAbort})
+        if (name == finish_reason_name(r)) return r;
+    return FinishReason::kError;
+}
+}  // namespace
+
+void PipelineDetokenizer::add(const std::string& id, const SamplingParams& params,
+                              int64_t num_prompt_tokens) {
+    requests_.erase(id);
+    requests_.emplace(id, Request{OutputProcessor(params, rules_, tokenizer_, num_prompt_tokens)});
 }
 
 PipelineDetokenizer::Result PipelineDetokenizer::process(OutputDelta in) {
@@ -17,36 +24,28 @@ PipelineDetokenizer::Result PipelineDetokenizer::process(OutputDelta in) {
         if (in.finished) requests_.erase(it);
         return {};
     }
-    if (!r.detokenizer) {
-        if (in.finished) requests_.erase(it);
-        return {std::move(in), false};
-    }
-    // LLMEngine::append_token's order: a final "stop" from the engine core is EOS or a stop
-    // token id, whose text is never pushed; a stop string is looked for before length limits.
     OutputDelta out = in;
     out.new_token_ids.clear();
     out.new_logprobs.clear();
-    const size_t num_new = in.new_token_ids.size();
-    for (size_t i = 0; i < num_new; ++i) {
+    for (size_t i = 0; i < in.new_token_ids.size(); ++i) {
         out.new_token_ids.push_back(in.new_token_ids[i]);
         if (i < in.new_logprobs.size()) out.new_logprobs.push_back(in.new_logprobs[i]);
-        const bool stop_token = in.finished && in.finish_reason == "stop" && i + 1 == num_new;
-        if (stop_token) break;
-        out.delta_text += r.detokenizer->push(in.new_token_ids[i]);
-        if (!r.detokenizer->stopped()) continue;
+        OutputProcessor::Update update = r.output.append(in.new_token_ids[i]);
+        out.delta_text += update.delta_text;
+        if (!update.finished()) continue;
         out.finished = true;
-        out.finish_reason = "stop";
-        out.stop_reason = r.detokenizer->stop_string();
+        out.finish_reason = finish_reason_name(update.finish_reason);
+        out.stop_reason = std::move(update.stop_reason);
         out.error.clear();
-        if (in.finished) {
+        if (in.finished) {  // the engine core ended it too (EOS, stop token, length)
             requests_.erase(it);
             return {std::move(out), false};
         }
-        r.ended = true;
+        r.ended = true;  // a stop string, which only this side sees
         return {std::move(out), true};
     }
-    if (in.finished) {
-        out.delta_text += r.detokenizer->finish();
+    if (in.finished) {  // ended by the engine core alone: abort, error
+        out.delta_text += r.output.finish(reason_named(in.finish_reason), in.stop_reason);
         requests_.erase(it);
     }
     return {std::move(out), false};

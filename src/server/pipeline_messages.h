@@ -32,7 +32,7 @@ inline constexpr const char* kOutputs = "outputs";    // outputs: [OutputDelta]
 inline constexpr const char* kStats = "stats";        // running, waiting, kv_usage, preemptions
 inline constexpr const char* kPing = "ping";          // seq
 inline constexpr const char* kPong = "pong";          // seq
-inline constexpr const char* kReady = "ready";        // max_model_len, default_params
+inline constexpr const char* kReady = "ready";  // max_model_len, default_params, eos_token_ids
 
 // What is new in one request's output since the previous one.
 struct OutputDelta {

@@ -7,11 +7,11 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
-#include <filesystem>
 #include <map>
 
 #include "core/logging.h"
 #include "engine/llm_engine.h"
+#include "server/engine_client.h"
 #include "server/pipeline_detokenizer.h"
 #include "server/pipeline_ipc.h"
 
@@ -54,12 +54,6 @@ class Inbox {
     int signal_fd_;
 };
 
-std::optional<Tokenizer> load_tokenizer(const std::string& model_dir) {
-    if (!std::filesystem::exists(std::filesystem::path(model_dir) / "tokenizer.json"))
-        return std::nullopt;
-    return Tokenizer::load(model_dir);
-}
-
 Json rejected(const Json& add, const std::string& error, bool queue_full = false) {
     return {
         {"type", kRejected}, {"id", add.at("id")}, {"error", error}, {"queue_full", queue_full}};
@@ -94,6 +88,7 @@ void run_engine(zmq::context_t& context, Inbox& inbox, const WorkerOptions& o) {
     zmq::socket_t to_detokenizer = inbox.connect(context, "detokenizer");
     send(to_detokenizer, {{"type", kReady},
                           {"max_model_len", engine.config().max_model_len},
+                          {"eos_token_ids", engine.stop_rules().eos_token_ids},
                           {"default_params", to_json(engine.default_params())}});
     std::map<std::string, size_t> num_sent;  // tokens already sent, per running request
     auto handle = [&](const Json& m) {
@@ -101,10 +96,9 @@ void run_engine(zmq::context_t& context, Inbox& inbox, const WorkerOptions& o) {
         if (type == kAdd) {
             const std::string id = m.at("id").get<std::string>();
             // The queue is counted here, where it is exact (as EngineLoop does on its thread).
-            if (o.max_queued > 0 && int64_t(engine.scheduler().num_waiting()) >= o.max_queued) {
-                const std::string why =
-                    fmt::format("too many requests are queued ({}); try again later", o.max_queued);
-                send(to_detokenizer, rejected(m, why, true));
+            if (std::optional<QueueFull> full =
+                    check_queue(int64_t(engine.scheduler().num_waiting()), o.max_queued)) {
+                send(to_detokenizer, rejected(m, full->what(), true));
                 return;
             }
             try {
@@ -151,22 +145,30 @@ void run_engine(zmq::context_t& context, Inbox& inbox, const WorkerOptions& o) {
 
 void run_detokenizer(zmq::context_t& context, Inbox& inbox, const WorkerOptions& o) {
     const std::optional<Tokenizer> tokenizer = load_tokenizer(o.config.model_dir);
-    PipelineDetokenizer detokenizer(tokenizer ? &*tokenizer : nullptr);
+    std::optional<PipelineDetokenizer> detokenizer;  // once the engine core is ready
     zmq::socket_t to_frontend = inbox.connect(context, "frontend");
     zmq::socket_t to_engine = inbox.connect(context, "engine");
     while (inbox.wait(-1ms)) {
         zmq::message_t raw;
         while (std::optional<Json> m = inbox.next(&raw)) {
             const std::string type = m->at("type").get<std::string>();
+            if (type == kReady)  // the engine core's stop rules, before any request
+                detokenizer.emplace(
+                    tokenizer ? &*tokenizer : nullptr,
+                    StopRules{.eos_token_ids = m->at("eos_token_ids").get<std::vector<int64_t>>(),
+                              .max_model_len = m->at("max_model_len").get<int64_t>()});
+            if ((type == kAccepted || type == kOutputs) && !detokenizer)
+                fail("detokenizer process: '{}' before the engine core was ready", type);
             if (type == kAccepted)
-                detokenizer.add(m->at("id").get<std::string>(), params_from_json(m->at("params")));
+                detokenizer->add(m->at("id").get<std::string>(), params_from_json(m->at("params")),
+                                 int64_t(m->at("prompt_ids").size()));
             if (type != kOutputs) {  // accepted, rejected, stats, pong, ready: the frontend's
                 send_raw(to_frontend, raw);
                 continue;
             }
             Json outputs = Json::array();
             for (const Json& d : m->at("outputs")) {
-                PipelineDetokenizer::Result r = detokenizer.process(delta_from_json(d));
+                PipelineDetokenizer::Result r = detokenizer->process(delta_from_json(d));
                 if (r.abort_in_engine)
                     send(to_engine, {{"type", kAbort}, {"id", r.delta->request_id}});
                 if (r.delta) outputs.push_back(to_json(*r.delta));

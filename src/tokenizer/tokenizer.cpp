@@ -96,6 +96,11 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
+std::optional<Tokenizer> load_tokenizer(const std::filesystem::path& model_dir) {
+    if (!std::filesystem::exists(model_dir / "tokenizer.json")) return std::nullopt;
+    return Tokenizer::load(model_dir);
+}
+
 Tokenizer Tokenizer::load(const std::filesystem::path& model_dir) {
     const auto path = model_dir / "tokenizer.json";
     Json j = read_json_file(path);

@@ -66,4 +66,9 @@ class Tokenizer {
     std::unique_ptr<Impl> impl_;
 };
 
+// The model directory's tokenizer, or nullopt if it has no tokenizer.json (a model served by
+// token ids only). Error as Tokenizer::load when the file is there but unusable. Every process
+// that needs the model's tokenizer (engine, pipeline frontend and workers) loads it this way.
+std::optional<Tokenizer> load_tokenizer(const std::filesystem::path& model_dir);
+
 }  // namespace miniinfer

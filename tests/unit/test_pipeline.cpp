@@ -173,7 +173,7 @@ std::vector<RequestOutput> pipeline_in_one_process(EngineConfig config,
     config.detokenize = false;
     LLMEngine engine(config);
     const std::optional<Tokenizer> tokenizer = Tokenizer::load(config.model_dir);
-    PipelineDetokenizer detokenizer(&*tokenizer);
+    PipelineDetokenizer detokenizer(&*tokenizer, engine.stop_rules());
     OutputAssembler assembler;
     std::vector<RequestOutput> results(cases.size());
     std::map<std::string, size_t> num_sent;
@@ -183,8 +183,10 @@ std::vector<RequestOutput> pipeline_in_one_process(EngineConfig config,
         if (ids.token_ids.empty())
             ids = Prompt::from_ids(tokenizer->encode(ids.text));  // the tokenizer process
         engine.add_request(ids, cases[i].params, id);
-        detokenizer.add(id, params_from_json(round_trip(
-                                {{"type", kAccepted}, {"p", to_json(cases[i].params)}})["p"]));
+        detokenizer.add(id,
+                        params_from_json(round_trip(
+                            {{"type", kAccepted}, {"p", to_json(cases[i].params)}})["p"]),
+                        int64_t(ids.token_ids.size()));
         assembler.start(id, ids.token_ids);
         num_sent[id] = 0;
     }
