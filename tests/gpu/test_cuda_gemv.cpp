@@ -18,23 +18,15 @@
 #include "kernels/cuda/gemv.h"
 
 using namespace miniinfer;
+using gpu_testing::all_close;
+using gpu_testing::bitwise_equal;
+using gpu_testing::download;
+using gpu_testing::offset_view;
 using gpu_testing::random_bf16;
 
 namespace {
 
 constexpr double kBf16HalfUlp = 1.0 / 256;  // 2^-8: round-to-nearest error of bf16, relative
-
-// A bf16 view of a device buffer starting `offset` elements in: misaligned operands.
-Tensor offset_view(const Tensor& buffer, int64_t offset, Shape shape) {
-    return Tensor(static_cast<uint16_t*>(buffer.raw()) + offset, DType::kBF16, std::move(shape),
-                  Device::kCUDA);
-}
-
-Tensor download(const Tensor& view) {
-    Tensor out = Tensor::zeros(view.shape(), DType::kBF16);
-    MI_CUDA_CHECK(cudaMemcpy(out.raw(), view.raw(), out.nbytes(), cudaMemcpyDeviceToHost));
-    return out;
-}
 
 // y = x · wᵀ + bias in double from the bf16 inputs, and Σ|x·w| + |bias| for the tolerance.
 struct Reference {
@@ -71,17 +63,12 @@ Reference reference(const Tensor& x, const Tensor& w, const Tensor* bias, int64_
 // fp32 before its single rounding, so unlike cuBLASLt's BIAS epilogue there is no extra term.
 double worst_error(const Tensor& y_host, const Reference& ref, int64_t k, const char* what) {
     const double accumulation = 2.0 * double(k + 1) * std::ldexp(1.0, -24);
-    double worst = 0;  // largest error as a fraction of its tolerance
-    for (size_t i = 0; i < ref.y.size(); ++i) {
-        const double got = bf16_to_f32(y_host.data<uint16_t>()[i]);
-        const double tol =
-            kBf16HalfUlp * std::fabs(ref.y[i]) + accumulation * ref.abs_sum[i] + 1e-30;
-        const double err = std::fabs(got - ref.y[i]);
-        EXPECT_LE(err, tol) << what << " element " << i << ": got " << got << " want " << ref.y[i];
-        if (!(err <= tol)) return err / tol;  // one report per case, not thousands
-        worst = std::max(worst, err / tol);
-    }
-    return worst;
+    std::vector<double> bound(ref.abs_sum.size());
+    for (size_t i = 0; i < bound.size(); ++i) bound[i] = accumulation * ref.abs_sum[i];
+    const std::vector<double> got = gpu_testing::to_doubles(y_host);
+    const gpu_testing::Tolerance tol{.atol = 1e-30, .rtol = kBf16HalfUlp};
+    EXPECT_TRUE(all_close(got, ref.y, tol, bound)) << what;
+    return gpu_testing::error_stats(got, ref.y, tol, bound).worst_of_allowed;
 }
 
 void sync_device() {
@@ -190,8 +177,7 @@ TEST(CudaGemv, GemmDispatch) {
             if (m <= cuda::Gemm::kGemvMaxRows && k % 8 == 0) {
                 cuda::gemv(dx, dw, nullptr, dy_ref, nullptr);
                 sync_device();
-                EXPECT_EQ(std::memcmp(cuda::to_host(dy_ref).raw(), got.raw(), got.nbytes()), 0)
-                    << what << ": the wrapper did not run gemv";
+                EXPECT_TRUE(bitwise_equal(dy_ref, got)) << what << ": the wrapper did not run gemv";
             }
         }
     }
@@ -230,8 +216,7 @@ TEST(CudaGemv, GraphCaptureReplays) {
         << "capture must not execute the GEMM";
     MI_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
     stream.synchronize();
-    EXPECT_EQ(std::memcmp(cuda::to_host(dy).raw(), eager.raw(), eager.nbytes()), 0)
-        << "graph replay differs from eager";
+    EXPECT_TRUE(bitwise_equal(dy, eager)) << "graph replay differs from eager";
 }
 
 // Informative only, never asserted: µs per call and achieved GB/s (w + x + y bytes over time, so
@@ -256,7 +241,8 @@ TEST(CudaGemv, BenchQwen3Shapes) {
     cuda::Gemm cublas(0);
     cuda::Stream stream;
     cuda::Event start(true), end(true);
-    std::printf("gemv bench (H200 HBM ~4800 GB/s); us per call, GB/s\n");
+    std::printf("gemv bench (measured copy peak %.0f GB/s); us per call, GB/s\n",
+                gpu_testing::device_peaks().copy_gb_s);
     std::printf("%-8s %3s | %16s | %16s %9s %9s %9s | %s\n", "shape", "m", "cuBLASLt", "gemv auto",
                 "cols=1", "cols=2", "cols=4", "speedup");
     double layer_us[2][4] = {};  // [cublas, gemv][m index]: the four layer GEMMs summed

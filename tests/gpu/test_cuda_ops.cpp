@@ -11,6 +11,8 @@
 #include "kernels/cuda/rms_norm.h"
 
 using namespace miniinfer;
+using gpu_testing::all_close;
+using gpu_testing::bitwise_equal;
 using gpu_testing::random_bf16;
 
 TEST(CudaCore, DeviceRoundTrip) {
@@ -34,22 +36,39 @@ TEST(CudaOps, AddRmsNormMatchesCpu) {
             Tensor dout = cuda::device_tensor({rows, dim}, DType::kBF16);
             cuda::add_rms_norm(dx, &dres, dw, 1e-6f, dout, nullptr);
             MI_CUDA_CHECK(cudaDeviceSynchronize());
-            Tensor out = cuda::to_host(dout).to_f32(), new_res = cuda::to_host(dres).to_f32();
 
             // Reference: residual sum rounded to bf16 (the stored stream), then the f32 norm.
-            Tensor sum = Tensor::zeros({rows, dim}, DType::kF32),
+            Tensor sum = Tensor::zeros({rows, dim}, DType::kBF16),
                    ref = Tensor::zeros({rows, dim}, DType::kF32);
             Tensor xf = x.to_f32(), rf = res.to_f32(), wf = w.to_f32();
             for (int64_t i = 0; i < rows * dim; ++i)
-                sum.data<float>()[i] =
-                    bf16_to_f32(f32_to_bf16(xf.data<float>()[i] + rf.data<float>()[i]));
-            cpu::rms_norm(sum.data<float>(), wf.data<float>(), rows, dim, 1e-6f, ref.data<float>());
-            for (int64_t i = 0; i < rows * dim; ++i) {
-                ASSERT_EQ(new_res.data<float>()[i], sum.data<float>()[i]) << i;
-                const float r = ref.data<float>()[i];
-                ASSERT_NEAR(out.data<float>()[i], r, std::fabs(r) * 0.016f + 1e-6f)
-                    << "rows " << rows << " dim " << dim;
-            }
+                sum.data<uint16_t>()[i] = f32_to_bf16(xf.data<float>()[i] + rf.data<float>()[i]);
+            Tensor sum_f32 = sum.to_f32();
+            cpu::rms_norm(sum_f32.data<float>(), wf.data<float>(), rows, dim, 1e-6f,
+                          ref.data<float>());
+            ASSERT_TRUE(bitwise_equal(dres, sum)) << "residual, rows " << rows << " dim " << dim;
+            ASSERT_TRUE(all_close(dout, ref, {.atol = 1e-6, .rtol = 0.016}))
+                << "rows " << rows << " dim " << dim;
+        }
+    }
+}
+
+// Without a residual the kernel normalises x itself (the first layer's input norm).
+TEST(CudaOps, RmsNormWithoutResidualMatchesCpu) {
+    REQUIRE_GPU();
+    std::mt19937 rng(3);
+    for (int64_t rows : {1, 5, 256}) {
+        for (int64_t dim : {64, 1024, 1000}) {
+            Tensor x = random_bf16({rows, dim}, rng, 2.f), w = random_bf16({dim}, rng, 1.f);
+            Tensor dx = cuda::to_device(x);
+            Tensor dout = cuda::device_tensor({rows, dim}, DType::kBF16);
+            cuda::add_rms_norm(dx, nullptr, cuda::to_device(w), 1e-6f, dout, nullptr);
+            MI_CUDA_CHECK(cudaDeviceSynchronize());
+            Tensor xf = x.to_f32(), wf = w.to_f32(), ref = Tensor::zeros({rows, dim}, DType::kF32);
+            cpu::rms_norm(xf.data<float>(), wf.data<float>(), rows, dim, 1e-6f, ref.data<float>());
+            ASSERT_TRUE(bitwise_equal(dx, x)) << "x must not be written";
+            ASSERT_TRUE(all_close(dout, ref, {.atol = 1e-6, .rtol = 0.016}))
+                << "rows " << rows << " dim " << dim;
         }
     }
 }

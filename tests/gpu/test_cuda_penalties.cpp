@@ -8,8 +8,8 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "core/cuda/cuda_check.h"
@@ -134,29 +134,19 @@ int64_t check_against_cpu(int64_t num_rows, int64_t vocab, int max_list, std::mt
             in.eos_ids = row.eos;
             apply_penalties(want, in);
         }
-        for (int64_t i = 0; i < vocab; ++i) {
-            const float got = gpu[size_t(r * vocab + i)];
-            changed += std::memcmp(&got, &raw[size_t(r * vocab + i)], 4) != 0;
-            // Bitwise: also tells -0.f from 0.f and -inf from a large negative value.
-            if (std::memcmp(&got, &want[size_t(i)], 4) == 0) continue;
-            ADD_FAILURE() << "rows " << num_rows << " vocab " << vocab << " row " << r << " token "
-                          << i << ": gpu " << got << " cpu " << want[size_t(i)] << " (raw "
-                          << raw[size_t(r * vocab + i)] << ", listed " << row.listed << ")";
+        const std::span<const float> got(gpu.data() + r * vocab, size_t(vocab));
+        for (int64_t i = 0; i < vocab; ++i)
+            changed += std::memcmp(&got[size_t(i)], &raw[size_t(r * vocab + i)], 4) != 0;
+        // Bitwise: also tells -0.f from 0.f and -inf from a large negative value.
+        const ::testing::AssertionResult same =
+            gpu_testing::bitwise_equal(got, std::span<const float>(want));
+        if (!same) {
+            ADD_FAILURE() << "rows " << num_rows << " vocab " << vocab << " row " << r
+                          << " (listed " << row.listed << "): " << same.message();
             return changed;  // one report is enough
         }
     }
     return changed;
-}
-
-double time_ms(const std::function<void()>& fn, int iterations) {
-    if (std::getenv("CUDA_INJECTION64_PATH") != nullptr) iterations = 1;  // compute-sanitizer
-    fn();
-    cuda::Event start(true), end(true);
-    start.record(nullptr);
-    for (int k = 0; k < iterations; ++k) fn();
-    end.record(nullptr);
-    end.synchronize();
-    return cuda::Event::elapsed_ms(start, end) / iterations;
 }
 
 }  // namespace
@@ -216,13 +206,15 @@ TEST(CudaPenalties, StepTime) {
         cuda::to_device(host_tensor(starts.data(), {int64_t(starts.size())}, DType::kI32));
     Tensor d_ids = cuda::to_device(host_tensor(ids.data(), {int64_t(ids.size())}, DType::kI32));
     cuda::DeviceBuffer workspace(cuda::penalties_workspace_bytes(vocab));
-    const double ms = time_ms(
-        [&] {
-            cuda::apply_penalties(logits, d_params, d_starts, d_ids, workspace.data(),
-                                  workspace.bytes(), nullptr);
-        },
-        20);
-    std::printf(
-        "256 rows x (1024 prompt + 512 output ids), vocab 151936: apply_penalties %.3f ms\n", ms);
+    const gpu_testing::LaunchTiming t = gpu_testing::time_launch([&](cudaStream_t s) {
+        cuda::apply_penalties(logits, d_params, d_starts, d_ids, workspace.data(),
+                              workspace.bytes(), s);
+    });
+    // Bytes: the ids read, and for each id a logit read and written (a lower bound: the
+    // kernel's bitmap and counts come on top).
+    const double bytes = double(ids.size()) * (4 + 8);
+    gpu_testing::print_bench_header();
+    gpu_testing::print_bench_row("apply_penalties", "256 x (1024 + 512 ids), vocab 151936", t,
+                                 bytes);
     MI_CUDA_CHECK(cudaDeviceSynchronize());
 }

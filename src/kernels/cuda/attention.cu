@@ -5,33 +5,24 @@
 #include "kernels/cuda/attention.h"
 
 #include "core/cuda/cuda_check.h"
+#include "kernels/cuda/check_tensor.h"
 
 namespace miniinfer::cuda {
-namespace {
-
-void check_cuda(const Tensor* t, DType dtype, int ndim, const char* message) {
-    MI_LAUNCH_CHECK(t != nullptr && t->device() == Device::kCUDA && t->dtype() == dtype &&
-                        t->ndim() == ndim && t->is_contiguous(),
-                    message);
-}
-
-}  // namespace
 
 void check_attention_params(const AttentionParams& p) {
-    check_cuda(p.q, DType::kBF16, 3,
-               "paged attention: q must be contiguous bf16 CUDA [num_tokens, num_heads, head_dim]");
-    check_cuda(p.k_cache, DType::kBF16, 4,
-               "paged attention: k_cache must be contiguous bf16 CUDA [num_pages, page_size, "
-               "num_kv_heads, head_dim]");
-    check_cuda(p.v_cache, DType::kBF16, 4, "paged attention: v_cache must be like k_cache");
-    check_cuda(p.query_start, DType::kI32, 1,
-               "paged attention: query_start must be i32 CUDA [num_seqs + 1]");
-    check_cuda(p.seq_lens, DType::kI32, 1, "paged attention: seq_lens must be i32 CUDA [num_seqs]");
-    check_cuda(p.block_table, DType::kI32, 2,
-               "paged attention: block_table must be i32 CUDA [num_seqs, max_pages]");
-    check_cuda(
-        p.out, DType::kBF16, 2,
-        "paged attention: out must be contiguous bf16 CUDA [num_tokens, num_heads * head_dim]");
+    constexpr int64_t kAny = kAnySize;
+    // q: [num_tokens, num_heads, head_dim]; k_cache, v_cache: [num_pages, page_size, num_kv_heads,
+    // head_dim]; query_start: [num_seqs + 1]; seq_lens: [num_seqs]; block_table: [num_seqs,
+    // max_pages]; out: [num_tokens, num_heads * head_dim]
+    check_cuda_tensor(p.q, DType::kBF16, "paged attention: q", {kAny, kAny, kAny});
+    check_cuda_tensor(p.k_cache, DType::kBF16, "paged attention: k_cache",
+                      {kAny, kAny, kAny, kAny});
+    check_cuda_tensor(p.v_cache, DType::kBF16, "paged attention: v_cache",
+                      {kAny, kAny, kAny, kAny});
+    check_cuda_tensor(p.query_start, DType::kI32, "paged attention: query_start", {kAny});
+    check_cuda_tensor(p.seq_lens, DType::kI32, "paged attention: seq_lens", {kAny});
+    check_cuda_tensor(p.block_table, DType::kI32, "paged attention: block_table", {kAny, kAny});
+    check_cuda_tensor(p.out, DType::kBF16, "paged attention: out", {kAny, kAny});
     const int64_t num_tokens = p.q->size(0), num_heads = p.q->size(1), head_dim = p.q->size(2);
     const int64_t num_kv_heads = p.k_cache->size(2);
     MI_LAUNCH_CHECK(head_dim == 64 || head_dim == 128,

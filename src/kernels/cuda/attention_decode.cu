@@ -21,6 +21,7 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/cuda/paged_kv.cuh"
+#include "kernels/cuda/reduce.cuh"
 
 namespace miniinfer::cuda {
 namespace {
@@ -137,13 +138,7 @@ __global__ void __launch_bounds__(kThreads)
             }
         }
         // Sum each key's partial dots over its lane group (aligned, so xor stays inside it).
-#pragma unroll
-        for (int offset = kLanesPerKey / 2; offset > 0; offset /= 2)
-#pragma unroll
-            for (int h = 0; h < kHeads; ++h)
-#pragma unroll
-                for (int i = 0; i < kKeysPerSlot; ++i)
-                    score[h][i] += __shfl_xor_sync(0xffffffffu, score[h][i], offset);
+        warp_sum_each<kLanesPerKey>(score);
 
 #pragma unroll
         for (int h = 0; h < kHeads; ++h) {
@@ -192,15 +187,15 @@ __global__ void __launch_bounds__(kThreads)
 
     // Merge the warps through shared memory.
     __shared__ float warp_acc[kWarps][kHeads][kHeadDim];
-    __shared__ float warp_max[kWarps][kHeads], warp_sum[kWarps][kHeads];
+    __shared__ float warp_m[kWarps][kHeads], warp_l[kWarps][kHeads];
     if (lane < kLanesPerKey) {
 #pragma unroll
         for (int h = 0; h < kHeads; ++h) {
 #pragma unroll
             for (int e = 0; e < 8; ++e) warp_acc[warp][h][dim0 + e] = acc[h][e];
             if (lane == 0) {
-                warp_max[warp][h] = m[h];
-                warp_sum[warp][h] = l[h];
+                warp_m[warp][h] = m[h];
+                warp_l[warp][h] = l[h];
             }
         }
     }
@@ -208,12 +203,12 @@ __global__ void __launch_bounds__(kThreads)
     for (int idx = threadIdx.x; idx < num_block_heads * kHeadDim; idx += kThreads) {
         const int h = idx / kHeadDim, d = idx % kHeadDim;
         float m_all = -INFINITY;
-        for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, warp_max[w][h]);
+        for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, warp_m[w][h]);
         const float ref = m_all == -INFINITY ? 0.f : m_all;
         float sum = 0.f, a = 0.f;
         for (int w = 0; w < kWarps; ++w) {
-            const float weight = exp2f(warp_max[w][h] - ref);
-            sum += warp_sum[w][h] * weight;
+            const float weight = exp2f(warp_m[w][h] - ref);
+            sum += warp_l[w][h] * weight;
             a += warp_acc[w][h][d] * weight;
         }
         const int64_t row = int64_t(token) * num_heads + head_begin + h;  // (token, head)

@@ -49,10 +49,10 @@ constexpr size_t smem_bytes() {
 // max_pages]; plan: see the top of the file; out: [num_tokens, num_heads, head_dim];
 // partial_o: [slots, head_dim] f32; partial_lse: [slots] f32 (base 2).
 // grid: the fixed number of blocks the plan was made for; each walks its own item list.
-// The tile loop is the fa2 prefill's (attention_prefill.cu; the tile step in attention_tile.cuh)
-// over the key range [kv_begin, kv_end) of the item instead of all the keys of the row tile, so
-// a row may see no key at all in a chunk (its online-softmax state then stays empty: max -inf,
-// sum 0).
+// The wide path's tile loop and epilogue are the fa2 prefill's (attention_tile.cuh: attend_tiles,
+// finish_rows) over the key range [kv_begin, kv_end) of the item instead of all the keys of the
+// row tile, so a row may see no key at all in a chunk (its online-softmax state then stays
+// empty: max -inf, sum 0). The narrow (decode) path splits keys across warps and is its own.
 template <int kHeadDim>
 __global__ void __launch_bounds__(kThreads, 3)
     work_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k_cache,
@@ -86,7 +86,6 @@ __global__ void __launch_bounds__(kThreads, 3)
         const int32_t* pages = block_table + int64_t(seq) * max_pages;
         // Keys past the chunk are masked like keys past a row's causal limit.
         const int min_limit = min(prefix_len + row_begin / group, kv_end - 1);
-        const int num_tiles = (kv_end - kv_begin + kBlockN - 1) / kBlockN;
         const bool warp_active = row_begin + warp * 16 < num_rows;  // uniform per warp
 
         if (num_rows - row_begin <= 16) {
@@ -152,9 +151,7 @@ __global__ void __launch_bounds__(kThreads, 3)
             float* red_l = red_m + kWarps * 16;             // [kWarps, 16]
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
-                float sum = sm[i];
-                sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-                sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+                const float sum = quad_sum(sm[i]);
                 const int local = gid + 8 * i;
                 float* o_row = red_o + (warp * 16 + local) * kHeadDim;
 #pragma unroll
@@ -183,9 +180,8 @@ __global__ void __launch_bounds__(kThreads, 3)
                     a_all += red_o[(w2 * 16 + local) * kHeadDim + d] * wt;
                 }
                 if (partial_base < 0) {
-                    out[(int64_t(q_begin + r / group) * num_heads + kv_head * group + r % group) *
-                            kHeadDim +
-                        d] = __float2bfloat16(a_all / l_all);
+                    out[packed_row_index(q_begin, r, group, num_heads, kv_head) * kHeadDim + d] =
+                        __float2bfloat16(a_all / l_all);
                 } else {
                     const int64_t slot = int64_t(partial_base) + local;
                     partial_o[slot * kHeadDim + d] = l_all > 0.f ? a_all / l_all : 0.f;
@@ -200,76 +196,31 @@ __global__ void __launch_bounds__(kThreads, 3)
         uint32_t q_frag[kHeadDim / 16][4];
         load_q_fragments<kHeadDim>(q, q_begin, row_begin + warp * 16, num_rows, group, num_heads,
                                    kv_head, prefix_len, kv_end - 1, q_frag, row_limit);
-        // Keys from kv_end on are zero-filled, never read.
-        auto load_tiles = [&](int stage, int key_begin) {
-            gather_kv_tile<kHeadDim, kBlockN, kThreads>(
-                k_tiles + stage * kBlockN * kStride, k_cache, pages, key_begin, kv_end, page_size,
-                page_shift, kv_row_stride, kv_head * kHeadDim);
-            gather_kv_tile<kHeadDim, kBlockN, kThreads>(
-                v_tiles + stage * kBlockN * kStride, v_cache, pages, key_begin, kv_end, page_size,
-                page_shift, kv_row_stride, kv_head * kHeadDim);
-        };
-
+        // The fa2 prefill's tile loop over the item's keys. A warp whose 16 rows are all past
+        // the end (decode: 1 to 8 packed rows use only warp 0) loads its share of the tiles but
+        // skips the math. Unlike fa2 a row may have seen no key yet (its chunk starts past its
+        // causal limit): kMayBeEmpty keeps such a row's state empty. The loop ends with a block
+        // barrier, so the next item may refill the tiles.
         float o[kHeadDim / 8][4];
-#pragma unroll
-        for (int dt = 0; dt < kHeadDim / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
-        float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+        float row_max[2], row_sum[2];
+        attend_tiles<kHeadDim, kBlockN, kThreads, true>(
+            q_frag, row_limit, warp_active, k_tiles, v_tiles, k_cache, v_cache, pages, kv_begin,
+            kv_end, min_limit, page_size, page_shift, kv_row_stride, kv_head * kHeadDim, scale_log2,
+            o, row_max, row_sum);
 
-        // One commit group per tile, always committed (maybe empty): waiting for all but the
-        // newest group means waiting for this tile.
-        for (int stage = 0; stage < 2; ++stage) {
-            if (stage < num_tiles) load_tiles(stage, kv_begin + stage * kBlockN);
-            cp_async_commit();
-        }
-
-        for (int tile = 0; tile < num_tiles; ++tile) {
-            const int key_begin = kv_begin + tile * kBlockN;
-            cp_async_wait_all_but_one();
-            __syncthreads();
-            // A warp whose 16 rows are all past the tile's end (decode: 1 to 8 packed rows use
-            // only warp 0) loads its share of the tiles but skips the math. Unlike fa2 a row may
-            // have seen no key yet (its chunk starts past its causal limit): online_softmax
-            // keeps such a row's state empty.
-            if (warp_active) {
-                float s[kBlockN / 8][4];
-                qk_scores<kHeadDim, kBlockN>(q_frag, k_tiles + (tile % 2) * kBlockN * kStride, s);
-                online_softmax<kHeadDim, kBlockN, true>(s, row_max, row_sum, o, scale_log2,
-                                                        key_begin + kBlockN - 1 > min_limit,
-                                                        key_begin, row_limit);
-                accumulate_pv<kHeadDim, kBlockN>(s, v_tiles + (tile % 2) * kBlockN * kStride, o);
-            }
-            __syncthreads();  // every warp is done with this stage (also before the next item)
-            if (tile + 2 < num_tiles) load_tiles(tile % 2, key_begin + 2 * kBlockN);
-            cp_async_commit();
-        }
-
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            float sum = row_sum[i];
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            const int local = warp * 16 + gid + 8 * i;
-            const int r = row_begin + local;
-            if (r >= num_rows) continue;
-            const float inv_sum = sum > 0.f ? 1.f / sum : 0.f;
-            if (partial_base < 0) {
-                bf16* out_row =
-                    out + (int64_t(q_begin + r / group) * num_heads + kv_head * group + r % group) *
-                              kHeadDim;
-#pragma unroll
-                for (int dt = 0; dt < kHeadDim / 8; ++dt)
-                    *reinterpret_cast<uint32_t*>(out_row + dt * 8 + tig * 2) =
-                        pack_bf16(o[dt][2 * i] * inv_sum, o[dt][2 * i + 1] * inv_sum);
-            } else {
-                const int64_t slot = int64_t(partial_base) + local;
-                float* o_row = partial_o + slot * kHeadDim;
-#pragma unroll
-                for (int dt = 0; dt < kHeadDim / 8; ++dt)
-                    *reinterpret_cast<float2*>(o_row + dt * 8 + tig * 2) =
-                        make_float2(o[dt][2 * i] * inv_sum, o[dt][2 * i + 1] * inv_sum);
-                if (tig == 0) partial_lse[slot] = sum > 0.f ? row_max[i] + log2f(sum) : -INFINITY;
-            }
-        }
+        finish_rows<true>(
+            row_sum, row_begin + warp * 16, num_rows, [&](int i, int r, float sum, float inv_sum) {
+                if (partial_base < 0) {
+                    store_o_bf16<kHeadDim>(
+                        o, i, inv_sum,
+                        out + packed_row_index(q_begin, r, group, num_heads, kv_head) * kHeadDim);
+                } else {
+                    const int64_t slot = int64_t(partial_base) + (r - row_begin);
+                    store_o_f32<kHeadDim>(o, i, inv_sum, partial_o + slot * kHeadDim);
+                    if (tig == 0)
+                        partial_lse[slot] = sum > 0.f ? row_max[i] + log2f(sum) : -INFINITY;
+                }
+            });
     }
 }
 
@@ -306,9 +257,8 @@ __global__ void __launch_bounds__(kThreads)
                 sum += w;
                 acc += w * partial_o[slot * kHeadDim + d];
             }
-            out[(int64_t(q_begin + r / group) * num_heads + kv_head * group + r % group) *
-                    kHeadDim +
-                d] = __float2bfloat16(acc / sum);
+            out[packed_row_index(q_begin, r, group, num_heads, kv_head) * kHeadDim + d] =
+                __float2bfloat16(acc / sum);
         }
     }
 }

@@ -5,7 +5,8 @@
 // (GQA) share every K/V tile this block loads. Each of the 4 warps owns 16 rows and walks the
 // keys in tiles of 64: S = Q·Kᵀ (Q stays in registers), online softmax in fp32 (log2 domain), then
 // O += P·V with P converted from the S accumulators straight into mma A fragments (the tile
-// step is attention_tile.cuh's, shared with the flashinfer work kernel).
+// step, the tile loop and the epilogue are attention_tile.cuh's, shared with the flashinfer
+// work kernel).
 //
 // K and V tiles are gathered from the paged cache row by row (a 64-key tile may span pages of
 // any size) with cp.async, two tiles ahead of the one being computed.
@@ -62,13 +63,8 @@ __global__ void __launch_bounds__(kThreads, 3)
     const int last_row = min(row_begin + kBlockM, num_rows) - 1;
     const int num_keys = prefix_len + last_row / group + 1;
     const int min_limit = prefix_len + row_begin / group;  // smallest causal limit of the block
-    const int num_tiles = (num_keys + kBlockN - 1) / kBlockN;
     const int32_t* pages = block_table + int64_t(seq) * max_pages;
-    const int64_t kv_row_stride = int64_t(num_kv_heads) * kHeadDim;
-    const int head_offset = kv_head * kHeadDim;
-
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int gid = lane / 4, tig = lane % 4;  // mma fragment coordinates
+    const int warp = threadIdx.x / 32;
 
     // This thread's two rows: Q as mma A fragments, loaded once, and the last key each may see.
     // Rows past the end compute on zeros and are not stored.
@@ -76,60 +72,22 @@ __global__ void __launch_bounds__(kThreads, 3)
     uint32_t q_frag[kHeadDim / 16][4];
     load_q_fragments<kHeadDim>(q, q_begin, row_begin + warp * 16, num_rows, group, num_heads,
                                kv_head, prefix_len, seq_len - 1, q_frag, row_limit);
-    auto load_tiles = [&](int stage, int key_begin) {
-        gather_kv_tile<kHeadDim, kBlockN, kThreads>(k_tiles + stage * kBlockN * kStride, k_cache,
-                                                    pages, key_begin, num_keys, page_size,
-                                                    page_shift, kv_row_stride, head_offset);
-        gather_kv_tile<kHeadDim, kBlockN, kThreads>(v_tiles + stage * kBlockN * kStride, v_cache,
-                                                    pages, key_begin, num_keys, page_size,
-                                                    page_shift, kv_row_stride, head_offset);
-    };
 
+    // Tile 0 holds key 0, which every row may see, so row_max is finite from the first tile on
+    // (kMayBeEmpty false: no empty-row check).
     float o[kHeadDim / 8][4];  // O accumulators: 16 rows x head_dim per warp
-#pragma unroll
-    for (int dt = 0; dt < kHeadDim / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
-    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+    float row_max[2], row_sum[2];
+    attend_tiles<kHeadDim, kBlockN, kThreads, false>(
+        q_frag, row_limit, /*warp_active=*/true, k_tiles, v_tiles, k_cache, v_cache, pages,
+        /*kv_begin=*/0, num_keys, min_limit, page_size, page_shift,
+        int64_t(num_kv_heads) * kHeadDim, kv_head * kHeadDim, scale_log2, o, row_max, row_sum);
 
-    // One commit group per tile (its K and V), always committed (maybe empty) so that waiting for
-    // all but the newest group means waiting for this tile.
-    for (int stage = 0; stage < 2; ++stage) {
-        if (stage < num_tiles) load_tiles(stage, stage * kBlockN);
-        cp_async_commit();
-    }
-
-    for (int tile = 0; tile < num_tiles; ++tile) {
-        const int key_begin = tile * kBlockN;
-        cp_async_wait_all_but_one();  // K(tile) and V(tile) have landed
-        __syncthreads();
-        float s[kBlockN / 8][4];
-        qk_scores<kHeadDim, kBlockN>(q_frag, k_tiles + (tile % 2) * kBlockN * kStride, s);
-        // Tile 0 holds key 0, which every row may see, so row_max is finite from the first tile
-        // on. Only tiles reaching past the smallest causal limit need the mask.
-        online_softmax<kHeadDim, kBlockN, false>(s, row_max, row_sum, o, scale_log2,
-                                                 key_begin + kBlockN - 1 > min_limit, key_begin,
-                                                 row_limit);
-        accumulate_pv<kHeadDim, kBlockN>(s, v_tiles + (tile % 2) * kBlockN * kStride, o);
-        __syncthreads();  // every warp is done with this stage
-        if (tile + 2 < num_tiles) load_tiles(tile % 2, key_begin + 2 * kBlockN);
-        cp_async_commit();
-    }
-
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        float sum = row_sum[i];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        const int r = row_begin + warp * 16 + gid + 8 * i;
-        if (r >= num_rows) continue;
-        const float inv_sum = 1.f / sum;
-        bf16* out_row =
-            out +
-            (int64_t(q_begin + r / group) * num_heads + kv_head * group + r % group) * kHeadDim;
-#pragma unroll
-        for (int dt = 0; dt < kHeadDim / 8; ++dt)
-            *reinterpret_cast<uint32_t*>(out_row + dt * 8 + tig * 2) =
-                pack_bf16(o[dt][2 * i] * inv_sum, o[dt][2 * i + 1] * inv_sum);
-    }
+    finish_rows<false>(
+        row_sum, row_begin + warp * 16, num_rows, [&](int i, int r, float, float inv_sum) {
+            store_o_bf16<kHeadDim>(
+                o, i, inv_sum,
+                out + packed_row_index(q_begin, r, group, num_heads, kv_head) * kHeadDim);
+        });
 }
 
 template <int kHeadDim>

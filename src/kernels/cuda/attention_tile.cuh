@@ -8,9 +8,15 @@
 //   online_softmax     scale to base 2, causal / range mask, running max and sum, O rescaled,
 //                      S becomes P = 2^(S - max)
 //   accumulate_pv      O += P·V, P taken straight from the S accumulators as A fragments
+// and, around it, what both kernels do with a block of 64 packed rows:
+//   attend_tiles       the tile loop: K/V tiles of keys [kv_begin, kv_end) through a two-stage
+//                      cp.async ring, the tile step above on each warp's 16 rows
+//   finish_rows        the epilogue's common part: each row's softmax sum over its quad, rows
+//                      past the end skipped, 1 / sum handed to a store (store_o_bf16, store_o_f32)
 // Fragment layout (mma m16n8k16): a thread (gid = lane / 4, tig = lane % 4) holds rows gid and
 // gid + 8, columns tig * 2 and tig * 2 + 1 of every 8-column block.
-// Everything is inlined into the callers, which keep their own loops, barriers and stores.
+// Everything is inlined into the callers; constant arguments (fa2's kv_begin 0, warp_active true)
+// fold away, so each kernel keeps the instruction mix it had with its own copy of the loop.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -20,6 +26,7 @@
 
 #include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/cuda/paged_kv.cuh"
+#include "kernels/cuda/reduce.cuh"
 
 namespace miniinfer::cuda {
 
@@ -123,9 +130,7 @@ __device__ __forceinline__ void online_softmax(float (&s)[kKeys / 8][4], float (
                 tile_max = fmaxf(tile_max, x);
             }
         }
-        // A row's scores live in the 4 threads of a quad.
-        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+        tile_max = quad_max(tile_max);  // a row's scores live in the 4 threads of a quad
         const float ref = (kMayBeEmpty && tile_max == -INFINITY) ? 0.f : tile_max;
         const float correction = exp2f(row_max[i] - ref);
         row_max[i] = tile_max;
@@ -173,6 +178,111 @@ __device__ __forceinline__ void accumulate_pv(const float (&s)[kKeys / 8][4],
             mma_bf16(o[2 * dp + 1], p, b[2], b[3]);
         }
     }
+}
+
+// Row r of a (sequence, KV head)'s packed rows as a row of a [num_tokens, num_heads, head_dim]
+// tensor: token q_begin + r / group, head kv_head * group + r % group.
+__device__ __forceinline__ int64_t packed_row_index(int q_begin, int r, int group, int num_heads,
+                                                    int kv_head) {
+    return int64_t(q_begin + r / group) * num_heads + kv_head * group + r % group;
+}
+
+// The tile loop of a block of kThreads / 32 warps, 16 packed rows each, over the keys
+// [kv_begin, kv_end) of one KV head: o, row_max, row_sum start empty and leave holding each
+// row's unnormalised output, running max and (thread-partial) sum. k_tiles, v_tiles: two stages
+// each of [kKeys, kHeadDim + 8] bf16 in shared memory; tile t + 2 loads while tile t + 1 is
+// computed. min_limit: the smallest key limit of the block's rows (tiles below it need no mask).
+// warp_active == false: the warp loads its share of every tile but skips the math (all its rows
+// are past the end). Every thread of the block must call it (it holds block barriers); it ends
+// with one, so the tiles may be refilled right after.
+template <int kHeadDim, int kKeys, int kThreads, bool kMayBeEmpty>
+__device__ __forceinline__ void attend_tiles(
+    const uint32_t (&q_frag)[kHeadDim / 16][4], const int (&row_limit)[2], bool warp_active,
+    __nv_bfloat16* k_tiles, __nv_bfloat16* v_tiles, const __nv_bfloat16* k_cache,
+    const __nv_bfloat16* v_cache, const int32_t* pages, int kv_begin, int kv_end, int min_limit,
+    int page_size, int page_shift, int64_t kv_row_stride, int head_offset, float scale_log2,
+    float (&o)[kHeadDim / 8][4], float (&row_max)[2], float (&row_sum)[2]) {
+    constexpr int kStride = kHeadDim + 8;
+    constexpr int kTileElems = kKeys * kStride;
+    const int num_tiles = (kv_end - kv_begin + kKeys - 1) / kKeys;
+    auto load_tiles = [&](int stage, int key_begin) {
+        gather_kv_tile<kHeadDim, kKeys, kThreads>(k_tiles + stage * kTileElems, k_cache, pages,
+                                                  key_begin, kv_end, page_size, page_shift,
+                                                  kv_row_stride, head_offset);
+        gather_kv_tile<kHeadDim, kKeys, kThreads>(v_tiles + stage * kTileElems, v_cache, pages,
+                                                  key_begin, kv_end, page_size, page_shift,
+                                                  kv_row_stride, head_offset);
+    };
+
+#pragma unroll
+    for (int dt = 0; dt < kHeadDim / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
+    row_max[0] = row_max[1] = -INFINITY;
+    row_sum[0] = row_sum[1] = 0.f;
+
+    // One commit group per tile (its K and V), always committed (maybe empty) so that waiting for
+    // all but the newest group means waiting for this tile.
+    for (int stage = 0; stage < 2; ++stage) {
+        if (stage < num_tiles) load_tiles(stage, kv_begin + stage * kKeys);
+        cp_async_commit();
+    }
+
+    for (int tile = 0; tile < num_tiles; ++tile) {
+        const int key_begin = kv_begin + tile * kKeys;
+        cp_async_wait_all_but_one();  // K(tile) and V(tile) have landed
+        __syncthreads();
+        if (warp_active) {
+            float s[kKeys / 8][4];
+            qk_scores<kHeadDim, kKeys>(q_frag, k_tiles + (tile % 2) * kTileElems, s);
+            // Only tiles reaching past the smallest limit need the mask.
+            online_softmax<kHeadDim, kKeys, kMayBeEmpty>(s, row_max, row_sum, o, scale_log2,
+                                                         key_begin + kKeys - 1 > min_limit,
+                                                         key_begin, row_limit);
+            accumulate_pv<kHeadDim, kKeys>(s, v_tiles + (tile % 2) * kTileElems, o);
+        }
+        __syncthreads();  // every warp is done with this stage
+        if (tile + 2 < num_tiles) load_tiles(tile % 2, key_begin + 2 * kKeys);
+        cp_async_commit();
+    }
+}
+
+// The epilogue's common part for the thread's rows r0 + gid and r0 + gid + 8 (r0: the warp's
+// first packed row): the row's sum over its quad, rows >= num_rows skipped, then
+// store(i, r, sum, inv_sum) for fragment row i (0: gid, 1: gid + 8) and packed row r.
+// kMayBeEmpty: a row that saw no key (sum 0) gets inv_sum 0, so it stores zeros, not NaN.
+template <bool kMayBeEmpty, typename Store>
+__device__ __forceinline__ void finish_rows(const float (&row_sum)[2], int r0, int num_rows,
+                                            Store&& store) {
+    const int gid = (threadIdx.x % 32) / 4;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const float sum = quad_sum(row_sum[i]);
+        const int r = r0 + gid + 8 * i;
+        if (r >= num_rows) continue;
+        const float inv_sum = kMayBeEmpty ? (sum > 0.f ? 1.f / sum : 0.f) : 1.f / sum;
+        store(i, r, sum, inv_sum);
+    }
+}
+
+// Fragment row i of o times inv_sum, as bf16 into out_row ([kHeadDim]).
+template <int kHeadDim>
+__device__ __forceinline__ void store_o_bf16(const float (&o)[kHeadDim / 8][4], int i,
+                                             float inv_sum, __nv_bfloat16* out_row) {
+    const int tig = threadIdx.x % 4;
+#pragma unroll
+    for (int dt = 0; dt < kHeadDim / 8; ++dt)
+        *reinterpret_cast<uint32_t*>(out_row + dt * 8 + tig * 2) =
+            pack_bf16(o[dt][2 * i] * inv_sum, o[dt][2 * i + 1] * inv_sum);
+}
+
+// Fragment row i of o times inv_sum, as f32 into out_row ([kHeadDim]).
+template <int kHeadDim>
+__device__ __forceinline__ void store_o_f32(const float (&o)[kHeadDim / 8][4], int i, float inv_sum,
+                                            float* out_row) {
+    const int tig = threadIdx.x % 4;
+#pragma unroll
+    for (int dt = 0; dt < kHeadDim / 8; ++dt)
+        *reinterpret_cast<float2*>(out_row + dt * 8 + tig * 2) =
+            make_float2(o[dt][2 * i] * inv_sum, o[dt][2 * i + 1] * inv_sum);
 }
 
 }  // namespace miniinfer::cuda

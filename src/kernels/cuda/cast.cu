@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 
 #include "core/cuda/cuda_check.h"
+#include "kernels/cuda/check_tensor.h"
 
 namespace miniinfer::cuda {
 namespace {
@@ -30,10 +31,9 @@ __global__ void bf16_to_f32_kernel(const __nv_bfloat16* __restrict__ in, float* 
 }  // namespace
 
 void bf16_to_f32(const Tensor& in, Tensor& out, cudaStream_t stream) {
-    MI_LAUNCH_CHECK(in.device() == Device::kCUDA && out.device() == Device::kCUDA &&
-                        in.dtype() == DType::kBF16 && out.dtype() == DType::kF32 &&
-                        in.numel() == out.numel() && in.is_contiguous() && out.is_contiguous(),
-                    "bf16_to_f32: contiguous CUDA bf16 in, f32 out, same size");
+    check_cuda_tensor(in, DType::kBF16, "bf16_to_f32: in");
+    check_cuda_tensor(out, DType::kF32, "bf16_to_f32: out");
+    MI_LAUNCH_CHECK(in.numel() == out.numel(), "bf16_to_f32: in and out differ in size");
     MI_LAUNCH_CHECK(reinterpret_cast<uintptr_t>(in.raw()) % 16 == 0 &&
                         reinterpret_cast<uintptr_t>(out.raw()) % 16 == 0,
                     "bf16_to_f32: 16-byte aligned buffers");

@@ -3,16 +3,16 @@
 // shape checks.
 #include "kernels/cuda/embedding.h"
 
-#include "core/cuda/cuda_check.h"
+#include "kernels/cuda/check_tensor.h"
 #include "kernels/cuda/gather_rows.h"
 
 namespace miniinfer::cuda {
 
 void embedding(const Tensor& ids, const Tensor& table, Tensor& out, cudaStream_t stream) {
-    MI_LAUNCH_CHECK(table.ndim() == 2, "embedding: table must be [vocab, hidden]");
-    MI_LAUNCH_CHECK(ids.ndim() == 1, "embedding: ids must be [n]");
-    MI_LAUNCH_CHECK(out.ndim() == 2 && out.size(0) == ids.size(0) && out.size(1) == table.size(1),
-                    "embedding: out must be [n, hidden]");
+    check_cuda_tensor(table, DType::kBF16, "embedding: table",
+                      {kAnySize, kAnySize});                            // [vocab, hidden]
+    check_cuda_tensor(ids, DType::kI32, "embedding: ids", {kAnySize});  // [n]
+    check_cuda_tensor(out, DType::kBF16, "embedding: out", {ids.size(0), table.size(1)});
     gather_rows(table, ids, out, stream);
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
+#include "kernels/cuda/check_tensor.h"
 
 namespace miniinfer::cuda {
 namespace {
@@ -30,18 +31,10 @@ bool aligned16(const void* p) {
 }  // namespace
 
 void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out, cudaStream_t stream) {
-    MI_LAUNCH_CHECK(x.device() == Device::kCUDA && x.dtype() == DType::kBF16 && x.is_contiguous() &&
-                        x.ndim() == 2,
-                    "gather_rows: x must be a contiguous [n, d] bf16 CUDA tensor");
-    MI_LAUNCH_CHECK(rows.device() == Device::kCUDA && rows.dtype() == DType::kI32 &&
-                        rows.is_contiguous() && rows.ndim() == 1,
-                    "gather_rows: rows must be a contiguous [m] i32 CUDA tensor");
-    MI_LAUNCH_CHECK(
-        out.device() == Device::kCUDA && out.dtype() == DType::kBF16 && out.is_contiguous(),
-        "gather_rows: out must be a contiguous bf16 CUDA tensor");
+    check_cuda_tensor(x, DType::kBF16, "gather_rows: x", {kAnySize, kAnySize});  // [n, d]
+    check_cuda_tensor(rows, DType::kI32, "gather_rows: rows", {kAnySize});       // [m]
     const int64_t m = rows.size(0), d = x.size(1);
-    MI_LAUNCH_CHECK(out.ndim() == 2 && out.size(0) == m && out.size(1) == d,
-                    "gather_rows: out must be [m, d]");
+    check_cuda_tensor(out, DType::kBF16, "gather_rows: out", {m, d});
     if (m == 0 || d == 0) return;
     MI_LAUNCH_CHECK(m <= INT32_MAX, "gather_rows: too many rows for one grid");
 

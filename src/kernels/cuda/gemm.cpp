@@ -16,6 +16,7 @@
 #include "core/check.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
+#include "kernels/cuda/check_tensor.h"
 #include "kernels/cuda/gemv.h"
 
 namespace miniinfer::cuda {
@@ -90,11 +91,6 @@ void set_pref_attr(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttr
                  "cublasLtMatmulPreferenceSetAttribute");
 }
 
-void check_bf16_cuda(const Tensor& t, const char* name) {
-    MI_CHECK(t.device() == Device::kCUDA && t.dtype() == DType::kBF16 && t.is_contiguous(),
-             "gemm: {} must be a contiguous bf16 CUDA tensor, got {}", name, t.describe());
-}
-
 }  // namespace
 
 struct Gemm::Impl {
@@ -161,9 +157,9 @@ Gemm::~Gemm() {
 
 void Gemm::run(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
                cudaStream_t stream) {
-    check_bf16_cuda(x, "x");
-    check_bf16_cuda(w, "w");
-    check_bf16_cuda(y, "y");
+    check_cuda_tensor(x, DType::kBF16, "gemm: x");
+    check_cuda_tensor(w, DType::kBF16, "gemm: w");
+    check_cuda_tensor(y, DType::kBF16, "gemm: y");
     MI_CHECK(w.ndim() == 2, "gemm: w must be [n, k], got {}", w.describe());
     const int64_t n = w.size(0), k = w.size(1);
     MI_CHECK(k > 0 && x.ndim() >= 1 && x.size(-1) == k, "gemm: x {} does not end in k = {}",
@@ -172,7 +168,7 @@ void Gemm::run(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
     MI_CHECK(y.numel() == m * n && y.size(-1) == n, "gemm: y {} must hold [{}, {}]", y.describe(),
              m, n);
     if (bias) {
-        check_bf16_cuda(*bias, "bias");
+        check_cuda_tensor(*bias, DType::kBF16, "gemm: bias");
         MI_CHECK(bias->ndim() == 1 && bias->size(0) == n, "gemm: bias {} must be [{}]",
                  bias->describe(), n);
     }

@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
+#include "kernels/cuda/check_tensor.h"
 
 namespace miniinfer::cuda {
 namespace {
@@ -175,10 +176,6 @@ int pick_cols(int64_t n) {
     return 1;
 }
 
-bool is_bf16_cuda(const Tensor& t) {
-    return t.device() == Device::kCUDA && t.dtype() == DType::kBF16 && t.is_contiguous();
-}
-
 bool aligned16(const void* p) {
     return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
@@ -186,14 +183,17 @@ bool aligned16(const void* p) {
 }  // namespace
 
 bool gemv_supported(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y) {
-    if (!is_bf16_cuda(x) || !is_bf16_cuda(w) || !is_bf16_cuda(y) || w.ndim() != 2) return false;
+    if (!is_cuda_tensor(x, DType::kBF16) || !is_cuda_tensor(w, DType::kBF16) ||
+        !is_cuda_tensor(y, DType::kBF16) || w.ndim() != 2)
+        return false;
     const int64_t n = w.size(0), k = w.size(1);
     if (k <= 0 || k % kVecElems != 0 || k > INT32_MAX || x.ndim() < 1 || x.size(-1) != k)
         return false;
     if (!aligned16(x.raw()) || !aligned16(w.raw())) return false;
     const int64_t m = x.numel() / k;
     if (y.numel() != m * n || y.ndim() < 1 || y.size(-1) != n) return false;
-    return !bias || (is_bf16_cuda(*bias) && bias->ndim() == 1 && bias->size(0) == n);
+    return !bias ||
+           (is_cuda_tensor(*bias, DType::kBF16) && bias->ndim() == 1 && bias->size(0) == n);
 }
 
 void gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, cudaStream_t stream,

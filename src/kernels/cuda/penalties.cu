@@ -10,6 +10,7 @@
 #include <climits>
 
 #include "core/cuda/cuda_check.h"
+#include "kernels/cuda/check_tensor.h"
 
 namespace miniinfer::cuda {
 namespace {
@@ -70,10 +71,6 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
-bool is_cuda(const Tensor& t, DType dtype) {
-    return t.device() == Device::kCUDA && t.dtype() == dtype && t.is_contiguous();
-}
-
 }  // namespace
 
 size_t penalties_workspace_bytes(int64_t vocab) {
@@ -83,7 +80,7 @@ size_t penalties_workspace_bytes(int64_t vocab) {
 void apply_penalties(Tensor& logits, const Tensor& params, const Tensor& segment_start,
                      const Tensor& token_ids, void* workspace, size_t workspace_bytes,
                      cudaStream_t stream) {
-    MI_LAUNCH_CHECK(is_cuda(logits, DType::kF32) && logits.ndim() == 2,
+    MI_LAUNCH_CHECK(is_cuda_tensor(logits, DType::kF32) && logits.ndim() == 2,
                     "apply_penalties: logits must be a contiguous [rows, vocab] f32 CUDA tensor");
     const int64_t vocab = logits.size(1);
     MI_LAUNCH_CHECK(vocab > 0 && vocab < INT_MAX, "apply_penalties: vocab must be in [1, 2^31)");
@@ -92,11 +89,11 @@ void apply_penalties(Tensor& logits, const Tensor& params, const Tensor& segment
                     "apply_penalties: params must hold n RowPenalties structs on the GPU");
     const int64_t n = int64_t(params.nbytes() / sizeof(RowPenalties));
     MI_LAUNCH_CHECK(n <= logits.size(0), "apply_penalties: more penalised rows than logits rows");
-    MI_LAUNCH_CHECK(is_cuda(segment_start, DType::kI32) && segment_start.ndim() == 1 &&
+    MI_LAUNCH_CHECK(is_cuda_tensor(segment_start, DType::kI32) && segment_start.ndim() == 1 &&
                         segment_start.numel() == 3 * n + 1,
                     "apply_penalties: segment_start must be [3n + 1] i32 CUDA");
     MI_LAUNCH_CHECK(
-        token_ids.numel() == 0 || (is_cuda(token_ids, DType::kI32) && token_ids.ndim() == 1),
+        token_ids.numel() == 0 || (is_cuda_tensor(token_ids, DType::kI32) && token_ids.ndim() == 1),
         "apply_penalties: token_ids must be [num_ids] i32 CUDA");
     MI_LAUNCH_CHECK(workspace != nullptr && workspace_bytes >= penalties_workspace_bytes(vocab),
                     "apply_penalties: workspace smaller than penalties_workspace_bytes()");

@@ -11,6 +11,8 @@
 #include <cuda_bf16.h>
 
 #include "core/cuda/cuda_check.h"
+#include "kernels/cuda/check_tensor.h"
+#include "kernels/cuda/reduce.cuh"
 
 namespace miniinfer::cuda {
 namespace {
@@ -19,11 +21,6 @@ constexpr int kWarps = 4;  // heads per block
 
 __device__ __forceinline__ float round_bf16(float v) {
     return __bfloat162float(__float2bfloat16(v));
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-    return v;
 }
 
 // qkv: [n, num_heads + 2 * num_kv_heads, kHeadDim]; q_norm, k_norm: [kHeadDim] or null;
@@ -85,10 +82,6 @@ __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_store_kernel(
     for (int j = 0; j < kPerLane; ++j) dst[lane + 32 * j] = __float2bfloat16(x[j]);
 }
 
-bool is_cuda(const Tensor& t, DType dtype) {
-    return t.device() == Device::kCUDA && t.dtype() == dtype && t.is_contiguous();
-}
-
 }  // namespace
 
 void qk_norm_rope_store(const Tensor& qkv, const Tensor* q_norm, const Tensor* k_norm, float eps,
@@ -98,33 +91,23 @@ void qk_norm_rope_store(const Tensor& qkv, const Tensor* q_norm, const Tensor* k
     MI_LAUNCH_CHECK(num_heads > 0 && num_kv_heads > 0,
                     "qk_norm_rope_store: head counts must be positive");
     const int64_t total_heads = num_heads + 2 * num_kv_heads;
-    MI_LAUNCH_CHECK(
-        is_cuda(qkv, DType::kBF16) && qkv.ndim() == 2 && qkv.size(1) == total_heads * head_dim,
-        "qk_norm_rope_store: qkv must be a contiguous [n, (heads + 2 * kv_heads) * head_dim] bf16 "
-        "CUDA tensor");
+    // qkv: [n, (heads + 2 * kv_heads) * head_dim]
+    check_cuda_tensor(qkv, DType::kBF16, "qk_norm_rope_store: qkv",
+                      {kAnySize, total_heads * head_dim});
     const int64_t n = qkv.size(0);
-    for (const Tensor* w : {q_norm, k_norm})
-        MI_LAUNCH_CHECK(
-            !w || (is_cuda(*w, DType::kBF16) && w->ndim() == 1 && w->size(0) == head_dim),
-            "qk_norm_rope_store: q_norm / k_norm must be [head_dim] bf16 CUDA tensors");
-    MI_LAUNCH_CHECK(
-        is_cuda(positions, DType::kI32) && positions.ndim() == 1 && positions.size(0) == n,
-        "qk_norm_rope_store: positions must be [n] i32 CUDA");
-    MI_LAUNCH_CHECK(
-        is_cuda(slot_mapping, DType::kI32) && slot_mapping.ndim() == 1 && slot_mapping.size(0) == n,
-        "qk_norm_rope_store: slot_mapping must be [n] i32 CUDA");
-    MI_LAUNCH_CHECK(
-        is_cuda(inv_freq, DType::kF32) && inv_freq.ndim() == 1 && inv_freq.size(0) == head_dim / 2,
-        "qk_norm_rope_store: inv_freq must be [head_dim / 2] f32 CUDA");
-    MI_LAUNCH_CHECK(is_cuda(q_out, DType::kBF16) && q_out.size(0) == n &&
-                        q_out.numel() == n * num_heads * head_dim,
-                    "qk_norm_rope_store: q_out must be [n, num_heads, head_dim] bf16 CUDA");
-    for (const Tensor* cache : {&k_cache, &v_cache})
-        MI_LAUNCH_CHECK(
-            is_cuda(*cache, DType::kBF16) && cache->ndim() == 4 && cache->size(2) == num_kv_heads &&
-                cache->size(3) == head_dim,
-            "qk_norm_rope_store: k_cache / v_cache must be [num_pages, page_size, num_kv_heads, "
-            "head_dim] bf16 CUDA");
+    if (q_norm) check_cuda_tensor(*q_norm, DType::kBF16, "qk_norm_rope_store: q_norm", {head_dim});
+    if (k_norm) check_cuda_tensor(*k_norm, DType::kBF16, "qk_norm_rope_store: k_norm", {head_dim});
+    check_cuda_tensor(positions, DType::kI32, "qk_norm_rope_store: positions", {n});
+    check_cuda_tensor(slot_mapping, DType::kI32, "qk_norm_rope_store: slot_mapping", {n});
+    check_cuda_tensor(inv_freq, DType::kF32, "qk_norm_rope_store: inv_freq", {head_dim / 2});
+    check_cuda_tensor(q_out, DType::kBF16, "qk_norm_rope_store: q_out");
+    MI_LAUNCH_CHECK(q_out.size(0) == n && q_out.numel() == n * num_heads * head_dim,
+                    "qk_norm_rope_store: q_out must be [n, num_heads, head_dim]");
+    // k_cache, v_cache: [num_pages, page_size, num_kv_heads, head_dim]
+    check_cuda_tensor(k_cache, DType::kBF16, "qk_norm_rope_store: k_cache",
+                      {kAnySize, kAnySize, num_kv_heads, head_dim});
+    check_cuda_tensor(v_cache, DType::kBF16, "qk_norm_rope_store: v_cache",
+                      {kAnySize, kAnySize, num_kv_heads, head_dim});
     MI_LAUNCH_CHECK(k_cache.shape() == v_cache.shape(),
                     "qk_norm_rope_store: k_cache and v_cache differ in shape");
     if (n == 0) return;

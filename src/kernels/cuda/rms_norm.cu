@@ -9,26 +9,13 @@
 #include <cuda_bf16.h>
 
 #include "core/cuda/cuda_check.h"
+#include "kernels/cuda/check_tensor.h"
+#include "kernels/cuda/reduce.cuh"
 
 namespace miniinfer::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-__device__ float block_sum(float v) {
-    __shared__ float partial[kThreads / 32];
-    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (lane == 0) partial[warp] = v;
-    __syncthreads();
-    v = lane < kThreads / 32 ? partial[lane] : 0.f;
-    if (warp == 0)
-        for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-    __shared__ float total;
-    if (threadIdx.x == 0) total = v;
-    __syncthreads();
-    return total;
-}
 
 // x, out: [rows, dim]; residual: [rows, dim] or null; w: [dim]
 __global__ void add_rms_norm_kernel(const __nv_bfloat16* __restrict__ x,
@@ -46,7 +33,7 @@ __global__ void add_rms_norm_kernel(const __nv_bfloat16* __restrict__ x,
         }
         sum_sq += v * v;
     }
-    const float inv_rms = rsqrtf(block_sum(sum_sq) / float(dim) + eps);
+    const float inv_rms = rsqrtf(block_sum<kThreads>(sum_sq) / float(dim) + eps);
     for (int i = threadIdx.x; i < dim; i += kThreads) {
         const float v = __bfloat162float(residual ? residual[base + i] : x[base + i]);
         const float normed = __bfloat162float(__float2bfloat16(v * inv_rms));
@@ -54,23 +41,18 @@ __global__ void add_rms_norm_kernel(const __nv_bfloat16* __restrict__ x,
     }
 }
 
-void check_bf16_cuda(const Tensor& t, const char* name) {
-    MI_LAUNCH_CHECK(t.device() == Device::kCUDA && t.dtype() == DType::kBF16 && t.is_contiguous(),
-                    name);
-}
-
 }  // namespace
 
 void add_rms_norm(const Tensor& x, Tensor* residual, const Tensor& weight, float eps, Tensor& out,
                   cudaStream_t stream) {
-    check_bf16_cuda(x, "rms_norm: x must be a contiguous bf16 CUDA tensor");
-    check_bf16_cuda(weight, "rms_norm: weight must be a contiguous bf16 CUDA tensor");
-    check_bf16_cuda(out, "rms_norm: out must be a contiguous bf16 CUDA tensor");
+    check_cuda_tensor(weight, DType::kBF16, "rms_norm: weight", {kAnySize});
     const int64_t dim = weight.size(0);
-    MI_LAUNCH_CHECK(weight.ndim() == 1 && x.size(-1) == dim && out.shape() == x.shape(),
+    check_cuda_tensor(x, DType::kBF16, "rms_norm: x");
+    check_cuda_tensor(out, DType::kBF16, "rms_norm: out");
+    MI_LAUNCH_CHECK(x.ndim() >= 1 && x.size(-1) == dim && out.shape() == x.shape(),
                     "rms_norm: x, out must be [rows, dim] and weight [dim]");
     if (residual) {
-        check_bf16_cuda(*residual, "rms_norm: residual must be a contiguous bf16 CUDA tensor");
+        check_cuda_tensor(*residual, DType::kBF16, "rms_norm: residual");
         MI_LAUNCH_CHECK(residual->shape() == x.shape(), "rms_norm: residual must have x's shape");
     }
     const int64_t rows = x.numel() / dim;

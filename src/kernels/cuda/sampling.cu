@@ -22,6 +22,8 @@
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
+#include "kernels/cuda/check_tensor.h"
+#include "kernels/cuda/reduce.cuh"
 #include "layers/philox.h"
 
 namespace miniinfer::cuda {
@@ -277,10 +279,8 @@ __device__ int first_crossing(int vocab, const Value& value, double fraction,
             const double v = value(i);
             if (v > 0.0) sum += v, last = i;
         }
-        for (int o = 16; o > 0; o /= 2) {
-            sum += __shfl_xor_sync(kFull, sum, o);
-            last = max(last, __shfl_xor_sync(kFull, last, o));
-        }
+        sum = warp_sum(sum);
+        last = warp_max(last);
         if (lane == 0) s.tile_sum[t] = sum, s.tile_last[t] = last;
     }
     __syncthreads();
@@ -544,10 +544,6 @@ __global__ void __launch_bounds__(kThreads)
     if (threadIdx.x == 0) tokens[blockIdx.x] = best.idx;
 }
 
-bool is_cuda(const Tensor& t, DType dtype) {
-    return t.device() == Device::kCUDA && t.dtype() == dtype && t.is_contiguous();
-}
-
 }  // namespace
 
 size_t sampling_workspace_bytes(int64_t, int64_t) {
@@ -558,7 +554,7 @@ void sample(const Tensor& logits, const Tensor& rows_params, const Tensor* raw_l
             int64_t max_logprobs, Tensor& tokens, Tensor& logprobs, Tensor* top_ids,
             Tensor* top_logprobs, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
     (void)workspace;
-    MI_LAUNCH_CHECK(is_cuda(logits, DType::kF32) && logits.ndim() == 2,
+    MI_LAUNCH_CHECK(is_cuda_tensor(logits, DType::kF32) && logits.ndim() == 2,
                     "sample: logits must be a contiguous [rows, vocab] f32 CUDA tensor");
     const int64_t rows = logits.size(0), vocab = logits.size(1);
     MI_LAUNCH_CHECK(vocab > 0 && vocab < INT_MAX, "sample: vocab must be in [1, 2^31)");
@@ -568,20 +564,21 @@ void sample(const Tensor& logits, const Tensor& rows_params, const Tensor* raw_l
                         rows_params.nbytes() == size_t(rows) * sizeof(RowSampling),
                     "sample: rows_params must hold rows RowSampling structs on the GPU");
     if (raw_logits)
-        MI_LAUNCH_CHECK((is_cuda(*raw_logits, DType::kBF16) || is_cuda(*raw_logits, DType::kF32)) &&
+        MI_LAUNCH_CHECK((is_cuda_tensor(*raw_logits, DType::kBF16) ||
+                         is_cuda_tensor(*raw_logits, DType::kF32)) &&
                             raw_logits->shape() == logits.shape(),
                         "sample: raw_logits must be [rows, vocab] bf16 or f32 CUDA");
-    MI_LAUNCH_CHECK(is_cuda(tokens, DType::kI32) && tokens.numel() == rows,
+    MI_LAUNCH_CHECK(is_cuda_tensor(tokens, DType::kI32) && tokens.numel() == rows,
                     "sample: tokens must be [rows] i32 CUDA");
-    MI_LAUNCH_CHECK(is_cuda(logprobs, DType::kF32) && logprobs.numel() == rows,
+    MI_LAUNCH_CHECK(is_cuda_tensor(logprobs, DType::kF32) && logprobs.numel() == rows,
                     "sample: logprobs must be [rows] f32 CUDA");
     MI_LAUNCH_CHECK(max_logprobs >= 0 && max_logprobs <= kMaxTopLogprobs,
                     "sample: max_logprobs must be in [0, 32]");
     if (max_logprobs > 0) {
-        MI_LAUNCH_CHECK(
-            top_ids && is_cuda(*top_ids, DType::kI32) && top_ids->numel() == rows * max_logprobs,
-            "sample: top_ids must be [rows, max_logprobs] i32 CUDA");
-        MI_LAUNCH_CHECK(top_logprobs && is_cuda(*top_logprobs, DType::kF32) &&
+        MI_LAUNCH_CHECK(top_ids && is_cuda_tensor(*top_ids, DType::kI32) &&
+                            top_ids->numel() == rows * max_logprobs,
+                        "sample: top_ids must be [rows, max_logprobs] i32 CUDA");
+        MI_LAUNCH_CHECK(top_logprobs && is_cuda_tensor(*top_logprobs, DType::kF32) &&
                             top_logprobs->numel() == rows * max_logprobs,
                         "sample: top_logprobs must be [rows, max_logprobs] f32 CUDA");
     }
@@ -603,11 +600,11 @@ void sample(const Tensor& logits, const Tensor& rows_params, const Tensor* raw_l
 }
 
 void argmax(const Tensor& logits, Tensor& tokens, cudaStream_t stream) {
-    MI_LAUNCH_CHECK(is_cuda(logits, DType::kF32) && logits.ndim() == 2,
+    MI_LAUNCH_CHECK(is_cuda_tensor(logits, DType::kF32) && logits.ndim() == 2,
                     "argmax: logits must be a contiguous [rows, vocab] f32 CUDA tensor");
     const int64_t rows = logits.size(0), vocab = logits.size(1);
     MI_LAUNCH_CHECK(vocab > 0 && vocab < INT_MAX, "argmax: vocab must be in [1, 2^31)");
-    MI_LAUNCH_CHECK(is_cuda(tokens, DType::kI32) && tokens.numel() == rows,
+    MI_LAUNCH_CHECK(is_cuda_tensor(tokens, DType::kI32) && tokens.numel() == rows,
                     "argmax: tokens must be [rows] i32 CUDA");
     if (rows == 0) return;
     argmax_kernel<<<unsigned(rows), kThreads, 0, stream>>>(logits.data<float>(), int(vocab),

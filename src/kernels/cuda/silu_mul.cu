@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
+#include "kernels/cuda/check_tensor.h"
 
 namespace miniinfer::cuda {
 namespace {
@@ -58,15 +59,10 @@ void launch(const Tensor& gate_up, int64_t n, int64_t inter, Tensor& out, cudaSt
 }  // namespace
 
 void silu_mul(const Tensor& gate_up, Tensor& out, cudaStream_t stream) {
-    MI_LAUNCH_CHECK(gate_up.device() == Device::kCUDA && gate_up.dtype() == DType::kBF16 &&
-                        gate_up.is_contiguous() && gate_up.ndim() == 2 && gate_up.size(1) % 2 == 0,
-                    "silu_mul: gate_up must be a contiguous [n, 2 * inter] bf16 CUDA tensor");
-    MI_LAUNCH_CHECK(
-        out.device() == Device::kCUDA && out.dtype() == DType::kBF16 && out.is_contiguous(),
-        "silu_mul: out must be a contiguous bf16 CUDA tensor");
+    check_cuda_tensor(gate_up, DType::kBF16, "silu_mul: gate_up", {kAnySize, kAnySize});
+    MI_LAUNCH_CHECK(gate_up.size(1) % 2 == 0, "silu_mul: gate_up must be [n, 2 * inter]");
     const int64_t n = gate_up.size(0), inter = gate_up.size(1) / 2;
-    MI_LAUNCH_CHECK(out.ndim() == 2 && out.size(0) == n && out.size(1) == inter,
-                    "silu_mul: out must be [n, inter]");
+    check_cuda_tensor(out, DType::kBF16, "silu_mul: out", {n, inter});
     if (n == 0 || inter == 0) return;
 
     const bool aligned = reinterpret_cast<uintptr_t>(gate_up.raw()) % 16 == 0 &&

@@ -1,0 +1,339 @@
+// Every CUDA op at Qwen3-0.6B's shapes (hidden 1024, 16 heads, 8 KV heads, head_dim 128,
+// intermediate 3072, vocab 151936), for a decode step of 256 rows and a prefill step of 2048
+// tokens: the median time of a launch (L2 flushed before each, so inputs come from HBM) and the
+// achieved GB/s (and TFLOP/s for GEMMs and attention) against this device's measured copy
+// bandwidth and bf16 GEMM rate (gpu_testing.h). Bytes are what the op must move at least: each
+// input read once, each output written once. A table, never a verdict: exits 0 whatever the
+// speed, and without a GPU.
+//
+//   build/tests/gpu/bench_cuda_ops [filter]   only the rows whose op name contains filter
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/device_buffer.h"
+#include "gpu_testing.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_flashinfer.h"
+#include "kernels/cuda/cast.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/gather_rows.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemv.h"
+#include "kernels/cuda/penalties.h"
+#include "kernels/cuda/qk_norm_rope.h"
+#include "kernels/cuda/rms_norm.h"
+#include "kernels/cuda/sampling.h"
+#include "kernels/cuda/silu_mul.h"
+
+using namespace miniinfer;
+using gpu_testing::LaunchTiming;
+using gpu_testing::print_bench_row;
+using gpu_testing::random_bf16;
+using gpu_testing::time_launch;
+
+namespace {
+
+// Qwen3-0.6B.
+constexpr int64_t kHidden = 1024, kHeads = 16, kKvHeads = 8, kHeadDim = 128, kInter = 3072,
+                  kVocab = 151936;
+constexpr int64_t kDecodeRows = 256, kPrefillTokens = 2048;
+constexpr int64_t kPageSize = 16;
+constexpr double kBf16 = 2, kF32 = 4, kI32 = 4;
+
+std::string g_filter;
+std::mt19937 g_rng(1);
+
+bool wanted(const std::string& op) {
+    return g_filter.empty() || op.find(g_filter) != std::string::npos;
+}
+
+std::string dims(std::initializer_list<int64_t> sizes) {
+    std::string out;
+    for (int64_t s : sizes) out += (out.empty() ? "" : "x") + std::to_string(s);
+    return out;
+}
+
+Tensor device_i32(const std::vector<int32_t>& values) {
+    Tensor t = Tensor::zeros({int64_t(values.size())}, DType::kI32);
+    std::copy(values.begin(), values.end(), t.data<int32_t>());
+    return cuda::to_device(t);
+}
+
+Tensor device_f32(const std::vector<float>& values) {
+    Tensor t = Tensor::zeros({int64_t(values.size())}, DType::kF32);
+    std::copy(values.begin(), values.end(), t.data<float>());
+    return cuda::to_device(t);
+}
+
+Tensor random_device_bf16(Shape shape, float scale = 1.f) {
+    return cuda::to_device(random_bf16(std::move(shape), g_rng, scale));
+}
+
+void bench_norms(int64_t rows, const char* phase) {
+    Tensor x = random_device_bf16({rows, kHidden}), residual = random_device_bf16({rows, kHidden});
+    Tensor w = random_device_bf16({kHidden}),
+           out = cuda::device_tensor({rows, kHidden}, DType::kBF16);
+    const std::string shape = std::string(phase) + " " + dims({rows, kHidden});
+    const double row_bytes = double(rows * kHidden) * kBf16;
+    if (wanted("rms_norm"))
+        print_bench_row("rms_norm", shape, time_launch([&](cudaStream_t s) {
+                            cuda::add_rms_norm(x, nullptr, w, 1e-6f, out, s);
+                        }),
+                        2 * row_bytes + kHidden * kBf16);
+    if (wanted("add_rms_norm"))  // x read; residual read and written; out written
+        print_bench_row("add_rms_norm", shape, time_launch([&](cudaStream_t s) {
+                            cuda::add_rms_norm(x, &residual, w, 1e-6f, out, s);
+                        }),
+                        4 * row_bytes + kHidden * kBf16);
+}
+
+void bench_qk_norm_rope(int64_t tokens, const char* phase) {
+    if (!wanted("qk_norm_rope_store")) return;
+    const int64_t total_heads = kHeads + 2 * kKvHeads;
+    const int64_t num_pages = (tokens + kPageSize - 1) / kPageSize;
+    Tensor qkv = random_device_bf16({tokens, total_heads * kHeadDim});
+    Tensor q_norm = random_device_bf16({kHeadDim}), k_norm = random_device_bf16({kHeadDim});
+    Tensor q_out = cuda::device_tensor({tokens, kHeads, kHeadDim}, DType::kBF16);
+    Tensor k_cache = cuda::device_tensor({num_pages, kPageSize, kKvHeads, kHeadDim}, DType::kBF16);
+    Tensor v_cache = cuda::device_tensor({num_pages, kPageSize, kKvHeads, kHeadDim}, DType::kBF16);
+    std::vector<int32_t> positions(static_cast<size_t>(tokens)), slots(static_cast<size_t>(tokens));
+    std::iota(slots.begin(), slots.end(), 0);
+    for (int64_t t = 0; t < tokens; ++t) positions[size_t(t)] = int32_t(500 + t);
+    std::vector<float> inv_freq(static_cast<size_t>(kHeadDim / 2));
+    for (size_t i = 0; i < inv_freq.size(); ++i)
+        inv_freq[i] = float(1.0 / std::pow(1e6, double(2 * i) / double(kHeadDim)));
+    Tensor d_positions = device_i32(positions), d_slots = device_i32(slots);
+    Tensor d_inv_freq = device_f32(inv_freq);
+    const double bytes = 2.0 * double(tokens * total_heads * kHeadDim) * kBf16 + 2 * tokens * kI32;
+    print_bench_row(
+        "qk_norm_rope_store", std::string(phase) + " " + dims({tokens, total_heads, kHeadDim}),
+        time_launch([&](cudaStream_t s) {
+            cuda::qk_norm_rope_store(qkv, &q_norm, &k_norm, 1e-6f, d_positions, d_inv_freq, d_slots,
+                                     kHeads, kKvHeads, kHeadDim, q_out, k_cache, v_cache, s);
+        }),
+        bytes);
+}
+
+void bench_silu_mul(int64_t rows, const char* phase) {
+    if (!wanted("silu_mul")) return;
+    Tensor gate_up = random_device_bf16({rows, 2 * kInter});
+    Tensor out = cuda::device_tensor({rows, kInter}, DType::kBF16);
+    print_bench_row("silu_mul", std::string(phase) + " " + dims({rows, 2 * kInter}),
+                    time_launch([&](cudaStream_t s) { cuda::silu_mul(gate_up, out, s); }),
+                    3.0 * double(rows * kInter) * kBf16);
+}
+
+void bench_gathers(int64_t rows, const char* phase) {
+    std::uniform_int_distribution<int32_t> any_id(0, int32_t(kVocab - 1));
+    std::vector<int32_t> ids(static_cast<size_t>(rows));
+    for (auto& id : ids) id = any_id(g_rng);
+    Tensor d_ids = device_i32(ids);
+    Tensor out = cuda::device_tensor({rows, kHidden}, DType::kBF16);
+    const double bytes = 2.0 * double(rows * kHidden) * kBf16 + double(rows) * kI32;
+    if (wanted("embedding")) {
+        static const Tensor table = random_device_bf16({kVocab, kHidden});
+        print_bench_row("embedding", std::string(phase) + " " + dims({rows, kHidden}),
+                        time_launch([&](cudaStream_t s) { cuda::embedding(d_ids, table, out, s); }),
+                        bytes);
+    }
+    if (wanted("gather_rows")) {  // a permutation of the step's own rows
+        Tensor x = random_device_bf16({rows, kHidden});
+        std::vector<int32_t> perm(static_cast<size_t>(rows));
+        std::iota(perm.begin(), perm.end(), 0);
+        std::shuffle(perm.begin(), perm.end(), g_rng);
+        Tensor d_perm = device_i32(perm);
+        print_bench_row("gather_rows", std::string(phase) + " " + dims({rows, kHidden}),
+                        time_launch([&](cudaStream_t s) { cuda::gather_rows(x, d_perm, out, s); }),
+                        bytes);
+    }
+}
+
+struct GemmShape {
+    const char* name;
+    int64_t n, k;
+};
+constexpr GemmShape kLayerGemms[] = {{"qkv", (kHeads + 2 * kKvHeads) * kHeadDim, kHidden},
+                                     {"o_proj", kHidden, kHeads* kHeadDim},
+                                     {"gate_up", 2 * kInter, kHidden},
+                                     {"down", kHidden, kInter}};
+
+void bench_gemm(int64_t m, const GemmShape& g, const char* phase) {
+    static cuda::Gemm gemm;
+    Tensor x = random_device_bf16({m, g.k}), w = random_device_bf16({g.n, g.k}, 0.02f);
+    Tensor y = cuda::device_tensor({m, g.n}, DType::kBF16);
+    const double bytes = double(m * g.k + g.n * g.k + m * g.n) * kBf16;
+    print_bench_row(std::string("gemm ") + g.name, std::string(phase) + " " + dims({m, g.n, g.k}),
+                    time_launch([&](cudaStream_t s) { gemm.run(x, w, nullptr, y, s); }), bytes,
+                    2.0 * double(m) * double(g.n) * double(g.k));
+}
+
+// gemv: the Gemm's path for m <= 2 (single-sequence decode); bandwidth-bound on w.
+void bench_gemv(int64_t m, const GemmShape& g) {
+    Tensor x = random_device_bf16({m, g.k}), w = random_device_bf16({g.n, g.k}, 0.02f);
+    Tensor y = cuda::device_tensor({m, g.n}, DType::kBF16);
+    const double bytes = double(m * g.k + g.n * g.k + m * g.n) * kBf16;
+    print_bench_row(std::string("gemv ") + g.name, "decode " + dims({m, g.n, g.k}),
+                    time_launch([&](cudaStream_t s) { cuda::gemv(x, w, nullptr, y, s); }), bytes,
+                    2.0 * double(m) * double(g.n) * double(g.k));
+}
+
+// Attention over a paged cache with pages in order. seq_lens: each sequence's context after
+// this step; q_lens: its new tokens.
+void bench_attention(const std::vector<int32_t>& q_lens, const std::vector<int32_t>& seq_lens,
+                     const std::string& shape) {
+    const int64_t num_seqs = int64_t(q_lens.size());
+    std::vector<int32_t> query_start = {0};
+    int64_t max_q = 0, max_seq = 0, pages_total = 0;
+    double kv_bytes = 0, flops = 0;
+    for (int64_t s = 0; s < num_seqs; ++s) {
+        query_start.push_back(query_start.back() + q_lens[size_t(s)]);
+        max_q = std::max<int64_t>(max_q, q_lens[size_t(s)]);
+        max_seq = std::max<int64_t>(max_seq, seq_lens[size_t(s)]);
+        pages_total += (seq_lens[size_t(s)] + kPageSize - 1) / kPageSize;
+        kv_bytes += 2.0 * double(seq_lens[size_t(s)] * kKvHeads * kHeadDim) * kBf16;
+        // Q·Kᵀ and P·V over the keys each query row sees (causal).
+        const double prefix = seq_lens[size_t(s)] - q_lens[size_t(s)];
+        for (int64_t t = 0; t < q_lens[size_t(s)]; ++t)
+            flops += 4.0 * double(kHeads * kHeadDim) * (prefix + double(t) + 1);
+    }
+    const int64_t tokens = query_start.back();
+    const int64_t max_pages = (max_seq + kPageSize - 1) / kPageSize;
+    std::vector<int32_t> table(static_cast<size_t>(num_seqs * max_pages), 0);
+    int32_t next_page = 0;
+    for (int64_t s = 0; s < num_seqs; ++s)
+        for (int64_t p = 0; p < (seq_lens[size_t(s)] + kPageSize - 1) / kPageSize; ++p)
+            table[size_t(s * max_pages + p)] = next_page++;
+    Tensor q = random_device_bf16({tokens, kHeads, kHeadDim});
+    Tensor k_cache = random_device_bf16({pages_total, kPageSize, kKvHeads, kHeadDim});
+    Tensor v_cache = random_device_bf16({pages_total, kPageSize, kKvHeads, kHeadDim});
+    Tensor out = cuda::device_tensor({tokens, kHeads * kHeadDim}, DType::kBF16);
+    Tensor d_query_start = device_i32(query_start), d_seq_lens = device_i32(seq_lens);
+    Tensor d_table = cuda::to_device(Tensor::zeros({num_seqs, max_pages}, DType::kI32));
+    MI_CUDA_CHECK(
+        cudaMemcpy(d_table.raw(), table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+    const cuda::AttentionParams p{&q,          &k_cache,  &v_cache, &d_query_start,
+                                  &d_seq_lens, &d_table,  num_seqs, max_q,
+                                  max_seq,     0.088388f, &out};
+    const double bytes = kv_bytes + 2.0 * double(tokens * kHeads * kHeadDim) * kBf16;
+    if (wanted("attention fa2")) {
+        const size_t ws_bytes = cuda::attention_workspace_bytes(tokens, kHeads, kHeadDim);
+        cuda::DeviceBuffer workspace(std::max<size_t>(ws_bytes, 1));
+        print_bench_row("attention fa2", shape, time_launch([&](cudaStream_t s) {
+                            cuda::paged_attention(p, workspace.data(), ws_bytes, s);
+                        }),
+                        bytes, flops);
+    }
+    if (wanted("attention flashinfer")) {  // run() only: plan() is the CPU's, once per step
+        cuda::FlashInferAttention fi(tokens, num_seqs, kHeads, kKvHeads, kHeadDim, kPageSize);
+        cuda::Stream stream;
+        fi.plan(query_start, seq_lens, stream.get());
+        stream.synchronize();
+        print_bench_row("attention flashinfer", shape,
+                        time_launch([&](cudaStream_t s) { fi.run(p, s); }), bytes, flops);
+    }
+}
+
+void bench_sampling() {
+    const int64_t rows = kDecodeRows;
+    const std::string shape = "decode " + dims({rows, kVocab});
+    Tensor logits_bf16 = random_device_bf16({rows, kVocab}, 3.f);
+    Tensor logits = cuda::device_tensor({rows, kVocab}, DType::kF32);
+    const double logit_bytes = double(rows * kVocab) * kF32;
+    if (wanted("bf16_to_f32"))
+        print_bench_row("bf16_to_f32", shape, time_launch([&](cudaStream_t s) {
+                            cuda::bf16_to_f32(logits_bf16, logits, s);
+                        }),
+                        double(rows * kVocab) * (kBf16 + kF32));
+    cuda::bf16_to_f32(logits_bf16, logits, nullptr);
+    Tensor tokens = cuda::device_tensor({rows}, DType::kI32);
+    Tensor logprobs = cuda::device_tensor({rows}, DType::kF32);
+    if (wanted("argmax"))
+        print_bench_row("argmax", shape,
+                        time_launch([&](cudaStream_t s) { cuda::argmax(logits, tokens, s); }),
+                        logit_bytes);
+    if (wanted("sample")) {
+        std::vector<cuda::RowSampling> params(static_cast<size_t>(rows));
+        for (size_t r = 0; r < params.size(); ++r) params[r] = {0.6f, 0, 0.95f, 0.f, r, 3, 0, 0};
+        Tensor d_params =
+            cuda::device_tensor({int64_t(rows * sizeof(cuda::RowSampling))}, DType::kU8);
+        MI_CUDA_CHECK(
+            cudaMemcpy(d_params.raw(), params.data(), d_params.nbytes(), cudaMemcpyHostToDevice));
+        print_bench_row("sample T=0.6 top_p=0.95", shape, time_launch([&](cudaStream_t s) {
+                            cuda::sample(logits, d_params, nullptr, 0, tokens, logprobs, nullptr,
+                                         nullptr, nullptr, 0, s);
+                        }),
+                        logit_bytes);
+    }
+    if (wanted("apply_penalties")) {  // 64 prompt + 64 output ids a row, all three penalties
+        std::uniform_int_distribution<int32_t> any_id(0, int32_t(kVocab - 1));
+        std::vector<cuda::RowPenalties> params;
+        std::vector<int32_t> starts = {0}, ids;
+        for (int64_t r = 0; r < rows; ++r) {
+            params.push_back({int32_t(r), 1.1f, 0.5, 0.25});
+            for (int k = 0; k < 64; ++k) ids.push_back(any_id(g_rng));
+            starts.push_back(int32_t(ids.size()));
+            for (int k = 0; k < 64; ++k) ids.push_back(any_id(g_rng));
+            starts.push_back(int32_t(ids.size()));
+            starts.push_back(int32_t(ids.size()));
+        }
+        Tensor d_params =
+            cuda::device_tensor({int64_t(params.size() * sizeof(cuda::RowPenalties))}, DType::kU8);
+        MI_CUDA_CHECK(
+            cudaMemcpy(d_params.raw(), params.data(), d_params.nbytes(), cudaMemcpyHostToDevice));
+        Tensor d_starts = device_i32(starts), d_ids = device_i32(ids);
+        cuda::DeviceBuffer workspace(cuda::penalties_workspace_bytes(kVocab));
+        // Bytes: the ids, and a logit read and written per id (the kernel's bitmap on top).
+        print_bench_row("apply_penalties", shape + " 128 ids/row", time_launch([&](cudaStream_t s) {
+                            cuda::apply_penalties(logits, d_params, d_starts, d_ids,
+                                                  workspace.data(), workspace.bytes(), s);
+                        }),
+                        double(ids.size()) * (kI32 + 2 * kF32));
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (cuda::device_count() == 0) {
+        std::printf("bench_cuda_ops: no CUDA device visible, nothing measured\n");
+        return 0;
+    }
+    if (argc > 1) g_filter = argv[1];
+    if (gpu_testing::instrumented())
+        std::printf("instrumented run (compute-sanitizer): the times below mean nothing\n");
+    gpu_testing::print_bench_header();
+    for (auto [rows, phase] : {std::pair<int64_t, const char*>{kDecodeRows, "decode"},
+                               std::pair<int64_t, const char*>{kPrefillTokens, "prefill"}}) {
+        bench_gathers(rows, phase);
+        bench_norms(rows, phase);
+        bench_qk_norm_rope(rows, phase);
+        bench_silu_mul(rows, phase);
+        for (const GemmShape& g : kLayerGemms)
+            if (wanted(std::string("gemm ") + g.name)) bench_gemm(rows, g, phase);
+    }
+    if (wanted("gemm lm_head")) bench_gemm(kDecodeRows, {"lm_head", kVocab, kHidden}, "decode");
+    for (int64_t m : {1, 2}) {
+        for (const GemmShape& g : kLayerGemms)
+            if (wanted(std::string("gemv ") + g.name)) bench_gemv(m, g);
+        if (wanted("gemv lm_head")) bench_gemv(m, {"lm_head", kVocab, kHidden});
+    }
+    if (wanted("attention")) {
+        // Decode: 256 sequences of 1024 keys; prefill: 2048 new tokens as one sequence, and as
+        // 8 chunks of 256 after 768 cached tokens each.
+        bench_attention(std::vector<int32_t>(kDecodeRows, 1),
+                        std::vector<int32_t>(kDecodeRows, 1024), "decode 256 seqs x 1024 keys");
+        bench_attention({int32_t(kPrefillTokens)}, {int32_t(kPrefillTokens)},
+                        "prefill 1 x 2048 tokens");
+        bench_attention(std::vector<int32_t>(8, 256), std::vector<int32_t>(8, 1024),
+                        "prefill 8 x 256 new, 768 cached");
+    }
+    bench_sampling();
+    MI_CUDA_CHECK(cudaDeviceSynchronize());
+    return 0;
+}
