@@ -3,7 +3,7 @@
 # runs every test binary (GPU tests included) and the CUDA op tests under compute-sanitizer,
 # then the standard benchmark with each attention backend, writing everything to one folder
 # ($OUT, else gpu-results/): summary.txt, tests.log, memcheck.log (every test_cuda_* binary),
-# bench-<backend>.txt/.json, nvidia-smi.txt. Exit status non-zero if anything failed.
+# bench-<backend>.txt/.json, bench-ops.txt (bench_cuda_ops), load.log, nvidia-smi.txt. Exit status non-zero if anything failed.
 # DIST_DIR (default dist/gpu) picks another package; ONLY=pattern runs only matching binaries;
 # BENCH=0 skips the benchmark, BACKENDS="fa2 flashinfer" picks the backends benched and
 # WORKLOADS="--workload bs1" the workloads (default: all six). LOAD=0 skips the loader check:
@@ -39,6 +39,13 @@ if command -v compute-sanitizer >/dev/null; then
   done
 else
   echo "compute-sanitizer not found: memcheck not run" | tee -a "$out/summary.txt"
+fi
+if [[ -x "$dist/bin/bench_cuda_ops" && -z "${ONLY:-}" ]]; then
+  if "$dist/bin/bench_cuda_ops" > "$out/bench-ops.txt" 2>&1; then
+    echo "PASS bench_cuda_ops (every CUDA op against the measured peaks: bench-ops.txt)" | tee -a "$out/summary.txt"
+  else
+    echo "FAIL bench_cuda_ops" | tee -a "$out/summary.txt"; status=1
+  fi
 fi
 if [[ "${LOAD:-1}" != 0 && -z "${ONLY:-}" ]]; then
   ckpt=${TMPDIR:-/tmp}/miniinfer-qwen3-0.6b-random
