@@ -3,7 +3,8 @@
 # runs every test binary (GPU tests included) and the CUDA op tests under compute-sanitizer,
 # then the standard benchmark with each attention backend, writing everything to one folder
 # ($OUT, else gpu-results/): summary.txt, tests.log, memcheck.log (every test_cuda_* binary),
-# bench-<backend>.txt/.json, bench-ops.txt (bench_cuda_ops), load.log, nvidia-smi.txt. Exit status non-zero if anything failed.
+# bench-<backend>.txt/.json, bench-ops.txt (bench_cuda_ops), load.log, nvidia-smi.txt. Exit
+# status non-zero if anything failed.
 # DIST_DIR (default dist/gpu) picks another package; ONLY=pattern runs only matching binaries;
 # BENCH=0 skips the benchmark, BACKENDS="fa2 flashinfer" picks the backends benched and
 # WORKLOADS="--workload bs1" the workloads (default: all six). LOAD=0 skips the loader check:
