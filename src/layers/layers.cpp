@@ -1,6 +1,7 @@
 #include "layers/layers.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "core/check.h"
 #include "kernels/cpu/ops.h"
@@ -110,6 +111,32 @@ Tensor embed(const Tensor& table, std::span<const int32_t> ids) {
     Tensor out = Tensor::zeros({int64_t(ids.size()), hidden}, DType::kF32);
     cpu::embedding(ids.data(), int64_t(ids.size()), table.data<float>(), hidden, out.data<float>());
     return out;
+}
+
+Tensor Attention::forward(const Tensor& x, const ForwardBatch& batch, const Tensor& k_cache,
+                          const Tensor& v_cache, int64_t page_size) const {
+    const int64_t n = x.size(0), D = attention.head_dim;
+    const int64_t q_size = attention.num_heads * D, kv_size = attention.num_kv_heads * D;
+    Tensor qkv_out = qkv.forward(x);  // [n, q + 2 kv]
+    // Split into contiguous per-head tensors: q [n, heads, D], k and v [n, kv_heads, D].
+    Tensor q = Tensor::zeros({n, attention.num_heads, D}, DType::kF32);
+    Tensor k = Tensor::zeros({n, attention.num_kv_heads, D}, DType::kF32);
+    Tensor v = Tensor::zeros({n, attention.num_kv_heads, D}, DType::kF32);
+    const int64_t row = q_size + 2 * kv_size;
+    for (int64_t t = 0; t < n; ++t) {
+        const float* src = qkv_out.data<float>() + t * row;
+        std::memcpy(q.data<float>() + t * q_size, src, size_t(q_size) * sizeof(float));
+        std::memcpy(k.data<float>() + t * kv_size, src + q_size, size_t(kv_size) * sizeof(float));
+        std::memcpy(v.data<float>() + t * kv_size, src + q_size + kv_size,
+                    size_t(kv_size) * sizeof(float));
+    }
+    if (q_norm.weight.defined()) {
+        q = q_norm.forward(q);
+        k = k_norm.forward(k);
+    }
+    rotary.apply(q, batch.positions);
+    rotary.apply(k, batch.positions);
+    return o_proj.forward(attention.forward(q, k, v, batch, k_cache, v_cache, page_size));
 }
 
 }  // namespace miniinfer

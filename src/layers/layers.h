@@ -29,13 +29,14 @@ struct RMSNorm {
 // Rotary position embedding, NeoX layout, with linear position scaling.
 class Rotary {
   public:
+    Rotary() = default;  // head_dim 0: set before use
     Rotary(int64_t head_dim, double theta, double linear_factor = 1.0);
     void apply(Tensor& x,
                std::span<const int32_t> positions) const;  // x: [n, heads, head_dim], in place
     const std::vector<float>& inv_freq() const { return inv_freq_; }
 
   private:
-    int64_t head_dim_;
+    int64_t head_dim_ = 0;
     std::vector<float> inv_freq_;  // [head_dim / 2]
 };
 
@@ -47,6 +48,19 @@ struct PagedAttention {
     // q: [n, num_heads, head_dim]; k, v: [n, num_kv_heads, head_dim] -> [n, num_heads * head_dim]
     Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const ForwardBatch& batch,
                    const Tensor& k_cache, const Tensor& v_cache, int64_t page_size) const;
+};
+
+// The attention block, Qwen2 / Qwen3 style (layers/cuda/attention.h is its GPU twin):
+//   QKV projection -> per-head q/k RMSNorm (Qwen3) -> rotary -> paged attention -> O projection
+struct Attention {
+    Linear qkv;              // [(heads + 2 kv_heads) * head_dim, hidden]
+    Linear o_proj;           // [hidden, heads * head_dim]
+    RMSNorm q_norm, k_norm;  // [head_dim] (Qwen3), or undefined weights (Qwen2)
+    Rotary rotary;
+    PagedAttention attention;
+    // x: [n, hidden], already normed -> [n, hidden]; writes this step's K/V into the caches.
+    Tensor forward(const Tensor& x, const ForwardBatch& batch, const Tensor& k_cache,
+                   const Tensor& v_cache, int64_t page_size) const;
 };
 
 struct DenseMlp {

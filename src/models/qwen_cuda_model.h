@@ -32,8 +32,8 @@ class QwenCudaModel final : public CudaModel {
     Tensor logits_bf16(int64_t rows) const override { return cuda::rows(logits_bf16_, rows); }
 
   private:
-    // QwenModel::Layer's parts, grouped into the GPU blocks: the attention block holds qkv,
-    // o_proj, q_norm and k_norm. Qwen3-MoE's sparse layers will hold a cuda::Moe here.
+    // QwenModel::Layer field for field; Qwen3-MoE's `moe` and `is_moe` join with the GPU's
+    // MoE block.
     struct Layer {
         cuda::RmsNorm input_norm, post_attention_norm;
         cuda::Attention attention;

@@ -8,25 +8,27 @@
 namespace miniinfer {
 
 QwenModel::QwenModel(ModelConfig config, ModelWeights weights)
-    : config_(std::move(config)),
-      weights_(std::move(weights)),
-      rotary_(config_.head_dim, config_.rope_theta,
-              config_.rope_scaling.kind == RopeScaling::Kind::kLinear ? config_.rope_scaling.factor
-                                                                      : 1.0) {
+    : config_(std::move(config)), weights_(std::move(weights)) {
     const float eps = float(config_.rms_norm_eps);
+    const Rotary rotary(config_.head_dim, config_.rope_theta,
+                        config_.rope_scaling.kind == RopeScaling::Kind::kLinear
+                            ? config_.rope_scaling.factor
+                            : 1.0);
     for (int64_t l = 0; l < config_.num_layers; ++l) {
         const LayerWeights& w = weights_.layers[size_t(l)];
         Layer layer;
         layer.input_norm = {w.input_norm, eps};
         layer.post_attention_norm = {w.post_attention_norm, eps};
-        layer.qkv = {w.qkv, w.qkv_bias};
-        layer.o_proj = {w.o_proj, w.o_bias};
-        layer.q_norm = {w.q_norm, eps};
-        layer.k_norm = {w.k_norm, eps};
-        layer.attention = {.num_heads = config_.num_heads,
-                           .num_kv_heads = config_.num_kv_heads,
-                           .head_dim = config_.head_dim,
-                           .scale = float(1.0 / std::sqrt(double(config_.head_dim)))};
+        layer.attention = {
+            .qkv = {w.qkv, w.qkv_bias},
+            .o_proj = {w.o_proj, w.o_bias},
+            .q_norm = {w.q_norm, eps},
+            .k_norm = {w.k_norm, eps},
+            .rotary = rotary,
+            .attention = {.num_heads = config_.num_heads,
+                          .num_kv_heads = config_.num_kv_heads,
+                          .head_dim = config_.head_dim,
+                          .scale = float(1.0 / std::sqrt(double(config_.head_dim)))}};
         layer.is_moe = config_.is_moe_layer(l);
         if (layer.is_moe) {
             layer.moe = {.router = {w.router, Tensor()},
@@ -50,34 +52,6 @@ QwenModel QwenModel::load(const std::filesystem::path& model_dir, LoadFormat for
     return QwenModel(std::move(config), std::move(weights));
 }
 
-Tensor QwenModel::attention(const Layer& layer, int64_t layer_idx, const Tensor& x,
-                            const ForwardBatch& batch, KvCache& kv) const {
-    const int64_t n = x.size(0), D = config_.head_dim;
-    const int64_t q_size = config_.q_size(), kv_size = config_.kv_size();
-    Tensor qkv = layer.qkv.forward(x);  // [n, q + 2 kv]
-    // Split into contiguous per-head tensors: q [n, heads, D], k and v [n, kv_heads, D].
-    Tensor q = Tensor::zeros({n, config_.num_heads, D}, DType::kF32);
-    Tensor k = Tensor::zeros({n, config_.num_kv_heads, D}, DType::kF32);
-    Tensor v = Tensor::zeros({n, config_.num_kv_heads, D}, DType::kF32);
-    const int64_t row = q_size + 2 * kv_size;
-    for (int64_t t = 0; t < n; ++t) {
-        const float* src = qkv.data<float>() + t * row;
-        std::memcpy(q.data<float>() + t * q_size, src, size_t(q_size) * sizeof(float));
-        std::memcpy(k.data<float>() + t * kv_size, src + q_size, size_t(kv_size) * sizeof(float));
-        std::memcpy(v.data<float>() + t * kv_size, src + q_size + kv_size,
-                    size_t(kv_size) * sizeof(float));
-    }
-    if (config_.qk_norm) {
-        q = layer.q_norm.forward(q);
-        k = layer.k_norm.forward(k);
-    }
-    rotary_.apply(q, batch.positions);
-    rotary_.apply(k, batch.positions);
-    Tensor out =
-        layer.attention.forward(q, k, v, batch, kv.k(layer_idx), kv.v(layer_idx), kv.page_size());
-    return layer.o_proj.forward(out);
-}
-
 Tensor QwenModel::forward(const ForwardBatch& batch, KvCache& kv) const {
     MI_CHECK(batch.num_tokens() > 0 && batch.positions.size() == batch.input_ids.size(),
              "forward: {} tokens, {} positions", batch.num_tokens(), batch.positions.size());
@@ -86,7 +60,8 @@ Tensor QwenModel::forward(const ForwardBatch& batch, KvCache& kv) const {
     for (size_t l = 0; l < layers_.size(); ++l) {
         const Layer& layer = layers_[l];
         if (l > 0) h = layer.input_norm.forward_add(h, residual);
-        Tensor attn = attention(layer, int64_t(l), h, batch, kv);
+        Tensor attn =
+            layer.attention.forward(h, batch, kv.k(int64_t(l)), kv.v(int64_t(l)), kv.page_size());
         h = layer.post_attention_norm.forward_add(attn, residual);
         h = layer.is_moe ? layer.moe.forward(h) : layer.mlp.forward(h);
     }

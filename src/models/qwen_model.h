@@ -35,22 +35,17 @@ class QwenModel {
     Tensor forward(const ForwardBatch& batch, KvCache& kv) const;
 
   private:
+    // QwenCudaModel::Layer holds the same blocks (layers/cuda/), minus MoE so far.
     struct Layer {
         RMSNorm input_norm, post_attention_norm;
-        Linear qkv, o_proj;
-        RMSNorm q_norm, k_norm;  // Qwen3: per head
-        PagedAttention attention;
+        Attention attention;  // qkv, q/k norm (Qwen3), rotary, paged attention, o_proj
         DenseMlp mlp;
         FusedMoE moe;
         bool is_moe = false;
     };
-    // Attention block: x [n, hidden] (already normed) -> [n, hidden]
-    Tensor attention(const Layer& layer, int64_t layer_idx, const Tensor& x,
-                     const ForwardBatch& batch, KvCache& kv) const;
 
     ModelConfig config_;
     ModelWeights weights_;
-    Rotary rotary_;
     std::vector<Layer> layers_;
     RMSNorm final_norm_;
 };
