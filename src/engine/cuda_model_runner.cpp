@@ -66,6 +66,7 @@ struct CudaModelRunner::Impl {
     void capture_and_log();
 
     void allocate_kv(int64_t pages);  // pages + 1 (the dummy page); 0 frees the pool
+    size_t page_bytes() const;        // one KV page, K and V of every layer
     size_t capture_graphs(bool warm_up);
     void plan_attention(int64_t num_seqs);  // from the host inputs' first rows
     void forward(const Batch& b);
@@ -156,15 +157,11 @@ void CudaModelRunner::Impl::measure_graphs() {
 
 // The KV cache takes what gpu_memory_utilization leaves after the graphs.
 void CudaModelRunner::Impl::size_kv_cache() {
-    const CudaModel::AttentionDims d = model->attention_dims();
-    const size_t page_bytes =
-        size_t(2 * d.num_layers * opt.page_size * d.num_kv_heads * d.head_dim * 2);
-    const size_t total = total_device_memory();
+    const size_t page = page_bytes(), total = total_device_memory();
     const double usable = double(total) * opt.gpu_memory_utilization;
     const double budget = usable - double(total - free_device_memory()) -
-                          double(memory.graph_reserve) - double(page_bytes);  // dummy page
-    num_pages =
-        opt.num_pages > 0 ? opt.num_pages : int64_t(std::max(0.0, budget) / double(page_bytes));
+                          double(memory.graph_reserve) - double(page);  // the dummy page
+    num_pages = opt.num_pages > 0 ? opt.num_pages : int64_t(std::max(0.0, budget) / double(page));
     if (num_pages < 1)
         fail(
             "the model does not fit: {:.0f} MiB of weights, {:.0f} MiB of activations and {:.0f} "
@@ -172,16 +169,14 @@ void CudaModelRunner::Impl::size_kv_cache() {
             "nothing is left for the KV cache ({:.2f} MiB a page)",
             memory.weights / kMiB, memory.activations / kMiB,
             (memory.graphs + kGraphMarginBytes) / kMiB, usable / kMiB, total / kMiB,
-            opt.gpu_memory_utilization, page_bytes / kMiB);
+            opt.gpu_memory_utilization, page / kMiB);
     allocate_kv(num_pages);
 }
 
 void CudaModelRunner::Impl::capture_and_log() {
     const size_t captured = graphs ? capture_graphs(/*warm_up=*/!memory.graphs_measured) : 0;
     if (!memory.graphs_measured) memory.graphs = captured;
-    const CudaModel::AttentionDims d = model->attention_dims();
-    const double kv_bytes = double(num_pages + 1) * double(2 * d.num_layers * opt.page_size *
-                                                           d.num_kv_heads * d.head_dim * 2);
+    const double kv_bytes = double(num_pages + 1) * double(page_bytes());
     MI_LOG_INFO(
         "CUDA memory: weights {:.0f} MiB, activations {:.0f} MiB, graphs {:.0f} MiB ({} decode "
         "sizes, measured before the KV cache was sized, + {:.0f} MiB margin), KV cache {:.0f} MiB "
@@ -195,6 +190,11 @@ void CudaModelRunner::Impl::capture_and_log() {
             "CUDA graphs took {:.0f} MiB more on the second capture, beyond the {:.0f} MiB set "
             "aside",
             captured / kMiB, memory.graph_reserve / kMiB);
+}
+
+size_t CudaModelRunner::Impl::page_bytes() const {
+    const CudaModel::AttentionDims d = model->attention_dims();
+    return size_t(2 * d.num_layers * opt.page_size * d.num_kv_heads * d.head_dim) * 2;  // bf16
 }
 
 void CudaModelRunner::Impl::allocate_kv(int64_t pages) {
