@@ -1,8 +1,11 @@
 #include "apps/bench_workloads.h"
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "core/json.h"
+#include "models/weights.h"
 
 namespace miniinfer::apps {
 
@@ -52,6 +55,59 @@ BenchWorkload make_bench_workload(const std::string& name, const std::string& ba
         return w;
     }
     fail("unknown workload '{}' (balanced, decode128, decode256, short256, prefill256, bs1)", name);
+}
+
+double expected_distinct_experts(int64_t num_experts, int64_t top_k, double tokens) {
+    const double e = double(num_experts);
+    return e * (1.0 - std::pow(1.0 - double(top_k) / e, tokens));
+}
+
+double sol_seconds(const BenchWorkload& w, const ModelConfig& c, int64_t max_num_seqs,
+                   const SolHardware& hw) {
+    // Dense weights (read whole every step) and their matmul parameters per token (lm_head
+    // included; embedding rows are a lookup, not a matmul).
+    double dense_bytes = 0, matmul_params = double(c.vocab_size * c.hidden_size);
+    for (const auto& [name, shape] : expected_tensors(c)) {
+        if (name.find(".mlp.experts.") != std::string::npos) continue;
+        double n = 1;
+        for (int64_t d : shape) n *= double(d);
+        dense_bytes += 2 * n;
+        if (shape.size() >= 2 && name != "model.embed_tokens.weight" && name != "lm_head.weight")
+            matmul_params += n;
+    }
+    // One expert of one layer: gate, up and down.
+    const double expert_params = 3.0 * double(c.moe_intermediate_size * c.hidden_size);
+    int64_t moe_layers = 0;
+    for (int64_t l = 0; l < c.num_layers; ++l) moe_layers += c.is_moe_layer(l) ? 1 : 0;
+    matmul_params += double(moe_layers * c.num_experts_per_tok) * expert_params;
+    auto step_bytes = [&](double tokens) {
+        if (moe_layers == 0) return dense_bytes;
+        return dense_bytes +
+               double(moe_layers) * 2 * expert_params *
+                   expected_distinct_experts(c.num_experts, c.num_experts_per_tok, tokens);
+    };
+
+    const double kv_per_token = 2.0 * double(c.num_layers * c.num_kv_heads * c.head_dim) * 2.0;
+    double seconds = 0;
+    for (size_t begin = 0; begin < w.prompts.size(); begin += size_t(max_num_seqs)) {
+        const size_t end = std::min(w.prompts.size(), begin + size_t(max_num_seqs));
+        int64_t longest = 0;
+        for (size_t r = begin; r < end; ++r) {
+            seconds += double(w.prompts[r].size()) * 2 * matmul_params / hw.matmul_flops;
+            longest = std::max(longest, w.max_tokens[r]);
+        }
+        for (int64_t k = 0; k < longest; ++k) {
+            double live = 0, kv = 0;
+            for (size_t r = begin; r < end; ++r)
+                if (w.max_tokens[r] > k) {
+                    live += 1;
+                    kv += double(int64_t(w.prompts[r].size()) + k) * kv_per_token;
+                }
+            seconds += std::max((step_bytes(live) + kv) / hw.hbm_bytes_per_s,
+                                2 * matmul_params * live / hw.matmul_flops);
+        }
+    }
+    return seconds;
 }
 
 }  // namespace miniinfer::apps

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "config/model_config.h"
+
 namespace miniinfer::apps {
 
 struct BenchWorkload {
@@ -24,5 +26,23 @@ BenchWorkload make_bench_workload(const std::string& name, const std::string& ba
 // generating `output_len` tokens at temperature 0. Throws Error unless all three are >= 1.
 BenchWorkload make_random_workload(int64_t num_prompts, int64_t input_len, int64_t output_len,
                                    uint32_t seed = 0);
+
+// The speed of light (SOL) of a workload: the time no engine can beat on this hardware.
+// Each decode step reads the weights it needs once plus the live KV cache at HBM bandwidth, or
+// runs its matmuls at the matrix rate, whichever is slower; prefill runs at the matrix rate.
+// All requests run at once, in waves of max_num_seqs.
+//   dense model: a step reads every weight (a tied lm_head once) and does 2 x (matmul
+//     parameters) FLOPs per token;
+//   MoE model: a step reads the dense weights (attention, router, norms, embeddings, dense MLP
+//     layers) whole, but of each MoE layer's experts only those its tokens route to: with the
+//     near-uniform routing of random weights, `t` tokens choosing k of E experts touch
+//     E (1 - (1 - k/E)^t) distinct experts on average (expected_distinct_experts). Its FLOPs per
+//     token count k experts per MoE layer, plus the router.
+struct SolHardware {
+    double hbm_bytes_per_s = 4.8e12, matmul_flops = 790e12;  // H200, as measured (BENCHMARKS.md)
+};
+double expected_distinct_experts(int64_t num_experts, int64_t top_k, double tokens);
+double sol_seconds(const BenchWorkload& w, const ModelConfig& c, int64_t max_num_seqs,
+                   const SolHardware& hw);
 
 }  // namespace miniinfer::apps

@@ -20,46 +20,10 @@ struct BenchOptions {
     std::vector<std::string> workloads = {"balanced"};
     std::string balanced_file = "bench/balanced.json";
     std::string json_out;
-    double hbm_bytes_per_s = 4.8e12, matmul_flops = 790e12;  // H200, as measured (BENCHMARKS.md)
+    SolHardware hardware;  // H200, as measured (BENCHMARKS.md)
 };
 
 using Workload = BenchWorkload;
-
-// Speed of light: each decode step reads every weight once plus the live KV cache, at HBM
-// bandwidth, or runs its matmuls at the matrix rate, whichever is slower; prefill runs at the
-// matrix rate. All requests run at once (in waves of max_num_seqs).
-double sol_seconds(const Workload& w, const ModelConfig& c, int64_t max_num_seqs,
-                   const BenchOptions& o) {
-    double weight_bytes = 0, matmul_params = double(c.vocab_size * c.hidden_size);  // lm_head
-    for (const auto& [name, shape] : expected_tensors(c)) {
-        double n = 1;
-        for (int64_t d : shape) n *= double(d);
-        weight_bytes += 2 * n;
-        if (shape.size() >= 2 && name != "model.embed_tokens.weight" && name != "lm_head.weight")
-            matmul_params += n;
-    }
-    const double kv_per_token = 2.0 * double(c.num_layers * c.num_kv_heads * c.head_dim) * 2.0;
-    double seconds = 0;
-    for (size_t begin = 0; begin < w.prompts.size(); begin += size_t(max_num_seqs)) {
-        const size_t end = std::min(w.prompts.size(), begin + size_t(max_num_seqs));
-        int64_t longest = 0;
-        for (size_t r = begin; r < end; ++r) {
-            seconds += double(w.prompts[r].size()) * 2 * matmul_params / o.matmul_flops;
-            longest = std::max(longest, w.max_tokens[r]);
-        }
-        for (int64_t k = 0; k < longest; ++k) {
-            double live = 0, kv = 0;
-            for (size_t r = begin; r < end; ++r)
-                if (w.max_tokens[r] > k) {
-                    live += 1;
-                    kv += double(int64_t(w.prompts[r].size()) + k) * kv_per_token;
-                }
-            seconds += std::max((weight_bytes + kv) / o.hbm_bytes_per_s,
-                                2 * matmul_params * live / o.matmul_flops);
-        }
-    }
-    return seconds;
-}
 
 Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o) {
     SamplingParams p;
@@ -79,7 +43,8 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o) {
             if (out.finished) output_tokens += int64_t(out.token_ids.size());
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const double sol = sol_seconds(w, engine.model_config(), engine.config().max_num_seqs, o);
+    const double sol =
+        sol_seconds(w, engine.model_config(), engine.config().max_num_seqs, o.hardware);
     const EngineConfig& c = engine.config();
     return {{"workload", w.name},
             {"device", c.device},
@@ -155,9 +120,10 @@ void add_bench(CLI::App& app) {
     cmd->add_option("--balanced-file", opts->balanced_file, "The balanced workload's prompts")
         ->capture_default_str();
     cmd->add_option("--json", opts->json_out, "Also write the results as JSON here");
-    cmd->add_option("--hbm-bytes-per-s", opts->hbm_bytes_per_s, "Memory bandwidth for the SOL")
+    cmd->add_option("--hbm-bytes-per-s", opts->hardware.hbm_bytes_per_s,
+                    "Memory bandwidth for the SOL")
         ->capture_default_str();
-    cmd->add_option("--matmul-flops", opts->matmul_flops, "bf16 matrix rate for the SOL")
+    cmd->add_option("--matmul-flops", opts->hardware.matmul_flops, "bf16 matrix rate for the SOL")
         ->capture_default_str();
     // `miniinfer bench serve ...` benchmarks a running server (as `vllm bench serve`); the
     // offline options, --model included, then do not apply.

@@ -1,0 +1,61 @@
+// The speed of light `miniinfer bench` reports (apps/bench_workloads.h), for a dense and an MoE
+// model, against numbers worked out by hand from BENCHMARKS.md's model.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "apps/bench_workloads.h"
+
+using namespace miniinfer;
+using namespace miniinfer::apps;
+
+namespace {
+const std::filesystem::path kBench = MINIINFER_SOURCE_DIR "/bench";
+
+// One request: a 1-token prompt, `steps` decode steps of one token.
+BenchWorkload one_request(int64_t steps) {
+    return {.name = "t", .prompts = {{1}}, .max_tokens = {steps}};
+}
+}  // namespace
+
+TEST(BenchSol, ExpectedDistinctExperts) {
+    EXPECT_DOUBLE_EQ(expected_distinct_experts(128, 8, 1), 8.0);  // one token: its k experts
+    EXPECT_NEAR(expected_distinct_experts(128, 8, 2), 128 * (1 - std::pow(120.0 / 128, 2)), 1e-9);
+    EXPECT_NEAR(expected_distinct_experts(128, 8, 256), 128.0, 1e-4);  // a big batch: all
+    EXPECT_DOUBLE_EQ(expected_distinct_experts(8, 8, 1), 8.0);
+}
+
+// Qwen3-0.6B: one decode step at batch 1 reads the 1.19 GB of weights (BENCHMARKS.md) plus one
+// token's KV; at 4.8 TB/s that is ~0.25 ms, memory-bound.
+TEST(BenchSol, DenseStepReadsEveryWeight) {
+    const ModelConfig c = ModelConfig::load(kBench / "qwen3-0.6b");
+    const double step = sol_seconds(one_request(1), c, 256, {.hbm_bytes_per_s = 4.8e12});
+    const double kv = 2.0 * 28 * 8 * 128 * 2;                // one token of K and V, bf16
+    const double prefill = 2.0 * (0.6e9 - 0.16e9) / 790e12;  // negligible next to the step
+    EXPECT_NEAR(step, (1.192e9 + kv) / 4.8e12, 0.01 * step + prefill);
+}
+
+// Qwen3-30B-A3B: a batch-1 step reads the dense part (attention, router, norms, embeddings and
+// the untied lm_head) plus 8 experts of 3 x 768 x 2048 bf16 in each of 48 layers; a large
+// batch reads all 128 experts.
+TEST(BenchSol, MoeStepReadsOnlyTheRoutedExperts) {
+    const ModelConfig c = ModelConfig::load(kBench / "qwen3-30b-a3b");
+    ASSERT_EQ(c.num_experts, 128);
+    const double expert = 3.0 * 768 * 2048 * 2;  // bytes
+    const double attention = (2048.0 * (32 + 2 * 4) * 128 + 32 * 128 * 2048.0) * 2;
+    const double per_layer_dense = attention + 128 * 2048.0 * 2 + (2 * 2048 + 2 * 128) * 2.0;
+    const double dense = 48 * per_layer_dense + 2 * 151936.0 * 2048 * 2 + 2048 * 2;
+    const double kv = 2.0 * 48 * 4 * 128 * 2;
+    const SolHardware hw{.hbm_bytes_per_s = 4.8e12, .matmul_flops = 1e30};  // memory only
+    const double one = sol_seconds(one_request(1), c, 256, hw);
+    EXPECT_NEAR(one, (dense + 48 * 8 * expert + kv) / 4.8e12, 1e-9);
+    EXPECT_LT(one, (dense + 48 * 128 * expert) / 4.8e12 / 5);  // far below reading all experts
+
+    BenchWorkload batch;
+    for (int i = 0; i < 256; ++i) {
+        batch.prompts.push_back({1});
+        batch.max_tokens.push_back(1);
+    }
+    const double wide = sol_seconds(batch, c, 256, hw);
+    EXPECT_NEAR(wide, (dense + 48 * 128 * expert + 256 * kv) / 4.8e12, 1e-3 * wide);
+}
