@@ -110,11 +110,12 @@ CudaModelRunner::CudaModelRunner(const EngineConfig& config, ModelConfig model_c
     impl_->capture_and_log();
 }
 
+// The weights may be on the device already (dummy_cuda_weights): their size is the model's
+// count, not a difference of free memory.
 void CudaModelRunner::Impl::upload_model(ModelConfig model_config, ModelWeights weights) {
-    const size_t before = free_device_memory();
     model = make_cuda_model(model_config, std::move(weights));
     memory.free_after_weights = free_device_memory();
-    memory.weights = before - memory.free_after_weights;
+    memory.weights = model->weight_bytes();
 }
 
 // Every buffer a step uses, for the worst step: max_num_batched_tokens tokens, max_num_seqs

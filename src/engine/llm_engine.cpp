@@ -6,6 +6,7 @@
 #include "core/logging.h"
 #ifdef MINIINFER_HAS_CUDA
 #include "engine/cuda_model_runner.h"
+#include "models/cuda_model.h"
 #endif
 
 namespace miniinfer {
@@ -41,7 +42,7 @@ std::unique_ptr<ModelRunner> load_runner(EngineConfig& config) {
 #ifdef MINIINFER_HAS_CUDA
         const WeightTarget bf16{.dtype = DType::kBF16};
         ModelWeights weights = parse_load_format(config.load_format) == LoadFormat::kDummy
-                                   ? dummy_weights(model_config, config.seed, bf16)
+                                   ? dummy_cuda_weights(model_config, config.seed, bf16)
                                    : load_weights(model_config, config.model_dir, bf16);
         auto runner =
             std::make_unique<CudaModelRunner>(config, std::move(model_config), std::move(weights));

@@ -1,9 +1,57 @@
 #include "models/cuda_model.h"
 
+#include <chrono>
+#include <cmath>
+#include <functional>
+
 #include "core/check.h"
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/device_buffer.h"
+#include "core/logging.h"
+#include "kernels/cuda/fill_random.h"
 #include "models/qwen_cuda_model.h"
 
 namespace miniinfer {
+
+ModelWeights dummy_cuda_weights(const ModelConfig& config, uint64_t seed,
+                                const WeightTarget& target) {
+    MI_CHECK(target.dtype == DType::kBF16, "dummy_cuda_weights writes bf16, not {}",
+             dtype_name(target.dtype));
+    const auto start = std::chrono::steady_clock::now();
+    WeightWriter writer;
+    writer.allocate = [](const Shape& shape, DType dtype) {
+        return cuda::device_tensor(shape, dtype);
+    };
+    writer.write = [&](const std::string& name, const Shape& shape, const WeightBlock& b,
+                       void* dst) {
+        const bool is_norm = name.find("norm") != std::string::npos;
+        const bool is_bias = name.ends_with("bias");
+        const float scale = is_norm || is_bias ? 0.f
+                            : shape.size() == 2 && !name.starts_with("model.embed")
+                                ? 1.f / std::sqrt(float(shape[1]))
+                                : 1.f;
+        const int64_t n = (b.row_end - b.row_begin) * (b.col_end - b.col_begin);
+        Tensor out(dst, DType::kBF16, {n}, Device::kCUDA);
+        cuda::fill_normal(out,
+                          {.cols = b.cols,
+                           .row_begin = b.row_begin,
+                           .row_end = b.row_end,
+                           .col_begin = b.col_begin,
+                           .col_end = b.col_end},
+                          seed ^ std::hash<std::string>{}(name), scale, is_norm ? 1.f : 0.f,
+                          nullptr);
+    };
+    writer.parallel = false;  // launches in order on the default stream
+    ModelWeights w = assemble_weights(config, target, std::move(writer));
+    MI_CUDA_CHECK(cudaDeviceSynchronize());
+    w.stats.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    MI_LOG_INFO(
+        "dummy weights on the GPU: {} tensors, {:.2f} GB of bf16 (rank {} of {}) in {:.2f} s",
+        w.stats.num_tensors, double(w.stats.bytes_written) / 1e9, target.rank, target.world,
+        w.stats.seconds);
+    return w;
+}
 
 std::unique_ptr<CudaModel> make_cuda_model(const ModelConfig& config, ModelWeights weights,
                                            cuda::Communicator* comm) {

@@ -28,6 +28,7 @@ class CudaModel {
         int64_t num_layers, num_heads, num_kv_heads, head_dim;
     };
     virtual AttentionDims attention_dims() const = 0;
+    virtual size_t weight_bytes() const = 0;  // this rank's weights on the device
     // Allocates every activation for steps of up to max_tokens tokens and max_logits sampled
     // rows. Call once, before forward().
     virtual void allocate_activations(int64_t max_tokens, int64_t max_logits) = 0;
@@ -41,8 +42,17 @@ class CudaModel {
 };
 
 // Uploads `weights` (bf16 host tensors, as load_weights(WeightTarget{kBF16, rank, world})
-// writes them; released as they go up) and builds the model for config.arch. comm: null
-// without tensor parallelism. Throws Error for an architecture the GPU does not run yet.
+// writes them, released as they go up; or dummy_cuda_weights' device tensors, kept) and builds the
+// model for config.arch. comm: null without tensor parallelism. Throws Error for an architecture
+// the GPU does not run yet.
+// `--load-format dummy` on the GPU: load_weights' layout for `target` (bf16; its shard),
+// allocated on the device and filled there at HBM speed (kernels/cuda/fill_random.h), with the
+// host dummy_weights' rules: norms 1, biases 0, matrices N(0, 1 / in_features), the embedding
+// N(0, 1). The numbers are not the host's (those come from mt19937 on the CPU). Logs one line
+// (tensors, GB, seconds). make_cuda_model takes these tensors as they are.
+ModelWeights dummy_cuda_weights(const ModelConfig& config, uint64_t seed,
+                                const WeightTarget& target);
+
 std::unique_ptr<CudaModel> make_cuda_model(const ModelConfig& config, ModelWeights weights,
                                            cuda::Communicator* comm = nullptr);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "core/check.h"
 #include "core/cuda/device_buffer.h"
@@ -14,8 +15,9 @@ namespace miniinfer {
 namespace {
 
 // A host bf16 weight to the device; the host copy is released (its last reference dropped).
+// A weight already on the device (dummy_cuda_weights) is taken as it is.
 Tensor upload(Tensor& host) {
-    if (!host.defined()) return Tensor();
+    if (!host.defined() || host.device() == Device::kCUDA) return std::exchange(host, Tensor());
     MI_CHECK(host.dtype() == DType::kBF16, "the CUDA model takes bf16 weights, got {}",
              host.describe());
     Tensor device = cuda::to_device(host);
@@ -72,6 +74,21 @@ QwenCudaModel::QwenCudaModel(ModelConfig config, ModelWeights w, cuda::Communica
 CudaModel::AttentionDims QwenCudaModel::attention_dims() const {
     const cuda::Attention& a = layers_.at(0).attention;
     return {int64_t(layers_.size()), a.num_heads, a.num_kv_heads, a.head_dim};
+}
+
+size_t QwenCudaModel::weight_bytes() const {
+    size_t bytes = embed_.nbytes() + final_norm_.weight.nbytes();
+    if (!config_.tie_word_embeddings) bytes += lm_head_.nbytes();
+    auto linear = [](const cuda::Linear& l) {
+        return l.weight.nbytes() + (l.bias.defined() ? l.bias.nbytes() : 0);
+    };
+    for (const Layer& l : layers_) {
+        const cuda::Attention& a = l.attention;
+        bytes += l.input_norm.weight.nbytes() + l.post_attention_norm.weight.nbytes();
+        bytes += linear(a.qkv) + linear(a.o_proj) + linear(l.mlp.gate_up) + linear(l.mlp.down);
+        if (a.q_norm.defined()) bytes += a.q_norm.nbytes() + a.k_norm.nbytes();
+    }
+    return bytes;
 }
 
 void QwenCudaModel::allocate_activations(int64_t max_tokens, int64_t max_logits) {

@@ -25,6 +25,7 @@ class QwenCudaModel final : public CudaModel {
 
     const ModelConfig& config() const override { return config_; }
     AttentionDims attention_dims() const override;
+    size_t weight_bytes() const override;
     void allocate_activations(int64_t max_tokens, int64_t max_logits) override;
     void forward(const cuda::StepInputs& in, std::span<cuda::KvLayer> kv,
                  cuda::AttentionBackend& attention, cudaStream_t stream) override;

@@ -18,12 +18,7 @@ std::string layer_prefix(int64_t l) {
     return fmt::format("model.layers.{}.", l);
 }
 
-// The part of a source tensor one rank holds. The tensor is seen as [rows, cols]; a 1-D
-// tensor is [rows, 1].
-struct Block {
-    int64_t rows = 0, cols = 0;
-    int64_t row_begin = 0, row_end = 0, col_begin = 0, col_end = 0;
-};
+using Block = WeightBlock;
 
 Block shard_block(const Shape& shape, Shard shard, const WeightTarget& target) {
     const int64_t rows = shape.at(0), cols = shape.size() > 1 ? shape[1] : 1;
@@ -38,11 +33,6 @@ Block shard_block(const Shape& shape, Shard shard, const WeightTarget& target) {
     return b;
 }
 
-// Writes `block` of source tensor `name` (shaped `shape`) to dst, rows after rows, in the
-// target's dtype.
-using Source =
-    std::function<void(const std::string& name, const Shape& shape, const Block& block, void* dst)>;
-
 // Collects (source tensor -> slice of a fused destination) copies, then runs them in parallel.
 // Without a source it only lists the tensors it would read (and allocates nothing).
 class Assembler {
@@ -53,20 +43,22 @@ class Assembler {
         Shard shard;
     };
 
-    Assembler(Source source, WeightTarget target)
-        : source_(std::move(source)), target_(std::move(target)) {}
+    // Without a writer (null `write`) it only plans: lists the tensors, allocates nothing.
+    Assembler(WeightWriter writer, WeightTarget target)
+        : writer_(std::move(writer)), target_(std::move(target)) {}
 
     // Concatenates each part's shard along dim 0 into one new tensor of the target's dtype,
     // shaped `view` (already in shard sizes) if given.
     Tensor fused(const std::vector<Part>& parts, const Shape& view = {}) {
         for (const Part& part : parts) jobs_.push_back({part, nullptr});
-        if (!source_) return Tensor();
+        if (!writer_.write) return Tensor();
         std::vector<Shape> local;
         for (const Part& part : parts) local.push_back(shard_shape(part));
         Shape shape = local.at(0);
         shape[0] = 0;
         for (const Shape& s : local) shape[0] += s[0];
-        Tensor out = Tensor::zeros(shape, target_.dtype);
+        Tensor out = writer_.allocate ? writer_.allocate(shape, target_.dtype)
+                                      : Tensor::zeros(shape, target_.dtype);
         auto* dst = static_cast<char*>(out.raw());
         for (size_t i = 0; i < parts.size(); ++i) {
             jobs_[jobs_.size() - parts.size() + i].dst = dst;
@@ -88,14 +80,18 @@ class Assembler {
     }
 
     void run(LoadStats* stats) {
-        if (!source_) return;
-        ThreadPool::global().parallel_for(int64_t(jobs_.size()), [&](int64_t begin, int64_t end) {
+        if (!writer_.write) return;
+        auto write = [&](int64_t begin, int64_t end) {
             for (int64_t i = begin; i < end; ++i) {
                 const Job& j = jobs_[size_t(i)];
-                source_(j.part.name, j.part.shape, shard_block(j.part.shape, j.part.shard, target_),
-                        j.dst);
+                writer_.write(j.part.name, j.part.shape,
+                              shard_block(j.part.shape, j.part.shard, target_), j.dst);
             }
-        });
+        };
+        if (writer_.parallel)
+            ThreadPool::global().parallel_for(int64_t(jobs_.size()), write);
+        else
+            write(0, int64_t(jobs_.size()));
         stats->num_tensors = int64_t(jobs_.size());
         stats->bytes_written = bytes_written_;
     }
@@ -114,7 +110,7 @@ class Assembler {
         return s;
     }
 
-    Source source_;
+    WeightWriter writer_;
     WeightTarget target_;
     std::vector<Job> jobs_;
     int64_t bytes_written_ = 0;
@@ -246,7 +242,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 std::vector<std::pair<std::string, Shape>> expected_tensors(const ModelConfig& config) {
-    Assembler plan(nullptr, WeightTarget{});
+    Assembler plan(WeightWriter{}, WeightTarget{});
     assemble(config, WeightTarget{}, plan);
     return plan.planned();
 }
@@ -267,9 +263,11 @@ ModelWeights load_weights(const ModelConfig& config, const std::filesystem::path
     if (ckpt.num_tensors() > expected.size())
         MI_LOG_WARN("{}: {} checkpoint tensors are not used by the model", model_dir.string(),
                     ckpt.num_tensors() - expected.size());
-    Assembler a([&](const std::string& name, const Shape& shape, const Block& b,
-                    void* dst) { copy_block(ckpt, name, shape, b, target.dtype, dst); },
-                target);
+    WeightWriter writer;
+    writer.write = [&](const std::string& name, const Shape& shape, const Block& b, void* dst) {
+        copy_block(ckpt, name, shape, b, target.dtype, dst);
+    };
+    Assembler a(std::move(writer), target);
     ModelWeights w = assemble(config, target, a);
     LoadStats& s = w.stats;
     s.seconds = seconds_since(start);
@@ -286,13 +284,22 @@ ModelWeights load_weights(const ModelConfig& config, const std::filesystem::path
 ModelWeights dummy_weights(const ModelConfig& config, uint64_t seed, const WeightTarget& target) {
     const auto start = std::chrono::steady_clock::now();
     check_target(config, target);
-    Assembler a([&](const std::string& name, const Shape& shape, const Block& b,
-                    void* dst) { generate_block(seed, name, shape, b, target.dtype, dst); },
-                target);
+    WeightWriter writer;
+    writer.write = [&](const std::string& name, const Shape& shape, const Block& b, void* dst) {
+        generate_block(seed, name, shape, b, target.dtype, dst);
+    };
+    Assembler a(std::move(writer), target);
     ModelWeights w = assemble(config, target, a);
     w.stats.seconds = seconds_since(start);
     w.stats.peak_host_bytes = peak_host_memory_bytes();
     return w;
+}
+
+ModelWeights assemble_weights(const ModelConfig& config, const WeightTarget& target,
+                              WeightWriter writer) {
+    check_target(config, target);
+    Assembler a(std::move(writer), target);
+    return assemble(config, target, a);
 }
 
 }  // namespace miniinfer

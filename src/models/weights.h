@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -82,5 +83,27 @@ ModelWeights load_weights(const ModelConfig& config, const std::filesystem::path
 // values are the f32 target's whatever the target: bf16 is their rounding, a shard their slice.
 ModelWeights dummy_weights(const ModelConfig& config, uint64_t seed,
                            const WeightTarget& target = {});
+
+// The part of a source tensor one rank holds (by the tensor's Shard rule). The tensor is seen
+// as [rows, cols]; a 1-D tensor is [rows, 1].
+struct WeightBlock {
+    int64_t rows = 0, cols = 0;
+    int64_t row_begin = 0, row_end = 0, col_begin = 0, col_end = 0;
+};
+
+// Where the assembled tensors live and what goes in them, for weights made elsewhere than the
+// two functions above (the GPU's dummy weights, models/cuda_model.h).
+struct WeightWriter {
+    // A destination tensor (null: a host tensor of the target's dtype).
+    std::function<Tensor(const Shape& shape, DType dtype)> allocate;
+    // Writes `block` of source tensor `name` (whole shape `shape`) to dst, row after row.
+    std::function<void(const std::string& name, const Shape& shape, const WeightBlock& block,
+                       void* dst)>
+        write;
+    bool parallel = true;  // write may run on several threads at once
+};
+// The fused, sharded layout of load_weights, filled by `writer` (stats: tensors and bytes).
+ModelWeights assemble_weights(const ModelConfig& config, const WeightTarget& target,
+                              WeightWriter writer);
 
 }  // namespace miniinfer
