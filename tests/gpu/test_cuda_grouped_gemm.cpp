@@ -1,0 +1,335 @@
+// The MoE grouped GEMM (kernels/cuda/grouped_gemm.h) against a per-expert CPU reference on random
+// routings: empty segments, one expert with every row, ragged counts padded to the row tile, the
+// tiny fixture's shapes, odd multiples of 8 for n and k, and Qwen3-30B-A3B's expert GEMMs at
+// E = 128 (rows sampled there); that rows past offsets[E] are left alone; that a captured graph
+// reads the offsets it finds at replay; and an informative timing at the 30B shapes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/device_buffer.h"
+#include "gpu_testing.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/grouped_gemm.h"
+
+using namespace miniinfer;
+using cuda::kGroupedGemmTileRows;
+using gpu_testing::all_close;
+
+namespace {
+
+constexpr double kBf16HalfUlp = 1.0 / 256;  // 2^-8: round-to-nearest error of bf16, relative
+constexpr uint16_t kSentinel = 0x7f7f;      // y's bytes before the call (cudaMemset 0x7f)
+
+// Uniform bf16 values in [-scale, scale): splitmix64, four values per draw. The 30B shapes need
+// 400M weights; std::normal_distribution would take most of a minute to make them.
+Tensor uniform_bf16(Shape shape, uint64_t seed, float scale) {
+    Tensor t = Tensor::zeros(std::move(shape), DType::kBF16);
+    uint16_t* out = t.data<uint16_t>();
+    uint64_t state = seed;
+    for (int64_t i = 0; i < t.numel(); i += 4) {
+        uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        for (int64_t j = 0; j < 4 && i + j < t.numel(); ++j) {
+            const float u = float((z >> (16 * j)) & 0xffff) / 65536.f;  // [0, 1)
+            out[i + j] = f32_to_bf16((2.f * u - 1.f) * scale);
+        }
+    }
+    return t;
+}
+
+// Expert segments of the permuted rows: counts[e] real rows, each segment padded to the tile.
+struct Routing {
+    std::vector<int64_t> counts;   // [E] real rows per expert
+    std::vector<int32_t> offsets;  // [E + 1] padded segment starts
+    int64_t real_rows() const { return std::accumulate(counts.begin(), counts.end(), int64_t(0)); }
+    int64_t padded_rows() const { return offsets.back(); }
+};
+
+Routing pad_to_tiles(std::vector<int64_t> counts) {
+    Routing r{std::move(counts), {0}};
+    for (int64_t c : r.counts) {
+        const int64_t padded = (c + kGroupedGemmTileRows - 1) / kGroupedGemmTileRows;
+        r.offsets.push_back(int32_t(r.offsets.back() + padded * kGroupedGemmTileRows));
+    }
+    return r;
+}
+
+// num_tokens tokens, each to top_k distinct experts chosen uniformly (as a router would spread
+// them): the per-expert counts.
+Routing route_tokens(int64_t num_tokens, int top_k, int num_experts, std::mt19937& rng) {
+    std::vector<int64_t> counts(static_cast<size_t>(num_experts), 0);
+    std::vector<int> perm(static_cast<size_t>(num_experts));
+    std::iota(perm.begin(), perm.end(), 0);
+    for (int64_t t = 0; t < num_tokens; ++t) {
+        for (int i = 0; i < top_k; ++i) {  // partial Fisher-Yates: top_k distinct experts
+            const int j = i + int(rng() % uint32_t(num_experts - i));
+            std::swap(perm[size_t(i)], perm[size_t(j)]);
+            ++counts[size_t(perm[size_t(i)])];
+        }
+    }
+    return pad_to_tiles(std::move(counts));
+}
+
+// x [max_rows, k] with random real rows and zero padding rows (as the permute step leaves them).
+Tensor make_x(const Routing& routing, int64_t max_rows, int64_t k, uint64_t seed) {
+    Tensor x = uniform_bf16({max_rows, k}, seed, 1.f);
+    uint16_t* p = x.data<uint16_t>();
+    std::vector<bool> real(size_t(max_rows), false);
+    for (size_t e = 0; e < routing.counts.size(); ++e)
+        for (int64_t r = routing.offsets[e]; r < routing.offsets[e] + routing.counts[e]; ++r)
+            real[size_t(r)] = true;
+    for (int64_t r = 0; r < max_rows; ++r)
+        if (!real[size_t(r)]) std::fill(p + r * k, p + (r + 1) * k, uint16_t(0));
+    return x;
+}
+
+Tensor offsets_tensor(const Routing& routing) {
+    Tensor t = Tensor::zeros({int64_t(routing.offsets.size())}, DType::kI32);
+    std::copy(routing.offsets.begin(), routing.offsets.end(), t.data<int32_t>());
+    return t;
+}
+
+// The rows to check: all of them when that costs at most max_macs multiply-adds, else the first
+// and last real row and the last padding row of every segment plus one random row of every row
+// tile (every CTA's rows are looked at).
+std::vector<int64_t> rows_to_check(const Routing& routing, int64_t n, int64_t k, int64_t max_macs,
+                                   std::mt19937& rng) {
+    std::vector<int64_t> rows;
+    if (routing.padded_rows() * n * k <= max_macs) {
+        rows.resize(size_t(routing.padded_rows()));
+        std::iota(rows.begin(), rows.end(), 0);
+        return rows;
+    }
+    for (size_t e = 0; e < routing.counts.size(); ++e) {
+        const int64_t begin = routing.offsets[e], end = routing.offsets[e + 1];
+        if (begin == end) continue;
+        const int64_t count = routing.counts[e];
+        rows.push_back(begin);
+        if (count > 1) rows.push_back(begin + count - 1);
+        if (begin + count < end) rows.push_back(end - 1);
+        for (int64_t tile = begin; tile < end; tile += kGroupedGemmTileRows)
+            rows.push_back(tile + int64_t(rng() % uint64_t(kGroupedGemmTileRows)));
+    }
+    std::sort(rows.begin(), rows.end());
+    rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+    return rows;
+}
+
+// Runs grouped_gemm on the device operands and checks y on the host: the sampled rows against a
+// double reference of the same bf16 values with expert e's weights, every row from offsets[E] on
+// still holding the sentinel. Tolerance: one bf16 rounding of the result (2^-8 relative) plus
+// the fp32 summation error of k exact products, at most about k · 2^-24 · Σ|x·w|, doubled for
+// the order in which mma and the k steps add.
+void check_result(const Tensor& x, const Tensor& w, const Routing& routing, const Tensor& dy,
+                  int64_t max_macs, std::mt19937& rng, const std::string& what) {
+    const int64_t n = w.size(1), k = w.size(2), max_rows = x.size(0);
+    const Tensor y = cuda::to_host(dy);
+    const uint16_t* yp = y.data<uint16_t>();
+    const uint16_t* xp = x.data<uint16_t>();
+    const uint16_t* wp = w.data<uint16_t>();
+
+    int64_t touched = 0;
+    for (int64_t i = routing.padded_rows() * n; i < max_rows * n; ++i) touched += yp[i] != kSentinel;
+    EXPECT_EQ(touched, 0) << what << ": elements written at or past offsets[E]";
+
+    const std::vector<int64_t> rows = rows_to_check(routing, n, k, max_macs, rng);
+    std::vector<double> got, ref, bound;
+    std::vector<float> x_row(static_cast<size_t>(k));
+    const double accumulation = 2.0 * double(k + 1) * std::ldexp(1.0, -24);
+    for (int64_t r : rows) {
+        const int64_t e = std::upper_bound(routing.offsets.begin(), routing.offsets.end(),
+                                           int32_t(r)) -
+                          routing.offsets.begin() - 1;
+        for (int64_t p = 0; p < k; ++p) x_row[size_t(p)] = bf16_to_f32(xp[r * k + p]);
+        for (int64_t j = 0; j < n; ++j) {
+            const uint16_t* w_row = wp + (e * n + j) * k;
+            double s = 0, a = 0;
+            for (int64_t p = 0; p < k; ++p) {
+                const double prod = double(x_row[size_t(p)]) * double(bf16_to_f32(w_row[p]));
+                s += prod;
+                a += std::fabs(prod);
+            }
+            got.push_back(bf16_to_f32(yp[r * n + j]));
+            ref.push_back(s);
+            bound.push_back(accumulation * a);
+        }
+    }
+    EXPECT_TRUE(all_close(got, ref, {.atol = 1e-30, .rtol = kBf16HalfUlp}, bound))
+        << what << " (" << rows.size() << " rows checked)";
+}
+
+// One call on fresh random operands: x [padded rows + extra_rows, k], w [E, n, k].
+void run_case(const Routing& routing, int64_t n, int64_t k, int64_t extra_rows, uint64_t seed,
+              const std::string& what, int64_t max_macs = int64_t(1) << 28) {
+    const int64_t num_experts = int64_t(routing.counts.size());
+    const int64_t max_rows = routing.padded_rows() + extra_rows;
+    const Tensor x = make_x(routing, max_rows, k, seed);
+    const Tensor w = uniform_bf16({num_experts, n, k}, seed + 1, 0.05f);
+    const Tensor dx = cuda::to_device(x), dw = cuda::to_device(w);
+    const Tensor doffsets = cuda::to_device(offsets_tensor(routing));
+    Tensor dy = cuda::device_tensor({max_rows, n}, DType::kBF16);
+    MI_CUDA_CHECK(cudaMemset(dy.raw(), 0x7f, dy.nbytes()));
+    cuda::grouped_gemm(dx, dw, doffsets, dy, nullptr);
+    MI_CUDA_CHECK(cudaDeviceSynchronize());
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    check_result(x, w, routing, dy, max_macs, rng, what);
+}
+
+std::string describe(int64_t num_experts, int64_t n, int64_t k, const Routing& routing) {
+    return "E " + std::to_string(num_experts) + " n " + std::to_string(n) + " k " +
+           std::to_string(k) + " rows " + std::to_string(routing.real_rows()) + " (padded " +
+           std::to_string(routing.padded_rows()) + ")";
+}
+
+}  // namespace
+
+// tests/fixtures/qwen3-moe-tiny: hidden 128, moe_intermediate 64, 8 experts, top 2; gate_up is
+// n = 128, k = 128 and down n = 128, k = 64. From one token (decode) to a 300-token prefill.
+TEST(CudaGroupedGemm, TinyFixtureShapes) {
+    REQUIRE_GPU();
+    std::mt19937 rng(1);
+    for (int64_t tokens : {1, 3, 17, 300}) {
+        const Routing routing = route_tokens(tokens, 2, 8, rng);
+        for (auto [n, k] : {std::pair<int64_t, int64_t>{128, 128}, {128, 64}})
+            run_case(routing, n, k, kGroupedGemmTileRows, uint64_t(tokens * 1000 + k),
+                     describe(8, n, k, routing));
+    }
+}
+
+// Ragged and empty segments with n and k odd multiples of 8 (tails of the 128-column and 32-k
+// tiles), one expert holding every row (first, middle, last), no rows at all, and a max_rows
+// that is not a multiple of the tile.
+TEST(CudaGroupedGemm, RaggedEmptyAndTails) {
+    REQUIRE_GPU();
+    std::mt19937 rng(2);
+    const std::pair<int64_t, int64_t> shapes[] = {{8, 8}, {200, 72}, {136, 520}, {384, 256}};
+    for (int64_t num_experts : {8, 16, 64, 128}) {
+        for (auto [n, k] : shapes) {
+            std::vector<int64_t> counts(static_cast<size_t>(num_experts));
+            for (auto& c : counts) c = rng() % 3 == 0 ? 0 : int64_t(rng() % 150);
+            const Routing ragged = pad_to_tiles(counts);
+            run_case(ragged, n, k, 37, rng(), "ragged " + describe(num_experts, n, k, ragged));
+        }
+    }
+    for (int64_t num_experts : {16, 64}) {
+        for (int64_t owner : {int64_t(0), num_experts / 2, num_experts - 1}) {
+            std::vector<int64_t> counts(static_cast<size_t>(num_experts), 0);
+            counts[size_t(owner)] = 333;
+            const Routing one = pad_to_tiles(counts);
+            run_case(one, 200, 72, 0, rng(),
+                     "expert " + std::to_string(owner) + " owns all: " +
+                         describe(num_experts, 200, 72, one));
+        }
+        const Routing none = pad_to_tiles(std::vector<int64_t>(size_t(num_experts), 0));
+        run_case(none, 136, 520, 2 * kGroupedGemmTileRows, rng(),
+                 "no rows: " + describe(num_experts, 136, 520, none));
+    }
+}
+
+// Qwen3-30B-A3B's expert GEMMs at E = 128, top 8: gate_up (n 1536, k 2048) and down (n 2048,
+// k 768), for 4096 tokens (32768 rows) and 64; rows sampled for the reference (about 1000 of
+// them: some seconds of CPU).
+TEST(CudaGroupedGemm, Qwen3MoE30BShapes) {
+    REQUIRE_GPU();
+    std::mt19937 rng(3);
+    for (int64_t tokens : {64, 4096}) {
+        const Routing routing = route_tokens(tokens, 8, 128, rng);
+        for (auto [n, k] : {std::pair<int64_t, int64_t>{1536, 2048}, {2048, 768}})
+            run_case(routing, n, k, kGroupedGemmTileRows, uint64_t(tokens + n),
+                     describe(128, n, k, routing), int64_t(1) << 28);
+    }
+}
+
+// Captured once, replayed with other offsets and x on the device: the graph holds no counts.
+TEST(CudaGroupedGemm, GraphReplayReadsDeviceOffsets) {
+    REQUIRE_GPU();
+    std::mt19937 rng(4);
+    const int64_t num_experts = 16, n = 256, k = 128, max_rows = 40 * kGroupedGemmTileRows;
+    const Tensor w = uniform_bf16({num_experts, n, k}, 41, 0.05f);
+    const Tensor dw = cuda::to_device(w);
+    Tensor dx = cuda::device_tensor({max_rows, k}, DType::kBF16);
+    Tensor doffsets = cuda::device_tensor({num_experts + 1}, DType::kI32);
+    Tensor dy = cuda::device_tensor({max_rows, n}, DType::kBF16);
+
+    cuda::Stream stream;
+    cudaGraph_t graph = nullptr;
+    MI_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
+    cuda::grouped_gemm(dx, dw, doffsets, dy, stream.get());
+    MI_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
+    std::unique_ptr<CUgraph_st, decltype(&cudaGraphDestroy)> graph_owner(graph, cudaGraphDestroy);
+    cudaGraphExec_t exec = nullptr;
+    MI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    std::unique_ptr<CUgraphExec_st, decltype(&cudaGraphExecDestroy)> exec_owner(
+        exec, cudaGraphExecDestroy);
+
+    for (int64_t tokens : {5, 200, 40}) {
+        const Routing routing = route_tokens(tokens, 4, int(num_experts), rng);
+        ASSERT_LE(routing.padded_rows(), max_rows);
+        const Tensor x = make_x(routing, max_rows, k, uint64_t(tokens));
+        MI_CUDA_CHECK(cudaMemcpy(dx.raw(), x.raw(), x.nbytes(), cudaMemcpyHostToDevice));
+        const Tensor offsets = offsets_tensor(routing);
+        MI_CUDA_CHECK(
+            cudaMemcpy(doffsets.raw(), offsets.raw(), offsets.nbytes(), cudaMemcpyHostToDevice));
+        MI_CUDA_CHECK(cudaMemset(dy.raw(), 0x7f, dy.nbytes()));
+        MI_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+        stream.synchronize();
+        check_result(x, w, routing, dy, int64_t(1) << 28, rng,
+                     "graph replay: " + describe(num_experts, n, k, routing));
+    }
+}
+
+// Informative only, never asserted: µs, GB/s (weights of the experts with rows, x's padded rows
+// and y's) and TFLOP/s of useful rows (2 · real rows · n · k) at the 30B shapes, for a decode
+// step of 256 tokens and a 2048-token prefill, top 8 of 128 experts; beside it cuBLASLt on one
+// dense [real rows, k] · [n, k]ᵀ of the same FLOPs, the rate a perfect grouping would approach.
+TEST(CudaGroupedGemm, BenchQwen3MoE30B) {
+    REQUIRE_GPU();
+    if (gpu_testing::instrumented()) GTEST_SKIP() << "timing means nothing when instrumented";
+    std::mt19937 rng(5);
+    gpu_testing::print_bench_header();
+    cuda::Gemm dense;
+    for (auto [n, k, name] : {std::tuple<int64_t, int64_t, const char*>{1536, 2048, "gate_up"},
+                              {2048, 768, "down"}}) {
+        const int64_t num_experts = 128;
+        const Tensor dw = cuda::to_device(uniform_bf16({num_experts, n, k}, 51, 0.05f));
+        for (int64_t tokens : {256, 2048}) {
+            const Routing routing = route_tokens(tokens, 8, int(num_experts), rng);
+            const int64_t max_rows = tokens * 8 + num_experts * (kGroupedGemmTileRows - 1);
+            const Tensor dx = cuda::to_device(make_x(routing, max_rows, k, 52));
+            const Tensor doffsets = cuda::to_device(offsets_tensor(routing));
+            Tensor dy = cuda::device_tensor({max_rows, n}, DType::kBF16);
+            const int64_t active = std::count_if(routing.counts.begin(), routing.counts.end(),
+                                                 [](int64_t c) { return c > 0; });
+            const double bytes = 2.0 * double(active * n * k + routing.padded_rows() * (n + k));
+            const double flops = 2.0 * double(routing.real_rows() * n * k);
+            const std::string shape = std::string(name) + " " + std::to_string(tokens) +
+                                      "x8 n" + std::to_string(n) + " k" + std::to_string(k);
+            const gpu_testing::LaunchTiming t = gpu_testing::time_launch(
+                [&](cudaStream_t s) { cuda::grouped_gemm(dx, dw, doffsets, dy, s); });
+            gpu_testing::print_bench_row("grouped_gemm", shape, t, bytes, flops);
+
+            const Tensor dense_x = dx.slice_rows(0, routing.real_rows());
+            const Tensor dense_w = dw.slice_rows(0, 1).view({n, k});
+            Tensor dense_y = dy.slice_rows(0, routing.real_rows());
+            const gpu_testing::LaunchTiming td = gpu_testing::time_launch(
+                [&](cudaStream_t s) { dense.run(dense_x, dense_w, nullptr, dense_y, s); });
+            gpu_testing::print_bench_row(
+                "cublaslt dense 1 expert", shape, td,
+                2.0 * double(n * k + routing.real_rows() * (n + k)), flops);
+        }
+    }
+}
