@@ -58,11 +58,10 @@ std::unique_ptr<CudaModel> make_cuda_model(const ModelConfig& config, ModelWeigh
     switch (config.arch) {
         case Arch::kQwen2:
         case Arch::kQwen3:
-            return std::make_unique<QwenCudaModel>(config, std::move(weights), comm);
         case Arch::kQwen3Moe:
-            break;
+            return std::make_unique<QwenCudaModel>(config, std::move(weights), comm);
     }
-    fail("{}: Qwen3-MoE does not run on CUDA yet; use --device cpu", config.model_type);
+    fail("{}: not supported on CUDA", config.model_type);
 }
 
 }  // namespace miniinfer

@@ -65,8 +65,18 @@ QwenCudaModel::QwenCudaModel(ModelConfig config, ModelWeights w, cuda::Communica
         a.head_dim = c.head_dim;
         a.eps = float(c.rms_norm_eps);
         a.scale = float(1.0 / std::sqrt(double(c.head_dim)));
-        layer.mlp.gate_up = linear(lw.gate_up, none, Shard::kColumn, comm);
-        layer.mlp.down = linear(lw.down, none, Shard::kRow, comm);
+        layer.is_moe = c.is_moe_layer(int64_t(layers_.size()));
+        if (layer.is_moe) {
+            layer.moe = {.router = linear(lw.router, none, Shard::kReplicated, comm),
+                         .experts_gate_up = upload(lw.experts_gate_up),
+                         .experts_down = upload(lw.experts_down),
+                         .top_k = c.num_experts_per_tok,
+                         .renormalize = c.norm_topk_prob,
+                         .comm = comm};
+        } else {
+            layer.mlp.gate_up = linear(lw.gate_up, none, Shard::kColumn, comm);
+            layer.mlp.down = linear(lw.down, none, Shard::kRow, comm);
+        }
         layers_.push_back(std::move(layer));
     }
 }
@@ -85,7 +95,12 @@ size_t QwenCudaModel::weight_bytes() const {
     for (const Layer& l : layers_) {
         const cuda::Attention& a = l.attention;
         bytes += l.input_norm.weight.nbytes() + l.post_attention_norm.weight.nbytes();
-        bytes += linear(a.qkv) + linear(a.o_proj) + linear(l.mlp.gate_up) + linear(l.mlp.down);
+        bytes += linear(a.qkv) + linear(a.o_proj);
+        if (l.is_moe)
+            bytes += linear(l.moe.router) + l.moe.experts_gate_up.nbytes() +
+                     l.moe.experts_down.nbytes();
+        else
+            bytes += linear(l.mlp.gate_up) + linear(l.mlp.down);
         if (a.q_norm.defined()) bytes += a.q_norm.nbytes() + a.k_norm.nbytes();
     }
     return bytes;
@@ -96,7 +111,13 @@ void QwenCudaModel::allocate_activations(int64_t max_tokens, int64_t max_logits)
     for (Tensor* t : {&hidden_, &residual_, &normed_, &attn_out_})
         *t = cuda::device_tensor({max_tokens, H}, DType::kBF16);
     attention_buffers_ = layers_.at(0).attention.allocate_buffers(max_tokens);
-    mlp_buffers_ = layers_.at(0).mlp.allocate_buffers(max_tokens);
+    // One set of scratch per block kind, shared by the layers of that kind.
+    for (const Layer& layer : layers_) {
+        if (layer.is_moe && !moe_buffers_.logits.defined())
+            moe_buffers_ = layer.moe.allocate_buffers(max_tokens);
+        if (!layer.is_moe && !mlp_buffers_.act.defined())
+            mlp_buffers_ = layer.mlp.allocate_buffers(max_tokens);
+    }
     for (Tensor* t : {&last_hidden_, &last_residual_, &last_normed_})
         *t = cuda::device_tensor({max_logits, H}, DType::kBF16);
     logits_bf16_ = cuda::device_tensor({max_logits, V}, DType::kBF16);
@@ -121,7 +142,8 @@ void QwenCudaModel::forward(const cuda::StepInputs& in, std::span<cuda::KvLayer>
             layer.input_norm.forward(x, &residual, h, stream);
         layer.attention.forward(h, attn_out, kv[l], step, attention_buffers_);
         layer.post_attention_norm.forward(attn_out, &residual, h, stream);
-        layer.mlp.forward(h, x, step, mlp_buffers_);
+        if (layer.is_moe) layer.moe.forward(h, x, step, moe_buffers_);
+        else layer.mlp.forward(h, x, step, mlp_buffers_);
     }
     const int64_t m = in.num_logits;
     if (m == 0) return;

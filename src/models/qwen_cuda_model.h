@@ -1,11 +1,12 @@
-// QwenCudaModel: Qwen2 and Qwen3 on the GPU, written once (the CPU reference is QwenModel,
+// QwenCudaModel: Qwen2, Qwen3 and Qwen3-MoE on the GPU, written once (the CPU reference is QwenModel,
 // models/qwen_model.h; read the two side by side).
 //
-//   embed -> N x [ add & norm -> attention -> add & norm -> MLP ] -> gather the sampled rows
+//   embed -> N x [ add & norm -> attention -> add & norm -> MLP or MoE ] -> gather the sampled rows
 //   -> add & norm -> lm_head -> f32 logits
 //
-// What differs between the two is a config option, as on the CPU: Qwen2's q/k/v biases
-// (attention_bias), Qwen3's per-head q/k RMSNorm (qk_norm). The residual stream is carried in
+// What differs between the three is a config option, as on the CPU: Qwen2's q/k/v biases
+// (attention_bias), Qwen3's per-head q/k RMSNorm (qk_norm), Qwen3-MoE's sparse layers
+// (is_moe_layer). The residual stream is carried in
 // its own buffer and added inside the next norm (add_rms_norm), so each layer reads: x (the
 // last block's output) and the residual; the norm adds them.
 #pragma once
@@ -15,6 +16,7 @@
 #include "kernels/cuda/gemm.h"
 #include "layers/cuda/attention.h"
 #include "layers/cuda/mlp.h"
+#include "layers/cuda/moe.h"
 #include "models/cuda_model.h"
 
 namespace miniinfer {
@@ -33,12 +35,13 @@ class QwenCudaModel final : public CudaModel {
     Tensor logits_bf16(int64_t rows) const override { return cuda::rows(logits_bf16_, rows); }
 
   private:
-    // QwenModel::Layer field for field; Qwen3-MoE's `moe` and `is_moe` join with the GPU's
-    // MoE block.
+    // QwenModel::Layer field for field.
     struct Layer {
         cuda::RmsNorm input_norm, post_attention_norm;
         cuda::Attention attention;
         cuda::Mlp mlp;
+        cuda::Moe moe;  // Qwen3-MoE's sparse layers (config.is_moe_layer)
+        bool is_moe = false;
     };
 
     ModelConfig config_;
@@ -51,6 +54,7 @@ class QwenCudaModel final : public CudaModel {
     Tensor hidden_, residual_, normed_, attn_out_;  // [max_tokens, hidden]
     cuda::Attention::Buffers attention_buffers_;
     cuda::Mlp::Buffers mlp_buffers_;
+    cuda::Moe::Buffers moe_buffers_;
     Tensor last_hidden_, last_residual_, last_normed_;  // [max_logits, hidden]: sampled rows
     Tensor logits_bf16_, logits_f32_;                   // [max_logits, vocab]
 };

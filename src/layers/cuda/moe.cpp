@@ -1,0 +1,48 @@
+#include "layers/cuda/moe.h"
+
+#include "core/cuda/device_buffer.h"
+#include "kernels/cuda/grouped_gemm.h"
+#include "kernels/cuda/moe_routing.h"
+#include "kernels/cuda/silu_mul.h"
+
+namespace miniinfer::cuda {
+
+int64_t Moe::max_rows(int64_t num_tokens) const {
+    return moe_max_rows(num_tokens, top_k, num_experts(), kGroupedGemmTileRows);
+}
+
+Moe::Buffers Moe::allocate_buffers(int64_t max_tokens) const {
+    const int64_t E = num_experts(), hidden = experts_down.size(1), inter = experts_down.size(2);
+    const int64_t R = max_rows(max_tokens);
+    return {.logits = device_tensor({max_tokens, E}, DType::kBF16),
+            .topk_ids = device_tensor({max_tokens, top_k}, DType::kI32),
+            .topk_weights = device_tensor({max_tokens, top_k}, DType::kF32),
+            .slot_row = device_tensor({max_tokens, top_k}, DType::kI32),
+            .expert_offsets = device_tensor({E + 1}, DType::kI32),
+            .row_token = device_tensor({R}, DType::kI32),
+            .x_perm = device_tensor({R, hidden}, DType::kBF16),
+            .y_perm = device_tensor({R, hidden}, DType::kBF16),
+            .gate_up = device_tensor({R, 2 * inter}, DType::kBF16),
+            .act = device_tensor({R, inter}, DType::kBF16)};
+}
+
+void Moe::forward(const Tensor& x, Tensor& y, const Step& step, Buffers& buf) const {
+    const int64_t n = step.in.num_tokens, R = max_rows(n);
+    const cudaStream_t st = step.stream;
+    Tensor logits = rows(buf.logits, n), ids = rows(buf.topk_ids, n);
+    Tensor weights = rows(buf.topk_weights, n), slot_row = rows(buf.slot_row, n);
+    Tensor row_token = rows(buf.row_token, R), x_perm = rows(buf.x_perm, R);
+    Tensor gate_up = rows(buf.gate_up, R), act = rows(buf.act, R), y_perm = rows(buf.y_perm, R);
+    router.forward(x, logits, step);
+    moe_route(logits, top_k, renormalize, ids, weights, st);
+    moe_permute(ids, num_experts(), kGroupedGemmTileRows, buf.expert_offsets, row_token, slot_row,
+                st);
+    moe_gather(x, row_token, buf.expert_offsets, x_perm, st);
+    grouped_gemm(x_perm, experts_gate_up, buf.expert_offsets, gate_up, st);
+    silu_mul(gate_up, act, st);
+    grouped_gemm(act, experts_down, buf.expert_offsets, y_perm, st);
+    moe_combine(y_perm, slot_row, weights, y, st);
+    if (comm) comm->all_reduce_sum(y, st);
+}
+
+}  // namespace miniinfer::cuda

@@ -1,0 +1,48 @@
+// The sparse MoE block on the GPU, Qwen3-MoE style (the CPU reference is FusedMoE in
+// layers/layers.h):
+//
+//   router GEMM -> softmax, top-k (+ renormalisation) -> permute the tokens into
+//   expert-contiguous rows (each expert's segment padded to the grouped GEMM's row tile) ->
+//   grouped GEMM gate_up -> SiLU(gate) * up -> grouped GEMM down -> weighted sum of each
+//   token's k rows back in token order (row-parallel: all-reduced across ranks)
+//
+// Every size comes from the host-side token count and the config, none from the routing, so a
+// decode step with this block can be captured in a CUDA graph. The combine adds each token's k
+// rows in a fixed order, without atomics: the same input gives the same output, run to run.
+#pragma once
+
+#include <cstdint>
+
+#include "layers/cuda/linear.h"
+#include "layers/cuda/step.h"
+
+namespace miniinfer::cuda {
+
+struct Moe {
+    Linear router;           // [E, hidden], replicated
+    Tensor experts_gate_up;  // [E, 2 * inter, hidden] bf16: gate rows, then up rows (this rank's)
+    Tensor experts_down;     // [E, hidden, inter]
+    int64_t top_k = 0;
+    bool renormalize = true;       // norm_topk_prob
+    Communicator* comm = nullptr;  // the down projection is row-parallel; null without TP
+
+    int64_t num_experts() const { return experts_gate_up.size(0); }
+    // Permuted rows for n tokens: n * top_k plus each expert's padding to the row tile.
+    int64_t max_rows(int64_t num_tokens) const;
+
+    // Scratch shared by every MoE layer, allocated once for the largest step.
+    struct Buffers {
+        Tensor logits;                  // [max_tokens, E] bf16
+        Tensor topk_ids, topk_weights;  // [max_tokens, k] i32, f32
+        Tensor slot_row;                // [max_tokens, k] i32: each choice's permuted row
+        Tensor expert_offsets;          // [E + 1] i32
+        Tensor row_token;               // [max_rows] i32: each permuted row's token (-1: pad)
+        Tensor x_perm, y_perm;          // [max_rows, hidden] bf16
+        Tensor gate_up, act;            // [max_rows, 2 * inter], [max_rows, inter] bf16
+    };
+    Buffers allocate_buffers(int64_t max_tokens) const;
+
+    void forward(const Tensor& x, Tensor& y, const Step& step, Buffers& buf) const;
+};
+
+}  // namespace miniinfer::cuda
