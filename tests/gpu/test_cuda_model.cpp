@@ -95,17 +95,37 @@ TEST_P(CudaModelVsHf, TeacherForcedArgmaxMatchesHuggingFace) {
         std::vector<SampledToken> tokens = gpu.run(b, inputs);
         // Logits: bf16 end to end on the GPU against fp32 on the CPU. Relative to the logits'
         // spread, the difference stays at the bf16 level (2^-8 relative per rounding, a few
-        // dozen roundings deep).
+        // dozen roundings deep): within 5% of the largest |logit| at every position.
+        // An MoE model may also route a token differently: its router logits are bf16 on the
+        // GPU (as in Hugging Face's bf16 model) and f32 on the CPU, so where a token's k-th and
+        // (k+1)-th experts are within bf16 noise the GPU may pick the other one, and that
+        // position's logits move by more. Such positions must stay rare (at most a tenth, and
+        // 2 in any case) and within 25%; the greedy checks below hold at every position.
         Tensor gpu_logits = gpu.last_logits();
-        float max_delta = 0, max_abs = 0;
-        for (int64_t i = 0; i < n * config.vocab_size; ++i) {
-            max_delta = std::max(max_delta,
-                                 std::fabs(gpu_logits.data<float>()[i] - logits.data<float>()[i]));
+        float max_abs = 0, max_delta = 0;
+        for (int64_t i = 0; i < n * config.vocab_size; ++i)
             max_abs = std::max(max_abs, std::fabs(logits.data<float>()[i]));
+        int64_t beyond = 0;  // positions beyond the bf16 bound
+        for (int64_t t = 0; t < n; ++t) {
+            float row_delta = 0;
+            for (int64_t v = 0; v < config.vocab_size; ++v) {
+                const int64_t i = t * config.vocab_size + v;
+                row_delta = std::max(
+                    row_delta, std::fabs(gpu_logits.data<float>()[i] - logits.data<float>()[i]));
+            }
+            max_delta = std::max(max_delta, row_delta);
+            beyond += row_delta > 0.05f * max_abs ? 1 : 0;
         }
-        std::printf("[ %s: max |dlogit| GPU vs CPU %.3f (largest |logit| %.1f) ]\n", name.c_str(),
-                    max_delta, max_abs);
-        EXPECT_LE(max_delta, 0.05f * max_abs) << name;
+        std::printf(
+            "[ %s: max |dlogit| GPU vs CPU %.3f (largest |logit| %.1f); %lld of %lld positions "
+            "beyond 5%% ]\n",
+            name.c_str(), max_delta, max_abs, (long long)beyond, (long long)n);
+        if (config.num_experts == 0) {
+            EXPECT_EQ(beyond, 0) << name;
+        } else {
+            EXPECT_LE(beyond, std::max<int64_t>(2, n / 10)) << name;
+            EXPECT_LE(max_delta, 0.25f * max_abs) << name;
+        }
         int agree = 0, clear = 0;
         for (int64_t i = 0; i < n; ++i) {
             const float* row = logits.data<float>() + i * config.vocab_size;
