@@ -143,7 +143,8 @@ void check_result(const Tensor& x, const Tensor& w, const Routing& routing, cons
     const uint16_t* wp = w.data<uint16_t>();
 
     int64_t touched = 0;
-    for (int64_t i = routing.padded_rows() * n; i < max_rows * n; ++i) touched += yp[i] != kSentinel;
+    for (int64_t i = routing.padded_rows() * n; i < max_rows * n; ++i)
+        touched += yp[i] != kSentinel;
     EXPECT_EQ(touched, 0) << what << ": elements written at or past offsets[E]";
 
     const std::vector<int64_t> rows = rows_to_check(routing, n, k, max_macs, rng);
@@ -151,9 +152,9 @@ void check_result(const Tensor& x, const Tensor& w, const Routing& routing, cons
     std::vector<float> x_row(static_cast<size_t>(k));
     const double accumulation = 2.0 * double(k + 1) * std::ldexp(1.0, -24);
     for (int64_t r : rows) {
-        const int64_t e = std::upper_bound(routing.offsets.begin(), routing.offsets.end(),
-                                           int32_t(r)) -
-                          routing.offsets.begin() - 1;
+        const int64_t e =
+            std::upper_bound(routing.offsets.begin(), routing.offsets.end(), int32_t(r)) -
+            routing.offsets.begin() - 1;
         for (int64_t p = 0; p < k; ++p) x_row[size_t(p)] = bf16_to_f32(xp[r * k + p]);
         for (int64_t j = 0; j < n; ++j) {
             const uint16_t* w_row = wp + (e * n + j) * k;
@@ -231,8 +232,8 @@ TEST(CudaGroupedGemm, RaggedEmptyAndTails) {
             counts[size_t(owner)] = 333;
             const Routing one = pad_to_tiles(counts);
             run_case(one, 200, 72, 0, rng(),
-                     "expert " + std::to_string(owner) + " owns all: " +
-                         describe(num_experts, 200, 72, one));
+                     "expert " + std::to_string(owner) +
+                         " owns all: " + describe(num_experts, 200, 72, one));
         }
         const Routing none = pad_to_tiles(std::vector<int64_t>(size_t(num_experts), 0));
         run_case(none, 136, 520, 2 * kGroupedGemmTileRows, rng(),
@@ -302,8 +303,8 @@ TEST(CudaGroupedGemm, BenchQwen3MoE30B) {
     std::mt19937 rng(5);
     gpu_testing::print_bench_header();
     cuda::Gemm dense;
-    for (auto [n, k, name] : {std::tuple<int64_t, int64_t, const char*>{1536, 2048, "gate_up"},
-                              {2048, 768, "down"}}) {
+    for (auto [n, k, name] :
+         {std::tuple<int64_t, int64_t, const char*>{1536, 2048, "gate_up"}, {2048, 768, "down"}}) {
         const int64_t num_experts = 128;
         const Tensor dw = cuda::to_device(uniform_bf16({num_experts, n, k}, 51, 0.05f));
         for (int64_t tokens : {256, 2048}) {
@@ -316,8 +317,8 @@ TEST(CudaGroupedGemm, BenchQwen3MoE30B) {
                                                  [](int64_t c) { return c > 0; });
             const double bytes = 2.0 * double(active * n * k + routing.padded_rows() * (n + k));
             const double flops = 2.0 * double(routing.real_rows() * n * k);
-            const std::string shape = std::string(name) + " " + std::to_string(tokens) +
-                                      "x8 n" + std::to_string(n) + " k" + std::to_string(k);
+            const std::string shape = std::string(name) + " " + std::to_string(tokens) + "x8 n" +
+                                      std::to_string(n) + " k" + std::to_string(k);
             const gpu_testing::LaunchTiming t = gpu_testing::time_launch(
                 [&](cudaStream_t s) { cuda::grouped_gemm(dx, dw, doffsets, dy, s); });
             gpu_testing::print_bench_row("grouped_gemm", shape, t, bytes, flops);
@@ -327,9 +328,9 @@ TEST(CudaGroupedGemm, BenchQwen3MoE30B) {
             Tensor dense_y = dy.slice_rows(0, routing.real_rows());
             const gpu_testing::LaunchTiming td = gpu_testing::time_launch(
                 [&](cudaStream_t s) { dense.run(dense_x, dense_w, nullptr, dense_y, s); });
-            gpu_testing::print_bench_row(
-                "cublaslt dense 1 expert", shape, td,
-                2.0 * double(n * k + routing.real_rows() * (n + k)), flops);
+            gpu_testing::print_bench_row("cublaslt dense 1 expert", shape, td,
+                                         2.0 * double(n * k + routing.real_rows() * (n + k)),
+                                         flops);
         }
     }
 }
