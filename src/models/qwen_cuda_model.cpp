@@ -97,8 +97,8 @@ size_t QwenCudaModel::weight_bytes() const {
         bytes += l.input_norm.weight.nbytes() + l.post_attention_norm.weight.nbytes();
         bytes += linear(a.qkv) + linear(a.o_proj);
         if (l.is_moe)
-            bytes += linear(l.moe.router) + l.moe.experts_gate_up.nbytes() +
-                     l.moe.experts_down.nbytes();
+            bytes +=
+                linear(l.moe.router) + l.moe.experts_gate_up.nbytes() + l.moe.experts_down.nbytes();
         else
             bytes += linear(l.mlp.gate_up) + linear(l.mlp.down);
         if (a.q_norm.defined()) bytes += a.q_norm.nbytes() + a.k_norm.nbytes();
@@ -142,8 +142,10 @@ void QwenCudaModel::forward(const cuda::StepInputs& in, std::span<cuda::KvLayer>
             layer.input_norm.forward(x, &residual, h, stream);
         layer.attention.forward(h, attn_out, kv[l], step, attention_buffers_);
         layer.post_attention_norm.forward(attn_out, &residual, h, stream);
-        if (layer.is_moe) layer.moe.forward(h, x, step, moe_buffers_);
-        else layer.mlp.forward(h, x, step, mlp_buffers_);
+        if (layer.is_moe)
+            layer.moe.forward(h, x, step, moe_buffers_);
+        else
+            layer.mlp.forward(h, x, step, mlp_buffers_);
     }
     const int64_t m = in.num_logits;
     if (m == 0) return;

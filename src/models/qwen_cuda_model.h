@@ -1,5 +1,5 @@
-// QwenCudaModel: Qwen2, Qwen3 and Qwen3-MoE on the GPU, written once (the CPU reference is QwenModel,
-// models/qwen_model.h; read the two side by side).
+// QwenCudaModel: Qwen2, Qwen3 and Qwen3-MoE on the GPU, written once (the CPU reference is
+// QwenModel, models/qwen_model.h; read the two side by side).
 //
 //   embed -> N x [ add & norm -> attention -> add & norm -> MLP or MoE ] -> gather the sampled rows
 //   -> add & norm -> lm_head -> f32 logits

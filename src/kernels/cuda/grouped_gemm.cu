@@ -72,15 +72,15 @@ __device__ __forceinline__ void load_stage(SharedTiles& s, int slot, const __nv_
     for (int c = int(threadIdx.x); c < kTileRows * kChunksPerRow; c += kThreads) {
         const int r = c / kChunksPerRow, kk = (c % kChunksPerRow) * 8;
         const bool valid = r < rows_valid && k0 + kk < k;
-        cp_async_16(&s.a[slot][r * kStride + kk], valid ? x_tile + int64_t(r) * k + k0 + kk : x_tile,
-                    valid);
+        cp_async_16(&s.a[slot][r * kStride + kk],
+                    valid ? x_tile + int64_t(r) * k + k0 + kk : x_tile, valid);
     }
 #pragma unroll
     for (int c = int(threadIdx.x); c < kTileCols * kChunksPerRow; c += kThreads) {
         const int r = c / kChunksPerRow, kk = (c % kChunksPerRow) * 8;
         const bool valid = r < cols_valid && k0 + kk < k;
-        cp_async_16(&s.b[slot][r * kStride + kk], valid ? w_tile + int64_t(r) * k + k0 + kk : w_tile,
-                    valid);
+        cp_async_16(&s.b[slot][r * kStride + kk],
+                    valid ? w_tile + int64_t(r) * k + k0 + kk : w_tile, valid);
     }
 }
 
@@ -96,12 +96,11 @@ __device__ __forceinline__ void mma_stage(const __nv_bfloat16* a_tile, const __n
         uint32_t a_frag[kMTiles][4];
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt)
-            ldmatrix_x4(a_frag[mt], a_tile +
-                                        (warp_row + mt * 16 + lane % 8 + ((lane / 8) & 1) * 8) *
-                                            kStride +
-                                        kc * 16 + (lane / 16) * 8);
-        // B (w rows are n, k contiguous: the mma's column-major B): matrices = n +0 / +8
-        // (lane / 16) x k +0 / +8 ((lane / 8) & 1) -> b0, b1 of n tiles 2np and 2np + 1.
+            ldmatrix_x4(a_frag[mt],
+                        a_tile + (warp_row + mt * 16 + lane % 8 + ((lane / 8) & 1) * 8) * kStride +
+                            kc * 16 + (lane / 16) * 8);
+            // B (w rows are n, k contiguous: the mma's column-major B): matrices = n +0 / +8
+            // (lane / 16) x k +0 / +8 ((lane / 8) & 1) -> b0, b1 of n tiles 2np and 2np + 1.
 #pragma unroll
         for (int np = 0; np < kNTiles / 2; ++np) {
             uint32_t b[4];
@@ -141,7 +140,8 @@ __global__ void __launch_bounds__(kThreads)
     // Every stage commits a group, empty or not, so that the wait below counts uniformly.
 #pragma unroll
     for (int st = 0; st < kStages - 1; ++st) {
-        if (st < num_k_tiles) load_stage(s, st, x_tile, rows_valid, w_tile, cols_valid, k, st * kTileK);
+        if (st < num_k_tiles)
+            load_stage(s, st, x_tile, rows_valid, w_tile, cols_valid, k, st * kTileK);
         cp_async_commit();
     }
     for (int t = 0; t < num_k_tiles; ++t) {
@@ -149,8 +149,7 @@ __global__ void __launch_bounds__(kThreads)
         __syncthreads();              // everyone's part; and slot (t - 1) % kStages is free
         const int next = t + kStages - 1;
         if (next < num_k_tiles)
-            load_stage(s, next % kStages, x_tile, rows_valid, w_tile, cols_valid, k,
-                       next * kTileK);
+            load_stage(s, next % kStages, x_tile, rows_valid, w_tile, cols_valid, k, next * kTileK);
         cp_async_commit();
         mma_stage(s.a[t % kStages], s.b[t % kStages], warp_row, warp_col, acc);
     }
