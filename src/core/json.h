@@ -3,10 +3,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "core/check.h"
 
@@ -45,10 +50,28 @@ Json read_json_file(const std::filesystem::path& path);
 // obj[key] as T. Missing (or null) → Error "<where>: missing field '<key>'"; wrong type →
 // Error naming the field and the type found (never the value: it may be huge or nested).
 // Json or nlohmann::ordered_json.
+// An integer T takes a JSON integer or a whole float within T's range (2.0 is 2); anything
+// else is an Error naming the field (a float's conversion out of range would be undefined).
 template <typename T, typename J>
 T json_get(const J& obj, const std::string& key, const std::string& where) {
     auto it = obj.find(key);
     if (it == obj.end() || it->is_null()) fail("{}: missing field '{}'", where, key);
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+        using Limits = std::numeric_limits<T>;
+        bool in_range = true;
+        if (it->is_number_float()) {
+            const double d = it->template get<double>();
+            in_range =
+                d == std::trunc(d) && d >= double(Limits::min()) && d < double(Limits::max()) + 1.0;
+        } else if (it->is_number_unsigned()) {
+            in_range = it->template get<uint64_t>() <= uint64_t(Limits::max());
+        } else if (it->is_number_integer()) {
+            const int64_t v = it->template get<int64_t>();
+            in_range = v >= int64_t(Limits::min()) && (Limits::is_signed || v >= 0) &&
+                       uint64_t(std::max<int64_t>(v, 0)) <= uint64_t(Limits::max());
+        }
+        if (!in_range) fail("{}: field '{}' is not an integer in range", where, key);
+    }
     try {
         return it->template get<T>();
     } catch (const nlohmann::json::exception&) {

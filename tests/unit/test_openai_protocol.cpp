@@ -95,3 +95,30 @@ TEST(OpenAiProtocol, UnknownRolesAndValuesNeverEchoed) {
         EXPECT_EQ(std::string(e.what()).find("SECRET"), std::string::npos) << e.what();
     }
 }
+
+// An integer field takes a whole number within range; a float out of an integer's range was
+// undefined behaviour in the conversion (found by tests/fuzz: "n": 4111...1, 65 digits).
+TEST(OpenAiProtocol, IntegerFieldsRejectFloatsOutOfRange) {
+    SamplingParams defaults;
+    auto n_of = [&](const std::string& n) {
+        return parse_completion_request(Json::parse(R"({"prompt": "x", "n": )" + n + "}"), defaults)
+            .n;
+    };
+    EXPECT_EQ(n_of("2"), 2);
+    EXPECT_EQ(n_of("2.0"), 2);
+    for (const char* bad : {"2.5", "41111111111111111111111111111111111111111111111111111111111",
+                            "1e300", "-1e300", "18446744073709551615", "9223372036854775808.0"}) {
+        try {
+            n_of(bad);
+            ADD_FAILURE() << bad << " was accepted";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("'n' is not an integer in range"),
+                      std::string::npos)
+                << bad << ": " << e.what();
+        }
+    }
+    Json j = {{"k", 300}, {"u", -1}};
+    EXPECT_THROW(json_get<int8_t>(j, "k", "t"), Error);
+    EXPECT_THROW(json_get<uint32_t>(j, "u", "t"), Error);
+    EXPECT_EQ(json_get<int32_t>(j, "k", "t"), 300);
+}
