@@ -1,7 +1,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
+#include <thread>
 
 #include "core/host_memory.h"
 #include "loader/checkpoint.h"
@@ -408,4 +410,44 @@ TEST(Weights, LoadStatsCountWhatWasWritten) {
         }
     }
     EXPECT_GT(peak_host_memory_bytes(), 0);
+}
+
+// assemble_weights with a writer of its own (what the GPU's dummy weights use): the writer's
+// allocate makes every destination, write is called once per source tensor with that rank's
+// block of it (here rank 1 of 2: o_proj's second half of columns, q_proj's second half of
+// rows), serially when parallel is off, and the layout is load_weights'.
+TEST(Weights, AssembleWithAWriterOfItsOwn) {
+    const ModelConfig c = ModelConfig::load(kFixtures / "qwen3-tiny");
+    const WeightTarget target{.dtype = DType::kBF16, .rank = 1, .world = 2};
+    int64_t allocated = 0;
+    std::map<std::string, WeightBlock> blocks;
+    std::thread::id writer_thread;
+    bool one_thread = true;
+    WeightWriter writer;
+    writer.allocate = [&](const Shape& shape, DType dtype) {
+        ++allocated;
+        return Tensor::zeros(shape, dtype);
+    };
+    writer.write = [&](const std::string& name, const Shape&, const WeightBlock& b, void*) {
+        if (blocks.empty()) writer_thread = std::this_thread::get_id();
+        one_thread = one_thread && std::this_thread::get_id() == writer_thread;
+        EXPECT_TRUE(blocks.emplace(name, b).second) << name << " written twice";
+    };
+    writer.parallel = false;
+    const ModelWeights w = assemble_weights(c, target, writer);
+    const ModelWeights ref = load_weights(c, kFixtures / "qwen3-tiny", target);
+    EXPECT_TRUE(one_thread);
+    EXPECT_EQ(blocks.size(), expected_tensors(c).size());
+    EXPECT_EQ(w.layers[0].qkv.shape(), ref.layers[0].qkv.shape());
+    EXPECT_EQ(w.layers[0].o_proj.shape(), ref.layers[0].o_proj.shape());
+    EXPECT_EQ(w.stats.num_tensors, ref.stats.num_tensors);
+    EXPECT_EQ(w.stats.bytes_written, ref.stats.bytes_written);
+    EXPECT_GT(allocated, 0);
+    const WeightBlock o = blocks.at("model.layers.0.self_attn.o_proj.weight");
+    EXPECT_EQ(o.col_begin, o.cols / 2);
+    EXPECT_EQ(o.col_end, o.cols);
+    EXPECT_EQ(o.row_end - o.row_begin, o.rows);
+    const WeightBlock q = blocks.at("model.layers.0.self_attn.q_proj.weight");
+    EXPECT_EQ(q.row_begin, q.rows / 2);
+    EXPECT_EQ(q.col_end - q.col_begin, q.cols);
 }
