@@ -231,7 +231,9 @@ def test_connections_over_the_cap_are_refused_at_once(start_server):
             time.sleep(0.2)
         assert answer.startswith(b"HTTP/1.1 503") and b"too many open connections" in answer, \
             (answer, s.log()[-2000:])
-        assert time.monotonic() - t < 1
+        # At once: well before the 30 s read deadline a queued connection would wait for (the
+        # bound is loose for busy CI machines, where a one-second bound failed once).
+        assert time.monotonic() - t < 5
     finally:
         trickle.close()
     time.sleep(0.5)  # the tricklers' threads end as their sockets close
