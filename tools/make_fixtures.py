@@ -52,6 +52,15 @@ FIXTURES = {
         num_attention_heads=4, num_key_value_heads=2, head_dim=64, intermediate_size=96,
         tie_word_embeddings=True, rope_theta=1000000.0, max_position_embeddings=40960,
         rms_norm_eps=1e-6, bos_token_id=151643, eos_token_id=151645, demo=True),
+    # A second MoE shape: 16 experts, top-4 without renormalisation, layer 0 dense
+    # (mlp_only_layers), head_dim 64, GQA 4:1, untied head. Last in the table: the fixtures
+    # above keep their seeds.
+    "qwen3-moe-wide": dict(
+        cls=Qwen3MoeConfig, vocab_size=512, hidden_size=128, num_hidden_layers=3,
+        num_attention_heads=8, num_key_value_heads=2, head_dim=64, intermediate_size=256,
+        moe_intermediate_size=96, num_experts=16, num_experts_per_tok=4, norm_topk_prob=False,
+        decoder_sparse_step=1, mlp_only_layers=[0], tie_word_embeddings=False,
+        rope_theta=1000000.0, max_position_embeddings=4096, rms_norm_eps=1e-6),
 }
 
 DEMO_TEXTS = ["Hello", "The capital of France is", "def fibonacci(n):\n    if n < 2:\n        return n\n"

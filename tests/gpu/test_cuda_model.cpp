@@ -149,7 +149,7 @@ TEST_P(CudaModelVsHf, TeacherForcedArgmaxMatchesHuggingFace) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaModelVsHf,
                          ::testing::Values("qwen2-tiny", "qwen3-tiny", "qwen3-demo",
-                                           "qwen3-moe-tiny"),
+                                           "qwen3-moe-tiny", "qwen3-moe-wide"),
                          [](const auto& info) {
                              std::string s = info.param;
                              std::replace(s.begin(), s.end(), '-', '_');

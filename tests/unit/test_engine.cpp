@@ -104,7 +104,8 @@ TEST_P(EngineFixture, GreedyMatchesHuggingFaceInEveryBatchingMode) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, EngineFixture,
-                         ::testing::Values("qwen2-tiny", "qwen3-tiny", "qwen3-moe-tiny"),
+                         ::testing::Values("qwen2-tiny", "qwen3-tiny", "qwen3-moe-tiny",
+                                           "qwen3-moe-wide"),
                          [](const auto& info) {
                              std::string s = info.param;
                              std::replace(s.begin(), s.end(), '-', '_');

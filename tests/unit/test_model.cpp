@@ -77,7 +77,7 @@ TEST_P(HuggingFaceFixture, GreedyMatches) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, HuggingFaceFixture,
                          ::testing::Values("qwen2-tiny", "qwen3-tiny", "qwen3-moe-tiny",
-                                           "qwen3-demo"),
+                                           "qwen3-moe-wide", "qwen3-demo"),
                          [](const auto& info) {
                              std::string s = info.param;
                              std::replace(s.begin(), s.end(), '-', '_');
