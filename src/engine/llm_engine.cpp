@@ -5,6 +5,7 @@
 
 #include "core/logging.h"
 #ifdef MINIINFER_HAS_CUDA
+#include "core/cuda/device_buffer.h"
 #include "engine/cuda_model_runner.h"
 #include "models/cuda_model.h"
 #endif
@@ -40,6 +41,7 @@ std::unique_ptr<ModelRunner> load_runner(EngineConfig& config) {
     config.resolve(model_config);
     if (config.device == "cuda") {
 #ifdef MINIINFER_HAS_CUDA
+        if (cuda::device_count() == 0) fail("--device cuda: no CUDA device is visible");
         const WeightTarget bf16{.dtype = DType::kBF16};
         ModelWeights weights = parse_load_format(config.load_format) == LoadFormat::kDummy
                                    ? dummy_cuda_weights(model_config, config.seed, bf16)

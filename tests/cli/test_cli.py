@@ -112,3 +112,14 @@ def test_logits_dummy_weights_need_no_checkpoint(tmp_path):
     assert len(json.loads(out)["positions"]) == 3
     code, _, err = run("logits", "--model", str(tmp_path), "--ids", "1")
     assert_clean_error(code, err, "no model.safetensors")
+
+
+def test_device_cuda_without_a_gpu_is_one_clear_error():
+    """Before any weight is read or made: one error line, whichever the build."""
+    if shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi"], capture_output=True).returncode == 0:
+        pytest.skip("a GPU is visible here: --device cuda would run")
+    for fmt in ("dummy", "auto"):
+        code, _, err = run("generate", "--model", DEMO, "--device", "cuda", "--load-format", fmt,
+                           "--prompt", "hi")
+        assert_clean_error(code, err)
+        assert "no CUDA device is visible" in err or "has no CUDA backend" in err, err
