@@ -1,0 +1,152 @@
+// Shared by the whole-model GPU tests (test_cuda_model: dense fixtures; test_cuda_moe_model:
+// Qwen3-MoE): the runner's options, the fixtures' Hugging Face cases, and the teacher-forced
+// comparison with the CPU model and Hugging Face.
+//
+// Teacher forcing: the Hugging Face greedy sequence (prompt + 32 tokens) is fed in one prefill
+// and the GPU's argmax at every position is compared with the next token of that sequence.
+// The GPU computes in bf16 and the reference in fp32, so positions where the reference's top-2
+// logit gap (measured with the CPU model, which matches Hugging Face to ~1e-5) is below
+// kTieGap may legitimately differ; every other position must agree.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "core/json.h"
+#include "engine/cuda_model_runner.h"
+#include "models/qwen_model.h"
+#include "models/sequence_runner.h"
+#include "models/weights.h"
+#include "scheduler/batch.h"
+#include "scheduler/request.h"
+
+namespace miniinfer::model_testing {
+
+inline const std::filesystem::path kFixtures = MINIINFER_FIXTURES;
+inline constexpr float kTieGap = 0.5f;
+
+// The runner's options as an EngineConfig (resolved: every field the runner reads is set).
+inline EngineConfig runner_config(int64_t max_num_seqs, int64_t max_model_len, int64_t num_pages,
+                                  double gpu_memory_utilization = 0.9) {
+    EngineConfig c;
+    c.device = "cuda";
+    c.max_num_seqs = max_num_seqs;
+    c.max_num_batched_tokens = 512;
+    c.max_model_len = max_model_len;
+    c.page_size = 16;
+    c.num_pages = num_pages;
+    c.gpu_memory_utilization = gpu_memory_utilization;
+    return c;
+}
+
+// What the engine gives the CUDA runner: bf16 weights.
+inline ModelWeights bf16_weights(const ModelConfig& config, const std::string& name) {
+    return load_weights(config, kFixtures / name, {.dtype = DType::kBF16});
+}
+
+struct Case {
+    std::vector<int32_t> sequence;  // prompt + greedy
+    size_t prompt_len;
+};
+
+inline std::vector<Case> cases_of(const std::string& name) {
+    Json json = read_json_file(kFixtures / name / "reference.json");
+    std::vector<Case> out;
+    for (const Json& p : json["prompts"]) {
+        Case c{p["ids"].get<std::vector<int32_t>>(), 0};
+        c.prompt_len = c.sequence.size();
+        for (int32_t t : p["greedy"].get<std::vector<int32_t>>()) c.sequence.push_back(t);
+        out.push_back(std::move(c));
+    }
+    return out;
+}
+
+inline void expect_teacher_forced_matches(const std::string& name) {
+    ModelConfig config = ModelConfig::load(kFixtures / name);
+    QwenModel cpu_model(config, load_weights(config, kFixtures / name));
+    CudaModelRunner gpu(runner_config(128, 256, 64), config, bf16_weights(config, name));
+    for (const Case& c : cases_of(name)) {
+        const int64_t n =
+            int64_t(c.sequence.size()) - 1;  // predict tokens 1..n from positions 0..n-1
+        // CPU: the reference logits' top-2 gaps.
+        SequenceRunner cpu(cpu_model, n);
+        Tensor logits = cpu.append(std::span(c.sequence).first(size_t(n)));
+        // GPU: one prefill with logits at every position.
+        Request r;
+        r.prompt_ids.assign(c.sequence.begin(), c.sequence.begin() + n);
+        r.pages.resize(size_t((n + 15) / 16));
+        std::iota(r.pages.rbegin(), r.pages.rend(), 0);
+        Batch b;
+        b.seqs = {{&r, 0, n, true}};
+        build_batch(b, 16);
+        b.logits_indices.resize(size_t(n));
+        std::iota(b.logits_indices.begin(), b.logits_indices.end(), 0);
+        SamplingParams greedy;
+        greedy.temperature = 0;
+        SamplerInput input;
+        input.params = &greedy;
+        std::vector<SamplerInput> inputs(static_cast<size_t>(n), input);
+        b.sampling.assign(size_t(n), &r);
+        std::vector<SampledToken> tokens = gpu.run(b, inputs);
+        // Logits: bf16 end to end on the GPU against fp32 on the CPU. Relative to the logits'
+        // spread, the difference stays at the bf16 level (2^-8 relative per rounding, a few
+        // dozen roundings deep): within 5% of the largest |logit| at every position.
+        // An MoE model may also route a token differently: its router logits are bf16 on the
+        // GPU (as in Hugging Face's bf16 model) and f32 on the CPU, so where a token's k-th and
+        // (k+1)-th experts are within bf16 noise the GPU may pick the other one, and that
+        // position's logits move by more: for an MoE model the bound is 25% (the H200 measured
+        // 0.5%, 13% and 7% on the fixture's three prompts, with every greedy position equal) and
+        // the positions beyond 5% are only printed. The greedy checks below hold everywhere.
+        Tensor gpu_logits = gpu.last_logits();
+        float max_abs = 0, max_delta = 0;
+        for (int64_t i = 0; i < n * config.vocab_size; ++i)
+            max_abs = std::max(max_abs, std::fabs(logits.data<float>()[i]));
+        int64_t beyond = 0;  // positions beyond the bf16 bound
+        for (int64_t t = 0; t < n; ++t) {
+            float row_delta = 0;
+            for (int64_t v = 0; v < config.vocab_size; ++v) {
+                const int64_t i = t * config.vocab_size + v;
+                row_delta = std::max(
+                    row_delta, std::fabs(gpu_logits.data<float>()[i] - logits.data<float>()[i]));
+            }
+            max_delta = std::max(max_delta, row_delta);
+            beyond += row_delta > 0.05f * max_abs ? 1 : 0;
+        }
+        std::printf(
+            "[ %s: max |dlogit| GPU vs CPU %.3f (largest |logit| %.1f); %lld of %lld positions "
+            "beyond 5%% ]\n",
+            name.c_str(), max_delta, max_abs, (long long)beyond, (long long)n);
+        if (config.num_experts == 0)
+            EXPECT_EQ(beyond, 0) << name;
+        else
+            EXPECT_LE(max_delta, 0.25f * max_abs) << name;
+        int agree = 0, clear = 0;
+        for (int64_t i = 0; i < n; ++i) {
+            const float* row = logits.data<float>() + i * config.vocab_size;
+            std::vector<float> sorted(row, row + config.vocab_size);
+            std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(),
+                              std::greater<float>());
+            const bool is_clear = sorted[0] - sorted[1] > kTieGap;
+            const bool same = tokens[size_t(i)].token == c.sequence[size_t(i) + 1] ||
+                              i + 1 < int64_t(c.prompt_len);
+            if (i + 1 < int64_t(c.prompt_len))
+                continue;  // prompt positions have no reference next token
+            agree += tokens[size_t(i)].token == c.sequence[size_t(i) + 1];
+            clear += is_clear;
+            if (is_clear) {
+                EXPECT_TRUE(same) << name << " position " << i << " gap " << sorted[0] - sorted[1];
+            }
+        }
+        std::printf("[ %s: %d of %zu greedy positions agree (%d with a clear top-2 gap) ]\n",
+                    name.c_str(), agree, c.sequence.size() - c.prompt_len, clear);
+    }
+}
+
+}  // namespace miniinfer::model_testing
