@@ -21,6 +21,7 @@
 
 #include "core/json.h"
 #include "engine/cuda_model_runner.h"
+#include "engine/llm_engine.h"
 #include "models/qwen_model.h"
 #include "models/sequence_runner.h"
 #include "models/weights.h"
@@ -147,6 +148,39 @@ inline void expect_teacher_forced_matches(const std::string& name) {
         std::printf("[ %s: %d of %zu greedy positions agree (%d with a clear top-2 gap) ]\n",
                     name.c_str(), agree, c.sequence.size() - c.prompt_len, clear);
     }
+}
+
+// The engine with and without CUDA graphs on the fixture's prompts plus `more`, sampled (odd
+// requests at temperature 0.8, seeded from seed_base) and greedy, 24 tokens each: the graph
+// replays (padded to the next captured batch size) must give the eager steps' tokens.
+inline void expect_graph_replay_equals_eager(const std::string& fixture, std::vector<Prompt> more,
+                                             uint64_t seed_base) {
+    std::vector<Prompt> prompts;
+    for (const Case& k : cases_of(fixture))
+        prompts.push_back(
+            Prompt::from_ids({k.sequence.begin(), k.sequence.begin() + long(k.prompt_len)}));
+    for (Prompt& p : more) prompts.push_back(std::move(p));
+    std::vector<SamplingParams> params(prompts.size());
+    for (size_t i = 0; i < params.size(); ++i) {
+        params[i].temperature = i % 2 ? 0.8 : 0.0;
+        params[i].seed = seed_base + i;
+        params[i].max_tokens = 24;
+        params[i].ignore_eos = true;
+    }
+    std::vector<std::vector<int32_t>> results[2];
+    for (bool eager : {true, false}) {
+        EngineConfig c;
+        c.model_dir = (kFixtures / fixture).string();
+        c.device = "cuda";
+        c.max_model_len = 512;
+        c.max_num_seqs = 16;
+        c.gpu_memory_utilization = 0.3;
+        c.enforce_eager = eager;
+        LLMEngine engine(c);
+        for (const auto& out : engine.generate(prompts, params))
+            results[eager].push_back(out.token_ids);
+    }
+    EXPECT_EQ(results[0], results[1]) << fixture;
 }
 
 }  // namespace miniinfer::model_testing

@@ -182,33 +182,10 @@ TEST(CudaEngine, DemoGreedyAgreesWithHuggingFace) {
 // tokens as eager steps, greedy and seeded sampling alike.
 TEST(CudaEngine, GraphReplayEqualsEager) {
     REQUIRE_GPU();
-    std::vector<Prompt> prompts;
-    for (const Case& k : cases_of("qwen3-demo"))
-        prompts.push_back(
-            Prompt::from_ids({k.sequence.begin(), k.sequence.begin() + long(k.prompt_len)}));
-    prompts.push_back(Prompt::from_text("Once upon a time"));
-    prompts.push_back(Prompt::from_text("1, 2, 3, 4,"));  // 5 requests: replays pad to 8
-    std::vector<SamplingParams> params(prompts.size());
-    for (size_t i = 0; i < params.size(); ++i) {
-        params[i].temperature = i % 2 ? 0.8 : 0.0;
-        params[i].seed = 100 + i;
-        params[i].max_tokens = 24;
-        params[i].ignore_eos = true;
-    }
-    std::vector<std::vector<int32_t>> results[2];
-    for (bool eager : {true, false}) {
-        EngineConfig c;
-        c.model_dir = (kFixtures / "qwen3-demo").string();
-        c.device = "cuda";
-        c.max_model_len = 512;
-        c.max_num_seqs = 16;
-        c.gpu_memory_utilization = 0.3;
-        c.enforce_eager = eager;
-        LLMEngine engine(c);
-        for (const auto& out : engine.generate(prompts, params))
-            results[eager].push_back(out.token_ids);
-    }
-    EXPECT_EQ(results[0], results[1]);
+    // 5 requests: replays pad to 8.
+    expect_graph_replay_equals_eager(
+        "qwen3-demo", {Prompt::from_text("Once upon a time"), Prompt::from_text("1, 2, 3, 4,")},
+        100);
 }
 
 // --load-format dummy on the GPU: the loader's layout filled on the device. Norms are 1,
