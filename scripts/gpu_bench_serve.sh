@@ -9,12 +9,8 @@
 # SERVE_ONLY_FLAGS: extra flags for serve alone (e.g. --use-multiprocess). The live /metrics
 # after the run is saved as metrics.txt (check it with promtool where it is installed).
 set -uo pipefail
-cd "$(dirname "$0")/.."
-out=${OUT:-gpu-results}
-dist=${DIST_DIR:-dist/gpu}
+source "$(dirname "$0")/gpu_env.sh"
 workload=${WORKLOAD:-balanced}
-mkdir -p "$out"
-export LD_LIBRARY_PATH="$PWD/$dist/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 bin="$dist/bin/miniinfer"
 
 model=$(mktemp -d)

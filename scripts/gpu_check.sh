@@ -11,11 +11,7 @@
 # a random Qwen3-0.6B-shaped checkpoint (tools/make_random_checkpoint.py, needs torch and
 # transformers) loaded for CUDA, whose logged peak host memory must stay below 1.5x its size.
 set -uo pipefail
-cd "$(dirname "$0")/.."
-out=${OUT:-gpu-results}
-dist=${DIST_DIR:-dist/gpu}
-mkdir -p "$out"
-export LD_LIBRARY_PATH="$PWD/$dist/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+source "$(dirname "$0")/gpu_env.sh"
 nvidia-smi > "$out/nvidia-smi.txt" 2>&1
 status=0
 : > "$out/tests.log"

@@ -5,11 +5,7 @@
 # exit took, the exit status and how many streams ended with the shutdown error and [DONE].
 # Writes $OUT/drain.txt (else gpu-results/).
 set -uo pipefail
-cd "$(dirname "$0")/.."
-out=${OUT:-gpu-results}
-dist=${DIST_DIR:-dist/gpu}
-mkdir -p "$out"
-export LD_LIBRARY_PATH="$PWD/$dist/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+source "$(dirname "$0")/gpu_env.sh"
 model=$(mktemp -d)
 cp bench/qwen3-0.6b/config.json tests/fixtures/qwen3-demo/tokenizer.json \
    tests/fixtures/qwen3-demo/tokenizer_config.json "$model/"
