@@ -6,6 +6,7 @@
 //                                 summary (max abs / rel error, RMS error / RMS reference, the
 //                                 first mismatching index)
 //   time_launch                   the median time of a launch: CUDA events, warm-up, L2 flushed
+//   CapturedGraph                 the launches of a lambda captured as a CUDA graph, to replay
 //   device_peaks, print_bench_row achieved GB/s and TFLOP/s against this device's copy bandwidth
 //                                 and bf16 GEMM rate, measured once per process (not datasheet
 //                                 figures)
@@ -40,6 +41,29 @@
     GTEST_SKIP() << "no CUDA device visible: GPU test skipped"
 
 namespace miniinfer::gpu_testing {
+
+// What `launches` enqueues on `stream`, captured (nothing runs during the capture) and
+// instantiated as a CUDA graph; replay() launches it on a stream. Destroys both at the end.
+class CapturedGraph {
+  public:
+    CapturedGraph(cudaStream_t stream, const std::function<void()>& launches) {
+        MI_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+        launches();
+        MI_CUDA_CHECK(cudaStreamEndCapture(stream, &graph_));
+        MI_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
+    }
+    ~CapturedGraph() {
+        cudaGraphExecDestroy(exec_);
+        cudaGraphDestroy(graph_);
+    }
+    CapturedGraph(const CapturedGraph&) = delete;
+    CapturedGraph& operator=(const CapturedGraph&) = delete;
+    void replay(cudaStream_t stream) const { MI_CUDA_CHECK(cudaGraphLaunch(exec_, stream)); }
+
+  private:
+    cudaGraph_t graph_ = nullptr;
+    cudaGraphExec_t exec_ = nullptr;
+};
 
 // A host bf16 tensor of N(0, scale²) values.
 inline Tensor random_bf16(Shape shape, std::mt19937& rng, float scale) {

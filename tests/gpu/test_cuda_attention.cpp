@@ -232,12 +232,7 @@ TEST_P(CudaAttention, GraphReplayAfterNewPlan) {
     backend->run(p, stream.get());  // eager warm-up: kernel attributes set before the capture
     MI_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
 
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    MI_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
-    backend->run(p, stream.get());
-    MI_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
-    MI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    const gpu_testing::CapturedGraph graph(stream.get(), [&] { backend->run(p, stream.get()); });
 
     for (const std::vector<int32_t>& lens : {std::vector<int32_t>{3000, 50, 700, 1},
                                              std::vector<int32_t>{2999, 50, 1, 1}, captured_lens}) {
@@ -247,14 +242,12 @@ TEST_P(CudaAttention, GraphReplayAfterNewPlan) {
         d.poison_out();
         MI_CUDA_CHECK(cudaDeviceSynchronize());  // legacy-stream copies vs. the non-blocking one
         backend->plan(host_span(b.query_start), host_span(b.seq_lens), stream.get());
-        MI_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+        graph.replay(stream.get());
         MI_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
         std::vector<Seq> seqs;
         for (int32_t len : lens) seqs.push_back({1, len});
         expect_close(b, d.out_host(), "graph replay, " + describe(cfg, seqs));
     }
-    MI_CUDA_CHECK(cudaGraphExecDestroy(exec));
-    MI_CUDA_CHECK(cudaGraphDestroy(graph));
 }
 
 // Informative: decode HBM bandwidth at Qwen3-0.6B's shapes (16 heads, 8 KV heads, head_dim

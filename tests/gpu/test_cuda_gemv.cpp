@@ -20,6 +20,7 @@
 using namespace miniinfer;
 using gpu_testing::all_close;
 using gpu_testing::bitwise_equal;
+using gpu_testing::CapturedGraph;
 using gpu_testing::download;
 using gpu_testing::offset_view;
 using gpu_testing::random_bf16;
@@ -201,20 +202,12 @@ TEST(CudaGemv, GraphCaptureReplays) {
     MI_CUDA_CHECK(cudaMemset(dy.raw(), 0, dy.nbytes()));
     sync_device();
 
-    cudaGraph_t graph = nullptr;
-    MI_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
-    gemm.run(dx, dw, &dbias, dy, stream.get());
-    MI_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
-    std::unique_ptr<CUgraph_st, decltype(&cudaGraphDestroy)> graph_owner(graph, cudaGraphDestroy);
-    cudaGraphExec_t exec = nullptr;
-    MI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    std::unique_ptr<CUgraphExec_st, decltype(&cudaGraphExecDestroy)> exec_owner(
-        exec, cudaGraphExecDestroy);
+    const CapturedGraph graph(stream.get(), [&] { gemm.run(dx, dw, &dbias, dy, stream.get()); });
     const Tensor before = cuda::to_host(dy);
     EXPECT_TRUE(std::all_of(before.data<uint16_t>(), before.data<uint16_t>() + m * n,
                             [](uint16_t v) { return v == 0; }))
         << "capture must not execute the GEMM";
-    MI_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+    graph.replay(stream.get());
     stream.synchronize();
     EXPECT_TRUE(bitwise_equal(dy, eager)) << "graph replay differs from eager";
 }
@@ -281,22 +274,15 @@ TEST(CudaGemv, BenchQwen3Shapes) {
                 end.record(stream.get());
                 end.synchronize();
                 if (cuda::Event::elapsed_ms(start, end) > 1.f) return -1;  // instrumented
-                cudaGraph_t graph = nullptr;
-                MI_CUDA_CHECK(
-                    cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
-                for (int64_t i = 0; i < calls; ++i) call(variant, ws[size_t(i % copies)]);
-                MI_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
-                cudaGraphExec_t exec = nullptr;
-                MI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-                MI_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));  // warm clocks and code
+                const CapturedGraph graph(stream.get(), [&] {
+                    for (int64_t i = 0; i < calls; ++i) call(variant, ws[size_t(i % copies)]);
+                });
+                graph.replay(stream.get());  // warm clocks and code
                 const int replays = 5;
                 start.record(stream.get());
-                for (int r = 0; r < replays; ++r)
-                    MI_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+                for (int r = 0; r < replays; ++r) graph.replay(stream.get());
                 end.record(stream.get());
                 end.synchronize();
-                MI_CUDA_CHECK(cudaGraphExecDestroy(exec));
-                MI_CUDA_CHECK(cudaGraphDestroy(graph));
                 return 1e3 * cuda::Event::elapsed_ms(start, end) / double(replays * calls);
             };
             const double bytes = double(w_bytes) + double(m * (shape.k + shape.n) * 2);

@@ -26,6 +26,7 @@
 using namespace miniinfer;
 using cuda::kGroupedGemmTileRows;
 using gpu_testing::all_close;
+using gpu_testing::CapturedGraph;
 
 namespace {
 
@@ -267,15 +268,8 @@ TEST(CudaGroupedGemm, GraphReplayReadsDeviceOffsets) {
     Tensor dy = cuda::device_tensor({max_rows, n}, DType::kBF16);
 
     cuda::Stream stream;
-    cudaGraph_t graph = nullptr;
-    MI_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
-    cuda::grouped_gemm(dx, dw, doffsets, dy, stream.get());
-    MI_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
-    std::unique_ptr<CUgraph_st, decltype(&cudaGraphDestroy)> graph_owner(graph, cudaGraphDestroy);
-    cudaGraphExec_t exec = nullptr;
-    MI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    std::unique_ptr<CUgraphExec_st, decltype(&cudaGraphExecDestroy)> exec_owner(
-        exec, cudaGraphExecDestroy);
+    const CapturedGraph graph(stream.get(),
+                              [&] { cuda::grouped_gemm(dx, dw, doffsets, dy, stream.get()); });
 
     for (int64_t tokens : {5, 200, 40}) {
         const Routing routing = route_tokens(tokens, 4, int(num_experts), rng);
@@ -286,7 +280,7 @@ TEST(CudaGroupedGemm, GraphReplayReadsDeviceOffsets) {
         MI_CUDA_CHECK(
             cudaMemcpy(doffsets.raw(), offsets.raw(), offsets.nbytes(), cudaMemcpyHostToDevice));
         MI_CUDA_CHECK(cudaMemset(dy.raw(), 0x7f, dy.nbytes()));
-        MI_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+        graph.replay(stream.get());
         stream.synchronize();
         check_result(x, w, routing, dy, int64_t(1) << 28, rng,
                      "graph replay: " + describe(num_experts, n, k, routing));

@@ -24,6 +24,7 @@
 using namespace miniinfer;
 using gpu_testing::all_close;
 using gpu_testing::bitwise_equal;
+using gpu_testing::CapturedGraph;
 using gpu_testing::offset_view;
 using gpu_testing::random_bf16;
 
@@ -177,20 +178,12 @@ TEST(CudaGemm, UnalignedViewsCacheAndGraphReplay) {
     EXPECT_TRUE(bitwise_equal(download(), first)) << "second (cached) call differs";
 
     MI_CUDA_CHECK(cudaMemset(dy.raw(), 0, dy.nbytes()));
-    cudaGraph_t graph = nullptr;
-    MI_CUDA_CHECK(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal));
-    gemm.run(dx, dw, &dbias, dy, stream.get());
-    MI_CUDA_CHECK(cudaStreamEndCapture(stream.get(), &graph));
-    std::unique_ptr<CUgraph_st, decltype(&cudaGraphDestroy)> graph_owner(graph, cudaGraphDestroy);
-    cudaGraphExec_t exec = nullptr;
-    MI_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    std::unique_ptr<CUgraphExec_st, decltype(&cudaGraphExecDestroy)> exec_owner(
-        exec, cudaGraphExecDestroy);
+    const CapturedGraph graph(stream.get(), [&] { gemm.run(dx, dw, &dbias, dy, stream.get()); });
     Tensor before_replay = download();
     EXPECT_TRUE(std::all_of(before_replay.data<uint16_t>(), before_replay.data<uint16_t>() + m * n,
                             [](uint16_t v) { return v == 0; }))
         << "capture must not execute the GEMM";
-    MI_CUDA_CHECK(cudaGraphLaunch(exec, stream.get()));
+    graph.replay(stream.get());
     stream.synchronize();
     EXPECT_TRUE(bitwise_equal(download(), first)) << "graph replay differs from eager";
 }
