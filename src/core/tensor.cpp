@@ -91,23 +91,11 @@ Tensor Tensor::to_f32() const {
 }
 
 void copy_to_f32(const Tensor& src, float* dst) {
-    MI_CHECK(src.device() == Device::kCPU && src.is_contiguous(), "copy_to_f32 of {}",
-             src.describe());
-    const int64_t n = src.numel();
-    const auto* half = src.data<uint16_t>();
-    switch (src.dtype()) {
-        case DType::kF32:
-            std::memcpy(dst, src.raw(), size_t(n) * sizeof(float));
-            break;
-        case DType::kBF16:
-            for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(half[i]);
-            break;
-        case DType::kF16:
-            for (int64_t i = 0; i < n; ++i) dst[i] = f16_to_f32(half[i]);
-            break;
-        default:
-            MI_CHECK(false, "copy_to_f32 of {}", src.describe());
-    }
+    const DType t = src.dtype();
+    MI_CHECK(src.device() == Device::kCPU && src.is_contiguous() &&
+                 (t == DType::kF32 || t == DType::kBF16 || t == DType::kF16),
+             "copy_to_f32 of {}", src.describe());
+    convert_elements(src.raw(), t, dst, DType::kF32, src.numel());
 }
 
 void convert_elements(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n) {
