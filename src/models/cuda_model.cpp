@@ -1,7 +1,6 @@
 #include "models/cuda_model.h"
 
 #include <chrono>
-#include <cmath>
 #include <functional>
 
 #include "core/check.h"
@@ -24,12 +23,7 @@ ModelWeights dummy_cuda_weights(const ModelConfig& config, uint64_t seed,
     };
     writer.write = [&](const std::string& name, const Shape& shape, const WeightBlock& b,
                        void* dst) {
-        const bool is_norm = name.find("norm") != std::string::npos;
-        const bool is_bias = name.ends_with("bias");
-        const float scale = is_norm || is_bias ? 0.f
-                            : shape.size() == 2 && !name.starts_with("model.embed")
-                                ? 1.f / std::sqrt(float(shape[1]))
-                                : 1.f;
+        const DummyInit init = dummy_init(name, shape);
         const int64_t n = (b.row_end - b.row_begin) * (b.col_end - b.col_begin);
         Tensor out(dst, DType::kBF16, {n}, Device::kCUDA);
         cuda::fill_normal(out,
@@ -38,7 +32,7 @@ ModelWeights dummy_cuda_weights(const ModelConfig& config, uint64_t seed,
                            .row_end = b.row_end,
                            .col_begin = b.col_begin,
                            .col_end = b.col_end},
-                          seed ^ std::hash<std::string>{}(name), scale, is_norm ? 1.f : 0.f,
+                          seed ^ std::hash<std::string>{}(name), init.scale, init.constant,
                           nullptr);
     };
     writer.parallel = false;  // launches in order on the default stream

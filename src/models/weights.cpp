@@ -218,22 +218,30 @@ void generate_block(uint64_t seed, const std::string& name, const Shape& shape, 
                     DType dtype, void* dst) {
     std::mt19937_64 rng(seed ^ std::hash<std::string>{}(name));
     std::normal_distribution<float> normal(0.f, 1.f);
-    const bool is_norm = name.find("norm") != std::string::npos;
-    const bool is_bias = name.ends_with("bias");
-    const float scale = shape.size() == 2 && !name.starts_with("model.embed")
-                            ? 1.f / std::sqrt(float(shape[1]))
-                            : 1.f;
+    const DummyInit init = dummy_init(name, shape);
     const int64_t width = b.col_end - b.col_begin;
     const size_t out_row_bytes = size_t(width) * dtype_size(dtype);
     std::vector<float> row(size_t(b.cols));
     auto* out = static_cast<char*>(dst);
     for (int64_t r = 0; r < b.row_end; ++r) {
-        for (float& x : row) x = is_norm ? 1.f : is_bias ? 0.f : normal(rng) * scale;
+        for (float& x : row) x = init.scale == 0.f ? init.constant : normal(rng) * init.scale;
         if (r < b.row_begin) continue;
         convert_elements(row.data() + b.col_begin, DType::kF32, out, dtype, width);
         out += out_row_bytes;
     }
 }
+
+}  // namespace
+
+DummyInit dummy_init(const std::string& name, const Shape& shape) {
+    if (name.find("norm") != std::string::npos) return {.scale = 0.f, .constant = 1.f};
+    if (name.ends_with("bias")) return {.scale = 0.f, .constant = 0.f};
+    if (shape.size() == 2 && !name.starts_with("model.embed"))
+        return {.scale = 1.f / std::sqrt(float(shape[1]))};
+    return {};
+}
+
+namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -84,6 +84,15 @@ ModelWeights load_weights(const ModelConfig& config, const std::filesystem::path
 ModelWeights dummy_weights(const ModelConfig& config, uint64_t seed,
                            const WeightTarget& target = {});
 
+// How --load-format dummy fills a tensor (host and GPU alike): norms are `constant` 1, biases
+// `constant` 0 (scale 0 for both), matrices N(0, scale²) with scale 1 / sqrt(in_features), the
+// embedding and other tensors N(0, 1). Unit-scale activations whatever the depth.
+struct DummyInit {
+    float scale = 1.f;  // 0: every element is `constant`
+    float constant = 0.f;
+};
+DummyInit dummy_init(const std::string& name, const Shape& shape);
+
 // The part of a source tensor one rank holds (by the tensor's Shard rule). The tensor is seen
 // as [rows, cols]; a 1-D tensor is [rows, 1].
 struct WeightBlock {
