@@ -1,0 +1,212 @@
+#include <ctime>
+#include <map>
+
+#include "server/http_server_impl.h"
+
+namespace miniinfer {
+
+using namespace std::chrono_literals;
+using namespace http_internal;
+
+// Not streaming: the whole response once every choice has finished. Meanwhile a space (JSON
+// allows leading whitespace) is written every 50 ms: a client that has hung up makes that
+// write fail, and its requests are aborted instead of running to the end for nobody.
+void HttpServer::Impl::respond_when_done(httplib::Response& res, std::shared_ptr<ApiRequest> r,
+                                         std::shared_ptr<OutputChannel> channel,
+                                         std::vector<std::string> ids, std::string response_id) {
+    auto choices = std::make_shared<std::vector<Choice>>(ids.size());
+    auto done = std::make_shared<size_t>(0);
+    res.set_chunked_content_provider("application/json", [=, this](size_t,
+                                                                   httplib::DataSink& sink) {
+        std::map<std::string, size_t> index;
+        for (size_t i = 0; i < ids.size(); ++i) index[ids[i]] = i;
+        auto last_probe = std::chrono::steady_clock::now();
+        while (*done < ids.size()) {
+            if (server.draining()) {  // shutting down: the request ends now, with an error body
+                for (const auto& id : ids) engine.abort(id);
+                const std::string body = dump(shutdown_error().body());
+                sink.write(body.data(), body.size());
+                sink.done();
+                return true;
+            }
+            auto out = channel->next(50ms);
+            if (std::chrono::steady_clock::now() - last_probe >= 50ms) {
+                last_probe = std::chrono::steady_clock::now();
+                if (!sink.write(" ", 1)) {
+                    for (const auto& id : ids) engine.abort(id);
+                    return false;
+                }
+            }
+            if (!out || !out->finished) continue;
+            (*choices)[index.at(out->request_id)].last = std::move(*out);
+            ++*done;
+        }
+        for (const Choice& c : *choices)
+            if (c.last.finish_reason == "error") {  // the engine failed it (e.g. its process died)
+                const std::string body = dump(ApiError{500, c.last.error, "server_error"}.body());
+                sink.write(body.data(), body.size());
+                sink.done();
+                return true;
+            }
+        Json list = Json::array();
+        int64_t prompt_tokens = 0, completion_tokens = 0, cached = 0;
+        for (size_t i = 0; i < choices->size(); ++i) {
+            const RequestOutput& out = (*choices)[i].last;
+            if (i % size_t(r->n) == 0) {
+                prompt_tokens += out.num_prompt_tokens;
+                cached += out.num_cached_tokens;
+            }
+            completion_tokens += int64_t(out.token_ids.size());
+            list.push_back(choice_json(*r, i, (*choices)[i], out));
+        }
+        const std::string body =
+            dump({{"id", response_id},
+                  {"object", r->chat ? "chat.completion" : "text_completion"},
+                  {"created", int64_t(std::time(nullptr))},
+                  {"model", options.served_model_name},
+                  {"choices", list},
+                  {"usage", usage_json(prompt_tokens, completion_tokens, cached)}});
+        sink.write(body.data(), body.size());
+        sink.done();
+        return true;
+    });
+}
+
+// A whole choice (non-streaming) from its final output.
+Json HttpServer::Impl::choice_json(const ApiRequest& r, size_t index, Choice&,
+                                   const RequestOutput& out) {
+    const Tokenizer* tok = engine.tokenizer();
+    Json logprobs = nullptr;
+    if (r.params.logprobs)
+        logprobs =
+            r.chat ? chat_logprobs(out.logprobs, tok) : completion_logprobs(out.logprobs, tok);
+    const Json finish = out.finish_reason.empty()
+                            ? Json(nullptr)
+                            : Json(out.finish_reason == "abort" ? "abort" : out.finish_reason);
+    if (!r.chat)
+        return {{"index", index},
+                {"text", out.text},
+                {"logprobs", logprobs},
+                {"finish_reason", finish}};
+    Json message = {{"role", "assistant"}, {"content", out.text}};
+    if (split_reasoning) {
+        ReasoningSplitter splitter;
+        auto [reasoning, content] = splitter.feed(out.text);
+        auto [r2, c2] = splitter.finish();
+        message["content"] = content + c2;
+        message["reasoning_content"] = reasoning + r2;
+        if ((reasoning + r2).empty()) message["reasoning_content"] = nullptr;
+    }
+    return {
+        {"index", index}, {"message", message}, {"logprobs", logprobs}, {"finish_reason", finish}};
+}
+
+void HttpServer::Impl::stream_response(httplib::Response& res, std::shared_ptr<ApiRequest> r,
+                                       std::shared_ptr<OutputChannel> channel,
+                                       std::vector<std::string> ids, std::string response_id) {
+    auto state = std::make_shared<std::vector<Choice>>(ids.size());
+    auto index = std::make_shared<std::map<std::string, size_t>>();
+    for (size_t i = 0; i < ids.size(); ++i) (*index)[ids[i]] = i;
+    auto remaining = std::make_shared<size_t>(ids.size());
+    auto usage = std::make_shared<std::array<int64_t, 3>>();  // prompt, completion, cached
+    const int64_t created = int64_t(std::time(nullptr));
+    auto chunk = [=, this](Json choices) {
+        return Json{{"id", response_id},
+                    {"object", r->chat ? "chat.completion.chunk" : "text_completion"},
+                    {"created", created},
+                    {"model", options.served_model_name},
+                    {"choices", std::move(choices)}};
+    };
+    auto send = [](httplib::DataSink& sink, const Json& j) {
+        const std::string line = "data: " + dump(j) + "\n\n";
+        return sink.write(line.data(), line.size());
+    };
+    res.set_chunked_content_provider(
+        "text/event-stream", [=, this](size_t, httplib::DataSink& sink) {
+            auto abort_all = [&] {
+                for (const auto& id : ids) engine.abort(id);
+                return false;
+            };
+            if (r->chat)  // the first chunk of each choice carries the role
+                for (size_t i = 0; i < state->size(); ++i)
+                    if (!(*state)[i].role_sent) {
+                        (*state)[i].role_sent = true;
+                        Json delta = {{"role", "assistant"}, {"content", ""}};
+                        if (!send(sink, chunk(Json::array({{{"index", i},
+                                                            {"delta", delta},
+                                                            {"logprobs", nullptr},
+                                                            {"finish_reason", nullptr}}}))))
+                            return abort_all();
+                    }
+            auto end_with_error = [&](const ApiError& error) {  // an error event, then [DONE]
+                for (const auto& id : ids) engine.abort(id);
+                send(sink, error.body());
+                const std::string done = "data: [DONE]\n\n";
+                sink.write(done.data(), done.size());
+                sink.done();
+                return true;
+            };
+            while (*remaining > 0) {
+                if (server.draining()) return end_with_error(shutdown_error());
+                auto out = channel->next(200ms);
+                if (!out) {
+                    if (!sink.is_writable()) return abort_all();
+                    continue;
+                }
+                const size_t i = index->at(out->request_id);
+                Choice& c = (*state)[i];
+                if (out->finish_reason ==
+                    "error")  // the engine failed it: an error event ends the stream
+                    return end_with_error(ApiError{500, out->error, "server_error"});
+                Json logprobs = nullptr;
+                if (r->params.logprobs && out->logprobs.size() > c.num_logprobs_sent) {
+                    std::vector<TokenLogprob> fresh(
+                        out->logprobs.begin() + long(c.num_logprobs_sent), out->logprobs.end());
+                    c.num_logprobs_sent = out->logprobs.size();
+                    logprobs = r->chat ? chat_logprobs(fresh, engine.tokenizer())
+                                       : completion_logprobs(fresh, engine.tokenizer());
+                }
+                const Json finish = out->finished ? Json(out->finish_reason) : Json(nullptr);
+                Json choice = {{"index", i}, {"logprobs", logprobs}, {"finish_reason", finish}};
+                if (r->chat) {
+                    Json delta = Json::object();
+                    std::string content = out->delta_text, reasoning;
+                    if (split_reasoning) {
+                        auto [rd, cd] = c.splitter.feed(out->delta_text);
+                        if (out->finished) {
+                            auto [r2, c2] = c.splitter.finish();
+                            rd += r2;
+                            cd += c2;
+                        }
+                        reasoning = rd;
+                        content = cd;
+                    }
+                    if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
+                    if (!content.empty() || reasoning.empty()) delta["content"] = content;
+                    choice["delta"] = delta;
+                } else {
+                    choice["text"] = out->delta_text;
+                }
+                if (out->finished) {
+                    --*remaining;
+                    if (i % size_t(r->n) == 0) {
+                        (*usage)[0] += out->num_prompt_tokens;
+                        (*usage)[2] += out->num_cached_tokens;
+                    }
+                    (*usage)[1] += int64_t(out->token_ids.size());
+                }
+                if (!send(sink, chunk(Json::array({choice})))) return abort_all();
+            }
+            if (r->include_usage) {
+                Json last = chunk(Json::array());
+                last["usage"] = usage_json((*usage)[0], (*usage)[1], (*usage)[2]);
+                if (!send(sink, last)) return false;
+            }
+            const std::string done = "data: [DONE]\n\n";
+            sink.write(done.data(), done.size());
+            sink.done();
+            return true;
+        });
+}
+
+}  // namespace miniinfer
