@@ -1,6 +1,7 @@
 #include "engine/cuda_model_runner.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
@@ -20,16 +21,14 @@ constexpr size_t kGraphMarginBytes = size_t(16) << 20;
 constexpr int64_t kTrialPages = 1;  // the KV pool the graphs are first measured against
 constexpr double kMiB = 1048576.0;
 
-size_t free_device_memory() {
+// cudaMemGetInfo: bytes free on the device now, and the card's total.
+std::pair<size_t, size_t> device_memory() {
     size_t free = 0, total = 0;
     MI_CUDA_CHECK(cudaMemGetInfo(&free, &total));
-    return free;
+    return {free, total};
 }
-
-size_t total_device_memory() {
-    size_t free = 0, total = 0;
-    MI_CUDA_CHECK(cudaMemGetInfo(&free, &total));
-    return total;
+size_t free_device_memory() {
+    return device_memory().first;
 }
 
 }  // namespace
@@ -158,7 +157,7 @@ void CudaModelRunner::Impl::measure_graphs() {
 
 // The KV cache takes what gpu_memory_utilization leaves after the graphs.
 void CudaModelRunner::Impl::size_kv_cache() {
-    const size_t page = page_bytes(), total = total_device_memory();
+    const size_t page = page_bytes(), total = device_memory().second;
     const double usable = double(total) * opt.gpu_memory_utilization;
     const double budget = usable - double(total - free_device_memory()) -
                           double(memory.graph_reserve) - double(page);  // the dummy page
@@ -185,7 +184,7 @@ void CudaModelRunner::Impl::capture_and_log() {
         memory.weights / kMiB, memory.activations / kMiB, memory.graphs / kMiB,
         graphs ? graphs->batch_sizes().size() : 0,
         memory.graphs_measured ? kGraphMarginBytes / kMiB : 0.0, kv_bytes / kMiB, num_pages,
-        opt.page_size, num_pages * opt.page_size, total_device_memory() / kMiB, attention->name());
+        opt.page_size, num_pages * opt.page_size, device_memory().second / kMiB, attention->name());
     if (memory.graphs_measured && captured > memory.graph_reserve)
         MI_LOG_WARN(
             "CUDA graphs took {:.0f} MiB more on the second capture, beyond the {:.0f} MiB set "
