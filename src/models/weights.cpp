@@ -243,6 +243,13 @@ DummyInit dummy_init(const std::string& name, const Shape& shape) {
 
 namespace {
 
+// assemble_weights once the target has been checked.
+ModelWeights assemble_checked(const ModelConfig& config, const WeightTarget& target,
+                              WeightWriter writer) {
+    Assembler a(std::move(writer), target);
+    return assemble(config, target, a);
+}
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -275,8 +282,7 @@ ModelWeights load_weights(const ModelConfig& config, const std::filesystem::path
     writer.write = [&](const std::string& name, const Shape& shape, const Block& b, void* dst) {
         copy_block(ckpt, name, shape, b, target.dtype, dst);
     };
-    Assembler a(std::move(writer), target);
-    ModelWeights w = assemble(config, target, a);
+    ModelWeights w = assemble_checked(config, target, std::move(writer));
     LoadStats& s = w.stats;
     s.seconds = seconds_since(start);
     s.peak_host_bytes = peak_host_memory_bytes();
@@ -291,13 +297,11 @@ ModelWeights load_weights(const ModelConfig& config, const std::filesystem::path
 
 ModelWeights dummy_weights(const ModelConfig& config, uint64_t seed, const WeightTarget& target) {
     const auto start = std::chrono::steady_clock::now();
-    check_target(config, target);
     WeightWriter writer;
     writer.write = [&](const std::string& name, const Shape& shape, const Block& b, void* dst) {
         generate_block(seed, name, shape, b, target.dtype, dst);
     };
-    Assembler a(std::move(writer), target);
-    ModelWeights w = assemble(config, target, a);
+    ModelWeights w = assemble_weights(config, target, std::move(writer));
     w.stats.seconds = seconds_since(start);
     w.stats.peak_host_bytes = peak_host_memory_bytes();
     return w;
@@ -306,8 +310,7 @@ ModelWeights dummy_weights(const ModelConfig& config, uint64_t seed, const Weigh
 ModelWeights assemble_weights(const ModelConfig& config, const WeightTarget& target,
                               WeightWriter writer) {
     check_target(config, target);
-    Assembler a(std::move(writer), target);
-    return assemble(config, target, a);
+    return assemble_checked(config, target, std::move(writer));
 }
 
 }  // namespace miniinfer
