@@ -7,7 +7,8 @@
 # status non-zero if anything failed.
 # DIST_DIR (default dist/gpu) picks another package; ONLY=pattern runs only matching binaries;
 # BENCH=0 skips the benchmark, BACKENDS="fa2 flashinfer" picks the backends benched and
-# WORKLOADS="--workload bs1" the workloads (default: all six). LOAD=0 skips the loader check:
+# WORKLOADS="--workload bs1" the workloads (default: all six), BENCH_MODEL the model folder
+# (default bench/qwen3-0.6b; bench/qwen3-30b-a3b for the MoE shapes). LOAD=0 skips the loader check:
 # a random Qwen3-0.6B-shaped checkpoint (tools/make_random_checkpoint.py, needs torch and
 # transformers) loaded for CUDA, whose logged peak host memory must stay below 1.5x its size.
 set -uo pipefail
@@ -61,7 +62,7 @@ if [[ "${LOAD:-1}" != 0 && -z "${ONLY:-}" ]]; then
 fi
 if [[ "${BENCH:-1}" != 0 && -z "${ONLY:-}" ]]; then
   for backend in ${BACKENDS:-fa2 flashinfer}; do
-    if "$dist/bin/miniinfer" bench --model bench/qwen3-0.6b --load-format dummy --device cuda \
+    if "$dist/bin/miniinfer" bench --model "${BENCH_MODEL:-bench/qwen3-0.6b}" --load-format dummy --device cuda \
         --attention-backend "$backend" ${WORKLOADS:---workload balanced --workload decode128 --workload decode256 --workload short256 --workload prefill256 --workload bs1} --json "$out/bench-$backend.json" > "$out/bench-$backend.txt" 2>&1; then
       echo "PASS bench $backend" | tee -a "$out/summary.txt"
     else
