@@ -1,10 +1,11 @@
 // Every CUDA op at Qwen3-0.6B's shapes (hidden 1024, 16 heads, 8 KV heads, head_dim 128,
 // intermediate 3072, vocab 151936), for a decode step of 256 rows and a prefill step of 2048
-// tokens: the median time of a launch (L2 flushed before each, so inputs come from HBM) and the
-// achieved GB/s (and TFLOP/s for GEMMs and attention) against this device's measured copy
-// bandwidth and bf16 GEMM rate (gpu_testing.h). Bytes are what the op must move at least: each
-// input read once, each output written once. A table, never a verdict: exits 0 whatever the
-// speed, and without a GPU.
+// tokens, and the MoE layer's ops at Qwen3-30B-A3B's shapes (hidden 2048, 128 experts, top 8,
+// moe_intermediate 768) for steps of 1, 256 and 8192 tokens: the median time of a launch (L2
+// flushed before each, so inputs come from HBM) and the achieved GB/s (and TFLOP/s for GEMMs and
+// attention) against this device's measured copy bandwidth and bf16 GEMM rate (gpu_testing.h).
+// Bytes are what the op must move at least: each input read once, each output written once. A
+// table, never a verdict: exits 0 whatever the speed, and without a GPU.
 //
 //   build/tests/gpu/bench_cuda_ops [filter]   only the rows whose op name contains filter
 #include <algorithm>
@@ -25,6 +26,8 @@
 #include "kernels/cuda/gather_rows.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/grouped_gemm.h"
+#include "kernels/cuda/moe_routing.h"
 #include "kernels/cuda/penalties.h"
 #include "kernels/cuda/qk_norm_rope.h"
 #include "kernels/cuda/rms_norm.h"
@@ -239,6 +242,92 @@ void bench_attention(const std::vector<int32_t>& q_lens, const std::vector<int32
     }
 }
 
+// One Qwen3-30B-A3B MoE layer, op by op, on random activations and a random router (near-uniform
+// routing, as dummy weights give). Bytes: the expert weights the step reads (the experts that got
+// a row) and the activations each op moves.
+void bench_moe(int64_t tokens) {
+    constexpr int64_t kMoeHidden = 2048, kExperts = 128, kTopK = 8, kMoeInter = 768;
+    const std::string shape = std::to_string(tokens) + " tokens";
+    const int64_t tile = cuda::grouped_gemm_tile_rows(tokens * kTopK, kExperts);
+    const int64_t max_rows = cuda::moe_max_rows(tokens, kTopK, kExperts, tile);
+    Tensor x = random_device_bf16({tokens, kMoeHidden});
+    Tensor router = random_device_bf16({kExperts, kMoeHidden}, 0.02f);
+    Tensor gate_up_w = random_device_bf16({kExperts, 2 * kMoeInter, kMoeHidden}, 0.02f);
+    Tensor down_w = random_device_bf16({kExperts, kMoeHidden, kMoeInter}, 0.02f);
+    Tensor logits = cuda::device_tensor({tokens, kExperts}, DType::kBF16);
+    Tensor ids = cuda::device_tensor({tokens, kTopK}, DType::kI32);
+    Tensor weights = cuda::device_tensor({tokens, kTopK}, DType::kF32);
+    Tensor slot_row = cuda::device_tensor({tokens, kTopK}, DType::kI32);
+    Tensor offsets = cuda::device_tensor({kExperts + 1}, DType::kI32);
+    Tensor row_token = cuda::device_tensor({max_rows}, DType::kI32);
+    Tensor x_perm = cuda::device_tensor({max_rows, kMoeHidden}, DType::kBF16);
+    Tensor gate_up = cuda::device_tensor({max_rows, 2 * kMoeInter}, DType::kBF16);
+    Tensor act = cuda::device_tensor({max_rows, kMoeInter}, DType::kBF16);
+    Tensor y_perm = cuda::device_tensor({max_rows, kMoeHidden}, DType::kBF16);
+    Tensor out = cuda::device_tensor({tokens, kMoeHidden}, DType::kBF16);
+    static cuda::Gemm gemm;
+    // One pass in order, so that every op below reads what its predecessor wrote.
+    gemm.run(x, router, nullptr, logits, nullptr);
+    cuda::moe_route(logits, kTopK, true, ids, weights, nullptr);
+    cuda::moe_permute(ids, kExperts, tile, offsets, row_token, slot_row, nullptr);
+    cuda::moe_gather(x, row_token, offsets, x_perm, nullptr);
+    std::vector<int32_t> host_offsets(kExperts + 1);
+    MI_CUDA_CHECK(cudaMemcpy(host_offsets.data(), offsets.raw(), host_offsets.size() * 4,
+                             cudaMemcpyDeviceToHost));
+    int64_t active = 0;
+    for (int64_t e = 0; e < kExperts; ++e) active += host_offsets[e + 1] > host_offsets[e];
+    const int64_t rows = host_offsets.back();
+    const double routed = double(tokens * kTopK), act_row = double(kMoeHidden) * kBf16;
+    const std::string tiled =
+        shape + ", tile " + std::to_string(tile) + ", " + std::to_string(active) + " experts";
+    if (wanted("moe router"))
+        print_bench_row("moe router gemm", shape, time_launch([&](cudaStream_t s) {
+                            gemm.run(x, router, nullptr, logits, s);
+                        }),
+                        double(tokens) * act_row + double(kExperts * kMoeHidden) * kBf16,
+                        2.0 * double(tokens * kExperts * kMoeHidden));
+    if (wanted("moe_route"))
+        print_bench_row("moe_route", shape, time_launch([&](cudaStream_t s) {
+                            cuda::moe_route(logits, kTopK, true, ids, weights, s);
+                        }),
+                        double(tokens * kExperts) * kBf16 + routed * (kI32 + kF32));
+    if (wanted("moe_permute"))
+        print_bench_row("moe_permute", tiled, time_launch([&](cudaStream_t s) {
+                            cuda::moe_permute(ids, kExperts, tile, offsets, row_token, slot_row, s);
+                        }),
+                        routed * 2 * kI32 + double(max_rows) * kI32);
+    if (wanted("moe_gather"))
+        print_bench_row("moe_gather", tiled, time_launch([&](cudaStream_t s) {
+                            cuda::moe_gather(x, row_token, offsets, x_perm, s);
+                        }),
+                        double(tokens + rows) * act_row);
+    const double gate_up_bytes = double(active * 2 * kMoeInter * kMoeHidden) * kBf16 +
+                                 double(rows) * (act_row + 2.0 * kMoeInter * kBf16);
+    if (wanted("moe grouped"))
+        print_bench_row("moe grouped gate_up", tiled, time_launch([&](cudaStream_t s) {
+                            cuda::grouped_gemm(x_perm, gate_up_w, offsets, tile, gate_up, s);
+                        }),
+                        gate_up_bytes, 2.0 * routed * double(2 * kMoeInter * kMoeHidden));
+    if (wanted("moe silu_mul")) {
+        Tensor used = gate_up.slice_rows(0, rows), used_act = act.slice_rows(0, rows);
+        print_bench_row("moe silu_mul", tiled,
+                        time_launch([&](cudaStream_t s) { cuda::silu_mul(used, used_act, s); }),
+                        3.0 * double(rows * kMoeInter) * kBf16);
+    }
+    const double down_bytes = double(active * kMoeInter * kMoeHidden) * kBf16 +
+                              double(rows) * (act_row + double(kMoeInter) * kBf16);
+    if (wanted("moe grouped"))
+        print_bench_row("moe grouped down", tiled, time_launch([&](cudaStream_t s) {
+                            cuda::grouped_gemm(act, down_w, offsets, tile, y_perm, s);
+                        }),
+                        down_bytes, 2.0 * routed * double(kMoeInter * kMoeHidden));
+    if (wanted("moe_combine"))
+        print_bench_row("moe_combine", tiled, time_launch([&](cudaStream_t s) {
+                            cuda::moe_combine(y_perm, slot_row, weights, out, s);
+                        }),
+                        (routed + double(tokens)) * act_row + routed * (kI32 + kF32));
+}
+
 void bench_sampling() {
     const int64_t rows = kDecodeRows;
     const std::string shape = "decode " + dims({rows, kVocab});
@@ -334,6 +423,8 @@ int main(int argc, char** argv) {
                         "prefill 8 x 256 new, 768 cached");
     }
     bench_sampling();
+    if (wanted("moe"))
+        for (int64_t tokens : {1, 256, 8192}) bench_moe(tokens);
     MI_CUDA_CHECK(cudaDeviceSynchronize());
     return 0;
 }

@@ -24,7 +24,6 @@
 #include "kernels/cuda/grouped_gemm.h"
 
 using namespace miniinfer;
-using cuda::kGroupedGemmTileRows;
 using gpu_testing::all_close;
 using gpu_testing::CapturedGraph;
 
@@ -52,26 +51,30 @@ Tensor uniform_bf16(Shape shape, uint64_t seed, float scale) {
     return t;
 }
 
+constexpr int64_t kTiles[] = {16, 32, 64, 128};  // every row tile grouped_gemm takes
+
 // Expert segments of the permuted rows: counts[e] real rows, each segment padded to the tile.
 struct Routing {
     std::vector<int64_t> counts;   // [E] real rows per expert
     std::vector<int32_t> offsets;  // [E + 1] padded segment starts
+    int64_t tile = 64;             // the row tile the segments are padded to
     int64_t real_rows() const { return std::accumulate(counts.begin(), counts.end(), int64_t(0)); }
     int64_t padded_rows() const { return offsets.back(); }
 };
 
-Routing pad_to_tiles(std::vector<int64_t> counts) {
-    Routing r{std::move(counts), {0}};
+Routing pad_to_tiles(std::vector<int64_t> counts, int64_t tile) {
+    Routing r{std::move(counts), {0}, tile};
     for (int64_t c : r.counts) {
-        const int64_t padded = (c + kGroupedGemmTileRows - 1) / kGroupedGemmTileRows;
-        r.offsets.push_back(int32_t(r.offsets.back() + padded * kGroupedGemmTileRows));
+        const int64_t padded = (c + tile - 1) / tile;
+        r.offsets.push_back(int32_t(r.offsets.back() + padded * tile));
     }
     return r;
 }
 
 // num_tokens tokens, each to top_k distinct experts chosen uniformly (as a router would spread
 // them): the per-expert counts.
-Routing route_tokens(int64_t num_tokens, int top_k, int num_experts, std::mt19937& rng) {
+Routing route_tokens(int64_t num_tokens, int top_k, int num_experts, int64_t tile,
+                     std::mt19937& rng) {
     std::vector<int64_t> counts(static_cast<size_t>(num_experts), 0);
     std::vector<int> perm(static_cast<size_t>(num_experts));
     std::iota(perm.begin(), perm.end(), 0);
@@ -82,7 +85,7 @@ Routing route_tokens(int64_t num_tokens, int top_k, int num_experts, std::mt1993
             ++counts[size_t(perm[size_t(i)])];
         }
     }
-    return pad_to_tiles(std::move(counts));
+    return pad_to_tiles(std::move(counts), tile);
 }
 
 // x [max_rows, k] with random real rows and zero padding rows (as the permute step leaves them).
@@ -122,8 +125,8 @@ std::vector<int64_t> rows_to_check(const Routing& routing, int64_t n, int64_t k,
         rows.push_back(begin);
         if (count > 1) rows.push_back(begin + count - 1);
         if (begin + count < end) rows.push_back(end - 1);
-        for (int64_t tile = begin; tile < end; tile += kGroupedGemmTileRows)
-            rows.push_back(tile + int64_t(rng() % uint64_t(kGroupedGemmTileRows)));
+        for (int64_t tile = begin; tile < end; tile += routing.tile)
+            rows.push_back(tile + int64_t(rng() % uint64_t(routing.tile)));
     }
     std::sort(rows.begin(), rows.end());
     rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
@@ -185,74 +188,81 @@ void run_case(const Routing& routing, int64_t n, int64_t k, int64_t extra_rows, 
     const Tensor doffsets = cuda::to_device(offsets_tensor(routing));
     Tensor dy = cuda::device_tensor({max_rows, n}, DType::kBF16);
     MI_CUDA_CHECK(cudaMemset(dy.raw(), 0x7f, dy.nbytes()));
-    cuda::grouped_gemm(dx, dw, doffsets, dy, nullptr);
+    cuda::grouped_gemm(dx, dw, doffsets, routing.tile, dy, nullptr);
     MI_CUDA_CHECK(cudaDeviceSynchronize());
     std::mt19937 rng(static_cast<uint32_t>(seed));
     check_result(x, w, routing, dy, max_macs, rng, what);
 }
 
 std::string describe(int64_t num_experts, int64_t n, int64_t k, const Routing& routing) {
-    return "E " + std::to_string(num_experts) + " n " + std::to_string(n) + " k " +
-           std::to_string(k) + " rows " + std::to_string(routing.real_rows()) + " (padded " +
+    return "tile " + std::to_string(routing.tile) + " E " + std::to_string(num_experts) + " n " +
+           std::to_string(n) + " k " + std::to_string(k) + " rows " +
+           std::to_string(routing.real_rows()) + " (padded " +
            std::to_string(routing.padded_rows()) + ")";
 }
 
 }  // namespace
 
 // tests/fixtures/qwen3-moe-tiny: hidden 128, moe_intermediate 64, 8 experts, top 2; gate_up is
-// n = 128, k = 128 and down n = 128, k = 64. From one token (decode) to a 300-token prefill.
+// n = 128, k = 128 and down n = 128, k = 64. From one token (decode) to a 300-token prefill, with
+// every row tile.
 TEST(CudaGroupedGemm, TinyFixtureShapes) {
     REQUIRE_GPU();
     std::mt19937 rng(1);
-    for (int64_t tokens : {1, 3, 17, 300}) {
-        const Routing routing = route_tokens(tokens, 2, 8, rng);
-        for (auto [n, k] : {std::pair<int64_t, int64_t>{128, 128}, {128, 64}})
-            run_case(routing, n, k, kGroupedGemmTileRows, uint64_t(tokens * 1000 + k),
-                     describe(8, n, k, routing));
+    for (int64_t tile : kTiles) {
+        for (int64_t tokens : {1, 3, 17, 300}) {
+            const Routing routing = route_tokens(tokens, 2, 8, tile, rng);
+            for (auto [n, k] : {std::pair<int64_t, int64_t>{128, 128}, {128, 64}})
+                run_case(routing, n, k, tile, uint64_t(tokens * 1000 + k),
+                         describe(8, n, k, routing));
+        }
     }
 }
 
-// Ragged and empty segments with n and k odd multiples of 8 (tails of the 128-column and 32-k
-// tiles), one expert holding every row (first, middle, last), no rows at all, and a max_rows
-// that is not a multiple of the tile.
+// Ragged and empty segments with n and k odd multiples of 8 (tails of the column and k tiles),
+// one expert holding every row (first, middle, last), no rows at all, and a max_rows that is not
+// a multiple of the tile; every row tile.
 TEST(CudaGroupedGemm, RaggedEmptyAndTails) {
     REQUIRE_GPU();
     std::mt19937 rng(2);
     const std::pair<int64_t, int64_t> shapes[] = {{8, 8}, {200, 72}, {136, 520}, {384, 256}};
-    for (int64_t num_experts : {8, 16, 64, 128}) {
-        for (auto [n, k] : shapes) {
-            std::vector<int64_t> counts(static_cast<size_t>(num_experts));
-            for (auto& c : counts) c = rng() % 3 == 0 ? 0 : int64_t(rng() % 150);
-            const Routing ragged = pad_to_tiles(counts);
-            run_case(ragged, n, k, 37, rng(), "ragged " + describe(num_experts, n, k, ragged));
+    for (int64_t tile : kTiles) {
+        for (int64_t num_experts : {8, 16, 64, 128}) {
+            for (auto [n, k] : shapes) {
+                std::vector<int64_t> counts(static_cast<size_t>(num_experts));
+                for (auto& c : counts) c = rng() % 3 == 0 ? 0 : int64_t(rng() % 150);
+                const Routing ragged = pad_to_tiles(counts, tile);
+                run_case(ragged, n, k, 37, rng(), "ragged " + describe(num_experts, n, k, ragged));
+            }
         }
-    }
-    for (int64_t num_experts : {16, 64}) {
-        for (int64_t owner : {int64_t(0), num_experts / 2, num_experts - 1}) {
-            std::vector<int64_t> counts(static_cast<size_t>(num_experts), 0);
-            counts[size_t(owner)] = 333;
-            const Routing one = pad_to_tiles(counts);
-            run_case(one, 200, 72, 0, rng(),
-                     "expert " + std::to_string(owner) +
-                         " owns all: " + describe(num_experts, 200, 72, one));
+        for (int64_t num_experts : {16, 64}) {
+            for (int64_t owner : {int64_t(0), num_experts / 2, num_experts - 1}) {
+                std::vector<int64_t> counts(static_cast<size_t>(num_experts), 0);
+                counts[size_t(owner)] = 333;
+                const Routing one = pad_to_tiles(counts, tile);
+                run_case(one, 200, 72, 0, rng(),
+                         "expert " + std::to_string(owner) +
+                             " owns all: " + describe(num_experts, 200, 72, one));
+            }
+            const Routing none = pad_to_tiles(std::vector<int64_t>(size_t(num_experts), 0), tile);
+            run_case(none, 136, 520, 2 * tile, rng(),
+                     "no rows: " + describe(num_experts, 136, 520, none));
         }
-        const Routing none = pad_to_tiles(std::vector<int64_t>(size_t(num_experts), 0));
-        run_case(none, 136, 520, 2 * kGroupedGemmTileRows, rng(),
-                 "no rows: " + describe(num_experts, 136, 520, none));
     }
 }
 
 // Qwen3-30B-A3B's expert GEMMs at E = 128, top 8: gate_up (n 1536, k 2048) and down (n 2048,
-// k 768), for 4096 tokens (32768 rows) and 64; rows sampled for the reference (about 1000 of
-// them: some seconds of CPU).
+// k 768), each with the tile grouped_gemm_tile_rows picks: 4096 tokens (32768 rows), 64, 256 and
+// 1; rows sampled for the reference (about 1000 of them: some seconds of CPU).
 TEST(CudaGroupedGemm, Qwen3MoE30BShapes) {
     REQUIRE_GPU();
     std::mt19937 rng(3);
-    for (int64_t tokens : {64, 4096}) {
-        const Routing routing = route_tokens(tokens, 8, 128, rng);
+    for (int64_t tokens : {1, 64, 256, 4096}) {
+        const int64_t tile = cuda::grouped_gemm_tile_rows(tokens * 8, 128);
+        const Routing routing = route_tokens(tokens, 8, 128, tile, rng);
         for (auto [n, k] : {std::pair<int64_t, int64_t>{1536, 2048}, {2048, 768}})
-            run_case(routing, n, k, kGroupedGemmTileRows, uint64_t(tokens + n),
-                     describe(128, n, k, routing), int64_t(1) << 28);
+            run_case(routing, n, k, tile, uint64_t(tokens + n), describe(128, n, k, routing),
+                     int64_t(1) << 28);
     }
 }
 
@@ -260,37 +270,40 @@ TEST(CudaGroupedGemm, Qwen3MoE30BShapes) {
 TEST(CudaGroupedGemm, GraphReplayReadsDeviceOffsets) {
     REQUIRE_GPU();
     std::mt19937 rng(4);
-    const int64_t num_experts = 16, n = 256, k = 128, max_rows = 40 * kGroupedGemmTileRows;
-    const Tensor w = uniform_bf16({num_experts, n, k}, 41, 0.05f);
-    const Tensor dw = cuda::to_device(w);
-    Tensor dx = cuda::device_tensor({max_rows, k}, DType::kBF16);
-    Tensor doffsets = cuda::device_tensor({num_experts + 1}, DType::kI32);
-    Tensor dy = cuda::device_tensor({max_rows, n}, DType::kBF16);
+    for (int64_t tile : kTiles) {
+        const int64_t num_experts = 16, n = 256, k = 128, max_rows = 20 * 128;
+        const Tensor w = uniform_bf16({num_experts, n, k}, 41, 0.05f);
+        const Tensor dw = cuda::to_device(w);
+        Tensor dx = cuda::device_tensor({max_rows, k}, DType::kBF16);
+        Tensor doffsets = cuda::device_tensor({num_experts + 1}, DType::kI32);
+        Tensor dy = cuda::device_tensor({max_rows, n}, DType::kBF16);
 
-    cuda::Stream stream;
-    const CapturedGraph graph(stream.get(),
-                              [&] { cuda::grouped_gemm(dx, dw, doffsets, dy, stream.get()); });
+        cuda::Stream stream;
+        const CapturedGraph graph(
+            stream.get(), [&] { cuda::grouped_gemm(dx, dw, doffsets, tile, dy, stream.get()); });
 
-    for (int64_t tokens : {5, 200, 40}) {
-        const Routing routing = route_tokens(tokens, 4, int(num_experts), rng);
-        ASSERT_LE(routing.padded_rows(), max_rows);
-        const Tensor x = make_x(routing, max_rows, k, uint64_t(tokens));
-        MI_CUDA_CHECK(cudaMemcpy(dx.raw(), x.raw(), x.nbytes(), cudaMemcpyHostToDevice));
-        const Tensor offsets = offsets_tensor(routing);
-        MI_CUDA_CHECK(
-            cudaMemcpy(doffsets.raw(), offsets.raw(), offsets.nbytes(), cudaMemcpyHostToDevice));
-        MI_CUDA_CHECK(cudaMemset(dy.raw(), 0x7f, dy.nbytes()));
-        graph.replay(stream.get());
-        stream.synchronize();
-        check_result(x, w, routing, dy, int64_t(1) << 28, rng,
-                     "graph replay: " + describe(num_experts, n, k, routing));
+        for (int64_t tokens : {5, 200, 40}) {
+            const Routing routing = route_tokens(tokens, 4, int(num_experts), tile, rng);
+            ASSERT_LE(routing.padded_rows(), max_rows);
+            const Tensor x = make_x(routing, max_rows, k, uint64_t(tokens));
+            MI_CUDA_CHECK(cudaMemcpy(dx.raw(), x.raw(), x.nbytes(), cudaMemcpyHostToDevice));
+            const Tensor offsets = offsets_tensor(routing);
+            MI_CUDA_CHECK(cudaMemcpy(doffsets.raw(), offsets.raw(), offsets.nbytes(),
+                                     cudaMemcpyHostToDevice));
+            MI_CUDA_CHECK(cudaMemset(dy.raw(), 0x7f, dy.nbytes()));
+            graph.replay(stream.get());
+            stream.synchronize();
+            check_result(x, w, routing, dy, int64_t(1) << 28, rng,
+                         "graph replay: " + describe(num_experts, n, k, routing));
+        }
     }
 }
 
 // Informative only, never asserted: µs, GB/s (weights of the experts with rows, x's padded rows
-// and y's) and TFLOP/s of useful rows (2 · real rows · n · k) at the 30B shapes, for a decode
-// step of 256 tokens and a 2048-token prefill, top 8 of 128 experts; beside it cuBLASLt on one
-// dense [real rows, k] · [n, k]ᵀ of the same FLOPs, the rate a perfect grouping would approach.
+// and y's) and TFLOP/s of useful rows (2 · real rows · n · k) at the 30B shapes, top 8 of 128
+// experts, for steps of 1, 256 (decode), 2048 and 8192 tokens (prefill), with every row tile
+// (the one grouped_gemm_tile_rows picks marked *); beside it cuBLASLt on one dense
+// [real rows, k] · [n, k]ᵀ of the same FLOPs, the rate a perfect grouping would approach.
 TEST(CudaGroupedGemm, BenchQwen3MoE30B) {
     REQUIRE_GPU();
     if (gpu_testing::instrumented()) GTEST_SKIP() << "timing means nothing when instrumented";
@@ -301,30 +314,38 @@ TEST(CudaGroupedGemm, BenchQwen3MoE30B) {
          {std::tuple<int64_t, int64_t, const char*>{1536, 2048, "gate_up"}, {2048, 768, "down"}}) {
         const int64_t num_experts = 128;
         const Tensor dw = cuda::to_device(uniform_bf16({num_experts, n, k}, 51, 0.05f));
-        for (int64_t tokens : {256, 2048}) {
-            const Routing routing = route_tokens(tokens, 8, int(num_experts), rng);
-            const int64_t max_rows = tokens * 8 + num_experts * (kGroupedGemmTileRows - 1);
-            const Tensor dx = cuda::to_device(make_x(routing, max_rows, k, 52));
-            const Tensor doffsets = cuda::to_device(offsets_tensor(routing));
-            Tensor dy = cuda::device_tensor({max_rows, n}, DType::kBF16);
-            const int64_t active = std::count_if(routing.counts.begin(), routing.counts.end(),
-                                                 [](int64_t c) { return c > 0; });
-            const double bytes = 2.0 * double(active * n * k + routing.padded_rows() * (n + k));
-            const double flops = 2.0 * double(routing.real_rows() * n * k);
-            const std::string shape = std::string(name) + " " + std::to_string(tokens) + "x8 n" +
-                                      std::to_string(n) + " k" + std::to_string(k);
-            const gpu_testing::LaunchTiming t = gpu_testing::time_launch(
-                [&](cudaStream_t s) { cuda::grouped_gemm(dx, dw, doffsets, dy, s); });
-            gpu_testing::print_bench_row("grouped_gemm", shape, t, bytes, flops);
-
-            const Tensor dense_x = dx.slice_rows(0, routing.real_rows());
+        for (int64_t tokens : {1, 256, 2048, 8192}) {
+            const int64_t picked = cuda::grouped_gemm_tile_rows(tokens * 8, num_experts);
+            Routing routing;
+            for (int64_t tile : kTiles) {
+                if (tokens >= 2048 && tile < 64) continue;  // prefill: small tiles only waste
+                if (tokens <= 256 && tile > 64) continue;
+                routing = route_tokens(tokens, 8, int(num_experts), tile, rng);
+                const int64_t max_rows = tokens * 8 + num_experts * (tile - 1) + tile;
+                const Tensor dx = cuda::to_device(make_x(routing, max_rows, k, 52));
+                const Tensor doffsets = cuda::to_device(offsets_tensor(routing));
+                Tensor dy = cuda::device_tensor({max_rows, n}, DType::kBF16);
+                const int64_t active = std::count_if(routing.counts.begin(), routing.counts.end(),
+                                                     [](int64_t c) { return c > 0; });
+                const double bytes = 2.0 * double(active * n * k + routing.padded_rows() * (n + k));
+                const double flops = 2.0 * double(routing.real_rows() * n * k);
+                const std::string shape = std::string(name) + " " + std::to_string(tokens) +
+                                          "x8 tile " + std::to_string(tile) +
+                                          (tile == picked ? "*" : "");
+                const gpu_testing::LaunchTiming t = gpu_testing::time_launch(
+                    [&](cudaStream_t s) { cuda::grouped_gemm(dx, dw, doffsets, tile, dy, s); });
+                gpu_testing::print_bench_row("grouped_gemm", shape, t, bytes, flops);
+            }
+            if (tokens < 256) continue;
+            const int64_t rows = routing.real_rows();
+            const Tensor dense_x = cuda::to_device(uniform_bf16({rows, k}, 53, 1.f));
             const Tensor dense_w = dw.slice_rows(0, 1).view({n, k});
-            Tensor dense_y = dy.slice_rows(0, routing.real_rows());
+            Tensor dense_y = cuda::device_tensor({rows, n}, DType::kBF16);
             const gpu_testing::LaunchTiming td = gpu_testing::time_launch(
                 [&](cudaStream_t s) { dense.run(dense_x, dense_w, nullptr, dense_y, s); });
-            gpu_testing::print_bench_row("cublaslt dense 1 expert", shape, td,
-                                         2.0 * double(n * k + routing.real_rows() * (n + k)),
-                                         flops);
+            gpu_testing::print_bench_row(
+                "cublaslt dense 1 expert", std::string(name) + " " + std::to_string(tokens) + "x8",
+                td, 2.0 * double(n * k + rows * (n + k)), 2.0 * double(rows * n * k));
         }
     }
 }

@@ -10,27 +10,35 @@
 
 namespace miniinfer::cuda {
 
-// The row tile of grouped_gemm: every expert's segment of x must start at a multiple of it, so
-// that a tile of rows never spans two experts. The permute step pads each segment to it.
-inline constexpr int64_t kGroupedGemmTileRows = 64;
+// The row tile of grouped_gemm is one of 16, 32, 64 or 128: every expert's segment of x must start
+// at a multiple of it, so that a tile of rows never spans two experts. The permute step pads each
+// segment to it (moe_permute's tile_rows). Size buffers with the largest.
+inline constexpr int64_t kGroupedGemmMaxTileRows = 128;
+
+// The row tile for a step that routes routed_rows (token, expert) pairs over num_experts experts:
+// small tiles when each expert gets a few rows (decode: bound by reading the weights, small tiles
+// waste fewer MMAs and rarely split an expert in two), large ones when it gets many (prefill:
+// bound by the tensor cores, large tiles reuse more). Thresholds measured on the H200
+// (bench/RESULTS.md).
+int64_t grouped_gemm_tile_rows(int64_t routed_rows, int64_t num_experts);
 
 // For each expert e and each row r in [expert_offsets[e], expert_offsets[e + 1]):
 //   y[r, :] = bf16(x[r, :] · w[e]ᵀ)   (bf16 products, fp32 sums, one bf16 rounding)
 //   x:              [max_rows, k] bf16, rows permuted expert-contiguous; padding rows zeros
 //   w:              [num_experts, n, k] bf16, each expert's weight in nn.Linear layout [n, k]
 //   expert_offsets: [num_experts + 1] i32 on the device, non-decreasing, offsets[0] == 0,
-//                   every offset a multiple of kGroupedGemmTileRows, offsets[E] <= max_rows
+//                   every offset a multiple of tile_rows, offsets[E] <= max_rows
+//   tile_rows:      16, 32, 64 or 128 (grouped_gemm_tile_rows)
 //   y:              [max_rows, n] bf16; must not alias x or w
 // Writes: every row below offsets[E] (padding rows included: x's zeros give zeros). Rows from
 // offsets[E] on are not written (they keep whatever y held). An expert with an empty segment
 // costs nothing.
 // n and k must be multiples of 8, x and w 16-byte aligned, y 4-byte aligned (checked; a
-// failure aborts as
-// MI_LAUNCH_CHECK: a bug in the caller). The offsets themselves are read only on the device and
-// trusted. The grid covers max_rows / kGroupedGemmTileRows row tiles × ceil(n / 128) column
-// tiles; tiles past offsets[E] exit at once. No allocation, no host synchronisation: safe to call
-// during CUDA graph capture, and a replay reads the offsets the graph finds on the device.
-void grouped_gemm(const Tensor& x, const Tensor& w, const Tensor& expert_offsets, Tensor& y,
-                  cudaStream_t stream);
+// failure aborts as MI_LAUNCH_CHECK: a bug in the caller). The offsets themselves are read only
+// on the device and trusted. The grid covers max_rows / tile_rows row tiles × n / 64 or 128
+// column tiles; tiles past offsets[E] exit at once. No allocation, no host synchronisation: safe
+// to call during CUDA graph capture, and a replay reads the offsets the graph finds on the device.
+void grouped_gemm(const Tensor& x, const Tensor& w, const Tensor& expert_offsets, int64_t tile_rows,
+                  Tensor& y, cudaStream_t stream);
 
 }  // namespace miniinfer::cuda

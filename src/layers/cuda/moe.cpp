@@ -8,12 +8,14 @@
 namespace miniinfer::cuda {
 
 int64_t Moe::max_rows(int64_t num_tokens) const {
-    return moe_max_rows(num_tokens, top_k, num_experts(), kGroupedGemmTileRows);
+    return moe_max_rows(num_tokens, top_k, num_experts(),
+                        grouped_gemm_tile_rows(num_tokens * top_k, num_experts()));
 }
 
 Moe::Buffers Moe::allocate_buffers(int64_t max_tokens) const {
     const int64_t E = num_experts(), hidden = experts_down.size(1), inter = experts_down.size(2);
-    const int64_t R = max_rows(max_tokens);
+    // Any step up to max_tokens fits: its rows with its own tile are at most these.
+    const int64_t R = moe_max_rows(max_tokens, top_k, E, kGroupedGemmMaxTileRows);
     return {.logits = device_tensor({max_tokens, E}, DType::kBF16),
             .topk_ids = device_tensor({max_tokens, top_k}, DType::kI32),
             .topk_weights = device_tensor({max_tokens, top_k}, DType::kF32),
@@ -28,6 +30,7 @@ Moe::Buffers Moe::allocate_buffers(int64_t max_tokens) const {
 
 void Moe::forward(const Tensor& x, Tensor& y, const Step& step, Buffers& buf) const {
     const int64_t n = step.in.num_tokens, R = max_rows(n);
+    const int64_t tile = grouped_gemm_tile_rows(n * top_k, num_experts());
     const cudaStream_t st = step.stream;
     Tensor logits = rows(buf.logits, n), ids = rows(buf.topk_ids, n);
     Tensor weights = rows(buf.topk_weights, n), slot_row = rows(buf.slot_row, n);
@@ -35,12 +38,11 @@ void Moe::forward(const Tensor& x, Tensor& y, const Step& step, Buffers& buf) co
     Tensor gate_up = rows(buf.gate_up, R), act = rows(buf.act, R), y_perm = rows(buf.y_perm, R);
     router.forward(x, logits, step);
     moe_route(logits, top_k, renormalize, ids, weights, st);
-    moe_permute(ids, num_experts(), kGroupedGemmTileRows, buf.expert_offsets, row_token, slot_row,
-                st);
+    moe_permute(ids, num_experts(), tile, buf.expert_offsets, row_token, slot_row, st);
     moe_gather(x, row_token, buf.expert_offsets, x_perm, st);
-    grouped_gemm(x_perm, experts_gate_up, buf.expert_offsets, gate_up, st);
+    grouped_gemm(x_perm, experts_gate_up, buf.expert_offsets, tile, gate_up, st);
     silu_mul(gate_up, act, st);
-    grouped_gemm(act, experts_down, buf.expert_offsets, y_perm, st);
+    grouped_gemm(act, experts_down, buf.expert_offsets, tile, y_perm, st);
     moe_combine(y_perm, slot_row, weights, y, st);
     if (comm) comm->all_reduce_sum(y, st);
 }
