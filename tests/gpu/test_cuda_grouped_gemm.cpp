@@ -51,19 +51,50 @@ Tensor uniform_bf16(Shape shape, uint64_t seed, float scale) {
     return t;
 }
 
-constexpr int64_t kTiles[] = {16, 32, 64, 128};  // every row tile grouped_gemm takes
+// Every kernel under test: grouped_gemm with each row tile, and grouped_gemm_sm90 (wgmma, tile
+// 128) where the device is an sm_90.
+struct Variant {
+    int64_t tile;
+    bool wgmma;
+    std::string name() const { return (wgmma ? "wgmma " : "tile ") + std::to_string(tile); }
+};
+constexpr Variant kVariants[] = {{16, false}, {32, false}, {64, false}, {128, false}, {128, true}};
+
+void run_variant(const Variant& v, const Tensor& x, const Tensor& w, const Tensor& offsets,
+                 Tensor& y, cudaStream_t stream) {
+    if (v.wgmma)
+        cuda::grouped_gemm_sm90(x, w, offsets, y, stream);
+    else
+        cuda::grouped_gemm(x, w, offsets, v.tile, y, stream);
+}
+
+// The variants this device runs (wgmma needs an sm_90); says so once when one is left out.
+std::vector<Variant> variants() {
+    std::vector<Variant> out;
+    for (const Variant& v : kVariants)
+        if (!v.wgmma || cuda::grouped_gemm_sm90_supported()) out.push_back(v);
+    static const bool said = [] {
+        if (!cuda::grouped_gemm_sm90_supported())
+            std::printf("[ not an sm_90 device: grouped_gemm_sm90 (wgmma) not tested ]\n");
+        return true;
+    }();
+    (void)said;
+    return out;
+}
 
 // Expert segments of the permuted rows: counts[e] real rows, each segment padded to the tile.
 struct Routing {
     std::vector<int64_t> counts;   // [E] real rows per expert
     std::vector<int32_t> offsets;  // [E + 1] padded segment starts
     int64_t tile = 64;             // the row tile the segments are padded to
+    bool wgmma = false;            // run through grouped_gemm_sm90
     int64_t real_rows() const { return std::accumulate(counts.begin(), counts.end(), int64_t(0)); }
     int64_t padded_rows() const { return offsets.back(); }
 };
 
-Routing pad_to_tiles(std::vector<int64_t> counts, int64_t tile) {
-    Routing r{std::move(counts), {0}, tile};
+Routing pad_to_tiles(std::vector<int64_t> counts, const Variant& v) {
+    const int64_t tile = v.tile;
+    Routing r{std::move(counts), {0}, tile, v.wgmma};
     for (int64_t c : r.counts) {
         const int64_t padded = (c + tile - 1) / tile;
         r.offsets.push_back(int32_t(r.offsets.back() + padded * tile));
@@ -73,7 +104,7 @@ Routing pad_to_tiles(std::vector<int64_t> counts, int64_t tile) {
 
 // num_tokens tokens, each to top_k distinct experts chosen uniformly (as a router would spread
 // them): the per-expert counts.
-Routing route_tokens(int64_t num_tokens, int top_k, int num_experts, int64_t tile,
+Routing route_tokens(int64_t num_tokens, int top_k, int num_experts, const Variant& v,
                      std::mt19937& rng) {
     std::vector<int64_t> counts(static_cast<size_t>(num_experts), 0);
     std::vector<int> perm(static_cast<size_t>(num_experts));
@@ -85,7 +116,7 @@ Routing route_tokens(int64_t num_tokens, int top_k, int num_experts, int64_t til
             ++counts[size_t(perm[size_t(i)])];
         }
     }
-    return pad_to_tiles(std::move(counts), tile);
+    return pad_to_tiles(std::move(counts), v);
 }
 
 // x [max_rows, k] with random real rows and zero padding rows (as the permute step leaves them).
@@ -188,15 +219,15 @@ void run_case(const Routing& routing, int64_t n, int64_t k, int64_t extra_rows, 
     const Tensor doffsets = cuda::to_device(offsets_tensor(routing));
     Tensor dy = cuda::device_tensor({max_rows, n}, DType::kBF16);
     MI_CUDA_CHECK(cudaMemset(dy.raw(), 0x7f, dy.nbytes()));
-    cuda::grouped_gemm(dx, dw, doffsets, routing.tile, dy, nullptr);
+    run_variant({routing.tile, routing.wgmma}, dx, dw, doffsets, dy, nullptr);
     MI_CUDA_CHECK(cudaDeviceSynchronize());
     std::mt19937 rng(static_cast<uint32_t>(seed));
     check_result(x, w, routing, dy, max_macs, rng, what);
 }
 
 std::string describe(int64_t num_experts, int64_t n, int64_t k, const Routing& routing) {
-    return "tile " + std::to_string(routing.tile) + " E " + std::to_string(num_experts) + " n " +
-           std::to_string(n) + " k " + std::to_string(k) + " rows " +
+    return Variant{routing.tile, routing.wgmma}.name() + " E " + std::to_string(num_experts) +
+           " n " + std::to_string(n) + " k " + std::to_string(k) + " rows " +
            std::to_string(routing.real_rows()) + " (padded " +
            std::to_string(routing.padded_rows()) + ")";
 }
@@ -209,9 +240,10 @@ std::string describe(int64_t num_experts, int64_t n, int64_t k, const Routing& r
 TEST(CudaGroupedGemm, TinyFixtureShapes) {
     REQUIRE_GPU();
     std::mt19937 rng(1);
-    for (int64_t tile : kTiles) {
+    for (const Variant& v : variants()) {
+        const int64_t tile = v.tile;
         for (int64_t tokens : {1, 3, 17, 300}) {
-            const Routing routing = route_tokens(tokens, 2, 8, tile, rng);
+            const Routing routing = route_tokens(tokens, 2, 8, v, rng);
             for (auto [n, k] : {std::pair<int64_t, int64_t>{128, 128}, {128, 64}})
                 run_case(routing, n, k, tile, uint64_t(tokens * 1000 + k),
                          describe(8, n, k, routing));
@@ -226,12 +258,13 @@ TEST(CudaGroupedGemm, RaggedEmptyAndTails) {
     REQUIRE_GPU();
     std::mt19937 rng(2);
     const std::pair<int64_t, int64_t> shapes[] = {{8, 8}, {200, 72}, {136, 520}, {384, 256}};
-    for (int64_t tile : kTiles) {
+    for (const Variant& v : variants()) {
+        const int64_t tile = v.tile;
         for (int64_t num_experts : {8, 16, 64, 128}) {
             for (auto [n, k] : shapes) {
                 std::vector<int64_t> counts(static_cast<size_t>(num_experts));
                 for (auto& c : counts) c = rng() % 3 == 0 ? 0 : int64_t(rng() % 150);
-                const Routing ragged = pad_to_tiles(counts, tile);
+                const Routing ragged = pad_to_tiles(counts, v);
                 run_case(ragged, n, k, 37, rng(), "ragged " + describe(num_experts, n, k, ragged));
             }
         }
@@ -239,12 +272,12 @@ TEST(CudaGroupedGemm, RaggedEmptyAndTails) {
             for (int64_t owner : {int64_t(0), num_experts / 2, num_experts - 1}) {
                 std::vector<int64_t> counts(static_cast<size_t>(num_experts), 0);
                 counts[size_t(owner)] = 333;
-                const Routing one = pad_to_tiles(counts, tile);
+                const Routing one = pad_to_tiles(counts, v);
                 run_case(one, 200, 72, 0, rng(),
                          "expert " + std::to_string(owner) +
                              " owns all: " + describe(num_experts, 200, 72, one));
             }
-            const Routing none = pad_to_tiles(std::vector<int64_t>(size_t(num_experts), 0), tile);
+            const Routing none = pad_to_tiles(std::vector<int64_t>(size_t(num_experts), 0), v);
             run_case(none, 136, 520, 2 * tile, rng(),
                      "no rows: " + describe(num_experts, 136, 520, none));
         }
@@ -259,10 +292,14 @@ TEST(CudaGroupedGemm, Qwen3MoE30BShapes) {
     std::mt19937 rng(3);
     for (int64_t tokens : {1, 64, 256, 4096}) {
         const int64_t tile = cuda::grouped_gemm_tile_rows(tokens * 8, 128);
-        const Routing routing = route_tokens(tokens, 8, 128, tile, rng);
-        for (auto [n, k] : {std::pair<int64_t, int64_t>{1536, 2048}, {2048, 768}})
-            run_case(routing, n, k, tile, uint64_t(tokens + n), describe(128, n, k, routing),
-                     int64_t(1) << 28);
+        std::vector<Variant> picked = {{tile, false}};
+        if (tile == 128 && cuda::grouped_gemm_sm90_supported()) picked.push_back({128, true});
+        for (const Variant& v : picked) {
+            const Routing routing = route_tokens(tokens, 8, 128, v, rng);
+            for (auto [n, k] : {std::pair<int64_t, int64_t>{1536, 2048}, {2048, 768}})
+                run_case(routing, n, k, tile, uint64_t(tokens + n), describe(128, n, k, routing),
+                         int64_t(1) << 28);
+        }
     }
 }
 
@@ -270,7 +307,7 @@ TEST(CudaGroupedGemm, Qwen3MoE30BShapes) {
 TEST(CudaGroupedGemm, GraphReplayReadsDeviceOffsets) {
     REQUIRE_GPU();
     std::mt19937 rng(4);
-    for (int64_t tile : kTiles) {
+    for (const Variant& v : variants()) {
         const int64_t num_experts = 16, n = 256, k = 128, max_rows = 20 * 128;
         const Tensor w = uniform_bf16({num_experts, n, k}, 41, 0.05f);
         const Tensor dw = cuda::to_device(w);
@@ -279,11 +316,11 @@ TEST(CudaGroupedGemm, GraphReplayReadsDeviceOffsets) {
         Tensor dy = cuda::device_tensor({max_rows, n}, DType::kBF16);
 
         cuda::Stream stream;
-        const CapturedGraph graph(
-            stream.get(), [&] { cuda::grouped_gemm(dx, dw, doffsets, tile, dy, stream.get()); });
+        const CapturedGraph graph(stream.get(),
+                                  [&] { run_variant(v, dx, dw, doffsets, dy, stream.get()); });
 
         for (int64_t tokens : {5, 200, 40}) {
-            const Routing routing = route_tokens(tokens, 4, int(num_experts), tile, rng);
+            const Routing routing = route_tokens(tokens, 4, int(num_experts), v, rng);
             ASSERT_LE(routing.padded_rows(), max_rows);
             const Tensor x = make_x(routing, max_rows, k, uint64_t(tokens));
             MI_CUDA_CHECK(cudaMemcpy(dx.raw(), x.raw(), x.nbytes(), cudaMemcpyHostToDevice));
@@ -317,10 +354,11 @@ TEST(CudaGroupedGemm, BenchQwen3MoE30B) {
         for (int64_t tokens : {1, 256, 2048, 8192}) {
             const int64_t picked = cuda::grouped_gemm_tile_rows(tokens * 8, num_experts);
             Routing routing;
-            for (int64_t tile : kTiles) {
+            for (const Variant& v : variants()) {
+                const int64_t tile = v.tile;
                 if (tokens >= 2048 && tile < 64) continue;  // prefill: small tiles only waste
                 if (tokens <= 256 && tile > 64) continue;
-                routing = route_tokens(tokens, 8, int(num_experts), tile, rng);
+                routing = route_tokens(tokens, 8, int(num_experts), v, rng);
                 const int64_t max_rows = tokens * 8 + num_experts * (tile - 1) + tile;
                 const Tensor dx = cuda::to_device(make_x(routing, max_rows, k, 52));
                 const Tensor doffsets = cuda::to_device(offsets_tensor(routing));
@@ -329,11 +367,10 @@ TEST(CudaGroupedGemm, BenchQwen3MoE30B) {
                                                      [](int64_t c) { return c > 0; });
                 const double bytes = 2.0 * double(active * n * k + routing.padded_rows() * (n + k));
                 const double flops = 2.0 * double(routing.real_rows() * n * k);
-                const std::string shape = std::string(name) + " " + std::to_string(tokens) +
-                                          "x8 tile " + std::to_string(tile) +
-                                          (tile == picked ? "*" : "");
+                const std::string shape = std::string(name) + " " + std::to_string(tokens) + "x8 " +
+                                          v.name() + (tile == picked && !v.wgmma ? "*" : "");
                 const gpu_testing::LaunchTiming t = gpu_testing::time_launch(
-                    [&](cudaStream_t s) { cuda::grouped_gemm(dx, dw, doffsets, tile, dy, s); });
+                    [&](cudaStream_t s) { run_variant(v, dx, dw, doffsets, dy, s); });
                 gpu_testing::print_bench_row("grouped_gemm", shape, t, bytes, flops);
             }
             if (tokens < 256) continue;

@@ -1,0 +1,351 @@
+// Grouped GEMM of the MoE experts on Hopper's warpgroup tensor cores (wgmma.mma_async
+// m64n256k16, bf16 operands from shared memory, fp32 accumulators in registers). Same contract as
+// grouped_gemm (grouped_gemm.h) with a 128-row tile; sm_90a only.
+//
+// Why a second kernel: mma.sync on the H100/H200 reaches about half of the tensor cores' rate.
+// wgmma issues one 64 × 256 × 16 product per warpgroup instruction and reads both operands
+// straight from shared memory, so no ldmatrix and no operand registers are needed.
+//
+// The grid is (n / 256 column tiles, max_rows / 128 row tiles), column tiles fastest: the CTAs
+// resident at one time cover every column tile of a few row tiles, so each expert's weights and
+// each row tile of x come from HBM about once (x-fastest would re-read x once per column tile).
+//   - a CTA finds the expert of its 128-row tile as grouped_gemm does: __syncthreads_count of
+//     (offsets[e + 1] <= row0) over e; num_experts means past the last segment: exit.
+//   - 256 threads = 2 warpgroups. Warpgroup g owns rows 64 g .. 64 g + 63 of the tile and all 256
+//     columns: 128 fp32 accumulators per thread.
+//   - k advances 64 at a time (128 bytes of bf16 per row: one swizzle row). Every thread loads
+//     with cp.async into a 4-slot ring (x tile 16 KB + w tile 32 KB per slot); tile t + 2 is
+//     loaded while the wgmmas of tiles t - 1 (still in flight) and t run. Per tile:
+//       cp.async.wait_group 1     this thread's copies of tile t have landed
+//       fence.proxy.async         ... and are visible to the async proxy, where wgmma reads
+//       __syncthreads             everyone's copies of tile t; and both warpgroups have retired
+//                                 the wgmmas of tile t - 2, so its slot may be refilled
+//       cp.async tile t + 2 into slot (t + 2) % 4 = (t - 2) % 4
+//       wgmma.fence; 4 × wgmma (k 16 each); commit_group; wait_group 1 (tile t - 1 retired)
+//   - shared tiles use the 128-byte swizzle wgmma understands: each operand row is 128 bytes
+//     (64 bf16 of k), rows stacked densely, 16-byte chunk c of row r stored at chunk c ^ (r % 8).
+//     8 rows × 128 bytes = 1024 bytes is one swizzle atom; atoms must be 1024-byte aligned (the
+//     hardware applies the XOR to address bits [4, 7) from bits [7, 10)). The same XOR makes the
+//     cp.async stores conflict-free: the 8 threads writing one row cover all 32 banks.
+//   - matrix descriptors (64 bits): start address >> 4 in bits 0-13, leading byte offset >> 4 in
+//     bits 16-29 (unused for a swizzled K-major operand whose k16 slice lies inside one swizzle
+//     row; set to 1), stride byte offset >> 4 in bits 32-45 (1024: from one 8-row atom to the
+//     next along m or n), base offset 0 in bits 49-51 (atoms are 1024-aligned), swizzle mode in
+//     bits 62-63 (1 = 128 bytes). The k16 slices of a 64-wide tile start 32 bytes apart: the
+//     descriptor's start address advances by 2 per slice, the XOR being applied by the hardware
+//     on the final address.
+//   - epilogue: accumulators -> bf16 pairs in shared memory (rows padded to 264 bf16: the 32
+//     lanes of a store hit 32 distinct banks), then 16-byte coalesced stores to y.
+// Tails: rows past max_rows, columns past n and k past its end are zero-filled by cp.async
+// (src-size 0) and never stored, so any n, k that are multiples of 8 work.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/cuda/cuda_check.h"
+#include "kernels/cuda/check_tensor.h"
+#include "kernels/cuda/grouped_gemm.h"
+#include "kernels/cuda/mma_bf16.cuh"
+
+namespace miniinfer::cuda {
+namespace {
+
+constexpr int kTileRows = int(kGroupedGemmSm90TileRows);  // rows of x per CTA
+constexpr int kTileCols = 256;                            // columns of y (rows of w[e]) per CTA
+constexpr int kTileK = 64;                                // k per stage: one 128-byte swizzle row
+constexpr int kStages = 4;
+constexpr int kWarpgroups = 2;
+constexpr int kThreads = 128 * kWarpgroups;
+constexpr int kWarpgroupRows = kTileRows / kWarpgroups;  // 64: the wgmma's m
+constexpr int kRowBytes = kTileK * 2;                    // 128
+constexpr int kChunksPerRow = kRowBytes / 16;            // 8
+constexpr int kAtomBytes = 8 * kRowBytes;                // 1024: one swizzle atom
+constexpr int kABytes = kTileRows * kRowBytes;           // x tile of one stage: 16 KB
+constexpr int kBBytes = kTileCols * kRowBytes;           // w tile of one stage: 32 KB
+constexpr int kStageBytes = kABytes + kBBytes;
+constexpr int kOutStride = kTileCols + 8;              // bf16 per staged output row (528 B)
+constexpr int kOutBytes = 2 * kTileRows * kOutStride;  // the staged output tile: 66 KB
+constexpr int kSmemBytes = std::max(kStages * kStageBytes, kOutBytes) + kAtomBytes;  // + align
+
+static_assert(kWarpgroupRows == 64 && kTileCols == 256, "one m64n256k16 per warpgroup per k16");
+static_assert(kStages == 4, "the ring refills slot (t - 2) % kStages: wait_group counts assume 4");
+static_assert(kABytes % kAtomBytes == 0 && kStageBytes % kAtomBytes == 0);
+static_assert(kTileRows * kChunksPerRow % kThreads == 0 &&
+              kTileCols * kChunksPerRow % kThreads == 0);
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+constexpr int kAccPerThread = kWarpgroupRows * kTileCols / 128;  // fp32 accumulators: 128
+
+// 16 bytes global -> shared address `dst`, asynchronously; valid == false writes zeros.
+__device__ __forceinline__ void cp_async_16_to(uint32_t dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+// Orders this thread's generic-proxy writes to shared memory (cp.async included) before later
+// async-proxy reads of them (wgmma's operand fetches).
+__device__ __forceinline__ void fence_proxy_async_shared() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_fence() {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Descriptor of a K-major operand at shared address `addr` (1024-aligned atom base, plus 32 bytes
+// per k16 slice): 8-row × 128-byte atoms, 128-byte swizzle, atoms 1024 bytes apart along m / n.
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
+    return uint64_t((addr & 0x3ffff) >> 4)    // bits 0-13: start address
+           | uint64_t(1) << 16                // bits 16-29: leading byte offset (unused)
+           | uint64_t(kAtomBytes >> 4) << 32  // bits 32-45: stride byte offset
+           | uint64_t(1) << 62;               // bits 62-63: 128-byte swizzle
+}
+
+// d[64 × 256] += a[64 × 16] · b[256 × 16]ᵀ, both K-major in shared memory (no transposes).
+// Thread (warp w of the warpgroup, lane l) holds d[4 j + i] = D[16 w + l / 4 + 8 (i / 2)]
+// [8 j + 2 (l % 4) + i % 2], j < 32, i < 4: mma.sync's m16n8 fragment, repeated along n.
+__device__ __forceinline__ void wgmma_m64n256k16(float (&d)[kAccPerThread], uint64_t a_desc,
+                                                 uint64_t b_desc) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, "
+        "%40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, "
+        "%56, %57, %58, %59, %60, %61, %62, %63, "
+        "%64, %65, %66, %67, %68, %69, %70, %71, "
+        "%72, %73, %74, %75, %76, %77, %78, %79, "
+        "%80, %81, %82, %83, %84, %85, %86, %87, "
+        "%88, %89, %90, %91, %92, %93, %94, %95, "
+        "%96, %97, %98, %99, %100, %101, %102, %103, "
+        "%104, %105, %106, %107, %108, %109, %110, %111, "
+        "%112, %113, %114, %115, %116, %117, %118, %119, "
+        "%120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, p, 1, 1, 0, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
+          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
+          "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
+          "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
+          "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+          "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
+          "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
+          "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]),
+          "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]),
+          "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
+          "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(a_desc), "l"(b_desc), "r"(1)
+        : "memory");
+}
+
+// Swizzled byte offset of 16-byte chunk `chunk` of row `row` in a tile of 128-byte rows.
+__device__ __forceinline__ uint32_t swizzled(int row, int chunk) {
+    return uint32_t(row * kRowBytes + ((chunk ^ (row % 8)) << 4));
+}
+
+// The expert whose segment holds row0 (see grouped_gemm.cu); num_experts past the last segment.
+// Every thread must call it.
+__device__ __forceinline__ int find_expert(const int32_t* offsets, int num_experts, int row0) {
+    int ended = 0;
+    for (int base = 0; base < num_experts; base += kThreads) {
+        const int e = base + int(threadIdx.x);
+        ended += __syncthreads_count(e < num_experts && offsets[e + 1] <= row0);
+    }
+    return ended;
+}
+
+// Tile `k_tile` of both operands into the stage at shared address `stage`. Thread t copies chunk
+// t % 8 of rows t / 8 + 32 i: one row's 128 bytes come from 8 neighbouring threads (coalesced),
+// and the row's swizzle phase (row % 8 == (t / 8) % 8) is the same for all of a thread's rows.
+// x_tile: [rows_valid, k] valid rows of x; w_tile: [cols_valid, k] valid rows of w[e].
+__device__ __forceinline__ void load_stage(uint32_t stage, const __nv_bfloat16* x_tile,
+                                           int rows_valid, const __nv_bfloat16* w_tile,
+                                           int cols_valid, int k, int k_tile) {
+    constexpr int kRowStep = kThreads / kChunksPerRow;  // 32
+    const int row = int(threadIdx.x) / kChunksPerRow, chunk = int(threadIdx.x) % kChunksPerRow;
+    const int kk = k_tile * kTileK + chunk * 8;
+    const bool k_valid = kk < k;
+    const uint32_t dst = stage + swizzled(row, chunk);
+#pragma unroll
+    for (int i = 0; i < kTileRows / kRowStep; ++i) {
+        const int r = row + i * kRowStep;
+        const bool valid = k_valid && r < rows_valid;
+        cp_async_16_to(dst + uint32_t(i * kRowStep * kRowBytes),
+                       valid ? x_tile + int64_t(r) * k + kk : x_tile, valid);
+    }
+#pragma unroll
+    for (int i = 0; i < kTileCols / kRowStep; ++i) {
+        const int r = row + i * kRowStep;
+        const bool valid = k_valid && r < cols_valid;
+        cp_async_16_to(dst + uint32_t(kABytes + i * kRowStep * kRowBytes),
+                       valid ? w_tile + int64_t(r) * k + kk : w_tile, valid);
+    }
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+// x: [max_rows, k]; w: [num_experts, n, k]; offsets: [num_experts + 1]; y: [max_rows, n], all
+// bf16 but offsets (i32). Grid: (column tiles, row tiles). n, k multiples of 8, x and w 16-byte
+// aligned, y 16-byte aligned (the launcher checks); offsets multiples of 128 (trusted).
+__global__ void __launch_bounds__(kThreads, 1)
+    grouped_gemm_sm90_kernel(const __nv_bfloat16* __restrict__ x,
+                             const __nv_bfloat16* __restrict__ w,
+                             const int32_t* __restrict__ offsets, __nv_bfloat16* __restrict__ y,
+                             int num_experts, int max_rows, int n, int k) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    const int col0 = int(blockIdx.x) * kTileCols;
+    const int row0 = int(blockIdx.y) * kTileRows;
+    const int expert = find_expert(offsets, num_experts, row0);
+    if (expert >= num_experts) return;  // the whole CTA: past the last segment
+
+    extern __shared__ uint8_t smem_raw[];
+    const uint32_t ring = (smem_u32(smem_raw) + kAtomBytes - 1) & ~uint32_t(kAtomBytes - 1);
+    const int rows_valid = min(kTileRows, max_rows - row0);
+    const int cols_valid = min(kTileCols, n - col0);
+    const __nv_bfloat16* x_tile = x + int64_t(row0) * k;
+    const __nv_bfloat16* w_tile = w + (int64_t(expert) * n + col0) * k;
+    const int warpgroup = int(threadIdx.x) / 128;
+
+    float acc[kAccPerThread];
+#pragma unroll
+    for (int i = 0; i < kAccPerThread; ++i) acc[i] = 0.f;
+
+    const int num_k_tiles = (k + kTileK - 1) / kTileK;
+    // Every step commits a group, empty or not, so that wait_group 1 always means "tile t".
+#pragma unroll
+    for (int t = 0; t < kStages - 2; ++t) {
+        if (t < num_k_tiles)
+            load_stage(ring + t * kStageBytes, x_tile, rows_valid, w_tile, cols_valid, k, t);
+        cp_async_commit();
+    }
+    for (int t = 0; t < num_k_tiles; ++t) {
+        cp_async_wait_all_but_one();
+        fence_proxy_async_shared();
+        __syncthreads();
+        const int next = t + kStages - 2;
+        if (next < num_k_tiles)
+            load_stage(ring + (next % kStages) * kStageBytes, x_tile, rows_valid, w_tile,
+                       cols_valid, k, next);
+        cp_async_commit();
+
+        const uint32_t stage = ring + (t % kStages) * kStageBytes;
+        const uint64_t a_desc = smem_desc(stage + warpgroup * kWarpgroupRows * kRowBytes);
+        const uint64_t b_desc = smem_desc(stage + kABytes);
+        wgmma_fence();
+#pragma unroll
+        for (int s = 0; s < kTileK / 16; ++s)  // k16 slices: 32 bytes apart, 2 in >> 4 units
+            wgmma_m64n256k16(acc, a_desc + 2 * s, b_desc + 2 * s);
+        wgmma_commit();
+        wgmma_wait<1>();
+    }
+    wgmma_wait<0>();
+    cp_async_wait_all();
+    fence_proxy_async_shared();  // wgmma's reads of the ring before the generic writes below
+    __syncthreads();  // both warpgroups done with the ring: it becomes the output staging tile
+
+    // Accumulators -> bf16 [kTileRows, kOutStride] in shared memory.
+    __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(smem_raw + (ring - smem_u32(smem_raw)));
+    const int warp = int(threadIdx.x) % 128 / 32, lane = int(threadIdx.x) % 32;
+    const int row_base = warpgroup * kWarpgroupRows + warp * 16 + lane / 4;
+#pragma unroll
+    for (int j = 0; j < kTileCols / 8; ++j) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int r = row_base + half * 8, c = j * 8 + (lane % 4) * 2;
+            *reinterpret_cast<uint32_t*>(out + r * kOutStride + c) =
+                pack_bf16(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+        }
+    }
+    __syncthreads();
+
+    // Shared -> y in 16-byte chunks: a warp stores one 512-byte row segment.
+    constexpr int kOutChunksPerRow = kTileCols / 8;
+#pragma unroll 4
+    for (int c = int(threadIdx.x); c < kTileRows * kOutChunksPerRow; c += kThreads) {
+        const int r = c / kOutChunksPerRow, col = (c % kOutChunksPerRow) * 8;
+        if (r < rows_valid && col < cols_valid)
+            *reinterpret_cast<uint4*>(y + int64_t(row0 + r) * n + col0 + col) =
+                *reinterpret_cast<const uint4*>(out + r * kOutStride + col);
+    }
+#else
+    __trap();  // built without sm_90a features: the launcher refuses such devices
+#endif
+}
+
+bool aligned(const void* p, uintptr_t bytes) {
+    return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+}  // namespace
+
+bool grouped_gemm_sm90_supported() {
+    int device = 0, major = 0, minor = 0;
+    MI_CUDA_CHECK(cudaGetDevice(&device));
+    MI_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    MI_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    return major == 9 && minor == 0;
+}
+
+void grouped_gemm_sm90(const Tensor& x, const Tensor& w, const Tensor& expert_offsets, Tensor& y,
+                       cudaStream_t stream) {
+    check_cuda_tensor(w, DType::kBF16, "grouped_gemm_sm90: w", {kAnySize, kAnySize, kAnySize});
+    const int64_t num_experts = w.size(0), n = w.size(1), k = w.size(2);
+    check_cuda_tensor(x, DType::kBF16, "grouped_gemm_sm90: x", {kAnySize, k});
+    const int64_t max_rows = x.size(0);
+    check_cuda_tensor(expert_offsets, DType::kI32, "grouped_gemm_sm90: expert_offsets",
+                      {num_experts + 1});
+    check_cuda_tensor(y, DType::kBF16, "grouped_gemm_sm90: y", {max_rows, n});
+    MI_LAUNCH_CHECK(num_experts > 0 && n > 0 && k > 0 && n % 8 == 0 && k % 8 == 0,
+                    "grouped_gemm_sm90: n and k must be positive multiples of 8, num_experts "
+                    "positive");
+    MI_LAUNCH_CHECK(aligned(x.raw(), 16) && aligned(w.raw(), 16) && aligned(y.raw(), 16),
+                    "grouped_gemm_sm90: x, w and y must be 16-byte aligned");
+    MI_LAUNCH_CHECK(max_rows <= INT32_MAX - kTileRows && n <= INT32_MAX && k <= INT32_MAX &&
+                        num_experts < INT32_MAX,
+                    "grouped_gemm_sm90: sizes must fit in int32");
+    MI_LAUNCH_CHECK(grouped_gemm_sm90_supported(),
+                    "grouped_gemm_sm90: needs an sm_90 device (wgmma is sm_90a only)");
+    if (max_rows == 0) return;
+
+    const int64_t row_tiles = (max_rows + kTileRows - 1) / kTileRows;
+    const int64_t col_tiles = (n + kTileCols - 1) / kTileCols;
+    MI_LAUNCH_CHECK(row_tiles <= 65535, "grouped_gemm_sm90: max_rows too large for the grid");
+    // Once per process: the ring is over the 48 KB a launch gets without asking.
+    static const bool smem_raised = [] {
+        MI_CUDA_CHECK(cudaFuncSetAttribute(
+            grouped_gemm_sm90_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+        return true;
+    }();
+    (void)smem_raised;
+    grouped_gemm_sm90_kernel<<<dim3(unsigned(col_tiles), unsigned(row_tiles)), kThreads, kSmemBytes,
+                               stream>>>(x.data<__nv_bfloat16>(), w.data<__nv_bfloat16>(),
+                                         expert_offsets.data<int32_t>(), y.data<__nv_bfloat16>(),
+                                         int(num_experts), int(max_rows), int(n), int(k));
+    MI_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace miniinfer::cuda
