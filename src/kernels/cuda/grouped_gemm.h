@@ -28,7 +28,8 @@ int64_t grouped_gemm_tile_rows(int64_t routed_rows, int64_t num_experts);
 //   w:              [num_experts, n, k] bf16, each expert's weight in nn.Linear layout [n, k]
 //   expert_offsets: [num_experts + 1] i32 on the device, non-decreasing, offsets[0] == 0,
 //                   every offset a multiple of tile_rows, offsets[E] <= max_rows
-//   tile_rows:      16, 32, 64 or 128 (grouped_gemm_tile_rows)
+//   tile_rows:      16, 32, 64 or 128 (grouped_gemm_tile_rows); 128 runs grouped_gemm_sm90 on an
+//                   sm_90 device (then y must be 16-byte aligned)
 //   y:              [max_rows, n] bf16; must not alias x or w
 // Writes: every row below offsets[E] (padding rows included: x's zeros give zeros). Rows from
 // offsets[E] on are not written (they keep whatever y held). An expert with an empty segment
@@ -40,6 +41,11 @@ int64_t grouped_gemm_tile_rows(int64_t routed_rows, int64_t num_experts);
 // to call during CUDA graph capture, and a replay reads the offsets the graph finds on the device.
 void grouped_gemm(const Tensor& x, const Tensor& w, const Tensor& expert_offsets, int64_t tile_rows,
                   Tensor& y, cudaStream_t stream);
+
+// grouped_gemm on mma.sync whatever the device (grouped_gemm's kernel for tiles 16 to 64, and
+// for 128 off sm_90); tests run it on the H200 too.
+void grouped_gemm_mma_sync(const Tensor& x, const Tensor& w, const Tensor& expert_offsets,
+                           int64_t tile_rows, Tensor& y, cudaStream_t stream);
 
 // The row tile of grouped_gemm_sm90: its segments must be padded to 128 rows (offsets multiples
 // of it).
