@@ -259,6 +259,8 @@ void bench_moe(int64_t tokens) {
     Tensor weights = cuda::device_tensor({tokens, kTopK}, DType::kF32);
     Tensor slot_row = cuda::device_tensor({tokens, kTopK}, DType::kI32);
     Tensor offsets = cuda::device_tensor({kExperts + 1}, DType::kI32);
+    Tensor workspace = cuda::device_tensor(
+        {cuda::moe_permute_workspace_elems(tokens, kTopK, kExperts)}, DType::kI32);
     Tensor row_token = cuda::device_tensor({max_rows}, DType::kI32);
     Tensor x_perm = cuda::device_tensor({max_rows, kMoeHidden}, DType::kBF16);
     Tensor gate_up = cuda::device_tensor({max_rows, 2 * kMoeInter}, DType::kBF16);
@@ -269,7 +271,7 @@ void bench_moe(int64_t tokens) {
     // One pass in order, so that every op below reads what its predecessor wrote.
     gemm.run(x, router, nullptr, logits, nullptr);
     cuda::moe_route(logits, kTopK, true, ids, weights, nullptr);
-    cuda::moe_permute(ids, kExperts, tile, offsets, row_token, slot_row, nullptr);
+    cuda::moe_permute(ids, kExperts, tile, workspace, offsets, row_token, slot_row, nullptr);
     cuda::moe_gather(x, row_token, offsets, x_perm, nullptr);
     std::vector<int32_t> host_offsets(kExperts + 1);
     MI_CUDA_CHECK(cudaMemcpy(host_offsets.data(), offsets.raw(), host_offsets.size() * 4,
@@ -293,7 +295,8 @@ void bench_moe(int64_t tokens) {
                         double(tokens * kExperts) * kBf16 + routed * (kI32 + kF32));
     if (wanted("moe_permute"))
         print_bench_row("moe_permute", tiled, time_launch([&](cudaStream_t s) {
-                            cuda::moe_permute(ids, kExperts, tile, offsets, row_token, slot_row, s);
+                            cuda::moe_permute(ids, kExperts, tile, workspace, offsets, row_token,
+                                              slot_row, s);
                         }),
                         routed * 2 * kI32 + double(max_rows) * kI32);
     if (wanted("moe_gather"))

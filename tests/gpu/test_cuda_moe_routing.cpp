@@ -155,8 +155,10 @@ DevicePermute run_permute(const std::vector<int32_t>& ids, int64_t n, int64_t to
     DevicePermute d{poisoned({num_experts + 1}, DType::kI32), poisoned({max_rows}, DType::kI32),
                     poisoned({n, top_k}, DType::kI32)};
     Tensor dids = cuda::to_device(host_i32(ids, {n, top_k}));
-    cuda::moe_permute(dids, num_experts, tile_rows, d.expert_offsets, d.row_token, d.slot_row,
-                      nullptr);
+    Tensor workspace =
+        poisoned({cuda::moe_permute_workspace_elems(n, top_k, num_experts)}, DType::kI32);
+    cuda::moe_permute(dids, num_experts, tile_rows, workspace, d.expert_offsets, d.row_token,
+                      d.slot_row, nullptr);
     MI_CUDA_CHECK(cudaDeviceSynchronize());
     return d;
 }
@@ -403,8 +405,10 @@ TEST(CudaMoeRouting, RoutePermuteGatherCombineChain) {
                 Tensor x_perm = cuda::device_tensor({max_rows, hidden}, DType::kBF16);
                 Tensor out = poisoned({n, hidden}, DType::kBF16);
                 cuda::moe_route(cuda::to_device(logits), top_k, true, ids, weights, nullptr);
-                cuda::moe_permute(ids, num_experts, tile_rows, offsets, row_token, slot_row,
-                                  nullptr);
+                Tensor workspace = cuda::device_tensor(
+                    {cuda::moe_permute_workspace_elems(n, top_k, num_experts)}, DType::kI32);
+                cuda::moe_permute(ids, num_experts, tile_rows, workspace, offsets, row_token,
+                                  slot_row, nullptr);
                 cuda::moe_gather(cuda::to_device(x), row_token, offsets, x_perm, nullptr);
                 cuda::moe_combine(x_perm, slot_row, weights, out, nullptr);
                 MI_CUDA_CHECK(cudaDeviceSynchronize());

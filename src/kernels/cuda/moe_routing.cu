@@ -1,9 +1,9 @@
 // MoE routing on the GPU: route (softmax + top-k), permute (slots grouped by expert), gather (x
 // into the permuted rows) and combine (the weighted sum back into token order).
 //   moe_route    a warp per token: E logits spread over the lanes, k rounds of a warp argmax
-//   moe_permute  one block: per-expert counts, a padded prefix sum, then each slot's rank within
-//                its expert from per-warp counts, so placement follows (token, choice) order
-//                whatever order the threads run in
+//   moe_permute  per-chunk counts, one block's padded prefix sum, then each slot's rank within
+//                its expert from per-chunk and per-warp counts, so placement follows (token,
+//                choice) order whatever order the threads run in
 //   moe_gather   a block per permuted row (grid-stride), 16-byte vectors where aligned
 //   moe_combine  a block per token, the k terms added in order in fp32
 #include "kernels/cuda/moe_routing.h"
@@ -118,33 +118,52 @@ __device__ __forceinline__ unsigned lanes_below() {
     return (1u << (threadIdx.x % 32)) - 1u;
 }
 
-// topk_ids, slot_row: [num_slots] (= [n, k]); expert_offsets: [E + 1]; row_token: [max_rows].
-// Slots are taken kPermuteThreads at a time, in order. In each chunk the lanes of a warp that
-// share an expert find each other with __match_any_sync (their rank among themselves is the
-// number of peers in lower lanes); a scan over the warps' counts per expert then gives each
-// warp's first row. Shared atomics only count, so no output depends on their order.
+// Three kernels, so that a prefill's 65,536 slots spread over the GPU (one block took 240 µs):
+//   count    a block per chunk of kPermuteThreads slots: its slots per expert -> chunk[b][e]
+//   offsets  one block: each expert's total and its chunks' running sums (chunk[b][e] becomes
+//            the rank of chunk b's first slot on e), the padded prefix sum -> expert_offsets, and
+//            row_token = -1 on every padding row and every row past offsets[E]
+//   scatter  a block per chunk again: each slot's rank within its chunk and expert, in slot order
+//            (lanes of a warp that share an expert find each other with __match_any_sync; a scan
+//            over the warps' counts gives each warp's first rank), plus the chunk's base
+// Shared atomics only count, so no output depends on the order threads run in.
+
+// topk_ids: [num_slots]; chunk: [blocks, E].
 __global__ void __launch_bounds__(kPermuteThreads)
-    moe_permute_kernel(const int32_t* __restrict__ topk_ids, int num_slots, int top_k,
-                       int num_experts, int tile_rows, int max_rows,
-                       int32_t* __restrict__ expert_offsets, int32_t* __restrict__ row_token,
-                       int32_t* __restrict__ slot_row) {
+    moe_count_kernel(const int32_t* __restrict__ topk_ids, int num_slots, int num_experts,
+                     int32_t* __restrict__ chunk) {
+    __shared__ int count[kMaxExperts];
+    const int tid = threadIdx.x;
+    for (int e = tid; e < num_experts; e += kPermuteThreads) count[e] = 0;
+    __syncthreads();
+    const int i = int(blockIdx.x) * kPermuteThreads + tid;
+    const int e = i < num_slots ? topk_ids[i] : -1;
+    // One atomic per expert per warp: all slots on one expert would otherwise serialise.
+    const unsigned peers = __match_any_sync(kFullWarpMask, e);
+    if (e >= 0 && (peers & lanes_below()) == 0) atomicAdd(&count[e], __popc(peers));
+    __syncthreads();
+    for (int x = tid; x < num_experts; x += kPermuteThreads)
+        chunk[int64_t(blockIdx.x) * num_experts + x] = count[x];
+}
+
+// chunk: [blocks, E], counts in, each chunk's first rank within its expert out.
+__global__ void __launch_bounds__(kPermuteThreads)
+    moe_offsets_kernel(int32_t* __restrict__ chunk, int blocks, int num_experts, int tile_rows,
+                       int max_rows, int32_t* __restrict__ expert_offsets,
+                       int32_t* __restrict__ row_token) {
     __shared__ int count[kMaxExperts];       // slots per expert
     __shared__ int offset[kMaxExperts + 1];  // first row of each expert; [E] = rows used
-    __shared__ int cursor[kMaxExperts];      // next row of each expert, across chunks
-    __shared__ int warp_rows[kPermuteWarps][kMaxExperts];  // this chunk: count, then first row
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int E = num_experts;
-
-    for (int e = tid; e < E; e += kPermuteThreads) count[e] = 0;
-    for (int idx = tid; idx < kPermuteWarps * E; idx += kPermuteThreads)
-        warp_rows[idx / E][idx % E] = 0;
-    __syncthreads();
-    // One atomic per expert per warp: all slots on one expert would otherwise serialise.
-    for (int base = 0; base < num_slots; base += kPermuteThreads) {
-        const int i = base + tid;
-        const int e = i < num_slots ? topk_ids[i] : -1;
-        const unsigned peers = __match_any_sync(kFullWarpMask, e);
-        if (e >= 0 && (peers & lanes_below()) == 0) atomicAdd(&count[e], __popc(peers));
+    for (int e = tid; e < E; e += kPermuteThreads) {
+        int running = 0;
+#pragma unroll 8
+        for (int b = 0; b < blocks; ++b) {
+            const int c = chunk[int64_t(b) * E + e];
+            chunk[int64_t(b) * E + e] = running;
+            running += c;
+        }
+        count[e] = running;
     }
     __syncthreads();
 
@@ -169,7 +188,7 @@ __global__ void __launch_bounds__(kPermuteThreads)
 #pragma unroll
         for (int q = 0; q < kPerLane; ++q) {
             const int e = lane * kPerLane + q;
-            if (e < E) offset[e] = cursor[e] = running;
+            if (e < E) offset[e] = running;
             running += padded[q];
         }
         if (lane == 31) offset[E] = inclusive;
@@ -182,32 +201,39 @@ __global__ void __launch_bounds__(kPermuteThreads)
         if (r < offset[e + 1]) row_token[r] = -1;  // padding at the end of e's segment
     }
     for (int r = offset[E] + tid; r < max_rows; r += kPermuteThreads) row_token[r] = -1;
+}
 
-    for (int base = 0; base < num_slots; base += kPermuteThreads) {
-        const int i = base + tid;
-        const int e = i < num_slots ? topk_ids[i] : -1;
-        const unsigned peers = __match_any_sync(kFullWarpMask, e);
-        if (e >= 0 && (peers & lanes_below()) == 0) warp_rows[warp][e] = __popc(peers);
-        __syncthreads();
-        for (int x = tid; x < E; x += kPermuteThreads) {
-            int running = cursor[x];
-            for (int w = 0; w < kPermuteWarps; ++w) {
-                const int c = warp_rows[w][x];
-                warp_rows[w][x] = running;
-                running += c;
-            }
-            cursor[x] = running;
+// topk_ids, slot_row: [num_slots] (= [n, k]); chunk: [blocks, E] from moe_offsets_kernel;
+// expert_offsets: [E + 1]; row_token: [max_rows].
+__global__ void __launch_bounds__(kPermuteThreads)
+    moe_scatter_kernel(const int32_t* __restrict__ topk_ids, int num_slots, int top_k,
+                       int num_experts, const int32_t* __restrict__ chunk,
+                       const int32_t* __restrict__ expert_offsets, int32_t* __restrict__ row_token,
+                       int32_t* __restrict__ slot_row) {
+    __shared__ int warp_rows[kPermuteWarps][kMaxExperts];  // count, then first row
+    const int tid = threadIdx.x, warp = tid / 32;
+    const int E = num_experts;
+    for (int idx = tid; idx < kPermuteWarps * E; idx += kPermuteThreads)
+        warp_rows[idx / E][idx % E] = 0;
+    __syncthreads();
+    const int i = int(blockIdx.x) * kPermuteThreads + tid;
+    const int e = i < num_slots ? topk_ids[i] : -1;
+    const unsigned peers = __match_any_sync(kFullWarpMask, e);
+    if (e >= 0 && (peers & lanes_below()) == 0) warp_rows[warp][e] = __popc(peers);
+    __syncthreads();
+    for (int x = tid; x < E; x += kPermuteThreads) {
+        int running = expert_offsets[x] + chunk[int64_t(blockIdx.x) * E + x];
+        for (int w = 0; w < kPermuteWarps; ++w) {
+            const int c = warp_rows[w][x];
+            warp_rows[w][x] = running;
+            running += c;
         }
-        __syncthreads();
-        if (e >= 0) {
-            const int r = warp_rows[warp][e] + __popc(peers & lanes_below());
-            slot_row[i] = r;
-            row_token[r] = i / top_k;
-        }
-        __syncthreads();
-        for (int idx = tid; idx < kPermuteWarps * E; idx += kPermuteThreads)
-            warp_rows[idx / E][idx % E] = 0;
-        __syncthreads();
+    }
+    __syncthreads();
+    if (e >= 0) {
+        const int r = warp_rows[warp][e] + __popc(peers & lanes_below());
+        slot_row[i] = r;
+        row_token[r] = i / top_k;
     }
 }
 
@@ -290,7 +316,11 @@ void moe_route(const Tensor& logits, int64_t top_k, bool renormalize, Tensor& to
     MI_CUDA_CHECK(cudaGetLastError());
 }
 
-void moe_permute(const Tensor& topk_ids, int64_t num_experts, int64_t tile_rows,
+int64_t moe_permute_workspace_elems(int64_t n, int64_t top_k, int64_t num_experts) {
+    return std::max<int64_t>(1, (n * top_k + kPermuteThreads - 1) / kPermuteThreads) * num_experts;
+}
+
+void moe_permute(const Tensor& topk_ids, int64_t num_experts, int64_t tile_rows, Tensor& workspace,
                  Tensor& expert_offsets, Tensor& row_token, Tensor& slot_row, cudaStream_t stream) {
     check_cuda_tensor(topk_ids, DType::kI32, "moe_permute: topk_ids", {kAnySize, kAnySize});
     const int64_t n = topk_ids.size(0), top_k = topk_ids.size(1);
@@ -306,11 +336,25 @@ void moe_permute(const Tensor& topk_ids, int64_t num_experts, int64_t tile_rows,
     MI_LAUNCH_CHECK(max_rows >= moe_max_rows(n, top_k, num_experts, tile_rows),
                     "moe_permute: row_token shorter than moe_max_rows(n, k, E, tile_rows)");
     MI_LAUNCH_CHECK(max_rows <= INT32_MAX, "moe_permute: too many rows for i32 row indices");
+    const int64_t slots = n * top_k;
+    MI_LAUNCH_CHECK(slots <= INT32_MAX, "moe_permute: too many slots");
+    const int blocks = int((slots + kPermuteThreads - 1) / kPermuteThreads);
+    check_cuda_tensor(workspace, DType::kI32, "moe_permute: workspace", {kAnySize});
+    MI_LAUNCH_CHECK(workspace.numel() >= moe_permute_workspace_elems(n, top_k, num_experts),
+                    "moe_permute: workspace smaller than moe_permute_workspace_elems");
+    int32_t* chunk = workspace.data<int32_t>();
+    const int32_t* ids = topk_ids.data<int32_t>();
+    if (blocks > 0)
+        moe_count_kernel<<<blocks, kPermuteThreads, 0, stream>>>(ids, int(slots), int(num_experts),
+                                                                 chunk);
     // Even with no tokens the offsets (all 0) and row_token (all -1) are written.
-    moe_permute_kernel<<<1, kPermuteThreads, 0, stream>>>(
-        topk_ids.data<int32_t>(), int(n * top_k), int(top_k), int(num_experts), int(tile_rows),
-        int(max_rows), expert_offsets.data<int32_t>(), row_token.data<int32_t>(),
-        slot_row.data<int32_t>());
+    moe_offsets_kernel<<<1, kPermuteThreads, 0, stream>>>(
+        chunk, blocks, int(num_experts), int(tile_rows), int(max_rows),
+        expert_offsets.data<int32_t>(), row_token.data<int32_t>());
+    if (blocks > 0)
+        moe_scatter_kernel<<<blocks, kPermuteThreads, 0, stream>>>(
+            ids, int(slots), int(top_k), int(num_experts), chunk, expert_offsets.data<int32_t>(),
+            row_token.data<int32_t>(), slot_row.data<int32_t>());
     MI_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -44,15 +44,19 @@ int64_t moe_max_rows(int64_t n, int64_t top_k, int64_t num_experts, int64_t tile
 void moe_route(const Tensor& logits, int64_t top_k, bool renormalize, Tensor& topk_ids,
                Tensor& topk_weights, cudaStream_t stream);
 
-// Groups the n·k (token, choice) slots by expert. One block of 1024 threads (n·k / 1024 passes of
-// four barriers each; not yet timed on a GPU).
+// i32 elements of moe_permute's workspace for n tokens with k choices over E experts.
+int64_t moe_permute_workspace_elems(int64_t n, int64_t top_k, int64_t num_experts);
+
+// Groups the n·k (token, choice) slots by expert: three launches (per-chunk counts over n·k / 1024
+// blocks, one block's prefix sum, the scatter over the chunks again).
 //   topk_ids:       [n, k] i32, every value in [0, num_experts) (not checked: device values)
 //   num_experts:    E <= kMoeMaxExperts; tile_rows >= 1
+//   workspace:      i32, at least moe_permute_workspace_elems(n, k, E) elements (scratch)
 //   expert_offsets: [E + 1] i32, written: expert e's rows are [offsets[e], offsets[e + 1])
 //   row_token:      [max_rows] i32, written in full: the token whose activations row r holds, -1
 //                   for padding and for rows past offsets[E]; max_rows >= moe_max_rows(...)
 //   slot_row:       [n, k] i32, written: the permuted row of token t's j-th choice
-void moe_permute(const Tensor& topk_ids, int64_t num_experts, int64_t tile_rows,
+void moe_permute(const Tensor& topk_ids, int64_t num_experts, int64_t tile_rows, Tensor& workspace,
                  Tensor& expert_offsets, Tensor& row_token, Tensor& slot_row, cudaStream_t stream);
 
 // x_perm[r] = x[row_token[r]] for r < expert_offsets[E], zeros where row_token[r] is -1. Rows

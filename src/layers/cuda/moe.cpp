@@ -20,6 +20,8 @@ Moe::Buffers Moe::allocate_buffers(int64_t max_tokens) const {
             .topk_ids = device_tensor({max_tokens, top_k}, DType::kI32),
             .topk_weights = device_tensor({max_tokens, top_k}, DType::kF32),
             .slot_row = device_tensor({max_tokens, top_k}, DType::kI32),
+            .permute_workspace =
+                device_tensor({moe_permute_workspace_elems(max_tokens, top_k, E)}, DType::kI32),
             .expert_offsets = device_tensor({E + 1}, DType::kI32),
             .row_token = device_tensor({R}, DType::kI32),
             .x_perm = device_tensor({R, hidden}, DType::kBF16),
@@ -38,7 +40,8 @@ void Moe::forward(const Tensor& x, Tensor& y, const Step& step, Buffers& buf) co
     Tensor gate_up = rows(buf.gate_up, R), act = rows(buf.act, R), y_perm = rows(buf.y_perm, R);
     router.forward(x, logits, step);
     moe_route(logits, top_k, renormalize, ids, weights, st);
-    moe_permute(ids, num_experts(), tile, buf.expert_offsets, row_token, slot_row, st);
+    moe_permute(ids, num_experts(), tile, buf.permute_workspace, buf.expert_offsets, row_token,
+                slot_row, st);
     moe_gather(x, row_token, buf.expert_offsets, x_perm, st);
     grouped_gemm(x_perm, experts_gate_up, buf.expert_offsets, tile, gate_up, st);
     silu_mul(gate_up, act, st);

@@ -35,6 +35,7 @@ struct Moe {
         Tensor logits;                  // [max_tokens, E] bf16
         Tensor topk_ids, topk_weights;  // [max_tokens, k] i32, f32
         Tensor slot_row;                // [max_tokens, k] i32: each choice's permuted row
+        Tensor permute_workspace;       // moe_permute's scratch, i32
         Tensor expert_offsets;          // [E + 1] i32
         Tensor row_token;               // [max_rows] i32: each permuted row's token (-1: pad)
         Tensor x_perm, y_perm;          // [max_rows, hidden] bf16
