@@ -36,7 +36,7 @@ int64_t grouped_gemm_tile_rows(int64_t routed_rows, int64_t num_experts);
 // costs nothing.
 // n and k must be multiples of 8, x and w 16-byte aligned, y 4-byte aligned (checked; a
 // failure aborts as MI_LAUNCH_CHECK: a bug in the caller). The offsets themselves are read only
-// on the device and trusted. The grid covers max_rows / tile_rows row tiles × n / 32 or 128
+// on the device and trusted. The grid covers max_rows / tile_rows row tiles × n / 64 or 128
 // column tiles; tiles past offsets[E] exit at once. No allocation, no host synchronisation: safe
 // to call during CUDA graph capture, and a replay reads the offsets the graph finds on the device.
 void grouped_gemm(const Tensor& x, const Tensor& w, const Tensor& expert_offsets, int64_t tile_rows,
