@@ -17,6 +17,7 @@ struct LLMEngine::Tracked {
     std::optional<OutputProcessor> output;  // set once the request is valid
     std::string text, delta;
     std::vector<TokenLogprob> logprobs;
+    size_t num_reported = 0;  // output tokens already in an output
 };
 
 namespace {
@@ -191,23 +192,32 @@ void LLMEngine::abort(const std::string& request_id) {
     pending_.push_back(request_id);
 }
 
-// The output so far; a finished request is forgotten once its last output is taken.
+// What changed since the last output; the whole request too when it has finished (it is then
+// forgotten).
 RequestOutput LLMEngine::output_of(Tracked& t) {
-    const Request& r = t.request;
+    Request& r = t.request;
     t.text += t.delta;
-    RequestOutput out{.request_id = r.id,
-                      .prompt_token_ids = r.prompt_ids,
-                      .token_ids = r.output_ids,
-                      .text = t.text,
-                      .delta_text = std::exchange(t.delta, {}),
-                      .logprobs = t.logprobs,
-                      .finished = r.finished(),
-                      .finish_reason = finish_reason_name(r.finish_reason),
-                      .stop_reason = t.output->stop_reason(),
-                      .error = r.error,
-                      .num_prompt_tokens = int64_t(r.prompt_ids.size()),
-                      .num_cached_tokens = r.num_cached_tokens};
-    if (r.finished()) requests_.erase(r.id);
+    const size_t from = t.num_reported;
+    t.num_reported = r.output_ids.size();
+    RequestOutput out;
+    out.request_id = r.id;
+    out.new_token_ids.assign(r.output_ids.begin() + long(from), r.output_ids.end());
+    if (t.logprobs.size() > from)
+        out.new_logprobs.assign(t.logprobs.begin() + long(from), t.logprobs.end());
+    out.delta_text = std::exchange(t.delta, {});
+    out.num_output_tokens = int64_t(r.output_ids.size());
+    out.finished = r.finished();
+    out.finish_reason = finish_reason_name(r.finish_reason);
+    out.stop_reason = t.output->stop_reason();
+    out.error = r.error;
+    out.num_prompt_tokens = int64_t(r.prompt_ids.size());
+    out.num_cached_tokens = r.num_cached_tokens;
+    if (!r.finished()) return out;
+    out.prompt_token_ids = std::move(r.prompt_ids);
+    out.token_ids = std::move(r.output_ids);
+    out.text = std::move(t.text);
+    out.logprobs = std::move(t.logprobs);
+    requests_.erase(r.id);
     return out;
 }
 

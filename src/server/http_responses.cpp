@@ -159,13 +159,9 @@ void HttpServer::Impl::stream_response(httplib::Response& res, std::shared_ptr<A
                     "error")  // the engine failed it: an error event ends the stream
                     return end_with_error(ApiError{500, out->error, "server_error"});
                 Json logprobs = nullptr;
-                if (r->params.logprobs && out->logprobs.size() > c.num_logprobs_sent) {
-                    std::vector<TokenLogprob> fresh(
-                        out->logprobs.begin() + long(c.num_logprobs_sent), out->logprobs.end());
-                    c.num_logprobs_sent = out->logprobs.size();
-                    logprobs = r->chat ? chat_logprobs(fresh, engine.tokenizer())
-                                       : completion_logprobs(fresh, engine.tokenizer());
-                }
+                if (r->params.logprobs && !out->new_logprobs.empty())
+                    logprobs = r->chat ? chat_logprobs(out->new_logprobs, engine.tokenizer())
+                                       : completion_logprobs(out->new_logprobs, engine.tokenizer());
                 const Json finish = out->finished ? Json(out->finish_reason) : Json(nullptr);
                 Json choice = {{"index", i}, {"logprobs", logprobs}, {"finish_reason", finish}};
                 if (r->chat) {
@@ -193,7 +189,7 @@ void HttpServer::Impl::stream_response(httplib::Response& res, std::shared_ptr<A
                         (*usage)[0] += out->num_prompt_tokens;
                         (*usage)[2] += out->num_cached_tokens;
                     }
-                    (*usage)[1] += int64_t(out->token_ids.size());
+                    (*usage)[1] += out->num_output_tokens;
                 }
                 if (!send(sink, chunk(Json::array({choice})))) return abort_all();
             }

@@ -37,7 +37,6 @@ inline void send_error(httplib::Response& res, const ApiError& e) {
 // One choice of a response while it is generated.
 struct Choice {
     std::string text, reasoning;
-    size_t num_logprobs_sent = 0;
     ReasoningSplitter splitter;
     bool role_sent = false;
     RequestOutput last;

@@ -79,46 +79,51 @@ OutputDelta delta_from_json(const Json& j) {
     return d;
 }
 
-OutputDelta delta_of(const RequestOutput& out, size_t num_tokens_sent) {
-    OutputDelta d{
-        .request_id = out.request_id,
-        .new_token_ids = {out.token_ids.begin() + long(num_tokens_sent), out.token_ids.end()},
-        .new_logprobs = {},
-        .delta_text = out.delta_text,
-        .finished = out.finished,
-        .finish_reason = out.finish_reason,
-        .stop_reason = out.stop_reason,
-        .error = out.error,
-        .num_cached_tokens = out.num_cached_tokens};
-    if (out.logprobs.size() > num_tokens_sent)
-        d.new_logprobs.assign(out.logprobs.begin() + long(num_tokens_sent), out.logprobs.end());
-    return d;
+OutputDelta delta_of(const RequestOutput& out) {
+    return OutputDelta{.request_id = out.request_id,
+                       .new_token_ids = out.new_token_ids,
+                       .new_logprobs = out.new_logprobs,
+                       .delta_text = out.delta_text,
+                       .finished = out.finished,
+                       .finish_reason = out.finish_reason,
+                       .stop_reason = out.stop_reason,
+                       .error = out.error,
+                       .num_cached_tokens = out.num_cached_tokens};
 }
 
 void OutputAssembler::start(const std::string& id, std::vector<int32_t> prompt_ids) {
-    RequestOutput& out = outputs_[id];
-    out.request_id = id;
-    out.num_prompt_tokens = int64_t(prompt_ids.size());
-    out.prompt_token_ids = std::move(prompt_ids);
+    RequestOutput& whole = whole_[id];
+    whole.request_id = id;
+    whole.num_prompt_tokens = int64_t(prompt_ids.size());
+    whole.prompt_token_ids = std::move(prompt_ids);
 }
 
 std::optional<RequestOutput> OutputAssembler::apply(const OutputDelta& d) {
-    auto it = outputs_.find(d.request_id);
-    if (it == outputs_.end()) return std::nullopt;
-    RequestOutput& out = it->second;
-    out.token_ids.insert(out.token_ids.end(), d.new_token_ids.begin(), d.new_token_ids.end());
-    out.logprobs.insert(out.logprobs.end(), d.new_logprobs.begin(), d.new_logprobs.end());
-    out.text += d.delta_text;
+    auto it = whole_.find(d.request_id);
+    if (it == whole_.end()) return std::nullopt;
+    RequestOutput& whole = it->second;
+    whole.token_ids.insert(whole.token_ids.end(), d.new_token_ids.begin(), d.new_token_ids.end());
+    whole.logprobs.insert(whole.logprobs.end(), d.new_logprobs.begin(), d.new_logprobs.end());
+    whole.text += d.delta_text;
+    RequestOutput out;
+    out.request_id = d.request_id;
+    out.new_token_ids = d.new_token_ids;
+    out.new_logprobs = d.new_logprobs;
     out.delta_text = d.delta_text;
+    out.num_output_tokens = int64_t(whole.token_ids.size());
     out.finished = d.finished;
     out.finish_reason = d.finish_reason;
     out.stop_reason = d.stop_reason;
     out.error = d.error;
+    out.num_prompt_tokens = whole.num_prompt_tokens;
     out.num_cached_tokens = d.num_cached_tokens;
     if (!d.finished) return out;
-    RequestOutput last = std::move(out);
-    outputs_.erase(it);
-    return last;
+    out.prompt_token_ids = std::move(whole.prompt_token_ids);
+    out.token_ids = std::move(whole.token_ids);
+    out.text = std::move(whole.text);
+    out.logprobs = std::move(whole.logprobs);
+    whole_.erase(it);
+    return out;
 }
 
 }  // namespace miniinfer::pipeline

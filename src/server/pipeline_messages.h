@@ -57,21 +57,23 @@ SamplingParams params_from_json(const Json& json);
 Json to_json(const OutputDelta& delta);
 OutputDelta delta_from_json(const Json& json);
 
-// The delta of `out` given that its first `num_tokens_sent` tokens were sent before.
-OutputDelta delta_of(const RequestOutput& out, size_t num_tokens_sent);
+// What a step's output of LLMEngine puts on the wire (the whole request of a final output is
+// rebuilt at the far end, not sent).
+OutputDelta delta_of(const RequestOutput& out);
 
-// The frontend's side: rebuilds whole RequestOutputs (every token, text and logprob so far,
-// as LLMEngine::step returns them) from a request's deltas.
+// The frontend's side: turns a request's deltas back into RequestOutputs as LLMEngine::step
+// returns them (this step's change; the whole request in the final one), keeping the whole
+// request so far for that final output.
 class OutputAssembler {
   public:
     // A request the engine accepted; its deltas may follow.
     void start(const std::string& id, std::vector<int32_t> prompt_ids);
-    // The RequestOutput after `delta`; nullopt for an unknown id. A finished request is forgotten.
+    // The RequestOutput of `delta`; nullopt for an unknown id. A finished request is forgotten.
     std::optional<RequestOutput> apply(const OutputDelta& delta);
-    void clear() { outputs_.clear(); }
+    void clear() { whole_.clear(); }
 
   private:
-    std::map<std::string, RequestOutput> outputs_;
+    std::map<std::string, RequestOutput> whole_;  // each open request's tokens, text, logprobs
 };
 
 }  // namespace miniinfer::pipeline

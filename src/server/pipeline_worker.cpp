@@ -90,7 +90,6 @@ void run_engine(zmq::context_t& context, Inbox& inbox, const WorkerOptions& o) {
                           {"max_model_len", engine.config().max_model_len},
                           {"eos_token_ids", engine.stop_rules().eos_token_ids},
                           {"default_params", to_json(engine.default_params())}});
-    std::map<std::string, size_t> num_sent;  // tokens already sent, per running request
     auto handle = [&](const Json& m) {
         const std::string type = m.at("type").get<std::string>();
         if (type == kAdd) {
@@ -105,7 +104,6 @@ void run_engine(zmq::context_t& context, Inbox& inbox, const WorkerOptions& o) {
                 const SamplingParams params = params_from_json(m.at("params"));
                 engine.add_request(Prompt::from_ids(m.at("ids").get<std::vector<int32_t>>()),
                                    params, id);
-                num_sent[id] = 0;
                 send(to_detokenizer, {{"type", kAccepted},
                                       {"id", id},
                                       {"prompt_ids", m.at("ids")},
@@ -126,12 +124,7 @@ void run_engine(zmq::context_t& context, Inbox& inbox, const WorkerOptions& o) {
         while (std::optional<Json> m = inbox.next()) handle(*m);
         if (!engine.has_unfinished()) continue;
         Json outputs = Json::array();
-        for (const RequestOutput& out : engine.step()) {
-            size_t& sent = num_sent[out.request_id];
-            outputs.push_back(to_json(delta_of(out, sent)));
-            sent = out.token_ids.size();
-            if (out.finished) num_sent.erase(out.request_id);
-        }
+        for (const RequestOutput& out : engine.step()) outputs.push_back(to_json(delta_of(out)));
         if (!outputs.empty())
             send(to_detokenizer, {{"type", kOutputs}, {"outputs", std::move(outputs)}});
         const Scheduler& s = engine.scheduler();

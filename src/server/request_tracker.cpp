@@ -53,15 +53,16 @@ size_t RequestTracker::finish_all(const std::string& finish_reason, const std::s
 }
 
 void RequestTracker::record(Open& r, const RequestOutput& out, Clock::time_point now) {
-    if (out.token_ids.size() > r.num_tokens) {
+    const size_t num_tokens = size_t(out.num_output_tokens);
+    if (num_tokens > r.num_tokens) {
         if (r.num_tokens == 0) {
             r.first_token = now;
             if (metrics_) metrics_->observe_time_to_first_token(seconds(now - r.arrival));
         } else if (metrics_) {
             metrics_->observe_inter_token_latency(seconds(now - r.last_token));
         }
-        if (metrics_) metrics_->add_tokens(0, int64_t(out.token_ids.size() - r.num_tokens));
-        r.num_tokens = out.token_ids.size();
+        if (metrics_) metrics_->add_tokens(0, int64_t(num_tokens - r.num_tokens));
+        r.num_tokens = num_tokens;
         r.last_token = now;
     }
     if (!out.finished || !metrics_) return;

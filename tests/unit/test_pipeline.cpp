@@ -110,42 +110,55 @@ TEST(PipelineMessages, GarbageIsAnError) {
     EXPECT_THROW(decode(encode({{"id", "no type"}})), Error);
 }
 
-// Deltas of a stream of outputs rebuild the same outputs.
+// A stream of step outputs (as LLMEngine::step makes them) crosses the wire as deltas and comes
+// back the same: each step's change, and the whole request in the final output.
 TEST(PipelineMessages, DeltasRebuildTheOutputs) {
     std::vector<RequestOutput> stream;
-    RequestOutput o;
-    o.request_id = "r";
-    o.prompt_token_ids = {5, 6};
-    o.num_prompt_tokens = 2;
+    std::vector<int32_t> all_ids;
+    std::vector<TokenLogprob> all_logprobs;
+    std::string all_text;
     for (int i = 0; i < 4; ++i) {
-        o.token_ids.push_back(100 + i);
-        o.logprobs.push_back({100 + i, -float(i), {}});
+        RequestOutput o;
+        o.request_id = "r";
+        o.num_prompt_tokens = 2;
+        o.new_token_ids = {100 + i};
+        o.new_logprobs = {{100 + i, -float(i), {}}};
         o.delta_text = std::string(1, char('a' + i));
-        o.text += o.delta_text;
+        o.num_output_tokens = i + 1;
         o.num_cached_tokens = 1;
         o.finished = i == 3;
         o.finish_reason = o.finished ? "length" : "";
+        all_ids.push_back(100 + i);
+        all_logprobs.push_back(o.new_logprobs[0]);
+        all_text += o.delta_text;
+        if (o.finished) {
+            o.prompt_token_ids = {5, 6};
+            o.token_ids = all_ids;
+            o.logprobs = all_logprobs;
+            o.text = all_text;
+        }
         stream.push_back(o);
     }
     OutputAssembler assembler;
     assembler.start("r", {5, 6});
-    size_t sent = 0;
     for (const RequestOutput& want : stream) {
-        const OutputDelta d = delta_of(want, sent);
-        EXPECT_LE(d.new_token_ids.size(), 1u);  // deltas only
-        sent = want.token_ids.size();
+        const OutputDelta d = delta_of(want);
+        EXPECT_EQ(d.new_token_ids.size(), 1u);  // deltas only
         const std::optional<RequestOutput> got =
             assembler.apply(delta_from_json(round_trip({{"type", "o"}, {"d", to_json(d)}})["d"]));
         ASSERT_TRUE(got.has_value());
+        EXPECT_EQ(got->new_token_ids, want.new_token_ids);
+        EXPECT_EQ(got->new_logprobs, want.new_logprobs);
+        EXPECT_EQ(got->delta_text, want.delta_text);
+        EXPECT_EQ(got->num_output_tokens, want.num_output_tokens);
+        EXPECT_EQ(got->num_prompt_tokens, want.num_prompt_tokens);
         EXPECT_EQ(got->token_ids, want.token_ids);
         EXPECT_EQ(got->text, want.text);
-        EXPECT_EQ(got->delta_text, want.delta_text);
         EXPECT_EQ(got->prompt_token_ids, want.prompt_token_ids);
-        EXPECT_EQ(got->logprobs.size(), want.logprobs.size());
+        EXPECT_EQ(got->logprobs, want.logprobs);
         EXPECT_EQ(got->finish_reason, want.finish_reason);
     }
-    EXPECT_FALSE(
-        assembler.apply(delta_of(stream.back(), 0)).has_value());  // forgotten once finished
+    EXPECT_FALSE(assembler.apply(delta_of(stream.back())).has_value());  // forgotten once finished
 }
 
 // ---- An LLMEngine with detokenize = false, then the detokenizer stage, equals one LLMEngine.
@@ -176,7 +189,6 @@ std::vector<RequestOutput> pipeline_in_one_process(EngineConfig config,
     PipelineDetokenizer detokenizer(&*tokenizer, engine.stop_rules());
     OutputAssembler assembler;
     std::vector<RequestOutput> results(cases.size());
-    std::map<std::string, size_t> num_sent;
     for (size_t i = 0; i < cases.size(); ++i) {
         const std::string id = std::to_string(i);
         Prompt ids = cases[i].prompt;
@@ -188,7 +200,6 @@ std::vector<RequestOutput> pipeline_in_one_process(EngineConfig config,
                             {{"type", kAccepted}, {"p", to_json(cases[i].params)}})["p"]),
                         int64_t(ids.token_ids.size()));
         assembler.start(id, ids.token_ids);
-        num_sent[id] = 0;
     }
     std::deque<std::vector<std::string>> aborts(size_t(delay) + 1);
     std::set<std::string> ended;
@@ -199,9 +210,7 @@ std::vector<RequestOutput> pipeline_in_one_process(EngineConfig config,
         for (const RequestOutput& out : engine.step()) {
             EXPECT_TRUE(out.text.empty() && out.delta_text.empty())
                 << "the engine core makes no text";
-            const Json wire = round_trip(
-                {{"type", kOutputs}, {"d", to_json(delta_of(out, num_sent[out.request_id]))}});
-            num_sent[out.request_id] = out.token_ids.size();
+            const Json wire = round_trip({{"type", kOutputs}, {"d", to_json(delta_of(out))}});
             PipelineDetokenizer::Result r = detokenizer.process(delta_from_json(wire["d"]));
             if (r.abort_in_engine) aborts.back().push_back(out.request_id);
             if (!r.delta) continue;

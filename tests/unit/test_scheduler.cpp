@@ -181,6 +181,7 @@ TEST(Scheduler, ChunkedPrefillRespectsTheBudgetAndDecodesGoFirst) {
         auto outs = engine.step();
         ASSERT_FALSE(outs.empty());
         EXPECT_EQ(outs[0].request_id, "short");
-        EXPECT_EQ(outs[0].token_ids.size(), size_t(2 + i));
+        EXPECT_EQ(outs[0].num_output_tokens, 2 + i);
+        EXPECT_EQ(outs[0].new_token_ids.size(), 1u) << "a step reports only its own token";
     }
 }
