@@ -30,10 +30,20 @@ std::string describe_wait_status(int status) {
 
 namespace {
 
+std::mutex g_worker_binary_mutex;
+std::string g_worker_binary;  // empty: /proc/self/exe
+
+std::string worker_binary() {
+    std::lock_guard lock(g_worker_binary_mutex);
+    return g_worker_binary;
+}
+
 pid_t spawn_self(const std::vector<std::string>& args) {
+    std::string binary = worker_binary();
     std::error_code ec;  // argv[0]: the binary's real path, so `ps` shows what runs
     const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
-    std::vector<std::string> argv_strings = {ec ? "miniinfer" : self};
+    std::vector<std::string> argv_strings = {!binary.empty() ? binary : ec ? "miniinfer" : self};
+    if (binary.empty()) binary = "/proc/self/exe";
     argv_strings.insert(argv_strings.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (std::string& s : argv_strings) argv.push_back(s.data());
@@ -51,13 +61,18 @@ pid_t spawn_self(const std::vector<std::string>& args) {
     posix_spawnattr_setflags(
         &attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
     pid_t pid = 0;
-    const int rc = posix_spawn(&pid, "/proc/self/exe", nullptr, &attr, argv.data(), environ);
+    const int rc = posix_spawn(&pid, binary.c_str(), nullptr, &attr, argv.data(), environ);
     posix_spawnattr_destroy(&attr);
     if (rc != 0) fail("cannot start a pipeline process: {}", std::strerror(rc));
     return pid;
 }
 
 }  // namespace
+
+void set_worker_binary(const std::string& path) {
+    std::lock_guard lock(g_worker_binary_mutex);
+    g_worker_binary = path;
+}
 
 ChildProcesses::ChildProcesses(const std::vector<ChildSpec>& children,
                                std::function<void(const ChildExit&)> on_exit)

@@ -1,5 +1,5 @@
-// The pipeline's child processes: started by re-executing this binary (/proc/self/exe with
-// the hidden `pipeline-worker` subcommand; never fork without exec: threads and CUDA do not
+// The pipeline's child processes: started by re-executing this binary (/proc/self/exe, or the
+// binary set_worker_binary names, with the hidden `pipeline-worker` subcommand; never fork without exec: threads and CUDA do not
 // survive it), then watched by one thread until each exits.
 //
 // Children get their own process group (a Ctrl-C in the terminal reaches only the frontend,
@@ -31,6 +31,11 @@ struct ChildExit {
     std::string how;        // "exited with status 1", "was killed by signal 9 (SIGKILL)"
     bool expected = false;  // terminate_all() had been called
 };
+
+// The executable children run: the `miniinfer` binary. By default this process's own
+// (/proc/self/exe); a process that is not the binary (Python, through libminiinfer_c) names
+// it here before starting a pipeline. Safe from any thread.
+void set_worker_binary(const std::string& path);
 
 // "exited with status N" or "was killed by signal N (SIGNAME)" for a waitpid status.
 std::string describe_wait_status(int status);

@@ -1,0 +1,124 @@
+"""The offline benchmark through the Python API, printing the same table as `miniinfer bench`.
+
+    python bench/bench_miniinfer.py --model DIR --device cuda [--num-seqs 256]
+
+Same workloads (bench/balanced.json for balanced, from the C++ side), the same warm-up, the
+same timing (from submitting the batch to its last token) and the same speed of light as
+`miniinfer bench`, so the two tables compare the Python path's overhead directly.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any, Dict, List
+
+from . import _lib
+from .engine.llm_engine import LLMEngine
+from .utils import SamplingParams
+
+_HEADER = ("| workload | device | attention | page | graphs | overlap | requests | output tokens | "
+           "seconds | tok/s | SOL tok/s | % of SOL |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+
+def _parse_args(argv: Any = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", required=True, help="Hugging Face model directory")
+    p.add_argument("--num-seqs", type=int, default=0,
+                   help="Run the first N requests of each workload (0: all; balanced has 256)")
+    p.add_argument("--workload", action="append",
+                   help="balanced, decode128, decode256, short256, prefill256, bs1 (repeatable)")
+    p.add_argument("--balanced-file", default="bench/balanced.json")
+    p.add_argument("--json", default="", help="Also write the results as JSON here")
+    p.add_argument("--hbm-bytes-per-s", type=float, default=4.8e12)
+    p.add_argument("--matmul-flops", type=float, default=790e12)
+    # The engine options, with `miniinfer bench`'s flag names.
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--load-format", default="auto")
+    p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument("--max-model-len", type=int, default=0)
+    p.add_argument("--max-num-batched-tokens", type=int, default=0)
+    p.add_argument("--page-size", type=int, default=16)
+    p.add_argument("--kv-cache-mb", type=int, default=0)
+    p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
+    p.add_argument("--no-prefix-caching", action="store_true")
+    p.add_argument("--attention-backend", default="auto")
+    p.add_argument("--enforce-eager", action="store_true")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--generation-config", default="auto")
+    return p.parse_args(argv)
+
+
+def _engine_kwargs(a: argparse.Namespace) -> Dict[str, Any]:
+    return dict(device=a.device, load_format=a.load_format, max_num_seqs=a.max_num_seqs,
+                max_model_len=a.max_model_len, max_num_batched_tokens=a.max_num_batched_tokens,
+                page_size=a.page_size, kv_cache_bytes=a.kv_cache_mb << 20,
+                gpu_memory_utilization=a.gpu_memory_utilization,
+                enable_prefix_caching=not a.no_prefix_caching,
+                attention_backend=a.attention_backend, enforce_eager=a.enforce_eager,
+                seed=a.seed, generation_config=a.generation_config)
+
+
+def run_workload(engine: LLMEngine, workload: Dict[str, Any], a: argparse.Namespace) -> Dict[str, Any]:
+    params = [SamplingParams(temperature=workload["temperature"], ignore_eos=True,
+                             max_tokens=m, seed=i) for i, m in enumerate(workload["max_tokens"])]
+    prompts: List[List[int]] = workload["prompts"]
+    start = time.perf_counter()
+    outputs = engine.generate(prompts, params, use_tqdm=False)
+    seconds = time.perf_counter() - start
+    output_tokens = sum(len(o["token_ids"]) for o in outputs)
+    prompt_tokens = sum(len(p) for p in prompts)
+    sol_seconds = _lib.bench_sol_seconds(engine._live_handle(), workload, a.hbm_bytes_per_s,
+                                         a.matmul_flops)
+    c = engine.config
+    return {"workload": workload["name"], "device": c["device"],
+            "attention_backend": ("fa2" if c["attention_backend"] == "auto" else
+                                  c["attention_backend"]) if c["device"] == "cuda" else "cpu",
+            "page_size": c["page_size"],
+            "cuda_graphs": c["device"] == "cuda" and not c["enforce_eager"], "overlap": False,
+            "requests": len(prompts), "prompt_tokens": prompt_tokens,
+            "output_tokens": output_tokens, "seconds": seconds,
+            "output_tok_per_s": output_tokens / seconds,
+            "prompt_tok_per_s": prompt_tokens / seconds,
+            "ms_per_output_token": 1000.0 * seconds / output_tokens,
+            "sol_tok_per_s": output_tokens / sol_seconds,
+            "percent_of_sol": 100.0 * sol_seconds / seconds}
+
+
+def main(argv: Any = None) -> None:
+    a = _parse_args(argv)
+    workloads = []
+    for name in a.workload or ["balanced"]:
+        w = _lib.call_json("mi_bench_workload", name.encode(), a.balanced_file.encode())
+        if a.num_seqs > 0:
+            if a.num_seqs > len(w["prompts"]):
+                raise SystemExit(f"--num-seqs {a.num_seqs}: {name} has {len(w['prompts'])} requests")
+            w["prompts"], w["max_tokens"] = w["prompts"][:a.num_seqs], w["max_tokens"][:a.num_seqs]
+        workloads.append(w)
+    with LLMEngine(a.model, **_engine_kwargs(a)) as engine:
+        # Warm-up, as `miniinfer bench`: one short request through every code path.
+        engine.generate([[1] * 64], SamplingParams(max_tokens=8, ignore_eos=True, temperature=0.6),
+                        use_tqdm=False)
+        print(_HEADER, flush=True)
+        results = []
+        for w in workloads:
+            r = run_workload(engine, w, a)
+            line = (f"| {r['workload']} | {r['device']} | {r['attention_backend']} | "
+                    f"{r['page_size']} | {'on' if r['cuda_graphs'] else 'off'} | off | "
+                    f"{r['requests']} | {r['output_tokens']} | {r['seconds']:.2f} | "
+                    f"{r['output_tok_per_s']:.0f} | {r['sol_tok_per_s']:.0f} | "
+                    f"{r['percent_of_sol']:.1f}% |")
+            if r["workload"] == "prefill256":
+                line += f" prompt {r['prompt_tok_per_s']:.0f} tok/s"
+            if r["workload"] == "bs1":
+                line += f" {r['ms_per_output_token']:.3f} ms/token"
+            print(line, flush=True)
+            results.append(r)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=2)
+            f.write("\n")
+
+
+if __name__ == "__main__":
+    main()

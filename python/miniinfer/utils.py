@@ -1,0 +1,109 @@
+"""SamplingParams: how one request is sampled and when it stops, with vLLM's names and defaults.
+
+Validation is the engine's own (SamplingParams::from_json + validate in C++, through the C
+API), so Python and the server cannot disagree on what is allowed: a bad value raises
+ValueError naming the field.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import List, Optional, Union
+
+from . import _lib
+
+# The fields the engine reads (SamplingParams::from_json); the others are vLLM's, accepted
+# only with the one value MiniInfer implements.
+_ENGINE_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty",
+                  "presence_penalty", "frequency_penalty", "seed", "max_tokens", "min_tokens",
+                  "stop", "stop_token_ids", "ignore_eos", "logprobs", "skip_special_tokens")
+_FIXED_FIELDS = {"n": 1, "best_of": None, "prompt_logprobs": None,
+                 "include_stop_str_in_output": False, "detokenize": True,
+                 "spaces_between_special_tokens": True}
+
+
+@dataclass
+class SamplingParams:
+    """Sampling parameters for one request (vLLM's ``SamplingParams``).
+
+    Args:
+        temperature: 0 is greedy; higher is more random (>= 0).
+        top_p: keep the smallest set of tokens whose probability reaches top_p, in (0, 1].
+        top_k: keep the k most likely tokens; 0 or -1 keeps all.
+        min_p: drop tokens below min_p times the most likely one's probability, in [0, 1].
+        repetition_penalty: > 1 discourages tokens seen in the prompt or output (> 0).
+        presence_penalty: [-2, 2], on tokens already generated (OpenAI's).
+        frequency_penalty: [-2, 2], by how often a token was generated (OpenAI's).
+        seed: the request's random seed (same seed, same tokens, whatever the batch); None
+            draws one from the engine's seed.
+        max_tokens: most tokens to generate (>= 1); None: up to the engine's max_model_len.
+        min_tokens: fewest tokens before EOS or a stop token may end the request.
+        stop: strings that end the output (not included in it).
+        stop_token_ids: token ids that end the output (included in token_ids).
+        ignore_eos: keep generating past EOS.
+        logprobs: return the log-probability of each sampled token and of the top-n, 0..20.
+        skip_special_tokens: leave special tokens out of the text.
+        n, best_of, prompt_logprobs, include_stop_str_in_output, detokenize,
+        spaces_between_special_tokens: vLLM's; only their defaults are supported.
+
+    Raises:
+        ValueError: a value out of range or of the wrong type, naming the field.
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: Optional[int] = None
+    max_tokens: Optional[int] = 16
+    min_tokens: int = 0
+    stop: Optional[Union[str, List[str]]] = None
+    stop_token_ids: Optional[List[int]] = None
+    ignore_eos: bool = False
+    logprobs: Optional[int] = None
+    skip_special_tokens: bool = True
+    n: int = 1
+    best_of: Optional[int] = None
+    prompt_logprobs: Optional[int] = None
+    include_stop_str_in_output: bool = False
+    detokenize: bool = True
+    spaces_between_special_tokens: bool = True
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        self.stop = list(self.stop) if self.stop is not None else []
+        self.stop_token_ids = list(self.stop_token_ids) if self.stop_token_ids is not None else []
+        self.validate()
+
+    def validate(self) -> None:
+        """Raises ValueError naming the first bad field (the engine's own rules)."""
+        for name, supported in _FIXED_FIELDS.items():
+            value = getattr(self, name)
+            if value != supported:
+                raise ValueError(f"sampling params: '{name}' = {value!r} is not supported "
+                                 f"(MiniInfer implements only {supported!r})")
+        if self.max_tokens is None and self.min_tokens > 1 << 30:
+            raise ValueError("sampling params: 'min_tokens' is too large")
+        _lib.validate_sampling_params(self.to_engine_dict(max_model_len=1 << 30))
+
+    def to_engine_dict(self, max_model_len: int) -> dict:
+        """The fields the engine reads, as its JSON (max_tokens None becomes max_model_len)."""
+        d = {name: getattr(self, name) for name in _ENGINE_FIELDS}
+        if d["max_tokens"] is None:
+            d["max_tokens"] = max(max_model_len, 1)
+        return d
+
+    def clone(self) -> "SamplingParams":
+        return dataclasses.replace(self)
+
+    @classmethod
+    def from_engine_dict(cls, d: dict) -> "SamplingParams":
+        """Built from the engine's JSON (e.g. its defaults from generation_config.json)."""
+        return cls(**{k: v for k, v in d.items() if k in _ENGINE_FIELDS})
+
+
+__all__ = ["SamplingParams"]
