@@ -7,6 +7,9 @@
 # at most 64 MiB with the repository): carry that, `tar -C dist -xJf dist/gpu.tar.xz` there,
 # then run scripts/gpu_check.sh.
 # BUILD_DIR (default build) and DIST_DIR (default dist/gpu) pick other folders.
+# A build with -DMINIINFER_PYTHON=ON also gets python/: the package `miniinfer` with its
+# libminiinfer_c.so and bin/miniinfer inside, for PYTHONPATH=dist/gpu/python on a machine
+# without a compiler (scripts/gpu_bench_python.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
@@ -15,9 +18,17 @@ rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
 [ -f "$build/src/apps/miniinfer" ] && cp "$build/src/apps/miniinfer" "$out/bin/"
 [ -d "$build/tests" ] && find "$build/tests" -type f \( -name 'test_*' -o -name 'bench_*' \) -perm -u+x -exec cp {} "$out/bin/" \;
-for b in "$out"/bin/*; do ldd "$b"; done | awk '/=> \// {print $3}' | sort -u |
+if [ -f "$build/src/capi/libminiinfer_c.so" ]; then
+  mkdir -p "$out/python"
+  cp -r python/miniinfer "$out/python/"
+  find "$out/python" -name __pycache__ -prune -exec rm -rf {} +
+  cp "$build/src/capi/libminiinfer_c.so" "$out/python/miniinfer/"
+  mkdir -p "$out/python/miniinfer/bin"
+  cp "$build/src/apps/miniinfer" "$out/python/miniinfer/bin/"
+fi
+for b in "$out"/bin/* $(find "$out/python" -name '*.so' 2>/dev/null); do ldd "$b"; done | awk '/=> \// {print $3}' | sort -u |
   grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux[^/]*|libpthread|libdl|librt|libresolv|libanl|libutil|libcuda|libcudart|libcublas[^/]*)\.so' |
   xargs -r cp -L -t "$out/lib"
-strip --strip-debug "$out"/bin/* "$out"/lib/*
+strip --strip-debug "$out"/bin/* "$out"/lib/* $(find "$out/python" -name '*.so' -o -path '*/bin/miniinfer' 2>/dev/null)
 tar -C "$(dirname "$out")" -cJf "$out.tar.xz" "$(basename "$out")"
 du -sh "$out" "$out.tar.xz"

@@ -31,4 +31,11 @@ rm -rf build-fuzz/corpus && mkdir -p build-fuzz/corpus && cp tests/fuzz/corpus/*
 (cd build-fuzz && UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 tests/fuzz/fuzz_requests \
    -max_total_time="${FUZZ_SECONDS:-60}" -max_len=8192 -timeout=10 -rss_limit_mb=4096 \
    -print_final_stats=1 corpus 2>&1 | tail -15)
+
+# The Python package, as a user installs it (pip install . : scikit-build-core runs the same
+# CMake), then its tests on the CPU backend. The CUDA kernels are built and tested above; the
+# package is built without them here to keep CI's time (CMAKE_ARGS adds to, and may override,
+# this; CMAKE_CXX_COMPILER_LAUNCHER=ccache in the environment is honoured).
+CMAKE_ARGS="-DMINIINFER_CUDA=OFF ${CMAKE_ARGS:-}" .venv/bin/pip install -q --disable-pip-version-check .
+.venv/bin/python -m pytest -q -p no:cacheprovider tests/python
 echo "test: all passed"

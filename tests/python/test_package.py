@@ -1,0 +1,56 @@
+"""The package's surface: the `miniinfer` command, type stubs that match the modules, and the
+Python benchmark's table."""
+import ast
+import importlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import DEMO
+
+PACKAGE = Path(importlib.import_module("miniinfer").__file__).parent
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_miniinfer_command_runs_the_bundled_binary():
+    exe = shutil.which("miniinfer", path=os.path.dirname(sys.executable))
+    if exe is None:
+        pytest.skip("the package is not installed (PYTHONPATH run): no `miniinfer` script")
+    p = subprocess.run([exe, "generate", "--model", DEMO, "--prompt", "Hi", "--max-tokens", "2"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert '"token_ids"' in p.stdout
+
+
+@pytest.mark.parametrize("module", ["miniinfer", "miniinfer.utils", "miniinfer.llm",
+                                    "miniinfer.tokenizer", "miniinfer.engine.llm_engine"])
+def test_stubs_name_every_public_name(module):
+    mod = importlib.import_module(module)
+    stub = Path(mod.__file__).with_suffix(".pyi")
+    assert stub.is_file(), f"{stub} is missing"
+    tree = ast.parse(stub.read_text())
+    declared = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+            declared.add(node.name)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            declared.add(node.target.id)
+        elif isinstance(node, ast.ImportFrom):
+            declared.update(a.asname or a.name for a in node.names)
+    assert set(mod.__all__) <= declared
+
+
+def test_python_benchmark_prints_the_bench_table():
+    p = subprocess.run([sys.executable, str(REPO / "bench" / "bench_miniinfer.py"), "--model", DEMO,
+                        "--num-seqs", "2", "--max-model-len", "2048"],
+                       capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.strip().splitlines()
+    assert lines[0].startswith("| workload | device | attention | page | graphs | overlap |")
+    cells = [c.strip() for c in lines[2].strip("|").split("|")]
+    assert cells[:7] == ["balanced", "cpu", "cpu", "16", "off", "off", "2"]
+    assert int(cells[7]) > 0 and cells[-1].endswith("%")
