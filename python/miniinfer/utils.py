@@ -7,6 +7,7 @@ ValueError naming the field.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import List, Optional, Union
 
@@ -36,7 +37,8 @@ class SamplingParams:
         frequency_penalty: [-2, 2], by how often a token was generated (OpenAI's).
         seed: the request's random seed (same seed, same tokens, whatever the batch); None
             draws one from the engine's seed.
-        max_tokens: most tokens to generate (>= 1); None: up to the engine's max_model_len.
+        max_tokens: most tokens to generate (>= 1); None: up to the engine's max_model_len
+            (the prompt included).
         min_tokens: fewest tokens before EOS or a stop token may end the request.
         stop: strings that end the output (not included in it).
         stop_token_ids: token ids that end the output (included in token_ids).
@@ -86,12 +88,17 @@ class SamplingParams:
             if value != supported:
                 raise ValueError(f"sampling params: '{name}' = {value!r} is not supported "
                                  f"(MiniInfer implements only {supported!r})")
-        if self.max_tokens is None and self.min_tokens > 1 << 30:
-            raise ValueError("sampling params: 'min_tokens' is too large")
+        # JSON has no NaN or infinity, so the engine could not name the field: check here.
+        for name in ("temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty",
+                     "frequency_penalty"):
+            value = getattr(self, name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"sampling params: '{name}' must be finite, got {value}")
         _lib.validate_sampling_params(self.to_engine_dict(max_model_len=1 << 30))
 
     def to_engine_dict(self, max_model_len: int) -> dict:
-        """The fields the engine reads, as its JSON (max_tokens None becomes max_model_len)."""
+        """The fields the engine reads, as its JSON; max_tokens None becomes max_model_len (the
+        caller passes what is left of it after the prompt)."""
         d = {name: getattr(self, name) for name in _ENGINE_FIELDS}
         if d["max_tokens"] is None:
             d["max_tokens"] = max(max_model_len, 1)

@@ -127,7 +127,9 @@ using namespace miniinfer;
 
 extern "C" {
 
-const char* mi_version(void) { return "0.1.0"; }
+const char* mi_version(void) {
+    return "0.1.0";
+}
 
 int mi_has_cuda(void) {
 #ifdef MINIINFER_HAS_CUDA
@@ -137,7 +139,9 @@ int mi_has_cuda(void) {
 #endif
 }
 
-void mi_free_string(char* s) { std::free(s); }
+void mi_free_string(char* s) {
+    std::free(s);
+}
 
 char* mi_engine_config_defaults(void) {
     return guarded<char*>(nullptr, nullptr, [] { return copy_json(EngineConfig().to_json()); });
@@ -249,8 +253,8 @@ char* mi_detokenize(mi_engine* engine, const char* ids_json, int skip_special_to
     });
 }
 
-char* mi_apply_chat_template(mi_engine* engine, const char* messages_json,
-                             const char* options_json, char** error) {
+char* mi_apply_chat_template(mi_engine* engine, const char* messages_json, const char* options_json,
+                             char** error) {
     return guarded<char*>(error, nullptr, [&] {
         using Ordered = nlohmann::ordered_json;  // key order matters to a template (tool args)
         const auto messages = parse_untrusted_json<Ordered>(messages_json, "messages");
@@ -258,9 +262,8 @@ char* mi_apply_chat_template(mi_engine* engine, const char* messages_json,
         const Ordered tools = options.value("tools", Ordered());
         const Ordered kwargs = options.value("chat_template_kwargs", Ordered::object());
         const bool add_generation_prompt = options.value("add_generation_prompt", true);
-        return copy_string(
-            session_of(engine).chat_template().render(messages, tools, add_generation_prompt,
-                                                      kwargs.is_null() ? Ordered::object() : kwargs));
+        return copy_string(session_of(engine).chat_template().render(
+            messages, tools, add_generation_prompt, kwargs.is_null() ? Ordered::object() : kwargs));
     });
 }
 

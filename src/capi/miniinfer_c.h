@@ -46,7 +46,8 @@ MI_API char* mi_engine_config_defaults(void);
  * detokenizer run as child processes of `worker_binary` (the `miniinfer` executable); they
  * receive SIGTERM if the calling thread ends, so create the engine on a long-lived thread.
  * worker_binary may be NULL otherwise. */
-MI_API mi_engine* mi_engine_create(const char* config_json, const char* worker_binary, char** error);
+MI_API mi_engine* mi_engine_create(const char* config_json, const char* worker_binary,
+                                   char** error);
 /* Stops child processes, frees the model and the KV cache. NULL is ignored. */
 MI_API void mi_engine_destroy(mi_engine* engine);
 
@@ -60,8 +61,8 @@ MI_API char* mi_engine_info(mi_engine* engine, char** error);
  * defaults)}. Ids must be unique among open requests. On failure nothing stays queued, -1 is
  * returned and *failed_index (if not NULL) is the position of the bad request (-1: none in
  * particular). Returns 0 on success. */
-MI_API int mi_engine_add_requests(mi_engine* engine, const char* requests_json, int64_t* failed_index,
-                           char** error);
+MI_API int mi_engine_add_requests(mi_engine* engine, const char* requests_json,
+                                  int64_t* failed_index, char** error);
 
 /* One step's outputs (deltas), as a JSON array of objects: request_id, finished,
  * finish_reason, stop_reason, error, new_token_ids, delta_text, new_logprobs,
@@ -89,9 +90,9 @@ MI_API int mi_engine_has_unfinished(mi_engine* engine);
  * [...] | null, "add_generation_prompt": bool, "chat_template_kwargs": {...}}. */
 MI_API char* mi_tokenize(mi_engine* engine, const char* text, int add_special_tokens, char** error);
 MI_API char* mi_detokenize(mi_engine* engine, const char* ids_json, int skip_special_tokens,
-                    char** error);
+                           char** error);
 MI_API char* mi_apply_chat_template(mi_engine* engine, const char* messages_json,
-                             const char* options_json, char** error);
+                                    const char* options_json, char** error);
 
 /* Checks sampling parameters as the engine will (SamplingParams::from_json, then validate;
  * stop_token_ids are checked against the vocabulary only when a request is added). Returns 0,
@@ -104,7 +105,8 @@ MI_API char* mi_bench_workload(const char* name, const char* balanced_file, char
 /* The speed of light of a workload (the JSON above) on this engine's model and max_num_seqs,
  * for the given memory bandwidth and matrix rate (see apps/bench_workloads.h). -1 on error. */
 MI_API double mi_engine_bench_sol_seconds(mi_engine* engine, const char* workload_json,
-                                   double hbm_bytes_per_s, double matmul_flops, char** error);
+                                          double hbm_bytes_per_s, double matmul_flops,
+                                          char** error);
 
 #ifdef __cplusplus
 }

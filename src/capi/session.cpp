@@ -126,8 +126,8 @@ std::vector<RequestOutput> Session::run(double max_seconds) {
             for (RequestOutput& out : engine_->step())
                 if (keep(out) && out.finished) finished.push_back(std::move(out));
         } else {
-            const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                deadline - Clock::now());
+            const auto left =
+                std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
             std::optional<RequestOutput> out =
                 channel_->next(std::max(left, std::chrono::milliseconds(1)));
             if (out && keep(*out) && out->finished) finished.push_back(std::move(*out));

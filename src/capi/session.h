@@ -65,7 +65,7 @@ class Session {
     const SamplingParams& default_params() const;
     int64_t max_model_len() const;
     std::vector<int64_t> eos_token_ids() const;
-    const Tokenizer& tokenizer() const;  // Error if the model has none
+    const Tokenizer& tokenizer() const;         // Error if the model has none
     const ChatTemplate& chat_template() const;  // Error if the model has none
 
   private:
@@ -73,7 +73,7 @@ class Session {
     bool keep(const RequestOutput& out);
 
     EngineConfig config_;
-    std::unique_ptr<LLMEngine> engine_;      // one process
+    std::unique_ptr<LLMEngine> engine_;         // one process
     std::unique_ptr<PipelineClient> pipeline_;  // or the pipeline
     std::shared_ptr<OutputChannel> channel_;    // the pipeline's outputs, all requests
     std::set<std::string> open_;                // pipeline: submitted, final not yet seen

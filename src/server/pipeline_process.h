@@ -1,6 +1,6 @@
 // The pipeline's child processes: started by re-executing this binary (/proc/self/exe, or the
-// binary set_worker_binary names, with the hidden `pipeline-worker` subcommand; never fork without exec: threads and CUDA do not
-// survive it), then watched by one thread until each exits.
+// binary set_worker_binary names, with the hidden `pipeline-worker` subcommand; never fork without
+// exec: threads and CUDA do not survive it), then watched by one thread until each exits.
 //
 // Children get their own process group (a Ctrl-C in the terminal reaches only the frontend,
 // which then stops them) and default signal dispositions. They ask the kernel for SIGTERM

@@ -78,3 +78,11 @@ def test_default_params_come_from_generation_config(demo_engine):
     assert (p.temperature, p.top_k, p.top_p) == (0.6, 20, 0.95)
     out = demo_engine.generate("Hello", use_tqdm=False)[0]  # sampling_params=None: the defaults
     assert len(out["token_ids"]) <= 16
+
+
+def test_max_tokens_none_fills_the_context(demo_engine):
+    out = demo_engine.generate(["The capital of France is"],
+                               SamplingParams(temperature=0, max_tokens=None, ignore_eos=True),
+                               use_tqdm=False)[0]
+    assert out["num_prompt_tokens"] + len(out["token_ids"]) == demo_engine.max_model_len == 256
+    assert out["finish_reason"] == "length" and out["prompt"] == "The capital of France is"

@@ -41,7 +41,7 @@ def test_stream_deltas_concatenate_to_the_final_text(multiprocess):
 def test_add_request_step_and_abort(demo_engine):
     engine = demo_engine
     keep = engine.add_request("Hello", PARAMS)
-    gone = engine.add_request([1, 2, 3], SamplingParams(max_tokens=500, ignore_eos=True),
+    gone = engine.add_request([1, 2, 3], SamplingParams(max_tokens=200, ignore_eos=True),
                               request_id="to-abort")
     assert gone == "to-abort"
     with pytest.raises(ValueError, match="already in use"):
@@ -56,16 +56,17 @@ def test_add_request_step_and_abort(demo_engine):
             seen[out["request_id"]].append(out)
     assert len(seen[gone]) == 3 and not seen[gone][-1]["finished"]  # nothing after the abort
     check_stream(seen[keep], reference("qwen3-demo")["prompts"][0]["greedy"])
+    extra = engine.add_request("x", PARAMS)
     with pytest.raises(RuntimeError, match="streamed requests"):
-        engine.add_request("x", PARAMS)
         engine.generate(["y"], PARAMS, use_tqdm=False)
-    engine.abort([o for o in ["0"]] + list(engine._streams))
+    engine.abort(extra)
     while engine.has_unfinished_requests():
-        engine.step()
+        assert engine.step() == []
 
 
 def test_closing_a_stream_early_aborts_its_request(demo_engine):
     s = demo_engine.stream("Hello", SamplingParams(max_tokens=200, ignore_eos=True))
+    assert not demo_engine.has_unfinished_requests() or demo_engine.step() == []
     next(s)
     s.close()
     while demo_engine.has_unfinished_requests():

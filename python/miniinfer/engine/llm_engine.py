@@ -86,7 +86,7 @@ class LLMEngine:
             if key not in options:
                 raise TypeError(f"LLMEngine got an unexpected keyword argument '{key}' "
                                 f"(engine options: {', '.join(sorted(options))})")
-        config = {**options, **kwargs, "model_dir": os.fspath(model)}
+        config = {**_lib.engine_config_defaults(), **kwargs, "model_dir": os.fspath(model)}
         worker = _lib.binary_path() if config["use_multiprocess"] is True else None
         self._handle = _lib.create_engine(config, worker)
         self._info: Dict[str, Any] = _lib.call_json("mi_engine_info", self._handle)
@@ -269,7 +269,14 @@ class LLMEngine:
             raise TypeError(f"a prompt is a string, a list of token ids, a chat (list of "
                             f"messages) or a dict; got {type(prompt).__name__}")
         if params is not None:
-            request["params"] = params.to_engine_dict(self.max_model_len)
+            room = self.max_model_len
+            if params.max_tokens is None:  # as vLLM: whatever the context has left
+                if "prompt" in request:
+                    if self.tokenizer is None:
+                        raise ValueError("this model has no tokenizer: text prompts need one")
+                    request["prompt_token_ids"] = self.tokenizer.encode(request.pop("prompt"))
+                room -= len(request["prompt_token_ids"])
+            request["params"] = params.to_engine_dict(room)
         return request, echo
 
     # --- streaming --------------------------------------------------------------------------
