@@ -6,6 +6,7 @@ engine works while other Python threads run. A C-side failure arrives as "ValueE
 """
 from __future__ import annotations
 
+import array
 import ctypes
 import json
 import os
@@ -62,10 +63,13 @@ _SIGNATURES = {
     "mi_engine_create": (ctypes.c_void_p, [ctypes.c_char_p, ctypes.c_char_p, _char_pp]),
     "mi_engine_destroy": (None, [ctypes.c_void_p]),
     "mi_engine_info": (ctypes.c_void_p, [ctypes.c_void_p, _char_pp]),
-    "mi_engine_add_requests": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p,
-                                              ctypes.POINTER(ctypes.c_int64), _char_pp]),
+    "mi_engine_add_requests": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p,
+                                              ctypes.c_int64, ctypes.POINTER(ctypes.c_int64),
+                                              _char_pp]),
     "mi_engine_step": (ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_double, _char_pp]),
-    "mi_engine_run": (ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_double, _char_pp]),
+    "mi_engine_run": (ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_double,
+                                        ctypes.POINTER(ctypes.c_void_p),
+                                        ctypes.POINTER(ctypes.c_int64), _char_pp]),
     "mi_engine_abort": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, _char_pp]),
     "mi_engine_has_unfinished": (ctypes.c_int, [ctypes.c_void_p]),
     "mi_tokenize": (ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, _char_pp]),
@@ -142,17 +146,53 @@ def create_engine(config: dict, worker_binary: Optional[Path]) -> int:
 
 
 def add_requests(handle: int, requests: list) -> None:
-    """Queues every request or none; a bad one raises ValueError("prompt N: ...")."""
+    """Queues every request or none; a bad one raises ValueError("prompt N: ...").
+
+    Token-id prompts travel as one int32 array (prompt_token_range) rather than JSON text:
+    for a benchmark's batch that is milliseconds instead of tens of them."""
+    tokens = array.array("i")
+    for r in requests:
+        ids = r.pop("prompt_token_ids", None)
+        if ids is not None:
+            r["prompt_token_range"] = [len(tokens), len(ids)]
+            try:
+                tokens.extend(ids)
+            except (TypeError, OverflowError):
+                raise ValueError("prompt token ids must be 32-bit integers") from None
+    buffer = (ctypes.c_int32 * len(tokens)).from_buffer(tokens) if tokens else None
     error = ctypes.c_void_p()
     failed = ctypes.c_int64(-1)
-    if lib().mi_engine_add_requests(handle, encode(requests), ctypes.byref(failed),
-                                    ctypes.byref(error)) != 0:
+    if lib().mi_engine_add_requests(handle, encode(requests), buffer, len(tokens),
+                                    ctypes.byref(failed), ctypes.byref(error)) != 0:
         try:
             _raise(error)
         except (ValueError, RuntimeError) as e:
             if failed.value >= 0:
                 raise type(e)(f"prompt {failed.value}: {e}") from None
             raise
+
+
+def run(handle: int, max_seconds: float) -> list:
+    """mi_engine_run: the requests that finished within max_seconds, with token_ids and
+    prompt_token_ids as lists again."""
+    error = ctypes.c_void_p()
+    tokens_ptr, num_tokens = ctypes.c_void_p(), ctypes.c_int64(0)
+    ptr = lib().mi_engine_run(handle, max_seconds, ctypes.byref(tokens_ptr),
+                              ctypes.byref(num_tokens), ctypes.byref(error))
+    if not ptr:
+        _raise(error)
+    outputs = json.loads(_take_string(ptr))
+    tokens = array.array("i")
+    if tokens_ptr.value:
+        try:
+            tokens.frombytes(ctypes.string_at(tokens_ptr.value, num_tokens.value * 4))
+        finally:
+            lib().mi_free_string(tokens_ptr.value)
+    for out in outputs:
+        for key in ("token", "prompt_token"):
+            offset, length = out.pop(key + "_range")
+            out[key + "_ids"] = tokens[offset:offset + length].tolist()
+    return outputs
 
 
 def validate_sampling_params(params: dict) -> None:

@@ -59,7 +59,15 @@ Json logprobs_json(const std::vector<TokenLogprob>& logprobs) {
     return out;
 }
 
-Json output_json(const RequestOutput& o) {
+// The ids' [offset, length] in `tokens`, after appending them there.
+Json append_range(std::vector<int32_t>& tokens, const std::vector<int32_t>& ids) {
+    Json range = {tokens.size(), ids.size()};
+    tokens.insert(tokens.end(), ids.begin(), ids.end());
+    return range;
+}
+
+// tokens == nullptr: ids as JSON lists; else as ranges into *tokens (mi_engine_run).
+Json output_json(const RequestOutput& o, std::vector<int32_t>* tokens = nullptr) {
     Json j = {{"request_id", o.request_id},
               {"finished", o.finished},
               {"finish_reason", o.finish_reason.empty() ? Json() : Json(o.finish_reason)},
@@ -71,9 +79,14 @@ Json output_json(const RequestOutput& o) {
               {"num_prompt_tokens", o.num_prompt_tokens},
               {"num_cached_tokens", o.num_cached_tokens}};
     if (!o.new_logprobs.empty()) j["new_logprobs"] = logprobs_json(o.new_logprobs);
-    if (o.finished) {
+    if (o.finished && tokens) {
+        j["prompt_token_range"] = append_range(*tokens, o.prompt_token_ids);
+        j["token_range"] = append_range(*tokens, o.token_ids);
+    } else if (o.finished) {
         j["prompt_token_ids"] = o.prompt_token_ids;
         j["token_ids"] = o.token_ids;
+    }
+    if (o.finished) {
         j["text"] = o.text;
         if (!o.logprobs.empty()) j["logprobs"] = logprobs_json(o.logprobs);
     }
@@ -83,6 +96,22 @@ Json output_json(const RequestOutput& o) {
 char* outputs_json(const std::vector<RequestOutput>& outputs) {
     Json array = Json::array();
     for (const RequestOutput& o : outputs) array.push_back(output_json(o));
+    return copy_json(array);
+}
+
+// The final outputs with their ids in one malloc'ed int32 array (*tokens, *num_tokens).
+char* final_outputs_json(const std::vector<RequestOutput>& outputs, int32_t** tokens,
+                         int64_t* num_tokens) {
+    std::vector<int32_t> ids;
+    Json array = Json::array();
+    for (const RequestOutput& o : outputs) array.push_back(output_json(o, &ids));
+    *tokens = nullptr;
+    *num_tokens = int64_t(ids.size());
+    if (!ids.empty()) {
+        *tokens = static_cast<int32_t*>(std::malloc(ids.size() * sizeof(int32_t)));
+        if (!*tokens) throw std::bad_alloc();
+        std::memcpy(*tokens, ids.data(), ids.size() * sizeof(int32_t));
+    }
     return copy_json(array);
 }
 
@@ -187,8 +216,8 @@ char* mi_engine_info(mi_engine* engine, char** error) {
     });
 }
 
-int mi_engine_add_requests(mi_engine* engine, const char* requests_json, int64_t* failed_index,
-                           char** error) {
+int mi_engine_add_requests(mi_engine* engine, const char* requests_json, const int32_t* token_ids,
+                           int64_t num_token_ids, int64_t* failed_index, char** error) {
     if (failed_index) *failed_index = -1;
     return guarded<int>(error, -1, [&] {
         Session& s = session_of(engine);
@@ -197,7 +226,7 @@ int mi_engine_add_requests(mi_engine* engine, const char* requests_json, int64_t
         std::vector<NewRequest> batch;
         for (size_t i = 0; i < requests.size(); ++i) {
             try {
-                batch.push_back(s.parse_request(requests[i]));
+                batch.push_back(s.parse_request(requests[i], {token_ids, size_t(num_token_ids)}));
             } catch (const Error&) {
                 if (failed_index) *failed_index = int64_t(i);
                 throw;
@@ -218,9 +247,11 @@ char* mi_engine_step(mi_engine* engine, double timeout_s, char** error) {
                           [&] { return outputs_json(session_of(engine).step(timeout_s)); });
 }
 
-char* mi_engine_run(mi_engine* engine, double max_seconds, char** error) {
-    return guarded<char*>(error, nullptr,
-                          [&] { return outputs_json(session_of(engine).run(max_seconds)); });
+char* mi_engine_run(mi_engine* engine, double max_seconds, int32_t** tokens, int64_t* num_tokens,
+                    char** error) {
+    return guarded<char*>(error, nullptr, [&] {
+        return final_outputs_json(session_of(engine).run(max_seconds), tokens, num_tokens);
+    });
 }
 
 int mi_engine_abort(mi_engine* engine, const char* ids_json, char** error) {

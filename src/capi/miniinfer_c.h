@@ -57,11 +57,14 @@ MI_API void mi_engine_destroy(mi_engine* engine);
 MI_API char* mi_engine_info(mi_engine* engine, char** error);
 
 /* Queues requests, all or none. requests_json: an array of {"request_id": str, "prompt": str
- * | "prompt_token_ids": [int], "params": {SamplingParams fields} | null (the engine's
- * defaults)}. Ids must be unique among open requests. On failure nothing stays queued, -1 is
- * returned and *failed_index (if not NULL) is the position of the bad request (-1: none in
- * particular). Returns 0 on success. */
+ * | "prompt_token_ids": [int] | "prompt_token_range": [offset, length], "params":
+ * {SamplingParams fields} | null (the engine's defaults)}. A range points into token_ids (may
+ * be NULL if no request has one): big batches of ids cross as one int32 array instead of JSON
+ * text. Ids must be unique among open requests. On failure nothing stays queued, -1 is returned
+ * and *failed_index (if not NULL) is the position of the bad request (-1: none in particular).
+ * Returns 0 on success. */
 MI_API int mi_engine_add_requests(mi_engine* engine, const char* requests_json,
+                                  const int32_t* token_ids, int64_t num_token_ids,
                                   int64_t* failed_index, char** error);
 
 /* One step's outputs (deltas), as a JSON array of objects: request_id, finished,
@@ -73,10 +76,14 @@ MI_API int mi_engine_add_requests(mi_engine* engine, const char* requests_json,
 MI_API char* mi_engine_step(mi_engine* engine, double timeout_s, char** error);
 
 /* Runs the engine for up to max_seconds (at least one step if any work is left) and returns
- * the final outputs of the requests that finished meanwhile (same objects as mi_engine_step;
- * deltas are dropped). Returns early when no request is left. generate()'s hot loop: the
- * steps run here, in C++, and Python wakes a few times a second. */
-MI_API char* mi_engine_run(mi_engine* engine, double max_seconds, char** error);
+ * the final outputs of the requests that finished meanwhile (deltas are dropped). Returns early
+ * when no request is left. generate()'s hot loop: the steps run here, in C++, and Python wakes
+ * a few times a second. The outputs are mi_engine_step's objects except that token_ids and
+ * prompt_token_ids are replaced by "token_range" and "prompt_token_range", [offset, length]
+ * into *tokens: a malloc'ed int32 array of *num_tokens ids (free it with mi_free_string; NULL
+ * when empty), as ids are most of the bytes and JSON text is slow to parse in Python. */
+MI_API char* mi_engine_run(mi_engine* engine, double max_seconds, int32_t** tokens,
+                           int64_t* num_tokens, char** error);
 
 /* Ends requests (a JSON array of ids; unknown ids are ignored). Their outputs, the final one
  * included, are dropped: no later step or run returns them. */

@@ -1,5 +1,6 @@
 #include "capi/session.h"
 
+#include <array>
 #include <chrono>
 
 #include "engine/llm_engine.h"
@@ -32,10 +33,17 @@ Session::Session(const EngineConfig& config, const std::string& worker_binary) {
 
 Session::~Session() = default;
 
-NewRequest Session::parse_request(const Json& request) const {
+NewRequest Session::parse_request(const Json& request, std::span<const int32_t> token_ids) const {
     NewRequest r;
     r.request_id = json_get<std::string>(request, "request_id", "request");
-    if (request.contains("prompt_token_ids"))
+    if (request.contains("prompt_token_range")) {
+        const auto range =
+            json_get<std::array<int64_t, 2>>(request, "prompt_token_range", "request");
+        if (range[0] < 0 || range[1] < 0 || range[0] + range[1] > int64_t(token_ids.size()))
+            fail("request: 'prompt_token_range' is outside the token ids given");
+        const auto ids = token_ids.subspan(size_t(range[0]), size_t(range[1]));
+        r.prompt = Prompt::from_ids({ids.begin(), ids.end()});
+    } else if (request.contains("prompt_token_ids"))
         r.prompt = Prompt::from_ids(
             json_get<std::vector<int32_t>>(request, "prompt_token_ids", "request"));
     else

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -47,9 +48,10 @@ class Session {
     Session(const EngineConfig& config, const std::string& worker_binary);
     ~Session();
 
-    // Parses one request of the C API's JSON (prompt or prompt_token_ids; params over the
-    // engine's defaults, or the defaults when null). Throws Error naming the bad field.
-    NewRequest parse_request(const Json& request) const;
+    // Parses one request of the C API's JSON (prompt, prompt_token_ids, or a
+    // prompt_token_range into `token_ids`; params over the engine's defaults, or the defaults
+    // when null). Throws Error naming the bad field.
+    NewRequest parse_request(const Json& request, std::span<const int32_t> token_ids) const;
     // Queues every request or none: throws BatchError naming the first bad one.
     void add_requests(std::vector<NewRequest> requests);
     // One step's outputs (one process), or those that arrive within timeout_s (pipeline).

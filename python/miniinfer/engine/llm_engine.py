@@ -193,7 +193,7 @@ class LLMEngine:
         progress = Progress(len(requests), use_tqdm)
         try:
             while pending:
-                outputs = _lib.call_json("mi_engine_run", handle, _POLL_SECONDS)
+                outputs = _lib.run(handle, _POLL_SECONDS)
                 num_tokens = 0
                 for out in outputs:
                     i = pending.pop(out["request_id"], None)
