@@ -182,7 +182,6 @@ class LLMEngine:
                                               chat_template_kwargs)
                 requests.append(request)
                 echoes.append(echo)
-            _lib.add_requests(handle, requests)
             return self._run_to_completion(handle, requests, echoes, params, use_tqdm)
 
     def _run_to_completion(self, handle: int, requests: List[dict], echoes: List[Optional[str]],
@@ -190,8 +189,10 @@ class LLMEngine:
                            use_tqdm: bool) -> List[Dict[str, Any]]:
         pending = {r["request_id"]: i for i, r in enumerate(requests)}
         results: List[Any] = [None] * len(requests)
-        progress = Progress(len(requests), use_tqdm)
+        progress = None
         try:
+            _lib.add_requests(handle, requests)  # inside the try: a Ctrl-C may land just after
+            progress = Progress(len(requests), use_tqdm)
             while pending:
                 outputs = _lib.run(handle, _POLL_SECONDS)
                 num_tokens = 0
@@ -205,11 +206,12 @@ class LLMEngine:
                 if pending and not outputs and not _lib.lib().mi_engine_has_unfinished(handle):
                     raise RuntimeError(f"the engine stopped with {len(pending)} requests open")
         except BaseException:  # Ctrl-C (KeyboardInterrupt) included: end the batch, then raise
-            if pending and self._handle:
+            if pending and self._handle:  # ids that were never queued are ignored
                 _lib.call_status("mi_engine_abort", handle, _lib.encode(list(pending)))
             raise
         finally:
-            progress.close()
+            if progress is not None:
+                progress.close()
         return results
 
     def _result(self, out: dict, echo: Optional[str],
