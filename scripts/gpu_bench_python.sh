@@ -4,7 +4,8 @@
 # card's clocks hits both alike. Needs dist/gpu/ from a -DMINIINFER_PYTHON=ON build
 # (scripts/package_gpu.sh puts the package in dist/gpu/python). Writes bench-cli-N.txt,
 # bench-python-N.txt and summary.txt (each run's tok/s and Python's share of the C++ median) to
-# $OUT. ROUNDS (default 3), BENCH_MODEL (default bench/qwen3-0.6b), PYTHON (default python3)
+# $OUT. ROUNDS (default 3), BENCH_MODEL (default bench/qwen3-0.6b), PYTHON (default python3),
+# DEVICE (default cuda)
 # and extra arguments (engine flags for both, e.g. --attention-backend fa2).
 set -euo pipefail
 source "$(dirname "$0")/gpu_env.sh"
@@ -12,7 +13,7 @@ model=${BENCH_MODEL:-bench/qwen3-0.6b}
 python=${PYTHON:-python3}
 load=()
 ls "$model"/*.safetensors >/dev/null 2>&1 || load=(--load-format dummy)
-common=(--model "$model" --device cuda "${load[@]}" "$@")
+common=(--model "$model" --device "${DEVICE:-cuda}" "${load[@]}" "$@")
 export PYTHONPATH="$PWD/$dist/python${PYTHONPATH:+:$PYTHONPATH}"
 "$python" -c 'import sys, miniinfer._lib as l; print("python", sys.version.split()[0], "lib", l.lib_path(), "cuda", l.has_cuda())' | tee "$out/summary.txt"
 for i in $(seq "${ROUNDS:-3}"); do
