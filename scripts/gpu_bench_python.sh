@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: the Python benchmark (bench/bench_miniinfer.py, through the package) against
 # `miniinfer bench` of the same build, interleaved (C++, Python, C++, Python, ...) so drift in the
-# card's clocks hits both alike. Needs dist/gpu/ from a -DMINIINFER_PYTHON=ON build
+# card's clocks hits both alike. Needs dist/gpu/ from a -DMINIINFER_C_API=ON build
 # (scripts/package_gpu.sh puts the package in dist/gpu/python). Writes bench-cli-N.txt,
 # bench-python-N.txt and summary.txt (each run's tok/s and Python's share of the C++ median) to
 # $OUT. ROUNDS (default 3), BENCH_MODEL (default bench/qwen3-0.6b), PYTHON (default python3),

@@ -7,7 +7,7 @@
 # at most 64 MiB with the repository): carry that, `tar -C dist -xJf dist/gpu.tar.xz` there,
 # then run scripts/gpu_check.sh.
 # BUILD_DIR (default build) and DIST_DIR (default dist/gpu) pick other folders.
-# A build with -DMINIINFER_PYTHON=ON also gets python/: the package `miniinfer` with its
+# A build with -DMINIINFER_C_API=ON also gets python/: the package `miniinfer` with its
 # libminiinfer_c.so and bin/miniinfer inside, for PYTHONPATH=dist/gpu/python on a machine
 # without a compiler (scripts/gpu_bench_python.sh).
 set -euo pipefail

@@ -24,7 +24,7 @@ def _candidate_lib_paths() -> list[Path]:
     if os.environ.get("MINIINFER_LIB"):
         paths.append(Path(os.environ["MINIINFER_LIB"]))
     paths.append(_PACKAGE_DIR / _LIB_NAME)
-    # Running from a checkout (PYTHONPATH=python): the CMake build of -DMINIINFER_PYTHON=ON.
+    # Running from a checkout (PYTHONPATH=python): the CMake build of -DMINIINFER_C_API=ON.
     repo = _PACKAGE_DIR.parent.parent
     build_dirs = [os.environ["MINIINFER_BUILD_DIR"]] if os.environ.get("MINIINFER_BUILD_DIR") else []
     build_dirs += [repo / "build", repo / "build-dev"]
@@ -39,7 +39,7 @@ def lib_path() -> Path:
             return path
     tried = ", ".join(str(p) for p in _candidate_lib_paths())
     raise ImportError(f"miniinfer: {_LIB_NAME} not found (tried {tried}); install the package "
-                      f"with `pip install .` or build with -DMINIINFER_PYTHON=ON")
+                      f"with `pip install .` or build with -DMINIINFER_C_API=ON")
 
 
 def binary_path() -> Path:
