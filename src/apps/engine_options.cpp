@@ -38,6 +38,8 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool positional_model) 
         ->capture_default_str();
     cmd.add_flag("--enforce-eager", o.config.enforce_eager,
                  "CUDA: no graphs, every step launched kernel by kernel");
+    cmd.add_flag("--disable-overlap", o.config.disable_overlap,
+                 "The plain engine loop: process a step's outputs before scheduling the next");
     cmd.add_option("--seed", o.config.seed, "Seed for requests that bring none")
         ->capture_default_str();
     cmd.add_option("--generation-config", o.config.generation_config,

@@ -68,6 +68,7 @@ static void visit_fields(Config& c, Visit&& visit) {
     visit("num_pages", c.num_pages);
     visit("enable_prefix_caching", c.enable_prefix_caching);
     visit("enforce_eager", c.enforce_eager);
+    visit("disable_overlap", c.disable_overlap);
     visit("attention_backend", c.attention_backend);
     visit("use_multiprocess", c.use_multiprocess);
     visit("detokenize", c.detokenize);

@@ -24,6 +24,9 @@ struct EngineConfig {
     int64_t num_pages = 0;  // > 0 overrides both budgets (tests)
     bool enable_prefix_caching = true;
     bool enforce_eager = false;  // CUDA: no graphs (every step launched kernel by kernel)
+    // The plain loop (schedule, run, process) even where the runner can overlap the next step
+    // with the processing of the last (LLMEngine).
+    bool disable_overlap = false;
     std::string attention_backend = "auto";  // auto | fa2 | flashinfer (CUDA)
     // Tokenizer, engine core, detokenizer as processes (serve, generate).
     bool use_multiprocess = false;

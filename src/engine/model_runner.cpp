@@ -1,8 +1,38 @@
 #include "engine/model_runner.h"
 
+#include <algorithm>
+
 #include "core/check.h"
 
 namespace miniinfer {
+
+void ModelRunner::launch(const Batch& batch, std::span<const SamplerInput> sampling) {
+    const bool has_placeholders =
+        std::any_of(batch.input_ids.begin(), batch.input_ids.end(), is_placeholder);
+    std::vector<SampledToken> tokens;
+    if (has_placeholders) {
+        Batch resolved = batch;
+        for (int32_t& id : resolved.input_ids)
+            if (is_placeholder(id)) {
+                MI_CHECK(placeholder_row(id) < last_tokens_.size(),
+                         "placeholder {} refers to no row of the previous step", id);
+                id = last_tokens_[placeholder_row(id)];
+            }
+        tokens = run(resolved, sampling);
+    } else {
+        tokens = run(batch, sampling);
+    }
+    last_tokens_.clear();
+    for (const SampledToken& t : tokens) last_tokens_.push_back(t.token);
+    launched_.push_back(std::move(tokens));
+}
+
+std::vector<SampledToken> ModelRunner::collect() {
+    MI_CHECK(!launched_.empty(), "collect() without a launched step");
+    std::vector<SampledToken> tokens = std::move(launched_.front());
+    launched_.pop_front();
+    return tokens;
+}
 
 CpuModelRunner::CpuModelRunner(QwenModel model, int64_t num_pages, int64_t page_size)
     : model_(std::move(model)),

@@ -4,6 +4,7 @@
 // which pages a request uses is the scheduler's business.
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <span>
 #include <vector>
@@ -23,6 +24,27 @@ class ModelRunner {
     // sampling[i] describes batch.sampling[i]; returns one token per entry, in order.
     virtual std::vector<SampledToken> run(const Batch& batch,
                                           std::span<const SamplerInput> sampling) = 0;
+
+    // Overlap scheduling (LLMEngine): launch() starts a step and returns; collect() returns the
+    // tokens of the oldest launched step not yet collected, in launch order. A step's input_ids
+    // may hold placeholder(i) for the token the previous launched step samples in its row i;
+    // its SamplerInputs' output_ids may end with such a placeholder too, whose value the
+    // sampler must not need (the engine collects first when penalties need the values).
+    // The default runs the step in launch(), after replacing placeholders on the host: the
+    // engine's overlap loop then works, without overlapping anything.
+    virtual void launch(const Batch& batch, std::span<const SamplerInput> sampling);
+    virtual std::vector<SampledToken> collect();
+    // Whether launch() returns before the step has run. The engine overlaps only then (and
+    // for runners that ask for the loop anyway, to have it exercised: the CPU runner).
+    virtual bool overlaps() const { return false; }
+
+    static int32_t placeholder(size_t row) { return -int32_t(row) - 1; }
+    static bool is_placeholder(int32_t id) { return id < 0; }
+    static size_t placeholder_row(int32_t id) { return size_t(-(id + 1)); }
+
+  private:
+    std::deque<std::vector<SampledToken>> launched_;  // ran, not yet collected
+    std::vector<int32_t> last_tokens_;                // what the last launched step sampled
 };
 
 class CpuModelRunner : public ModelRunner {
@@ -31,6 +53,9 @@ class CpuModelRunner : public ModelRunner {
     const ModelConfig& config() const override { return model_.config(); }
     std::vector<SampledToken> run(const Batch& batch,
                                   std::span<const SamplerInput> sampling) override;
+    // Runs each step in launch() (no thread of its own) but asks for the overlap loop, so that
+    // every CPU test exercises the engine's placeholders, deferred outputs and dropped tokens.
+    bool overlaps() const override { return true; }
 
   private:
     QwenModel model_;
