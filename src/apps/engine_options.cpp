@@ -38,6 +38,13 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool positional_model) 
         ->capture_default_str();
     cmd.add_flag("--enforce-eager", o.config.enforce_eager,
                  "CUDA: no graphs, every step launched kernel by kernel");
+    // vLLM's -tp reaches here as --tensor-parallel-size (main rewrites it: CLI11's short names
+    // are one letter).
+    cmd.add_option("--tensor-parallel-size", o.config.tensor_parallel_size,
+                   "Ranks sharing each layer (CPU: threads; CUDA: not yet)")
+        ->capture_default_str();
+    cmd.add_flag("--enable-expert-parallel", o.config.enable_expert_parallel,
+                 "MoE: whole experts split among the tensor-parallel ranks");
     cmd.add_flag("--disable-overlap", o.config.disable_overlap,
                  "The plain engine loop: process a step's outputs before scheduling the next");
     cmd.add_option("--seed", o.config.seed, "Seed for requests that bring none")

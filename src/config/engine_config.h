@@ -28,6 +28,10 @@ struct EngineConfig {
     // with the processing of the last (LLMEngine).
     bool disable_overlap = false;
     std::string attention_backend = "auto";  // auto | fa2 | flashinfer (CUDA)
+    // Tensor parallelism: ranks each holding a shard of every layer (CPU: threads of this
+    // process; CUDA: not yet). expert_parallel: MoE experts whole, split among the ranks.
+    int64_t tensor_parallel_size = 1;
+    bool enable_expert_parallel = false;
     // Tokenizer, engine core, detokenizer as processes (serve, generate).
     bool use_multiprocess = false;
     // false: outputs carry token ids only, no text, no stop strings (the pipeline's engine core;

@@ -51,6 +51,10 @@ std::unique_ptr<ModelRunner> load_runner(EngineConfig& config) {
     ModelConfig model_config = ModelConfig::load(config.model_dir);
     config.resolve(model_config);
     if (config.device == "cuda") {
+        if (config.tensor_parallel_size > 1 || config.enable_expert_parallel)
+            fail(
+                "--tensor-parallel-size > 1 and --enable-expert-parallel run on the CPU backend "
+                "only so far (CUDA over NCCL is not implemented yet)");
 #ifdef MINIINFER_HAS_CUDA
         if (cuda::device_count() == 0) fail("--device cuda: no CUDA device is visible");
         const WeightTarget bf16{.dtype = DType::kBF16};
@@ -67,8 +71,12 @@ std::unique_ptr<ModelRunner> load_runner(EngineConfig& config) {
             "present)");
 #endif
     }
-    QwenModel model =
-        QwenModel::load(config.model_dir, parse_load_format(config.load_format), config.seed);
+    const LoadFormat format = parse_load_format(config.load_format);
+    if (config.tensor_parallel_size > 1 || config.enable_expert_parallel)
+        return CpuModelRunner::load_parallel(
+            config.model_dir, format, config.seed, config.tensor_parallel_size,
+            config.enable_expert_parallel, config.num_pages, config.page_size);
+    QwenModel model = QwenModel::load(config.model_dir, format, config.seed);
     return std::make_unique<CpuModelRunner>(std::move(model), config.num_pages, config.page_size);
 }
 

@@ -5,12 +5,15 @@
 #pragma once
 
 #include <deque>
+#include <filesystem>
 #include <memory>
 #include <span>
 #include <vector>
 
 #include "config/model_config.h"
+#include "core/thread_pool.h"
 #include "kvcache/kv_cache.h"
+#include "layers/communicator.h"
 #include "layers/sampler.h"
 #include "models/qwen_model.h"
 #include "scheduler/batch.h"
@@ -50,7 +53,16 @@ class ModelRunner {
 class CpuModelRunner : public ModelRunner {
   public:
     CpuModelRunner(QwenModel model, int64_t num_pages, int64_t page_size);
-    const ModelConfig& config() const override { return model_.config(); }
+    // Tensor parallelism over `world` ranks, threads of this process: rank r loads its shards
+    // (QwenModel::load with CpuParallel{r, world}) and keeps its KV heads in a cache of its own;
+    // each step runs every rank at once (each on a thread pool of its own share of the cores)
+    // and samples from rank 0's logits, which every rank has too. Proves the sharding the GPU
+    // uses; a CPU gains no speed from it.
+    static std::unique_ptr<CpuModelRunner> load_parallel(const std::filesystem::path& model_dir,
+                                                         LoadFormat format, uint64_t seed,
+                                                         int64_t world, bool expert_parallel,
+                                                         int64_t num_pages, int64_t page_size);
+    const ModelConfig& config() const override { return models_.front().config(); }
     std::vector<SampledToken> run(const Batch& batch,
                                   std::span<const SamplerInput> sampling) override;
     // Runs each step in launch() (no thread of its own) but asks for the overlap loop, so that
@@ -58,8 +70,15 @@ class CpuModelRunner : public ModelRunner {
     bool overlaps() const override { return true; }
 
   private:
-    QwenModel model_;
-    KvCache kv_;
+    CpuModelRunner() = default;
+    Tensor forward_all_ranks(const ForwardBatch& batch);
+
+    // One entry per rank (one in all without tensor parallelism).
+    std::vector<QwenModel> models_;
+    std::vector<KvCache> kv_;
+    std::unique_ptr<CpuCommunicator::Group> group_;
+    std::vector<std::unique_ptr<CpuCommunicator>> comms_;
+    std::vector<std::unique_ptr<ThreadPool>> pools_;
 };
 
 }  // namespace miniinfer
