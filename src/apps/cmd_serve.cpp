@@ -73,6 +73,7 @@ void run(ServeOptions o) {
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);
     std::signal(SIGPIPE, SIG_IGN);  // a client that went away is a failed write, not a crash
 
+    ModelConfig::load(model_dir);  // a wrong directory is the first thing to say, not a warning
     std::optional<ChatTemplate> chat;
     try {
         chat = o.chat_template.empty() ? ChatTemplate::load(model_dir)

@@ -56,7 +56,11 @@ std::unique_ptr<ModelRunner> load_runner(EngineConfig& config) {
                 "--tensor-parallel-size > 1 and --enable-expert-parallel run on the CPU backend "
                 "only so far (CUDA over NCCL is not implemented yet)");
 #ifdef MINIINFER_HAS_CUDA
-        if (cuda::device_count() == 0) fail("--device cuda: no CUDA device is visible");
+        if (cuda::device_count() == 0)
+            fail(
+                "--device cuda: no usable CUDA device or driver was found ({}); run with --device "
+                "cpu",
+                cuda::unavailable_reason());
         const WeightTarget bf16{.dtype = DType::kBF16};
         ModelWeights weights = parse_load_format(config.load_format) == LoadFormat::kDummy
                                    ? dummy_cuda_weights(model_config, config.seed, bf16)

@@ -77,15 +77,16 @@ TEST_P(TensorParallel, LogitsAndGreedyEqualOneRank) {
     for (size_t p = 0; p < ref["prompts"].size(); ++p) {
         const auto prompt = ref["prompts"][p]["ids"].get<std::vector<int32_t>>();
         const Tensor one = prompt_logits(c.fixture, 1, false, prompt)[0];
-        const std::vector<Tensor> ranks = prompt_logits(c.fixture, c.world, c.expert_parallel,
-                                                        prompt);
+        const std::vector<Tensor> ranks =
+            prompt_logits(c.fixture, c.world, c.expert_parallel, prompt);
         for (size_t r = 1; r < ranks.size(); ++r)
             EXPECT_EQ(max_delta(ranks[r], ranks[0]), 0.f) << "rank " << r << " differs from rank 0";
         // fp32 sums in another order: a few ulps of the largest logit.
         const float delta = max_delta(ranks[0], one), scale = max_abs(one);
         EXPECT_LE(delta, 1e-5f * std::max(scale, 1.f)) << name_of(c) << " prompt " << p;
-        std::printf("[ %s prompt %zu: max |dlogit| against one rank %.2e (largest |logit| %.1f) ]\n",
-                    name_of(c).c_str(), p, double(delta), double(scale));
+        std::printf(
+            "[ %s prompt %zu: max |dlogit| against one rank %.2e (largest |logit| %.1f) ]\n",
+            name_of(c).c_str(), p, double(delta), double(scale));
     }
     // The engine with the sharded runner: Hugging Face's greedy tokens.
     EngineConfig config;
