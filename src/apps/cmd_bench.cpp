@@ -122,6 +122,9 @@ void add_bench(CLI::App& app) {
     auto opts = std::make_shared<BenchOptions>();
     CLI::App* cmd = app.add_subcommand(
         "bench", "Run the standard offline workloads and report tok/s against the speed of light");
+    cmd->footer(
+        "Example: miniinfer bench --model bench/qwen3-0.6b --load-format dummy --device cuda "
+        "--workload balanced --workload bs1");
     add_engine_options(*cmd, opts->engine);
     cmd->add_option("--workload", opts->workloads,
                     "balanced, decode128, decode256, short256, prefill256, bs1 (repeatable)")

@@ -64,6 +64,7 @@ void add_chat(CLI::App& app) {
     auto opts = std::make_shared<ChatOptions>();
     CLI::App* cmd =
         app.add_subcommand("chat", "Chat interactively with a model, streaming its replies");
+    cmd->footer("Example: miniinfer chat --model ~/models/Qwen3-0.6B --device cuda --no-thinking");
     add_engine_options(*cmd, opts->engine);
     cmd->add_option("--system", opts->system, "A system message to start the conversation with");
     cmd->add_flag("--no-thinking", opts->no_thinking,

@@ -258,6 +258,9 @@ void add_generate(CLI::App& app) {
     auto opts = std::make_shared<GenerateOptions>();
     CLI::App* cmd =
         app.add_subcommand("generate", "Generate text for many prompts at once (JSON lines out)");
+    cmd->footer(
+        "Example: miniinfer generate --model ~/models/Qwen3-0.6B --device cuda --prompt "
+        "'The capital of France is' --max-tokens 32");
     add_engine_options(*cmd, opts->engine);
     add_multiprocess_option(*cmd, opts->engine);
     cmd->add_option("--prompt", opts->prompts, "A prompt (repeatable)");

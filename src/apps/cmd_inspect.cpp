@@ -91,6 +91,7 @@ void add_inspect(CLI::App& app) {
     auto opts = std::make_shared<InspectOptions>();
     CLI::App* cmd =
         app.add_subcommand("inspect", "Summarise a model directory and check its checkpoint");
+    cmd->footer("Example: miniinfer inspect --model ~/models/Qwen3-0.6B --json");
     cmd->add_option("--model", opts->model_dir, "Hugging Face model directory")->required();
     cmd->add_flag("--json", opts->json, "Print JSON");
     cmd->callback([opts] {

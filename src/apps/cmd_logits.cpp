@@ -57,6 +57,7 @@ void add_logits(CLI::App& app) {
     auto opts = std::make_shared<LogitsOptions>();
     CLI::App* cmd = app.add_subcommand(
         "logits", "Run the CPU forward pass and print top-k logits per position");
+    cmd->footer("Example: miniinfer logits --model ~/models/Qwen3-0.6B --ids 9707,11,1879 --top 5");
     cmd->add_option("--model", opts->model_dir, "Hugging Face model directory")->required();
     cmd->add_option("--ids", opts->ids, "Token ids, comma separated")->required()->delimiter(',');
     cmd->add_option("--top", opts->top, "How many logits to print per position")

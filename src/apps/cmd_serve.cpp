@@ -130,6 +130,7 @@ void run(ServeOptions o) {
 void add_serve(CLI::App& app) {
     auto o = std::make_shared<ServeOptions>();
     CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
+    cmd->footer("Example: miniinfer serve ~/models/Qwen3-0.6B --device cuda --port 8000");
     add_engine_options(*cmd, o->engine, /*positional_model=*/true);
     add_multiprocess_option(*cmd, o->engine);
     cmd->add_option("--host", o->server.host, "Address to listen on")->capture_default_str();

@@ -50,6 +50,8 @@ void add_tokenize(CLI::App& app) {
     auto opts = std::make_shared<TokenizeOptions>();
     CLI::App* cmd = app.add_subcommand(
         "tokenize", R"(Encode text: stdin {"text": ...} lines -> {"ids": [...]})");
+    cmd->footer(
+        R"(Example: echo '{"text": "Hello"}' | miniinfer tokenize --model ~/models/Qwen3-0.6B)");
     cmd->add_option("--model", opts->model_dir, "Directory with tokenizer.json")->required();
     cmd->add_flag("--add-special-tokens", opts->add_special_tokens,
                   "Add the post-processor's special tokens");
@@ -70,6 +72,8 @@ void add_detokenize(CLI::App& app) {
     auto opts = std::make_shared<TokenizeOptions>();
     CLI::App* cmd = app.add_subcommand(
         "detokenize", R"(Decode ids: stdin {"ids": [...]} lines -> {"text": ...})");
+    cmd->footer(
+        R"(Example: echo '{"ids": [9707]}' | miniinfer detokenize --model ~/models/Qwen3-0.6B)");
     cmd->add_option("--model", opts->model_dir, "Directory with tokenizer.json")->required();
     cmd->add_flag("--skip-special-tokens", opts->skip_special_tokens,
                   "Leave special tokens out of the text");
@@ -88,6 +92,8 @@ void add_chat_template(CLI::App& app) {
     CLI::App* cmd = app.add_subcommand(
         "chat-template",
         R"(Render the chat template: stdin {"messages", "tools", "add_generation_prompt", "kwargs"} -> {"text"})");
+    cmd->footer(
+        R"(Example: echo '{"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": true}' | miniinfer chat-template --model ~/models/Qwen3-0.6B)");
     cmd->add_option("--model", opts->model_dir, "Directory with tokenizer_config.json")->required();
     cmd->callback([opts] {
         const ChatTemplate chat = ChatTemplate::load(opts->model_dir);

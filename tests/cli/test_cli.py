@@ -150,3 +150,12 @@ def test_tensor_parallel_short_option():
     code, two, err = run(*base, "-tp", "2")
     assert code == 0, err
     assert json.loads(two.splitlines()[-1])["token_ids"] == json.loads(one.splitlines()[-1])["token_ids"]
+
+
+@pytest.mark.parametrize("command", ["generate", "chat", "serve", "bench", "inspect", "logits",
+                                     "tokenize", "detokenize", "chat-template"])
+def test_help_shows_an_example(command):
+    code, out, err = run(command, "--help")
+    assert code == 0, err
+    example = [l for l in out.splitlines() if l.startswith("Example: miniinfer ") or "| miniinfer " in l]
+    assert example, out
