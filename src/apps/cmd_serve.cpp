@@ -30,7 +30,8 @@ struct ServeOptions {
     ServerOptions server;
     int64_t max_queued_requests = 1024;
     double drain_timeout_s = 3;
-    std::string chat_template;  // a file overriding the model's template
+    std::string chat_template;     // a file overriding the model's template
+    std::string tool_call_parser;  // "hermes" or empty
 };
 
 // Every connection is a file descriptor: the soft limit (often 1024) is raised to the hard one,
@@ -158,7 +159,18 @@ void add_serve(CLI::App& app) {
     cmd->add_option(
         "--chat-template", o->chat_template,
         "A Jinja chat template file overriding the model's (message roles are then not checked)");
-    cmd->callback([o] { run(*o); });
+    cmd->add_flag("--enable-auto-tool-choice", o->server.auto_tool_choice,
+                  "Turn the model's tool-call blocks into OpenAI tool_calls (needs "
+                  "--tool-call-parser)");
+    cmd->add_option("--tool-call-parser", o->tool_call_parser,
+                    "The tool-call format: hermes (Qwen's <tool_call> blocks)");
+    cmd->callback([o] {
+        if (o->server.auto_tool_choice && o->tool_call_parser.empty())
+            fail("--enable-auto-tool-choice needs --tool-call-parser (hermes)");
+        if (!o->tool_call_parser.empty() && o->tool_call_parser != "hermes")
+            fail("--tool-call-parser '{}' is not supported (hermes)", o->tool_call_parser);
+        run(*o);
+    });
 }
 
 }  // namespace miniinfer::apps

@@ -45,6 +45,8 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool positional_model) 
         ->capture_default_str();
     cmd.add_flag("--enable-expert-parallel", o.config.enable_expert_parallel,
                  "MoE: whole experts split among the tensor-parallel ranks");
+    cmd.add_option("--scripted-outputs", o.config.scripted_outputs,
+                   "Testing: answer with this JSON file's texts instead of running the model");
     cmd.add_flag("--disable-overlap", o.config.disable_overlap,
                  "The plain engine loop: process a step's outputs before scheduling the next");
     cmd.add_option("--seed", o.config.seed, "Seed for requests that bring none")

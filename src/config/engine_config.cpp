@@ -74,6 +74,7 @@ static void visit_fields(Config& c, Visit&& visit) {
     visit("attention_backend", c.attention_backend);
     visit("tensor_parallel_size", c.tensor_parallel_size);
     visit("enable_expert_parallel", c.enable_expert_parallel);
+    visit("scripted_outputs", c.scripted_outputs);
     visit("use_multiprocess", c.use_multiprocess);
     visit("detokenize", c.detokenize);
     visit("seed", c.seed);

@@ -32,6 +32,9 @@ struct EngineConfig {
     // process; CUDA: not yet). expert_parallel: MoE experts whole, split among the ranks.
     int64_t tensor_parallel_size = 1;
     bool enable_expert_parallel = false;
+    // Testing: answer with the texts of this file instead of running the model
+    // (engine/scripted_runner.h).
+    std::string scripted_outputs;
     // Tokenizer, engine core, detokenizer as processes (serve, generate).
     bool use_multiprocess = false;
     // false: outputs carry token ids only, no text, no stop strings (the pipeline's engine core;

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "core/logging.h"
+#include "engine/scripted_runner.h"
 #ifdef MINIINFER_HAS_CUDA
 #include "core/cuda/device_buffer.h"
 #include "engine/cuda_model_runner.h"
@@ -50,6 +51,8 @@ std::optional<int32_t> tokenizer_eos(const std::filesystem::path& dir, const Tok
 std::unique_ptr<ModelRunner> load_runner(EngineConfig& config) {
     ModelConfig model_config = ModelConfig::load(config.model_dir);
     config.resolve(model_config);
+    if (!config.scripted_outputs.empty())
+        return std::make_unique<ScriptedRunner>(config.model_dir, config.scripted_outputs);
     if (config.device == "cuda") {
         if (config.tensor_parallel_size > 1 || config.enable_expert_parallel)
             fail(
