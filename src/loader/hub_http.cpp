@@ -1,6 +1,7 @@
 #include "loader/hub_http.h"
 
 #include <curl/curl.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <memory>
@@ -112,6 +113,11 @@ HttpResult perform(const std::string& url, const std::string& token, bool head,
     if (!token.empty())
         headers.reset(
             curl_slist_append(headers.release(), ("Authorization: Bearer " + token).c_str()));
+    // A Range header of our own, not CURLOPT_RESUME_FROM: a server that ignores it answers 200
+    // with the whole file, which the sink takes as a restart (curl would give up instead).
+    if (offset > 0)
+        headers.reset(
+            curl_slist_append(headers.release(), fmt::format("Range: bytes={}-", offset).c_str()));
     Transfer t{c, &result, sink, progress};
     curl_easy_setopt(c, CURLOPT_URL, url.c_str());
     curl_easy_setopt(c, CURLOPT_USERAGENT, "miniinfer/0.1");
@@ -128,7 +134,6 @@ HttpResult perform(const std::string& url, const std::string& token, bool head,
     curl_easy_setopt(c, CURLOPT_HEADERDATA, &t);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
-    if (offset > 0) curl_easy_setopt(c, CURLOPT_RESUME_FROM_LARGE, curl_off_t(offset));
     char error[CURL_ERROR_SIZE] = {};
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error);
 
