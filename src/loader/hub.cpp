@@ -113,8 +113,8 @@ std::vector<std::string> missing_files(const fs::path& snapshot) {
     if (fs::exists(index)) {
         std::vector<std::string> shards;
         try {
-            for (const auto& [tensor, file] :
-                 Json::parse(read_text_file(index)).at("weight_map").items())
+            const Json weight_map = Json::parse(read_text_file(index)).at("weight_map");
+            for (const auto& [tensor, file] : weight_map.items())
                 if (std::find(shards.begin(), shards.end(), file.get<std::string>()) ==
                     shards.end())
                     shards.push_back(file.get<std::string>());
