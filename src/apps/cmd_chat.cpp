@@ -19,8 +19,9 @@ struct ChatOptions {
 };
 
 void run(const ChatOptions& o, const Json& sampling_flags) {
-    LLMEngine engine(o.engine.resolve());
-    ChatTemplate chat = ChatTemplate::load(o.engine.config.model_dir);
+    const EngineConfig config = o.engine.resolve();
+    LLMEngine engine(config);
+    ChatTemplate chat = ChatTemplate::load(config.model_dir);
     SamplingParams params = SamplingParams::from_json(sampling_flags, engine.default_params());
     if (!sampling_flags.contains("max_tokens")) params.max_tokens = 1024;
     const Json kwargs = o.no_thinking ? Json{{"enable_thinking", false}} : Json::object();

@@ -218,7 +218,7 @@ void run(const GenerateOptions& o, const Json& sampling_flags) {
         sampling_flags, pipeline ? pipeline->default_params() : engine->default_params());
     std::optional<ChatTemplate> chat;
     try {
-        chat = ChatTemplate::load(o.engine.config.model_dir);
+        chat = ChatTemplate::load(config.model_dir);
     } catch (const Error& e) {
         if (o.chat) throw;
     }

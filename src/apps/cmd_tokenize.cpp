@@ -7,7 +7,9 @@
 #include <string>
 
 #include "apps/commands.h"
+#include "apps/engine_options.h"
 #include "core/json.h"
+#include "loader/hub.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -18,6 +20,7 @@ using OrderedJson = nlohmann::ordered_json;
 
 struct TokenizeOptions {
     std::string model_dir;
+    std::string revision = "main";
     bool add_special_tokens = false;
     bool no_parse_special = false;
     bool skip_special_tokens = false;
@@ -52,13 +55,14 @@ void add_tokenize(CLI::App& app) {
         "tokenize", R"(Encode text: stdin {"text": ...} lines -> {"ids": [...]})");
     cmd->footer(
         R"(Example: echo '{"text": "Hello"}' | miniinfer tokenize --model ~/models/Qwen3-0.6B)");
-    cmd->add_option("--model", opts->model_dir, "Directory with tokenizer.json")->required();
+    add_model_option(*cmd, opts->model_dir, opts->revision);
     cmd->add_flag("--add-special-tokens", opts->add_special_tokens,
                   "Add the post-processor's special tokens");
     cmd->add_flag("--no-parse-special", opts->no_parse_special,
                   "Encode special-token text as plain text");
     cmd->callback([opts] {
-        const Tokenizer tok = Tokenizer::load(opts->model_dir);
+        const Tokenizer tok =
+            Tokenizer::load(hub::resolve_model(opts->model_dir, opts->revision).string());
         const EncodeOptions enc{.add_special_tokens = opts->add_special_tokens,
                                 .parse_special = !opts->no_parse_special};
         for_each_line([&](const OrderedJson& in) {
@@ -74,11 +78,12 @@ void add_detokenize(CLI::App& app) {
         "detokenize", R"(Decode ids: stdin {"ids": [...]} lines -> {"text": ...})");
     cmd->footer(
         R"(Example: echo '{"ids": [9707]}' | miniinfer detokenize --model ~/models/Qwen3-0.6B)");
-    cmd->add_option("--model", opts->model_dir, "Directory with tokenizer.json")->required();
+    add_model_option(*cmd, opts->model_dir, opts->revision);
     cmd->add_flag("--skip-special-tokens", opts->skip_special_tokens,
                   "Leave special tokens out of the text");
     cmd->callback([opts] {
-        const Tokenizer tok = Tokenizer::load(opts->model_dir);
+        const Tokenizer tok =
+            Tokenizer::load(hub::resolve_model(opts->model_dir, opts->revision).string());
         for_each_line([&](const OrderedJson& in) {
             return OrderedJson{
                 {"text", tok.decode(json_get<std::vector<int32_t>>(in, "ids", "input"),
@@ -94,9 +99,10 @@ void add_chat_template(CLI::App& app) {
         R"(Render the chat template: stdin {"messages", "tools", "add_generation_prompt", "kwargs"} -> {"text"})");
     cmd->footer(
         R"(Example: echo '{"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": true}' | miniinfer chat-template --model ~/models/Qwen3-0.6B)");
-    cmd->add_option("--model", opts->model_dir, "Directory with tokenizer_config.json")->required();
+    add_model_option(*cmd, opts->model_dir, opts->revision);
     cmd->callback([opts] {
-        const ChatTemplate chat = ChatTemplate::load(opts->model_dir);
+        const ChatTemplate chat =
+            ChatTemplate::load(hub::resolve_model(opts->model_dir, opts->revision).string());
         for_each_line([&](const OrderedJson& in) {
             const bool add_generation_prompt = in.value("add_generation_prompt", false);
             const std::string text = chat.render(
