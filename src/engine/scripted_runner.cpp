@@ -25,12 +25,12 @@ ScriptedRunner::ScriptedRunner(const std::filesystem::path& model_dir,
     }
 }
 
-std::vector<SampledToken> ScriptedRunner::run(const Batch&, std::span<const SamplerInput> sampling) {
+std::vector<SampledToken> ScriptedRunner::run(const Batch&,
+                                              std::span<const SamplerInput> sampling) {
     std::vector<SampledToken> out;
     for (const SamplerInput& in : sampling) {
-        const std::string prompt =
-            tokenizer_.decode(std::vector<int32_t>(in.prompt_ids.begin(), in.prompt_ids.end()),
-                              false);
+        const std::string prompt = tokenizer_.decode(
+            std::vector<int32_t>(in.prompt_ids.begin(), in.prompt_ids.end()), false);
         int32_t token = eos_;
         for (const Script& s : scripts_)
             if (prompt.find(s.when) != std::string::npos) {

@@ -17,7 +17,7 @@
 namespace miniinfer {
 
 struct ToolCall {
-    std::string id;         // "call_" + a per-response counter and index
+    std::string id;  // "call_" + a per-response counter and index
     std::string name;
     std::string arguments;  // JSON text of the arguments object ("{}" if absent)
 };
@@ -47,7 +47,7 @@ class ToolCallStreamer {
 
   private:
     std::string id_prefix_;
-    std::string held_;     // text that may still be (part of) a tag or a block
+    std::string held_;  // text that may still be (part of) a tag or a block
     bool in_block_ = false;
     int num_calls_ = 0;
 };
