@@ -9,6 +9,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libpcre2-dev libutf8proc-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcpp-httplib-dev libzmq3-dev cppzmq-dev prometheus curl iproute2
+  libcurl4-openssl-dev libssl-dev
   clang libclang-rt-14-dev clang-format
   python3 python3-venv python3-pip
 )

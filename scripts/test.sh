@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Everything, from a fresh Debian 12 machine: install, check formatting (clang-format), build,
 # run every test; then rebuild the CPU code with AddressSanitizer + UndefinedBehaviorSanitizer and
-# run the loader, tokenizer (with the differential fuzz against Hugging Face) and CLI tests under
-# it. GPU tests skip with a message where there is no GPU. Then the request fuzz target runs for a
+# run the loader, tokenizer (with the differential fuzz against Hugging Face), CLI and hub tests
+# under it. GPU tests skip with a message where there is no GPU. Then the request fuzz target runs for a
 # minute under libFuzzer (clang) with the same sanitizers. Exit status: non-zero if anything failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +17,7 @@ cmake -S . -B build-asan -G Ninja -DMINIINFER_CUDA=OFF -DMINIINFER_SANITIZE=ON \
       -DCMAKE_BUILD_TYPE=Debug >/dev/null
 ninja -C build-asan miniinfer test_loader test_tokenizer tokenizer_driver fuzz_requests_replay
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-   ctest --output-on-failure -j "$jobs" -L 'loader|cli|tokenizer|fuzz')
+   ctest --output-on-failure -j "$jobs" -L 'loader|cli|hub|tokenizer|fuzz')
 
 # The request fuzz target under libFuzzer (clang) + ASan + UBSan, for a bounded time
 # (FUZZ_SECONDS, default 60), starting from the committed corpus. A crash, a sanitizer report

@@ -30,8 +30,10 @@ def _parse_args(argv: Any = None) -> argparse.Namespace:
                    help="balanced, decode128, decode256, short256, prefill256, bs1 (repeatable)")
     p.add_argument("--balanced-file", default="bench/balanced.json")
     p.add_argument("--json", default="", help="Also write the results as JSON here")
-    p.add_argument("--hbm-bytes-per-s", type=float, default=4.8e12)
-    p.add_argument("--matmul-flops", type=float, default=790e12)
+    # The SOL model's figures (the H200's by default) are a GPU's: as `miniinfer bench`, the SOL
+    # columns show for --device cuda, or when a figure is given.
+    p.add_argument("--hbm-bytes-per-s", type=float, default=None)
+    p.add_argument("--matmul-flops", type=float, default=None)
     # The engine options, with `miniinfer bench`'s flag names.
     p.add_argument("--device", default="cpu")
     p.add_argument("--load-format", default="auto")
@@ -44,6 +46,10 @@ def _parse_args(argv: Any = None) -> argparse.Namespace:
     p.add_argument("--no-prefix-caching", action="store_true")
     p.add_argument("--attention-backend", default="auto")
     p.add_argument("--enforce-eager", action="store_true")
+    p.add_argument("--tensor-parallel-size", type=int, default=1)
+    p.add_argument("--enable-expert-parallel", action="store_true")
+    p.add_argument("--disable-overlap", action="store_true")
+    p.add_argument("--revision", default="main")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--generation-config", default="auto")
     return p.parse_args(argv)
@@ -56,7 +62,10 @@ def _engine_kwargs(a: argparse.Namespace) -> Dict[str, Any]:
                 gpu_memory_utilization=a.gpu_memory_utilization,
                 enable_prefix_caching=not a.no_prefix_caching,
                 attention_backend=a.attention_backend, enforce_eager=a.enforce_eager,
-                seed=a.seed, generation_config=a.generation_config)
+                tensor_parallel_size=a.tensor_parallel_size,
+                enable_expert_parallel=a.enable_expert_parallel,
+                disable_overlap=a.disable_overlap, revision=a.revision, seed=a.seed,
+                generation_config=a.generation_config)
 
 
 def run_workload(engine: LLMEngine, workload: Dict[str, Any], a: argparse.Namespace) -> Dict[str, Any]:
@@ -68,21 +77,27 @@ def run_workload(engine: LLMEngine, workload: Dict[str, Any], a: argparse.Namesp
     seconds = time.perf_counter() - start
     output_tokens = sum(len(o["token_ids"]) for o in outputs)
     prompt_tokens = sum(len(p) for p in prompts)
-    sol_seconds = _lib.bench_sol_seconds(engine._live_handle(), workload, a.hbm_bytes_per_s,
-                                         a.matmul_flops)
     c = engine.config
+    hardware_given = a.hbm_bytes_per_s is not None or a.matmul_flops is not None
+    sol_seconds = None
+    if c["device"] == "cuda" or hardware_given:
+        sol_seconds = _lib.bench_sol_seconds(
+            engine._live_handle(), workload,
+            a.hbm_bytes_per_s if a.hbm_bytes_per_s is not None else 4.8e12,
+            a.matmul_flops if a.matmul_flops is not None else 790e12)
     return {"workload": workload["name"], "device": c["device"],
             "attention_backend": ("fa2" if c["attention_backend"] == "auto" else
                                   c["attention_backend"]) if c["device"] == "cuda" else "cpu",
             "page_size": c["page_size"],
-            "cuda_graphs": c["device"] == "cuda" and not c["enforce_eager"], "overlap": False,
+            "cuda_graphs": c["device"] == "cuda" and not c["enforce_eager"],
+            "overlap": engine.overlapping,
             "requests": len(prompts), "prompt_tokens": prompt_tokens,
             "output_tokens": output_tokens, "seconds": seconds,
             "output_tok_per_s": output_tokens / seconds,
             "prompt_tok_per_s": prompt_tokens / seconds,
             "ms_per_output_token": 1000.0 * seconds / output_tokens,
-            "sol_tok_per_s": output_tokens / sol_seconds,
-            "percent_of_sol": 100.0 * sol_seconds / seconds}
+            "sol_tok_per_s": output_tokens / sol_seconds if sol_seconds else None,
+            "percent_of_sol": 100.0 * sol_seconds / seconds if sol_seconds else None}
 
 
 def main(argv: Any = None) -> None:
@@ -103,11 +118,13 @@ def main(argv: Any = None) -> None:
         results = []
         for w in workloads:
             r = run_workload(engine, w, a)
+            sol = ("— | —" if r["sol_tok_per_s"] is None else
+                   f"{r['sol_tok_per_s']:.0f} | {r['percent_of_sol']:.1f}%")
             line = (f"| {r['workload']} | {r['device']} | {r['attention_backend']} | "
-                    f"{r['page_size']} | {'on' if r['cuda_graphs'] else 'off'} | off | "
-                    f"{r['requests']} | {r['output_tokens']} | {r['seconds']:.2f} | "
-                    f"{r['output_tok_per_s']:.0f} | {r['sol_tok_per_s']:.0f} | "
-                    f"{r['percent_of_sol']:.1f}% |")
+                    f"{r['page_size']} | {'on' if r['cuda_graphs'] else 'off'} | "
+                    f"{'on' if r['overlap'] else 'off'} | {r['requests']} | "
+                    f"{r['output_tokens']} | {r['seconds']:.2f} | "
+                    f"{r['output_tok_per_s']:.0f} | {sol} |")
             if r["workload"] == "prefill256":
                 line += f" prompt {r['prompt_tok_per_s']:.0f} tok/s"
             if r["workload"] == "bs1":

@@ -20,7 +20,6 @@ _VLLM_ONLY_ARGS: Dict[str, Optional[tuple]] = {
     "tokenizer_mode": ("auto",),
     "trust_remote_code": None,
     "dtype": ("auto", "bfloat16", "bf16"),
-    "tensor_parallel_size": (1,),
     "pipeline_parallel_size": (1,),
     "quantization": (None,),
     "swap_space": None,

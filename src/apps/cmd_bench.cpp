@@ -20,7 +20,12 @@ struct BenchOptions {
     std::vector<std::string> workloads = {"balanced"};
     std::string balanced_file = "bench/balanced.json";
     std::string json_out;
-    SolHardware hardware;  // H200, as measured (BENCHMARKS.md)
+    SolHardware hardware;         // H200, as measured (BENCHMARKS.md)
+    bool hardware_given = false;  // --hbm-bytes-per-s or --matmul-flops on the command line
+
+    // The SOL model's figures are a GPU's (the H200's unless given): on the CPU, a percentage of
+    // them would mean nothing.
+    bool shows_sol(const EngineConfig& c) const { return c.device == "cuda" || hardware_given; }
 };
 
 using Workload = BenchWorkload;
@@ -53,7 +58,7 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o) {
                                 : "cpu"},
             {"page_size", c.page_size},
             {"cuda_graphs", c.device == "cuda" && !c.enforce_eager},
-            {"overlap", false},
+            {"overlap", engine.overlapping()},
             {"requests", w.prompts.size()},
             {"prompt_tokens", prompt_tokens},
             {"output_tokens", output_tokens},
@@ -61,8 +66,8 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o) {
             {"output_tok_per_s", double(output_tokens) / seconds},
             {"prompt_tok_per_s", double(prompt_tokens) / seconds},
             {"ms_per_output_token", 1000.0 * seconds / double(output_tokens)},
-            {"sol_tok_per_s", double(output_tokens) / sol},
-            {"percent_of_sol", 100.0 * sol / seconds}};
+            {"sol_tok_per_s", o.shows_sol(c) ? Json(double(output_tokens) / sol) : Json(nullptr)},
+            {"percent_of_sol", o.shows_sol(c) ? Json(100.0 * sol / seconds) : Json(nullptr)}};
 }
 
 void run(const BenchOptions& o) {
@@ -85,14 +90,18 @@ void run(const BenchOptions& o) {
     for (const Workload& w : workloads) {
         const std::string& name = w.name;
         Json r = run_workload(engine, w, o);
-        std::printf(
-            "| %s | %s | %s | %lld | %s | off | %lld | %lld | %.2f | %.0f | %.0f | %.1f%% |",
-            name.c_str(), r["device"].get<std::string>().c_str(),
-            r["attention_backend"].get<std::string>().c_str(), r["page_size"].get<long long>(),
-            r["cuda_graphs"].get<bool>() ? "on" : "off", r["requests"].get<long long>(),
-            r["output_tokens"].get<long long>(), r["seconds"].get<double>(),
-            r["output_tok_per_s"].get<double>(), r["sol_tok_per_s"].get<double>(),
-            r["percent_of_sol"].get<double>());
+        const std::string sol =
+            r["sol_tok_per_s"].is_null()
+                ? "— | —"
+                : fmt::format("{:.0f} | {:.1f}%", r["sol_tok_per_s"].get<double>(),
+                              r["percent_of_sol"].get<double>());
+        std::printf("| %s | %s | %s | %lld | %s | %s | %lld | %lld | %.2f | %.0f | %s |",
+                    name.c_str(), r["device"].get<std::string>().c_str(),
+                    r["attention_backend"].get<std::string>().c_str(),
+                    r["page_size"].get<long long>(), r["cuda_graphs"].get<bool>() ? "on" : "off",
+                    r["overlap"].get<bool>() ? "on" : "off", r["requests"].get<long long>(),
+                    r["output_tokens"].get<long long>(), r["seconds"].get<double>(),
+                    r["output_tok_per_s"].get<double>(), sol.c_str());
         if (name == "prefill256")
             std::printf(" prompt %.0f tok/s", r["prompt_tok_per_s"].get<double>());
         if (name == "bs1") std::printf(" %.3f ms/token", r["ms_per_output_token"].get<double>());
@@ -113,6 +122,9 @@ void add_bench(CLI::App& app) {
     auto opts = std::make_shared<BenchOptions>();
     CLI::App* cmd = app.add_subcommand(
         "bench", "Run the standard offline workloads and report tok/s against the speed of light");
+    cmd->footer(
+        "Example: miniinfer bench --model bench/qwen3-0.6b --load-format dummy --device cuda "
+        "--workload balanced --workload bs1");
     add_engine_options(*cmd, opts->engine);
     cmd->add_option("--workload", opts->workloads,
                     "balanced, decode128, decode256, short256, prefill256, bs1 (repeatable)")
@@ -121,7 +133,7 @@ void add_bench(CLI::App& app) {
         ->capture_default_str();
     cmd->add_option("--json", opts->json_out, "Also write the results as JSON here");
     cmd->add_option("--hbm-bytes-per-s", opts->hardware.hbm_bytes_per_s,
-                    "Memory bandwidth for the SOL")
+                    "Memory bandwidth for the SOL (shown for --device cuda, or when given)")
         ->capture_default_str();
     cmd->add_option("--matmul-flops", opts->hardware.matmul_flops, "bf16 matrix rate for the SOL")
         ->capture_default_str();
@@ -133,6 +145,7 @@ void add_bench(CLI::App& app) {
     cmd->callback([opts, cmd] {
         if (!cmd->get_subcommands().empty()) return;
         if (opts->engine.config.model_dir.empty()) fail("bench: --model is required");
+        opts->hardware_given = cmd->count("--hbm-bytes-per-s") + cmd->count("--matmul-flops") > 0;
         run(*opts);
     });
 }

@@ -287,6 +287,7 @@ void add_bench_serve(CLI::App& app, const std::string& name) {
     auto o = std::make_shared<ServeBenchOptions>();
     CLI::App* cmd = app.add_subcommand(
         name, "Load a running OpenAI-compatible server and report throughput and latency");
+    cmd->footer("Example: miniinfer bench serve --port 8000 --workload balanced");
     cmd->add_option("--host", o->host, "Server host")->capture_default_str();
     cmd->add_option("--port", o->port, "Server port")->capture_default_str();
     cmd->add_option("--api-key", o->api_key, "Sent as 'Authorization: Bearer KEY'");

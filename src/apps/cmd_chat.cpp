@@ -19,8 +19,9 @@ struct ChatOptions {
 };
 
 void run(const ChatOptions& o, const Json& sampling_flags) {
-    LLMEngine engine(o.engine.resolve());
-    ChatTemplate chat = ChatTemplate::load(o.engine.config.model_dir);
+    const EngineConfig config = o.engine.resolve();
+    LLMEngine engine(config);
+    ChatTemplate chat = ChatTemplate::load(config.model_dir);
     SamplingParams params = SamplingParams::from_json(sampling_flags, engine.default_params());
     if (!sampling_flags.contains("max_tokens")) params.max_tokens = 1024;
     const Json kwargs = o.no_thinking ? Json{{"enable_thinking", false}} : Json::object();
@@ -64,6 +65,7 @@ void add_chat(CLI::App& app) {
     auto opts = std::make_shared<ChatOptions>();
     CLI::App* cmd =
         app.add_subcommand("chat", "Chat interactively with a model, streaming its replies");
+    cmd->footer("Example: miniinfer chat --model ~/models/Qwen3-0.6B --device cuda --no-thinking");
     add_engine_options(*cmd, opts->engine);
     cmd->add_option("--system", opts->system, "A system message to start the conversation with");
     cmd->add_flag("--no-thinking", opts->no_thinking,

@@ -218,7 +218,7 @@ void run(const GenerateOptions& o, const Json& sampling_flags) {
         sampling_flags, pipeline ? pipeline->default_params() : engine->default_params());
     std::optional<ChatTemplate> chat;
     try {
-        chat = ChatTemplate::load(o.engine.config.model_dir);
+        chat = ChatTemplate::load(config.model_dir);
     } catch (const Error& e) {
         if (o.chat) throw;
     }
@@ -258,6 +258,9 @@ void add_generate(CLI::App& app) {
     auto opts = std::make_shared<GenerateOptions>();
     CLI::App* cmd =
         app.add_subcommand("generate", "Generate text for many prompts at once (JSON lines out)");
+    cmd->footer(
+        "Example: miniinfer generate --model ~/models/Qwen3-0.6B --device cuda --prompt "
+        "'The capital of France is' --max-tokens 32");
     add_engine_options(*cmd, opts->engine);
     add_multiprocess_option(*cmd, opts->engine);
     cmd->add_option("--prompt", opts->prompts, "A prompt (repeatable)");

@@ -4,10 +4,12 @@
 #include <map>
 
 #include "apps/commands.h"
+#include "apps/engine_options.h"
 #include "config/generation_config.h"
 #include "config/model_config.h"
 #include "core/json.h"
 #include "loader/checkpoint.h"
+#include "loader/hub.h"
 #include "models/weights.h"
 
 namespace miniinfer::apps {
@@ -15,6 +17,7 @@ namespace {
 
 struct InspectOptions {
     std::string model_dir;
+    std::string revision = "main";
     bool json = false;
 };
 
@@ -91,10 +94,11 @@ void add_inspect(CLI::App& app) {
     auto opts = std::make_shared<InspectOptions>();
     CLI::App* cmd =
         app.add_subcommand("inspect", "Summarise a model directory and check its checkpoint");
-    cmd->add_option("--model", opts->model_dir, "Hugging Face model directory")->required();
+    cmd->footer("Example: miniinfer inspect --model ~/models/Qwen3-0.6B --json");
+    add_model_option(*cmd, opts->model_dir, opts->revision);
     cmd->add_flag("--json", opts->json, "Print JSON");
     cmd->callback([opts] {
-        Json j = inspect(opts->model_dir);
+        Json j = inspect(hub::resolve_model(opts->model_dir, opts->revision).string());
         if (opts->json)
             std::printf("%s\n", j.dump(2).c_str());
         else

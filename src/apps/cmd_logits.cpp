@@ -5,8 +5,10 @@
 #include <numeric>
 
 #include "apps/commands.h"
+#include "apps/engine_options.h"
 #include "core/json.h"
 #include "core/logging.h"
+#include "loader/hub.h"
 #include "models/sequence_runner.h"
 
 namespace miniinfer::apps {
@@ -14,16 +16,18 @@ namespace {
 
 struct LogitsOptions {
     std::string model_dir;
+    std::string revision = "main";
     std::vector<int64_t> ids;
     int top = 5;
     int page_size = 16;
     std::string load_format = "auto";
 };
 
-void run(const LogitsOptions& o) {
+void run(LogitsOptions o) {
     if (o.ids.empty()) fail("--ids is empty: give at least one token id");
     if (o.top < 1) fail("--top must be at least 1, got {}", o.top);
     if (o.page_size < 1) fail("--page-size must be at least 1, got {}", o.page_size);
+    o.model_dir = hub::resolve_model(o.model_dir, o.revision).string();
     // Bad ids are answered from config.json, before the weights load (and log).
     const int64_t vocab = ModelConfig::load(o.model_dir).vocab_size;
     std::vector<int32_t> ids;
@@ -57,7 +61,8 @@ void add_logits(CLI::App& app) {
     auto opts = std::make_shared<LogitsOptions>();
     CLI::App* cmd = app.add_subcommand(
         "logits", "Run the CPU forward pass and print top-k logits per position");
-    cmd->add_option("--model", opts->model_dir, "Hugging Face model directory")->required();
+    cmd->footer("Example: miniinfer logits --model ~/models/Qwen3-0.6B --ids 9707,11,1879 --top 5");
+    add_model_option(*cmd, opts->model_dir, opts->revision);
     cmd->add_option("--ids", opts->ids, "Token ids, comma separated")->required()->delimiter(',');
     cmd->add_option("--top", opts->top, "How many logits to print per position")
         ->capture_default_str();

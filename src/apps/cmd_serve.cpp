@@ -1,4 +1,4 @@
-// miniinfer serve MODEL_DIR [vLLM-style flags]: the OpenAI-compatible HTTP server.
+// miniinfer serve MODEL [vLLM-style flags]: the OpenAI-compatible HTTP server.
 //
 // Shutdown: the first SIGINT/SIGTERM drains (no new connections; every request in flight ends
 // at once with an error event / error body; connections left after --drain-timeout are shut
@@ -18,6 +18,7 @@
 #include "apps/engine_options.h"
 #include "core/json.h"
 #include "core/logging.h"
+#include "loader/hub.h"
 #include "server/engine_loop.h"
 #include "server/http_server.h"
 #include "server/pipeline_client.h"
@@ -30,7 +31,8 @@ struct ServeOptions {
     ServerOptions server;
     int64_t max_queued_requests = 1024;
     double drain_timeout_s = 3;
-    std::string chat_template;  // a file overriding the model's template
+    std::string chat_template;     // a file overriding the model's template
+    std::string tool_call_parser;  // "hermes" or empty
 };
 
 // Every connection is a file descriptor: the soft limit (often 1024) is raised to the hard one,
@@ -55,15 +57,19 @@ void raise_open_file_limit(ServerOptions& server) {
 void run(ServeOptions o) {
     if (o.server.api_key.empty())
         if (const char* key = std::getenv("MINIINFER_API_KEY")) o.server.api_key = key;
-    const std::string model_dir = o.engine.config.model_dir;
+    const std::string& model = o.engine.config.model_dir;  // as given: a directory or org/name
     if (o.server.served_model_name.empty())
         o.server.served_model_name =
-            std::filesystem::path(model_dir).lexically_normal().filename().string();
-    if (o.server.served_model_name.empty()) o.server.served_model_name = model_dir;
+            hub::is_repo_id(model) && !std::filesystem::is_directory(model)
+                ? model
+                : std::filesystem::path(model).lexically_normal().filename().string();
+    if (o.server.served_model_name.empty()) o.server.served_model_name = model;
     if (o.server.max_connections < 1) fail("--max-connections must be at least 1");
     if (!(o.server.request_read_timeout_s > 0)) fail("--request-read-timeout must be positive");
     if (!(o.drain_timeout_s >= 0)) fail("--drain-timeout must be >= 0");
     raise_open_file_limit(o.server);
+    const EngineConfig config = o.engine.resolve();  // finds or downloads a hub model
+    const std::string& model_dir = config.model_dir;
 
     // SIGINT/SIGTERM are taken by one waiting thread, not by whichever thread they hit.
     sigset_t signals;
@@ -73,6 +79,7 @@ void run(ServeOptions o) {
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);
     std::signal(SIGPIPE, SIG_IGN);  // a client that went away is a failed write, not a crash
 
+    ModelConfig::load(model_dir);  // a wrong directory is the first thing to say, not a warning
     std::optional<ChatTemplate> chat;
     try {
         chat = o.chat_template.empty() ? ChatTemplate::load(model_dir)
@@ -83,7 +90,6 @@ void run(ServeOptions o) {
     }
     o.server.custom_chat_template = !o.chat_template.empty();
     Metrics metrics(o.server.served_model_name);
-    const EngineConfig config = o.engine.resolve();
     std::unique_ptr<EngineClient> engine;
     std::vector<pid_t> child_pids;  // for an exit at once (second signal)
     std::filesystem::path socket_dir;
@@ -129,6 +135,7 @@ void run(ServeOptions o) {
 void add_serve(CLI::App& app) {
     auto o = std::make_shared<ServeOptions>();
     CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
+    cmd->footer("Example: miniinfer serve Qwen/Qwen3-0.6B --device cuda --port 8000");
     add_engine_options(*cmd, o->engine, /*positional_model=*/true);
     add_multiprocess_option(*cmd, o->engine);
     cmd->add_option("--host", o->server.host, "Address to listen on")->capture_default_str();
@@ -156,7 +163,18 @@ void add_serve(CLI::App& app) {
     cmd->add_option(
         "--chat-template", o->chat_template,
         "A Jinja chat template file overriding the model's (message roles are then not checked)");
-    cmd->callback([o] { run(*o); });
+    cmd->add_flag("--enable-auto-tool-choice", o->server.auto_tool_choice,
+                  "Turn the model's tool-call blocks into OpenAI tool_calls (needs "
+                  "--tool-call-parser)");
+    cmd->add_option("--tool-call-parser", o->tool_call_parser,
+                    "The tool-call format: hermes (Qwen's <tool_call> blocks)");
+    cmd->callback([o] {
+        if (o->server.auto_tool_choice && o->tool_call_parser.empty())
+            fail("--enable-auto-tool-choice needs --tool-call-parser (hermes)");
+        if (!o->tool_call_parser.empty() && o->tool_call_parser != "hermes")
+            fail("--tool-call-parser '{}' is not supported (hermes)", o->tool_call_parser);
+        run(*o);
+    });
 }
 
 }  // namespace miniinfer::apps

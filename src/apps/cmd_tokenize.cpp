@@ -7,7 +7,9 @@
 #include <string>
 
 #include "apps/commands.h"
+#include "apps/engine_options.h"
 #include "core/json.h"
+#include "loader/hub.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -18,6 +20,7 @@ using OrderedJson = nlohmann::ordered_json;
 
 struct TokenizeOptions {
     std::string model_dir;
+    std::string revision = "main";
     bool add_special_tokens = false;
     bool no_parse_special = false;
     bool skip_special_tokens = false;
@@ -50,13 +53,16 @@ void add_tokenize(CLI::App& app) {
     auto opts = std::make_shared<TokenizeOptions>();
     CLI::App* cmd = app.add_subcommand(
         "tokenize", R"(Encode text: stdin {"text": ...} lines -> {"ids": [...]})");
-    cmd->add_option("--model", opts->model_dir, "Directory with tokenizer.json")->required();
+    cmd->footer(
+        R"(Example: echo '{"text": "Hello"}' | miniinfer tokenize --model ~/models/Qwen3-0.6B)");
+    add_model_option(*cmd, opts->model_dir, opts->revision);
     cmd->add_flag("--add-special-tokens", opts->add_special_tokens,
                   "Add the post-processor's special tokens");
     cmd->add_flag("--no-parse-special", opts->no_parse_special,
                   "Encode special-token text as plain text");
     cmd->callback([opts] {
-        const Tokenizer tok = Tokenizer::load(opts->model_dir);
+        const Tokenizer tok =
+            Tokenizer::load(hub::resolve_model(opts->model_dir, opts->revision).string());
         const EncodeOptions enc{.add_special_tokens = opts->add_special_tokens,
                                 .parse_special = !opts->no_parse_special};
         for_each_line([&](const OrderedJson& in) {
@@ -70,11 +76,14 @@ void add_detokenize(CLI::App& app) {
     auto opts = std::make_shared<TokenizeOptions>();
     CLI::App* cmd = app.add_subcommand(
         "detokenize", R"(Decode ids: stdin {"ids": [...]} lines -> {"text": ...})");
-    cmd->add_option("--model", opts->model_dir, "Directory with tokenizer.json")->required();
+    cmd->footer(
+        R"(Example: echo '{"ids": [9707]}' | miniinfer detokenize --model ~/models/Qwen3-0.6B)");
+    add_model_option(*cmd, opts->model_dir, opts->revision);
     cmd->add_flag("--skip-special-tokens", opts->skip_special_tokens,
                   "Leave special tokens out of the text");
     cmd->callback([opts] {
-        const Tokenizer tok = Tokenizer::load(opts->model_dir);
+        const Tokenizer tok =
+            Tokenizer::load(hub::resolve_model(opts->model_dir, opts->revision).string());
         for_each_line([&](const OrderedJson& in) {
             return OrderedJson{
                 {"text", tok.decode(json_get<std::vector<int32_t>>(in, "ids", "input"),
@@ -88,9 +97,12 @@ void add_chat_template(CLI::App& app) {
     CLI::App* cmd = app.add_subcommand(
         "chat-template",
         R"(Render the chat template: stdin {"messages", "tools", "add_generation_prompt", "kwargs"} -> {"text"})");
-    cmd->add_option("--model", opts->model_dir, "Directory with tokenizer_config.json")->required();
+    cmd->footer(
+        R"(Example: echo '{"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": true}' | miniinfer chat-template --model ~/models/Qwen3-0.6B)");
+    add_model_option(*cmd, opts->model_dir, opts->revision);
     cmd->callback([opts] {
-        const ChatTemplate chat = ChatTemplate::load(opts->model_dir);
+        const ChatTemplate chat =
+            ChatTemplate::load(hub::resolve_model(opts->model_dir, opts->revision).string());
         for_each_line([&](const OrderedJson& in) {
             const bool add_generation_prompt = in.value("add_generation_prompt", false);
             const std::string text = chat.render(

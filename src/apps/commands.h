@@ -18,7 +18,7 @@ void add_chat(CLI::App& app);   // miniinfer chat --model DIR
 void add_bench(CLI::App& app);  // miniinfer bench --model DIR --workload NAME
 // miniinfer bench serve | bench-serve --port 8000 --workload NAME (against a running server)
 void add_bench_serve(CLI::App& app, const std::string& name = "bench-serve");
-void add_serve(CLI::App& app);            // miniinfer serve MODEL_DIR [--port 8000 ...]
+void add_serve(CLI::App& app);            // miniinfer serve MODEL [--port 8000 ...]
 void add_pipeline_worker(CLI::App& app);  // miniinfer pipeline-worker --role ROLE ... (internal)
 
 }  // namespace miniinfer::apps

@@ -1,19 +1,28 @@
 #include "apps/engine_options.h"
 
+#include "loader/hub.h"
+
 namespace miniinfer::apps {
 
 EngineConfig EngineOptions::resolve() const {
     EngineConfig c = config;
+    c.model_dir = hub::resolve_model(config.model_dir, revision).string();
     c.kv_cache_bytes = kv_cache_mb << 20;
     c.enable_prefix_caching = !no_prefix_caching;
     return c;
 }
 
+void add_model_option(CLI::App& cmd, std::string& model, std::string& revision, bool positional) {
+    const char* help =
+        "A model directory, or a Hugging Face name (org/name: from the Hugging Face cache, "
+        "downloaded if absent)";
+    cmd.add_option(positional ? "model" : "--model", model, help)->required();
+    cmd.add_option("--revision", revision, "With a Hugging Face name: branch, tag or commit")
+        ->capture_default_str();
+}
+
 void add_engine_options(CLI::App& cmd, EngineOptions& o, bool positional_model) {
-    if (positional_model)
-        cmd.add_option("model", o.config.model_dir, "Hugging Face model directory")->required();
-    else
-        cmd.add_option("--model", o.config.model_dir, "Hugging Face model directory")->required();
+    add_model_option(cmd, o.config.model_dir, o.revision, positional_model);
     cmd.add_option("--device", o.config.device, "cpu | cuda")->capture_default_str();
     cmd.add_option("--load-format", o.config.load_format, "auto | safetensors | dummy")
         ->capture_default_str();
@@ -38,6 +47,17 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool positional_model) 
         ->capture_default_str();
     cmd.add_flag("--enforce-eager", o.config.enforce_eager,
                  "CUDA: no graphs, every step launched kernel by kernel");
+    // vLLM's -tp reaches here as --tensor-parallel-size (main rewrites it: CLI11's short names
+    // are one letter).
+    cmd.add_option("--tensor-parallel-size", o.config.tensor_parallel_size,
+                   "Ranks sharing each layer (CPU: threads; CUDA: not yet)")
+        ->capture_default_str();
+    cmd.add_flag("--enable-expert-parallel", o.config.enable_expert_parallel,
+                 "MoE: whole experts split among the tensor-parallel ranks");
+    cmd.add_option("--scripted-outputs", o.config.scripted_outputs,
+                   "Testing: answer with this JSON file's texts instead of running the model");
+    cmd.add_flag("--disable-overlap", o.config.disable_overlap,
+                 "The plain engine loop: process a step's outputs before scheduling the next");
     cmd.add_option("--seed", o.config.seed, "Seed for requests that bring none")
         ->capture_default_str();
     cmd.add_option("--generation-config", o.config.generation_config,

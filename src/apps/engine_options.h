@@ -13,11 +13,18 @@
 namespace miniinfer::apps {
 
 struct EngineOptions {
-    EngineConfig config;
+    EngineConfig config;  // config.model_dir: as given (a directory or a hub name, org/name)
+    std::string revision = "main";
     int64_t kv_cache_mb = 0;
     bool no_prefix_caching = false;
-    EngineConfig resolve() const;  // config with the flags folded in
+    // config with the flags folded in and model_dir a directory: a hub name is found in the
+    // Hugging Face cache or downloaded (loader/hub.h; throws Error).
+    EngineConfig resolve() const;
 };
+
+// --model (or the positional MODEL) and --revision: a model directory or a Hugging Face name.
+void add_model_option(CLI::App& cmd, std::string& model, std::string& revision,
+                      bool positional = false);
 
 // positional_model: the model directory is the first positional argument (serve, as vLLM).
 void add_engine_options(CLI::App& cmd, EngineOptions& options, bool positional_model = false);

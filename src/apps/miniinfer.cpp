@@ -1,6 +1,9 @@
 // The `miniinfer` command line. Each subcommand lives in its own file (cmd_*.cpp) and
 // registers itself here; errors from user input print one line and exit non-zero.
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <string>
+#include <vector>
 
 #include <cstdio>
 
@@ -22,8 +25,17 @@ int main(int argc, char** argv) {
     miniinfer::apps::add_serve(app);
     miniinfer::apps::add_pipeline_worker(app);
     miniinfer::apps::add_tokenizer_commands(app);
+    // vLLM's two-letter short option, which CLI11 cannot declare: -tp N is --tensor-parallel-size
+    // N.
+    std::vector<std::string> args(argv + 1, argv + argc);
+    for (std::string& a : args)
+        if (a == "-tp")
+            a = "--tensor-parallel-size";
+        else if (a.rfind("-tp=", 0) == 0)
+            a = "--tensor-parallel-size=" + a.substr(4);
+    std::reverse(args.begin(), args.end());  // CLI11 takes the arguments last first
     try {
-        app.parse(argc, argv);
+        app.parse(args);
     } catch (const CLI::ParseError& e) {
         return app.exit(e);
     } catch (const miniinfer::Error& e) {

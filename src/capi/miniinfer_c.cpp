@@ -9,6 +9,7 @@
 #include "apps/bench_workloads.h"
 #include "capi/session.h"
 #include "core/logging.h"
+#include "loader/hub.h"
 
 struct mi_engine {
     miniinfer::Session session;
@@ -179,8 +180,15 @@ char* mi_engine_config_defaults(void) {
 mi_engine* mi_engine_create(const char* config_json, const char* worker_binary, char** error) {
     return guarded<mi_engine*>(error, nullptr, [&] {
         init_logging();
-        const EngineConfig config =
-            EngineConfig::from_json(parse_untrusted_json(config_json, "engine config"));
+        const Json json = parse_untrusted_json(config_json, "engine config");
+        EngineConfig config = EngineConfig::from_json(json);
+        // A Hugging Face name (org/name) becomes its snapshot in the cache, as on the CLI.
+        config.model_dir =
+            hub::resolve_model(config.model_dir,
+                               json.contains("revision")
+                                   ? json_get<std::string>(json, "revision", "engine config")
+                                   : "main")
+                .string();
         return new mi_engine{Session(config, worker_binary ? worker_binary : "")};
     });
 }
@@ -200,6 +208,7 @@ char* mi_engine_info(mi_engine* engine, char** error) {
                      {"vocab_size", s.model_config().vocab_size},
                      {"eos_token_ids", s.eos_token_ids()},
                      {"default_sampling_params", sampling_json(s.default_params())},
+                     {"overlap", s.overlapping()},
                      {"has_tokenizer", true},
                      {"has_chat_template", true}};
         try {

@@ -42,17 +42,18 @@ MI_API void mi_free_string(char* s);
 MI_API char* mi_engine_config_defaults(void);
 
 /* Loads the model. config_json: an EngineConfig object (every field; see
- * mi_engine_config_defaults). With "use_multiprocess": true the tokenizer, engine core and
- * detokenizer run as child processes of `worker_binary` (the `miniinfer` executable); they
- * receive SIGTERM if the calling thread ends, so create the engine on a long-lived thread.
- * worker_binary may be NULL otherwise. */
+ * mi_engine_config_defaults), plus an optional "revision" (default "main") for a model_dir
+ * that is a Hugging Face name (org/name: found in its cache or downloaded, loader/hub.h). With
+ * "use_multiprocess": true the tokenizer, engine core and detokenizer run as child processes of
+ * `worker_binary` (the `miniinfer` executable); they receive SIGTERM if the calling thread ends, so
+ * create the engine on a long-lived thread. worker_binary may be NULL otherwise. */
 MI_API mi_engine* mi_engine_create(const char* config_json, const char* worker_binary,
                                    char** error);
 /* Stops child processes, frees the model and the KV cache. NULL is ignored. */
 MI_API void mi_engine_destroy(mi_engine* engine);
 
 /* What the engine resolved: {"config": {...}, "max_model_len", "vocab_size",
- * "eos_token_ids": [...], "default_sampling_params": {...}, "has_tokenizer",
+ * "eos_token_ids": [...], "default_sampling_params": {...}, "overlap", "has_tokenizer",
  * "has_chat_template"}. */
 MI_API char* mi_engine_info(mi_engine* engine, char** error);
 

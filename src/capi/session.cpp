@@ -172,6 +172,10 @@ int64_t Session::max_model_len() const {
     return engine_ ? engine_->config().max_model_len : pipeline_->max_model_len();
 }
 
+bool Session::overlapping() const {
+    return engine_ && engine_->overlapping();
+}
+
 std::vector<int64_t> Session::eos_token_ids() const {
     if (engine_) return engine_->eos_token_ids();
     return {};  // the pipeline's engine process applies them; the frontend does not know them

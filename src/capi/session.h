@@ -66,6 +66,9 @@ class Session {
     const ModelConfig& model_config() const;
     const SamplingParams& default_params() const;
     int64_t max_model_len() const;
+    // The engine overlaps a step's processing with the next one's launch (one process only;
+    // the pipeline's engine process decides for itself: false here).
+    bool overlapping() const;
     std::vector<int64_t> eos_token_ids() const;
     const Tokenizer& tokenizer() const;         // Error if the model has none
     const ChatTemplate& chat_template() const;  // Error if the model has none

@@ -24,6 +24,8 @@ void EngineConfig::resolve(const ModelConfig& model) {
         fail("generation_config '{}': not auto, vllm or a folder with a generation_config.json",
              generation_config);
     if (max_num_seqs < 1) fail("max_num_seqs must be at least 1, got {}", max_num_seqs);
+    if (tensor_parallel_size < 1 || tensor_parallel_size > 64)
+        fail("tensor_parallel_size must be in [1, 64], got {}", tensor_parallel_size);
     if (page_size < 1 || page_size > 1024)
         fail("page_size must be in [1, 1024], got {}", page_size);
     if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0))
@@ -68,7 +70,11 @@ static void visit_fields(Config& c, Visit&& visit) {
     visit("num_pages", c.num_pages);
     visit("enable_prefix_caching", c.enable_prefix_caching);
     visit("enforce_eager", c.enforce_eager);
+    visit("disable_overlap", c.disable_overlap);
     visit("attention_backend", c.attention_backend);
+    visit("tensor_parallel_size", c.tensor_parallel_size);
+    visit("enable_expert_parallel", c.enable_expert_parallel);
+    visit("scripted_outputs", c.scripted_outputs);
     visit("use_multiprocess", c.use_multiprocess);
     visit("detokenize", c.detokenize);
     visit("seed", c.seed);

@@ -24,7 +24,17 @@ struct EngineConfig {
     int64_t num_pages = 0;  // > 0 overrides both budgets (tests)
     bool enable_prefix_caching = true;
     bool enforce_eager = false;  // CUDA: no graphs (every step launched kernel by kernel)
+    // The plain loop (schedule, run, process) even where the runner can overlap the next step
+    // with the processing of the last (LLMEngine).
+    bool disable_overlap = false;
     std::string attention_backend = "auto";  // auto | fa2 | flashinfer (CUDA)
+    // Tensor parallelism: ranks each holding a shard of every layer (CPU: threads of this
+    // process; CUDA: not yet). expert_parallel: MoE experts whole, split among the ranks.
+    int64_t tensor_parallel_size = 1;
+    bool enable_expert_parallel = false;
+    // Testing: answer with the texts of this file instead of running the model
+    // (engine/scripted_runner.h).
+    std::string scripted_outputs;
     // Tokenizer, engine core, detokenizer as processes (serve, generate).
     bool use_multiprocess = false;
     // false: outputs carry token ids only, no text, no stop strings (the pipeline's engine core;

@@ -28,6 +28,22 @@ ThreadPool& ThreadPool::global() {
     return pool;
 }
 
+namespace {
+thread_local ThreadPool* t_bound = nullptr;
+}  // namespace
+
+ThreadPool& ThreadPool::current() {
+    return t_bound ? *t_bound : global();
+}
+
+ThreadPool::Bind::Bind(ThreadPool& pool) : previous_(t_bound) {
+    t_bound = &pool;
+}
+
+ThreadPool::Bind::~Bind() {
+    t_bound = previous_;
+}
+
 // Workers and the caller take chunks from a shared counter until none are left.
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
                               int64_t min_chunk) {

@@ -31,6 +31,20 @@ class ThreadPool {
 
     // Process-wide pool sized from MINIINFER_NUM_THREADS or the hardware.
     static ThreadPool& global();
+    // The pool this thread's CPU kernels use: global(), unless a Bind on this thread says
+    // otherwise (each rank of CPU tensor parallelism runs its kernels on a pool of its own, as
+    // two callers may not share one pool at once).
+    static ThreadPool& current();
+    class Bind {
+      public:
+        explicit Bind(ThreadPool& pool);
+        ~Bind();
+        Bind(const Bind&) = delete;
+        Bind& operator=(const Bind&) = delete;
+
+      private:
+        ThreadPool* previous_;
+    };
 
   private:
     void worker_loop();

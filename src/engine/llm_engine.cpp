@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "core/logging.h"
+#include "engine/scripted_runner.h"
 #ifdef MINIINFER_HAS_CUDA
 #include "core/cuda/device_buffer.h"
 #include "engine/cuda_model_runner.h"
@@ -18,7 +19,17 @@ struct LLMEngine::Tracked {
     std::string text, delta;
     std::vector<TokenLogprob> logprobs;
     size_t num_reported = 0;  // output tokens already in an output
+    size_t num_resolved = 0;  // output tokens known (the rest are placeholders)
 };
+
+namespace {
+
+// Penalties read the generated ids' values, which a placeholder does not have yet.
+bool needs_output_values(const SamplingParams& p) {
+    return p.repetition_penalty != 1.0 || p.frequency_penalty != 0.0 || p.presence_penalty != 0.0;
+}
+
+}  // namespace
 
 namespace {
 
@@ -40,9 +51,19 @@ std::optional<int32_t> tokenizer_eos(const std::filesystem::path& dir, const Tok
 std::unique_ptr<ModelRunner> load_runner(EngineConfig& config) {
     ModelConfig model_config = ModelConfig::load(config.model_dir);
     config.resolve(model_config);
+    if (!config.scripted_outputs.empty())
+        return std::make_unique<ScriptedRunner>(config.model_dir, config.scripted_outputs);
     if (config.device == "cuda") {
+        if (config.tensor_parallel_size > 1 || config.enable_expert_parallel)
+            fail(
+                "--tensor-parallel-size > 1 and --enable-expert-parallel run on the CPU backend "
+                "only so far (CUDA over NCCL is not implemented yet)");
 #ifdef MINIINFER_HAS_CUDA
-        if (cuda::device_count() == 0) fail("--device cuda: no CUDA device is visible");
+        if (cuda::device_count() == 0)
+            fail(
+                "--device cuda: no usable CUDA device or driver was found ({}); run with --device "
+                "cpu",
+                cuda::unavailable_reason());
         const WeightTarget bf16{.dtype = DType::kBF16};
         ModelWeights weights = parse_load_format(config.load_format) == LoadFormat::kDummy
                                    ? dummy_cuda_weights(model_config, config.seed, bf16)
@@ -57,8 +78,12 @@ std::unique_ptr<ModelRunner> load_runner(EngineConfig& config) {
             "present)");
 #endif
     }
-    QwenModel model =
-        QwenModel::load(config.model_dir, parse_load_format(config.load_format), config.seed);
+    const LoadFormat format = parse_load_format(config.load_format);
+    if (config.tensor_parallel_size > 1 || config.enable_expert_parallel)
+        return CpuModelRunner::load_parallel(
+            config.model_dir, format, config.seed, config.tensor_parallel_size,
+            config.enable_expert_parallel, config.num_pages, config.page_size);
+    QwenModel model = QwenModel::load(config.model_dir, format, config.seed);
     return std::make_unique<CpuModelRunner>(std::move(model), config.num_pages, config.page_size);
 }
 
@@ -104,6 +129,7 @@ LLMEngine::LLMEngine(EngineConfig config, std::unique_ptr<ModelRunner> runner,
                     1048576.0,
                 config_.max_model_len);
     scheduler_ = std::make_unique<Scheduler>(config_);
+    overlap_ = runner_->overlaps() && !config_.disable_overlap;
     default_params_ = SamplingParams::from_defaults(generation);
     stop_rules_.eos_token_ids = model.eos_token_ids;
     for (int64_t id : generation.eos_token_ids)
@@ -151,9 +177,30 @@ std::vector<RequestOutput> LLMEngine::step() {
     std::vector<RequestOutput> outputs;
     for (const std::string& id : std::exchange(pending_, {}))
         outputs.push_back(output_of(*requests_.at(id)));
+    std::optional<InFlight> previous = std::exchange(in_flight_, std::nullopt);
+    // Penalties need the last token's value: then this step waits for it (no overlap).
+    if (previous && std::any_of(previous->rows.begin(), previous->rows.end(), [](const auto& row) {
+            return needs_output_values(row.tracked->request.params);
+        }))
+        process(*std::exchange(previous, std::nullopt), outputs);
     Batch batch = scheduler_->schedule();
-    if (batch.empty()) return outputs;
+    if (!batch.empty()) {
+        InFlight launched = launch(batch);
+        if (overlap_)
+            in_flight_ = std::move(launched);
+        else
+            process(launched, outputs);
+    }
+    if (previous) process(*previous, outputs);
+    return outputs;
+}
+
+// Hands the batch to the runner and, before its tokens exist, moves every request on: its
+// scheduled tokens count as computed and each sampled one gets a placeholder, so that the
+// next schedule can already give it its next step.
+LLMEngine::InFlight LLMEngine::launch(const Batch& batch) {
     std::vector<SamplerInput> sampling;
+    sampling.reserve(batch.sampling.size());
     for (const Request* r : batch.sampling)
         sampling.push_back(SamplerInput{.logits = {},
                                         .params = &r->params,
@@ -161,34 +208,66 @@ std::vector<RequestOutput> LLMEngine::step() {
                                         .output_ids = r->output_ids,
                                         .eos_ids = stop_rules_.eos_token_ids,
                                         .seed = r->seed});
-    std::vector<SampledToken> tokens = runner_->run(batch, sampling);
+    runner_->launch(batch, sampling);
     scheduler_->update(batch);
+    InFlight step;
+    step.rows.reserve(batch.sampling.size());
+    for (size_t i = 0; i < batch.sampling.size(); ++i) {
+        Request& r = *batch.sampling[i];
+        Tracked& t = *requests_.at(r.id);
+        step.rows.push_back({&t, r.output_ids.size()});
+        r.output_ids.push_back(ModelRunner::placeholder(i));
+        r.last_token_launched = t.output->ends_by_length(int64_t(r.output_ids.size()));
+    }
+    return step;
+}
+
+// The launched step's tokens replace their placeholders, in order; a request that finished
+// meanwhile (an earlier token ended it, or an abort) drops its token.
+void LLMEngine::process(const InFlight& step, std::vector<RequestOutput>& outputs) {
+    std::vector<SampledToken> tokens = runner_->collect();
+    MI_CHECK(tokens.size() == step.rows.size(), "{} tokens for {} sampling rows", tokens.size(),
+             step.rows.size());
+    // Requests retired before this step was processed are named by no launched step any more.
+    retired_ = std::exchange(retiring_, {});
     for (size_t i = 0; i < tokens.size(); ++i) {
-        Tracked& t = *requests_.at(batch.sampling[i]->id);
-        append_token(t, tokens[i]);
+        Tracked& t = *step.rows[i].tracked;
+        if (t.request.finished()) continue;
+        append_token(t, step.rows[i].index, tokens[i]);
         outputs.push_back(output_of(t));
     }
-    return outputs;
+    retired_.clear();
 }
 
 // The stop checks are OutputProcessor's; a request it ends is finished in the scheduler too
-// (its pages go back to the pool before the next schedule).
-void LLMEngine::append_token(Tracked& t, const SampledToken& sampled) {
+// (its pages go back to the pool before the next schedule). Tokens launched after it are
+// dropped, and K/V computed for its last token stays out of the prefix cache, as in the plain
+// loop (where that K/V never exists).
+void LLMEngine::append_token(Tracked& t, size_t index, const SampledToken& sampled) {
     Request& r = t.request;
-    r.output_ids.push_back(sampled.token);
+    MI_CHECK(index == t.num_resolved && ModelRunner::is_placeholder(r.output_ids[index]),
+             "request {}: token {} arrives out of order", r.id, index);
+    r.output_ids[index] = sampled.token;
+    ++t.num_resolved;
     if (r.params.logprobs)
         t.logprobs.push_back({sampled.token, sampled.logprob, sampled.top_logprobs});
     OutputProcessor::Update update = t.output->append(sampled.token);
     t.delta += update.delta_text;
-    if (update.finished()) scheduler_->finish(&r, update.finish_reason);
+    if (!update.finished()) return;
+    r.output_ids.resize(t.num_resolved);
+    r.num_computed = std::min(r.num_computed, r.num_tokens() - 1);
+    scheduler_->finish(&r, update.finish_reason);
 }
 
 void LLMEngine::abort(const std::string& request_id) {
     auto it = requests_.find(request_id);
     if (it == requests_.end() || it->second->request.finished()) return;
     Tracked& t = *it->second;
+    Request& r = t.request;
     t.delta += t.output->finish(FinishReason::kAbort);
-    scheduler_->finish(&t.request, FinishReason::kAbort);
+    r.output_ids.resize(t.num_resolved);  // placeholders of launched steps: dropped
+    r.num_computed = std::min(r.num_computed, std::max<int64_t>(r.num_tokens() - 1, 0));
+    scheduler_->finish(&r, FinishReason::kAbort);
     pending_.push_back(request_id);
 }
 
@@ -198,14 +277,15 @@ RequestOutput LLMEngine::output_of(Tracked& t) {
     Request& r = t.request;
     t.text += t.delta;
     const size_t from = t.num_reported;
-    t.num_reported = r.output_ids.size();
+    t.num_reported = t.num_resolved;
     RequestOutput out;
     out.request_id = r.id;
-    out.new_token_ids.assign(r.output_ids.begin() + long(from), r.output_ids.end());
+    out.new_token_ids.assign(r.output_ids.begin() + long(from),
+                             r.output_ids.begin() + long(t.num_resolved));
     if (t.logprobs.size() > from)
         out.new_logprobs.assign(t.logprobs.begin() + long(from), t.logprobs.end());
     out.delta_text = std::exchange(t.delta, {});
-    out.num_output_tokens = int64_t(r.output_ids.size());
+    out.num_output_tokens = int64_t(t.num_resolved);
     out.finished = r.finished();
     out.finish_reason = finish_reason_name(r.finish_reason);
     out.stop_reason = t.output->stop_reason();
@@ -217,7 +297,9 @@ RequestOutput LLMEngine::output_of(Tracked& t) {
     out.token_ids = std::move(r.output_ids);
     out.text = std::move(t.text);
     out.logprobs = std::move(t.logprobs);
-    requests_.erase(r.id);
+    auto it = requests_.find(r.id);
+    retiring_.push_back(std::move(it->second));  // a launched step may still name it
+    requests_.erase(it);
     return out;
 }
 

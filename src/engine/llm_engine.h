@@ -48,11 +48,19 @@ class LLMEngine {
                             std::string request_id = "");
     // One step: schedule -> forward -> sample -> update. Outputs of the requests that got a
     // token or finished in this step (and of requests aborted since the last step).
+    // With overlap scheduling (a runner that overlaps(), unless config.disable_overlap) a step
+    // launches the next batch first and then processes the previous one: its outputs are the
+    // previous step's. The next batch is scheduled before those tokens are known, so each
+    // sampled request gets a placeholder token; a request that finishes at step N has had one
+    // more token launched at N + 1, which is dropped (never reported; its K/V not cached).
     std::vector<RequestOutput> step();
     // Ends a request in any state; its final output (finish_reason "abort") comes from the
     // next step(). Unknown or finished ids are ignored.
     void abort(const std::string& request_id);
-    bool has_unfinished() const { return scheduler_->has_unfinished() || !pending_.empty(); }
+    bool has_unfinished() const {
+        return scheduler_->has_unfinished() || !pending_.empty() || in_flight_.has_value();
+    }
+    bool overlapping() const { return overlap_; }
 
     // Runs every prompt to completion; outputs in prompt order.
     std::vector<RequestOutput> generate(const std::vector<Prompt>& prompts,
@@ -73,8 +81,18 @@ class LLMEngine {
 
   private:
     struct Tracked;  // a Request plus its OutputProcessor and the output built so far
+    // A launched step not yet processed: where each of its sampling rows' token goes.
+    struct InFlight {
+        struct Row {
+            Tracked* tracked;
+            size_t index;  // of its placeholder in output_ids
+        };
+        std::vector<Row> rows;
+    };
 
-    void append_token(Tracked& t, const SampledToken& sampled);
+    InFlight launch(const Batch& batch);
+    void process(const InFlight& step, std::vector<RequestOutput>& outputs);
+    void append_token(Tracked& t, size_t index, const SampledToken& sampled);
     RequestOutput output_of(Tracked& t);
 
     EngineConfig config_;
@@ -85,6 +103,10 @@ class LLMEngine {
     StopRules stop_rules_;
     std::map<std::string, std::unique_ptr<Tracked>> requests_;
     std::vector<std::string> pending_;  // ids finished outside step() (aborts)
+    bool overlap_ = false;
+    std::optional<InFlight> in_flight_;  // overlap: the step launched, not yet processed
+    // Finished requests a launched step may still name; freed once that step is processed.
+    std::vector<std::unique_ptr<Tracked>> retired_, retiring_;
     std::mt19937_64 seed_rng_;
     int64_t next_id_ = 0;
 };

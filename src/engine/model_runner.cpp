@@ -1,13 +1,85 @@
 #include "engine/model_runner.h"
 
+#include <algorithm>
+#include <future>
+
 #include "core/check.h"
 
 namespace miniinfer {
 
-CpuModelRunner::CpuModelRunner(QwenModel model, int64_t num_pages, int64_t page_size)
-    : model_(std::move(model)),
-      kv_(model_.config().num_layers, num_pages, page_size, model_.config().num_kv_heads,
-          model_.config().head_dim) {}
+void ModelRunner::launch(const Batch& batch, std::span<const SamplerInput> sampling) {
+    const bool has_placeholders =
+        std::any_of(batch.input_ids.begin(), batch.input_ids.end(), is_placeholder);
+    std::vector<SampledToken> tokens;
+    if (has_placeholders) {
+        Batch resolved = batch;
+        for (int32_t& id : resolved.input_ids)
+            if (is_placeholder(id)) {
+                MI_CHECK(placeholder_row(id) < last_tokens_.size(),
+                         "placeholder {} refers to no row of the previous step", id);
+                id = last_tokens_[placeholder_row(id)];
+            }
+        tokens = run(resolved, sampling);
+    } else {
+        tokens = run(batch, sampling);
+    }
+    last_tokens_.clear();
+    for (const SampledToken& t : tokens) last_tokens_.push_back(t.token);
+    launched_.push_back(std::move(tokens));
+}
+
+std::vector<SampledToken> ModelRunner::collect() {
+    MI_CHECK(!launched_.empty(), "collect() without a launched step");
+    std::vector<SampledToken> tokens = std::move(launched_.front());
+    launched_.pop_front();
+    return tokens;
+}
+
+CpuModelRunner::CpuModelRunner(QwenModel model, int64_t num_pages, int64_t page_size) {
+    const ModelConfig& c = model.config();
+    kv_.emplace_back(c.num_layers, num_pages, page_size, c.num_kv_heads, c.head_dim);
+    models_.push_back(std::move(model));
+}
+
+std::unique_ptr<CpuModelRunner> CpuModelRunner::load_parallel(
+    const std::filesystem::path& model_dir, LoadFormat format, uint64_t seed, int64_t world,
+    bool expert_parallel, int64_t num_pages, int64_t page_size) {
+    MI_CHECK(world >= 1, "tensor_parallel_size {}", world);
+    std::unique_ptr<CpuModelRunner> runner(new CpuModelRunner());
+    runner->group_ = std::make_unique<CpuCommunicator::Group>(world);
+    const int threads = std::max(1, ThreadPool::global().num_threads() / int(world));
+    for (int64_t r = 0; r < world; ++r) {
+        runner->comms_.push_back(std::make_unique<CpuCommunicator>(*runner->group_, r));
+        runner->pools_.push_back(std::make_unique<ThreadPool>(threads));
+        QwenModel model =
+            QwenModel::load(model_dir, format, seed,
+                            CpuParallel{r, world, expert_parallel,
+                                        world > 1 ? runner->comms_.back().get() : nullptr});
+        const ModelConfig& c = model.config();
+        runner->kv_.emplace_back(c.num_layers, num_pages, page_size, model.num_local_kv_heads(),
+                                 c.head_dim);
+        runner->models_.push_back(std::move(model));
+    }
+    return runner;
+}
+
+// Every rank at once (they meet in the all-reduces), rank 0 on this thread.
+Tensor CpuModelRunner::forward_all_ranks(const ForwardBatch& fb) {
+    if (models_.size() == 1) return models_[0].forward(fb, kv_[0]);
+    std::vector<std::future<Tensor>> others;
+    for (size_t r = 1; r < models_.size(); ++r)
+        others.push_back(std::async(std::launch::async, [this, r, &fb] {
+            ThreadPool::Bind bind(*pools_[r]);
+            return models_[r].forward(fb, kv_[r]);
+        }));
+    Tensor logits;
+    {
+        ThreadPool::Bind bind(*pools_[0]);
+        logits = models_[0].forward(fb, kv_[0]);
+    }
+    for (auto& f : others) f.get();  // the same logits; rethrows a rank's error
+    return logits;
+}
 
 std::vector<SampledToken> CpuModelRunner::run(const Batch& b,
                                               std::span<const SamplerInput> sampling) {
@@ -15,7 +87,7 @@ std::vector<SampledToken> CpuModelRunner::run(const Batch& b,
              sampling.size(), b.logits_indices.size());
     ForwardBatch fb{b.input_ids,   b.positions, b.query_start,  b.seq_lens,
                     b.block_table, b.max_pages, b.slot_mapping, b.logits_indices};
-    Tensor logits = model_.forward(fb, kv_);  // [num_sampling, vocab]
+    Tensor logits = forward_all_ranks(fb);  // [num_sampling, vocab]
     if (sampling.empty()) return {};
     std::vector<SamplerInput> inputs(sampling.begin(), sampling.end());
     const int64_t vocab = logits.size(1);

@@ -4,12 +4,16 @@
 // which pages a request uses is the scheduler's business.
 #pragma once
 
+#include <deque>
+#include <filesystem>
 #include <memory>
 #include <span>
 #include <vector>
 
 #include "config/model_config.h"
+#include "core/thread_pool.h"
 #include "kvcache/kv_cache.h"
+#include "layers/communicator.h"
 #include "layers/sampler.h"
 #include "models/qwen_model.h"
 #include "scheduler/batch.h"
@@ -23,18 +27,58 @@ class ModelRunner {
     // sampling[i] describes batch.sampling[i]; returns one token per entry, in order.
     virtual std::vector<SampledToken> run(const Batch& batch,
                                           std::span<const SamplerInput> sampling) = 0;
+
+    // Overlap scheduling (LLMEngine): launch() starts a step and returns; collect() returns the
+    // tokens of the oldest launched step not yet collected, in launch order. A step's input_ids
+    // may hold placeholder(i) for the token the previous launched step samples in its row i;
+    // its SamplerInputs' output_ids may end with such a placeholder too, whose value the
+    // sampler must not need (the engine collects first when penalties need the values).
+    // The default runs the step in launch(), after replacing placeholders on the host: the
+    // engine's overlap loop then works, without overlapping anything.
+    virtual void launch(const Batch& batch, std::span<const SamplerInput> sampling);
+    virtual std::vector<SampledToken> collect();
+    // Whether launch() returns before the step has run. The engine overlaps only then (and
+    // for runners that ask for the loop anyway, to have it exercised: the CPU runner).
+    virtual bool overlaps() const { return false; }
+
+    static int32_t placeholder(size_t row) { return -int32_t(row) - 1; }
+    static bool is_placeholder(int32_t id) { return id < 0; }
+    static size_t placeholder_row(int32_t id) { return size_t(-(id + 1)); }
+
+  private:
+    std::deque<std::vector<SampledToken>> launched_;  // ran, not yet collected
+    std::vector<int32_t> last_tokens_;                // what the last launched step sampled
 };
 
 class CpuModelRunner : public ModelRunner {
   public:
     CpuModelRunner(QwenModel model, int64_t num_pages, int64_t page_size);
-    const ModelConfig& config() const override { return model_.config(); }
+    // Tensor parallelism over `world` ranks, threads of this process: rank r loads its shards
+    // (QwenModel::load with CpuParallel{r, world}) and keeps its KV heads in a cache of its own;
+    // each step runs every rank at once (each on a thread pool of its own share of the cores)
+    // and samples from rank 0's logits, which every rank has too. Proves the sharding the GPU
+    // uses; a CPU gains no speed from it.
+    static std::unique_ptr<CpuModelRunner> load_parallel(const std::filesystem::path& model_dir,
+                                                         LoadFormat format, uint64_t seed,
+                                                         int64_t world, bool expert_parallel,
+                                                         int64_t num_pages, int64_t page_size);
+    const ModelConfig& config() const override { return models_.front().config(); }
     std::vector<SampledToken> run(const Batch& batch,
                                   std::span<const SamplerInput> sampling) override;
+    // Runs each step in launch() (no thread of its own) but asks for the overlap loop, so that
+    // every CPU test exercises the engine's placeholders, deferred outputs and dropped tokens.
+    bool overlaps() const override { return true; }
 
   private:
-    QwenModel model_;
-    KvCache kv_;
+    CpuModelRunner() = default;
+    Tensor forward_all_ranks(const ForwardBatch& batch);
+
+    // One entry per rank (one in all without tensor parallelism).
+    std::vector<QwenModel> models_;
+    std::vector<KvCache> kv_;
+    std::unique_ptr<CpuCommunicator::Group> group_;
+    std::vector<std::unique_ptr<CpuCommunicator>> comms_;
+    std::vector<std::unique_ptr<ThreadPool>> pools_;
 };
 
 }  // namespace miniinfer

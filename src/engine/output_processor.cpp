@@ -43,14 +43,18 @@ OutputProcessor::Update OutputProcessor::append(int32_t token) {
             u.delta_text = detokenizer_->push(token);
             if (detokenizer_->stopped()) finish(FinishReason::kStop, detokenizer_->stop_string());
         }
-        const bool at_limit = num_output_tokens_ >= max_tokens_ ||
-                              (rules_->max_model_len > 0 &&
-                               num_prompt_tokens_ + num_output_tokens_ >= rules_->max_model_len);
-        if (!finished() && at_limit) u.delta_text += finish(FinishReason::kLength);
+        if (!finished() && ends_by_length(num_output_tokens_))
+            u.delta_text += finish(FinishReason::kLength);
     }
     u.finish_reason = finish_reason_;
     u.stop_reason = stop_reason_;
     return u;
+}
+
+bool OutputProcessor::ends_by_length(int64_t num_output_tokens) const {
+    return num_output_tokens >= max_tokens_ ||
+           (rules_->max_model_len > 0 &&
+            num_prompt_tokens_ + num_output_tokens >= rules_->max_model_len);
 }
 
 std::string OutputProcessor::finish(FinishReason reason, std::string stop_reason) {

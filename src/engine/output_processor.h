@@ -56,6 +56,10 @@ class OutputProcessor {
     // when this side missed it). Returns the text held back; "" if already finished.
     std::string finish(FinishReason reason, std::string stop_reason = "");
 
+    // True when the `num_output_tokens`-th output token ends the request by length (max_tokens
+    // or max_model_len), whatever token it is: overlap scheduling gives no step after it.
+    bool ends_by_length(int64_t num_output_tokens) const;
+
     bool finished() const { return finish_reason_ != FinishReason::kNone; }
     FinishReason finish_reason() const { return finish_reason_; }
     const std::string& stop_reason() const { return stop_reason_; }

@@ -99,6 +99,9 @@ Tensor FusedMoE::forward(const Tensor& x) const {
     std::vector<float> weights(size_t(n * top_k));
     cpu::moe_route(logits.data<float>(), n, num_experts, top_k, renormalize, expert_ids.data(),
                    weights.data());
+    if (expert_end >= 0)  // another rank's expert: no row here (its output stays 0)
+        for (int32_t& e : expert_ids)
+            if (e < expert_begin || e >= expert_end) e = -1;
     Tensor out = Tensor::zeros({n, hidden}, DType::kF32);
     cpu::moe_experts(x.data<float>(), n, hidden, expert_ids.data(), weights.data(), top_k,
                      gate_up.data<float>(), down.data<float>(), num_experts, inter,

@@ -76,6 +76,9 @@ struct FusedMoE {
     Tensor down;     // [num_experts, hidden, inter]
     int64_t top_k = 0;
     bool renormalize = true;
+    // Expert parallelism: only experts [expert_begin, expert_end) are computed (a rank's
+    // partial sum); expert_end -1: all of them.
+    int64_t expert_begin = 0, expert_end = -1;
     Tensor forward(const Tensor& x) const;
 };
 

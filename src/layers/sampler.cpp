@@ -169,7 +169,7 @@ SampledToken sample(const SamplerInput& in) {
 
 std::vector<SampledToken> sample_batch(std::span<const SamplerInput> inputs) {
     std::vector<SampledToken> out(inputs.size());
-    ThreadPool::global().parallel_for(int64_t(inputs.size()), [&](int64_t begin, int64_t end) {
+    ThreadPool::current().parallel_for(int64_t(inputs.size()), [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) out[i] = sample(inputs[i]);
     });
     return out;

@@ -35,7 +35,7 @@ struct SampledToken {
 
 SampledToken sample(const SamplerInput& in);
 
-// Many requests; each row is sample(inputs[i]), spread over ThreadPool::global() (so not to
+// Many requests; each row is sample(inputs[i]), spread over ThreadPool::current() (so not to
 // be called from inside a task of that pool). Exceptions propagate to the caller.
 std::vector<SampledToken> sample_batch(std::span<const SamplerInput> inputs);
 

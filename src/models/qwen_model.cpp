@@ -2,13 +2,16 @@
 
 #include <cmath>
 #include <cstring>
+#include <tuple>
 
 #include "core/check.h"
 
 namespace miniinfer {
 
-QwenModel::QwenModel(ModelConfig config, ModelWeights weights)
-    : config_(std::move(config)), weights_(std::move(weights)) {
+QwenModel::QwenModel(ModelConfig config, ModelWeights weights, CpuParallel parallel)
+    : config_(std::move(config)), weights_(std::move(weights)), parallel_(parallel) {
+    MI_CHECK(parallel_.world == 1 || parallel_.comm, "tensor parallelism needs a communicator");
+    const int64_t world = parallel_.world;
     const float eps = float(config_.rms_norm_eps);
     const Rotary rotary(config_.head_dim, config_.rope_theta,
                         config_.rope_scaling.kind == RopeScaling::Kind::kLinear
@@ -21,12 +24,13 @@ QwenModel::QwenModel(ModelConfig config, ModelWeights weights)
         layer.post_attention_norm = {w.post_attention_norm, eps};
         layer.attention = {
             .qkv = {w.qkv, w.qkv_bias},
-            .o_proj = {w.o_proj, w.o_bias},
+            // A row-parallel layer's bias joins one rank's partial sum only.
+            .o_proj = {w.o_proj, parallel_.rank == 0 ? w.o_bias : Tensor()},
             .q_norm = {w.q_norm, eps},
             .k_norm = {w.k_norm, eps},
             .rotary = rotary,
-            .attention = {.num_heads = config_.num_heads,
-                          .num_kv_heads = config_.num_kv_heads,
+            .attention = {.num_heads = config_.num_heads / world,
+                          .num_kv_heads = num_local_kv_heads(),
                           .head_dim = config_.head_dim,
                           .scale = float(1.0 / std::sqrt(double(config_.head_dim)))}};
         layer.is_moe = config_.is_moe_layer(l);
@@ -36,6 +40,9 @@ QwenModel::QwenModel(ModelConfig config, ModelWeights weights)
                          .down = w.experts_down,
                          .top_k = config_.num_experts_per_tok,
                          .renormalize = config_.norm_topk_prob};
+            if (parallel_.expert_parallel)
+                std::tie(layer.moe.expert_begin, layer.moe.expert_end) =
+                    expert_range(config_.num_experts, parallel_.rank, world);
         } else {
             layer.mlp = {{w.gate_up, Tensor()}, {w.down, Tensor()}};
         }
@@ -44,12 +51,20 @@ QwenModel::QwenModel(ModelConfig config, ModelWeights weights)
     final_norm_ = {weights_.norm, eps};
 }
 
-QwenModel QwenModel::load(const std::filesystem::path& model_dir, LoadFormat format,
-                          uint64_t seed) {
+QwenModel QwenModel::load(const std::filesystem::path& model_dir, LoadFormat format, uint64_t seed,
+                          CpuParallel parallel) {
     ModelConfig config = ModelConfig::load(model_dir);
-    ModelWeights weights = format == LoadFormat::kDummy ? dummy_weights(config, seed)
-                                                        : load_weights(config, model_dir);
-    return QwenModel(std::move(config), std::move(weights));
+    const WeightTarget target{.dtype = DType::kF32,
+                              .rank = parallel.rank,
+                              .world = parallel.world,
+                              .expert_parallel = parallel.expert_parallel};
+    ModelWeights weights = format == LoadFormat::kDummy ? dummy_weights(config, seed, target)
+                                                        : load_weights(config, model_dir, target);
+    return QwenModel(std::move(config), std::move(weights), parallel);
+}
+
+int64_t QwenModel::num_local_kv_heads() const {
+    return kv_heads_per_rank(config_.num_kv_heads, parallel_.world);
 }
 
 Tensor QwenModel::forward(const ForwardBatch& batch, KvCache& kv) const {
@@ -62,8 +77,10 @@ Tensor QwenModel::forward(const ForwardBatch& batch, KvCache& kv) const {
         if (l > 0) h = layer.input_norm.forward_add(h, residual);
         Tensor attn =
             layer.attention.forward(h, batch, kv.k(int64_t(l)), kv.v(int64_t(l)), kv.page_size());
+        if (parallel_.comm) parallel_.comm->all_reduce_sum(attn);  // o_proj is row-parallel
         h = layer.post_attention_norm.forward_add(attn, residual);
         h = layer.is_moe ? layer.moe.forward(h) : layer.mlp.forward(h);
+        if (parallel_.comm) parallel_.comm->all_reduce_sum(h);  // down: row-parallel or experts
     }
     // Only the rows that sample need the final norm and the (large) lm_head.
     const int64_t hidden = config_.hidden_size, num_logits = int64_t(batch.logits_indices.size());

@@ -13,21 +13,36 @@
 
 #include "config/model_config.h"
 #include "kvcache/kv_cache.h"
+#include "layers/communicator.h"
 #include "layers/forward_batch.h"
 #include "layers/layers.h"
 #include "models/weights.h"
 
 namespace miniinfer {
 
+// Tensor parallelism on the CPU: this model is rank `rank` of `world`, its weights the shards
+// the loader wrote for that target, comm the group's collective (null when world is 1). The
+// blocks' row-parallel outputs (o_proj, down, the experts' down or, with expert_parallel, the
+// rank's experts) are partial sums that comm adds; embedding and LM head are replicated, so
+// every rank returns the same logits.
+struct CpuParallel {
+    int64_t rank = 0, world = 1;
+    bool expert_parallel = false;
+    CpuCommunicator* comm = nullptr;
+};
+
 class QwenModel {
   public:
-    QwenModel(ModelConfig config, ModelWeights weights);
+    QwenModel(ModelConfig config, ModelWeights weights, CpuParallel parallel = {});
 
     // config.json + checkpoint (or dummy weights) from a model directory. Errors name the file.
     static QwenModel load(const std::filesystem::path& model_dir,
-                          LoadFormat format = LoadFormat::kSafetensors, uint64_t seed = 0);
+                          LoadFormat format = LoadFormat::kSafetensors, uint64_t seed = 0,
+                          CpuParallel parallel = {});
 
     const ModelConfig& config() const { return config_; }
+    // KV heads in this rank's cache (the config's, divided among or replicated over ranks).
+    int64_t num_local_kv_heads() const;
 
     // One step: writes this step's K/V into `kv` and returns the logits of the rows
     // batch.logits_indices: [num_logits, vocab] f32. Token ids must be < vocab_size (the
@@ -46,6 +61,7 @@ class QwenModel {
 
     ModelConfig config_;
     ModelWeights weights_;
+    CpuParallel parallel_;
     std::vector<Layer> layers_;
     RMSNorm final_norm_;
 };

@@ -12,7 +12,7 @@ SequenceRunner::SequenceRunner(const QwenModel& model, int64_t max_len, int64_t 
       max_len_(max_len),
       page_size_(page_size),
       kv_(model.config().num_layers, (max_len + page_size - 1) / page_size, page_size,
-          model.config().num_kv_heads, model.config().head_dim),
+          model.num_local_kv_heads(), model.config().head_dim),
       block_table_(size_t(kv_.num_pages())) {
     // Pages in reverse order, so a test catches any code that assumes page i holds tokens
     // [i * page_size, (i + 1) * page_size).

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <random>
 
 #include "core/host_memory.h"
@@ -33,6 +34,16 @@ Block shard_block(const Shape& shape, Shard shard, const WeightTarget& target) {
     return b;
 }
 
+// The k/v projections' target: the rank's own share, or with fewer KV heads than ranks the one
+// head it replicates (as rank r / (world / kv) of a world of kv).
+WeightTarget kv_target(const ModelConfig& c, const WeightTarget& t) {
+    if (t.world <= c.num_kv_heads) return t;
+    WeightTarget kv = t;
+    kv.world = c.num_kv_heads;
+    kv.rank = t.rank / (t.world / c.num_kv_heads);
+    return kv;
+}
+
 // Collects (source tensor -> slice of a fused destination) copies, then runs them in parallel.
 // Without a source it only lists the tensors it would read (and allocates nothing).
 class Assembler {
@@ -41,6 +52,7 @@ class Assembler {
         std::string name;
         Shape shape;  // the whole source tensor's
         Shard shard;
+        std::optional<WeightTarget> target = {};  // this part's shard when not the load's
     };
 
     // Without a writer (null `write`) it only plans: lists the tensors, allocates nothing.
@@ -84,8 +96,10 @@ class Assembler {
         auto write = [&](int64_t begin, int64_t end) {
             for (int64_t i = begin; i < end; ++i) {
                 const Job& j = jobs_[size_t(i)];
-                writer_.write(j.part.name, j.part.shape,
-                              shard_block(j.part.shape, j.part.shard, target_), j.dst);
+                writer_.write(
+                    j.part.name, j.part.shape,
+                    shard_block(j.part.shape, j.part.shard, j.part.target.value_or(target_)),
+                    j.dst);
             }
         };
         if (writer_.parallel)
@@ -103,7 +117,7 @@ class Assembler {
     };
 
     Shape shard_shape(const Part& part) const {
-        Block b = shard_block(part.shape, part.shard, target_);
+        Block b = shard_block(part.shape, part.shard, part.target.value_or(target_));
         Shape s = part.shape;
         s[0] = b.row_end - b.row_begin;
         if (s.size() > 1) s[1] = b.col_end - b.col_begin;
@@ -116,9 +130,22 @@ class Assembler {
     int64_t bytes_written_ = 0;
 };
 
+}  // namespace
+
+std::pair<int64_t, int64_t> expert_range(int64_t num_experts, int64_t rank, int64_t world) {
+    return {num_experts * rank / world, num_experts * (rank + 1) / world};
+}
+
+int64_t kv_heads_per_rank(int64_t num_kv_heads, int64_t world) {
+    return std::max<int64_t>(1, num_kv_heads / world);
+}
+
+namespace {
+
 ModelWeights assemble(const ModelConfig& c, const WeightTarget& t, Assembler& a) {
     const int64_t H = c.hidden_size, D = c.head_dim, q = c.q_size(), kv = c.kv_size();
     const Shard kCol = Shard::kColumn, kRow = Shard::kRow;
+    const WeightTarget kv_t = kv_target(c, t);
     ModelWeights w;
     w.embed = a.single("model.embed_tokens.weight", {c.vocab_size, H});
     for (int64_t l = 0; l < c.num_layers; ++l) {
@@ -127,12 +154,12 @@ ModelWeights assemble(const ModelConfig& c, const WeightTarget& t, Assembler& a)
         lw.input_norm = a.single(p + "input_layernorm.weight", {H});
         lw.post_attention_norm = a.single(p + "post_attention_layernorm.weight", {H});
         lw.qkv = a.fused({{attn + "q_proj.weight", {q, H}, kCol},
-                          {attn + "k_proj.weight", {kv, H}, kCol},
-                          {attn + "v_proj.weight", {kv, H}, kCol}});
+                          {attn + "k_proj.weight", {kv, H}, kCol, kv_t},
+                          {attn + "v_proj.weight", {kv, H}, kCol, kv_t}});
         if (c.attention_bias)
             lw.qkv_bias = a.fused({{attn + "q_proj.bias", {q}, kCol},
-                                   {attn + "k_proj.bias", {kv}, kCol},
-                                   {attn + "v_proj.bias", {kv}, kCol}});
+                                   {attn + "k_proj.bias", {kv}, kCol, kv_t},
+                                   {attn + "v_proj.bias", {kv}, kCol, kv_t}});
         if (c.qk_norm) {
             lw.q_norm = a.single(attn + "q_norm.weight", {D});
             lw.k_norm = a.single(attn + "k_norm.weight", {D});
@@ -142,14 +169,18 @@ ModelWeights assemble(const ModelConfig& c, const WeightTarget& t, Assembler& a)
         if (c.attention_bias && c.arch != Arch::kQwen2)
             lw.o_bias = a.single(attn + "o_proj.bias", {H});
         if (c.is_moe_layer(l)) {
-            const int64_t E = c.num_experts, I = c.moe_intermediate_size, I_r = I / t.world;
+            // Expert parallelism keeps the experts whole (each rank uses its range of them).
+            const int64_t E = c.num_experts, I = c.moe_intermediate_size,
+                          I_r = t.expert_parallel ? I : I / t.world;
+            const Shard e_col = t.expert_parallel ? Shard::kReplicated : kCol;
+            const Shard e_row = t.expert_parallel ? Shard::kReplicated : kRow;
             lw.router = a.single(mlp + "gate.weight", {E, H});
             std::vector<Assembler::Part> gate_up, down;
             for (int64_t e = 0; e < E; ++e) {
                 const std::string ep = fmt::format("{}experts.{}.", mlp, e);
-                gate_up.push_back({ep + "gate_proj.weight", {I, H}, kCol});
-                gate_up.push_back({ep + "up_proj.weight", {I, H}, kCol});
-                down.push_back({ep + "down_proj.weight", {H, I}, kRow});
+                gate_up.push_back({ep + "gate_proj.weight", {I, H}, e_col});
+                gate_up.push_back({ep + "up_proj.weight", {I, H}, e_col});
+                down.push_back({ep + "down_proj.weight", {H, I}, e_row});
             }
             lw.experts_gate_up = a.fused(gate_up, {E, 2 * I_r, H});
             lw.experts_down = a.fused(down, {E, H, I_r});
@@ -179,11 +210,21 @@ void check_target(const ModelConfig& c, const WeightTarget& t) {
             fail("tensor-parallel world {} does not divide {} = {}", t.world, what, n);
     };
     check_divides("num_attention_heads", c.num_heads);
-    check_divides("num_key_value_heads", c.num_kv_heads);
+    if (t.world <= c.num_kv_heads)
+        check_divides("num_key_value_heads", c.num_kv_heads);
+    else if (t.world % c.num_kv_heads != 0)
+        fail(
+            "tensor-parallel world {} is not a multiple of num_key_value_heads = {} (KV heads are "
+            "replicated when there are fewer than ranks)",
+            t.world, c.num_kv_heads);
     bool any_dense = false, any_moe = false;
     for (int64_t l = 0; l < c.num_layers; ++l) (c.is_moe_layer(l) ? any_moe : any_dense) = true;
     if (any_dense) check_divides("intermediate_size", c.intermediate_size);
-    if (any_moe) check_divides("moe_intermediate_size", c.moe_intermediate_size);
+    if (any_moe && !t.expert_parallel)
+        check_divides("moe_intermediate_size", c.moe_intermediate_size);
+    if (any_moe && t.expert_parallel && c.num_experts < t.world)
+        fail("expert parallelism over {} ranks needs at least as many experts ({})", t.world,
+             c.num_experts);
 }
 
 // Copies `b` of checkpoint tensor `name` into dst as `dtype`, a few MiB of source at a time,

@@ -18,8 +18,9 @@
 //   kReplicated embed, lm_head, every norm, the router, and o_proj's bias (the model adds it
 //               once, after the row-parallel sum).
 // Each rank reads only its slice of a source tensor: rows are one contiguous range, columns a
-// strided copy of row pieces. world must divide num_heads, num_kv_heads and the intermediate
-// size(s) the model uses; with world 1 every rule is the whole tensor.
+// strided copy of row pieces. world must divide num_heads and the intermediate size(s) the
+// model uses, and num_kv_heads or be a multiple of it (KV heads then replicated); with world 1
+// every rule is the whole tensor. With target.expert_parallel the experts are not split.
 #pragma once
 
 #include <cstdint>
@@ -39,7 +40,18 @@ namespace miniinfer {
 struct WeightTarget {
     DType dtype = DType::kF32;  // kF32 (the CPU reference) or kBF16 (the CUDA model)
     int64_t rank = 0, world = 1;
+    // MoE experts whole on every rank (expert parallelism: each rank computes only its range of
+    // experts, see expert_range) instead of split along their intermediate size.
+    bool expert_parallel = false;
 };
+
+// Rank r's share when world ranks split n things in order: [n r / w, n (r + 1) / w).
+std::pair<int64_t, int64_t> expert_range(int64_t num_experts, int64_t rank, int64_t world);
+
+// The KV heads a rank holds: num_kv_heads / world, or 1 when there are fewer KV heads than
+// ranks (each then replicated on world / num_kv_heads ranks: rank r holds head
+// r / (world / num_kv_heads)).
+int64_t kv_heads_per_rank(int64_t num_kv_heads, int64_t world);
 
 // What a load did, for the log line and for tests (dummy weights fill it too).
 struct LoadStats {

@@ -4,10 +4,12 @@
 //       ^                      |
 //       +------ preempt -------+   (pages freed; recomputed from scratch when readmitted)
 //
-// Its tokens are prompt_ids followed by output_ids. The K/V of the first num_computed of them
-// live in `pages` (pages[i] holds tokens [i * page_size, (i + 1) * page_size)); the first
-// num_tree_pages of those belong to the RadixCache (matched at admission, locked via
-// cache_node), the rest to the request.
+// Its tokens are prompt_ids followed by output_ids. With overlap scheduling the last output
+// id may be a placeholder (negative, ModelRunner::placeholder) for a token a launched step is
+// still sampling; the model runner resolves it, and the engine replaces it once known. The K/V of
+// the first num_computed of them live in `pages` (pages[i] holds tokens [i * page_size, (i + 1) *
+// page_size)); the first num_tree_pages of those belong to the RadixCache (matched at admission,
+// locked via cache_node), the rest to the request.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +43,9 @@ struct Request {
     size_t num_tree_pages = 0;  // leading pages owned by the RadixCache
     RadixCache::Node* cache_node = nullptr;
     int64_t num_cached_tokens = 0;  // prompt tokens served from the prefix cache (first admission)
+    // Overlap scheduling: a launched step samples this request's last token (it ends by length
+    // whatever the token is), so the scheduler gives it no further step.
+    bool last_token_launched = false;
     int64_t num_preemptions = 0;
 
     int64_t num_tokens() const { return int64_t(prompt_ids.size() + output_ids.size()); }

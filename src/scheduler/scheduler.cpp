@@ -42,6 +42,7 @@ Batch Scheduler::schedule() {
     for (bool decode_pass : {true, false}) {
         for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
             Request* r = running_[i];
+            if (r->last_token_launched) continue;  // ends when that token comes back
             const int64_t remaining = r->num_tokens() - r->num_computed;
             if ((remaining == 1) != decode_pass) continue;
             const int64_t chunk = std::min(remaining, budget);

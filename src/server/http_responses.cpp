@@ -97,8 +97,21 @@ Json HttpServer::Impl::choice_json(const ApiRequest& r, size_t index, Choice&,
         message["reasoning_content"] = reasoning + r2;
         if ((reasoning + r2).empty()) message["reasoning_content"] = nullptr;
     }
-    return {
-        {"index", index}, {"message", message}, {"logprobs", logprobs}, {"finish_reason", finish}};
+    Json finish_reason = finish;
+    if (r.parse_tool_calls) {
+        ToolCallText t = parse_tool_calls(message["content"].get<std::string>(), call_id_prefix());
+        if (!t.calls.empty()) {
+            Json calls = Json::array();
+            for (const ToolCall& c : t.calls) calls.push_back(tool_call_json(c));
+            message["tool_calls"] = calls;
+            message["content"] = t.content.empty() ? Json(nullptr) : Json(t.content);
+            if (out.finish_reason == "stop") finish_reason = "tool_calls";
+        }
+    }
+    return {{"index", index},
+            {"message", message},
+            {"logprobs", logprobs},
+            {"finish_reason", finish_reason}};
 }
 
 void HttpServer::Impl::stream_response(httplib::Response& res, std::shared_ptr<ApiRequest> r,
@@ -121,88 +134,118 @@ void HttpServer::Impl::stream_response(httplib::Response& res, std::shared_ptr<A
         const std::string line = "data: " + dump(j) + "\n\n";
         return sink.write(line.data(), line.size());
     };
-    res.set_chunked_content_provider(
-        "text/event-stream", [=, this](size_t, httplib::DataSink& sink) {
-            auto abort_all = [&] {
-                for (const auto& id : ids) engine.abort(id);
-                return false;
-            };
-            if (r->chat)  // the first chunk of each choice carries the role
-                for (size_t i = 0; i < state->size(); ++i)
-                    if (!(*state)[i].role_sent) {
-                        (*state)[i].role_sent = true;
-                        Json delta = {{"role", "assistant"}, {"content", ""}};
-                        if (!send(sink, chunk(Json::array({{{"index", i},
-                                                            {"delta", delta},
-                                                            {"logprobs", nullptr},
-                                                            {"finish_reason", nullptr}}}))))
-                            return abort_all();
-                    }
-            auto end_with_error = [&](const ApiError& error) {  // an error event, then [DONE]
-                for (const auto& id : ids) engine.abort(id);
-                send(sink, error.body());
-                const std::string done = "data: [DONE]\n\n";
-                sink.write(done.data(), done.size());
-                sink.done();
-                return true;
-            };
-            while (*remaining > 0) {
-                if (server.draining()) return end_with_error(shutdown_error());
-                auto out = channel->next(200ms);
-                if (!out) {
-                    if (!sink.is_writable()) return abort_all();
-                    continue;
+    res.set_chunked_content_provider("text/event-stream", [=, this](size_t,
+                                                                    httplib::DataSink& sink) {
+        auto abort_all = [&] {
+            for (const auto& id : ids) engine.abort(id);
+            return false;
+        };
+        if (r->chat)  // the first chunk of each choice carries the role
+            for (size_t i = 0; i < state->size(); ++i)
+                if (!(*state)[i].role_sent) {
+                    (*state)[i].role_sent = true;
+                    Json delta = {{"role", "assistant"}, {"content", ""}};
+                    if (!send(sink, chunk(Json::array({{{"index", i},
+                                                        {"delta", delta},
+                                                        {"logprobs", nullptr},
+                                                        {"finish_reason", nullptr}}}))))
+                        return abort_all();
                 }
-                const size_t i = index->at(out->request_id);
-                Choice& c = (*state)[i];
-                if (out->finish_reason ==
-                    "error")  // the engine failed it: an error event ends the stream
-                    return end_with_error(ApiError{500, out->error, "server_error"});
-                Json logprobs = nullptr;
-                if (r->params.logprobs && !out->new_logprobs.empty())
-                    logprobs = r->chat ? chat_logprobs(out->new_logprobs, engine.tokenizer())
-                                       : completion_logprobs(out->new_logprobs, engine.tokenizer());
-                const Json finish = out->finished ? Json(out->finish_reason) : Json(nullptr);
-                Json choice = {{"index", i}, {"logprobs", logprobs}, {"finish_reason", finish}};
-                if (r->chat) {
-                    Json delta = Json::object();
-                    std::string content = out->delta_text, reasoning;
-                    if (split_reasoning) {
-                        auto [rd, cd] = c.splitter.feed(out->delta_text);
-                        if (out->finished) {
-                            auto [r2, c2] = c.splitter.finish();
-                            rd += r2;
-                            cd += c2;
-                        }
-                        reasoning = rd;
-                        content = cd;
-                    }
-                    if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
-                    if (!content.empty() || reasoning.empty()) delta["content"] = content;
-                    choice["delta"] = delta;
-                } else {
-                    choice["text"] = out->delta_text;
-                }
-                if (out->finished) {
-                    --*remaining;
-                    if (i % size_t(r->n) == 0) {
-                        (*usage)[0] += out->num_prompt_tokens;
-                        (*usage)[2] += out->num_cached_tokens;
-                    }
-                    (*usage)[1] += out->num_output_tokens;
-                }
-                if (!send(sink, chunk(Json::array({choice})))) return abort_all();
-            }
-            if (r->include_usage) {
-                Json last = chunk(Json::array());
-                last["usage"] = usage_json((*usage)[0], (*usage)[1], (*usage)[2]);
-                if (!send(sink, last)) return false;
-            }
+        auto end_with_error = [&](const ApiError& error) {  // an error event, then [DONE]
+            for (const auto& id : ids) engine.abort(id);
+            send(sink, error.body());
             const std::string done = "data: [DONE]\n\n";
             sink.write(done.data(), done.size());
             sink.done();
             return true;
-        });
+        };
+        while (*remaining > 0) {
+            if (server.draining()) return end_with_error(shutdown_error());
+            auto out = channel->next(200ms);
+            if (!out) {
+                if (!sink.is_writable()) return abort_all();
+                continue;
+            }
+            const size_t i = index->at(out->request_id);
+            Choice& c = (*state)[i];
+            if (out->finish_reason ==
+                "error")  // the engine failed it: an error event ends the stream
+                return end_with_error(ApiError{500, out->error, "server_error"});
+            Json logprobs = nullptr;
+            if (r->params.logprobs && !out->new_logprobs.empty())
+                logprobs = r->chat ? chat_logprobs(out->new_logprobs, engine.tokenizer())
+                                   : completion_logprobs(out->new_logprobs, engine.tokenizer());
+            const Json finish = out->finished ? Json(out->finish_reason) : Json(nullptr);
+            Json choice = {{"index", i}, {"logprobs", logprobs}, {"finish_reason", finish}};
+            if (r->chat) {
+                Json delta = Json::object();
+                std::string content = out->delta_text, reasoning;
+                if (split_reasoning) {
+                    auto [rd, cd] = c.splitter.feed(out->delta_text);
+                    if (out->finished) {
+                        auto [r2, c2] = c.splitter.finish();
+                        rd += r2;
+                        cd += c2;
+                    }
+                    reasoning = rd;
+                    content = cd;
+                }
+                std::vector<ToolCall> calls;
+                if (r->parse_tool_calls) {
+                    if (!c.tools) c.tools.emplace(call_id_prefix());
+                    ToolCallStreamer::Delta t = c.tools->feed(content);
+                    if (out->finished) {
+                        ToolCallStreamer::Delta rest = c.tools->finish();
+                        t.content += rest.content;
+                    }
+                    content = t.content;
+                    calls = std::move(t.calls);
+                    if (out->finished && c.tools->num_calls() > 0 && out->finish_reason == "stop")
+                        choice["finish_reason"] = "tool_calls";
+                }
+                // OpenAI streams a call as two deltas: id, type and name, then arguments.
+                for (const ToolCall& call : calls) {
+                    Json head = tool_call_json(call);
+                    head["index"] = c.num_calls_sent;
+                    head["function"]["arguments"] = "";
+                    Json args = {{"index", c.num_calls_sent},
+                                 {"function", {{"arguments", call.arguments}}}};
+                    ++c.num_calls_sent;
+                    for (Json part : {head, args}) {
+                        Json d = {{"tool_calls", Json::array({part})}};
+                        if (!send(sink, chunk(Json::array({{{"index", i},
+                                                            {"delta", d},
+                                                            {"logprobs", nullptr},
+                                                            {"finish_reason", nullptr}}}))))
+                            return abort_all();
+                    }
+                }
+                if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
+                if (!content.empty() || reasoning.empty()) delta["content"] = content;
+                choice["delta"] = delta;
+            } else {
+                choice["text"] = out->delta_text;
+            }
+            if (out->finished) {
+                --*remaining;
+                if (i % size_t(r->n) == 0) {
+                    (*usage)[0] += out->num_prompt_tokens;
+                    (*usage)[2] += out->num_cached_tokens;
+                }
+                (*usage)[1] += out->num_output_tokens;
+            }
+            if (!send(sink, chunk(Json::array({choice})))) return abort_all();
+        }
+        if (r->include_usage) {
+            Json last = chunk(Json::array());
+            last["usage"] = usage_json((*usage)[0], (*usage)[1], (*usage)[2]);
+            if (!send(sink, last)) return false;
+        }
+        const std::string done = "data: [DONE]\n\n";
+        sink.write(done.data(), done.size());
+        sink.done();
+        return true;
+    });
 }
 
 }  // namespace miniinfer

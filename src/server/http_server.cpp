@@ -212,7 +212,7 @@ void HttpServer::Impl::handle_generate(const std::string& raw_body, httplib::Res
                                          nlohmann::ordered_json(kwargs));
         };
         *r = chat ? parse_chat_request(body, engine.default_params(), render,
-                                       options.custom_chat_template)
+                                       options.custom_chat_template, options.auto_tool_choice)
                   : parse_completion_request(body, engine.default_params());
         if (!r->model.empty() && r->model != options.served_model_name)
             return send_error(res, {404, fmt::format("the model '{}' does not exist", r->model),

@@ -31,6 +31,9 @@ struct ServerOptions {
     int max_connections = 2048;          // open at once (each holds a thread); beyond: 503, closed
     double request_read_timeout_s = 30;  // to receive one request's headers and body
     bool custom_chat_template = false;   // --chat-template: message roles are not checked
+    // --enable-auto-tool-choice --tool-call-parser hermes: chat answers' <tool_call> blocks
+    // become message.tool_calls (server/tool_calls.h).
+    bool auto_tool_choice = false;
 };
 
 class HttpServer {

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "server/http_listener.h"
 #include "server/http_server.h"
 #include "server/openai_protocol.h"
+#include "server/tool_calls.h"
 
 namespace miniinfer::http_internal {
 
@@ -38,6 +40,8 @@ inline void send_error(httplib::Response& res, const ApiError& e) {
 struct Choice {
     std::string text, reasoning;
     ReasoningSplitter splitter;
+    std::optional<ToolCallStreamer> tools;  // when the request parses tool calls
+    int64_t num_calls_sent = 0;
     bool role_sent = false;
     RequestOutput last;
 };
@@ -98,6 +102,13 @@ struct HttpServer::Impl {
                            std::string response_id);
     Json choice_json(const ApiRequest& r, size_t index, http_internal::Choice& c,
                      const RequestOutput& out);
+    // Tool-call ids: unique in this server's life ("call_<n>_<index in the answer>").
+    std::string call_id_prefix() { return "call_" + std::to_string(next_id++) + "_"; }
+    static Json tool_call_json(const ToolCall& c) {
+        return {{"id", c.id},
+                {"type", "function"},
+                {"function", {{"name", c.name}, {"arguments", c.arguments}}}};
+    }
     void setup_routes();
 };
 

@@ -85,7 +85,7 @@ ApiRequest parse_completion_request(const Json& body, const SamplingParams& defa
 ApiRequest parse_chat_request(
     const Json& body, const SamplingParams& defaults,
     const std::function<std::string(const Json&, const Json&, const Json&)>& render_chat,
-    bool any_role) {
+    bool any_role, bool auto_tool_choice) {
     ApiRequest r;
     r.chat = true;
     Json adjusted = body;
@@ -106,10 +106,35 @@ ApiRequest parse_chat_request(
             !m["content"].is_array())
             fail("a message's 'content' must be a string or a list of parts");
     }
+    const Json tools = body.value("tools", Json());
+    if (!tools.is_null()) {
+        if (!tools.is_array()) fail("'tools' must be a list");
+        for (const Json& t : tools)
+            if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
+                !t["function"].is_object() || !t["function"].contains("name") ||
+                !t["function"]["name"].is_string())
+                fail(
+                    "each tool must be {{\"type\": \"function\", \"function\": {{\"name\": "
+                    "...}}}}");
+    }
+    const Json choice = body.value("tool_choice", Json());
+    if (!choice.is_null() && !(choice.is_string() && (choice == "none" || choice == "auto")))
+        fail(
+            "tool_choice must be \"none\" or \"auto\" (\"required\" and named functions are "
+            "not supported)");
+    r.parse_tool_calls = tools.is_array() && !tools.empty() && choice != "none";
+    if (r.parse_tool_calls && !auto_tool_choice)
+        fail(
+            "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to "
+            "be set");
     Json kwargs = body.value("chat_template_kwargs", Json::object());
     if (!kwargs.is_object()) fail("'chat_template_kwargs' must be an object");
-    r.prompts.push_back(
-        Prompt::from_text(render_chat(messages, body.value("tools", Json()), kwargs)));
+    // OpenAI clients send an assistant turn that only calls tools with "content": null; Qwen's
+    // template reads content as text, so it gets "" (as vLLM gives it).
+    Json rendered = messages;
+    for (Json& m : rendered)
+        if (m.contains("content") && m["content"].is_null()) m["content"] = "";
+    r.prompts.push_back(Prompt::from_text(render_chat(rendered, tools, kwargs)));
     return r;
 }
 

@@ -34,7 +34,8 @@ struct ApiRequest {
     int64_t n = 1;
     bool stream = false;
     bool include_usage = false;
-    bool chat_logprobs = false;  // chat's logprobs format
+    bool chat_logprobs = false;     // chat's logprobs format
+    bool parse_tool_calls = false;  // tools given, tool_choice "auto": answers may hold calls
 };
 
 // The message roles the model's own (Qwen) chat template renders; any other role would be
@@ -44,13 +45,17 @@ inline constexpr std::array<std::string_view, 4> kChatRoles = {"system", "user",
 
 // Throws Error (-> 400) on malformed bodies, wrong types and bad values. `render_chat` turns
 // chat messages (+ tools, kwargs) into a prompt string. `any_role`: accept roles outside
-// kChatRoles (a custom --chat-template decides what they mean).
+// kChatRoles (a custom --chat-template decides what they mean). `auto_tool_choice`: the server
+// parses tool calls (--enable-auto-tool-choice --tool-call-parser hermes); without it a request
+// with tools and tool_choice "auto" is refused, as vLLM refuses it. tool_choice "none" renders
+// the tools but never parses a call; "required" and named functions are refused (they need
+// guided decoding).
 ApiRequest parse_completion_request(const Json& body, const SamplingParams& defaults);
 ApiRequest parse_chat_request(
     const Json& body, const SamplingParams& defaults,
     const std::function<std::string(const Json& messages, const Json& tools, const Json& kwargs)>&
         render_chat,
-    bool any_role = false);
+    bool any_role = false, bool auto_tool_choice = false);
 
 // Splits Qwen3's "<think>...</think>" reasoning from the answer, also when the tags arrive
 // split across streamed deltas.

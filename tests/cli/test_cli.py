@@ -122,4 +122,40 @@ def test_device_cuda_without_a_gpu_is_one_clear_error():
         code, _, err = run("generate", "--model", DEMO, "--device", "cuda", "--load-format", fmt,
                            "--prompt", "hi")
         assert_clean_error(code, err)
-        assert "no CUDA device is visible" in err or "has no CUDA backend" in err, err
+        assert "no usable CUDA device or driver" in err or "has no CUDA backend" in err, err
+        assert "--device cpu" in err or "has no CUDA backend" in err, err
+
+
+def test_serve_a_missing_directory_says_so_first():
+    code, _, err = run("serve", "/nonexistent/model")
+    assert_clean_error(code, err, "/nonexistent/model", "not a directory")  # no template warning
+
+
+def test_bench_on_the_cpu_shows_no_gpu_speed_of_light(tmp_path):
+    out_json = tmp_path / "bench.json"
+    code, out, err = run("bench", "--model", DEMO, "--workload", "bs1", "--json", str(out_json))
+    assert code == 0, err
+    row = [l for l in out.splitlines() if l.startswith("| bs1 ")][0]
+    assert row.split("|")[-2].strip() == "—" and row.split("|")[-3].strip() == "—", row
+    assert json.loads(out_json.read_text())[0]["percent_of_sol"] is None
+    code, out, err = run("bench", "--model", DEMO, "--workload", "bs1", "--hbm-bytes-per-s", "1e11")
+    assert code == 0, err
+    assert "%" in [l for l in out.splitlines() if l.startswith("| bs1 ")][0]
+
+
+def test_tensor_parallel_short_option():
+    base = ("generate", "--model", DEMO, "--prompt", "Hello", "--max-tokens", "6", "--temperature", "0")
+    code, one, err = run(*base)
+    assert code == 0, err
+    code, two, err = run(*base, "-tp", "2")
+    assert code == 0, err
+    assert json.loads(two.splitlines()[-1])["token_ids"] == json.loads(one.splitlines()[-1])["token_ids"]
+
+
+@pytest.mark.parametrize("command", ["generate", "chat", "serve", "bench", "inspect", "logits",
+                                     "tokenize", "detokenize", "chat-template"])
+def test_help_shows_an_example(command):
+    code, out, err = run(command, "--help")
+    assert code == 0, err
+    example = [l for l in out.splitlines() if l.startswith("Example: miniinfer ") or "| miniinfer " in l]
+    assert example, out

@@ -52,5 +52,6 @@ def test_python_benchmark_prints_the_bench_table():
     lines = p.stdout.strip().splitlines()
     assert lines[0].startswith("| workload | device | attention | page | graphs | overlap |")
     cells = [c.strip() for c in lines[2].strip("|").split("|")]
-    assert cells[:7] == ["balanced", "cpu", "cpu", "16", "off", "off", "2"]
-    assert int(cells[7]) > 0 and cells[-1].endswith("%")
+    assert cells[:5] == ["balanced", "cpu", "cpu", "16", "off"] and cells[6] == "2"
+    assert cells[5] in ("on", "off") and int(cells[7]) > 0
+    assert cells[-2:] == ["—", "—"]  # no speed of light on the CPU, as `miniinfer bench`

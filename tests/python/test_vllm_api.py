@@ -64,7 +64,7 @@ def test_request_output_shape():
 
 def test_vllm_only_arguments():
     import pytest
-    with pytest.raises(ValueError, match="tensor_parallel_size"):
-        LLM(model=DEMO, tensor_parallel_size=2)
+    with pytest.raises(ValueError, match="pipeline_parallel_size"):
+        LLM(model=DEMO, pipeline_parallel_size=2)
     with pytest.raises(TypeError, match="no_such_arg"):
         LLM(model=DEMO, no_such_arg=1)

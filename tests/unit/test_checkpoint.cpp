@@ -354,14 +354,20 @@ TEST(Weights, ShardsJoinIntoTheWholeModel) {
 }
 
 TEST(Weights, BadShardIsAnError) {
-    // qwen2-tiny has 1 kv head, qwen3-tiny 2: neither splits further.
+    // Fewer KV heads than ranks: each rank holds one, replicated (qwen2-tiny has 1 kv head of
+    // 64, 4 q heads; rank 1 of 2 holds q heads 2-3 and the kv head).
     ModelConfig qwen2 = ModelConfig::load(kFixtures / "qwen2-tiny");
-    EXPECT_THAT(
-        error_message([&] { load_weights(qwen2, kFixtures / "qwen2-tiny", bf16_rank(0, 2)); }),
-        HasSubstr("world 2 does not divide num_key_value_heads = 1"));
+    const ModelWeights full = load_weights(qwen2, kFixtures / "qwen2-tiny");
+    const ModelWeights half = load_weights(qwen2, kFixtures / "qwen2-tiny", {DType::kF32, 1, 2});
+    const int64_t D = qwen2.head_dim, q = qwen2.q_size(), H = qwen2.hidden_size;
+    ASSERT_EQ(half.layers[0].qkv.size(0), q / 2 + 2 * D);
+    const float* f = full.layers[0].qkv.data<float>();
+    const float* h = half.layers[0].qkv.data<float>();
+    EXPECT_TRUE(std::equal(h, h + (q / 2) * H, f + (q / 2) * H)) << "q heads 2-3";
+    EXPECT_TRUE(std::equal(h + (q / 2) * H, h + (q / 2 + 2 * D) * H, f + q * H)) << "k and v";
     ModelConfig qwen3 = ModelConfig::load(kFixtures / "qwen3-tiny");
-    EXPECT_THAT(error_message([&] { dummy_weights(qwen3, 1, bf16_rank(0, 4)); }),
-                HasSubstr("world 4 does not divide num_key_value_heads = 2"));
+    EXPECT_THAT(error_message([&] { dummy_weights(qwen3, 1, bf16_rank(0, 3)); }),
+                HasSubstr("world 3 does not divide num_attention_heads = 8"));
     ModelConfig moe = ModelConfig::load(kFixtures / "qwen3-moe-tiny");
     EXPECT_THAT(error_message([&] { dummy_weights(moe, 1, bf16_rank(0, 3)); }),
                 HasSubstr("world 3 does not divide num_attention_heads = 4"));

@@ -261,3 +261,52 @@ TEST(Engine, GenerationConfigChoosesTheSamplingDefaults) {
     c.generation_config = dir.string();  // now missing
     EXPECT_THROW({ LLMEngine bad(c); }, Error);
 }
+
+// Overlap scheduling (the CPU runner's default) gives exactly the plain loop's outputs: greedy,
+// seeded sampling, stop strings, stop tokens, EOS, min_tokens, logprobs and penalties (which
+// make a step wait for the previous one's tokens), all in one batch on a small pool.
+TEST(Engine, OverlapSchedulingGivesThePlainLoopsOutputs) {
+    EngineConfig c = config_for("qwen3-demo");
+    c.num_pages = 24;  // some preemption
+    c.page_size = 4;
+    c.max_num_batched_tokens = 24;
+    const std::vector<std::string> texts = {"The capital of France is", "Once upon a time",
+                                            "1, 2, 3, 4,", "def main():"};
+    std::vector<Prompt> prompts;
+    std::vector<SamplingParams> params;
+    for (size_t i = 0; i < 12; ++i) {
+        prompts.push_back(Prompt::from_text(texts[i % texts.size()]));
+        SamplingParams p;
+        p.max_tokens = 8 + int64_t(i) * 2;
+        p.seed = 100 + i;
+        p.temperature = i % 3 == 0 ? 0.0 : 0.9;
+        if (i % 4 == 1) p.stop = {"e", "a "};
+        if (i % 4 == 2) p.stop_token_ids = {11, 13};
+        if (i % 5 == 3) p.logprobs = 2;
+        if (i % 6 == 4) p.repetition_penalty = 1.3;
+        if (i % 6 == 5) p.frequency_penalty = 0.5;
+        if (i % 7 == 6) p.min_tokens = 5;
+        params.push_back(p);
+    }
+    std::vector<RequestOutput> outs[2];
+    for (bool disable : {true, false}) {
+        c.disable_overlap = disable;
+        LLMEngine engine(c);
+        EXPECT_EQ(engine.overlapping(), !disable);
+        outs[disable ? 0 : 1] = engine.generate(prompts, params);
+        engine.scheduler().check_invariants();
+        EXPECT_EQ(engine.scheduler().kv_usage(), 0.0);
+    }
+    int64_t stopped = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        const RequestOutput &plain = outs[0][i], &overlap = outs[1][i];
+        EXPECT_EQ(overlap.token_ids, plain.token_ids) << i;
+        EXPECT_EQ(overlap.text, plain.text) << i;
+        EXPECT_EQ(overlap.finish_reason, plain.finish_reason) << i;
+        EXPECT_EQ(overlap.stop_reason, plain.stop_reason) << i;
+        EXPECT_EQ(overlap.logprobs, plain.logprobs) << i;
+        EXPECT_EQ(overlap.num_cached_tokens, plain.num_cached_tokens) << i;
+        stopped += plain.finish_reason == "stop";
+    }
+    EXPECT_GT(stopped, 0) << "some requests should end before max_tokens";
+}

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "server/openai_protocol.h"
+#include "server/tool_calls.h"
 
 using namespace miniinfer;
 
@@ -121,4 +122,62 @@ TEST(OpenAiProtocol, IntegerFieldsRejectFloatsOutOfRange) {
     EXPECT_THROW(json_get<int8_t>(j, "k", "t"), Error);
     EXPECT_THROW(json_get<uint32_t>(j, "u", "t"), Error);
     EXPECT_EQ(json_get<int32_t>(j, "k", "t"), 300);
+}
+
+// ---- Tool calls (server/tool_calls.h)
+
+TEST(ToolCalls, BlocksBecomeCallsAndTheRestIsContent) {
+    const std::string text =
+        "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+        "\"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"now\"}\n</tool_call>";
+    const ToolCallText t = parse_tool_calls(text, "call_7_");
+    EXPECT_EQ(t.content, "Checking.");
+    ASSERT_EQ(t.calls.size(), 2u);
+    EXPECT_EQ(t.calls[0].id, "call_7_0");
+    EXPECT_EQ(t.calls[0].name, "get_weather");
+    EXPECT_EQ(Json::parse(t.calls[0].arguments), Json({{"city", "Paris"}}));
+    EXPECT_EQ(t.calls[1].arguments, "{}");
+    // Malformed JSON, a missing name, non-object arguments, an unclosed block: text.
+    for (const std::string bad : {"<tool_call>{\"name\": \"f\", \"arguments\": {</tool_call>",
+                                  "<tool_call>{\"arguments\": {}}</tool_call>",
+                                  "<tool_call>{\"name\": \"f\", \"arguments\": [1]}</tool_call>",
+                                  "<tool_call>{\"name\": \"f\"}"}) {
+        const ToolCallText b = parse_tool_calls("x " + bad, "c");
+        EXPECT_TRUE(b.calls.empty()) << bad;
+        EXPECT_EQ(b.content, "x " + bad);
+    }
+    // Arguments given as a JSON string of an object (some models quote it).
+    EXPECT_EQ(parse_tool_calls("<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": 1}\"}"
+                               "</tool_call>",
+                               "c")
+                  .calls.at(0)
+                  .arguments,
+              "{\"a\":1}");
+}
+
+// Streamed in pieces split anywhere (inside the tags too), the same calls and content come out.
+TEST(ToolCalls, StreamedPiecesGiveTheWholeParse) {
+    const std::string text =
+        "Hi <tool<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": \"</tool\"}}\n</tool_call> "
+        "mid <tool_call>{bad}</tool_call> end <tool_call>{\"name\": \"b\"}</tool_call><tool_c";
+    const ToolCallText whole = parse_tool_calls(text, "id");
+    ASSERT_EQ(whole.calls.size(), 2u);
+    for (size_t step = 1; step <= 7; ++step) {
+        ToolCallStreamer s("id");
+        std::string content;
+        std::vector<ToolCall> calls;
+        for (size_t i = 0; i < text.size(); i += step) {
+            ToolCallStreamer::Delta d = s.feed(text.substr(i, step));
+            content += d.content;
+            calls.insert(calls.end(), d.calls.begin(), d.calls.end());
+        }
+        content += s.finish().content;
+        ASSERT_EQ(calls.size(), whole.calls.size()) << "step " << step;
+        for (size_t c = 0; c < calls.size(); ++c) {
+            EXPECT_EQ(calls[c].name, whole.calls[c].name);
+            EXPECT_EQ(calls[c].arguments, whole.calls[c].arguments);
+            EXPECT_EQ(calls[c].id, whole.calls[c].id);
+        }
+        EXPECT_EQ(content, "Hi <tool mid <tool_call>{bad}</tool_call> end <tool_c") << step;
+    }
 }

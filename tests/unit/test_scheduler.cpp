@@ -1,6 +1,8 @@
 // The scheduler and engine loop against a fake model runner that checks every step's batch
 // against a fake KV cache: each token's slot must hold exactly that request's token at that
 // position, including pages shared through the prefix cache and pages reused after eviction.
+// The same with overlap scheduling (the runner's input ids then hold placeholders for tokens
+// the previous step samples, which ModelRunner::launch resolves).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -15,13 +17,20 @@ namespace {
 
 class FakeRunner : public ModelRunner {
   public:
-    explicit FakeRunner(int64_t vocab, int64_t page_size) : page_size_(page_size) {
+    // The token the fake samples: a function of the request and its length only.
+    static int32_t token_for(uint64_t seed, size_t num_output, size_t num_prompt, int64_t vocab) {
+        return int32_t((seed * 7919 + num_output * 31 + num_prompt) % uint64_t(vocab));
+    }
+
+    explicit FakeRunner(int64_t vocab, int64_t page_size, bool overlap = false)
+        : page_size_(page_size), overlap_(overlap) {
         config_.model_type = "fake";
         config_.vocab_size = vocab;
         config_.max_position_embeddings = 1 << 20;
         config_.num_layers = config_.num_kv_heads = config_.head_dim = 1;
     }
     const ModelConfig& config() const override { return config_; }
+    bool overlaps() const override { return overlap_; }
 
     std::vector<SampledToken> run(const Batch& b, std::span<const SamplerInput> sampling) override {
         ++steps;
@@ -40,15 +49,19 @@ class FakeRunner : public ModelRunner {
                 }
             }
             for (int32_t i = first; i < b.query_start[s + 1]; ++i) {
-                EXPECT_EQ(b.input_ids[size_t(i)], b.seqs[s].request->token(b.positions[size_t(i)]));
+                const int32_t want = b.seqs[s].request->token(b.positions[size_t(i)]);
+                EXPECT_GE(b.input_ids[size_t(i)], 0) << "a placeholder reached the runner";
+                if (!ModelRunner::is_placeholder(
+                        want)) {  // else checked when a later step reads it
+                    EXPECT_EQ(b.input_ids[size_t(i)], want);
+                }
                 kv_[b.slot_mapping[size_t(i)]] = {b.positions[size_t(i)], b.input_ids[size_t(i)]};
             }
         }
         std::vector<SampledToken> out;
-        for (const SamplerInput& in : sampling)  // a function of the request and its length only
+        for (const SamplerInput& in : sampling)
             out.push_back(
-                {int32_t((in.seed * 7919 + in.output_ids.size() * 31 + in.prompt_ids.size()) %
-                         uint64_t(config_.vocab_size)),
+                {token_for(in.seed, in.output_ids.size(), in.prompt_ids.size(), config_.vocab_size),
                  0.f,
                  {}});
         return out;
@@ -58,6 +71,7 @@ class FakeRunner : public ModelRunner {
   private:
     ModelConfig config_;
     int64_t page_size_;
+    bool overlap_;
     std::map<int64_t, std::pair<int32_t, int32_t>> kv_;  // slot -> (position, token)
 };
 
@@ -75,15 +89,24 @@ EngineConfig small_config(int64_t num_pages, int64_t page_size, bool prefix_cach
 
 }  // namespace
 
-class SchedulerFuzz : public ::testing::TestWithParam<bool> {};
+// (prefix caching, overlap scheduling)
+class SchedulerFuzz : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
 
+// Random requests (a third stop early on a stop token), random aborts and a pool too small for
+// them all. Every finished request holds exactly the fake's tokens up to its stop, its streamed
+// deltas add up to its final output, and nothing of it comes after that.
 TEST_P(SchedulerFuzz, RandomRequestsAbortsAndATinyPool) {
-    const bool prefix_caching = GetParam();
+    const auto [prefix_caching, overlap] = GetParam();
     const int64_t page_size = 4, num_pages = 24, vocab = 50;
+    constexpr int32_t kStopToken = 7;
     LLMEngine engine(small_config(num_pages, page_size, prefix_caching),
-                     std::make_unique<FakeRunner>(vocab, page_size), std::nullopt);
+                     std::make_unique<FakeRunner>(vocab, page_size, overlap), std::nullopt);
+    ASSERT_EQ(engine.overlapping(), overlap);
     std::mt19937 rng(prefix_caching ? 11 : 12);
     std::map<std::string, int64_t> expected_len;  // id -> max_tokens
+    std::map<std::string, bool> stops_early;      // id -> has kStopToken as a stop token
+    std::map<std::string, std::pair<uint64_t, size_t>> identity;  // id -> (seed, prompt length)
+    std::map<std::string, std::vector<int32_t>> streamed;
     std::map<std::string, RequestOutput> done;
     int64_t rejected = 0, aborted = 0, steps = 0;
     std::vector<std::string> live;
@@ -96,9 +119,14 @@ TEST_P(SchedulerFuzz, RandomRequestsAbortsAndATinyPool) {
             p.temperature = 0;
             p.ignore_eos = true;
             p.max_tokens = 1 + int64_t(rng() % 30);
+            const bool stop = rng() % 3 == 0;
+            if (stop) p.stop_token_ids = {kStopToken};
+            p.seed = rng();
             try {
                 std::string id = engine.add_request(Prompt::from_ids(prompt), p);
                 expected_len[id] = p.max_tokens;
+                stops_early[id] = stop;
+                identity[id] = {*p.seed, prompt.size()};
                 live.push_back(id);
             } catch (const Error& e) {
                 EXPECT_THAT(e.what(), ::testing::HasSubstr("maximum context length"));
@@ -110,7 +138,12 @@ TEST_P(SchedulerFuzz, RandomRequestsAbortsAndATinyPool) {
             ++aborted;
         }
         for (RequestOutput& out : engine.step()) {
+            EXPECT_FALSE(done.count(out.request_id)) << "output after the final one";
+            std::vector<int32_t>& s = streamed[out.request_id];
+            s.insert(s.end(), out.new_token_ids.begin(), out.new_token_ids.end());
+            EXPECT_EQ(int64_t(s.size()), out.num_output_tokens);
             if (!out.finished) continue;
+            EXPECT_EQ(s, out.token_ids) << "the deltas add up to the final output";
             live.erase(std::find(live.begin(), live.end(), out.request_id));
             done[out.request_id] = std::move(out);
         }
@@ -123,15 +156,31 @@ TEST_P(SchedulerFuzz, RandomRequestsAbortsAndATinyPool) {
         (long long)engine.scheduler().num_preemptions());
     EXPECT_GT(rejected, 0);
     EXPECT_GT(engine.scheduler().num_preemptions(), 0);
+    int64_t stopped = 0;
     for (const auto& [id, len] : expected_len) {
         const RequestOutput& out = done.at(id);
+        const int64_t n = int64_t(out.token_ids.size());
+        const auto [seed, prompt_len] = identity[id];
+        for (int64_t k = 0; k < n; ++k)  // each in its place: no placeholder, no token dropped
+            ASSERT_EQ(out.token_ids[size_t(k)],
+                      FakeRunner::token_for(seed, size_t(k), prompt_len, vocab))
+                << id << " token " << k;
+        // The tokens before the last are never the stop token (it would have ended it there).
+        for (int64_t k = 0; k + 1 < n && stops_early[id]; ++k)
+            EXPECT_NE(out.token_ids[size_t(k)], kStopToken) << id;
         if (out.finish_reason == "abort") {
-            EXPECT_LE(int64_t(out.token_ids.size()), len);
+            EXPECT_LE(n, len);
+        } else if (out.finish_reason == "stop") {
+            ++stopped;
+            EXPECT_TRUE(stops_early[id]);
+            EXPECT_EQ(out.token_ids.back(), kStopToken) << id;
+            EXPECT_LE(n, len) << id;
         } else {
             EXPECT_EQ(out.finish_reason, "length") << id;
-            EXPECT_EQ(int64_t(out.token_ids.size()), len) << id;
+            EXPECT_EQ(n, len) << id;
         }
     }
+    EXPECT_GT(stopped, 0);
     // Nothing leaked: every page is free or (with caching) cached and evictable.
     const Scheduler& s = engine.scheduler();
     const int64_t cached = s.prefix_cache() ? s.prefix_cache()->num_cached_pages() : 0;
@@ -144,7 +193,12 @@ TEST_P(SchedulerFuzz, RandomRequestsAbortsAndATinyPool) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(PrefixCaching, SchedulerFuzz, ::testing::Bool());
+INSTANTIATE_TEST_SUITE_P(CachingAndOverlap, SchedulerFuzz,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool()),
+                         [](const auto& info) {
+                             return std::string(std::get<0>(info.param) ? "cache" : "no_cache") +
+                                    (std::get<1>(info.param) ? "_overlap" : "_plain");
+                         });
 
 TEST(Scheduler, RejectsWhatCanNeverRun) {
     LLMEngine engine(small_config(8, 4, true), std::make_unique<FakeRunner>(50, 4), std::nullopt);

@@ -33,8 +33,11 @@ Params = Union[None, SamplingParams, Sequence[SamplingParams]]
 
 
 def engine_options() -> Dict[str, Any]:
-    """Every keyword LLMEngine accepts, with its default (the C++ EngineConfig's fields)."""
-    return {k: v for k, v in _lib.engine_config_defaults().items() if k not in _HIDDEN_OPTIONS}
+    """Every keyword LLMEngine accepts, with its default: the C++ EngineConfig's fields, and
+    ``revision`` for a model given by Hugging Face name."""
+    options = {k: v for k, v in _lib.engine_config_defaults().items() if k not in _HIDDEN_OPTIONS}
+    options["revision"] = "main"
+    return options
 
 
 def _is_chat(prompt: Any) -> bool:
@@ -62,13 +65,15 @@ class LLMEngine:
     """MiniInfer's engine with the original Python MiniInfer API.
 
     Args:
-        model: a Hugging Face model directory (config.json, *.safetensors, tokenizer.json).
+        model: a Hugging Face model directory (config.json, *.safetensors, tokenizer.json), or
+            a Hugging Face name (org/name) found in its cache or downloaded, as on the CLI.
         **kwargs: engine options with vLLM's names: max_num_seqs, max_model_len,
             max_num_batched_tokens, gpu_memory_utilization, enable_prefix_caching,
             enforce_eager, attention_backend (auto | fa2 | flashinfer), device (cpu | cuda),
             load_format (auto | safetensors | dummy), seed, use_multiprocess, page_size,
-            kv_cache_bytes, num_pages, generation_config (auto | vllm | a folder).
-            ``engine_options()`` lists them all with their defaults.
+            kv_cache_bytes, num_pages, tensor_parallel_size, enable_expert_parallel,
+            disable_overlap, generation_config (auto | vllm | a folder), revision (with a
+            name). ``engine_options()`` lists them all with their defaults.
 
     Raises:
         TypeError: an unknown keyword (named).
@@ -136,6 +141,11 @@ class LLMEngine:
     @property
     def max_model_len(self) -> int:
         return int(self._info["max_model_len"])
+
+    @property
+    def overlapping(self) -> bool:
+        """The engine overlaps a step's output processing with the next step (one process)."""
+        return bool(self._info["overlap"])
 
     def get_default_sampling_params(self) -> SamplingParams:
         """The model's defaults (generation_config.json on top of vLLM's): what

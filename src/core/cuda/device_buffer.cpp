@@ -111,4 +111,12 @@ int device_count() {
     return n;
 }
 
+std::string unavailable_reason() {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    cudaGetLastError();
+    if (e != cudaSuccess) return cudaGetErrorString(e);
+    return n == 0 ? "no device visible" : "";
+}
+
 }  // namespace miniinfer::cuda

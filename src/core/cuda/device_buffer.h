@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <string>
 
 #include "core/tensor.h"
 
@@ -66,5 +67,8 @@ class Event {
 
 // Number of visible CUDA devices; 0 when there is no GPU or no driver (never throws).
 int device_count();
+// Why device_count() is 0, in the runtime's words (e.g. "CUDA driver version is insufficient for
+// CUDA runtime version"); "" when a device is visible.
+std::string unavailable_reason();
 
 }  // namespace miniinfer::cuda

@@ -12,7 +12,7 @@ namespace miniinfer::cpu {
 namespace {
 
 ThreadPool& pool() {
-    return ThreadPool::global();
+    return ThreadPool::current();
 }
 
 inline float dot(const float* a, const float* b, int64_t n) {
