@@ -27,7 +27,7 @@ def _candidate_lib_paths() -> list[Path]:
     # Running from a checkout (PYTHONPATH=python): the CMake build of -DMINIINFER_C_API=ON.
     repo = _PACKAGE_DIR.parent.parent
     build_dirs = [os.environ["MINIINFER_BUILD_DIR"]] if os.environ.get("MINIINFER_BUILD_DIR") else []
-    build_dirs += [repo / "build", repo / "build-dev"]
+    build_dirs.append(repo / "build")
     paths += [Path(d) / "src" / "capi" / _LIB_NAME for d in build_dirs]
     return paths
 

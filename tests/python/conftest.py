@@ -1,7 +1,7 @@
 """Shared fixtures of the Python package's tests (CPU backend, tests/fixtures models).
 
 The package is the installed one (`pip install .`), or a source tree's build when run with
-PYTHONPATH=python and a -DMINIINFER_C_API=ON build in build/ or build-dev/.
+PYTHONPATH=python and a -DMINIINFER_C_API=ON build in build/ (or $MINIINFER_BUILD_DIR).
 """
 import json
 import os
