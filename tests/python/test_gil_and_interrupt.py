@@ -43,8 +43,10 @@ def test_ctrl_c_aborts_the_batch_and_leaves_the_engine_usable(multiprocess):
         timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
         timer.start()
         start = time.perf_counter()
+        # 64 requests of 250 tokens in a 1,024-token cache: several seconds of work on any
+        # machine, so the signal at 0.5 s always lands inside generate.
         with pytest.raises(KeyboardInterrupt):
-            engine.generate([[7] * 30] * 16, SamplingParams(max_tokens=220, ignore_eos=True),
+            engine.generate([[7] * 30] * 64, SamplingParams(max_tokens=220, ignore_eos=True),
                             use_tqdm=False)
         assert time.perf_counter() - start < 5
         timer.join()
