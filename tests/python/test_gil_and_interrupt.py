@@ -38,6 +38,16 @@ def test_a_python_thread_keeps_running_while_generate_works(demo_engine):
 
 @pytest.mark.parametrize("multiprocess", [False, True], ids=["one-process", "multiprocess"])
 def test_ctrl_c_aborts_the_batch_and_leaves_the_engine_usable(multiprocess):
+    # A shell's background job starts with SIGINT ignored, and Python then leaves it so: give
+    # this test Python's usual handler whatever started it.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        check_ctrl_c(multiprocess)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def check_ctrl_c(multiprocess):
     ref = reference("qwen3-demo")
     with LLMEngine(model=DEMO, use_multiprocess=multiprocess, **small_engine_kwargs()) as engine:
         timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
