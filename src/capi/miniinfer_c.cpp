@@ -1,6 +1,7 @@
 // The C API (miniinfer_c.h): JSON in, JSON out, every exception caught and turned into an
 // error string the Python side raises. Each function is a few lines around a Session.
 #include "capi/miniinfer_c.h"
+#include "server/pipeline_messages.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -116,24 +117,6 @@ char* final_outputs_json(const std::vector<RequestOutput>& outputs, int32_t** to
     return copy_json(array);
 }
 
-Json sampling_json(const SamplingParams& p) {
-    return {{"temperature", p.temperature},
-            {"top_k", p.top_k},
-            {"top_p", p.top_p},
-            {"min_p", p.min_p},
-            {"repetition_penalty", p.repetition_penalty},
-            {"presence_penalty", p.presence_penalty},
-            {"frequency_penalty", p.frequency_penalty},
-            {"seed", p.seed ? Json(*p.seed) : Json()},
-            {"max_tokens", p.max_tokens},
-            {"min_tokens", p.min_tokens},
-            {"stop", p.stop},
-            {"stop_token_ids", p.stop_token_ids},
-            {"ignore_eos", p.ignore_eos},
-            {"logprobs", p.logprobs ? Json(*p.logprobs) : Json()},
-            {"skip_special_tokens", p.skip_special_tokens}};
-}
-
 apps::BenchWorkload workload_from_json(const Json& j) {
     apps::BenchWorkload w;
     w.name = json_get<std::string>(j, "name", "workload");
@@ -207,7 +190,7 @@ char* mi_engine_info(mi_engine* engine, char** error) {
                      {"max_model_len", s.max_model_len()},
                      {"vocab_size", s.model_config().vocab_size},
                      {"eos_token_ids", s.eos_token_ids()},
-                     {"default_sampling_params", sampling_json(s.default_params())},
+                     {"default_sampling_params", pipeline::to_json(s.default_params())},
                      {"overlap", s.overlapping()},
                      {"has_tokenizer", true},
                      {"has_chat_template", true}};
