@@ -119,8 +119,12 @@ void run(ServeOptions o) {
         MI_LOG_WARN("signal {} again: exiting now", sig);
         for (pid_t pid : child_pids) kill(pid, SIGKILL);
         for (pid_t pid : child_pids) waitpid(pid, nullptr, 0);  // the child watcher may reap first
+        // The main thread may be removing the same directory (the pipeline's destructor runs
+        // once its children are gone): an entry it takes first fails our walk, so walk again.
         std::error_code ignored;
-        if (!socket_dir.empty()) std::filesystem::remove_all(socket_dir, ignored);
+        for (int i = 0; i < 20 && !socket_dir.empty() && std::filesystem::exists(socket_dir, ignored);
+             ++i)
+            std::filesystem::remove_all(socket_dir, ignored);
         std::_Exit(128 + sig);
     });
     server.listen();
