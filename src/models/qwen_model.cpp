@@ -12,6 +12,7 @@ QwenModel::QwenModel(ModelConfig config, ModelWeights weights, CpuParallel paral
     : config_(std::move(config)), weights_(std::move(weights)), parallel_(parallel) {
     MI_CHECK(parallel_.world == 1 || parallel_.comm, "tensor parallelism needs a communicator");
     const int64_t world = parallel_.world;
+    std::tie(vocab_begin_, vocab_end_) = vocab_range(config_.vocab_size, parallel_.rank, world);
     const float eps = float(config_.rms_norm_eps);
     const Rotary rotary(config_.head_dim, config_.rope_theta,
                         config_.rope_scaling.kind == RopeScaling::Kind::kLinear
@@ -70,7 +71,7 @@ int64_t QwenModel::num_local_kv_heads() const {
 Tensor QwenModel::forward(const ForwardBatch& batch, KvCache& kv) const {
     MI_CHECK(batch.num_tokens() > 0 && batch.positions.size() == batch.input_ids.size(),
              "forward: {} tokens, {} positions", batch.num_tokens(), batch.positions.size());
-    Tensor residual = embed(weights_.embed, batch.input_ids);
+    Tensor residual = embed_tokens(batch.input_ids);
     Tensor h = layers_[0].input_norm.forward(residual);
     for (size_t l = 0; l < layers_.size(); ++l) {
         const Layer& layer = layers_[l];
@@ -95,8 +96,30 @@ Tensor QwenModel::forward(const ForwardBatch& batch, KvCache& kv) const {
         std::memcpy(last_r.data<float>() + i * hidden, residual.data<float>() + row * hidden,
                     size_t(hidden) * sizeof(float));
     }
-    Tensor normed = final_norm_.forward_add(last_h, last_r);
-    return Linear{weights_.lm_head, Tensor()}.forward(normed);
+    return lm_head(final_norm_.forward_add(last_h, last_r));
+}
+
+Tensor QwenModel::embed_tokens(std::span<const int32_t> ids) const {
+    if (!parallel_.comm) return embed(weights_.embed, ids);
+    const int64_t hidden = config_.hidden_size, n = int64_t(ids.size());
+    Tensor out = Tensor::zeros({n, hidden}, DType::kF32);
+    for (int64_t i = 0; i < n; ++i) {
+        const int64_t id = ids[size_t(i)];
+        if (id >= vocab_begin_ && id < vocab_end_)
+            std::memcpy(out.data<float>() + i * hidden,
+                        weights_.embed.data<float>() + (id - vocab_begin_) * hidden,
+                        size_t(hidden) * sizeof(float));
+    }
+    parallel_.comm->all_reduce_sum(out);  // one rank's row plus zeros: exact
+    return out;
+}
+
+Tensor QwenModel::lm_head(const Tensor& normed) const {
+    Tensor local = Linear{weights_.lm_head, Tensor()}.forward(normed);  // [n, this rank's range]
+    if (!parallel_.comm) return local;
+    Tensor logits = Tensor::zeros({normed.size(0), config_.vocab_size}, DType::kF32);
+    parallel_.comm->all_gather_columns(local, logits);
+    return logits;
 }
 
 }  // namespace miniinfer

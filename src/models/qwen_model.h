@@ -23,8 +23,10 @@ namespace miniinfer {
 // Tensor parallelism on the CPU: this model is rank `rank` of `world`, its weights the shards
 // the loader wrote for that target, comm the group's collective (null when world is 1). The
 // blocks' row-parallel outputs (o_proj, down, the experts' down or, with expert_parallel, the
-// rank's experts) are partial sums that comm adds; embedding and LM head are replicated, so
-// every rank returns the same logits.
+// rank's experts) are partial sums that comm adds. Embedding and LM head are vocab-parallel:
+// a rank embeds only the ids of its vocab_range (the others' rows stay zero, and comm adds the
+// ranks' rows) and computes the logits of its range (comm gathers them), so every rank returns
+// the same, whole logits.
 struct CpuParallel {
     int64_t rank = 0, world = 1;
     bool expert_parallel = false;
@@ -50,6 +52,9 @@ class QwenModel {
     Tensor forward(const ForwardBatch& batch, KvCache& kv) const;
 
   private:
+    Tensor embed_tokens(std::span<const int32_t> ids) const;  // [n, hidden], whole on every rank
+    Tensor lm_head(const Tensor& normed) const;               // [n, vocab], whole on every rank
+
     // QwenCudaModel::Layer holds the same blocks (layers/cuda/), minus MoE so far.
     struct Layer {
         RMSNorm input_norm, post_attention_norm;
@@ -62,6 +67,7 @@ class QwenModel {
     ModelConfig config_;
     ModelWeights weights_;
     CpuParallel parallel_;
+    int64_t vocab_begin_ = 0, vocab_end_ = 0;  // this rank's rows of embed and lm_head
     std::vector<Layer> layers_;
     RMSNorm final_norm_;
 };

@@ -132,6 +132,10 @@ class Assembler {
 
 }  // namespace
 
+std::pair<int64_t, int64_t> vocab_range(int64_t vocab_size, int64_t rank, int64_t world) {
+    return expert_range(vocab_size, rank, world);
+}
+
 std::pair<int64_t, int64_t> expert_range(int64_t num_experts, int64_t rank, int64_t world) {
     return {num_experts * rank / world, num_experts * (rank + 1) / world};
 }
@@ -147,7 +151,8 @@ ModelWeights assemble(const ModelConfig& c, const WeightTarget& t, Assembler& a)
     const Shard kCol = Shard::kColumn, kRow = Shard::kRow;
     const WeightTarget kv_t = kv_target(c, t);
     ModelWeights w;
-    w.embed = a.single("model.embed_tokens.weight", {c.vocab_size, H});
+    // Vocab-parallel: each rank holds a range of the vocabulary's rows (vocab_range).
+    w.embed = a.single("model.embed_tokens.weight", {c.vocab_size, H}, kCol);
     for (int64_t l = 0; l < c.num_layers; ++l) {
         const std::string p = layer_prefix(l), attn = p + "self_attn.", mlp = p + "mlp.";
         LayerWeights lw;
@@ -193,7 +198,8 @@ ModelWeights assemble(const ModelConfig& c, const WeightTarget& t, Assembler& a)
         w.layers.push_back(std::move(lw));
     }
     w.norm = a.single("model.norm.weight", {H});
-    w.lm_head = c.tie_word_embeddings ? w.embed : a.single("lm_head.weight", {c.vocab_size, H});
+    w.lm_head =
+        c.tie_word_embeddings ? w.embed : a.single("lm_head.weight", {c.vocab_size, H}, kCol);
     a.run(&w.stats);
     return w;
 }

@@ -48,6 +48,10 @@ struct WeightTarget {
 // Rank r's share when world ranks split n things in order: [n r / w, n (r + 1) / w).
 std::pair<int64_t, int64_t> expert_range(int64_t num_experts, int64_t rank, int64_t world);
 
+// The token ids whose embedding and LM-head rows rank r holds (vocab-parallel): the same split,
+// [V r / w, V (r + 1) / w), uneven when w does not divide V.
+std::pair<int64_t, int64_t> vocab_range(int64_t vocab_size, int64_t rank, int64_t world);
+
 // The KV heads a rank holds: num_kv_heads / world, or 1 when there are fewer KV heads than
 // ranks (each then replicated on world / num_kv_heads ranks: rank r holds head
 // r / (world / num_kv_heads)).
@@ -62,7 +66,8 @@ struct LoadStats {
 };
 
 struct LayerWeights {
-    // Shapes are world 1's; a shard divides q, kv, inter and moe_inter by world.
+    // Shapes are world 1's; a shard divides q, kv, inter and moe_inter by world (and
+    // ModelWeights' embed and lm_head rows into vocab_range).
     Tensor input_norm, post_attention_norm;  // [hidden]
     Tensor qkv, qkv_bias;   // [q + 2 kv, hidden], [q + 2 kv] (Qwen2 / attention_bias)
     Tensor q_norm, k_norm;  // [head_dim] (Qwen3)

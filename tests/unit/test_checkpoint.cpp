@@ -117,6 +117,18 @@ void expect_shards_join(const ModelConfig& c, const ModelWeights& whole,
             continue;
         }
         std::vector<uint8_t> joined;
+        if (name == "embed" || name == "lm_head") {  // vocab-parallel: rows in rank order
+            size_t bytes = 0;
+            for (const Tensor& s : shards) {
+                const std::vector<uint8_t> b = bytes_of(s);
+                joined.insert(joined.end(), b.begin(), b.end());
+                bytes += s.nbytes();
+            }
+            EXPECT_EQ(bytes, t.nbytes()) << name;
+            EXPECT_EQ(joined, bytes_of(t)) << name;
+            ++num_sharded;
+            continue;
+        }
         if (name.ends_with(".qkv") || name.ends_with(".qkv_bias"))
             joined = join_rows(shards, {q, kv, kv});
         else if (name.ends_with(".gate_up"))
