@@ -177,8 +177,7 @@ bool Session::overlapping() const {
 }
 
 std::vector<int64_t> Session::eos_token_ids() const {
-    if (engine_) return engine_->eos_token_ids();
-    return {};  // the pipeline's engine process applies them; the frontend does not know them
+    return engine_ ? engine_->eos_token_ids() : pipeline_->eos_token_ids();
 }
 
 const Tokenizer& Session::tokenizer() const {

@@ -57,6 +57,7 @@ void PipelineClient::wait_until_ready() {
         if (m->at("type") != kReady) continue;
         max_model_len_ = m->at("max_model_len").get<int64_t>();
         default_params_ = params_from_json(m->at("default_params"));
+        eos_token_ids_ = m->at("eos_token_ids").get<std::vector<int64_t>>();
         MI_LOG_INFO("multi-process pipeline ready (sockets in {})", dir_.path().string());
         ready_ = true;
         return;

@@ -3,7 +3,7 @@
 // over ZeroMQ, and turns what comes back into the same RequestOutputs and metrics as EngineLoop.
 //
 // The frontend keeps its own Tokenizer and ModelConfig (chat templates, /tokenize, limits);
-// max_model_len and the default sampling parameters come from the engine process once its
+// max_model_len, the EOS ids and the default sampling parameters come from the engine process once its
 // model is loaded (the constructor waits for that).
 //
 // If a child process dies: the log says which (role, pid) and how (exit status or signal);
@@ -59,6 +59,8 @@ class PipelineClient : public EngineClient {
     const ModelConfig& model_config() const override { return model_config_; }
     const SamplingParams& default_params() const override { return default_params_; }
     int64_t max_model_len() const override { return max_model_len_; }
+    // The EOS ids every request stops on (the engine process's StopRules).
+    const std::vector<int64_t>& eos_token_ids() const { return eos_token_ids_; }
 
   private:
     void wait_until_ready();
@@ -74,6 +76,7 @@ class PipelineClient : public EngineClient {
     std::optional<Tokenizer> tokenizer_;
     SamplingParams default_params_;
     int64_t max_model_len_ = 0;
+    std::vector<int64_t> eos_token_ids_;
     Metrics* metrics_;
     int64_t max_queued_;
     RequestTracker tracker_;

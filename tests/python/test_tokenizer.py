@@ -2,7 +2,8 @@
 import pytest
 from tokenizers import Tokenizer as HfTokenizer
 
-from conftest import DEMO
+from conftest import DEMO, small_engine_kwargs
+from miniinfer.engine.llm_engine import LLMEngine
 
 TEXTS = ["Hello, how are you?", "The capital of France is", "  spaces\tand\nnewlines ",
          "émigré café 北京 🙂", "<|im_start|>user\nHi<|im_end|>"]
@@ -30,3 +31,9 @@ def test_apply_chat_template(demo_engine):
     assert tok.apply_chat_template(chat) == tok.encode("<|im_start|>user\nHi<|im_end|>\n")
     with pytest.raises(ValueError):
         tok.apply_chat_template([{"role": "user", "content": "Hi"}], tools="not a list")
+
+
+def test_multiprocess_engine_knows_the_eos_ids(demo_engine):
+    with LLMEngine(model=DEMO, use_multiprocess=True, **small_engine_kwargs()) as engine:
+        assert engine.tokenizer.eos_token_ids == demo_engine.tokenizer.eos_token_ids
+        assert 151645 in engine.tokenizer.eos_token_ids
