@@ -3,8 +3,8 @@
 // over ZeroMQ, and turns what comes back into the same RequestOutputs and metrics as EngineLoop.
 //
 // The frontend keeps its own Tokenizer and ModelConfig (chat templates, /tokenize, limits);
-// max_model_len, the EOS ids and the default sampling parameters come from the engine process once its
-// model is loaded (the constructor waits for that).
+// max_model_len, the EOS ids and the default sampling parameters come from the engine process once
+// its model is loaded (the constructor waits for that).
 //
 // If a child process dies: the log says which (role, pid) and how (exit status or signal);
 // every request in flight ends with finish_reason "error"; ping() answers false and submit()
