@@ -74,7 +74,9 @@ void run(const BenchOptions& o) {
     std::vector<Workload> workloads;
     for (const std::string& name : o.workloads)
         workloads.push_back(make_bench_workload(name, o.balanced_file));
-    LLMEngine engine(o.engine.resolve());
+    const EngineConfig config = o.engine.resolve();
+    if (run_as_worker_node(config)) return;
+    LLMEngine engine(config);
     // Warm-up: one short request through every code path the runs use.
     SamplingParams warm;
     warm.max_tokens = 8;

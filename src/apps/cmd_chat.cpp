@@ -20,6 +20,7 @@ struct ChatOptions {
 
 void run(const ChatOptions& o, const Json& sampling_flags) {
     const EngineConfig config = o.engine.resolve();
+    if (run_as_worker_node(config)) return;
     LLMEngine engine(config);
     ChatTemplate chat = ChatTemplate::load(config.model_dir);
     SamplingParams params = SamplingParams::from_json(sampling_flags, engine.default_params());

@@ -208,6 +208,7 @@ void run_in_pipeline(PipelineClient& client, const std::vector<Job>& jobs,
 
 void run(const GenerateOptions& o, const Json& sampling_flags) {
     const EngineConfig config = o.engine.resolve();
+    if (run_as_worker_node(config)) return;
     std::unique_ptr<LLMEngine> engine;
     std::unique_ptr<PipelineClient> pipeline;
     if (config.use_multiprocess)

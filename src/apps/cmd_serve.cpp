@@ -69,6 +69,7 @@ void run(ServeOptions o) {
     if (!(o.drain_timeout_s >= 0)) fail("--drain-timeout must be >= 0");
     raise_open_file_limit(o.server);
     const EngineConfig config = o.engine.resolve();  // finds or downloads a hub model
+    if (run_as_worker_node(config)) return;
     const std::string& model_dir = config.model_dir;
 
     // SIGINT/SIGTERM are taken by one waiting thread, not by whichever thread they hit.

@@ -1,5 +1,6 @@
 #include "apps/engine_options.h"
 
+#include "engine/model_runner.h"
 #include "loader/hub.h"
 
 namespace miniinfer::apps {
@@ -10,6 +11,14 @@ EngineConfig EngineOptions::resolve() const {
     c.kv_cache_bytes = kv_cache_mb << 20;
     c.enable_prefix_caching = !no_prefix_caching;
     return c;
+}
+
+bool run_as_worker_node(const EngineConfig& config) {
+    if (config.nnodes <= 1 || config.node_rank == 0) return false;
+    EngineConfig c = config;
+    c.resolve(ModelConfig::load(c.model_dir));  // the same checks as node 0's
+    run_worker_node(c);
+    return true;
 }
 
 void add_model_option(CLI::App& cmd, std::string& model, std::string& revision, bool positional) {
@@ -49,11 +58,24 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool positional_model) 
                  "CUDA: no graphs, every step launched kernel by kernel");
     // vLLM's -tp reaches here as --tensor-parallel-size (main rewrites it: CLI11's short names
     // are one letter).
-    cmd.add_option("--tensor-parallel-size", o.config.tensor_parallel_size,
-                   "Ranks sharing each layer (CPU: threads; CUDA: not yet)")
+    cmd.add_option(
+           "--tensor-parallel-size", o.config.tensor_parallel_size,
+           "Ranks sharing each layer (CPU: threads, or processes with --nnodes; CUDA: not yet)")
         ->capture_default_str();
     cmd.add_flag("--enable-expert-parallel", o.config.enable_expert_parallel,
                  "MoE: whole experts split among the tensor-parallel ranks");
+    cmd.add_option("--nnodes", o.config.nnodes,
+                   "Nodes (processes, here or on other hosts) sharing the tensor-parallel ranks "
+                   "(CPU: over TCP)")
+        ->capture_default_str();
+    cmd.add_option("--node-rank", o.config.node_rank,
+                   "This node's index: 0 schedules and serves, the others only run their ranks")
+        ->capture_default_str();
+    cmd.add_option("--master-addr", o.config.master_addr,
+                   "Where node 0 listens for the other nodes' ranks")
+        ->capture_default_str();
+    cmd.add_option("--master-port", o.config.master_port, "The port node 0 listens on")
+        ->capture_default_str();
     cmd.add_option("--scripted-outputs", o.config.scripted_outputs,
                    "Testing: answer with this JSON file's texts instead of running the model");
     cmd.add_flag("--disable-overlap", o.config.disable_overlap,

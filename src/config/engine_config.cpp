@@ -26,6 +26,13 @@ void EngineConfig::resolve(const ModelConfig& model) {
     if (max_num_seqs < 1) fail("max_num_seqs must be at least 1, got {}", max_num_seqs);
     if (tensor_parallel_size < 1 || tensor_parallel_size > 64)
         fail("tensor_parallel_size must be in [1, 64], got {}", tensor_parallel_size);
+    if (nnodes < 1 || tensor_parallel_size % nnodes != 0)
+        fail("nnodes must be at least 1 and divide tensor_parallel_size {}, got {}",
+             tensor_parallel_size, nnodes);
+    if (node_rank < 0 || node_rank >= nnodes)
+        fail("node_rank must be in [0, nnodes = {}), got {}", nnodes, node_rank);
+    if (master_port < 0 || master_port > 65535)
+        fail("master_port must be in [0, 65535], got {}", master_port);
     if (page_size < 1 || page_size > 1024)
         fail("page_size must be in [1, 1024], got {}", page_size);
     if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0))
@@ -74,6 +81,10 @@ static void visit_fields(Config& c, Visit&& visit) {
     visit("attention_backend", c.attention_backend);
     visit("tensor_parallel_size", c.tensor_parallel_size);
     visit("enable_expert_parallel", c.enable_expert_parallel);
+    visit("nnodes", c.nnodes);
+    visit("node_rank", c.node_rank);
+    visit("master_addr", c.master_addr);
+    visit("master_port", c.master_port);
     visit("scripted_outputs", c.scripted_outputs);
     visit("use_multiprocess", c.use_multiprocess);
     visit("detokenize", c.detokenize);

@@ -32,6 +32,14 @@ struct EngineConfig {
     // process; CUDA: not yet). expert_parallel: MoE experts whole, split among the ranks.
     int64_t tensor_parallel_size = 1;
     bool enable_expert_parallel = false;
+    // The ranks over several processes, here or on other hosts (CPU so far): nnodes nodes with
+    // tensor_parallel_size / nnodes ranks each, over TCP (layers/tcp_communicator.h). Node 0
+    // schedules, samples and serves; a node_rank > 0 only runs its ranks' shards
+    // (run_worker_node). Rank 0 listens on master_addr:master_port.
+    int64_t nnodes = 1;
+    int64_t node_rank = 0;
+    std::string master_addr = "127.0.0.1";
+    int64_t master_port = 29500;
     // Testing: answer with the texts of this file instead of running the model
     // (engine/scripted_runner.h).
     std::string scripted_outputs;

@@ -55,6 +55,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
         fn(0, n);
         return;
     }
+    std::lock_guard turn(caller_mutex_);
     std::unique_lock lock(mutex_);
     job_ = &fn;
     job_n_ = n;

@@ -2,7 +2,9 @@
 //
 // parallel_for(n, fn) splits [0, n) into contiguous chunks, runs fn(begin, end) on the workers
 // and on the calling thread, and returns when every chunk is done. Not re-entrant: fn must not
-// call parallel_for on the same pool. Exceptions thrown by fn are rethrown in the caller.
+// call parallel_for on the same pool. Callers on several threads take turns (a pool runs one
+// loop at a time: give concurrent work pools of its own, see Bind). Exceptions thrown by fn are
+// rethrown in the caller.
 #pragma once
 
 #include <condition_variable>
@@ -50,6 +52,7 @@ class ThreadPool {
     void worker_loop();
 
     std::vector<std::thread> workers_;
+    std::mutex caller_mutex_;  // one parallel_for at a time
     std::mutex mutex_;
     std::condition_variable work_ready_, work_done_;
     const std::function<void(int64_t, int64_t)>* job_ = nullptr;

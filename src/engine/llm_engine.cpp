@@ -79,6 +79,12 @@ std::unique_ptr<ModelRunner> load_runner(EngineConfig& config) {
 #endif
     }
     const LoadFormat format = parse_load_format(config.load_format);
+    if (config.nnodes > 1) {
+        if (config.node_rank != 0)
+            fail("node_rank {} runs ranks for node 0 and no engine (run_worker_node)",
+                 config.node_rank);
+        return CpuModelRunner::load_distributed(config);
+    }
     if (config.tensor_parallel_size > 1 || config.enable_expert_parallel)
         return CpuModelRunner::load_parallel(
             config.model_dir, format, config.seed, config.tensor_parallel_size,

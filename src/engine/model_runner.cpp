@@ -1,9 +1,11 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <cstring>
 #include <future>
 
 #include "core/check.h"
+#include "core/logging.h"
 
 namespace miniinfer {
 
@@ -63,8 +65,197 @@ std::unique_ptr<CpuModelRunner> CpuModelRunner::load_parallel(
     return runner;
 }
 
+namespace {
+
+// How long ranks wait for each other to join (other nodes may start later, by hand).
+constexpr std::chrono::seconds kJoinTimeout{300};
+
+// Control messages from rank 0 to the other ranks: 'S' + a ForwardBatch, or 'Q' (the end).
+constexpr char kStep = 'S', kQuit = 'Q';
+
+std::string encode_step(const ForwardBatch& b) {
+    const std::span<const int32_t> parts[] = {b.input_ids,     b.positions,   b.query_start,
+                                              b.seq_lens,      b.block_table, b.slot_mapping,
+                                              b.logits_indices};
+    std::string out(1, kStep);
+    auto put = [&](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); };
+    put(&b.max_pages, sizeof b.max_pages);
+    for (const auto& part : parts) {
+        const int64_t n = int64_t(part.size());
+        put(&n, sizeof n);
+        put(part.data(), part.size_bytes());
+    }
+    return out;
+}
+
+// A decoded step: the vectors ForwardBatch views.
+struct DecodedStep {
+    std::vector<int32_t> parts[7];
+    int64_t max_pages = 0;
+    ForwardBatch batch() const {
+        return {parts[0], parts[1], parts[2], parts[3], parts[4], max_pages, parts[5], parts[6]};
+    }
+};
+
+DecodedStep decode_step(const std::string& m) {
+    DecodedStep d;
+    size_t at = 1;
+    auto get = [&](void* p, size_t n) {
+        if (at + n > m.size()) fail("tensor-parallel link: a truncated step message");
+        std::memcpy(p, m.data() + at, n);
+        at += n;
+    };
+    get(&d.max_pages, sizeof d.max_pages);
+    for (auto& part : d.parts) {
+        int64_t n = 0;
+        get(&n, sizeof n);
+        if (n < 0 || size_t(n) > m.size()) fail("tensor-parallel link: a corrupt step message");
+        part.resize(size_t(n));
+        get(part.data(), size_t(n) * sizeof(int32_t));
+    }
+    return d;
+}
+
+// What rank 0 tells the others once they have joined: the cache's shape, and enough of the
+// model to catch a node that loaded another one.
+Json welcome_of(const EngineConfig& c, const ModelConfig& m) {
+    return {{"num_pages", c.num_pages},
+            {"page_size", c.page_size},
+            {"expert_parallel", c.enable_expert_parallel},
+            {"seed", c.seed},
+            {"load_format", c.load_format},
+            {"model",
+             {{"vocab_size", m.vocab_size},
+              {"num_layers", m.num_layers},
+              {"hidden_size", m.hidden_size}}}};
+}
+
+int rank_threads(int64_t ranks_here) {
+    return std::max(1, ThreadPool::global().num_threads() / int(ranks_here));
+}
+
+// Rank `rank` (> 0): joins rank 0, loads its shard with rank 0's settings, reports, then runs
+// every step until rank 0 says the end or closes its link.
+void run_rank(const EngineConfig& config, int64_t rank, int64_t ranks_here) {
+    const int64_t world = config.tensor_parallel_size;
+    // A pool of its own for everything this rank does, loading included: ranks on threads of
+    // one process must not share one.
+    ThreadPool pool(rank_threads(ranks_here));
+    ThreadPool::Bind bind(pool);
+    TcpCommunicator comm(config.master_addr, int(config.master_port), rank, world, kJoinTimeout);
+    const std::optional<std::string> hello = comm.receive_control();
+    if (!hello || hello->empty() || (*hello)[0] == kQuit) return;  // rank 0 failed to start
+    const Json w = Json::parse(*hello);
+    std::optional<QwenModel> model;
+    std::optional<KvCache> kv;
+    std::string status;
+    try {
+        model.emplace(QwenModel::load(
+            config.model_dir, parse_load_format(w.at("load_format").get<std::string>()),
+            w.at("seed").get<uint64_t>(),
+            CpuParallel{rank, world, w.at("expert_parallel").get<bool>(), &comm}));
+        const ModelConfig& m = model->config();
+        const Json mine = {{"vocab_size", m.vocab_size},
+                           {"num_layers", m.num_layers},
+                           {"hidden_size", m.hidden_size}};
+        if (mine != w.at("model"))
+            fail("{} is not rank 0's model ({} here, {} there)", config.model_dir, mine.dump(),
+                 w.at("model").dump());
+        kv.emplace(m.num_layers, w.at("num_pages").get<int64_t>(), w.at("page_size").get<int64_t>(),
+                   model->num_local_kv_heads(), m.head_dim);
+    } catch (const Error& e) {
+        status = e.what();
+    }
+    comm.send_status(status);
+    if (!status.empty()) fail("tensor-parallel rank {}: {}", rank, status);
+    while (std::optional<std::string> m = comm.receive_control()) {
+        if (m->empty() || (*m)[0] == kQuit) return;
+        if ((*m)[0] != kStep) fail("tensor-parallel rank {}: an unknown control message", rank);
+        const DecodedStep step = decode_step(*m);
+        model->forward(step.batch(), *kv);
+    }
+}
+
+// run_rank on a thread: an error is logged (rank 0 sees the closed link and fails the step).
+std::thread start_rank(const EngineConfig& config, int64_t rank, int64_t ranks_here) {
+    return std::thread([config, rank, ranks_here] {
+        try {
+            run_rank(config, rank, ranks_here);
+        } catch (const std::exception& e) {
+            MI_LOG_ERROR("{}", e.what());
+        }
+    });
+}
+
+}  // namespace
+
+std::unique_ptr<CpuModelRunner> CpuModelRunner::load_distributed(const EngineConfig& config) {
+    const int64_t world = config.tensor_parallel_size, here = world / config.nnodes;
+    MI_CHECK(config.node_rank == 0 && world > 1, "load_distributed: node 0 of a group only");
+    std::unique_ptr<CpuModelRunner> runner(new CpuModelRunner());
+    runner->pools_.push_back(std::make_unique<ThreadPool>(rank_threads(here)));
+    ThreadPool::Bind bind(*runner->pools_[0]);  // this node's other ranks load at the same time
+    for (int64_t r = 1; r < here; ++r) runner->local_ranks_.push_back(start_rank(config, r, here));
+    MI_LOG_INFO("tensor-parallel rank 0 of {} ({} nodes): waiting for the others on {}:{}", world,
+                config.nnodes, config.master_addr, config.master_port);
+    runner->tcp_ = std::make_unique<TcpCommunicator>(config.master_addr, int(config.master_port), 0,
+                                                     world, kJoinTimeout);
+    // The others load their shards while rank 0 loads its own.
+    runner->tcp_->send_control(welcome_of(config, ModelConfig::load(config.model_dir)).dump());
+    QwenModel model =
+        QwenModel::load(config.model_dir, parse_load_format(config.load_format), config.seed,
+                        CpuParallel{0, world, config.enable_expert_parallel, runner->tcp_.get()});
+    const std::vector<std::string> statuses = runner->tcp_->receive_statuses();
+    for (size_t i = 0; i < statuses.size(); ++i)
+        if (!statuses[i].empty()) fail("tensor-parallel rank {}: {}", i + 1, statuses[i]);
+    const ModelConfig& c = model.config();
+    runner->kv_.emplace_back(c.num_layers, config.num_pages, config.page_size,
+                             model.num_local_kv_heads(), c.head_dim);
+    runner->models_.push_back(std::move(model));
+    MI_LOG_INFO("tensor-parallel: all {} ranks joined and loaded their shards", world);
+    return runner;
+}
+
+CpuModelRunner::~CpuModelRunner() {
+    if (tcp_) {
+        try {
+            tcp_->send_control(std::string(1, kQuit));
+        } catch (const Error&) {  // a rank already gone
+        }
+        tcp_.reset();  // closed links end any rank still waiting
+    }
+    for (std::thread& t : local_ranks_) t.join();
+}
+
+void run_worker_node(const EngineConfig& config) {
+    const int64_t here = config.tensor_parallel_size / config.nnodes;
+    MI_CHECK(config.node_rank > 0, "run_worker_node: node_rank > 0 only");
+    MI_LOG_INFO("node {} of {}: ranks {}-{} of {}, joining rank 0 at {}:{}", config.node_rank,
+                config.nnodes, config.node_rank * here, (config.node_rank + 1) * here - 1,
+                config.tensor_parallel_size, config.master_addr, config.master_port);
+    std::vector<std::future<void>> ranks;
+    for (int64_t r = config.node_rank * here; r < (config.node_rank + 1) * here; ++r)
+        ranks.push_back(
+            std::async(std::launch::async, [&config, r, here] { run_rank(config, r, here); }));
+    std::string errors;  // every rank's: the first to fail may not be the one that says why
+    for (auto& f : ranks) {
+        try {
+            f.get();
+        } catch (const std::exception& e) {
+            errors += (errors.empty() ? "" : "; ") + std::string(e.what());
+        }
+    }
+    if (!errors.empty()) fail("{}", errors);
+    MI_LOG_INFO("node {}: rank 0 ended the group", config.node_rank);
+}
+
 // Every rank at once (they meet in the all-reduces), rank 0 on this thread.
 Tensor CpuModelRunner::forward_all_ranks(const ForwardBatch& fb) {
+    if (tcp_) {  // the other ranks are in other threads or processes: tell them the step
+        tcp_->send_control(encode_step(fb));
+        ThreadPool::Bind bind(*pools_[0]);
+        return models_[0].forward(fb, kv_[0]);
+    }
     if (models_.size() == 1) return models_[0].forward(fb, kv_[0]);
     std::vector<std::future<Tensor>> others;
     for (size_t r = 1; r < models_.size(); ++r)

@@ -8,13 +8,16 @@
 #include <filesystem>
 #include <memory>
 #include <span>
+#include <thread>
 #include <vector>
 
+#include "config/engine_config.h"
 #include "config/model_config.h"
 #include "core/thread_pool.h"
 #include "kvcache/kv_cache.h"
 #include "layers/communicator.h"
 #include "layers/sampler.h"
+#include "layers/tcp_communicator.h"
 #include "models/qwen_model.h"
 #include "scheduler/batch.h"
 
@@ -62,6 +65,14 @@ class CpuModelRunner : public ModelRunner {
                                                          LoadFormat format, uint64_t seed,
                                                          int64_t world, bool expert_parallel,
                                                          int64_t num_pages, int64_t page_size);
+    // Tensor parallelism over processes and hosts (config.nnodes > 1, node_rank 0): rank 0
+    // here, this node's other ranks on threads and the other nodes' ranks in their processes
+    // (run_worker_node), all joined over TCP (TcpCommunicator). Each step's batch goes to every
+    // rank as a control message; rank 0 samples. Throws Error if a rank does not join in time
+    // or cannot load its shard (with its reason). config: resolved.
+    static std::unique_ptr<CpuModelRunner> load_distributed(const EngineConfig& config);
+    ~CpuModelRunner() override;
+
     const ModelConfig& config() const override { return models_.front().config(); }
     std::vector<SampledToken> run(const Batch& batch,
                                   std::span<const SamplerInput> sampling) override;
@@ -79,6 +90,14 @@ class CpuModelRunner : public ModelRunner {
     std::unique_ptr<CpuCommunicator::Group> group_;
     std::vector<std::unique_ptr<CpuCommunicator>> comms_;
     std::vector<std::unique_ptr<ThreadPool>> pools_;
+    // load_distributed: rank 0's links, and this node's other ranks.
+    std::unique_ptr<TcpCommunicator> tcp_;
+    std::vector<std::thread> local_ranks_;
 };
+
+// A node of a multi-node group with node_rank > 0 (`miniinfer serve ... --node-rank 1`): runs
+// its tensor_parallel_size / nnodes ranks (threads), each joining rank 0 over TCP, loading its
+// shard and running every step rank 0 sends, until rank 0 ends. Throws Error if a rank fails.
+void run_worker_node(const EngineConfig& config);
 
 }  // namespace miniinfer

@@ -1,12 +1,15 @@
-// CpuCommunicator: the collective a tensor-parallel CPU model needs, for ranks that are threads
-// of one process (CpuModelRunner with tensor_parallel_size > 1). It exists to prove the
-// sharding without a GPU: the same column/row split as the CUDA blocks (layers/cuda/), with the
-// partial sums added here instead of by NCCL.
+// The collectives a tensor-parallel CPU model needs (QwenModel with CpuParallel), behind one
+// interface with two transports:
+//  - CpuCommunicator: ranks that are threads of one process (CpuModelRunner::load_parallel);
+//  - TcpCommunicator (layers/tcp_communicator.h): ranks in other processes, on this host or
+//    others (--nnodes), over TCP.
+// They exist to prove the sharding without a GPU: the same column/row split as the CUDA blocks
+// (layers/cuda/), with the partial sums added here instead of by NCCL.
 //
 // all_reduce_sum adds the ranks' tensors in rank order (0 + x_0 + x_1 + ...), so every rank
-// gets the same bits; all_gather_columns puts the ranks' column blocks side by side (the
-// vocab-parallel LM head's logits). Every rank of a group must make the same calls in the same
-// order.
+// gets the same bits, whatever the transport; all_gather_columns puts the ranks' column blocks
+// side by side (the vocab-parallel LM head's logits). Every rank of a group must make the same
+// calls in the same order.
 #pragma once
 
 #include <barrier>
@@ -17,7 +20,19 @@
 
 namespace miniinfer {
 
-class CpuCommunicator {
+class Communicator {
+  public:
+    virtual ~Communicator() = default;
+    virtual int64_t rank() const = 0;
+    virtual int64_t world() const = 0;
+    // x (f32, same shape on every rank) = the sum of x over the ranks, in place.
+    virtual void all_reduce_sum(Tensor& x) = 0;
+    // out [rows, sum of the ranks' cols] (f32) = the ranks' local [rows, cols_r] blocks in rank
+    // order, on every rank.
+    virtual void all_gather_columns(const Tensor& local, Tensor& out) = 0;
+};
+
+class CpuCommunicator final : public Communicator {
   public:
     // What the ranks of one group share.
     class Group {
@@ -33,14 +48,10 @@ class CpuCommunicator {
     };
 
     CpuCommunicator(Group& group, int64_t rank) : group_(&group), rank_(rank) {}
-    int64_t rank() const { return rank_; }
-    int64_t world() const { return group_->world(); }
-
-    // x (f32, same shape on every rank) = the sum of x over the ranks, in place.
-    void all_reduce_sum(Tensor& x);
-    // out [rows, sum of the ranks' cols] (f32) = the ranks' local [rows, cols_r] blocks in rank
-    // order, on every rank.
-    void all_gather_columns(const Tensor& local, Tensor& out);
+    int64_t rank() const override { return rank_; }
+    int64_t world() const override { return group_->world(); }
+    void all_reduce_sum(Tensor& x) override;
+    void all_gather_columns(const Tensor& local, Tensor& out) override;
 
   private:
     Group* group_;

@@ -49,7 +49,7 @@ Checkpoint Checkpoint::open(const std::filesystem::path& model_dir) {
 
     // Shards are opened (mapped and validated) in parallel.
     std::vector<std::optional<SafetensorsFile>> opened(paths.size());
-    ThreadPool::global().parallel_for(int64_t(paths.size()), [&](int64_t begin, int64_t end) {
+    ThreadPool::current().parallel_for(int64_t(paths.size()), [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i)
             opened[size_t(i)] = SafetensorsFile::open(paths[size_t(i)]);
     });

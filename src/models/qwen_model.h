@@ -30,7 +30,7 @@ namespace miniinfer {
 struct CpuParallel {
     int64_t rank = 0, world = 1;
     bool expert_parallel = false;
-    CpuCommunicator* comm = nullptr;
+    Communicator* comm = nullptr;
 };
 
 class QwenModel {

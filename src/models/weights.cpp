@@ -103,7 +103,7 @@ class Assembler {
             }
         };
         if (writer_.parallel)
-            ThreadPool::global().parallel_for(int64_t(jobs_.size()), write);
+            ThreadPool::current().parallel_for(int64_t(jobs_.size()), write);
         else
             write(0, int64_t(jobs_.size()));
         stats->num_tensors = int64_t(jobs_.size());

@@ -2,14 +2,17 @@
 // (threads, CpuCommunicator adding the partial sums) give the one-rank logits within fp32
 // rounding, Hugging Face's logits within the usual tolerance and Hugging Face's greedy tokens;
 // MoE models also with whole experts split among 2 ranks. Every rank ends a step with the same
-// logits (the all-reduce adds in rank order).
+// logits (the all-reduce adds in rank order). TcpCommunicator (ranks in other processes or
+// hosts) gives CpuCommunicator's bits, and refuses a rank of another world.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <future>
 
 #include "core/json.h"
 #include "engine/llm_engine.h"
+#include "layers/tcp_communicator.h"
 #include "loader/safetensors.h"
 #include "models/sequence_runner.h"
 
@@ -116,6 +119,109 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"qwen3-moe-tiny", 2, true}, Case{"qwen3-moe-wide", 2, false},
                       Case{"qwen3-moe-wide", 4, false}, Case{"qwen3-moe-wide", 2, true}),
     [](const auto& info) { return name_of(info.param); });
+
+// The collectives over TCP: the same bits as CpuCommunicator's, for ranks on threads here
+// (the CLI test runs them as processes).
+TEST(TcpCommunicator, CollectivesEqualCpuCommunicators) {
+    for (int64_t world : {2, 3}) {
+        const int64_t n = 1000, rows = 3;
+        auto make = [&](int64_t r) {
+            Tensor x = Tensor::zeros({n}, DType::kF32);
+            for (int64_t i = 0; i < n; ++i)
+                x.data<float>()[i] = std::sin(float(i * (r + 1))) * float(1 << (i % 20));
+            return x;
+        };
+        auto local_block = [&](int64_t r) {  // rank r holds r + 2 columns
+            Tensor b = Tensor::zeros({rows, r + 2}, DType::kF32);
+            for (int64_t i = 0; i < b.numel(); ++i) b.data<float>()[i] = float(100 * r + i);
+            return b;
+        };
+        const int64_t width = world * (world + 3) / 2;  // sum of r + 2
+        // Reference: threads with CpuCommunicator.
+        std::vector<Tensor> want(static_cast<size_t>(world)),
+            want_gather(static_cast<size_t>(world));
+        {
+            CpuCommunicator::Group group(world);
+            std::vector<std::future<void>> ranks;
+            for (int64_t r = 0; r < world; ++r)
+                ranks.push_back(std::async(std::launch::async, [&, r] {
+                    CpuCommunicator comm(group, r);
+                    want[size_t(r)] = make(r);
+                    comm.all_reduce_sum(want[size_t(r)]);
+                    want_gather[size_t(r)] = Tensor::zeros({rows, width}, DType::kF32);
+                    comm.all_gather_columns(local_block(r), want_gather[size_t(r)]);
+                }));
+            for (auto& f : ranks) f.get();
+        }
+        TcpCommunicator hub = TcpCommunicator::listen("127.0.0.1", 0, world);
+        const int port = hub.port();
+        std::vector<Tensor> got(static_cast<size_t>(world)), got_gather(static_cast<size_t>(world));
+        std::vector<std::string> controls(static_cast<size_t>(world));
+        auto body = [&](TcpCommunicator& comm, int64_t r) {
+            got[size_t(r)] = make(r);
+            comm.all_reduce_sum(got[size_t(r)]);
+            got_gather[size_t(r)] = Tensor::zeros({rows, width}, DType::kF32);
+            comm.all_gather_columns(local_block(r), got_gather[size_t(r)]);
+        };
+        std::vector<std::future<void>> others;
+        for (int64_t r = 1; r < world; ++r)
+            others.push_back(std::async(std::launch::async, [&, r] {
+                TcpCommunicator comm("127.0.0.1", port, r, world, std::chrono::seconds(20));
+                comm.send_status(r == 1 ? "" : "rank " + std::to_string(r) + " is fine");
+                controls[size_t(r)] = comm.receive_control().value();
+                body(comm, r);
+                EXPECT_FALSE(comm.receive_control().has_value());  // rank 0 closed its link
+            }));
+        {
+            hub.accept_ranks(std::chrono::seconds(20));
+            const std::vector<std::string> statuses = hub.receive_statuses();
+            ASSERT_EQ(statuses.size(), size_t(world - 1));
+            EXPECT_EQ(statuses[0], "");
+            if (world == 3) {
+                EXPECT_EQ(statuses[1], "rank 2 is fine");
+            }
+            hub.send_control("step 1");
+            body(hub, 0);
+            TcpCommunicator closing = std::move(hub);  // destroyed here: the links close
+        }
+        for (auto& f : others) f.get();
+        for (int64_t r = 0; r < world; ++r) {
+            EXPECT_EQ(std::memcmp(got[size_t(r)].raw(), want[size_t(0)].raw(), size_t(n) * 4), 0)
+                << "world " << world << " rank " << r;
+            EXPECT_EQ(std::memcmp(got_gather[size_t(r)].raw(), want_gather[0].raw(),
+                                  size_t(rows * width) * 4),
+                      0)
+                << "world " << world << " rank " << r;
+            if (r > 0) {
+                EXPECT_EQ(controls[size_t(r)], "step 1");
+            }
+        }
+    }
+}
+
+// A rank that names another world (a node started with another -tp) is refused, and both ends
+// say why.
+TEST(TcpCommunicator, RankOfAnotherWorldIsRefused) {
+    TcpCommunicator hub = TcpCommunicator::listen("127.0.0.1", 0, 2);
+    const int port = hub.port();
+    auto stray = std::async(std::launch::async, [port]() -> std::string {
+        try {
+            TcpCommunicator comm("127.0.0.1", port, 1, 4, std::chrono::seconds(20));
+        } catch (const Error& e) {
+            return e.what();
+        }
+        return "accepted";
+    });
+    try {
+        hub.accept_ranks(std::chrono::seconds(20));
+        ADD_FAILURE() << "rank 0 accepted a rank of world 4";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("rank 1 says the world is 4, rank 0 says 2"),
+                  std::string::npos)
+            << e.what();
+    }
+    EXPECT_NE(stray.get().find("refused by rank 0: rank 1 says the world is 4"), std::string::npos);
+}
 
 // A world the model cannot be split over is refused with the numbers, before any work.
 TEST(TensorParallelConfig, UnsplittableWorldsAreErrors) {
