@@ -19,6 +19,8 @@ class LLMEngine:
                  load_format: str = ..., seed: int = ..., use_multiprocess: bool = ...,
                  page_size: int = ..., kv_cache_bytes: int = ..., num_pages: int = ...,
                  tensor_parallel_size: int = ..., enable_expert_parallel: bool = ...,
+                 nnodes: int = ..., node_rank: int = ..., master_addr: str = ...,
+                 master_port: int = ...,
                  disable_overlap: bool = ..., generation_config: str = ...,
                  revision: str = ..., **kwargs: Any) -> None: ...
     def close(self) -> None: ...
