@@ -308,9 +308,48 @@ void bench_moe(int64_t tokens) {
                                  double(rows) * (act_row + 2.0 * kMoeInter * kBf16);
     if (wanted("moe grouped"))
         print_bench_row("moe grouped gate_up", tiled, time_launch([&](cudaStream_t s) {
-                            cuda::grouped_gemm(x_perm, gate_up_w, offsets, tile, gate_up, s);
+                            cuda::grouped_gemm(x_perm, nullptr, gate_up_w, offsets, tile,
+                                               cuda::GroupedGemmEpilogue::kStore, gate_up, s);
                         }),
                         gate_up_bytes, 2.0 * routed * double(2 * kMoeInter * kMoeHidden));
+    // The fused gate_up (gather into its row loads, silu_mul into its epilogue; cuda::Moe runs
+    // the last), and the three unfused launches it replaces, timed together.
+    using cuda::GroupedGemmEpilogue;
+    const double tokens_in = double(tokens) * act_row + double(max_rows) * kI32;
+    const double gate_up_w_bytes = double(active * 2 * kMoeInter * kMoeHidden) * kBf16;
+    const double gate_up_flops = 2.0 * routed * double(2 * kMoeInter * kMoeHidden);
+    if (wanted("moe grouped"))
+        print_bench_row("moe grouped gate_up+gather", tiled, time_launch([&](cudaStream_t s) {
+                            cuda::grouped_gemm(x, &row_token, gate_up_w, offsets, tile,
+                                               GroupedGemmEpilogue::kStore, gate_up, s);
+                        }),
+                        gate_up_w_bytes + tokens_in + double(rows * 2 * kMoeInter) * kBf16,
+                        gate_up_flops);
+    if (wanted("moe grouped"))
+        print_bench_row("moe grouped gate_up+silu", tiled, time_launch([&](cudaStream_t s) {
+                            cuda::grouped_gemm(x_perm, nullptr, gate_up_w, offsets, tile,
+                                               GroupedGemmEpilogue::kSiluMul, act, s);
+                        }),
+                        gate_up_w_bytes + double(rows) * (act_row + double(kMoeInter) * kBf16),
+                        gate_up_flops);
+    if (wanted("moe grouped"))
+        print_bench_row("moe grouped gate_up+gather+silu", tiled, time_launch([&](cudaStream_t s) {
+                            cuda::grouped_gemm(x, &row_token, gate_up_w, offsets, tile,
+                                               GroupedGemmEpilogue::kSiluMul, act, s);
+                        }),
+                        gate_up_w_bytes + tokens_in + double(rows * kMoeInter) * kBf16,
+                        gate_up_flops);
+    if (wanted("moe grouped"))
+        print_bench_row(
+            "moe grouped gather,gate_up,silu_mul", tiled, time_launch([&](cudaStream_t s) {
+                cuda::moe_gather(x, row_token, offsets, x_perm, s);
+                cuda::grouped_gemm(x_perm, nullptr, gate_up_w, offsets, tile,
+                                   GroupedGemmEpilogue::kStore, gate_up, s);
+                Tensor used = gate_up.slice_rows(0, rows);
+                Tensor used_act = act.slice_rows(0, rows);
+                cuda::silu_mul(used, used_act, s);
+            }),
+            gate_up_w_bytes + tokens_in + double(rows * kMoeInter) * kBf16, gate_up_flops);
     if (wanted("moe silu_mul")) {
         Tensor used = gate_up.slice_rows(0, rows), used_act = act.slice_rows(0, rows);
         print_bench_row("moe silu_mul", tiled,
@@ -321,7 +360,8 @@ void bench_moe(int64_t tokens) {
                               double(rows) * (act_row + double(kMoeInter) * kBf16);
     if (wanted("moe grouped"))
         print_bench_row("moe grouped down", tiled, time_launch([&](cudaStream_t s) {
-                            cuda::grouped_gemm(act, down_w, offsets, tile, y_perm, s);
+                            cuda::grouped_gemm(act, nullptr, down_w, offsets, tile,
+                                               GroupedGemmEpilogue::kStore, y_perm, s);
                         }),
                         down_bytes, 2.0 * routed * double(kMoeInter * kMoeHidden));
     if (wanted("moe_combine"))

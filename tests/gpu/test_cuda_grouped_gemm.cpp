@@ -3,6 +3,9 @@
 // tiny fixture's shapes, odd multiples of 8 for n and k, and Qwen3-30B-A3B's expert GEMMs at
 // E = 128 (rows sampled there); that rows past offsets[E] are left alone; that a captured graph
 // reads the offsets it finds at replay; and an informative timing at the 30B shapes.
+// The fused modes against the unfused path on the same kernel, bit for bit: the gather (row_token:
+// x read in token order) against x_perm gathered on the host, and the SiLU epilogue (kSiluMul)
+// against kStore followed by silu_mul; on the same routings, and through a captured graph.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,9 +25,11 @@
 #include "gpu_testing.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/grouped_gemm.h"
+#include "kernels/cuda/silu_mul.h"
 
 using namespace miniinfer;
 using gpu_testing::all_close;
+using gpu_testing::bitwise_equal;
 using gpu_testing::CapturedGraph;
 
 namespace {
@@ -67,14 +72,21 @@ struct Variant {
 };
 constexpr Variant kVariants[] = {{16, false}, {32, false}, {64, false}, {128, false}, {128, true}};
 
+void run_variant(const Variant& v, const Tensor& x, const Tensor* row_token, const Tensor& w,
+                 const Tensor& offsets, cuda::GroupedGemmEpilogue epilogue, Tensor& y,
+                 cudaStream_t stream) {
+    if (v.dispatch)
+        cuda::grouped_gemm(x, row_token, w, offsets, v.tile, epilogue, y, stream);
+    else if (v.wgmma)
+        cuda::grouped_gemm_sm90(x, row_token, w, offsets, epilogue, y, stream);
+    else
+        cuda::grouped_gemm_mma_sync(x, row_token, w, offsets, v.tile, epilogue, y, stream);
+}
+
+// The unfused call: x already permuted, y = x · wᵀ.
 void run_variant(const Variant& v, const Tensor& x, const Tensor& w, const Tensor& offsets,
                  Tensor& y, cudaStream_t stream) {
-    if (v.dispatch)
-        cuda::grouped_gemm(x, w, offsets, v.tile, y, stream);
-    else if (v.wgmma)
-        cuda::grouped_gemm_sm90(x, w, offsets, y, stream);
-    else
-        cuda::grouped_gemm_mma_sync(x, w, offsets, v.tile, y, stream);
+    run_variant(v, x, nullptr, w, offsets, cuda::GroupedGemmEpilogue::kStore, y, stream);
 }
 
 // The variants this device runs (wgmma needs an sm_90); says so once when one is left out.
@@ -241,6 +253,106 @@ std::string describe(int64_t num_experts, int64_t n, int64_t k, const Routing& r
            std::to_string(routing.padded_rows()) + ")";
 }
 
+// ---------------------------------------------------------------------------------------------
+// Fused gather and SiLU
+
+// The token behind every real row of the routing: row_token [max_rows], random tokens in
+// [0, num_tokens) on real rows, -1 on padding rows and from offsets[E] on (as moe_permute).
+Tensor make_row_token(const Routing& routing, int64_t max_rows, int64_t num_tokens,
+                      std::mt19937& rng) {
+    Tensor t = Tensor::zeros({max_rows}, DType::kI32);
+    int32_t* p = t.data<int32_t>();
+    std::fill(p, p + max_rows, -1);
+    for (size_t e = 0; e < routing.counts.size(); ++e)
+        for (int64_t r = routing.offsets[e]; r < routing.offsets[e] + routing.counts[e]; ++r)
+            p[r] = int32_t(rng() % uint32_t(num_tokens));
+    return t;
+}
+
+// moe_gather on the host: x_perm [max_rows, k], row r = x[row_token[r]], zeros for -1.
+Tensor gather_host(const Tensor& x, const Tensor& row_token) {
+    const int64_t max_rows = row_token.size(0), k = x.size(1);
+    Tensor x_perm = Tensor::zeros({max_rows, k}, DType::kBF16);
+    const uint16_t* src = x.data<uint16_t>();
+    uint16_t* dst = x_perm.data<uint16_t>();
+    for (int64_t r = 0; r < max_rows; ++r) {
+        const int32_t token = row_token.data<int32_t>()[r];
+        if (token >= 0) std::copy(src + token * k, src + (token + 1) * k, dst + r * k);
+    }
+    return x_perm;
+}
+
+Tensor sentinel_tensor(Shape shape) {
+    Tensor t = cuda::device_tensor(std::move(shape), DType::kBF16);
+    MI_CUDA_CHECK(cudaMemset(t.raw(), 0x7f, t.nbytes()));
+    return t;
+}
+
+// got's first used_rows rows bit for bit want's; every element from there on the sentinel.
+void expect_fused_equal(const Tensor& got, const Tensor& want, int64_t used_rows,
+                        const std::string& what) {
+    EXPECT_TRUE(bitwise_equal(got.slice_rows(0, used_rows), want.slice_rows(0, used_rows))) << what;
+    const Tensor rest = gpu_testing::download(got.slice_rows(used_rows, got.size(0)));
+    const uint16_t* p = rest.data<uint16_t>();
+    EXPECT_EQ(std::count_if(p, p + rest.numel(), [](uint16_t v) { return v != kSentinel; }), 0)
+        << what << ": elements written at or past offsets[E]";
+}
+
+// The operands of a fused check, on the device: x in token order, x_perm its rows gathered on the
+// host, w [E, 2 · inter, k].
+struct FusedOperands {
+    Tensor x, row_token, x_perm, w, offsets;
+    int64_t max_rows() const { return row_token.size(0); }
+};
+
+FusedOperands make_fused_operands(const Routing& routing, int64_t n, int64_t k, int64_t extra_rows,
+                                  int64_t num_tokens, uint64_t seed) {
+    std::mt19937 rng(static_cast<uint32_t>(seed));
+    const int64_t max_rows = routing.padded_rows() + extra_rows;
+    const Tensor x = uniform_bf16({num_tokens, k}, seed, 1.f);
+    const Tensor row_token = make_row_token(routing, max_rows, num_tokens, rng);
+    const int64_t num_experts = int64_t(routing.counts.size());
+    return {cuda::to_device(x), cuda::to_device(row_token),
+            cuda::to_device(gather_host(x, row_token)),
+            cuda::to_device(uniform_bf16({num_experts, n, k}, seed + 1, 0.05f)),
+            cuda::to_device(offsets_tensor(routing))};
+}
+
+// Every fused mode of routing.variant against its unfused path, bit for bit:
+//   gather       (x, row_token, kStore)    == (x_perm, kStore)
+//   silu         (x_perm, kSiluMul)        == silu_mul((x_perm, kStore))
+//   gather+silu  (x, row_token, kSiluMul)  == the same
+// and no output written from offsets[E] on.
+void check_fused(const Routing& routing, const FusedOperands& d, const std::string& what) {
+    using cuda::GroupedGemmEpilogue;
+    const Variant& v = routing.variant;
+    const int64_t n = d.w.size(1), max_rows = d.max_rows(), used = routing.padded_rows();
+    Tensor gate_up = sentinel_tensor({max_rows, n}), act = sentinel_tensor({max_rows, n / 2});
+    run_variant(v, d.x_perm, nullptr, d.w, d.offsets, GroupedGemmEpilogue::kStore, gate_up,
+                nullptr);
+    Tensor used_act = act.slice_rows(0, used);
+    cuda::silu_mul(gate_up.slice_rows(0, used), used_act, nullptr);
+
+    Tensor gathered = sentinel_tensor({max_rows, n});
+    run_variant(v, d.x, &d.row_token, d.w, d.offsets, GroupedGemmEpilogue::kStore, gathered,
+                nullptr);
+    Tensor fused_act = sentinel_tensor({max_rows, n / 2});
+    run_variant(v, d.x_perm, nullptr, d.w, d.offsets, GroupedGemmEpilogue::kSiluMul, fused_act,
+                nullptr);
+    Tensor both = sentinel_tensor({max_rows, n / 2});
+    run_variant(v, d.x, &d.row_token, d.w, d.offsets, GroupedGemmEpilogue::kSiluMul, both, nullptr);
+    MI_CUDA_CHECK(cudaDeviceSynchronize());
+    expect_fused_equal(gathered, gate_up, used, "gather: " + what);
+    expect_fused_equal(fused_act, act, used, "silu: " + what);
+    expect_fused_equal(both, act, used, "gather+silu: " + what);
+}
+
+void run_fused_case(const Routing& routing, int64_t n, int64_t k, int64_t extra_rows, uint64_t seed,
+                    const std::string& what) {
+    const int64_t num_tokens = std::max<int64_t>(1, routing.real_rows() / 2);
+    check_fused(routing, make_fused_operands(routing, n, k, extra_rows, num_tokens, seed), what);
+}
+
 }  // namespace
 
 // tests/fixtures/qwen3-moe-tiny: hidden 128, moe_intermediate 64, 8 experts, top 2; gate_up is
@@ -338,6 +450,105 @@ TEST(CudaGroupedGemm, GraphReplayReadsDeviceOffsets) {
             stream.synchronize();
             check_result(x, w, routing, dy, int64_t(1) << 28, rng,
                          "graph replay: " + describe(num_experts, n, k, routing));
+        }
+    }
+}
+
+// The fused gather and SiLU epilogue on every kernel: the tiny fixture's gate_up (n 128, k 128)
+// from 1 to 300 tokens; ragged and empty segments with column and k tails (inter 8, 104, 264;
+// k odd multiples of 8); one expert owning every row (first, middle, last); no rows at all.
+TEST(CudaGroupedGemm, FusedGatherAndSiluMatchUnfused) {
+    REQUIRE_GPU();
+    std::mt19937 rng(6);
+    const std::pair<int64_t, int64_t> shapes[] = {{16, 8}, {208, 72}, {528, 520}, {256, 256}};
+    for (const Variant& v : variants()) {
+        const int64_t tile = v.tile;
+        for (int64_t tokens : {1, 3, 17, 300}) {
+            const Routing routing = route_tokens(tokens, 2, 8, v, rng);
+            run_fused_case(routing, 128, 128, tile, uint64_t(tokens),
+                           "tiny " + describe(8, 128, 128, routing));
+        }
+        for (int64_t num_experts : {8, 64, 128}) {
+            for (auto [n, k] : shapes) {
+                std::vector<int64_t> counts(static_cast<size_t>(num_experts));
+                for (auto& c : counts) c = rng() % 3 == 0 ? 0 : int64_t(rng() % 150);
+                const Routing ragged = pad_to_tiles(counts, v);
+                run_fused_case(ragged, n, k, 37, rng(),
+                               "ragged " + describe(num_experts, n, k, ragged));
+            }
+        }
+        for (int64_t num_experts : {16, 64}) {
+            for (int64_t owner : {int64_t(0), num_experts / 2, num_experts - 1}) {
+                std::vector<int64_t> counts(static_cast<size_t>(num_experts), 0);
+                counts[size_t(owner)] = 333;
+                const Routing one = pad_to_tiles(counts, v);
+                run_fused_case(one, 208, 72, 0, rng(),
+                               "expert " + std::to_string(owner) +
+                                   " owns all: " + describe(num_experts, 208, 72, one));
+            }
+            const Routing none = pad_to_tiles(std::vector<int64_t>(size_t(num_experts), 0), v);
+            run_fused_case(none, 528, 520, 2 * tile, rng(),
+                           "no rows: " + describe(num_experts, 528, 520, none));
+        }
+    }
+}
+
+// Qwen3-30B-A3B's gate_up (n 1536, k 2048, E 128, top 8) fused, through grouped_gemm with the
+// tile it picks, as cuda::Moe runs it: 1, 64, 256 and 2048 tokens.
+TEST(CudaGroupedGemm, FusedQwen3MoE30BGateUp) {
+    REQUIRE_GPU();
+    std::mt19937 rng(7);
+    for (int64_t tokens : {1, 64, 256, 2048}) {
+        const int64_t tile = cuda::grouped_gemm_tile_rows(tokens * 8, 128);
+        const Routing routing = route_tokens(tokens, 8, 128, {tile, false, true}, rng);
+        check_fused(routing, make_fused_operands(routing, 1536, 2048, tile, tokens, 71),
+                    describe(128, 1536, 2048, routing));
+    }
+}
+
+// The fused gate_up (gather + SiLU) captured once and replayed with other offsets, row_token and
+// x on the device: equal to the eager unfused path each time.
+TEST(CudaGroupedGemm, FusedGraphReplayReadsDeviceRouting) {
+    REQUIRE_GPU();
+    std::mt19937 rng(8);
+    for (const Variant& v : variants()) {
+        const int64_t num_experts = 16, n = 256, k = 128, max_rows = 20 * 128, max_tokens = 200;
+        Tensor dx = cuda::device_tensor({max_tokens, k}, DType::kBF16);
+        Tensor drow_token = cuda::device_tensor({max_rows}, DType::kI32);
+        Tensor doffsets = cuda::device_tensor({num_experts + 1}, DType::kI32);
+        Tensor dw = cuda::to_device(uniform_bf16({num_experts, n, k}, 81, 0.05f));
+        Tensor act = cuda::device_tensor({max_rows, n / 2}, DType::kBF16);
+
+        cuda::Stream stream;
+        const CapturedGraph graph(stream.get(), [&] {
+            run_variant(v, dx, &drow_token, dw, doffsets, cuda::GroupedGemmEpilogue::kSiluMul, act,
+                        stream.get());
+        });
+
+        for (int64_t tokens : {5, 200, 40}) {
+            const Routing routing = route_tokens(tokens, 4, int(num_experts), v, rng);
+            ASSERT_LE(routing.padded_rows(), max_rows);
+            FusedOperands d = make_fused_operands(routing, n, k, max_rows - routing.padded_rows(),
+                                                  tokens, uint64_t(tokens));
+            d.w = dw;
+            MI_CUDA_CHECK(cudaMemcpy(dx.raw(), d.x.raw(), d.x.nbytes(), cudaMemcpyDeviceToDevice));
+            MI_CUDA_CHECK(cudaMemcpy(drow_token.raw(), d.row_token.raw(), d.row_token.nbytes(),
+                                     cudaMemcpyDeviceToDevice));
+            MI_CUDA_CHECK(cudaMemcpy(doffsets.raw(), d.offsets.raw(), d.offsets.nbytes(),
+                                     cudaMemcpyDeviceToDevice));
+            MI_CUDA_CHECK(cudaMemset(act.raw(), 0x7f, act.nbytes()));
+            graph.replay(stream.get());
+            stream.synchronize();
+
+            const int64_t used = routing.padded_rows();
+            Tensor gate_up = sentinel_tensor({max_rows, n});
+            run_variant(v, d.x_perm, d.w, d.offsets, gate_up, nullptr);
+            Tensor want = sentinel_tensor({max_rows, n / 2});
+            Tensor used_want = want.slice_rows(0, used);
+            cuda::silu_mul(gate_up.slice_rows(0, used), used_want, nullptr);
+            MI_CUDA_CHECK(cudaDeviceSynchronize());
+            expect_fused_equal(act, want, used,
+                               "graph replay: " + describe(num_experts, n, k, routing));
         }
     }
 }

@@ -26,6 +26,16 @@
 // Tails: rows past max_rows, columns past n and k past its end are zero-filled by cp.async
 // (src-size 0 reads nothing) and never stored, so any n, k that are multiples of 8 (one 16-byte
 // chunk) work; no separate slow path is needed.
+// Fused gather (row_token given): the CTA reads its tile's row_token entries once, into shared
+// memory beside the ring, before finding its expert (whose barrier publishes them); every k step
+// then loads x row row_token[r] for tile row r (zeros for -1). Without row_token the same table
+// holds row0 + r, so both paths share one kernel.
+// Fused SiLU (kSiluMul): the CTA loads its w tile with gate and up rows interleaved in blocks of
+// 8: shared rows 16 j .. 16 j + 7 are gate rows c0 + 8 j .., rows 16 j + 8 .. 16 j + 15 the up
+// rows inter + c0 + 8 j .. (c0 = the CTA's first output column). A warp's n8 fragments 2 np and
+// 2 np + 1 (one ldmatrix_x4 of 16 w rows) are then the gate and up sums of the same 8 output
+// columns, in the same thread's registers: the epilogue applies silu_mul to them and stores act
+// directly. The CTA covers TileCols / 2 output columns.
 #include "kernels/cuda/grouped_gemm.h"
 
 #include <cuda_bf16.h>
@@ -35,6 +45,7 @@
 #include "core/cuda/cuda_check.h"
 #include "kernels/cuda/check_tensor.h"
 #include "kernels/cuda/mma_bf16.cuh"
+#include "kernels/cuda/silu_mul.cuh"
 
 namespace miniinfer::cuda {
 namespace {
@@ -77,16 +88,18 @@ __device__ __forceinline__ int find_expert(const int32_t* offsets, int num_exper
     return ended;
 }
 
-// One k step of a [Rows, TileK] operand tile into shared memory (row stride T::kStride) from
-// src's row 0 ([rows_valid, k] valid, row stride k). Invalid chunks become zeros.
-template <class T, int Rows>
-__device__ __forceinline__ void load_tile(__nv_bfloat16* dst, const __nv_bfloat16* src,
-                                          int rows_valid, int k, int k0) {
+// One k step of a [Rows, TileK] operand tile into shared memory (row stride T::kStride): tile row
+// r from global row row_ptr(r) (k contiguous bf16), zeros where row_ptr(r) is null and past k.
+// `any` is any valid global address (what a zero-filling cp.async names but does not read).
+template <class T, int Rows, class RowPtr>
+__device__ __forceinline__ void load_tile(__nv_bfloat16* dst, RowPtr row_ptr,
+                                          const __nv_bfloat16* any, int k, int k0) {
 #pragma unroll
     for (int c = int(threadIdx.x); c < Rows * T::kChunksPerRow; c += T::kThreads) {
         const int r = c / T::kChunksPerRow, kk = (c % T::kChunksPerRow) * 8;
-        const bool valid = r < rows_valid && k0 + kk < k;
-        cp_async_16(dst + r * T::kStride + kk, valid ? src + int64_t(r) * k + k0 + kk : src, valid);
+        const __nv_bfloat16* src = row_ptr(r);
+        const bool valid = src != nullptr && k0 + kk < k;
+        cp_async_16(dst + r * T::kStride + kk, valid ? src + k0 + kk : any, valid);
     }
 }
 
@@ -123,32 +136,51 @@ __device__ __forceinline__ void mma_stage(const __nv_bfloat16* a_tile, const __n
     }
 }
 
-// x: [max_rows, k]; w: [num_experts, n, k]; offsets: [num_experts + 1]; y: [max_rows, n], all
-// bf16 but offsets (i32). Grid: (row tiles, column tiles); T::kSharedBytes of dynamic shared
-// memory. n, k multiples of 8, x and w 16-byte aligned (the launcher checks); offsets
-// tile-aligned (trusted).
-template <class T>
+// x: [max_rows, k], or [num_tokens, k] with row_token: [max_rows]; w: [num_experts, n, k];
+// offsets: [num_experts + 1]; y: [max_rows, n], or [max_rows, n / 2] with kSiluMul. bf16 but
+// offsets and row_token (i32). Grid: (row tiles, column tiles of n); T::kSharedBytes of dynamic
+// shared memory. n, k multiples of 8 (n of 16 with kSiluMul), x and w 16-byte aligned (the
+// launcher checks); offsets tile-aligned, row_token in [-1, num_tokens) (trusted).
+template <class T, bool kSiluMul>
 __global__ void __launch_bounds__(T::kThreads)
-    grouped_gemm_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
-                        const int32_t* __restrict__ offsets, __nv_bfloat16* __restrict__ y,
-                        int num_experts, int max_rows, int n, int k) {
+    grouped_gemm_kernel(const __nv_bfloat16* __restrict__ x, const int32_t* __restrict__ row_token,
+                        const __nv_bfloat16* __restrict__ w, const int32_t* __restrict__ offsets,
+                        __nv_bfloat16* __restrict__ y, int num_experts, int max_rows, int n,
+                        int k) {
     const int row0 = int(blockIdx.x) * T::kRows;
-    const int col0 = int(blockIdx.y) * T::kCols;
-    const int expert = find_expert<T::kThreads>(offsets, num_experts, row0);
+    __shared__ int32_t src_row[T::kRows];  // the x row of each tile row; -1: zeros
+    if (int(threadIdx.x) < T::kRows) {
+        const int r = row0 + int(threadIdx.x);
+        src_row[threadIdx.x] = r >= max_rows ? -1 : row_token ? row_token[r] : r;
+    }
+    const int expert = find_expert<T::kThreads>(offsets, num_experts, row0);  // + publishes src_row
     if (expert >= num_experts) return;  // the whole CTA: past the last segment
 
     extern __shared__ __align__(16) __nv_bfloat16 smem[];  // [Stages][x tile; w tile]
-    const int rows_valid = min(T::kRows, max_rows - row0);
-    const int cols_valid = min(T::kCols, n - col0);
-    const __nv_bfloat16* x_tile = x + int64_t(row0) * k;
-    const __nv_bfloat16* w_tile = w + (int64_t(expert) * n + col0) * k;
+    // kSiluMul: output columns out0 .. out0 + kCols / 2 of inter = n / 2; else columns of n.
+    constexpr int kOutCols = kSiluMul ? T::kCols / 2 : T::kCols;
+    const int y_cols = kSiluMul ? n / 2 : n;
+    const int out0 = int(blockIdx.y) * kOutCols;
+    const __nv_bfloat16* w_expert = w + int64_t(expert) * n * k;
+    const auto x_row = [&](int r) -> const __nv_bfloat16* {
+        const int src = src_row[r];
+        return src < 0 ? nullptr : x + int64_t(src) * k;
+    };
+    const auto w_row = [&](int r) -> const __nv_bfloat16* {
+        if constexpr (kSiluMul) {  // gate and up rows interleaved in blocks of 8 (see the top)
+            const int col = out0 + (r / 16) * 8 + r % 8;
+            return col < y_cols ? w_expert + int64_t((r / 8) % 2 * y_cols + col) * k : nullptr;
+        } else {
+            return out0 + r < n ? w_expert + int64_t(out0 + r) * k : nullptr;
+        }
+    };
     const int warp = int(threadIdx.x) / 32;
     const int warp_row = (warp / T::kWarpsN) * T::kWarpRows;
     const int warp_col = (warp % T::kWarpsN) * T::kWarpCols;
     auto load_stage = [&](int slot, int k0) {
         __nv_bfloat16* stage = smem + slot * T::kStageElems;
-        load_tile<T, T::kRows>(stage, x_tile, rows_valid, k, k0);
-        load_tile<T, T::kCols>(stage + T::kRows * T::kStride, w_tile, cols_valid, k, k0);
+        load_tile<T, T::kRows>(stage, x_row, w, k, k0);
+        load_tile<T, T::kCols>(stage + T::kRows * T::kStride, w_row, w, k, k0);
     };
 
     float acc[T::kMTiles][T::kNTiles][4] = {};
@@ -170,7 +202,7 @@ __global__ void __launch_bounds__(T::kThreads)
     }
 
     // Fragment layout: the thread holds rows gid and gid + 8, columns 2 tig and 2 tig + 1 of
-    // every n8 tile; n is even, so a pair is either wholly inside or wholly past it.
+    // every n8 tile; y_cols is even, so a pair is either wholly inside or wholly past it.
     const int lane = int(threadIdx.x) % 32, gid = lane / 4, tig = lane % 4;
 #pragma unroll
     for (int mt = 0; mt < T::kMTiles; ++mt) {
@@ -178,38 +210,63 @@ __global__ void __launch_bounds__(T::kThreads)
         for (int half = 0; half < 2; ++half) {
             const int row = row0 + warp_row + mt * 16 + gid + half * 8;
             if (row >= max_rows) continue;
-            __nv_bfloat16* y_row = y + int64_t(row) * n;
+            __nv_bfloat16* y_row = y + int64_t(row) * y_cols;
+            if constexpr (kSiluMul) {
+                // n8 tiles 2 np (gate) and 2 np + 1 (up): output columns 8 np .. of the warp's
+                // kWarpCols / 2.
 #pragma unroll
-            for (int nt = 0; nt < T::kNTiles; ++nt) {
-                const int col = col0 + warp_col + nt * 8 + tig * 2;
-                if (col < n)
-                    *reinterpret_cast<uint32_t*>(y_row + col) =
-                        pack_bf16(acc[mt][nt][2 * half], acc[mt][nt][2 * half + 1]);
+                for (int np = 0; np < T::kNTiles / 2; ++np) {
+                    const int col = out0 + warp_col / 2 + np * 8 + tig * 2;
+                    const float* g = acc[mt][2 * np] + 2 * half;
+                    const float* u = acc[mt][2 * np + 1] + 2 * half;
+                    if (col < y_cols)
+                        *reinterpret_cast<uint32_t*>(y_row + col) =
+                            silu_mul_pack(g[0], g[1], u[0], u[1]);
+                }
+            } else {
+#pragma unroll
+                for (int nt = 0; nt < T::kNTiles; ++nt) {
+                    const int col = out0 + warp_col + nt * 8 + tig * 2;
+                    if (col < n)
+                        *reinterpret_cast<uint32_t*>(y_row + col) =
+                            pack_bf16(acc[mt][nt][2 * half], acc[mt][nt][2 * half + 1]);
+                }
             }
         }
     }
 }
 
-template <class T>
-void launch(const Tensor& x, const Tensor& w, const Tensor& expert_offsets, Tensor& y,
-            cudaStream_t stream) {
-    const int64_t num_experts = w.size(0), n = w.size(1), k = w.size(2), max_rows = x.size(0);
-    const int64_t row_tiles = (max_rows + T::kRows - 1) / T::kRows;
-    const int64_t col_tiles = (n + T::kCols - 1) / T::kCols;
+template <class T, bool kSiluMul>
+void launch(const Tensor& x, const Tensor* row_token, const Tensor& w, const Tensor& expert_offsets,
+            const GroupedGemmDims& d, Tensor& y, cudaStream_t stream) {
+    const int64_t row_tiles = (d.max_rows + T::kRows - 1) / T::kRows;
+    const int64_t col_tiles = (d.n + T::kCols - 1) / T::kCols;
     MI_LAUNCH_CHECK(col_tiles <= 65535, "grouped_gemm: n too large for the grid");
     // Above 48 KB a kernel must opt in to its dynamic shared memory, once per process.
     static const bool opted_in = [] {
-        MI_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<T>,
+        MI_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<T, kSiluMul>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            int(T::kSharedBytes)));
         return true;
     }();
     (void)opted_in;
-    grouped_gemm_kernel<T>
+    grouped_gemm_kernel<T, kSiluMul>
         <<<dim3(unsigned(row_tiles), unsigned(col_tiles)), T::kThreads, T::kSharedBytes, stream>>>(
-            x.data<__nv_bfloat16>(), w.data<__nv_bfloat16>(), expert_offsets.data<int32_t>(),
-            y.data<__nv_bfloat16>(), int(num_experts), int(max_rows), int(n), int(k));
+            x.data<__nv_bfloat16>(), row_token ? row_token->data<int32_t>() : nullptr,
+            w.data<__nv_bfloat16>(), expert_offsets.data<int32_t>(), y.data<__nv_bfloat16>(),
+            int(d.num_experts), int(d.max_rows), int(d.n), int(d.k));
     MI_CUDA_CHECK(cudaGetLastError());
+}
+
+// The one dispatch place of the mma.sync kernel: tile shape × epilogue.
+template <class T>
+void launch_tile(const Tensor& x, const Tensor* row_token, const Tensor& w,
+                 const Tensor& expert_offsets, GroupedGemmEpilogue epilogue,
+                 const GroupedGemmDims& d, Tensor& y, cudaStream_t stream) {
+    if (epilogue == GroupedGemmEpilogue::kSiluMul)
+        launch<T, true>(x, row_token, w, expert_offsets, d, y, stream);
+    else
+        launch<T, false>(x, row_token, w, expert_offsets, d, y, stream);
 }
 
 bool aligned(const void* p, uintptr_t bytes) {
@@ -228,43 +285,61 @@ int64_t grouped_gemm_tile_rows(int64_t routed_rows, int64_t num_experts) {
     return 64;
 }
 
-void grouped_gemm_mma_sync(const Tensor& x, const Tensor& w, const Tensor& expert_offsets,
-                           int64_t tile_rows, Tensor& y, cudaStream_t stream) {
+GroupedGemmDims check_grouped_gemm(const Tensor& x, const Tensor* row_token, const Tensor& w,
+                                   const Tensor& expert_offsets, GroupedGemmEpilogue epilogue,
+                                   const Tensor& y, int64_t y_align) {
     check_cuda_tensor(w, DType::kBF16, "grouped_gemm: w", {kAnySize, kAnySize, kAnySize});
     const int64_t num_experts = w.size(0), n = w.size(1), k = w.size(2);
     check_cuda_tensor(x, DType::kBF16, "grouped_gemm: x", {kAnySize, k});
-    const int64_t max_rows = x.size(0);
+    int64_t max_rows = x.size(0);
+    if (row_token) {
+        check_cuda_tensor(*row_token, DType::kI32, "grouped_gemm: row_token", {kAnySize});
+        max_rows = row_token->size(0);
+    }
     check_cuda_tensor(expert_offsets, DType::kI32, "grouped_gemm: expert_offsets",
                       {num_experts + 1});
-    check_cuda_tensor(y, DType::kBF16, "grouped_gemm: y", {max_rows, n});
+    const bool silu_mul = epilogue == GroupedGemmEpilogue::kSiluMul;
+    const int64_t y_cols = silu_mul ? n / 2 : n;
+    check_cuda_tensor(y, DType::kBF16, "grouped_gemm: y", {max_rows, y_cols});
     MI_LAUNCH_CHECK(num_experts > 0 && n > 0 && k > 0 && n % 8 == 0 && k % 8 == 0,
                     "grouped_gemm: n and k must be positive multiples of 8, num_experts positive");
-    MI_LAUNCH_CHECK(aligned(x.raw(), 16) && aligned(w.raw(), 16) && aligned(y.raw(), 4),
-                    "grouped_gemm: x and w must be 16-byte aligned, y 4-byte aligned");
+    MI_LAUNCH_CHECK(!silu_mul || n % 16 == 0,
+                    "grouped_gemm: kSiluMul needs w [E, 2 * inter, k] with inter a multiple of 8");
+    MI_LAUNCH_CHECK(
+        aligned(x.raw(), 16) && aligned(w.raw(), 16) && aligned(y.raw(), uintptr_t(y_align)),
+        "grouped_gemm: x and w must be 16-byte aligned, y as the kernel needs");
     MI_LAUNCH_CHECK(max_rows <= INT32_MAX - kGroupedGemmMaxTileRows && n <= INT32_MAX &&
                         k <= INT32_MAX && num_experts < INT32_MAX,
                     "grouped_gemm: sizes must fit in int32");
-    if (max_rows == 0) return;
+    return {num_experts, n, k, max_rows, y_cols};
+}
+
+void grouped_gemm_mma_sync(const Tensor& x, const Tensor* row_token, const Tensor& w,
+                           const Tensor& expert_offsets, int64_t tile_rows,
+                           GroupedGemmEpilogue epilogue, Tensor& y, cudaStream_t stream) {
+    const GroupedGemmDims d = check_grouped_gemm(x, row_token, w, expert_offsets, epilogue, y, 4);
+    if (d.max_rows == 0) return;
     switch (tile_rows) {
         case 16:
-            return launch<Tile16>(x, w, expert_offsets, y, stream);
+            return launch_tile<Tile16>(x, row_token, w, expert_offsets, epilogue, d, y, stream);
         case 32:
-            return launch<Tile32>(x, w, expert_offsets, y, stream);
+            return launch_tile<Tile32>(x, row_token, w, expert_offsets, epilogue, d, y, stream);
         case 64:
-            return launch<Tile64>(x, w, expert_offsets, y, stream);
+            return launch_tile<Tile64>(x, row_token, w, expert_offsets, epilogue, d, y, stream);
         case 128:
-            return launch<Tile128>(x, w, expert_offsets, y, stream);
+            return launch_tile<Tile128>(x, row_token, w, expert_offsets, epilogue, d, y, stream);
         default:
             MI_LAUNCH_CHECK(false, "grouped_gemm: tile_rows must be 16, 32, 64 or 128");
     }
 }
 
-void grouped_gemm(const Tensor& x, const Tensor& w, const Tensor& expert_offsets, int64_t tile_rows,
+void grouped_gemm(const Tensor& x, const Tensor* row_token, const Tensor& w,
+                  const Tensor& expert_offsets, int64_t tile_rows, GroupedGemmEpilogue epilogue,
                   Tensor& y, cudaStream_t stream) {
     if (tile_rows == kGroupedGemmSm90TileRows && grouped_gemm_sm90_supported())
-        grouped_gemm_sm90(x, w, expert_offsets, y, stream);
+        grouped_gemm_sm90(x, row_token, w, expert_offsets, epilogue, y, stream);
     else
-        grouped_gemm_mma_sync(x, w, expert_offsets, tile_rows, y, stream);
+        grouped_gemm_mma_sync(x, row_token, w, expert_offsets, tile_rows, epilogue, y, stream);
 }
 
 }  // namespace miniinfer::cuda

@@ -22,30 +22,49 @@ inline constexpr int64_t kGroupedGemmMaxTileRows = 128;
 // (bench/RESULTS.md).
 int64_t grouped_gemm_tile_rows(int64_t routed_rows, int64_t num_experts);
 
-// For each expert e and each row r in [expert_offsets[e], expert_offsets[e + 1]):
-//   y[r, :] = bf16(x[r, :] · w[e]ᵀ)   (bf16 products, fp32 sums, one bf16 rounding)
-//   x:              [max_rows, k] bf16, rows permuted expert-contiguous; padding rows zeros
+// What a grouped GEMM writes from its fp32 sums p[r, :] = x_row(r) · w[e]ᵀ:
+//   kStore    y[r, j] = bf16(p[r, j]); y is [max_rows, n]
+//   kSiluMul  the MoE gate_up projection with silu_mul fused into it: w holds gate rows, then up
+//             rows (n = 2 · inter, inter a multiple of 8), y is [max_rows, inter] and
+//               y[r, i] = bf16(silu(g) · u),  g = bf16(p[r, i]),  u = bf16(p[r, inter + i])
+//             in silu_mul's arithmetic: bit for bit kStore followed by silu_mul, without the
+//             [max_rows, n] round trip through memory
+enum class GroupedGemmEpilogue { kStore, kSiluMul };
+
+// For each expert e and each permuted row r in [expert_offsets[e], expert_offsets[e + 1]):
+//   p[r, :] = x_row(r) · w[e]ᵀ   (bf16 products, fp32 sums), written as `epilogue` says
+//   x, row_token:   where row r's activations come from, one of
+//                   - row_token null: x is [max_rows, k] bf16, rows already permuted
+//                     expert-contiguous (moe_gather's x_perm), padding rows zeros; x_row(r) = x[r]
+//                   - row_token [max_rows] i32 (moe_permute's): x is the token-ordered
+//                     [num_tokens, k] bf16 and x_row(r) = x[row_token[r]], zeros where
+//                     row_token[r] is -1 (the gather fused into the GEMM's row loads; values
+//                     trusted, in [-1, num_tokens))
 //   w:              [num_experts, n, k] bf16, each expert's weight in nn.Linear layout [n, k]
 //   expert_offsets: [num_experts + 1] i32 on the device, non-decreasing, offsets[0] == 0,
 //                   every offset a multiple of tile_rows, offsets[E] <= max_rows
 //   tile_rows:      16, 32, 64 or 128 (grouped_gemm_tile_rows); 128 runs grouped_gemm_sm90 on an
 //                   sm_90 device (then y must be 16-byte aligned)
-//   y:              [max_rows, n] bf16; must not alias x or w
-// Writes: every row below offsets[E] (padding rows included: x's zeros give zeros). Rows from
+//   y:              [max_rows, n] bf16 (kStore) or [max_rows, n / 2] (kSiluMul); must not alias
+//                   x or w
+// Writes: every row below offsets[E] (padding rows included: zeros in give zeros out). Rows from
 // offsets[E] on are not written (they keep whatever y held). An expert with an empty segment
 // costs nothing.
-// n and k must be multiples of 8, x and w 16-byte aligned, y 4-byte aligned (checked; a
-// failure aborts as MI_LAUNCH_CHECK: a bug in the caller). The offsets themselves are read only
-// on the device and trusted. The grid covers max_rows / tile_rows row tiles × n / 64 or 128
-// column tiles; tiles past offsets[E] exit at once. No allocation, no host synchronisation: safe
-// to call during CUDA graph capture, and a replay reads the offsets the graph finds on the device.
-void grouped_gemm(const Tensor& x, const Tensor& w, const Tensor& expert_offsets, int64_t tile_rows,
+// n and k must be multiples of 8 (n of 16 for kSiluMul), x and w 16-byte aligned, y 4-byte
+// aligned (checked; a failure aborts as MI_LAUNCH_CHECK: a bug in the caller). The offsets and
+// row_token are read only on the device and trusted. The grid covers max_rows / tile_rows row
+// tiles × n / 64 or 128 column tiles (of p); tiles past offsets[E] exit at once. No allocation,
+// no host synchronisation: safe to call during CUDA graph capture, and a replay reads the
+// offsets and row_token the graph finds on the device.
+void grouped_gemm(const Tensor& x, const Tensor* row_token, const Tensor& w,
+                  const Tensor& expert_offsets, int64_t tile_rows, GroupedGemmEpilogue epilogue,
                   Tensor& y, cudaStream_t stream);
 
 // grouped_gemm on mma.sync whatever the device (grouped_gemm's kernel for tiles 16 to 64, and
 // for 128 off sm_90); tests run it on the H200 too.
-void grouped_gemm_mma_sync(const Tensor& x, const Tensor& w, const Tensor& expert_offsets,
-                           int64_t tile_rows, Tensor& y, cudaStream_t stream);
+void grouped_gemm_mma_sync(const Tensor& x, const Tensor* row_token, const Tensor& w,
+                           const Tensor& expert_offsets, int64_t tile_rows,
+                           GroupedGemmEpilogue epilogue, Tensor& y, cudaStream_t stream);
 
 // The row tile of grouped_gemm_sm90: its segments must be padded to 128 rows (offsets multiples
 // of it).
@@ -57,13 +76,27 @@ bool grouped_gemm_sm90_supported();
 
 // grouped_gemm on Hopper's warpgroup MMA (wgmma), for prefill-sized row counts: the same
 // contract, arguments and writes as grouped_gemm with tile_rows 128, with these differences:
-//   - y must be 16-byte aligned too (x, w and y all checked), n and k still multiples of 8;
+//   - y must be 16-byte aligned too (x, w and y all checked);
 //   - the device must be sm_90 (grouped_gemm_sm90_supported(), checked: aborts otherwise);
 //   - the grid is ceil(n / 256) column tiles × ceil(max_rows / 128) row tiles (max_rows at most
 //     65535 · 128), 256 threads and about 193 KB of dynamic shared memory per CTA.
 // Summation order differs from grouped_gemm (fp32 either way), so results may differ from it in
 // the last bf16 bit. No allocation, no host synchronisation: graph-capturable.
-void grouped_gemm_sm90(const Tensor& x, const Tensor& w, const Tensor& expert_offsets, Tensor& y,
+void grouped_gemm_sm90(const Tensor& x, const Tensor* row_token, const Tensor& w,
+                       const Tensor& expert_offsets, GroupedGemmEpilogue epilogue, Tensor& y,
                        cudaStream_t stream);
+
+// The sizes of one grouped GEMM call after its launcher's checks (check_grouped_gemm, shared by
+// both kernels' launchers): p is [max_rows, n], y [max_rows, y_cols].
+struct GroupedGemmDims {
+    int64_t num_experts, n, k, max_rows, y_cols;
+};
+
+// Checks grouped_gemm's contract on its operands (shapes, dtypes, multiples of 8, 16-byte
+// alignment of x and w, y_align-byte alignment of y, sizes within int32) and returns the sizes.
+// A failure aborts as MI_LAUNCH_CHECK.
+GroupedGemmDims check_grouped_gemm(const Tensor& x, const Tensor* row_token, const Tensor& w,
+                                   const Tensor& expert_offsets, GroupedGemmEpilogue epilogue,
+                                   const Tensor& y, int64_t y_align);
 
 }  // namespace miniinfer::cuda

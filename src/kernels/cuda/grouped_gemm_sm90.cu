@@ -38,15 +38,23 @@
 //     lanes of a store hit 32 distinct banks), then 16-byte coalesced stores to y.
 // Tails: rows past max_rows, columns past n and k past its end are zero-filled by cp.async
 // (src-size 0) and never stored, so any n, k that are multiples of 8 work.
+// Fused gather (row_token given): a thread loads the same 4 x rows of the tile every k tile, so it
+// looks their row_token entries up once and keeps the 4 row pointers in registers.
+// Fused SiLU (kSiluMul): the w tile's rows interleave gate and up in blocks of 8 (rows 16 j ..
+// 16 j + 7 gate columns c0 + 8 j .., rows 16 j + 8 .. 16 j + 15 the up columns, c0 the CTA's first
+// output column), so the accumulator's n8 blocks 2 j' and 2 j' + 1 are gate and up of the same
+// output columns 8 j' .. 8 j' + 7, held by the same thread: the epilogue stages silu_mul of the
+// pair, a [128, 128] tile of act. A thread's w rows (t / 8 + 32 i) then step 16 output columns
+// apart, not 32.
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
-#include "kernels/cuda/check_tensor.h"
 #include "kernels/cuda/grouped_gemm.h"
 #include "kernels/cuda/mma_bf16.cuh"
+#include "kernels/cuda/silu_mul.cuh"
 
 namespace miniinfer::cuda {
 namespace {
@@ -77,6 +85,9 @@ static_assert(kTileRows * kChunksPerRow % kThreads == 0 &&
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
 constexpr int kAccPerThread = kWarpgroupRows * kTileCols / 128;  // fp32 accumulators: 128
+constexpr int kRowStep = kThreads / kChunksPerRow;     // 32: tile rows between a thread's rows
+constexpr int kXRowsPerThread = kTileRows / kRowStep;  // 4
+constexpr int kWRowsPerThread = kTileCols / kRowStep;  // 8
 
 // 16 bytes global -> shared address `dst`, asynchronously; valid == false writes zeros.
 __device__ __forceinline__ void cp_async_16_to(uint32_t dst, const void* src, bool valid) {
@@ -178,56 +189,88 @@ __device__ __forceinline__ int find_expert(const int32_t* offsets, int num_exper
     return ended;
 }
 
-// Tile `k_tile` of both operands into the stage at shared address `stage`. Thread t copies chunk
-// t % 8 of rows t / 8 + 32 i: one row's 128 bytes come from 8 neighbouring threads (coalesced),
-// and the row's swizzle phase (row % 8 == (t / 8) % 8) is the same for all of a thread's rows.
-// x_tile: [rows_valid, k] valid rows of x; w_tile: [cols_valid, k] valid rows of w[e].
-__device__ __forceinline__ void load_stage(uint32_t stage, const __nv_bfloat16* x_tile,
-                                           int rows_valid, const __nv_bfloat16* w_tile,
-                                           int cols_valid, int k, int k_tile) {
-    constexpr int kRowStep = kThreads / kChunksPerRow;  // 32
+// The global rows a thread copies in every k tile (load_stage), found once per CTA. Thread t
+// copies chunk t % 8 of tile rows t / 8 + 32 i: one row's 128 bytes come from 8 neighbouring
+// threads (coalesced), and the row's swizzle phase (row % 8 == (t / 8) % 8) is the same for all
+// of a thread's rows.
+struct ThreadRows {
+    const __nv_bfloat16* x[kXRowsPerThread];  // x row of tile row t / 8 + 32 i; null: zeros
+    const __nv_bfloat16* w;                   // w row of tile row t / 8 (valid or not)
+    int64_t w_step;                           // elements from one of its w rows to the next
+    unsigned w_valid;                         // bit i: tile row t / 8 + 32 i has a w row
+};
+
+// Tile `k_tile` of both operands into the stage at shared address `stage`; x and w are the
+// kernel's operands, named (never read) by the zero-filling copies.
+__device__ __forceinline__ void load_stage(uint32_t stage, const ThreadRows& rows,
+                                           const __nv_bfloat16* x, const __nv_bfloat16* w, int k,
+                                           int k_tile) {
     const int row = int(threadIdx.x) / kChunksPerRow, chunk = int(threadIdx.x) % kChunksPerRow;
     const int kk = k_tile * kTileK + chunk * 8;
     const bool k_valid = kk < k;
     const uint32_t dst = stage + swizzled(row, chunk);
 #pragma unroll
-    for (int i = 0; i < kTileRows / kRowStep; ++i) {
-        const int r = row + i * kRowStep;
-        const bool valid = k_valid && r < rows_valid;
-        cp_async_16_to(dst + uint32_t(i * kRowStep * kRowBytes),
-                       valid ? x_tile + int64_t(r) * k + kk : x_tile, valid);
+    for (int i = 0; i < kXRowsPerThread; ++i) {
+        const bool valid = k_valid && rows.x[i] != nullptr;
+        cp_async_16_to(dst + uint32_t(i * kRowStep * kRowBytes), valid ? rows.x[i] + kk : x, valid);
     }
 #pragma unroll
-    for (int i = 0; i < kTileCols / kRowStep; ++i) {
-        const int r = row + i * kRowStep;
-        const bool valid = k_valid && r < cols_valid;
+    for (int i = 0; i < kWRowsPerThread; ++i) {
+        const bool valid = k_valid && (rows.w_valid >> i) & 1u;
         cp_async_16_to(dst + uint32_t(kABytes + i * kRowStep * kRowBytes),
-                       valid ? w_tile + int64_t(r) * k + kk : w_tile, valid);
+                       valid ? rows.w + i * rows.w_step + kk : w, valid);
     }
 }
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
-// x: [max_rows, k]; w: [num_experts, n, k]; offsets: [num_experts + 1]; y: [max_rows, n], all
-// bf16 but offsets (i32). Grid: (column tiles, row tiles). n, k multiples of 8, x and w 16-byte
-// aligned, y 16-byte aligned (the launcher checks); offsets multiples of 128 (trusted).
+// x: [max_rows, k], or [num_tokens, k] with row_token: [max_rows]; w: [num_experts, n, k];
+// offsets: [num_experts + 1]; y: [max_rows, n], or [max_rows, n / 2] with kSiluMul. bf16 but
+// offsets and row_token (i32). Grid: (column tiles of n, row tiles). n, k multiples of 8 (n of
+// 16 with kSiluMul), x, w and y 16-byte aligned (the launcher checks); offsets multiples of 128,
+// row_token in [-1, num_tokens) (trusted).
+template <bool kSiluMul>
 __global__ void __launch_bounds__(kThreads, 1)
     grouped_gemm_sm90_kernel(const __nv_bfloat16* __restrict__ x,
+                             const int32_t* __restrict__ row_token,
                              const __nv_bfloat16* __restrict__ w,
                              const int32_t* __restrict__ offsets, __nv_bfloat16* __restrict__ y,
                              int num_experts, int max_rows, int n, int k) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    const int col0 = int(blockIdx.x) * kTileCols;
+    // kSiluMul: output columns out0 .. out0 + 127 of inter = n / 2; else columns of n.
+    constexpr int kOutCols = kSiluMul ? kTileCols / 2 : kTileCols;
+    const int y_cols = kSiluMul ? n / 2 : n;
+    const int out0 = int(blockIdx.x) * kOutCols;
     const int row0 = int(blockIdx.y) * kTileRows;
+
+    // This thread's source rows, looked up before the expert so that the loads overlap.
+    ThreadRows rows;
+    const int my_row = int(threadIdx.x) / kChunksPerRow;
+#pragma unroll
+    for (int i = 0; i < kXRowsPerThread; ++i) {
+        const int r = row0 + my_row + i * kRowStep;
+        const int src = r >= max_rows ? -1 : row_token ? row_token[r] : r;
+        rows.x[i] = src < 0 ? nullptr : x + int64_t(src) * k;
+    }
     const int expert = find_expert(offsets, num_experts, row0);
     if (expert >= num_experts) return;  // the whole CTA: past the last segment
+
+    // kSiluMul: tile row s is gate (s / 8 even) or up of output column out0 + (s / 16) * 8 + s % 8;
+    // a thread's rows s = my_row + 32 i are then 16 output columns apart.
+    const int my_col = kSiluMul ? out0 + (my_row / 16) * 8 + my_row % 8 : out0 + my_row;
+    constexpr int kColStep = kSiluMul ? kRowStep / 2 : kRowStep;
+    const int w_row = kSiluMul ? (my_row / 8) % 2 * y_cols + my_col : my_col;
+    rows.w = w + (int64_t(expert) * n + w_row) * k;
+    rows.w_step = int64_t(kColStep) * k;
+    rows.w_valid = 0;
+#pragma unroll
+    for (int i = 0; i < kWRowsPerThread; ++i)
+        rows.w_valid |= unsigned(my_col + i * kColStep < y_cols) << i;
 
     extern __shared__ uint8_t smem_raw[];
     const uint32_t ring = (smem_u32(smem_raw) + kAtomBytes - 1) & ~uint32_t(kAtomBytes - 1);
     const int rows_valid = min(kTileRows, max_rows - row0);
-    const int cols_valid = min(kTileCols, n - col0);
-    const __nv_bfloat16* x_tile = x + int64_t(row0) * k;
-    const __nv_bfloat16* w_tile = w + (int64_t(expert) * n + col0) * k;
+    const int cols_valid = min(kOutCols, y_cols - out0);
     const int warpgroup = int(threadIdx.x) / 128;
 
     float acc[kAccPerThread];
@@ -238,8 +281,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Every step commits a group, empty or not, so that wait_group 1 always means "tile t".
 #pragma unroll
     for (int t = 0; t < kStages - 2; ++t) {
-        if (t < num_k_tiles)
-            load_stage(ring + t * kStageBytes, x_tile, rows_valid, w_tile, cols_valid, k, t);
+        if (t < num_k_tiles) load_stage(ring + t * kStageBytes, rows, x, w, k, t);
         cp_async_commit();
     }
     for (int t = 0; t < num_k_tiles; ++t) {
@@ -248,8 +290,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         __syncthreads();
         const int next = t + kStages - 2;
         if (next < num_k_tiles)
-            load_stage(ring + (next % kStages) * kStageBytes, x_tile, rows_valid, w_tile,
-                       cols_valid, k, next);
+            load_stage(ring + (next % kStages) * kStageBytes, rows, x, w, k, next);
         cp_async_commit();
 
         const uint32_t stage = ring + (t % kStages) * kStageBytes;
@@ -267,28 +308,35 @@ __global__ void __launch_bounds__(kThreads, 1)
     fence_proxy_async_shared();  // wgmma's reads of the ring before the generic writes below
     __syncthreads();  // both warpgroups done with the ring: it becomes the output staging tile
 
-    // Accumulators -> bf16 [kTileRows, kOutStride] in shared memory.
+    // Accumulators -> bf16 [kTileRows, kOutStride] in shared memory (kOutCols used).
     __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(smem_raw + (ring - smem_u32(smem_raw)));
     const int warp = int(threadIdx.x) % 128 / 32, lane = int(threadIdx.x) % 32;
     const int row_base = warpgroup * kWarpgroupRows + warp * 16 + lane / 4;
 #pragma unroll
-    for (int j = 0; j < kTileCols / 8; ++j) {
+    for (int j = 0; j < kOutCols / 8; ++j) {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             const int r = row_base + half * 8, c = j * 8 + (lane % 4) * 2;
-            *reinterpret_cast<uint32_t*>(out + r * kOutStride + c) =
-                pack_bf16(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+            uint32_t pair;
+            if constexpr (kSiluMul) {  // n8 blocks 2 j (gate) and 2 j + 1 (up)
+                const float* g = acc + 4 * (2 * j) + 2 * half;
+                const float* u = acc + 4 * (2 * j + 1) + 2 * half;
+                pair = silu_mul_pack(g[0], g[1], u[0], u[1]);
+            } else {
+                pair = pack_bf16(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+            }
+            *reinterpret_cast<uint32_t*>(out + r * kOutStride + c) = pair;
         }
     }
     __syncthreads();
 
-    // Shared -> y in 16-byte chunks: a warp stores one 512-byte row segment.
-    constexpr int kOutChunksPerRow = kTileCols / 8;
+    // Shared -> y in 16-byte chunks: a warp stores one 512-byte row segment (256 with kSiluMul).
+    constexpr int kOutChunksPerRow = kOutCols / 8;
 #pragma unroll 4
     for (int c = int(threadIdx.x); c < kTileRows * kOutChunksPerRow; c += kThreads) {
         const int r = c / kOutChunksPerRow, col = (c % kOutChunksPerRow) * 8;
         if (r < rows_valid && col < cols_valid)
-            *reinterpret_cast<uint4*>(y + int64_t(row0 + r) * n + col0 + col) =
+            *reinterpret_cast<uint4*>(y + int64_t(row0 + r) * y_cols + out0 + col) =
                 *reinterpret_cast<const uint4*>(out + r * kOutStride + col);
     }
 #else
@@ -296,8 +344,26 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-bool aligned(const void* p, uintptr_t bytes) {
-    return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+template <bool kSiluMul>
+void launch(const Tensor& x, const Tensor* row_token, const Tensor& w, const Tensor& expert_offsets,
+            const GroupedGemmDims& d, Tensor& y, cudaStream_t stream) {
+    const int64_t row_tiles = (d.max_rows + kTileRows - 1) / kTileRows;
+    const int64_t col_tiles = (d.n + kTileCols - 1) / kTileCols;
+    MI_LAUNCH_CHECK(row_tiles <= 65535, "grouped_gemm_sm90: max_rows too large for the grid");
+    // Once per process: the ring is over the 48 KB a launch gets without asking.
+    static const bool smem_raised = [] {
+        MI_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_sm90_kernel<kSiluMul>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           kSmemBytes));
+        return true;
+    }();
+    (void)smem_raised;
+    grouped_gemm_sm90_kernel<kSiluMul>
+        <<<dim3(unsigned(col_tiles), unsigned(row_tiles)), kThreads, kSmemBytes, stream>>>(
+            x.data<__nv_bfloat16>(), row_token ? row_token->data<int32_t>() : nullptr,
+            w.data<__nv_bfloat16>(), expert_offsets.data<int32_t>(), y.data<__nv_bfloat16>(),
+            int(d.num_experts), int(d.max_rows), int(d.n), int(d.k));
+    MI_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
@@ -310,42 +376,17 @@ bool grouped_gemm_sm90_supported() {
     return major == 9 && minor == 0;
 }
 
-void grouped_gemm_sm90(const Tensor& x, const Tensor& w, const Tensor& expert_offsets, Tensor& y,
+void grouped_gemm_sm90(const Tensor& x, const Tensor* row_token, const Tensor& w,
+                       const Tensor& expert_offsets, GroupedGemmEpilogue epilogue, Tensor& y,
                        cudaStream_t stream) {
-    check_cuda_tensor(w, DType::kBF16, "grouped_gemm_sm90: w", {kAnySize, kAnySize, kAnySize});
-    const int64_t num_experts = w.size(0), n = w.size(1), k = w.size(2);
-    check_cuda_tensor(x, DType::kBF16, "grouped_gemm_sm90: x", {kAnySize, k});
-    const int64_t max_rows = x.size(0);
-    check_cuda_tensor(expert_offsets, DType::kI32, "grouped_gemm_sm90: expert_offsets",
-                      {num_experts + 1});
-    check_cuda_tensor(y, DType::kBF16, "grouped_gemm_sm90: y", {max_rows, n});
-    MI_LAUNCH_CHECK(num_experts > 0 && n > 0 && k > 0 && n % 8 == 0 && k % 8 == 0,
-                    "grouped_gemm_sm90: n and k must be positive multiples of 8, num_experts "
-                    "positive");
-    MI_LAUNCH_CHECK(aligned(x.raw(), 16) && aligned(w.raw(), 16) && aligned(y.raw(), 16),
-                    "grouped_gemm_sm90: x, w and y must be 16-byte aligned");
-    MI_LAUNCH_CHECK(max_rows <= INT32_MAX - kTileRows && n <= INT32_MAX && k <= INT32_MAX &&
-                        num_experts < INT32_MAX,
-                    "grouped_gemm_sm90: sizes must fit in int32");
+    const GroupedGemmDims d = check_grouped_gemm(x, row_token, w, expert_offsets, epilogue, y, 16);
     MI_LAUNCH_CHECK(grouped_gemm_sm90_supported(),
                     "grouped_gemm_sm90: needs an sm_90 device (wgmma is sm_90a only)");
-    if (max_rows == 0) return;
-
-    const int64_t row_tiles = (max_rows + kTileRows - 1) / kTileRows;
-    const int64_t col_tiles = (n + kTileCols - 1) / kTileCols;
-    MI_LAUNCH_CHECK(row_tiles <= 65535, "grouped_gemm_sm90: max_rows too large for the grid");
-    // Once per process: the ring is over the 48 KB a launch gets without asking.
-    static const bool smem_raised = [] {
-        MI_CUDA_CHECK(cudaFuncSetAttribute(
-            grouped_gemm_sm90_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-        return true;
-    }();
-    (void)smem_raised;
-    grouped_gemm_sm90_kernel<<<dim3(unsigned(col_tiles), unsigned(row_tiles)), kThreads, kSmemBytes,
-                               stream>>>(x.data<__nv_bfloat16>(), w.data<__nv_bfloat16>(),
-                                         expert_offsets.data<int32_t>(), y.data<__nv_bfloat16>(),
-                                         int(num_experts), int(max_rows), int(n), int(k));
-    MI_CUDA_CHECK(cudaGetLastError());
+    if (d.max_rows == 0) return;
+    if (epilogue == GroupedGemmEpilogue::kSiluMul)
+        launch<true>(x, row_token, w, expert_offsets, d, y, stream);
+    else
+        launch<false>(x, row_token, w, expert_offsets, d, y, stream);
 }
 
 }  // namespace miniinfer::cuda

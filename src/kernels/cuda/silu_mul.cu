@@ -1,8 +1,8 @@
 // out = bf16(silu(g) * u) with g, u read from one [n, 2 * inter] row (gate half, up half).
 // Bandwidth-bound: each thread handles kVec consecutive outputs so that the loads of g and u
 // and the store are 16-byte vectors when inter % 8 == 0 (every real model), scalar otherwise.
-// Rounding: one bf16 rounding of the fp32 product (Hugging Face on bf16 rounds silu(g) to bf16
-// first; the difference is at most one bf16 ulp).
+// The arithmetic itself (silu_mul_bf16) lives in silu_mul.cuh: the grouped GEMM's fused epilogue
+// must give the same bits.
 #include "kernels/cuda/silu_mul.h"
 
 #include <cuda_bf16.h>
@@ -12,15 +12,12 @@
 
 #include "core/cuda/cuda_check.h"
 #include "kernels/cuda/check_tensor.h"
+#include "kernels/cuda/silu_mul.cuh"
 
 namespace miniinfer::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-__device__ __forceinline__ float silu(float x) {
-    return x / (1.f + expf(-x));
-}
 
 template <int kVec>
 struct alignas(2 * kVec) BF16Vec {
@@ -41,8 +38,7 @@ __global__ void silu_mul_kernel(const __nv_bfloat16* __restrict__ gate_up, int64
         const Vec u = *reinterpret_cast<const Vec*>(gate_up + t * 2 * inter + inter + col);
         Vec o;
 #pragma unroll
-        for (int j = 0; j < kVec; ++j)
-            o.v[j] = __float2bfloat16(silu(__bfloat162float(g.v[j])) * __bfloat162float(u.v[j]));
+        for (int j = 0; j < kVec; ++j) o.v[j] = silu_mul_bf16(g.v[j], u.v[j]);
         *reinterpret_cast<Vec*>(out + t * inter + col) = o;
     }
 }

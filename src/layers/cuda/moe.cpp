@@ -3,7 +3,6 @@
 #include "core/cuda/device_buffer.h"
 #include "kernels/cuda/grouped_gemm.h"
 #include "kernels/cuda/moe_routing.h"
-#include "kernels/cuda/silu_mul.h"
 
 namespace miniinfer::cuda {
 
@@ -24,10 +23,8 @@ Moe::Buffers Moe::allocate_buffers(int64_t max_tokens) const {
                 device_tensor({moe_permute_workspace_elems(max_tokens, top_k, E)}, DType::kI32),
             .expert_offsets = device_tensor({E + 1}, DType::kI32),
             .row_token = device_tensor({R}, DType::kI32),
-            .x_perm = device_tensor({R, hidden}, DType::kBF16),
-            .y_perm = device_tensor({R, hidden}, DType::kBF16),
-            .gate_up = device_tensor({R, 2 * inter}, DType::kBF16),
-            .act = device_tensor({R, inter}, DType::kBF16)};
+            .act = device_tensor({R, inter}, DType::kBF16),
+            .y_perm = device_tensor({R, hidden}, DType::kBF16)};
 }
 
 void Moe::forward(const Tensor& x, Tensor& y, const Step& step, Buffers& buf) const {
@@ -36,16 +33,15 @@ void Moe::forward(const Tensor& x, Tensor& y, const Step& step, Buffers& buf) co
     const cudaStream_t st = step.stream;
     Tensor logits = rows(buf.logits, n), ids = rows(buf.topk_ids, n);
     Tensor weights = rows(buf.topk_weights, n), slot_row = rows(buf.slot_row, n);
-    Tensor row_token = rows(buf.row_token, R), x_perm = rows(buf.x_perm, R);
-    Tensor gate_up = rows(buf.gate_up, R), act = rows(buf.act, R), y_perm = rows(buf.y_perm, R);
+    Tensor row_token = rows(buf.row_token, R), act = rows(buf.act, R), y_perm = rows(buf.y_perm, R);
     router.forward(x, logits, step);
     moe_route(logits, top_k, renormalize, ids, weights, st);
     moe_permute(ids, num_experts(), tile, buf.permute_workspace, buf.expert_offsets, row_token,
                 slot_row, st);
-    moe_gather(x, row_token, buf.expert_offsets, x_perm, st);
-    grouped_gemm(x_perm, experts_gate_up, buf.expert_offsets, tile, gate_up, st);
-    silu_mul(gate_up, act, st);
-    grouped_gemm(act, experts_down, buf.expert_offsets, tile, y_perm, st);
+    grouped_gemm(x, &row_token, experts_gate_up, buf.expert_offsets, tile,
+                 GroupedGemmEpilogue::kSiluMul, act, st);
+    grouped_gemm(act, nullptr, experts_down, buf.expert_offsets, tile, GroupedGemmEpilogue::kStore,
+                 y_perm, st);
     moe_combine(y_perm, slot_row, weights, y, st);
     if (comm) comm->all_reduce_sum(y, st);
 }

@@ -1,10 +1,11 @@
 // The sparse MoE block on the GPU, Qwen3-MoE style (the CPU reference is FusedMoE in
 // layers/layers.h):
 //
-//   router GEMM -> softmax, top-k (+ renormalisation) -> permute the tokens into
-//   expert-contiguous rows (each expert's segment padded to the grouped GEMM's row tile) ->
-//   grouped GEMM gate_up -> SiLU(gate) * up -> grouped GEMM down -> weighted sum of each
-//   token's k rows back in token order (row-parallel: all-reduced across ranks)
+//   router GEMM -> softmax, top-k (+ renormalisation) -> permute: each permuted row's token,
+//   expert-contiguous (each expert's segment padded to the grouped GEMM's row tile) ->
+//   grouped GEMM gate_up, reading x's rows through the permutation and writing SiLU(gate) * up
+//   (gather and silu_mul fused into it) -> grouped GEMM down -> weighted sum of each token's k
+//   rows back in token order (row-parallel: all-reduced across ranks)
 //
 // Every size comes from the host-side token count and the config, none from the routing, so a
 // decode step with this block can be captured in a CUDA graph. The combine adds each token's k
@@ -38,8 +39,8 @@ struct Moe {
         Tensor permute_workspace;       // moe_permute's scratch, i32
         Tensor expert_offsets;          // [E + 1] i32
         Tensor row_token;               // [max_rows] i32: each permuted row's token (-1: pad)
-        Tensor x_perm, y_perm;          // [max_rows, hidden] bf16
-        Tensor gate_up, act;            // [max_rows, 2 * inter], [max_rows, inter] bf16
+        Tensor act;                     // [max_rows, inter] bf16: SiLU(gate) * up per row
+        Tensor y_perm;                  // [max_rows, hidden] bf16: the down projection per row
     };
     Buffers allocate_buffers(int64_t max_tokens) const;
 
