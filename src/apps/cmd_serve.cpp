@@ -122,8 +122,8 @@ void run(ServeOptions o) {
         // The main thread may be removing the same directory (the pipeline's destructor runs
         // once its children are gone): an entry it takes first fails our walk, so walk again.
         std::error_code ignored;
-        for (int i = 0; i < 20 && !socket_dir.empty() && std::filesystem::exists(socket_dir, ignored);
-             ++i)
+        for (int i = 0;
+             i < 20 && !socket_dir.empty() && std::filesystem::exists(socket_dir, ignored); ++i)
             std::filesystem::remove_all(socket_dir, ignored);
         std::_Exit(128 + sig);
     });

@@ -305,8 +305,11 @@ void CudaModelRunner::Impl::forward(const Batch& b) {
                                   size_t(in.table + int64_t(b.block_table.size())) * 4,
                                   cudaMemcpyHostToDevice, stream.get()));
     staged[staging].record(stream.get());
-    StepShape shape{n, s, num_logits, 0, 0, in.table, b.max_pages,
-                    std::any_of(b.input_ids.begin(), b.input_ids.end(), is_placeholder)};
+    StepShape shape{
+        n,           s,
+        num_logits,  0,
+        0,           in.table,
+        b.max_pages, std::any_of(b.input_ids.begin(), b.input_ids.end(), is_placeholder)};
     for (int64_t i = 0; i < s; ++i) {
         shape.max_query_len = std::max<int64_t>(
             shape.max_query_len, b.query_start[size_t(i) + 1] - b.query_start[size_t(i)]);

@@ -161,8 +161,8 @@ void CudaSampler::launch(Tensor& logits, const Tensor& raw_logits,
                 tl = Tensor(B.top_logprobs.raw(), DType::kF32, {rows_n, m}, Device::kCUDA);
             }
             cuda::sample(logits, params, penalised.empty() ? nullptr : &raw_logits, m, tok, lp,
-                         m > 0 ? &ti : nullptr, m > 0 ? &tl : nullptr,
-                         B.sampling_workspace.data(), B.sampling_workspace.bytes(), st);
+                         m > 0 ? &ti : nullptr, m > 0 ? &tl : nullptr, B.sampling_workspace.data(),
+                         B.sampling_workspace.bytes(), st);
             MI_CUDA_CHECK(cudaMemcpyAsync(h.logprobs, lp.raw(), size_t(rows_n) * 4,
                                           cudaMemcpyDeviceToHost, st));
             if (m > 0) {
@@ -172,8 +172,8 @@ void CudaSampler::launch(Tensor& logits, const Tensor& raw_logits,
                                               cudaMemcpyDeviceToHost, st));
             }
         }
-        MI_CUDA_CHECK(cudaMemcpyAsync(h.tokens, tok.raw(), size_t(rows_n) * 4,
-                                      cudaMemcpyDeviceToHost, st));
+        MI_CUDA_CHECK(
+            cudaMemcpyAsync(h.tokens, tok.raw(), size_t(rows_n) * 4, cudaMemcpyDeviceToHost, st));
     }
     B.done[step.slot].record(st);  // also for no rows: collect() then waits for the step
     B.launched.push_back(std::move(step));
@@ -212,7 +212,7 @@ void CudaSampler::apply_penalties(Tensor& logits, std::span<const SamplerInput> 
                    r.params->stop_token_ids.size();
     }
     const size_t bytes = ids_offset(n) + num_ids * 4;
-    B.penalties_copied.synchronize();  // the last upload may still read the staging
+    B.penalties_copied.synchronize();              // the last upload may still read the staging
     if (bytes > B.host_penalties->bytes) {         // rare: many stop ids
         MI_CUDA_CHECK(cudaStreamSynchronize(st));  // the old device copy may still be read
         B.host_penalties = std::make_unique<cuda::PinnedBuffer>(bytes);

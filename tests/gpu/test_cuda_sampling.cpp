@@ -241,8 +241,8 @@ TEST(CudaSampling, ResolvePlaceholdersMatchesHost) {
         cuda::resolve_placeholders(ids_d, sampled_d, nullptr);
         const Tensor got = cuda::to_host(ids_d);
         for (int64_t i = 0; i < n; ++i) {
-            const int32_t want = ids[size_t(i)] < 0 ? sampled[size_t(-(ids[size_t(i)] + 1))]
-                                                    : ids[size_t(i)];
+            const int32_t want =
+                ids[size_t(i)] < 0 ? sampled[size_t(-(ids[size_t(i)] + 1))] : ids[size_t(i)];
             ASSERT_EQ(got.data<int32_t>()[i], want) << "n " << n << " id " << i;
         }
     }
