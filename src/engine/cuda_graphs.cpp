@@ -7,12 +7,8 @@
 namespace miniinfer {
 
 DecodeGraphs::DecodeGraphs(StepInputLayout layout, int64_t max_num_seqs, int64_t page_size,
-                           int32_t* host_inputs, int32_t* device_inputs)
-    : layout_(layout),
-      max_num_seqs_(max_num_seqs),
-      page_size_(page_size),
-      host_(host_inputs),
-      device_(device_inputs) {
+                           int32_t* device_inputs)
+    : layout_(layout), max_num_seqs_(max_num_seqs), page_size_(page_size), device_(device_inputs) {
     for (int64_t b : {1, 2, 4}) sizes_.push_back(b);
     for (int64_t b = 8; b <= max_num_seqs; b += b < 64 ? 8 : 16) sizes_.push_back(b);
     if (sizes_.back() != max_num_seqs && max_num_seqs > 4) sizes_.push_back(max_num_seqs);
@@ -41,13 +37,12 @@ size_t DecodeGraphs::clear() {
     return free_after > free_before ? free_after - free_before : 0;
 }
 
-size_t DecodeGraphs::capture(int64_t dummy_page, bool warm_up,
+size_t DecodeGraphs::capture(int64_t dummy_page, bool warm_up, int32_t* host,
                              const std::function<void(int64_t)>& plan,
                              const std::function<void(int64_t)>& step, cudaStream_t stream) {
     destroy();
     const StepInputLayout& L = layout_;
     const int64_t S = max_num_seqs_, G = L.max_pages_per_seq;
-    int32_t* host = host_;
     for (int64_t i = 0; i < S; ++i) {
         host[i] = 0;
         host[L.positions + i] = 0;
@@ -83,14 +78,14 @@ size_t DecodeGraphs::capture(int64_t dummy_page, bool warm_up,
     return free_before > free_after ? free_before - free_after : 0;
 }
 
-int64_t DecodeGraphs::stage(const Batch& b, int64_t dummy_page, cudaStream_t stream) {
+int64_t DecodeGraphs::stage(const Batch& b, int64_t dummy_page, int32_t* host,
+                            cudaStream_t stream) {
     const int64_t s = int64_t(b.seqs.size()), G = layout_.max_pages_per_seq;
     if (graphs_.empty() || b.num_tokens() != s || int64_t(b.logits_indices.size()) != s) return 0;
     auto it = graphs_.lower_bound(s);
     if (it == graphs_.end()) return 0;
     const int64_t B = it->first;
     const StepInputLayout& L = layout_;
-    int32_t* host = host_;
     for (int64_t i = 0; i < B; ++i) {
         const bool real = i < s;
         host[i] = real ? b.input_ids[size_t(i)] : 0;

@@ -51,11 +51,11 @@ struct StepInputLayout {
 
 class DecodeGraphs {
   public:
-    // Nothing is captured yet. host/device: the runner's input buffer (pinned host, device),
-    // which it keeps alive and which must be graph_table + max_num_seqs * max_pages_per_seq
-    // ints long.
+    // Nothing is captured yet. device_inputs: the runner's input buffer on the device, which it
+    // keeps alive and which must be graph_table + max_num_seqs * max_pages_per_seq ints long
+    // (as must the host stagings capture() and stage() write).
     DecodeGraphs(StepInputLayout layout, int64_t max_num_seqs, int64_t page_size,
-                 int32_t* host_inputs, int32_t* device_inputs);
+                 int32_t* device_inputs);
     ~DecodeGraphs();
     DecodeGraphs(const DecodeGraphs&) = delete;
     DecodeGraphs& operator=(const DecodeGraphs&) = delete;
@@ -70,16 +70,18 @@ class DecodeGraphs {
     // kernel attributes and lazily loaded modules are set up outside the measurement).
     // Returns the device memory the instantiated, uploaded graphs hold, in bytes
     // (cudaMemGetInfo before / after, synchronised). Replaces any earlier graphs.
-    size_t capture(int64_t dummy_page, bool warm_up, const std::function<void(int64_t)>& plan,
+    // `host`: pinned staging, free to write (nothing in flight reads it).
+    size_t capture(int64_t dummy_page, bool warm_up, int32_t* host,
+                   const std::function<void(int64_t)>& plan,
                    const std::function<void(int64_t)>& step, cudaStream_t stream);
     // Destroys every graph. Returns the device memory that came back (cudaMemGetInfo after /
     // before; the driver may keep some of it for the next graphs, which then reuse it).
     size_t clear();
 
     // For a decode-only batch that fits the ladder: writes its inputs, padded to the smallest
-    // captured size B >= its size, to the host buffer and copies them to the device on
+    // captured size B >= its size, to the pinned staging `host` and copies them to the device on
     // `stream`; returns B. Returns 0 (writing nothing) for any other batch.
-    int64_t stage(const Batch& b, int64_t dummy_page, cudaStream_t stream);
+    int64_t stage(const Batch& b, int64_t dummy_page, int32_t* host, cudaStream_t stream);
     // Replays the graph of size B (one stage() returned) on `stream`.
     void launch(int64_t batch_size, cudaStream_t stream) const;
 
@@ -91,7 +93,6 @@ class DecodeGraphs {
     void destroy();
     StepInputLayout layout_;
     int64_t max_num_seqs_, page_size_;
-    int32_t* host_;
     int32_t* device_;
     std::vector<int64_t> sizes_;
     std::map<int64_t, Graph> graphs_;  // batch size -> graph

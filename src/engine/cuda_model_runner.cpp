@@ -9,6 +9,7 @@
 #include "core/logging.h"
 #include "engine/cuda_graphs.h"
 #include "engine/cuda_sampler.h"
+#include "kernels/cuda/sampling.h"
 #include "layers/cuda/attention_backend.h"
 #include "models/cuda_model.h"
 
@@ -49,6 +50,7 @@ struct CudaModelRunner::Impl {
     struct StepShape {
         int64_t num_tokens, num_seqs, num_logits, max_query_len, max_seq_len, table_offset,
             table_stride;
+        bool placeholders;  // token ids may name the last step's samples (overlap)
     };
 
     explicit Impl(const EngineConfig& config)
@@ -68,6 +70,7 @@ struct CudaModelRunner::Impl {
     size_t page_bytes() const;        // one KV page, K and V of every layer
     size_t capture_graphs(bool warm_up);
     void plan_attention(int64_t num_seqs);  // from the host inputs' first rows
+    int32_t* next_staging();                // the host staging the next step writes
     void forward(const Batch& b);
     void run_model(const StepShape& shape);  // kernels only: no host work, capturable
 
@@ -75,7 +78,7 @@ struct CudaModelRunner::Impl {
         return Tensor(dev_inputs.data<int32_t>() + offset, DType::kI32, std::move(shape),
                       Device::kCUDA);
     }
-    int32_t* host_ints() const { return static_cast<int32_t*>(host_inputs->data); }
+    int32_t* host_ints() const { return static_cast<int32_t*>(host_inputs[staging]->data); }
 
     const EngineConfig opt;
     const int64_t max_pages_per_seq;
@@ -86,9 +89,13 @@ struct CudaModelRunner::Impl {
     std::unique_ptr<cuda::AttentionBackend> attention;
     std::vector<cuda::KvLayer> kv;  // per layer: [num_pages + 1, page_size, kv_heads, head_dim]
 
-    // Step inputs: host staging (pinned) and its device copy, i32, at the offsets of `in`.
+    // Step inputs: host staging (pinned) and its device copy, i32, at the offsets of `in`. Two
+    // stagings, used in turn: with overlap the next step is written while the last one's copy
+    // may not have run yet (staged[i]: staging i's copy has).
     const StepInputLayout in;
-    std::unique_ptr<cuda::PinnedBuffer> host_inputs;
+    std::unique_ptr<cuda::PinnedBuffer> host_inputs[2];
+    cuda::Event staged[2];
+    int staging = 0;
     Tensor dev_inputs;
     std::unique_ptr<CudaSampler> sampler;
 
@@ -121,7 +128,7 @@ void CudaModelRunner::Impl::upload_model(ModelConfig model_config, ModelWeights 
 // sequences and sampled rows.
 void CudaModelRunner::Impl::allocate_step_buffers() {
     const int64_t T = opt.max_num_batched_tokens, S = opt.max_num_seqs;
-    host_inputs = std::make_unique<cuda::PinnedBuffer>(size_t(in.total) * 4);
+    for (auto& h : host_inputs) h = std::make_unique<cuda::PinnedBuffer>(size_t(in.total) * 4);
     dev_inputs = cuda::device_tensor({in.total}, DType::kI32);
     model->allocate_activations(T, S);
     const CudaModel::AttentionDims dims = model->attention_dims();
@@ -134,8 +141,7 @@ void CudaModelRunner::Impl::allocate_step_buffers() {
                                                              .page_size = opt.page_size});
     sampler = std::make_unique<CudaSampler>(S, model->config().vocab_size, opt.max_model_len);
     if (!opt.enforce_eager)
-        graphs = std::make_unique<DecodeGraphs>(in, S, opt.page_size, host_ints(),
-                                                dev_inputs.data<int32_t>());
+        graphs = std::make_unique<DecodeGraphs>(in, S, opt.page_size, dev_inputs.data<int32_t>());
 }
 
 // The graphs' memory, measured against a minimal KV pool before the real one is sized. What
@@ -211,10 +217,11 @@ void CudaModelRunner::Impl::allocate_kv(int64_t pages) {
 
 size_t CudaModelRunner::Impl::capture_graphs(bool warm_up) {
     const int64_t G = max_pages_per_seq;
+    stream.synchronize();  // capture writes the staging without waiting for its last copy
     return graphs->capture(
-        dummy_page, warm_up, [&](int64_t b) { plan_attention(b); },
+        dummy_page, warm_up, host_ints(), [&](int64_t b) { plan_attention(b); },
         [&](int64_t b) {
-            run_model({b, b, b, 1, graph_max_seq_len, in.graph_table, G});
+            run_model({b, b, b, 1, graph_max_seq_len, in.graph_table, G, /*placeholders=*/true});
         },
         stream.get());
 }
@@ -239,13 +246,36 @@ Tensor CudaModelRunner::last_logits() const {
 
 std::vector<SampledToken> CudaModelRunner::run(const Batch& batch,
                                                std::span<const SamplerInput> sampling) {
+    launch(batch, sampling);
+    return collect();
+}
+
+// Everything goes on the runner's one stream, so a step's kernels run after the previous
+// step's: the K/V pages and slots a finished request frees are rewritten only after the step
+// that still wrote them, with no event. Only host memory needs care: the input staging and the
+// sampler's output buffers come in pairs, each guarded by an event.
+void CudaModelRunner::launch(const Batch& batch, std::span<const SamplerInput> sampling) {
     Impl& m = *impl_;
     MI_CHECK(sampling.size() == batch.logits_indices.size(), "{} sampling inputs for {} rows",
              sampling.size(), batch.logits_indices.size());
     m.forward(batch);
     const int64_t n = int64_t(sampling.size());
     Tensor logits = m.model->logits_f32(n);
-    return m.sampler->sample(logits, m.model->logits_bf16(n), sampling, m.stream.get());
+    m.sampler->launch(logits, m.model->logits_bf16(n), sampling, m.stream.get());
+}
+
+std::vector<SampledToken> CudaModelRunner::collect() {
+    return impl_->sampler->collect();
+}
+
+bool CudaModelRunner::overlaps() const {
+    return true;
+}
+
+int32_t* CudaModelRunner::Impl::next_staging() {
+    staging ^= 1;
+    staged[staging].synchronize();  // its last copy has run (long ago: two steps back)
+    return host_ints();
 }
 
 void CudaModelRunner::Impl::forward(const Batch& b) {
@@ -256,13 +286,14 @@ void CudaModelRunner::Impl::forward(const Batch& b) {
              "batch of {} tokens / {} seqs / {} pages exceeds the runner's buffers", n, s,
              b.max_pages);
     last_num_logits = num_logits;
-    if (const int64_t graph_size = graphs ? graphs->stage(b, dummy_page, stream.get()) : 0) {
+    int32_t* host = next_staging();
+    if (const int64_t graph_size = graphs ? graphs->stage(b, dummy_page, host, stream.get()) : 0) {
+        staged[staging].record(stream.get());
         plan_attention(graph_size);
-        graphs->launch(graph_size, stream.get());
+        graphs->launch(graph_size, stream.get());  // resolves placeholders itself
         return;
     }
     // One host->device copy of everything the step reads.
-    int32_t* host = host_ints();
     std::copy(b.input_ids.begin(), b.input_ids.end(), host);
     std::copy(b.positions.begin(), b.positions.end(), host + in.positions);
     std::copy(b.slot_mapping.begin(), b.slot_mapping.end(), host + in.slots);
@@ -273,7 +304,12 @@ void CudaModelRunner::Impl::forward(const Batch& b) {
     MI_CUDA_CHECK(cudaMemcpyAsync(dev_inputs.raw(), host,
                                   size_t(in.table + int64_t(b.block_table.size())) * 4,
                                   cudaMemcpyHostToDevice, stream.get()));
-    StepShape shape{n, s, num_logits, 0, 0, in.table, b.max_pages};
+    staged[staging].record(stream.get());
+    StepShape shape{
+        n,           s,
+        num_logits,  0,
+        0,           in.table,
+        b.max_pages, std::any_of(b.input_ids.begin(), b.input_ids.end(), is_placeholder)};
     for (int64_t i = 0; i < s; ++i) {
         shape.max_query_len = std::max<int64_t>(
             shape.max_query_len, b.query_start[size_t(i) + 1] - b.query_start[size_t(i)]);
@@ -298,6 +334,10 @@ void CudaModelRunner::Impl::run_model(const StepShape& sh) {
         .seq_lens = inputs_view(in.seq_lens, {s}),
         .block_table = inputs_view(sh.table_offset, {s, sh.table_stride}),
         .logits_indices = inputs_view(in.logits_indices, {sh.num_logits})};
+    if (sh.placeholders) {
+        Tensor ids = inputs.token_ids;
+        cuda::resolve_placeholders(ids, sampler->device_tokens(), stream.get());
+    }
     model->forward(inputs, kv, *attention, stream.get());
 }
 

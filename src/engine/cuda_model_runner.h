@@ -36,6 +36,12 @@ class CudaModelRunner : public ModelRunner {
     int64_t num_pages() const;
     std::vector<SampledToken> run(const Batch& batch,
                                   std::span<const SamplerInput> sampling) override;
+    // Overlap: launch() stages the step (its placeholders are resolved on the device, from the
+    // previous step's sampled tokens), launches the forward pass and sampling, and returns;
+    // collect() waits for the oldest launched step's tokens.
+    void launch(const Batch& batch, std::span<const SamplerInput> sampling) override;
+    std::vector<SampledToken> collect() override;
+    bool overlaps() const override;
     // The f32 logits of the last run's sampled rows, copied to the host ([rows, vocab]; tests);
     // penalised rows hold their penalised logits.
     Tensor last_logits() const;

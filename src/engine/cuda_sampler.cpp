@@ -1,6 +1,7 @@
 #include "engine/cuda_sampler.h"
 
 #include <algorithm>
+#include <deque>
 
 #include "core/check.h"
 #include "core/cuda/pinned_buffer.h"
@@ -36,14 +37,28 @@ size_t ids_offset(int64_t n) {
 
 }  // namespace
 
+// A launched step's host side: where its results land and what reading them needs.
+struct CudaSampler::Launched {
+    int slot = 0;
+    int64_t rows = 0, max_logprobs = 0;
+    bool all_greedy = true;
+    std::vector<int32_t> num_logprobs;  // per row (its params may be gone by collect())
+};
+
+// Host buffers come in two slots, one per step the overlap loop may have launched.
 struct CudaSampler::Buffers {
+    static constexpr int kSlots = 2;
     Tensor tokens, logprobs, top_ids, top_logprobs,
         row_params;  // [rows], [rows], [rows, 20] x2, [rows] RowSampling
-    std::unique_ptr<cuda::PinnedBuffer> host_outputs;
+    std::unique_ptr<cuda::PinnedBuffer> host_outputs[kSlots];
+    cuda::Event done[kSlots];  // the slot's results are on the host
     cuda::DeviceBuffer sampling_workspace, penalties_workspace;
     std::unique_ptr<cuda::PinnedBuffer>
         host_penalties;  // the penalty upload's staging and device copy
     cuda::DeviceBuffer dev_penalties;
+    cuda::Event penalties_copied;  // the staging may be written again
+    std::deque<Launched> launched;
+    int next_slot = 0;
 };
 
 CudaSampler::CudaSampler(int64_t max_rows, int64_t vocab, int64_t max_model_len)
@@ -58,8 +73,9 @@ CudaSampler::CudaSampler(int64_t max_rows, int64_t vocab, int64_t max_model_len)
     B.top_ids = cuda::device_tensor({S, kMaxLogprobs}, DType::kI32);
     B.top_logprobs = cuda::device_tensor({S, kMaxLogprobs}, DType::kF32);
     B.row_params = cuda::device_tensor({S, int64_t(sizeof(cuda::RowSampling))}, DType::kU8);
-    B.host_outputs = std::make_unique<cuda::PinnedBuffer>(
-        size_t(S) * (8 + 8 * kMaxLogprobs + sizeof(cuda::RowSampling)));
+    for (auto& h : B.host_outputs)
+        h = std::make_unique<cuda::PinnedBuffer>(
+            size_t(S) * (8 + 8 * kMaxLogprobs + sizeof(cuda::RowSampling)));
     B.sampling_workspace = cuda::DeviceBuffer(cuda::sampling_workspace_bytes(S, vocab));
     B.penalties_workspace = cuda::DeviceBuffer(cuda::penalties_workspace_bytes(vocab));
     B.host_penalties = std::make_unique<cuda::PinnedBuffer>(penalty_bytes);
@@ -68,85 +84,117 @@ CudaSampler::CudaSampler(int64_t max_rows, int64_t vocab, int64_t max_model_len)
 
 CudaSampler::~CudaSampler() = default;
 
-std::vector<SampledToken> CudaSampler::sample(Tensor& logits, const Tensor& raw_logits,
-                                              std::span<const SamplerInput> rows_in,
-                                              cudaStream_t st) {
+const Tensor& CudaSampler::device_tokens() const {
+    return buf_->tokens;
+}
+
+namespace {
+// A slot's pinned buffer: [tokens i32 | logprobs f32 | top ids i32 x max | top logprobs f32 x
+// max | RowSampling], each region sized for `rows`.
+struct HostOutputs {
+    HostOutputs(void* data, int64_t rows) {
+        auto* host = static_cast<char*>(data);
+        tokens = reinterpret_cast<int32_t*>(host);
+        logprobs = reinterpret_cast<float*>(host + 4 * rows);
+        top_ids = reinterpret_cast<int32_t*>(host + 8 * rows);
+        top_logprobs = reinterpret_cast<float*>(host + 8 * rows + 4 * rows * kMaxLogprobs);
+        params = reinterpret_cast<cuda::RowSampling*>(host + 8 * rows * (1 + kMaxLogprobs));
+    }
+    int32_t* tokens;
+    float* logprobs;
+    int32_t* top_ids;
+    float* top_logprobs;
+    cuda::RowSampling* params;
+};
+}  // namespace
+
+void CudaSampler::launch(Tensor& logits, const Tensor& raw_logits,
+                         std::span<const SamplerInput> rows_in, cudaStream_t st) {
     const int64_t rows_n = int64_t(rows_in.size());
     MI_CHECK(rows_n <= max_rows_ && logits.size(0) == rows_n,
              "{} sampling inputs for {} logits rows (at most {})", rows_n, logits.size(0),
              max_rows_);
     Buffers& B = *buf_;
-    std::vector<SampledToken> out(static_cast<size_t>(rows_n));
-    bool all_greedy = true;
-    int64_t max_logprobs = 0;
+    MI_CHECK(int(B.launched.size()) < Buffers::kSlots,
+             "{} sampling steps launched and not collected", B.launched.size());
+    Launched step;
+    step.slot = B.next_slot;
+    B.next_slot = (B.next_slot + 1) % Buffers::kSlots;
+    step.rows = rows_n;
     std::vector<int32_t> penalised;  // rows whose logits penalties or masks change
+    step.num_logprobs.resize(size_t(rows_n));
     for (int64_t i = 0; i < rows_n; ++i) {
         const SamplerInput& r = rows_in[size_t(i)];
-        all_greedy &= r.params->greedy() && !r.params->logprobs;
-        max_logprobs = std::max<int64_t>(max_logprobs, r.params->logprobs.value_or(0));
+        step.all_greedy &= r.params->greedy() && !r.params->logprobs;
+        step.num_logprobs[size_t(i)] = int32_t(r.params->logprobs.value_or(0));
+        step.max_logprobs = std::max<int64_t>(step.max_logprobs, step.num_logprobs[size_t(i)]);
         if (needs_penalties(r)) penalised.push_back(int32_t(i));
     }
-    if (rows_n == 0) {
-        MI_CUDA_CHECK(cudaStreamSynchronize(st));
-        return out;
-    }
-    if (!penalised.empty()) apply_penalties(logits, rows_in, penalised, st);
-    auto* host = static_cast<char*>(B.host_outputs->data);
-    auto* tokens_h = reinterpret_cast<int32_t*>(host);
-    auto* logprobs_h = reinterpret_cast<float*>(host + 4 * rows_n);
-    auto* top_ids_h = reinterpret_cast<int32_t*>(host + 8 * rows_n);
-    auto* top_lp_h = reinterpret_cast<float*>(host + 8 * rows_n + 4 * rows_n * kMaxLogprobs);
-    Tensor tok = rows(B.tokens, rows_n);
-    if (all_greedy) {
-        cuda::argmax(logits, tok, st);  // of the penalised logits, where penalties apply
-    } else {
-        auto* params_h =
-            reinterpret_cast<cuda::RowSampling*>(host + 8 * rows_n * (1 + kMaxLogprobs));
-        for (int64_t i = 0; i < rows_n; ++i) {
-            const SamplerInput& r = rows_in[size_t(i)];
-            const SamplingParams& p = *r.params;
-            params_h[i] = {.temperature = float(p.temperature),
-                           .top_k = int32_t(p.top_k),
-                           .top_p = float(p.top_p),
-                           .min_p = float(p.min_p),
-                           .seed = r.seed,
-                           .step = int32_t(r.output_ids.size()),
-                           .num_logprobs = int32_t(p.logprobs.value_or(0)),
-                           .penalised = 0};
+    if (rows_n > 0) {
+        if (!penalised.empty()) apply_penalties(logits, rows_in, penalised, st);
+        const HostOutputs h(B.host_outputs[step.slot]->data, rows_n);
+        Tensor tok = rows(B.tokens, rows_n);
+        if (step.all_greedy) {
+            cuda::argmax(logits, tok, st);  // of the penalised logits, where penalties apply
+        } else {
+            for (int64_t i = 0; i < rows_n; ++i) {
+                const SamplerInput& r = rows_in[size_t(i)];
+                const SamplingParams& p = *r.params;
+                h.params[i] = {.temperature = float(p.temperature),
+                               .top_k = int32_t(p.top_k),
+                               .top_p = float(p.top_p),
+                               .min_p = float(p.min_p),
+                               .seed = r.seed,
+                               .step = int32_t(r.output_ids.size()),
+                               .num_logprobs = step.num_logprobs[size_t(i)],
+                               .penalised = 0};
+            }
+            for (int32_t i : penalised) h.params[i].penalised = 1;
+            Tensor params = rows(B.row_params, rows_n);
+            MI_CUDA_CHECK(cudaMemcpyAsync(params.raw(), h.params,
+                                          size_t(rows_n) * sizeof(cuda::RowSampling),
+                                          cudaMemcpyHostToDevice, st));
+            const int64_t m = step.max_logprobs;
+            Tensor lp = rows(B.logprobs, rows_n), ti, tl;
+            if (m > 0) {
+                ti = Tensor(B.top_ids.raw(), DType::kI32, {rows_n, m}, Device::kCUDA);
+                tl = Tensor(B.top_logprobs.raw(), DType::kF32, {rows_n, m}, Device::kCUDA);
+            }
+            cuda::sample(logits, params, penalised.empty() ? nullptr : &raw_logits, m, tok, lp,
+                         m > 0 ? &ti : nullptr, m > 0 ? &tl : nullptr, B.sampling_workspace.data(),
+                         B.sampling_workspace.bytes(), st);
+            MI_CUDA_CHECK(cudaMemcpyAsync(h.logprobs, lp.raw(), size_t(rows_n) * 4,
+                                          cudaMemcpyDeviceToHost, st));
+            if (m > 0) {
+                MI_CUDA_CHECK(cudaMemcpyAsync(h.top_ids, ti.raw(), size_t(rows_n * m) * 4,
+                                              cudaMemcpyDeviceToHost, st));
+                MI_CUDA_CHECK(cudaMemcpyAsync(h.top_logprobs, tl.raw(), size_t(rows_n * m) * 4,
+                                              cudaMemcpyDeviceToHost, st));
+            }
         }
-        for (int32_t i : penalised) params_h[i].penalised = 1;
-        Tensor params = rows(B.row_params, rows_n);
-        MI_CUDA_CHECK(cudaMemcpyAsync(params.raw(), params_h,
-                                      size_t(rows_n) * sizeof(cuda::RowSampling),
-                                      cudaMemcpyHostToDevice, st));
-        Tensor lp = rows(B.logprobs, rows_n), ti, tl;
-        if (max_logprobs > 0) {
-            ti = Tensor(B.top_ids.raw(), DType::kI32, {rows_n, max_logprobs}, Device::kCUDA);
-            tl = Tensor(B.top_logprobs.raw(), DType::kF32, {rows_n, max_logprobs}, Device::kCUDA);
-        }
-        cuda::sample(logits, params, penalised.empty() ? nullptr : &raw_logits, max_logprobs, tok,
-                     lp, max_logprobs > 0 ? &ti : nullptr, max_logprobs > 0 ? &tl : nullptr,
-                     B.sampling_workspace.data(), B.sampling_workspace.bytes(), st);
         MI_CUDA_CHECK(
-            cudaMemcpyAsync(logprobs_h, lp.raw(), size_t(rows_n) * 4, cudaMemcpyDeviceToHost, st));
-        if (max_logprobs > 0) {
-            MI_CUDA_CHECK(cudaMemcpyAsync(top_ids_h, ti.raw(), size_t(rows_n * max_logprobs) * 4,
-                                          cudaMemcpyDeviceToHost, st));
-            MI_CUDA_CHECK(cudaMemcpyAsync(top_lp_h, tl.raw(), size_t(rows_n * max_logprobs) * 4,
-                                          cudaMemcpyDeviceToHost, st));
-        }
+            cudaMemcpyAsync(h.tokens, tok.raw(), size_t(rows_n) * 4, cudaMemcpyDeviceToHost, st));
     }
-    MI_CUDA_CHECK(
-        cudaMemcpyAsync(tokens_h, tok.raw(), size_t(rows_n) * 4, cudaMemcpyDeviceToHost, st));
-    MI_CUDA_CHECK(cudaStreamSynchronize(st));
-    for (int64_t i = 0; i < rows_n; ++i) {
+    B.done[step.slot].record(st);  // also for no rows: collect() then waits for the step
+    B.launched.push_back(std::move(step));
+}
+
+std::vector<SampledToken> CudaSampler::collect() {
+    Buffers& B = *buf_;
+    MI_CHECK(!B.launched.empty(), "collect() without a launched sampling step");
+    const Launched step = std::move(B.launched.front());
+    B.launched.pop_front();
+    B.done[step.slot].synchronize();
+    const HostOutputs h(B.host_outputs[step.slot]->data, step.rows);
+    std::vector<SampledToken> out(static_cast<size_t>(step.rows));
+    for (int64_t i = 0; i < step.rows; ++i) {
         SampledToken& t = out[size_t(i)];
-        t.token = tokens_h[i];
-        if (all_greedy) continue;
-        t.logprob = logprobs_h[i];
-        for (int64_t k = 0; k < rows_in[size_t(i)].params->logprobs.value_or(0); ++k)
-            t.top_logprobs.emplace_back(top_ids_h[i * max_logprobs + k],
-                                        top_lp_h[i * max_logprobs + k]);
+        t.token = h.tokens[i];
+        if (step.all_greedy) continue;
+        t.logprob = h.logprobs[i];
+        for (int64_t k = 0; k < step.num_logprobs[size_t(i)]; ++k)
+            t.top_logprobs.emplace_back(h.top_ids[i * step.max_logprobs + k],
+                                        h.top_logprobs[i * step.max_logprobs + k]);
     }
     return out;
 }
@@ -164,8 +212,9 @@ void CudaSampler::apply_penalties(Tensor& logits, std::span<const SamplerInput> 
                    r.params->stop_token_ids.size();
     }
     const size_t bytes = ids_offset(n) + num_ids * 4;
+    B.penalties_copied.synchronize();              // the last upload may still read the staging
     if (bytes > B.host_penalties->bytes) {         // rare: many stop ids
-        MI_CUDA_CHECK(cudaStreamSynchronize(st));  // the old staging may still be read
+        MI_CUDA_CHECK(cudaStreamSynchronize(st));  // the old device copy may still be read
         B.host_penalties = std::make_unique<cuda::PinnedBuffer>(bytes);
         B.dev_penalties = cuda::DeviceBuffer(bytes);
     }
@@ -201,6 +250,7 @@ void CudaSampler::apply_penalties(Tensor& logits, std::span<const SamplerInput> 
     auto* dev = static_cast<char*>(B.dev_penalties.data());
     MI_CUDA_CHECK(
         cudaMemcpyAsync(dev, host, ids_offset(n) + size_t(at) * 4, cudaMemcpyHostToDevice, st));
+    B.penalties_copied.record(st);
     const Tensor params_d(dev, DType::kU8, {int64_t(starts_offset(n))}, Device::kCUDA);
     const Tensor starts_d(dev + starts_offset(n), DType::kI32, {3 * n + 1}, Device::kCUDA);
     const Tensor ids_d(dev + ids_offset(n), DType::kI32, {int64_t(at)}, Device::kCUDA);

@@ -153,6 +153,9 @@ inline void expect_teacher_forced_matches(const std::string& name) {
 // The engine with and without CUDA graphs on the fixture's prompts plus `more`, sampled (odd
 // requests at temperature 0.8, seeded from seed_base) and greedy, 24 tokens each: the graph
 // replays (padded to the next captured batch size) must give the eager steps' tokens.
+// Decode CUDA graphs against eager steps, and the overlap loop against the plain one: all four
+// give the same tokens. Requests end at different steps (max_tokens 5 to 24), one is penalised
+// (the overlap loop then waits for its tokens) and one asks for logprobs.
 inline void expect_graph_replay_equals_eager(const std::string& fixture, std::vector<Prompt> more,
                                              uint64_t seed_base) {
     std::vector<Prompt> prompts;
@@ -164,23 +167,39 @@ inline void expect_graph_replay_equals_eager(const std::string& fixture, std::ve
     for (size_t i = 0; i < params.size(); ++i) {
         params[i].temperature = i % 2 ? 0.8 : 0.0;
         params[i].seed = seed_base + i;
-        params[i].max_tokens = 24;
+        params[i].max_tokens = 24 - 5 * int64_t(i % 4);
         params[i].ignore_eos = true;
     }
-    std::vector<std::vector<int32_t>> results[2];
-    for (bool eager : {true, false}) {
+    params[1].repetition_penalty = 1.3;
+    params.back().logprobs = 3;
+    struct Mode {
+        bool eager, overlap;
+    };
+    std::vector<std::vector<int32_t>> want;
+    for (Mode mode : {Mode{true, false}, Mode{false, false}, Mode{true, true}, Mode{false, true}}) {
         EngineConfig c;
         c.model_dir = (kFixtures / fixture).string();
         c.device = "cuda";
         c.max_model_len = 512;
         c.max_num_seqs = 16;
         c.gpu_memory_utilization = 0.3;
-        c.enforce_eager = eager;
+        c.enforce_eager = mode.eager;
+        c.disable_overlap = !mode.overlap;
         LLMEngine engine(c);
-        for (const auto& out : engine.generate(prompts, params))
-            results[eager].push_back(out.token_ids);
+        EXPECT_EQ(engine.overlapping(), mode.overlap);
+        std::vector<std::vector<int32_t>> got;
+        for (const auto& out : engine.generate(prompts, params)) {
+            EXPECT_EQ(out.finish_reason, "length") << out.error;
+            got.push_back(out.token_ids);
+        }
+        for (size_t i = 0; i < got.size(); ++i)
+            EXPECT_EQ(int64_t(got[i].size()), params[i].max_tokens) << "prompt " << i;
+        if (want.empty())
+            want = got;
+        else
+            EXPECT_EQ(got, want) << fixture << (mode.eager ? " eager" : " graphs")
+                                 << (mode.overlap ? " with overlap" : " without overlap");
     }
-    EXPECT_EQ(results[0], results[1]) << fixture;
 }
 
 }  // namespace miniinfer::model_testing

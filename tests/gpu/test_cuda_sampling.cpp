@@ -226,6 +226,28 @@ TEST(CudaSampling, ArgmaxMatchesCpu) {
     }
 }
 
+// Overlap scheduling's placeholders: negative ids name rows of the previous step's tokens.
+TEST(CudaSampling, ResolvePlaceholdersMatchesHost) {
+    REQUIRE_GPU();
+    std::mt19937 rng(5);
+    for (int64_t n : {1, 7, 300, 2048}) {
+        const int64_t rows = 256;
+        std::vector<int32_t> sampled(static_cast<size_t>(rows)), ids(static_cast<size_t>(n));
+        std::uniform_int_distribution<int32_t> token(0, 151935), row(0, int32_t(rows) - 1);
+        for (int32_t& t : sampled) t = token(rng);
+        for (int32_t& id : ids) id = rng() % 3 ? token(rng) : -row(rng) - 1;
+        Tensor ids_d = cuda::to_device(host_tensor(ids.data(), {n}, DType::kI32));
+        const Tensor sampled_d = cuda::to_device(host_tensor(sampled.data(), {rows}, DType::kI32));
+        cuda::resolve_placeholders(ids_d, sampled_d, nullptr);
+        const Tensor got = cuda::to_host(ids_d);
+        for (int64_t i = 0; i < n; ++i) {
+            const int32_t want =
+                ids[size_t(i)] < 0 ? sampled[size_t(-(ids[size_t(i)] + 1))] : ids[size_t(i)];
+            ASSERT_EQ(got.data<int32_t>()[i], want) << "n " << n << " id " << i;
+        }
+    }
+}
+
 TEST(CudaSampling, SampleMatchesCpu) {
     REQUIRE_GPU();
     std::mt19937 rng(12);

@@ -612,4 +612,24 @@ void argmax(const Tensor& logits, Tensor& tokens, cudaStream_t stream) {
     MI_CUDA_CHECK(cudaGetLastError());
 }
 
+namespace {
+__global__ void resolve_placeholders_kernel(int32_t* ids, int n, const int32_t* sampled) {
+    const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i < n && ids[i] < 0) ids[i] = sampled[-(ids[i] + 1)];
+}
+}  // namespace
+
+void resolve_placeholders(Tensor& ids, const Tensor& sampled, cudaStream_t stream) {
+    MI_LAUNCH_CHECK(is_cuda_tensor(ids, DType::kI32) && ids.ndim() == 1,
+                    "resolve_placeholders: ids must be [n] i32 CUDA");
+    MI_LAUNCH_CHECK(is_cuda_tensor(sampled, DType::kI32) && sampled.ndim() == 1,
+                    "resolve_placeholders: sampled must be [rows] i32 CUDA");
+    const int64_t n = ids.numel();
+    if (n == 0) return;
+    constexpr int kBlock = 256;
+    resolve_placeholders_kernel<<<unsigned((n + kBlock - 1) / kBlock), kBlock, 0, stream>>>(
+        ids.data<int32_t>(), int(n), sampled.data<int32_t>());
+    MI_CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace miniinfer::cuda

@@ -49,4 +49,10 @@ void sample(const Tensor& logits, const Tensor& rows_params, const Tensor* raw_l
 // logits: [rows, vocab] f32 CUDA; tokens: [rows] i32 CUDA.
 void argmax(const Tensor& logits, Tensor& tokens, cudaStream_t stream);
 
+// Overlap scheduling: a step launched before the previous one's tokens are known names them by
+// placeholder (ModelRunner::placeholder(row) = -row - 1). ids[i] < 0 becomes
+// sampled[-ids[i] - 1]; other ids stay. ids: [n] i32 CUDA; sampled: [rows] i32 CUDA, the
+// previous step's tokens (placeholders must name rows below `rows`: not checked, on the device).
+void resolve_placeholders(Tensor& ids, const Tensor& sampled, cudaStream_t stream);
+
 }  // namespace miniinfer::cuda
