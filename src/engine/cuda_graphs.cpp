@@ -83,8 +83,8 @@ size_t DecodeGraphs::capture(int64_t dummy_page, bool warm_up,
     return free_before > free_after ? free_before - free_after : 0;
 }
 
-int64_t DecodeGraphs::stage(const Batch& b, int64_t dummy_page, cudaStream_t stream) {
-    const int64_t s = int64_t(b.seqs.size()), G = layout_.max_pages_per_seq;
+int64_t DecodeGraphs::stage(const ForwardBatch& b, int64_t dummy_page, cudaStream_t stream) {
+    const int64_t s = b.num_seqs(), G = layout_.max_pages_per_seq;
     if (graphs_.empty() || b.num_tokens() != s || int64_t(b.logits_indices.size()) != s) return 0;
     auto it = graphs_.lower_bound(s);
     if (it == graphs_.end()) return 0;
