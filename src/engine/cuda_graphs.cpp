@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/check.h"
 #include "core/cuda/cuda_check.h"
 
 namespace miniinfer {

@@ -20,9 +20,9 @@ using namespace miniinfer::model_testing;
 
 namespace {
 
-#define REQUIRE_TWO_GPUS()                                                                     \
-    if (::miniinfer::cuda::device_count() < 2)                                                 \
-    GTEST_SKIP() << "needs 2 GPUs (" << ::miniinfer::cuda::device_count()                      \
+#define REQUIRE_TWO_GPUS()                                                \
+    if (::miniinfer::cuda::device_count() < 2)                            \
+    GTEST_SKIP() << "needs 2 GPUs (" << ::miniinfer::cuda::device_count() \
                  << " visible): tensor parallelism is not run here"
 
 std::vector<uint16_t> random_bits(size_t n, std::mt19937& rng) {
@@ -52,7 +52,7 @@ TEST(CudaVocabParallel, EmbeddingShardAndInterleaveMatchFormulas) {
     for (int64_t hidden : {64, 60}) {  // 16-byte vectors, and element by element
         const int64_t vocab = 96, begin = 32, rows = 32, n = 50;
         const std::vector<uint16_t> table = random_bits(size_t(rows * hidden), rng);
-        std::vector<int32_t> ids(size_t(n));
+        std::vector<int32_t> ids(static_cast<size_t>(n));
         for (int32_t& id : ids) id = int32_t(rng() % vocab);
         const Tensor ids_d = cuda::to_device(Tensor(ids.data(), DType::kI32, {n}));
         Tensor out = cuda::device_tensor({n, hidden}, DType::kBF16);
@@ -128,8 +128,8 @@ TEST(CudaTensorParallelEngine, GreedyEqualsOneGpu) {
         const auto& b = results[1][i];
         size_t same = 0;
         while (same < a.size() && same < b.size() && a[same] == b[same]) ++same;
-        std::printf("[ prompt %zu: TP=2 and TP=1 agree on the first %zu of %zu tokens ]\n", i,
-                    same, a.size());
+        std::printf("[ prompt %zu: TP=2 and TP=1 agree on the first %zu of %zu tokens ]\n", i, same,
+                    a.size());
         EXPECT_EQ(b.size(), 32u);
         EXPECT_GE(same, 1u) << "prompt " << i;
     }

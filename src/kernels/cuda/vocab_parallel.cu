@@ -13,8 +13,9 @@ namespace {
 constexpr int kThreads = 128;
 
 template <typename Vec>
-__global__ void embedding_shard_kernel(const int32_t* __restrict__ ids, const Vec* __restrict__ table,
-                                       int64_t vocab_begin, int64_t shard_rows, int64_t row_vecs,
+__global__ void embedding_shard_kernel(const int32_t* __restrict__ ids,
+                                       const Vec* __restrict__ table, int64_t vocab_begin,
+                                       int64_t shard_rows, int64_t row_vecs,
                                        Vec* __restrict__ out) {
     const int64_t id = int64_t(ids[blockIdx.x]) - vocab_begin;
     Vec* dst = out + int64_t(blockIdx.x) * row_vecs;
@@ -54,9 +55,9 @@ void embedding_shard(const Tensor& ids, const Tensor& table, int64_t vocab_begin
         embedding_shard_kernel<uint4><<<unsigned(n), kThreads, 0, stream>>>(
             ids.data<int32_t>(), table.data<uint4>(), vocab_begin, rows, d / 8, out.data<uint4>());
     else
-        embedding_shard_kernel<uint16_t><<<unsigned(n), kThreads, 0, stream>>>(
-            ids.data<int32_t>(), table.data<uint16_t>(), vocab_begin, rows, d,
-            out.data<uint16_t>());
+        embedding_shard_kernel<uint16_t>
+            <<<unsigned(n), kThreads, 0, stream>>>(ids.data<int32_t>(), table.data<uint16_t>(),
+                                                   vocab_begin, rows, d, out.data<uint16_t>());
     MI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -65,18 +66,17 @@ void interleave_rank_blocks(const Tensor& gathered, int64_t world, Tensor& out,
     check_cuda_tensor(out, DType::kBF16, "interleave_rank_blocks: out", {kAnySize, kAnySize});
     const int64_t rows = out.size(0), width = out.size(1);
     MI_LAUNCH_CHECK(world >= 1 && width % world == 0 && world <= 65535,
-                    "interleave_rank_blocks: {} columns over {} ranks", width, world);
-    check_cuda_tensor(gathered, DType::kBF16, "interleave_rank_blocks: gathered",
-                      {rows * width});
+                    "interleave_rank_blocks: the columns must split evenly over the ranks");
+    check_cuda_tensor(gathered, DType::kBF16, "interleave_rank_blocks: gathered", {rows * width});
     if (rows == 0 || width == 0) return;
     const int64_t cols = width / world;
     const dim3 grid(unsigned(rows), unsigned(world));
     if (cols % 8 == 0 && aligned16(gathered.raw()) && aligned16(out.raw()))
         interleave_kernel<uint4><<<grid, kThreads, 0, stream>>>(gathered.data<uint4>(), rows,
-                                                               cols / 8, out.data<uint4>());
+                                                                cols / 8, out.data<uint4>());
     else
-        interleave_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(gathered.data<uint16_t>(),
-                                                                   rows, cols, out.data<uint16_t>());
+        interleave_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(gathered.data<uint16_t>(), rows,
+                                                                   cols, out.data<uint16_t>());
     MI_CUDA_CHECK(cudaGetLastError());
 }
 

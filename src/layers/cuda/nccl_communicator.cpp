@@ -9,12 +9,11 @@
 namespace miniinfer::cuda {
 namespace {
 
-#define MI_NCCL_CHECK(expr)                                                              \
-    do {                                                                                 \
-        const ncclResult_t mi_nccl_result = (expr);                                      \
-        if (mi_nccl_result != ncclSuccess)                                               \
-            ::miniinfer::fail("NCCL: {} failed: {}", #expr,                              \
-                              ncclGetErrorString(mi_nccl_result));                       \
+#define MI_NCCL_CHECK(expr)                                                                      \
+    do {                                                                                         \
+        const ncclResult_t mi_nccl_result = (expr);                                              \
+        if (mi_nccl_result != ncclSuccess)                                                       \
+            ::miniinfer::fail("NCCL: {} failed: {}", #expr, ncclGetErrorString(mi_nccl_result)); \
     } while (0)
 
 ncclComm_t as_comm(void* p) {
@@ -71,9 +70,10 @@ void NcclCommunicator::all_gather(const Tensor& local, Tensor& out, cudaStream_t
 
 int64_t NcclCommunicator::min_over_ranks(int64_t value, cudaStream_t stream) {
     DeviceBuffer buf(sizeof(int64_t));
-    MI_CUDA_CHECK(cudaMemcpyAsync(buf.data(), &value, sizeof value, cudaMemcpyHostToDevice, stream));
-    MI_NCCL_CHECK(ncclAllReduce(buf.data(), buf.data(), 1, ncclInt64, ncclMin, as_comm(comm_),
-                                stream));
+    MI_CUDA_CHECK(
+        cudaMemcpyAsync(buf.data(), &value, sizeof value, cudaMemcpyHostToDevice, stream));
+    MI_NCCL_CHECK(
+        ncclAllReduce(buf.data(), buf.data(), 1, ncclInt64, ncclMin, as_comm(comm_), stream));
     int64_t out = 0;
     MI_CUDA_CHECK(cudaMemcpyAsync(&out, buf.data(), sizeof out, cudaMemcpyDeviceToHost, stream));
     MI_CUDA_CHECK(cudaStreamSynchronize(stream));
