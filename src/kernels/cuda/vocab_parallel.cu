@@ -70,7 +70,7 @@ void interleave_rank_blocks(const Tensor& gathered, int64_t world, Tensor& out,
     check_cuda_tensor(gathered, DType::kBF16, "interleave_rank_blocks: gathered", {rows * width});
     if (rows == 0 || width == 0) return;
     const int64_t cols = width / world;
-    const dim3 grid(unsigned(rows), unsigned(world));
+    const dim3 grid{unsigned(rows), unsigned(world)};
     if (cols % 8 == 0 && aligned16(gathered.raw()) && aligned16(out.raw()))
         interleave_kernel<uint4><<<grid, kThreads, 0, stream>>>(gathered.data<uint4>(), rows,
                                                                 cols / 8, out.data<uint4>());
