@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/check.h"
 #include "core/cuda/cuda_check.h"
 
 namespace miniinfer {
@@ -78,9 +79,9 @@ size_t DecodeGraphs::capture(int64_t dummy_page, bool warm_up, int32_t* host,
     return free_before > free_after ? free_before - free_after : 0;
 }
 
-int64_t DecodeGraphs::stage(const Batch& b, int64_t dummy_page, int32_t* host,
+int64_t DecodeGraphs::stage(const ForwardBatch& b, int64_t dummy_page, int32_t* host,
                             cudaStream_t stream) {
-    const int64_t s = int64_t(b.seqs.size()), G = layout_.max_pages_per_seq;
+    const int64_t s = b.num_seqs(), G = layout_.max_pages_per_seq;
     if (graphs_.empty() || b.num_tokens() != s || int64_t(b.logits_indices.size()) != s) return 0;
     auto it = graphs_.lower_bound(s);
     if (it == graphs_.end()) return 0;

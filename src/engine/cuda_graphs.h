@@ -21,7 +21,7 @@
 #include <map>
 #include <vector>
 
-#include "scheduler/batch.h"
+#include "layers/forward_batch.h"
 
 namespace miniinfer {
 
@@ -81,7 +81,7 @@ class DecodeGraphs {
     // For a decode-only batch that fits the ladder: writes its inputs, padded to the smallest
     // captured size B >= its size, to the pinned staging `host` and copies them to the device on
     // `stream`; returns B. Returns 0 (writing nothing) for any other batch.
-    int64_t stage(const Batch& b, int64_t dummy_page, int32_t* host, cudaStream_t stream);
+    int64_t stage(const ForwardBatch& b, int64_t dummy_page, int32_t* host, cudaStream_t stream);
     // Replays the graph of size B (one stage() returned) on `stream`.
     void launch(int64_t batch_size, cudaStream_t stream) const;
 

@@ -10,6 +10,9 @@
 #include "engine/cuda_graphs.h"
 #include "engine/cuda_sampler.h"
 #include "kernels/cuda/sampling.h"
+#ifdef MINIINFER_HAS_NCCL
+#include "layers/cuda/nccl_communicator.h"
+#endif
 #include "layers/cuda/attention_backend.h"
 #include "models/cuda_model.h"
 
@@ -53,8 +56,9 @@ struct CudaModelRunner::Impl {
         bool placeholders;  // token ids may name the last step's samples (overlap)
     };
 
-    explicit Impl(const EngineConfig& config)
+    Impl(const EngineConfig& config, cuda::Communicator* comm)
         : opt(config),
+          comm(comm),
           max_pages_per_seq((config.max_model_len + config.page_size - 1) / config.page_size),
           in(config.max_num_batched_tokens, config.max_num_seqs, max_pages_per_seq),
           graph_max_seq_len(std::min<int64_t>(config.max_model_len, 4096)) {}
@@ -71,7 +75,7 @@ struct CudaModelRunner::Impl {
     size_t capture_graphs(bool warm_up);
     void plan_attention(int64_t num_seqs);  // from the host inputs' first rows
     int32_t* next_staging();                // the host staging the next step writes
-    void forward(const Batch& b);
+    void forward(const ForwardBatch& b);
     void run_model(const StepShape& shape);  // kernels only: no host work, capturable
 
     Tensor inputs_view(int64_t offset, Shape shape) const {
@@ -81,6 +85,7 @@ struct CudaModelRunner::Impl {
     int32_t* host_ints() const { return static_cast<int32_t*>(host_inputs[staging]->data); }
 
     const EngineConfig opt;
+    cuda::Communicator* const comm;  // tensor parallelism, else null
     const int64_t max_pages_per_seq;
     Memory memory;
     int64_t num_pages = 0;
@@ -105,9 +110,31 @@ struct CudaModelRunner::Impl {
     int64_t last_num_logits = 0;
 };
 
+// Tensor parallelism: what rank 0's runner holds besides its own rank.
+struct CudaModelRunner::Parallel {
+    std::unique_ptr<TcpCommunicator> tcp;      // to every other rank
+    std::unique_ptr<cuda::Communicator> nccl;  // this rank's
+    std::vector<std::thread> ranks;            // this node's other ranks
+
+    // Tells every rank the end and waits for this node's (a rank still starting sees the closed
+    // link).
+    void end() {
+        if (tcp) {
+            try {
+                tcp->send_control(std::string(1, kQuitMessage));
+            } catch (const Error&) {  // a rank already gone
+            }
+            tcp.reset();
+        }
+        for (std::thread& t : ranks)
+            if (t.joinable()) t.join();
+    }
+    ~Parallel() { end(); }
+};
+
 CudaModelRunner::CudaModelRunner(const EngineConfig& config, ModelConfig model_config,
-                                 ModelWeights weights)
-    : impl_(std::make_unique<Impl>(config)) {
+                                 ModelWeights weights, cuda::Communicator* comm)
+    : impl_(std::make_unique<Impl>(config, comm)) {
     if (cuda::device_count() == 0) fail("--device cuda: no CUDA device is visible");
     impl_->upload_model(std::move(model_config), std::move(weights));
     impl_->allocate_step_buffers();
@@ -119,7 +146,7 @@ CudaModelRunner::CudaModelRunner(const EngineConfig& config, ModelConfig model_c
 // The weights may be on the device already (dummy_cuda_weights): their size is the model's
 // count, not a difference of free memory.
 void CudaModelRunner::Impl::upload_model(ModelConfig model_config, ModelWeights weights) {
-    model = make_cuda_model(model_config, std::move(weights));
+    model = make_cuda_model(model_config, std::move(weights), comm);
     memory.free_after_weights = free_device_memory();
     memory.weights = model->weight_bytes();
 }
@@ -168,6 +195,8 @@ void CudaModelRunner::Impl::size_kv_cache() {
     const double budget = usable - double(total - free_device_memory()) -
                           double(memory.graph_reserve) - double(page);  // the dummy page
     num_pages = opt.num_pages > 0 ? opt.num_pages : int64_t(std::max(0.0, budget) / double(page));
+    // Every rank holds the same pages (the scheduler's), so the smallest rank's budget rules.
+    if (comm && opt.num_pages <= 0) num_pages = comm->min_over_ranks(num_pages, stream.get());
     if (num_pages < 1)
         fail(
             "the model does not fit: {:.0f} MiB of weights, {:.0f} MiB of activations and {:.0f} "
@@ -231,7 +260,10 @@ void CudaModelRunner::Impl::plan_attention(int64_t s) {
                     std::span<const int32_t>(host_ints() + in.seq_lens, size_t(s)), stream.get());
 }
 
-CudaModelRunner::~CudaModelRunner() = default;
+CudaModelRunner::~CudaModelRunner() {
+    if (parallel_) parallel_->end();  // the other ranks leave their step loops first
+    impl_.reset();                    // then this rank's model, which uses the communicator
+}
 const ModelConfig& CudaModelRunner::config() const {
     return impl_->model->config();
 }
@@ -258,7 +290,9 @@ void CudaModelRunner::launch(const Batch& batch, std::span<const SamplerInput> s
     Impl& m = *impl_;
     MI_CHECK(sampling.size() == batch.logits_indices.size(), "{} sampling inputs for {} rows",
              sampling.size(), batch.logits_indices.size());
-    m.forward(batch);
+    const ForwardBatch fb = forward_batch_of(batch);
+    if (parallel_) parallel_->tcp->send_control(encode_step(fb));  // every rank runs it too
+    m.forward(fb);
     const int64_t n = int64_t(sampling.size());
     Tensor logits = m.model->logits_f32(n);
     m.sampler->launch(logits, m.model->logits_bf16(n), sampling, m.stream.get());
@@ -268,8 +302,10 @@ std::vector<SampledToken> CudaModelRunner::collect() {
     return impl_->sampler->collect();
 }
 
+// Not under tensor parallelism yet: the other ranks do not sample, so they could not resolve a
+// placeholder (rank 0 would have to broadcast its tokens each step).
 bool CudaModelRunner::overlaps() const {
-    return true;
+    return !parallel_;
 }
 
 int32_t* CudaModelRunner::Impl::next_staging() {
@@ -278,8 +314,13 @@ int32_t* CudaModelRunner::Impl::next_staging() {
     return host_ints();
 }
 
-void CudaModelRunner::Impl::forward(const Batch& b) {
-    const int64_t n = b.num_tokens(), s = int64_t(b.seqs.size()),
+void CudaModelRunner::forward_only(const ForwardBatch& batch) {
+    impl_->forward(batch);
+    impl_->stream.synchronize();  // the next step rewrites the host staging
+}
+
+void CudaModelRunner::Impl::forward(const ForwardBatch& b) {
+    const int64_t n = b.num_tokens(), s = b.num_seqs(),
                   num_logits = int64_t(b.logits_indices.size());
     MI_CHECK(n <= opt.max_num_batched_tokens && s <= opt.max_num_seqs &&
                  b.max_pages <= max_pages_per_seq,
@@ -339,6 +380,154 @@ void CudaModelRunner::Impl::run_model(const StepShape& sh) {
         cuda::resolve_placeholders(ids, sampler->device_tokens(), stream.get());
     }
     model->forward(inputs, kv, *attention, stream.get());
+}
+
+namespace {
+
+std::string to_hex(const std::string& bytes) {
+    static const char* digits = "0123456789abcdef";
+    std::string out;
+    for (unsigned char c : bytes) {
+        out += digits[c >> 4];
+        out += digits[c & 15];
+    }
+    return out;
+}
+
+std::string from_hex(const std::string& hex) {
+    MI_CHECK(hex.size() % 2 == 0, "tensor-parallel: a bad NCCL id");
+    auto value = [](char c) {
+        if (c >= '0' && c <= '9') return c - '0';
+        if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+        fail("tensor-parallel: a bad NCCL id");
+    };
+    std::string out;
+    for (size_t i = 0; i < hex.size(); i += 2) out += char(value(hex[i]) * 16 + value(hex[i + 1]));
+    return out;
+}
+
+// Rank `rank`'s shard, bf16, on the current device (dummy weights are made there).
+ModelWeights rank_weights(const ModelConfig& model, const EngineConfig& config,
+                          const std::string& load_format, uint64_t seed, int64_t rank) {
+    const WeightTarget target{
+        .dtype = DType::kBF16, .rank = rank, .world = config.tensor_parallel_size};
+    return parse_load_format(load_format) == LoadFormat::kDummy
+               ? dummy_cuda_weights(model, seed, target)
+               : load_weights(model, config.model_dir, target);
+}
+
+// Past NCCL's start a failing rank leaves the others waiting in a collective, which has no
+// timeout: say why and end the process instead of hanging.
+[[noreturn]] void abort_group(int64_t rank, const std::exception& e) {
+    MI_LOG_ERROR(
+        "tensor-parallel rank {}: {} (ending the process: the other ranks would wait in "
+        "NCCL forever)",
+        rank, e.what());
+    std::_Exit(1);
+}
+
+}  // namespace
+
+std::unique_ptr<CudaModelRunner> CudaModelRunner::load_parallel(const EngineConfig& config) {
+#ifndef MINIINFER_HAS_NCCL
+    fail("--tensor-parallel-size {} on CUDA needs NCCL, which this build of MiniInfer lacks",
+         config.tensor_parallel_size);
+#else
+    const int64_t world = config.tensor_parallel_size, here = world / config.nnodes;
+    MI_CHECK(world > 1 && config.node_rank == 0, "load_parallel: node 0 of a group only");
+    if (config.enable_expert_parallel)
+        fail(
+            "--enable-expert-parallel runs on the CPU backend only so far (on CUDA, -tp splits "
+            "every expert along its intermediate size)");
+    if (cuda::device_count() < here)
+        fail("--tensor-parallel-size {} over {} node(s) needs {} GPUs here, {} visible", world,
+             config.nnodes, here, cuda::device_count());
+    const ModelConfig model = ModelConfig::load(config.model_dir);
+    auto parallel = std::make_unique<Parallel>();
+    // On one node the links stay on loopback, on a free port (two servers may run at once).
+    EngineConfig links = config;
+    if (config.nnodes == 1) {
+        links.master_addr = "127.0.0.1";
+        links.master_port = 0;
+    }
+    parallel->tcp = std::make_unique<TcpCommunicator>(
+        TcpCommunicator::listen(links.master_addr, int(links.master_port), world));
+    links.master_port = parallel->tcp->port();
+    for (int64_t r = 1; r < here; ++r) parallel->ranks.push_back(start_rank_thread(links, r, here));
+    MI_LOG_INFO("tensor-parallel rank 0 of {} on GPU 0: waiting for the others on {}:{}", world,
+                links.master_addr, links.master_port);
+    parallel->tcp->accept_ranks(tensor_parallel::kJoinTimeout);
+    const std::string id = cuda::NcclCommunicator::unique_id();
+    Json welcome = tensor_parallel::welcome(config, model);
+    welcome["nccl_id"] = to_hex(id);
+    parallel->tcp->send_control(welcome.dump());
+    // NCCL's start waits for every rank: first make sure every rank can come (its GPU, its
+    // model), then let them all in at once.
+    std::string refusals;
+    for (const std::string& s : parallel->tcp->receive_statuses())
+        refusals += s.empty() ? "" : s + "; ";
+    parallel->tcp->send_control(refusals.empty() ? "go" : std::string(1, kQuitMessage));
+    if (!refusals.empty()) fail("tensor-parallel: {}", refusals.substr(0, refusals.size() - 2));
+    MI_CUDA_CHECK(cudaSetDevice(0));
+    parallel->nccl = std::make_unique<cuda::NcclCommunicator>(id, 0, world);
+    std::unique_ptr<CudaModelRunner> runner;
+    try {
+        runner = std::make_unique<CudaModelRunner>(
+            config, model, rank_weights(model, config, config.load_format, config.seed, 0),
+            parallel->nccl.get());
+    } catch (const std::exception& e) {
+        abort_group(0, e);
+    }
+    const std::vector<std::string> statuses = parallel->tcp->receive_statuses();
+    for (size_t i = 0; i < statuses.size(); ++i)
+        if (!statuses[i].empty()) fail("tensor-parallel rank {}: {}", i + 1, statuses[i]);
+    MI_LOG_INFO("tensor-parallel: all {} ranks joined NCCL and built their runners", world);
+    runner->parallel_ = std::move(parallel);
+    return runner;
+#endif
+}
+
+void run_cuda_rank(const EngineConfig& config, int64_t rank, int64_t local_device,
+                   TcpCommunicator& comm, const Json& welcome) {
+#ifndef MINIINFER_HAS_NCCL
+    (void)config, (void)local_device, (void)comm, (void)welcome;
+    fail("tensor-parallel rank {} on CUDA needs NCCL, which this build of MiniInfer lacks", rank);
+#else
+    // Whether this rank can come (rank 0 lets every rank into NCCL only if all can).
+    std::string refusal;
+    std::optional<ModelConfig> model;
+    try {
+        if (local_device >= cuda::device_count())
+            fail("rank {} needs GPU {} of this node, {} visible", rank, local_device,
+                 cuda::device_count());
+        MI_CUDA_CHECK(cudaSetDevice(int(local_device)));
+        model.emplace(ModelConfig::load(config.model_dir));
+        tensor_parallel::check_same_model(welcome, *model, config.model_dir);
+    } catch (const Error& e) {
+        refusal = fmt::format("rank {}: {}", rank, e.what());
+    }
+    comm.send_status(refusal);
+    const std::optional<std::string> go = comm.receive_control();
+    if (!refusal.empty()) fail("tensor-parallel {}", refusal);
+    if (!go || *go != "go") return;  // another rank cannot come
+    cuda::NcclCommunicator nccl(from_hex(welcome.at("nccl_id").get<std::string>()), rank,
+                                config.tensor_parallel_size);
+    try {
+        CudaModelRunner runner(
+            config, *model,
+            rank_weights(*model, config, welcome.at("load_format").get<std::string>(),
+                         welcome.at("seed").get<uint64_t>(), rank),
+            &nccl);
+        comm.send_status("");
+        while (std::optional<std::string> m = comm.receive_control()) {
+            const std::optional<DecodedStep> step = decode_control(*m);
+            if (!step) return;
+            runner.forward_only(step->batch());
+        }
+    } catch (const std::exception& e) {
+        abort_group(rank, e);
+    }
+#endif
 }
 
 }  // namespace miniinfer

@@ -18,6 +18,8 @@
 
 #include "config/engine_config.h"
 #include "engine/model_runner.h"
+#include "layers/cuda/communicator.h"
+#include "layers/tcp_communicator.h"
 #include "models/weights.h"
 
 namespace miniinfer {
@@ -29,7 +31,17 @@ class CudaModelRunner : public ModelRunner {
     // that many KV pages), enforce_eager and attention_backend. weights: bf16 host tensors
     // (load_weights / dummy_weights with WeightTarget{DType::kBF16}), released as they upload.
     // Throws Error when the model does not fit (with the numbers) or does not run on CUDA.
-    CudaModelRunner(const EngineConfig& config, ModelConfig model_config, ModelWeights weights);
+    // comm (tensor parallelism): this rank's collectives, or null on one GPU. Every rank of a
+    // world constructs its runner at the same time (the warm-up steps and graph captures meet
+    // in the collectives) and they agree on the smallest rank's KV pages.
+    CudaModelRunner(const EngineConfig& config, ModelConfig model_config, ModelWeights weights,
+                    cuda::Communicator* comm = nullptr);
+    // Tensor parallelism (config.tensor_parallel_size > 1, node 0): rank 0 in this runner, this
+    // node's other ranks on threads (one GPU each: rank r on device r of the node), other nodes'
+    // ranks in their processes (run_worker_node); NCCL for the collectives, the TCP links
+    // (layers/tcp_communicator.h) for the NCCL id and each step's batch. Rank 0 samples.
+    // Throws Error if NCCL is missing from this build or a rank fails to start.
+    static std::unique_ptr<CudaModelRunner> load_parallel(const EngineConfig& config);
     ~CudaModelRunner() override;
 
     const ModelConfig& config() const override;
@@ -45,10 +57,21 @@ class CudaModelRunner : public ModelRunner {
     // The f32 logits of the last run's sampled rows, copied to the host ([rows, vocab]; tests);
     // penalised rows hold their penalised logits.
     Tensor last_logits() const;
+    // A rank > 0's step: the forward pass of `batch` (its collectives meet rank 0's), no
+    // sampling; returns when the step has run.
+    void forward_only(const ForwardBatch& batch);
 
   private:
     struct Impl;
+    struct Parallel;                      // load_parallel's links, communicator and threads
+    std::unique_ptr<Parallel> parallel_;  // destroyed after impl_: the ranks end first
     std::unique_ptr<Impl> impl_;
 };
+
+// A CUDA rank > 0 on this thread, after it joined rank 0 (comm) and read its welcome: selects
+// device `local_device`, joins NCCL, loads its shard, builds its runner (with the other ranks),
+// reports to rank 0, then runs every step rank 0 sends until the end. Throws Error.
+void run_cuda_rank(const EngineConfig& config, int64_t rank, int64_t local_device,
+                   TcpCommunicator& comm, const Json& welcome);
 
 }  // namespace miniinfer

@@ -54,16 +54,22 @@ std::unique_ptr<ModelRunner> load_runner(EngineConfig& config) {
     if (!config.scripted_outputs.empty())
         return std::make_unique<ScriptedRunner>(config.model_dir, config.scripted_outputs);
     if (config.device == "cuda") {
-        if (config.tensor_parallel_size > 1 || config.enable_expert_parallel)
-            fail(
-                "--tensor-parallel-size > 1 and --enable-expert-parallel run on the CPU backend "
-                "only so far (CUDA over NCCL is not implemented yet)");
 #ifdef MINIINFER_HAS_CUDA
         if (cuda::device_count() == 0)
             fail(
                 "--device cuda: no usable CUDA device or driver was found ({}); run with --device "
                 "cpu",
                 cuda::unavailable_reason());
+        if (config.tensor_parallel_size > 1 || config.enable_expert_parallel) {
+            if (config.node_rank != 0)
+                fail("node_rank {} runs ranks for node 0 and no engine (run_worker_node)",
+                     config.node_rank);
+            if (config.tensor_parallel_size == 1)
+                fail("--enable-expert-parallel needs --tensor-parallel-size > 1");
+            auto runner = CudaModelRunner::load_parallel(config);
+            config.num_pages = runner->num_pages();
+            return runner;
+        }
         const WeightTarget bf16{.dtype = DType::kBF16};
         ModelWeights weights = parse_load_format(config.load_format) == LoadFormat::kDummy
                                    ? dummy_cuda_weights(model_config, config.seed, bf16)

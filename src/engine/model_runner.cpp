@@ -6,6 +6,9 @@
 
 #include "core/check.h"
 #include "core/logging.h"
+#ifdef MINIINFER_HAS_CUDA
+#include "engine/cuda_model_runner.h"
+#endif
 
 namespace miniinfer {
 
@@ -65,19 +68,11 @@ std::unique_ptr<CpuModelRunner> CpuModelRunner::load_parallel(
     return runner;
 }
 
-namespace {
-
-// How long ranks wait for each other to join (other nodes may start later, by hand).
-constexpr std::chrono::seconds kJoinTimeout{300};
-
-// Control messages from rank 0 to the other ranks: 'S' + a ForwardBatch, or 'Q' (the end).
-constexpr char kStep = 'S', kQuit = 'Q';
-
 std::string encode_step(const ForwardBatch& b) {
     const std::span<const int32_t> parts[] = {b.input_ids,     b.positions,   b.query_start,
                                               b.seq_lens,      b.block_table, b.slot_mapping,
                                               b.logits_indices};
-    std::string out(1, kStep);
+    std::string out(1, 'S');
     auto put = [&](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); };
     put(&b.max_pages, sizeof b.max_pages);
     for (const auto& part : parts) {
@@ -88,16 +83,9 @@ std::string encode_step(const ForwardBatch& b) {
     return out;
 }
 
-// A decoded step: the vectors ForwardBatch views.
-struct DecodedStep {
-    std::vector<int32_t> parts[7];
-    int64_t max_pages = 0;
-    ForwardBatch batch() const {
-        return {parts[0], parts[1], parts[2], parts[3], parts[4], max_pages, parts[5], parts[6]};
-    }
-};
-
-DecodedStep decode_step(const std::string& m) {
+std::optional<DecodedStep> decode_control(const std::string& m) {
+    if (m.empty() || m[0] == kQuitMessage) return std::nullopt;
+    if (m[0] != 'S') fail("tensor-parallel link: an unknown control message");
     DecodedStep d;
     size_t at = 1;
     auto get = [&](void* p, size_t n) {
@@ -116,19 +104,34 @@ DecodedStep decode_step(const std::string& m) {
     return d;
 }
 
-// What rank 0 tells the others once they have joined: the cache's shape, and enough of the
-// model to catch a node that loaded another one.
-Json welcome_of(const EngineConfig& c, const ModelConfig& m) {
+namespace tensor_parallel {
+
+namespace {
+Json identity(const ModelConfig& m) {
+    return {
+        {"vocab_size", m.vocab_size}, {"num_layers", m.num_layers}, {"hidden_size", m.hidden_size}};
+}
+}  // namespace
+
+Json welcome(const EngineConfig& c, const ModelConfig& m) {
     return {{"num_pages", c.num_pages},
             {"page_size", c.page_size},
             {"expert_parallel", c.enable_expert_parallel},
             {"seed", c.seed},
             {"load_format", c.load_format},
-            {"model",
-             {{"vocab_size", m.vocab_size},
-              {"num_layers", m.num_layers},
-              {"hidden_size", m.hidden_size}}}};
+            {"model", identity(m)}};
 }
+
+void check_same_model(const Json& welcome, const ModelConfig& m, const std::string& model_dir) {
+    if (identity(m) != welcome.at("model"))
+        fail("{} is not rank 0's model ({} here, {} there)", model_dir, identity(m).dump(),
+             welcome.at("model").dump());
+}
+
+}  // namespace tensor_parallel
+
+namespace {
+using tensor_parallel::kJoinTimeout;
 
 int rank_threads(int64_t ranks_here) {
     return std::max(1, ThreadPool::global().num_threads() / int(ranks_here));
@@ -144,8 +147,17 @@ void run_rank(const EngineConfig& config, int64_t rank, int64_t ranks_here) {
     ThreadPool::Bind bind(pool);
     TcpCommunicator comm(config.master_addr, int(config.master_port), rank, world, kJoinTimeout);
     const std::optional<std::string> hello = comm.receive_control();
-    if (!hello || hello->empty() || (*hello)[0] == kQuit) return;  // rank 0 failed to start
+    // Rank 0 sends a JSON welcome, or the end if it failed to start.
+    if (!hello || hello->empty() || (*hello)[0] != '{') return;
     const Json w = Json::parse(*hello);
+    if (config.device == "cuda") {
+#ifdef MINIINFER_HAS_CUDA
+        run_cuda_rank(config, rank, rank % ranks_here, comm, w);
+        return;
+#else
+        fail("tensor-parallel rank {}: this build has no CUDA backend", rank);
+#endif
+    }
     std::optional<QwenModel> model;
     std::optional<KvCache> kv;
     std::string status;
@@ -155,12 +167,7 @@ void run_rank(const EngineConfig& config, int64_t rank, int64_t ranks_here) {
             w.at("seed").get<uint64_t>(),
             CpuParallel{rank, world, w.at("expert_parallel").get<bool>(), &comm}));
         const ModelConfig& m = model->config();
-        const Json mine = {{"vocab_size", m.vocab_size},
-                           {"num_layers", m.num_layers},
-                           {"hidden_size", m.hidden_size}};
-        if (mine != w.at("model"))
-            fail("{} is not rank 0's model ({} here, {} there)", config.model_dir, mine.dump(),
-                 w.at("model").dump());
+        tensor_parallel::check_same_model(w, m, config.model_dir);
         kv.emplace(m.num_layers, w.at("num_pages").get<int64_t>(), w.at("page_size").get<int64_t>(),
                    model->num_local_kv_heads(), m.head_dim);
     } catch (const Error& e) {
@@ -169,25 +176,26 @@ void run_rank(const EngineConfig& config, int64_t rank, int64_t ranks_here) {
     comm.send_status(status);
     if (!status.empty()) fail("tensor-parallel rank {}: {}", rank, status);
     while (std::optional<std::string> m = comm.receive_control()) {
-        if (m->empty() || (*m)[0] == kQuit) return;
-        if ((*m)[0] != kStep) fail("tensor-parallel rank {}: an unknown control message", rank);
-        const DecodedStep step = decode_step(*m);
-        model->forward(step.batch(), *kv);
+        const std::optional<DecodedStep> step = decode_control(*m);
+        if (!step) return;
+        model->forward(step->batch(), *kv);
     }
 }
 
-// run_rank on a thread: an error is logged (rank 0 sees the closed link and fails the step).
-std::thread start_rank(const EngineConfig& config, int64_t rank, int64_t ranks_here) {
+}  // namespace
+
+std::thread start_rank_thread(const EngineConfig& config, int64_t rank, int64_t ranks_here) {
     return std::thread([config, rank, ranks_here] {
         try {
             run_rank(config, rank, ranks_here);
         } catch (const std::exception& e) {
             MI_LOG_ERROR("{}", e.what());
+            // A CUDA rank that fails leaves its peers waiting in NCCL, with no timeout: end the
+            // process rather than hang. A CPU rank's peers see the closed link and fail the step.
+            if (config.device == "cuda") std::_Exit(1);
         }
     });
 }
-
-}  // namespace
 
 std::unique_ptr<CpuModelRunner> CpuModelRunner::load_distributed(const EngineConfig& config) {
     const int64_t world = config.tensor_parallel_size, here = world / config.nnodes;
@@ -195,13 +203,15 @@ std::unique_ptr<CpuModelRunner> CpuModelRunner::load_distributed(const EngineCon
     std::unique_ptr<CpuModelRunner> runner(new CpuModelRunner());
     runner->pools_.push_back(std::make_unique<ThreadPool>(rank_threads(here)));
     ThreadPool::Bind bind(*runner->pools_[0]);  // this node's other ranks load at the same time
-    for (int64_t r = 1; r < here; ++r) runner->local_ranks_.push_back(start_rank(config, r, here));
+    for (int64_t r = 1; r < here; ++r)
+        runner->local_ranks_.push_back(start_rank_thread(config, r, here));
     MI_LOG_INFO("tensor-parallel rank 0 of {} ({} nodes): waiting for the others on {}:{}", world,
                 config.nnodes, config.master_addr, config.master_port);
     runner->tcp_ = std::make_unique<TcpCommunicator>(config.master_addr, int(config.master_port), 0,
                                                      world, kJoinTimeout);
     // The others load their shards while rank 0 loads its own.
-    runner->tcp_->send_control(welcome_of(config, ModelConfig::load(config.model_dir)).dump());
+    runner->tcp_->send_control(
+        tensor_parallel::welcome(config, ModelConfig::load(config.model_dir)).dump());
     QwenModel model =
         QwenModel::load(config.model_dir, parse_load_format(config.load_format), config.seed,
                         CpuParallel{0, world, config.enable_expert_parallel, runner->tcp_.get()});
@@ -219,7 +229,7 @@ std::unique_ptr<CpuModelRunner> CpuModelRunner::load_distributed(const EngineCon
 CpuModelRunner::~CpuModelRunner() {
     if (tcp_) {
         try {
-            tcp_->send_control(std::string(1, kQuit));
+            tcp_->send_control(std::string(1, kQuitMessage));
         } catch (const Error&) {  // a rank already gone
         }
         tcp_.reset();  // closed links end any rank still waiting

@@ -4,10 +4,13 @@
 // which pages a request uses is the scheduler's business.
 #pragma once
 
+#include <chrono>
 #include <deque>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -22,6 +25,44 @@
 #include "scheduler/batch.h"
 
 namespace miniinfer {
+
+// The model's view of a scheduled batch.
+inline ForwardBatch forward_batch_of(const Batch& b) {
+    return {b.input_ids,   b.positions, b.query_start,  b.seq_lens,
+            b.block_table, b.max_pages, b.slot_mapping, b.logits_indices};
+}
+
+// Tensor parallelism over TCP (load_distributed, run_worker_node): rank 0's control messages.
+// A step's batch, to every other rank: 'S' + its arrays.
+std::string encode_step(const ForwardBatch& b);
+// A decoded step: the arrays a ForwardBatch views.
+struct DecodedStep {
+    std::vector<int32_t> parts[7];
+    int64_t max_pages = 0;
+    ForwardBatch batch() const {
+        return {parts[0], parts[1], parts[2], parts[3], parts[4], max_pages, parts[5], parts[6]};
+    }
+};
+// The other control messages: `step` is set for a step, unset for the end ('Q', or an empty
+// message). Throws Error on a message that is neither.
+std::optional<DecodedStep> decode_control(const std::string& message);
+constexpr char kQuitMessage = 'Q';
+namespace tensor_parallel {
+// How long ranks wait for each other to join (other nodes may start later, by hand).
+inline constexpr std::chrono::seconds kJoinTimeout{300};
+// What rank 0 sends the others once they have joined: its settings (KV pages and page size for
+// the CPU, seed, load format, expert parallelism) and enough of the model to catch a node that
+// loaded another; a backend may add fields (the NCCL id).
+Json welcome(const EngineConfig& config, const ModelConfig& model);
+// Throws Error if `model` (this rank's) is not the one the welcome names.
+void check_same_model(const Json& welcome, const ModelConfig& model, const std::string& model_dir);
+}  // namespace tensor_parallel
+
+// This node's other ranks (rank > 0 of `config`'s world) run on a thread each: joined to rank 0
+// over TCP, loading their shard and running every step rank 0 sends (CPU or CUDA, as
+// config.device says). An error is logged; a CUDA rank's error ends the process (its peers
+// would wait in NCCL forever).
+std::thread start_rank_thread(const EngineConfig& config, int64_t rank, int64_t ranks_here);
 
 class ModelRunner {
   public:

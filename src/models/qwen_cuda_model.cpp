@@ -9,6 +9,7 @@
 #include "kernels/cuda/cast.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gather_rows.h"
+#include "kernels/cuda/vocab_parallel.h"
 #include "layers/layers.h"
 
 namespace miniinfer {
@@ -39,6 +40,15 @@ QwenCudaModel::QwenCudaModel(ModelConfig config, ModelWeights w, cuda::Communica
     : config_(std::move(config)) {
     const ModelConfig& c = config_;
     const int64_t world = comm ? comm->world() : 1;
+    comm_ = comm;
+    if (comm) {
+        if (c.vocab_size % world != 0)
+            fail(
+                "vocab_size {} is not divisible by tensor_parallel_size {} (the LM head's logits "
+                "are gathered in equal blocks)",
+                c.vocab_size, world);
+        vocab_begin_ = vocab_range(c.vocab_size, comm->rank(), world).first;
+    }
     embed_ = upload(w.embed);
     lm_head_ = c.tie_word_embeddings ? embed_ : upload(w.lm_head);
     final_norm_ = norm(w.norm, c.rms_norm_eps);
@@ -61,7 +71,7 @@ QwenCudaModel::QwenCudaModel(ModelConfig config, ModelWeights w, cuda::Communica
         a.k_norm = upload(lw.k_norm);
         a.inv_freq = inv_freq;
         a.num_heads = c.num_heads / world;
-        a.num_kv_heads = c.num_kv_heads / world;
+        a.num_kv_heads = kv_heads_per_rank(c.num_kv_heads, world);
         a.head_dim = c.head_dim;
         a.eps = float(c.rms_norm_eps);
         a.scale = float(1.0 / std::sqrt(double(c.head_dim)));
@@ -121,6 +131,11 @@ void QwenCudaModel::allocate_activations(int64_t max_tokens, int64_t max_logits)
     for (Tensor* t : {&last_hidden_, &last_residual_, &last_normed_})
         *t = cuda::device_tensor({max_logits, H}, DType::kBF16);
     logits_bf16_ = cuda::device_tensor({max_logits, V}, DType::kBF16);
+    if (comm_) {
+        const int64_t world = comm_->world();
+        logits_local_ = cuda::device_tensor({max_logits, V / world}, DType::kBF16);
+        logits_gathered_ = cuda::device_tensor({world * max_logits * (V / world)}, DType::kBF16);
+    }
     logits_f32_ = cuda::device_tensor({max_logits, V}, DType::kF32);
 }
 
@@ -131,7 +146,12 @@ void QwenCudaModel::forward(const cuda::StepInputs& in, std::span<cuda::KvLayer>
     const int64_t n = in.num_tokens;
     Tensor x = rows(hidden_, n), residual = rows(residual_, n), h = rows(normed_, n);
     Tensor attn_out = rows(attn_out_, n);
-    cuda::embedding(in.token_ids, embed_, residual, stream);
+    if (comm_) {  // vocab-parallel: this rank's rows, zeros elsewhere, summed over the ranks
+        cuda::embedding_shard(in.token_ids, embed_, vocab_begin_, residual, stream);
+        comm_->all_reduce_sum(residual, stream);
+    } else {
+        cuda::embedding(in.token_ids, embed_, residual, stream);
+    }
     for (size_t l = 0; l < layers_.size(); ++l) {
         const Layer& layer = layers_[l];
         // The residual stream: layer 0 normalises the embedding; later layers add the MLP
@@ -155,7 +175,16 @@ void QwenCudaModel::forward(const cuda::StepInputs& in, std::span<cuda::KvLayer>
     cuda::gather_rows(x, in.logits_indices, last_x, stream);
     cuda::gather_rows(residual, in.logits_indices, last_res, stream);
     final_norm_.forward(last_x, &last_res, last_h, stream);
-    gemm_.run(last_h, lm_head_, nullptr, lb, stream);
+    if (comm_) {  // vocab-parallel: this rank's columns, gathered from every rank, in order
+        const int64_t world = comm_->world(), cols = config_.vocab_size / world;
+        Tensor local = rows(logits_local_, m);
+        gemm_.run(last_h, lm_head_, nullptr, local, stream);
+        Tensor gathered(logits_gathered_.raw(), DType::kBF16, {world * m * cols}, Device::kCUDA);
+        comm_->all_gather(local, gathered, stream);
+        cuda::interleave_rank_blocks(gathered, world, lb, stream);
+    } else {
+        gemm_.run(last_h, lm_head_, nullptr, lb, stream);
+    }
     cuda::bf16_to_f32(lb, lf, stream);
 }
 

@@ -47,6 +47,10 @@ class QwenCudaModel final : public CudaModel {
     ModelConfig config_;
     cuda::Gemm gemm_;
     Tensor embed_, lm_head_;  // [vocab, hidden]; the same tensor when tied
+    // Tensor parallelism: null, or the collectives; embed_ and lm_head_ then hold the rows
+    // [vocab_begin_, vocab_begin_ + vocab / world) (vocab-parallel, models/weights.h).
+    cuda::Communicator* comm_ = nullptr;
+    int64_t vocab_begin_ = 0;
     std::vector<Layer> layers_;
     cuda::RmsNorm final_norm_;
 
@@ -57,6 +61,9 @@ class QwenCudaModel final : public CudaModel {
     cuda::Moe::Buffers moe_buffers_;
     Tensor last_hidden_, last_residual_, last_normed_;  // [max_logits, hidden]: sampled rows
     Tensor logits_bf16_, logits_f32_;                   // [max_logits, vocab]
+    // Vocab-parallel LM head: this rank's logits [max_logits, vocab / world], and every rank's
+    // after the all-gather ([world, max_logits, vocab / world], rank-major).
+    Tensor logits_local_, logits_gathered_;
 };
 
 }  // namespace miniinfer

@@ -69,10 +69,11 @@ inline std::vector<Case> cases_of(const std::string& name) {
     return out;
 }
 
-inline void expect_teacher_forced_matches(const std::string& name) {
+// The teacher-forced comparison for a built runner (one GPU, or rank 0 of a tensor-parallel
+// world: runner_config(128, 256, 64)'s limits).
+inline void expect_runner_matches(const std::string& name, CudaModelRunner& gpu) {
     ModelConfig config = ModelConfig::load(kFixtures / name);
     QwenModel cpu_model(config, load_weights(config, kFixtures / name));
-    CudaModelRunner gpu(runner_config(128, 256, 64), config, bf16_weights(config, name));
     for (const Case& c : cases_of(name)) {
         const int64_t n =
             int64_t(c.sequence.size()) - 1;  // predict tokens 1..n from positions 0..n-1
@@ -148,6 +149,12 @@ inline void expect_teacher_forced_matches(const std::string& name) {
         std::printf("[ %s: %d of %zu greedy positions agree (%d with a clear top-2 gap) ]\n",
                     name.c_str(), agree, c.sequence.size() - c.prompt_len, clear);
     }
+}
+
+inline void expect_teacher_forced_matches(const std::string& name) {
+    ModelConfig config = ModelConfig::load(kFixtures / name);
+    CudaModelRunner gpu(runner_config(128, 256, 64), config, bf16_weights(config, name));
+    expect_runner_matches(name, gpu);
 }
 
 // The engine with and without CUDA graphs on the fixture's prompts plus `more`, sampled (odd

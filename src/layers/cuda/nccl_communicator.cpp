@@ -1,0 +1,83 @@
+#include "layers/cuda/nccl_communicator.h"
+
+#include <nccl.h>
+
+#include "core/check.h"
+#include "core/cuda/cuda_check.h"
+#include "core/cuda/device_buffer.h"
+
+namespace miniinfer::cuda {
+namespace {
+
+#define MI_NCCL_CHECK(expr)                                                                      \
+    do {                                                                                         \
+        const ncclResult_t mi_nccl_result = (expr);                                              \
+        if (mi_nccl_result != ncclSuccess)                                                       \
+            ::miniinfer::fail("NCCL: {} failed: {}", #expr, ncclGetErrorString(mi_nccl_result)); \
+    } while (0)
+
+ncclComm_t as_comm(void* p) {
+    return static_cast<ncclComm_t>(p);
+}
+
+ncclDataType_t nccl_type(DType t) {
+    switch (t) {
+        case DType::kBF16:
+            return ncclBfloat16;
+        case DType::kF32:
+            return ncclFloat32;
+        case DType::kI32:
+            return ncclInt32;
+        default:
+            fail("NCCL: no collective for {}", dtype_name(t));
+    }
+}
+
+}  // namespace
+
+std::string NcclCommunicator::unique_id() {
+    ncclUniqueId id;
+    MI_NCCL_CHECK(ncclGetUniqueId(&id));
+    return std::string(id.internal, sizeof id.internal);
+}
+
+NcclCommunicator::NcclCommunicator(const std::string& id, int64_t rank, int64_t world)
+    : rank_(rank), world_(world) {
+    ncclUniqueId uid;
+    MI_CHECK(id.size() == sizeof uid.internal, "an NCCL id of {} bytes (want {})", id.size(),
+             sizeof uid.internal);
+    std::copy(id.begin(), id.end(), uid.internal);
+    ncclComm_t comm = nullptr;
+    MI_NCCL_CHECK(ncclCommInitRank(&comm, int(world), uid, int(rank)));
+    comm_ = comm;
+}
+
+NcclCommunicator::~NcclCommunicator() {
+    if (comm_) ncclCommDestroy(as_comm(comm_));
+}
+
+void NcclCommunicator::all_reduce_sum(Tensor& x, cudaStream_t stream) {
+    MI_NCCL_CHECK(ncclAllReduce(x.raw(), x.raw(), size_t(x.numel()), nccl_type(x.dtype()), ncclSum,
+                                as_comm(comm_), stream));
+}
+
+void NcclCommunicator::all_gather(const Tensor& local, Tensor& out, cudaStream_t stream) {
+    MI_CHECK(out.dtype() == local.dtype() && out.numel() == world_ * local.numel(),
+             "all_gather: {} into {} over {} ranks", local.describe(), out.describe(), world_);
+    MI_NCCL_CHECK(ncclAllGather(local.raw(), out.raw(), size_t(local.numel()),
+                                nccl_type(local.dtype()), as_comm(comm_), stream));
+}
+
+int64_t NcclCommunicator::min_over_ranks(int64_t value, cudaStream_t stream) {
+    DeviceBuffer buf(sizeof(int64_t));
+    MI_CUDA_CHECK(
+        cudaMemcpyAsync(buf.data(), &value, sizeof value, cudaMemcpyHostToDevice, stream));
+    MI_NCCL_CHECK(
+        ncclAllReduce(buf.data(), buf.data(), 1, ncclInt64, ncclMin, as_comm(comm_), stream));
+    int64_t out = 0;
+    MI_CUDA_CHECK(cudaMemcpyAsync(&out, buf.data(), sizeof out, cudaMemcpyDeviceToHost, stream));
+    MI_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return out;
+}
+
+}  // namespace miniinfer::cuda
