@@ -43,6 +43,7 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o) {
         prompt_tokens += int64_t(w.prompts[i].size());
     }
     int64_t output_tokens = 0;
+    engine.reset_step_timing();
     while (engine.has_unfinished())
         for (const RequestOutput& out : engine.step())
             if (out.finished) output_tokens += int64_t(out.token_ids.size());
@@ -51,7 +52,11 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o) {
     const double sol =
         sol_seconds(w, engine.model_config(), engine.config().max_num_seqs, o.hardware);
     const EngineConfig& c = engine.config();
+    const std::optional<ModelRunner::StepTiming> t = engine.step_timing();
     return {{"workload", w.name},
+            {"steps", t ? Json(t->steps) : Json(nullptr)},
+            {"gpu_busy_ms", t ? Json(t->busy_ms) : Json(nullptr)},
+            {"gpu_idle_ms", t ? Json(t->idle_ms) : Json(nullptr)},
             {"device", c.device},
             {"attention_backend",
              c.device == "cuda" ? (c.attention_backend == "auto" ? "fa2" : c.attention_backend)
@@ -107,6 +112,14 @@ void run(const BenchOptions& o) {
         if (name == "prefill256")
             std::printf(" prompt %.0f tok/s", r["prompt_tok_per_s"].get<double>());
         if (name == "bs1") std::printf(" %.3f ms/token", r["ms_per_output_token"].get<double>());
+        if (!r["steps"].is_null() && r["steps"].get<int64_t>() > 0) {
+            const double idle = r["gpu_idle_ms"].get<double>(),
+                         busy = r["gpu_busy_ms"].get<double>();
+            std::printf(" GPU idle between steps %.1f us/step (%.1f%% of %lld steps' GPU time)",
+                        1000.0 * idle / double(r["steps"].get<int64_t>()),
+                        100.0 * idle / std::max(busy + idle, 1e-9),
+                        (long long)r["steps"].get<int64_t>());
+        }
         std::printf("\n");
         std::fflush(stdout);
         results.push_back(r);
@@ -134,6 +147,8 @@ void add_bench(CLI::App& app) {
     cmd->add_option("--balanced-file", opts->balanced_file, "The balanced workload's prompts")
         ->capture_default_str();
     cmd->add_option("--json", opts->json_out, "Also write the results as JSON here");
+    cmd->add_flag("--measure-gpu-idle", opts->engine.config.measure_gpu_idle,
+                  "CUDA: time each step with events and report the GPU's idle time between steps");
     cmd->add_option("--hbm-bytes-per-s", opts->hardware.hbm_bytes_per_s,
                     "Memory bandwidth for the SOL (shown for --device cuda, or when given)")
         ->capture_default_str();

@@ -78,6 +78,7 @@ static void visit_fields(Config& c, Visit&& visit) {
     visit("enable_prefix_caching", c.enable_prefix_caching);
     visit("enforce_eager", c.enforce_eager);
     visit("disable_overlap", c.disable_overlap);
+    visit("measure_gpu_idle", c.measure_gpu_idle);
     visit("attention_backend", c.attention_backend);
     visit("tensor_parallel_size", c.tensor_parallel_size);
     visit("enable_expert_parallel", c.enable_expert_parallel);

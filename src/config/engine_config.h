@@ -27,6 +27,9 @@ struct EngineConfig {
     // The plain loop (schedule, run, process) even where the runner can overlap the next step
     // with the processing of the last (LLMEngine).
     bool disable_overlap = false;
+    // Benchmarks: time every step on the GPU (CUDA events) and the GPU's idle gaps between
+    // steps (ModelRunner::step_timing; `bench --measure-gpu-idle`). Off: the events cost a little.
+    bool measure_gpu_idle = false;
     std::string attention_backend = "auto";  // auto | fa2 | flashinfer (CUDA)
     // Tensor parallelism: ranks each holding a shard of every layer (CPU: threads of this
     // process; CUDA: not yet). expert_parallel: MoE experts whole, split among the ranks.

@@ -1,6 +1,7 @@
 #include "engine/cuda_model_runner.h"
 
 #include <algorithm>
+#include <deque>
 #include <utility>
 
 #include "core/cuda/cuda_check.h"
@@ -103,6 +104,15 @@ struct CudaModelRunner::Impl {
     int staging = 0;
     Tensor dev_inputs;
     std::unique_ptr<CudaSampler> sampler;
+
+    // measure_gpu_idle: each launched step's first and last events, in launch order, and the
+    // last collected step's (whose end the next step's start is measured from).
+    struct StepEvents {
+        cuda::Event start{true}, end{true};
+    };
+    std::deque<std::unique_ptr<StepEvents>> timed;
+    std::unique_ptr<StepEvents> last_timed;
+    StepTiming timing;
 
     std::unique_ptr<DecodeGraphs> graphs;
     int64_t dummy_page = 0;  // the KV page padded graph rows write to (one past the scheduler's)
@@ -292,14 +302,46 @@ void CudaModelRunner::launch(const Batch& batch, std::span<const SamplerInput> s
              sampling.size(), batch.logits_indices.size());
     const ForwardBatch fb = forward_batch_of(batch);
     if (parallel_) parallel_->tcp->send_control(encode_step(fb));  // every rank runs it too
+    std::unique_ptr<Impl::StepEvents> events;
+    if (m.opt.measure_gpu_idle) {
+        events = std::make_unique<Impl::StepEvents>();
+        events->start.record(m.stream.get());
+    }
     m.forward(fb);
     const int64_t n = int64_t(sampling.size());
     Tensor logits = m.model->logits_f32(n);
     m.sampler->launch(logits, m.model->logits_bf16(n), sampling, m.stream.get());
+    if (events) {
+        events->end.record(m.stream.get());
+        m.timed.push_back(std::move(events));
+    }
 }
 
 std::vector<SampledToken> CudaModelRunner::collect() {
-    return impl_->sampler->collect();
+    Impl& m = *impl_;
+    std::vector<SampledToken> tokens = m.sampler->collect();
+    if (!m.timed.empty()) {  // the step is done: its events and the one before it have run
+        std::unique_ptr<Impl::StepEvents> step = std::move(m.timed.front());
+        m.timed.pop_front();
+        step->end.synchronize();
+        m.timing.busy_ms += cuda::Event::elapsed_ms(step->start, step->end);
+        if (m.last_timed)
+            m.timing.idle_ms +=
+                std::max(0.f, cuda::Event::elapsed_ms(m.last_timed->end, step->start));
+        ++m.timing.steps;
+        m.last_timed = std::move(step);
+    }
+    return tokens;
+}
+
+std::optional<ModelRunner::StepTiming> CudaModelRunner::step_timing() const {
+    if (!impl_->opt.measure_gpu_idle) return std::nullopt;
+    return impl_->timing;
+}
+
+void CudaModelRunner::reset_step_timing() {
+    impl_->timing = {};
+    impl_->last_timed.reset();
 }
 
 // Not under tensor parallelism yet: the other ranks do not sample, so they could not resolve a

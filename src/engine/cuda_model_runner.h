@@ -54,6 +54,8 @@ class CudaModelRunner : public ModelRunner {
     void launch(const Batch& batch, std::span<const SamplerInput> sampling) override;
     std::vector<SampledToken> collect() override;
     bool overlaps() const override;
+    std::optional<StepTiming> step_timing() const override;
+    void reset_step_timing() override;
     // The f32 logits of the last run's sampled rows, copied to the host ([rows, vocab]; tests);
     // penalised rows hold their penalised logits.
     Tensor last_logits() const;

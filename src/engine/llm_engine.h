@@ -61,6 +61,9 @@ class LLMEngine {
         return scheduler_->has_unfinished() || !pending_.empty() || in_flight_.has_value();
     }
     bool overlapping() const { return overlap_; }
+    // The runner's GPU step timing (EngineConfig::measure_gpu_idle), and its reset.
+    std::optional<ModelRunner::StepTiming> step_timing() const { return runner_->step_timing(); }
+    void reset_step_timing() { runner_->reset_step_timing(); }
 
     // Runs every prompt to completion; outputs in prompt order.
     std::vector<RequestOutput> generate(const std::vector<Prompt>& prompts,

@@ -85,6 +85,17 @@ class ModelRunner {
     // for runners that ask for the loop anyway, to have it exercised: the CPU runner).
     virtual bool overlaps() const { return false; }
 
+    // With EngineConfig::measure_gpu_idle, where the GPU's time went since the last reset: steps
+    // collected, their time on the GPU (first to last event of a step) and the gaps between
+    // one step's end and the next one's start (the GPU waiting for the host). nullopt where not
+    // measured (the CPU runner, or measuring off).
+    struct StepTiming {
+        int64_t steps = 0;
+        double busy_ms = 0, idle_ms = 0;
+    };
+    virtual std::optional<StepTiming> step_timing() const { return std::nullopt; }
+    virtual void reset_step_timing() {}
+
     static int32_t placeholder(size_t row) { return -int32_t(row) - 1; }
     static bool is_placeholder(int32_t id) { return id < 0; }
     static size_t placeholder_row(int32_t id) { return size_t(-(id + 1)); }
