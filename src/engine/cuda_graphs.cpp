@@ -70,6 +70,15 @@ size_t DecodeGraphs::capture(int64_t dummy_page, bool warm_up, int32_t* host,
         MI_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
         step(*b);
         MI_CUDA_CHECK(cudaStreamEndCapture(stream, &g.graph));
+        size_t num_nodes = 0;
+        MI_CUDA_CHECK(cudaGraphGetNodes(g.graph, nullptr, &num_nodes));
+        std::vector<cudaGraphNode_t> nodes(num_nodes);
+        MI_CUDA_CHECK(cudaGraphGetNodes(g.graph, nodes.data(), &num_nodes));
+        for (cudaGraphNode_t node : nodes) {
+            cudaGraphNodeType type;
+            MI_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+            g.kernels += type == cudaGraphNodeTypeKernel ? 1 : 0;
+        }
         MI_CUDA_CHECK(cudaGraphInstantiate(&g.exec, g.graph, 0));
         // Upload now, so the memory a first replay would take is here and measured.
         MI_CUDA_CHECK(cudaGraphUpload(g.exec, stream));
@@ -111,6 +120,11 @@ int64_t DecodeGraphs::stage(const ForwardBatch& b, int64_t dummy_page, int32_t* 
                                         host + L.table + s * b.max_pages, 4, 4, size_t(B - s),
                                         cudaMemcpyHostToDevice, stream));
     return B;
+}
+
+int64_t DecodeGraphs::num_kernels(int64_t batch_size) const {
+    auto it = graphs_.find(batch_size);
+    return it == graphs_.end() ? 0 : it->second.kernels;
 }
 
 void DecodeGraphs::launch(int64_t batch_size, cudaStream_t stream) const {

@@ -61,6 +61,8 @@ class DecodeGraphs {
     DecodeGraphs& operator=(const DecodeGraphs&) = delete;
 
     const std::vector<int64_t>& batch_sizes() const { return sizes_; }
+    // Kernels in the captured graph of batch size B (0 if none): one decode step's launches.
+    int64_t num_kernels(int64_t batch_size) const;
     bool empty() const { return graphs_.empty(); }
 
     // Captures one graph per batch size, largest first. Every row's inputs become a one-token
@@ -89,6 +91,7 @@ class DecodeGraphs {
     struct Graph {
         cudaGraph_t graph = nullptr;
         cudaGraphExec_t exec = nullptr;
+        int64_t kernels = 0;
     };
     void destroy();
     StepInputLayout layout_;

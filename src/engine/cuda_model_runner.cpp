@@ -230,6 +230,11 @@ void CudaModelRunner::Impl::capture_and_log() {
         graphs ? graphs->batch_sizes().size() : 0,
         memory.graphs_measured ? kGraphMarginBytes / kMiB : 0.0, kv_bytes / kMiB, num_pages,
         opt.page_size, num_pages * opt.page_size, device_memory().second / kMiB, attention->name());
+    if (graphs && !graphs->batch_sizes().empty())
+        MI_LOG_INFO("decode step: {} kernels at batch size 1, {} at {}",
+                    graphs->num_kernels(graphs->batch_sizes().front()),
+                    graphs->num_kernels(graphs->batch_sizes().back()),
+                    graphs->batch_sizes().back());
     if (memory.graphs_measured && captured > memory.graph_reserve)
         MI_LOG_WARN(
             "CUDA graphs took {:.0f} MiB more on the second capture, beyond the {:.0f} MiB set "
