@@ -1,3 +1,21 @@
+#!/usr/bin/env bash
+# On a machine with two GPUs (the nvidia-h200-x2 device kind): `miniinfer bench` with
+# --tensor-parallel-size 1 and 2 on the same workloads, dummy weights, to $OUT (else
+# gpu-results/): bench-<model>-tp<N>.txt and summary.txt (each run's last line and TP=2's share
+# of TP=1). MODELS (default "bench/qwen3-8b bench/qwen3-30b-a3b"), WORKLOADS (default
+# "--workload decode256"), extra arguments go to both runs. Needs dist/gpu/ (package_gpu.sh).
+set -euo pipefail
+source "$(dirname "$0")/gpu_env.sh"
+: > "$out/summary.txt"
+for model in ${MODELS:-bench/qwen3-8b bench/qwen3-30b-a3b}; do
+  name=$(basename "$model")
+  for tp in 1 2; do
+    "$dist/bin/miniinfer" bench --model "$model" --load-format dummy --device cuda -tp "$tp" \
+      ${WORKLOADS:---workload decode256} "$@" > "$out/bench-$name-tp$tp.txt" 2>&1 || {
+        echo "FAIL bench $name tp $tp" | tee -a "$out/summary.txt"; continue; }
+    echo "$name tp $tp: $(tail -1 "$out/bench-$name-tp$tp.txt")" | tee -a "$out/summary.txt"
+  done
+done
 # Two one-GPU "nodes" on this host over loopback (--nnodes 2; each process sees one GPU): the
 # same greedy tokens as one process with -tp 2, on the demo fixture.
 model=tests/fixtures/qwen3-demo
