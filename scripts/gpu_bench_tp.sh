@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # On a machine with two GPUs (the nvidia-h200-x2 device kind): `miniinfer bench` with
 # --tensor-parallel-size 1 and 2 on the same workloads, dummy weights, to $OUT (else
-# gpu-results/): bench-<model>-tp<N>.txt and summary.txt (each run's last line and TP=2's share
-# of TP=1). MODELS (default "bench/qwen3-8b bench/qwen3-30b-a3b"), WORKLOADS (default
+# gpu-results/): bench-<model>-tp<N>.txt and summary.txt (each run's table row; compare TP=2
+# with TP=1 there). MODELS (default "bench/qwen3-8b bench/qwen3-30b-a3b"), WORKLOADS (default
 # "--workload decode256"), extra arguments go to both runs. Needs dist/gpu/ (package_gpu.sh).
 set -euo pipefail
 source "$(dirname "$0")/gpu_env.sh"
