@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from .engine.llm_engine import LLMEngine, Params, Prompt, _is_chat
+from .engine.llm_engine import LLMEngine, Params, Prompt, _is_chat, _prompt_list
 from .tokenizer import Tokenizer
 from .utils import SamplingParams
 
@@ -79,21 +79,44 @@ def _vllm_logprobs(entries: Optional[List[dict]]) -> Optional[List[Dict[int, Log
     return result
 
 
-def _request_output(r: Dict[str, Any], params: Optional[SamplingParams]) -> RequestOutput:
+def _completion(index: int, r: Dict[str, Any], params: Optional[SamplingParams]) -> CompletionOutput:
     stop_reason: Union[int, str, None] = r["stop_reason"]
     # vLLM reports a stop token as its id (an int) and a stop string as itself.
     if (params is not None and isinstance(stop_reason, str) and stop_reason.isdigit() and
             int(stop_reason) in params.stop_token_ids and stop_reason not in params.stop):
         stop_reason = int(stop_reason)
     logprobs = r["logprobs"]
-    completion = CompletionOutput(
-        index=0, text=r["text"], token_ids=r["token_ids"],
+    return CompletionOutput(
+        index=index, text=r["text"], token_ids=r["token_ids"],
         cumulative_logprob=sum(e["logprob"] for e in logprobs) if logprobs is not None else None,
         logprobs=_vllm_logprobs(logprobs), finish_reason=r["finish_reason"],
         stop_reason=stop_reason)
-    return RequestOutput(request_id=r["request_id"], prompt=r["prompt"],
-                         prompt_token_ids=r["prompt_token_ids"], outputs=[completion],
-                         num_cached_tokens=r["num_cached_tokens"], error=r.get("error"))
+
+
+def _request_output(results: List[Dict[str, Any]], params: Optional[SamplingParams]) -> RequestOutput:
+    """One prompt's n results (its completions, in order) as vLLM's RequestOutput."""
+    first = results[0]
+    errors = [r["error"] for r in results if r.get("error")]
+    return RequestOutput(request_id=first["request_id"], prompt=first["prompt"],
+                         prompt_token_ids=first["prompt_token_ids"],
+                         outputs=[_completion(i, r, params) for i, r in enumerate(results)],
+                         num_cached_tokens=first["num_cached_tokens"],
+                         error=errors[0] if errors else None)
+
+
+def _copies(params: Optional[SamplingParams]) -> List[Optional[SamplingParams]]:
+    """n requests for one prompt: n = 1 each, seeds seed, seed + 1, ... (as the OpenAI server
+    seeds its choices); without a seed each draws its own."""
+    if params is None or params.n == 1:
+        return [params]
+    copies = []
+    for i in range(params.n):
+        p = params.clone()
+        p.n = 1
+        if params.seed is not None:
+            p.seed = params.seed + i
+        copies.append(p)
+    return copies
 
 
 class LLM:
@@ -129,8 +152,7 @@ class LLM:
         {"prompt_token_ids": [...]} dicts); one RequestOutput per prompt, in order."""
         if kwargs:
             raise TypeError(f"generate() got unexpected keyword arguments: {sorted(kwargs)}")
-        results = self.llm_engine.generate(prompts, sampling_params, use_tqdm=use_tqdm)
-        return self._outputs(results, sampling_params)
+        return self._generate(_prompt_list(prompts), sampling_params, use_tqdm)
 
     def chat(self, messages: Union[List[Dict[str, Any]], List[List[Dict[str, Any]]]],
              sampling_params: Params = None, use_tqdm: bool = True,
@@ -142,12 +164,27 @@ class LLM:
         prompts = [tokenizer.apply_chat_template(list(c), add_generation_prompt=add_generation_prompt,
                                                  tokenize=False, **(chat_template_kwargs or {}))
                    for c in chats]
-        results = self.llm_engine.generate(prompts, sampling_params, use_tqdm=use_tqdm)
-        return self._outputs(results, sampling_params)
+        return self._generate(prompts, sampling_params, use_tqdm)
 
-    def _outputs(self, results: List[Dict[str, Any]], sampling_params: Params) -> List[RequestOutput]:
-        params = self.llm_engine._params_list(sampling_params, len(results))
-        return [_request_output(r, p) for r, p in zip(results, params)]
+    def _generate(self, prompts: List[Any], sampling_params: Params,
+                  use_tqdm: bool) -> List[RequestOutput]:
+        """Every prompt's n completions as n requests of one batch, regrouped per prompt."""
+        params = self.llm_engine._params_list(sampling_params, len(prompts))
+        copies = [_copies(p) for p in params]
+        flat_prompts = [prompt for prompt, c in zip(prompts, copies) for _ in c]
+        flat_params = [p for c in copies for p in c]
+        if all(p is None for p in flat_params):
+            results = self.llm_engine.generate(flat_prompts, None, use_tqdm=use_tqdm)
+        else:
+            defaults = self.llm_engine.get_default_sampling_params()
+            results = self.llm_engine.generate(
+                flat_prompts, [p if p is not None else defaults for p in flat_params],
+                use_tqdm=use_tqdm)
+        out, at = [], 0
+        for p, c in zip(params, copies):
+            out.append(_request_output(results[at:at + len(c)], p))
+            at += len(c)
+        return out
 
     def get_tokenizer(self) -> Tokenizer:
         if self.llm_engine.tokenizer is None:

@@ -18,7 +18,7 @@ from . import _lib
 _ENGINE_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty",
                   "presence_penalty", "frequency_penalty", "seed", "max_tokens", "min_tokens",
                   "stop", "stop_token_ids", "ignore_eos", "logprobs", "skip_special_tokens")
-_FIXED_FIELDS = {"n": 1, "best_of": None, "prompt_logprobs": None,
+_FIXED_FIELDS = {"best_of": None, "prompt_logprobs": None,
                  "include_stop_str_in_output": False, "detokenize": True,
                  "spaces_between_special_tokens": True}
 
@@ -45,7 +45,9 @@ class SamplingParams:
         ignore_eos: keep generating past EOS.
         logprobs: return the log-probability of each sampled token and of the top-n, 0..20.
         skip_special_tokens: leave special tokens out of the text.
-        n, best_of, prompt_logprobs, include_stop_str_in_output, detokenize,
+        n: completions per prompt, 1..128 (``LLM.generate``, vLLM's API: seeds seed, seed + 1,
+            ... when a seed is given, as the OpenAI server does; ``LLMEngine`` takes 1 only).
+        best_of, prompt_logprobs, include_stop_str_in_output, detokenize,
         spaces_between_special_tokens: vLLM's; only their defaults are supported.
 
     Raises:
@@ -88,6 +90,8 @@ class SamplingParams:
             if value != supported:
                 raise ValueError(f"sampling params: '{name}' = {value!r} is not supported "
                                  f"(MiniInfer implements only {supported!r})")
+        if isinstance(self.n, bool) or not isinstance(self.n, int) or not 1 <= self.n <= 128:
+            raise ValueError(f"sampling params: 'n' must be an integer in [1, 128], got {self.n!r}")
         # JSON has no NaN or infinity, so the engine could not name the field: check here.
         for name in ("temperature", "top_p", "min_p", "repetition_penalty", "presence_penalty",
                      "frequency_penalty"):

@@ -35,6 +35,7 @@ void EngineLoop::post(Command command) {
 std::shared_ptr<OutputChannel> EngineLoop::submit(const std::string& id, const Prompt& prompt,
                                                   const SamplingParams& params,
                                                   std::shared_ptr<OutputChannel> channel) {
+    if (failed_) throw EngineUnavailable(unavailable_message());
     if (std::optional<QueueFull> full = check_queue(num_waiting_.load(), max_queued_)) throw *full;
     if (!channel) channel = std::make_shared<OutputChannel>();
     // Text is tokenized here, on the caller's thread, not on the engine thread.
@@ -44,15 +45,19 @@ std::shared_ptr<OutputChannel> EngineLoop::submit(const std::string& id, const P
     // The verdict comes from the engine thread, which also counts the queue exactly (the
     // check above only turns requests away early): a burst of submits cannot slip past it.
     struct Verdict {
-        bool queue_full = false;
+        bool queue_full = false, unavailable = false;
         std::string error;  // "" = accepted
     };
     std::promise<Verdict> verdict;
     auto result = verdict.get_future();
     post([&, channel] {
+        if (failed_) {
+            verdict.set_value({.unavailable = true, .error = unavailable_message()});
+            return;
+        }
         if (std::optional<QueueFull> full =
                 check_queue(int64_t(engine_->scheduler().num_waiting()), max_queued_)) {
-            verdict.set_value({true, full->what()});
+            verdict.set_value({.queue_full = true, .error = full->what()});
             return;
         }
         try {
@@ -61,10 +66,11 @@ std::shared_ptr<OutputChannel> EngineLoop::submit(const std::string& id, const P
             ++num_waiting_;
             verdict.set_value({});
         } catch (const Error& e) {
-            verdict.set_value({false, e.what()});
+            verdict.set_value({.error = e.what()});
         }
     });
     const Verdict v = result.get();
+    if (v.unavailable) throw EngineUnavailable(v.error);
     if (v.queue_full) throw QueueFull(v.error);
     if (!v.error.empty()) throw Error(v.error);
     return channel;
@@ -75,6 +81,7 @@ void EngineLoop::abort(const std::string& id) {
 }
 
 bool EngineLoop::ping(std::chrono::milliseconds timeout) {
+    if (failed_) return false;
     auto answered = std::make_shared<std::promise<void>>();
     auto future = answered->get_future();
     post([answered] { answered->set_value(); });
@@ -93,13 +100,25 @@ void EngineLoop::run() {
             commands.swap(commands_);
         }
         for (Command& c : commands) c();
-        if (!engine_->has_unfinished()) continue;
+        if (failed_ || !engine_->has_unfinished()) continue;
         StepResult step;
         try {
             step.outputs = engine_->step();
-        } catch (const std::exception& e) {  // a bug: say which and keep serving is not safe
-            MI_LOG_ERROR("engine step failed: {}", e.what());
-            throw;
+        } catch (const std::exception& e) {
+            // A bug, a GPU fault, a tensor-parallel peer gone: the engine cannot go on, and
+            // stepping it again is not safe. Every open request ends with the reason, and new
+            // ones are refused (503) while the server stays up to say so.
+            failure_ = e.what();
+            failed_ = true;
+            MI_LOG_ERROR("engine step failed: {}; the engine stops serving", failure_);
+            {
+                std::lock_guard lock(steps_mutex_);  // after the steps already handed over
+                StepResult failed;
+                failed.failed = true;
+                steps_.push_back(std::move(failed));
+            }
+            steps_ready_.notify_one();
+            continue;
         }
         const Scheduler& s = engine_->scheduler();
         step.running = int64_t(s.num_running());
@@ -143,7 +162,15 @@ void EngineLoop::run_publisher() {
     tracker_.finish_all("abort");
 }
 
+std::string EngineLoop::unavailable_message() const {
+    return "the engine is unavailable: " + failure_;
+}
+
 void EngineLoop::publish(StepResult& step) {
+    if (step.failed) {
+        tracker_.finish_all("error", "the engine failed: " + failure_);
+        return;
+    }
     for (RequestOutput& out : step.outputs) tracker_.publish(std::move(out));
     if (!metrics_) return;
     metrics_->set_requests(step.running, step.waiting);

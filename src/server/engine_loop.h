@@ -4,7 +4,9 @@
 // submit() waits for the engine thread's verdict (bad input is its Error); abort() ends a
 // request (a client went away). The loop answers ping() between steps, which is what /health
 // checks. Destruction stops the thread; unfinished requests get a final output with
-// finish_reason "abort".
+// finish_reason "abort". If a step throws (a bug, a GPU fault, a tensor-parallel peer gone),
+// the engine is not stepped again: open requests end with finish_reason "error" and the
+// reason, submit() throws EngineUnavailable and ping() answers false (HTTP 503).
 //
 // Two threads: the engine thread only steps the engine and hands each step's outputs over in
 // one piece; a publisher thread routes them to the channels (one wake-up per request) and
@@ -53,11 +55,13 @@ class EngineLoop : public EngineClient {
         std::vector<RequestOutput> outputs;
         int64_t running = 0, waiting = 0, preemptions = 0;
         double kv_usage = 0;
+        bool failed = false;  // the engine failed here: end every open request
     };
     void run();
     void post(Command command);
     void run_publisher();
     void publish(StepResult& step);
+    std::string unavailable_message() const;
 
     std::unique_ptr<LLMEngine> engine_;
     Metrics* metrics_;
@@ -68,6 +72,9 @@ class EngineLoop : public EngineClient {
     std::deque<Command> commands_;
     bool stop_ = false;
     std::atomic<int64_t> num_waiting_{0};
+    // A step threw: the engine is not stepped again (failure_ is written once, before failed_).
+    std::atomic<bool> failed_{false};
+    std::string failure_;
     // Engine thread -> publisher thread.
     std::mutex steps_mutex_;
     std::condition_variable steps_ready_;

@@ -186,6 +186,15 @@ void PipelineClient::handle(const Json& m) {
         for (const Json& d : m.at("outputs"))
             if (std::optional<RequestOutput> out = assembler_.apply(delta_from_json(d)))
                 tracker_.publish(std::move(*out));
+        const Json& stats = m.at("stats");
+        num_waiting_ = stats.at("waiting").get<int64_t>();
+        if (!metrics_) return;
+        metrics_->set_requests(stats.at("running").get<int64_t>(),
+                               stats.at("waiting").get<int64_t>());
+        metrics_->set_kv_cache_usage(stats.at("kv_usage").get<double>());
+        const int64_t preemptions = stats.at("preemptions").get<int64_t>();
+        metrics_->add_preemptions(preemptions - num_preemptions_seen_);
+        num_preemptions_seen_ = preemptions;
     } else if (type == kAccepted) {
         const std::string id = m.at("id").get<std::string>();
         assembler_.start(id, m.at("prompt_ids").get<std::vector<int32_t>>());
@@ -194,14 +203,6 @@ void PipelineClient::handle(const Json& m) {
     } else if (type == kRejected) {
         answer(m.at("id").get<std::string>(), m.at("error").get<std::string>(),
                m.value("queue_full", false));
-    } else if (type == kStats) {
-        num_waiting_ = m.at("waiting").get<int64_t>();
-        if (!metrics_) return;
-        metrics_->set_requests(m.at("running").get<int64_t>(), m.at("waiting").get<int64_t>());
-        metrics_->set_kv_cache_usage(m.at("kv_usage").get<double>());
-        const int64_t preemptions = m.at("preemptions").get<int64_t>();
-        metrics_->add_preemptions(preemptions - num_preemptions_seen_);
-        num_preemptions_seen_ = preemptions;
     } else if (type == kPong) {
         std::lock_guard lock(waiters_mutex_);
         auto it = pings_.find(m.at("seq").get<uint64_t>());

@@ -1,7 +1,7 @@
 // The messages of the multi-process pipeline and their wire format (MessagePack).
 //
-//   frontend ──add──► tokenizer ──add (ids)──► engine core ──accepted/outputs/stats/pong──►
-//   detokenizer ──accepted/outputs (with text)/stats/pong──► frontend
+//   frontend ──add──► tokenizer ──add (ids)──► engine core ──accepted/outputs+stats/pong──►
+//   detokenizer ──accepted/outputs (with text)+stats/pong──► frontend
 //   frontend ──abort/ping──► engine core ◄──abort (a stop string matched)── detokenizer
 //   tokenizer, engine core ──rejected──► frontend (a bad request; the detokenizer forwards)
 //
@@ -28,10 +28,10 @@ inline constexpr const char* kAdd = "add";            // id, params, text | ids
 inline constexpr const char* kAccepted = "accepted";  // id, prompt_ids, params
 inline constexpr const char* kRejected = "rejected";  // id, error, queue_full
 inline constexpr const char* kAbort = "abort";        // id
-inline constexpr const char* kOutputs = "outputs";    // outputs: [OutputDelta]
-inline constexpr const char* kStats = "stats";        // running, waiting, kv_usage, preemptions
-inline constexpr const char* kPing = "ping";          // seq
-inline constexpr const char* kPong = "pong";          // seq
+// One a step: outputs: [OutputDelta], stats: {running, waiting, kv_usage, preemptions}.
+inline constexpr const char* kOutputs = "outputs";
+inline constexpr const char* kPing = "ping";    // seq
+inline constexpr const char* kPong = "pong";    // seq
 inline constexpr const char* kReady = "ready";  // max_model_len, default_params, eos_token_ids
 
 // What is new in one request's output since the previous one.

@@ -123,16 +123,17 @@ void run_engine(zmq::context_t& context, Inbox& inbox, const WorkerOptions& o) {
     while (inbox.wait(engine.has_unfinished() ? 0ms : -1ms)) {
         while (std::optional<Json> m = inbox.next()) handle(*m);
         if (!engine.has_unfinished()) continue;
+        // One message a step: its outputs and the scheduler's numbers after it.
         Json outputs = Json::array();
         for (const RequestOutput& out : engine.step()) outputs.push_back(to_json(delta_of(out)));
-        if (!outputs.empty())
-            send(to_detokenizer, {{"type", kOutputs}, {"outputs", std::move(outputs)}});
         const Scheduler& s = engine.scheduler();
-        send(to_detokenizer, {{"type", kStats},
-                              {"running", s.num_running()},
-                              {"waiting", s.num_waiting()},
-                              {"kv_usage", s.kv_usage()},
-                              {"preemptions", s.num_preemptions()}});
+        send(to_detokenizer, {{"type", kOutputs},
+                              {"outputs", std::move(outputs)},
+                              {"stats",
+                               {{"running", s.num_running()},
+                                {"waiting", s.num_waiting()},
+                                {"kv_usage", s.kv_usage()},
+                                {"preemptions", s.num_preemptions()}}}});
     }
 }
 
@@ -155,7 +156,7 @@ void run_detokenizer(zmq::context_t& context, Inbox& inbox, const WorkerOptions&
             if (type == kAccepted)
                 detokenizer->add(m->at("id").get<std::string>(), params_from_json(m->at("params")),
                                  int64_t(m->at("prompt_ids").size()));
-            if (type != kOutputs) {  // accepted, rejected, stats, pong, ready: the frontend's
+            if (type != kOutputs) {  // accepted, rejected, pong, ready: the frontend's
                 send_raw(to_frontend, raw);
                 continue;
             }
@@ -166,8 +167,9 @@ void run_detokenizer(zmq::context_t& context, Inbox& inbox, const WorkerOptions&
                     send(to_engine, {{"type", kAbort}, {"id", r.delta->request_id}});
                 if (r.delta) outputs.push_back(to_json(*r.delta));
             }
-            if (!outputs.empty())
-                send(to_frontend, {{"type", kOutputs}, {"outputs", std::move(outputs)}});
+            send(to_frontend, {{"type", kOutputs},
+                               {"outputs", std::move(outputs)},
+                               {"stats", std::move(m->at("stats"))}});
         }
     }
 }

@@ -2,8 +2,8 @@
 //
 //   tokenizer    text prompts -> token ids (ids pass through), then to the engine core
 //   engine       an LLMEngine with detokenize = false: adds requests (bad ones are rejected
-//                to the frontend), steps while there is work, sends each step's deltas and
-//                stats to the detokenizer, answers pings between steps
+//                to the frontend), steps while there is work, sends each step's deltas with
+//                the stats in one message to the detokenizer, answers pings between steps
 //   detokenizer  PipelineDetokenizer over the engine's deltas; forwards the rest
 //
 // Started by PipelineClient as `miniinfer pipeline-worker --role ROLE ...` (hidden). A worker

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -112,14 +113,7 @@ def test_serve_over_two_nodes(tmp_path):
     node0 = subprocess.Popen([BIN, *common, "--node-rank", "0", "--port", str(http)],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{http}/health", timeout=2)
-                break
-            except OSError:
-                assert time.monotonic() < deadline and node0.poll() is None, "serve did not start"
-                time.sleep(0.2)
+        wait_healthy(http, node0)
         ref = reference("qwen3-tiny")["prompts"][0]
         models = json.load(urllib.request.urlopen(f"http://127.0.0.1:{http}/v1/models", timeout=5))
         body = json.dumps({"model": models["data"][0]["id"], "prompt": ref["ids"], "max_tokens": 32,
@@ -129,6 +123,51 @@ def test_serve_over_two_nodes(tmp_path):
         answer = json.load(urllib.request.urlopen(req, timeout=60))
         assert answer["choices"][0]["finish_reason"] == "length"
         assert answer["usage"]["completion_tokens"] == 32
+        # Node 1 dies: the next step fails, its request ends with the reason, later ones get 503
+        # and /health says so; node 0 stays up to answer.
+        node1.kill()
+        log1 = node1.communicate(timeout=30)[0]
+        try:
+            failed = json.load(urllib.request.urlopen(req, timeout=60))
+        except urllib.error.HTTPError as e:
+            failed = json.load(e)
+        assert "the engine" in failed["error"]["message"], failed
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(req, timeout=60)
+        assert refused.value.code == 503
+        assert "the engine is unavailable: tensor-parallel link" in refused.value.read().decode()
+        with pytest.raises(urllib.error.HTTPError) as health:
+            urllib.request.urlopen(f"http://127.0.0.1:{http}/health", timeout=10)
+        assert health.value.code == 503
+    finally:
+        node1.kill()
+        node0.send_signal(signal.SIGTERM)
+        log0 = node0.communicate(timeout=30)[0]
+    assert node0.returncode == 0, log0
+    assert "engine step failed: tensor-parallel link" in log0, log0
+
+
+def wait_healthy(port, proc):
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+            return
+        except OSError:
+            assert time.monotonic() < deadline and proc.poll() is None, "serve did not start"
+            time.sleep(0.2)
+
+
+def test_worker_node_ends_with_node_zero():
+    model = os.path.join(FIXTURES, "qwen3-tiny")
+    http = free_port()
+    common = ["serve", model, "-tp", "2", "--nnodes", "2", "--master-port", str(free_port())]
+    node1 = subprocess.Popen([BIN, *common, "--node-rank", "1"], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+    node0 = subprocess.Popen([BIN, *common, "--node-rank", "0", "--port", str(http)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_healthy(http, node0)
     finally:
         node0.send_signal(signal.SIGTERM)
         log0 = node0.communicate(timeout=30)[0]

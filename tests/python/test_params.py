@@ -24,7 +24,7 @@ from miniinfer.utils import SamplingParams
     ({"logprobs": 21}, "logprobs"),
     ({"temperature": "hot"}, "temperature"),
     ({"max_tokens": 1.5}, "max_tokens"),
-    ({"n": 2}, "n"),
+    ({"n": 0}, "n"),
     ({"prompt_logprobs": 1}, "prompt_logprobs"),
 ])
 def test_bad_sampling_params_raise_value_error_naming_the_field(kwargs, field):

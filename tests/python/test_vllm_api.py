@@ -68,3 +68,29 @@ def test_vllm_only_arguments():
         LLM(model=DEMO, pipeline_parallel_size=2)
     with pytest.raises(TypeError, match="no_such_arg"):
         LLM(model=DEMO, no_such_arg=1)
+
+
+def test_n_completions_per_prompt():
+    """SamplingParams.n: n completions in one RequestOutput, seeded seed, seed + 1, ... as the
+    OpenAI server seeds its choices; greedy copies agree; LLMEngine takes n = 1 only."""
+    import pytest
+    with LLM(model=DEMO, **small_engine_kwargs()) as llm:
+        prompts = ["The capital of France is", "Hello"]
+        outs = llm.generate(prompts, SamplingParams(temperature=0.9, max_tokens=8, seed=5, n=3,
+                                                    ignore_eos=True), use_tqdm=False)
+        assert [len(o.outputs) for o in outs] == [3, 3]
+        assert [c.index for c in outs[0].outputs] == [0, 1, 2]
+        assert outs[1].prompt == "Hello"
+        for i in range(3):  # completion i is the n = 1 request with seed 5 + i
+            alone = llm.generate(prompts[0], SamplingParams(temperature=0.9, max_tokens=8,
+                                                            seed=5 + i, ignore_eos=True),
+                                 use_tqdm=False)[0].outputs[0]
+            assert outs[0].outputs[i].token_ids == alone.token_ids
+        assert len({tuple(c.token_ids) for c in outs[0].outputs}) > 1
+        greedy = llm.generate(prompts[0], SamplingParams(temperature=0, max_tokens=8, n=2),
+                              use_tqdm=False)[0]
+        assert greedy.outputs[0].token_ids == greedy.outputs[1].token_ids
+        with pytest.raises(ValueError, match="'n'"):
+            llm.llm_engine.generate(prompts, SamplingParams(n=2), use_tqdm=False)
+    with pytest.raises(ValueError, match="'n' must be an integer in \\[1, 128\\]"):
+        SamplingParams(n=0)

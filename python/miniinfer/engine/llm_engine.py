@@ -282,6 +282,9 @@ class LLMEngine:
         else:
             raise TypeError(f"a prompt is a string, a list of token ids, a chat (list of "
                             f"messages) or a dict; got {type(prompt).__name__}")
+        if params is not None and params.n != 1:
+            raise ValueError(f"sampling params: 'n' = {params.n}: LLMEngine makes one completion "
+                             f"per request; miniinfer.LLM (vLLM's API) makes n")
         if params is not None:
             room = self.max_model_len
             if params.max_tokens is None:  # as vLLM: whatever the context has left
