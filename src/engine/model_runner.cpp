@@ -124,6 +124,7 @@ Json welcome_of(const EngineConfig& c, const ModelConfig& m) {
             {"expert_parallel", c.enable_expert_parallel},
             {"seed", c.seed},
             {"load_format", c.load_format},
+            {"kv_cache_dtype", c.kv_cache_dtype},
             {"model",
              {{"vocab_size", m.vocab_size},
               {"num_layers", m.num_layers},
@@ -161,6 +162,7 @@ void run_rank(const EngineConfig& config, int64_t rank, int64_t ranks_here) {
         if (mine != w.at("model"))
             fail("{} is not rank 0's model ({} here, {} there)", config.model_dir, mine.dump(),
                  w.at("model").dump());
+        if (w.at("kv_cache_dtype") != "auto") model->use_fp8_kv_cache();
         kv.emplace(m.num_layers, w.at("num_pages").get<int64_t>(), w.at("page_size").get<int64_t>(),
                    model->num_local_kv_heads(), m.head_dim);
     } catch (const Error& e) {
