@@ -54,6 +54,9 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool positional_model) 
     cmd.add_option("--attention-backend", o.config.attention_backend,
                    "CUDA attention: auto | fa2 | flashinfer")
         ->capture_default_str();
+    cmd.add_option("--kv-cache-dtype", o.config.kv_cache_dtype,
+                   "auto | fp8 (e4m3, scale 1.0; CPU only so far)")
+        ->capture_default_str();
     cmd.add_flag("--enforce-eager", o.config.enforce_eager,
                  "CUDA: no graphs, every step launched kernel by kernel");
     // vLLM's -tp reaches here as --tensor-parallel-size (main rewrites it: CLI11's short names

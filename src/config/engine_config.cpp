@@ -18,6 +18,13 @@ void EngineConfig::resolve(const ModelConfig& model) {
     if (attention_backend != "auto" && attention_backend != "fa2" &&
         attention_backend != "flashinfer")
         fail("attention_backend '{}' is not supported (auto, fa2, flashinfer)", attention_backend);
+    if (kv_cache_dtype != "auto" && !fp8_kv_cache())
+        fail("kv_cache_dtype '{}' is not supported (auto, fp8, fp8_e4m3)", kv_cache_dtype);
+    if (fp8_kv_cache() && device == "cuda")
+        fail(
+            "kv_cache_dtype {} runs on the CPU backend only so far (the CUDA attention kernels "
+            "read bf16 K/V)",
+            kv_cache_dtype);
     if (generation_config != "auto" && generation_config != "vllm" &&
         !std::filesystem::exists(std::filesystem::path(generation_config) /
                                  "generation_config.json"))
@@ -80,6 +87,7 @@ static void visit_fields(Config& c, Visit&& visit) {
     visit("disable_overlap", c.disable_overlap);
     visit("measure_gpu_idle", c.measure_gpu_idle);
     visit("attention_backend", c.attention_backend);
+    visit("kv_cache_dtype", c.kv_cache_dtype);
     visit("tensor_parallel_size", c.tensor_parallel_size);
     visit("enable_expert_parallel", c.enable_expert_parallel);
     visit("nnodes", c.nnodes);

@@ -31,6 +31,11 @@ struct EngineConfig {
     // steps (ModelRunner::step_timing; `bench --measure-gpu-idle`). Off: the events cost a little.
     bool measure_gpu_idle = false;
     std::string attention_backend = "auto";  // auto | fa2 | flashinfer (CUDA)
+    // auto: K/V kept as computed (f32 on the CPU, bf16 on the GPU); fp8 (or fp8_e4m3): rounded
+    // to FP8 e4m3 at scale 1.0 as they are stored (the CPU reference so far: it rounds and
+    // keeps f32, the numbers an fp8 cache would hold; the CUDA backend refuses it for now).
+    std::string kv_cache_dtype = "auto";
+    bool fp8_kv_cache() const { return kv_cache_dtype == "fp8" || kv_cache_dtype == "fp8_e4m3"; }
     // Tensor parallelism: ranks each holding a shard of every layer (CPU: threads of this
     // process; CUDA: not yet). expert_parallel: MoE experts whole, split among the ranks.
     int64_t tensor_parallel_size = 1;

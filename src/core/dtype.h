@@ -98,4 +98,35 @@ inline uint16_t f32_to_f16(float value) {
     return sign | uint16_t(((abs >> 13) - (112u << 10)) & 0x7fffu);
 }
 
+// FP8 e4m3 ("e4m3fn", the KV cache's fp8): 1 sign, 4 exponent (bias 7), 3 mantissa bits; no
+// infinities, S.1111.111 is NaN, the largest finite value is 448. Widening is exact.
+inline float e4m3_to_f32(uint8_t v) {
+    const uint32_t sign = uint32_t(v & 0x80u) << 24;
+    const uint32_t exponent = (v >> 3) & 0xfu, mantissa = v & 0x7u;
+    if (exponent == 0xf && mantissa == 0x7) return std::bit_cast<float>(sign | 0x7fc00000u);
+    if (exponent == 0)  // subnormal: mantissa * 2^-9
+        return std::bit_cast<float>(sign | std::bit_cast<uint32_t>(float(mantissa) / 512.f));
+    return std::bit_cast<float>(sign | ((exponent + 120) << 23) | (mantissa << 20));
+}
+
+// Narrowing rounds to nearest even and saturates (|x| > 448 becomes +-448, as CUDA's
+// __nv_cvt_float_to_fp8 with __NV_SATFINITE and vLLM's fp8 KV cache do); NaN stays NaN.
+inline uint8_t f32_to_e4m3(float value) {
+    const uint32_t bits = std::bit_cast<uint32_t>(value);
+    const uint8_t sign = uint8_t((bits >> 24) & 0x80u);
+    const uint32_t abs = bits & 0x7fffffffu;
+    if (abs > 0x7f800000u) return sign | 0x7fu;   // NaN
+    if (abs >= 0x43e00000u) return sign | 0x7eu;  // >= 448 (and inf): saturate
+    if (abs < 0x3c800000u) {                      // < 2^-6: subnormal or zero, step 2^-9
+        const float steps = std::bit_cast<float>(abs) * 512.f;  // exact: a power of two
+        const uint32_t whole = uint32_t(steps);
+        const float rest = steps - float(whole);
+        const uint32_t q = whole + ((rest > 0.5f || (rest == 0.5f && (whole & 1u))) ? 1u : 0u);
+        return sign | uint8_t(q);  // q == 8 is the smallest normal, 2^-6: the same code
+    }
+    uint32_t rounded = abs + 0x7ffffu + ((abs >> 20) & 1u);  // to 3 mantissa bits, ties to even
+    const uint32_t code = ((rounded >> 23) - 120) << 3 | ((rounded >> 20) & 0x7u);
+    return sign | uint8_t(code > 0x7eu ? 0x7eu : code);  // 464 rounds past 448: saturate
+}
+
 }  // namespace miniinfer

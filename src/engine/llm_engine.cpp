@@ -89,14 +89,22 @@ std::unique_ptr<ModelRunner> load_runner(EngineConfig& config) {
         if (config.node_rank != 0)
             fail("node_rank {} runs ranks for node 0 and no engine (run_worker_node)",
                  config.node_rank);
-        return CpuModelRunner::load_distributed(config);
+        auto runner = CpuModelRunner::load_distributed(config);
+        if (config.fp8_kv_cache()) runner->use_fp8_kv_cache();  // the others learn it from rank 0
+        return runner;
     }
-    if (config.tensor_parallel_size > 1 || config.enable_expert_parallel)
-        return CpuModelRunner::load_parallel(
+    std::unique_ptr<CpuModelRunner> runner;
+    if (config.tensor_parallel_size > 1 || config.enable_expert_parallel) {
+        runner = CpuModelRunner::load_parallel(
             config.model_dir, format, config.seed, config.tensor_parallel_size,
             config.enable_expert_parallel, config.num_pages, config.page_size);
-    QwenModel model = QwenModel::load(config.model_dir, format, config.seed);
-    return std::make_unique<CpuModelRunner>(std::move(model), config.num_pages, config.page_size);
+    } else {
+        runner =
+            std::make_unique<CpuModelRunner>(QwenModel::load(config.model_dir, format, config.seed),
+                                             config.num_pages, config.page_size);
+    }
+    if (config.fp8_kv_cache()) runner->use_fp8_kv_cache();
+    return runner;
 }
 
 // EngineConfig::generation_config: where the sampling defaults come from (see there).

@@ -119,6 +119,7 @@ Json welcome(const EngineConfig& c, const ModelConfig& m) {
             {"expert_parallel", c.enable_expert_parallel},
             {"seed", c.seed},
             {"load_format", c.load_format},
+            {"kv_cache_dtype", c.kv_cache_dtype},
             {"model", identity(m)}};
 }
 
@@ -168,6 +169,7 @@ void run_rank(const EngineConfig& config, int64_t rank, int64_t ranks_here) {
             CpuParallel{rank, world, w.at("expert_parallel").get<bool>(), &comm}));
         const ModelConfig& m = model->config();
         tensor_parallel::check_same_model(w, m, config.model_dir);
+        if (w.at("kv_cache_dtype") != "auto") model->use_fp8_kv_cache();
         kv.emplace(m.num_layers, w.at("num_pages").get<int64_t>(), w.at("page_size").get<int64_t>(),
                    model->num_local_kv_heads(), m.head_dim);
     } catch (const Error& e) {

@@ -126,6 +126,10 @@ class CpuModelRunner : public ModelRunner {
     ~CpuModelRunner() override;
 
     const ModelConfig& config() const override { return models_.front().config(); }
+    // Every local rank stores K/V rounded to FP8 e4m3 (QwenModel::use_fp8_kv_cache).
+    void use_fp8_kv_cache() {
+        for (QwenModel& m : models_) m.use_fp8_kv_cache();
+    }
     std::vector<SampledToken> run(const Batch& batch,
                                   std::span<const SamplerInput> sampling) override;
     // Runs each step in launch() (no thread of its own) but asks for the overlap loop, so that

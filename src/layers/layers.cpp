@@ -63,8 +63,10 @@ Tensor PagedAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v
     MI_CHECK(int64_t(batch.slot_mapping.size()) == n &&
                  int64_t(batch.query_start.size()) == batch.num_seqs() + 1,
              "PagedAttention: inconsistent batch");
+    const float fp8_scales[2] = {fp8_k_scale, fp8_v_scale};
     cpu::store_kv(k.data<float>(), v.data<float>(), batch.slot_mapping.data(), n, num_kv_heads,
-                  head_dim, k_cache.data<float>(), v_cache.data<float>());
+                  head_dim, k_cache.data<float>(), v_cache.data<float>(),
+                  fp8_k_scale > 0.f ? fp8_scales : nullptr);
     Tensor out = Tensor::zeros({n, num_heads * head_dim}, DType::kF32);
     cpu::paged_attention({.q = q.data<float>(),
                           .k_cache = k_cache.data<float>(),

@@ -45,6 +45,9 @@ class Rotary {
 struct PagedAttention {
     int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
     float scale = 1.f;
+    // FP8 KV cache (EngineConfig::kv_cache_dtype): > 0, K and V are stored rounded to e4m3 at
+    // these scales (cpu::store_kv); 0, exactly.
+    float fp8_k_scale = 0.f, fp8_v_scale = 0.f;
     // q: [n, num_heads, head_dim]; k, v: [n, num_kv_heads, head_dim] -> [n, num_heads * head_dim]
     Tensor forward(const Tensor& q, const Tensor& k, const Tensor& v, const ForwardBatch& batch,
                    const Tensor& k_cache, const Tensor& v_cache, int64_t page_size) const;

@@ -64,6 +64,14 @@ QwenModel QwenModel::load(const std::filesystem::path& model_dir, LoadFormat for
     return QwenModel(std::move(config), std::move(weights), parallel);
 }
 
+void QwenModel::use_fp8_kv_cache(float k_scale, float v_scale) {
+    MI_CHECK(k_scale > 0.f && v_scale > 0.f, "fp8 KV scales must be positive");
+    for (Layer& layer : layers_) {
+        layer.attention.attention.fp8_k_scale = k_scale;
+        layer.attention.attention.fp8_v_scale = v_scale;
+    }
+}
+
 int64_t QwenModel::num_local_kv_heads() const {
     return kv_heads_per_rank(config_.num_kv_heads, parallel_.world);
 }

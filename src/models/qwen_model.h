@@ -51,6 +51,10 @@ class QwenModel {
     // caller validates user input).
     Tensor forward(const ForwardBatch& batch, KvCache& kv) const;
 
+    // Stores K/V rounded to FP8 e4m3 at these scales from now on (EngineConfig::kv_cache_dtype
+    // fp8; vLLM's default scales are 1.0).
+    void use_fp8_kv_cache(float k_scale = 1.f, float v_scale = 1.f);
+
   private:
     Tensor embed_tokens(std::span<const int32_t> ids) const;  // [n, hidden], whole on every rank
     Tensor lm_head(const Tensor& normed) const;               // [n, vocab], whole on every rank

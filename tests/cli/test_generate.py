@@ -91,3 +91,13 @@ def test_chat_streams_and_keeps_history():
                          stdin="Hello there\n/reset\nAgain\n/exit\n")
     assert code == 0, err
     assert out.count("> ") == 4  # three prompts answered or reset, then /exit
+
+
+def test_fp8_kv_cache_keeps_the_demo_greedy_tokens():
+    code, out, err = run("generate", "--model", DEMO, "--prompt", "The capital of France is",
+                         "--temperature", "0", "--max-tokens", "32", "--ignore-eos",
+                         "--kv-cache-dtype", "fp8")
+    assert code == 0, err
+    assert lines(out)[0]["token_ids"] == REF["prompts"][1]["greedy"]
+    code, _, err = run("generate", "--model", DEMO, "--prompt", "x", "--kv-cache-dtype", "int4")
+    assert code != 0 and "kv_cache_dtype 'int4' is not supported (auto, fp8, fp8_e4m3)" in err

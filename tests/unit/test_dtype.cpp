@@ -64,3 +64,44 @@ TEST(DType, F16RoundingMatchesNearestRepresentable) {
         }
     }
 }
+
+// FP8 e4m3 (the fp8 KV cache): every code widens to the value its bits spell and narrows back;
+// narrowing picks the nearest code (ties to the even code), saturates at 448, keeps NaN. The
+// reference is a search over all 127 finite magnitudes.
+TEST(DType, E4m3MatchesNearestCodeSearch) {
+    EXPECT_EQ(e4m3_to_f32(0x38), 1.f);
+    EXPECT_EQ(e4m3_to_f32(0x7e), 448.f);
+    EXPECT_EQ(e4m3_to_f32(0x01), std::ldexp(1.f, -9));  // the smallest subnormal
+    EXPECT_EQ(e4m3_to_f32(0x08), std::ldexp(1.f, -6));  // the smallest normal
+    EXPECT_TRUE(std::isnan(e4m3_to_f32(0x7f)) && std::isnan(e4m3_to_f32(0xff)));
+    EXPECT_EQ(f32_to_e4m3(1000.f), 0x7e);
+    EXPECT_EQ(f32_to_e4m3(-std::numeric_limits<float>::infinity()), 0xfe);
+    EXPECT_EQ(f32_to_e4m3(std::nanf("")) & 0x7f, 0x7f);
+    for (int c = 0; c < 0x7f; ++c) {
+        EXPECT_EQ(f32_to_e4m3(e4m3_to_f32(uint8_t(c))), c) << c;
+        EXPECT_EQ(f32_to_e4m3(e4m3_to_f32(uint8_t(c | 0x80))), c | 0x80) << c;
+    }
+    auto nearest = [](float x) {
+        const float a = std::fabs(x);
+        int best = 0x7e;
+        if (a < 448.f) {
+            float best_d = INFINITY;
+            for (int c = 0; c < 0x7f; ++c) {
+                const float d = std::fabs(e4m3_to_f32(uint8_t(c)) - a);
+                if (d < best_d || (d == best_d && c % 2 == 0)) best = c, best_d = d;
+            }
+        }
+        return (std::signbit(x) ? 0x80 : 0) | best;
+    };
+    for (int c = 0; c + 1 < 0x7f; ++c) {  // every midpoint: the tie goes to the even code
+        const float mid = (e4m3_to_f32(uint8_t(c)) + e4m3_to_f32(uint8_t(c + 1))) / 2;
+        EXPECT_EQ(f32_to_e4m3(mid), nearest(mid)) << mid;
+    }
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> mantissa(-1.f, 1.f);
+    std::uniform_int_distribution<int> exponent(-14, 10);
+    for (int i = 0; i < 20000; ++i) {
+        const float x = std::ldexp(mantissa(rng), exponent(rng));
+        ASSERT_EQ(f32_to_e4m3(x), nearest(x)) << x;
+    }
+}

@@ -18,6 +18,7 @@ class LLMEngine:
                  enforce_eager: bool = ..., attention_backend: str = ..., device: str = ...,
                  load_format: str = ..., seed: int = ..., use_multiprocess: bool = ...,
                  page_size: int = ..., kv_cache_bytes: int = ..., num_pages: int = ...,
+                 kv_cache_dtype: str = ...,
                  tensor_parallel_size: int = ..., enable_expert_parallel: bool = ...,
                  nnodes: int = ..., node_rank: int = ..., master_addr: str = ...,
                  master_port: int = ...,

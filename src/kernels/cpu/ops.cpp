@@ -6,6 +6,7 @@
 #include <numeric>
 #include <vector>
 
+#include "core/dtype.h"
 #include "core/thread_pool.h"
 
 namespace miniinfer::cpu {
@@ -95,12 +96,21 @@ void silu_mul(const float* gate_up, int64_t n, int64_t inter, float* out) {
 }
 
 void store_kv(const float* k, const float* v, const int32_t* slot_mapping, int64_t n,
-              int64_t num_kv_heads, int64_t head_dim, float* k_cache, float* v_cache) {
+              int64_t num_kv_heads, int64_t head_dim, float* k_cache, float* v_cache,
+              const float* fp8_scales) {
     const int64_t row = num_kv_heads * head_dim;
     for (int64_t t = 0; t < n; ++t) {
         const int64_t slot = slot_mapping[t];
-        std::memcpy(k_cache + slot * row, k + t * row, size_t(row) * sizeof(float));
-        std::memcpy(v_cache + slot * row, v + t * row, size_t(row) * sizeof(float));
+        if (!fp8_scales) {
+            std::memcpy(k_cache + slot * row, k + t * row, size_t(row) * sizeof(float));
+            std::memcpy(v_cache + slot * row, v + t * row, size_t(row) * sizeof(float));
+            continue;
+        }
+        const float ks = fp8_scales[0], vs = fp8_scales[1];
+        for (int64_t i = 0; i < row; ++i) {
+            k_cache[slot * row + i] = e4m3_to_f32(f32_to_e4m3(k[t * row + i] / ks)) * ks;
+            v_cache[slot * row + i] = e4m3_to_f32(f32_to_e4m3(v[t * row + i] / vs)) * vs;
+        }
     }
 }
 

@@ -34,8 +34,11 @@ void silu_mul(const float* gate_up, int64_t n, int64_t inter, float* out);
 // Writes each new token's K and V into its slot of the paged cache.
 // k, v: [n, num_kv_heads, head_dim]; slot_mapping[n] = page * page_size + offset;
 // k_cache, v_cache: [num_pages, page_size, num_kv_heads, head_dim].
+// With fp8_scales {k_scale, v_scale} (null: exact copies) each value is stored as
+// e4m3(x / scale) * scale: the numbers an FP8 e4m3 cache holds (core/dtype.h).
 void store_kv(const float* k, const float* v, const int32_t* slot_mapping, int64_t n,
-              int64_t num_kv_heads, int64_t head_dim, float* k_cache, float* v_cache);
+              int64_t num_kv_heads, int64_t head_dim, float* k_cache, float* v_cache,
+              const float* fp8_scales = nullptr);
 
 // Causal grouped-query attention over paged K/V, for a flattened batch of sequences.
 // Sequence s owns query rows [query_start[s], query_start[s+1]); they are the last rows of its
