@@ -76,6 +76,7 @@ struct CudaModelRunner::Impl {
     size_t capture_graphs(bool warm_up);
     void plan_attention(int64_t num_seqs);  // from the host inputs' first rows
     int32_t* next_staging();                // the host staging the next step writes
+    void share_tokens(int64_t rows);        // tensor parallelism: rank 0's tokens everywhere
     void forward(const ForwardBatch& b);
     void run_model(const StepShape& shape);  // kernels only: no host work, capturable
 
@@ -316,6 +317,7 @@ void CudaModelRunner::launch(const Batch& batch, std::span<const SamplerInput> s
     const int64_t n = int64_t(sampling.size());
     Tensor logits = m.model->logits_f32(n);
     m.sampler->launch(logits, m.model->logits_bf16(n), sampling, m.stream.get());
+    m.share_tokens(n);
     if (events) {
         events->end.record(m.stream.get());
         m.timed.push_back(std::move(events));
@@ -349,10 +351,19 @@ void CudaModelRunner::reset_step_timing() {
     impl_->last_timed.reset();
 }
 
-// Not under tensor parallelism yet: the other ranks do not sample, so they could not resolve a
-// placeholder (rank 0 would have to broadcast its tokens each step).
+// Under tensor parallelism too: rank 0 broadcasts each step's tokens, so every rank resolves
+// the next step's placeholders from the same values (share_tokens).
 bool CudaModelRunner::overlaps() const {
-    return !parallel_;
+    return true;
+}
+
+// Tensor parallelism: the step's sampled tokens (rank 0's) into every rank's token buffer, on
+// the stream, where the next step's placeholders are read from. Every rank calls it after each
+// step with the step's sampled rows.
+void CudaModelRunner::Impl::share_tokens(int64_t rows) {
+    if (!comm || rows == 0) return;
+    Tensor tokens = sampler->device_tokens().slice_rows(0, rows);
+    comm->broadcast_from_rank0(tokens, stream.get());
 }
 
 int32_t* CudaModelRunner::Impl::next_staging() {
@@ -363,7 +374,8 @@ int32_t* CudaModelRunner::Impl::next_staging() {
 
 void CudaModelRunner::forward_only(const ForwardBatch& batch) {
     impl_->forward(batch);
-    impl_->stream.synchronize();  // the next step rewrites the host staging
+    impl_->share_tokens(int64_t(batch.logits_indices.size()));
+    impl_->stream.synchronize();  // keeps this rank within a step of rank 0
 }
 
 void CudaModelRunner::Impl::forward(const ForwardBatch& b) {

@@ -60,7 +60,8 @@ class CudaModelRunner : public ModelRunner {
     // penalised rows hold their penalised logits.
     Tensor last_logits() const;
     // A rank > 0's step: the forward pass of `batch` (its collectives meet rank 0's), no
-    // sampling; returns when the step has run.
+    // sampling: rank 0's sampled tokens arrive instead (overlap: the next step's placeholders
+    // name them); returns when the step has run.
     void forward_only(const ForwardBatch& batch);
 
   private:

@@ -21,6 +21,8 @@ class Communicator {
     // out = every rank's `local` (same shape and dtype on every rank), rank after rank:
     // out.numel() == world * local.numel(). On `stream`, capturable.
     virtual void all_gather(const Tensor& local, Tensor& out, cudaStream_t stream) = 0;
+    // x = rank 0's x on every rank, in place, on `stream`.
+    virtual void broadcast_from_rank0(Tensor& x, cudaStream_t stream) = 0;
     // The smallest of every rank's `value` (host in, host out; synchronises `stream`): ranks
     // agree on sizes each measured alone (the KV cache's pages).
     virtual int64_t min_over_ranks(int64_t value, cudaStream_t stream) = 0;

@@ -68,6 +68,11 @@ void NcclCommunicator::all_gather(const Tensor& local, Tensor& out, cudaStream_t
                                 nccl_type(local.dtype()), as_comm(comm_), stream));
 }
 
+void NcclCommunicator::broadcast_from_rank0(Tensor& x, cudaStream_t stream) {
+    MI_NCCL_CHECK(ncclBroadcast(x.raw(), x.raw(), size_t(x.numel()), nccl_type(x.dtype()), 0,
+                                as_comm(comm_), stream));
+}
+
 int64_t NcclCommunicator::min_over_ranks(int64_t value, cudaStream_t stream) {
     DeviceBuffer buf(sizeof(int64_t));
     MI_CUDA_CHECK(

@@ -25,6 +25,7 @@ class NcclCommunicator final : public Communicator {
     int64_t world() const override { return world_; }
     void all_reduce_sum(Tensor& x, cudaStream_t stream) override;  // bf16 or f32
     void all_gather(const Tensor& local, Tensor& out, cudaStream_t stream) override;
+    void broadcast_from_rank0(Tensor& x, cudaStream_t stream) override;
     int64_t min_over_ranks(int64_t value, cudaStream_t stream) override;
 
   private:
