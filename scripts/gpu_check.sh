@@ -8,7 +8,8 @@
 # DIST_DIR (default dist/gpu) picks another package; ONLY=pattern runs only matching binaries;
 # BENCH=0 skips the benchmark, BACKENDS="fa2 flashinfer" picks the backends benched and
 # WORKLOADS="--workload bs1" the workloads (default: all six), BENCH_MODEL the model folder
-# (default bench/qwen3-0.6b; bench/qwen3-30b-a3b for the MoE shapes). LOAD=0 skips the loader check:
+# (default bench/qwen3-0.6b; bench/qwen3-30b-a3b for the MoE shapes), BENCH_FLAGS more bench
+# flags (e.g. "--measure-gpu-idle --disable-overlap"). LOAD=0 skips the loader check:
 # a random Qwen3-0.6B-shaped checkpoint (tools/make_random_checkpoint.py, needs torch and
 # transformers) loaded for CUDA, whose logged peak host memory must stay below 1.5x its size.
 set -uo pipefail
@@ -63,7 +64,7 @@ fi
 if [[ "${BENCH:-1}" != 0 && -z "${ONLY:-}" ]]; then
   for backend in ${BACKENDS:-fa2 flashinfer}; do
     if "$dist/bin/miniinfer" bench --model "${BENCH_MODEL:-bench/qwen3-0.6b}" --load-format dummy --device cuda \
-        --attention-backend "$backend" ${WORKLOADS:---workload balanced --workload decode128 --workload decode256 --workload short256 --workload prefill256 --workload bs1} --json "$out/bench-$backend.json" > "$out/bench-$backend.txt" 2>&1; then
+        --attention-backend "$backend" ${WORKLOADS:---workload balanced --workload decode128 --workload decode256 --workload short256 --workload prefill256 --workload bs1} ${BENCH_FLAGS:-} --json "$out/bench-$backend.json" > "$out/bench-$backend.txt" 2>&1; then
       echo "PASS bench $backend" | tee -a "$out/summary.txt"
     else
       echo "FAIL bench $backend" | tee -a "$out/summary.txt"; status=1
