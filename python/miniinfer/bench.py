@@ -45,6 +45,7 @@ def _parse_args(argv: Any = None) -> argparse.Namespace:
     p.add_argument("--gpu-memory-utilization", type=float, default=0.9)
     p.add_argument("--no-prefix-caching", action="store_true")
     p.add_argument("--attention-backend", default="auto")
+    p.add_argument("--kv-cache-dtype", default="auto")
     p.add_argument("--enforce-eager", action="store_true")
     p.add_argument("--tensor-parallel-size", type=int, default=1)
     p.add_argument("--enable-expert-parallel", action="store_true")
@@ -61,7 +62,8 @@ def _engine_kwargs(a: argparse.Namespace) -> Dict[str, Any]:
                 page_size=a.page_size, kv_cache_bytes=a.kv_cache_mb << 20,
                 gpu_memory_utilization=a.gpu_memory_utilization,
                 enable_prefix_caching=not a.no_prefix_caching,
-                attention_backend=a.attention_backend, enforce_eager=a.enforce_eager,
+                attention_backend=a.attention_backend, kv_cache_dtype=a.kv_cache_dtype,
+                enforce_eager=a.enforce_eager,
                 tensor_parallel_size=a.tensor_parallel_size,
                 enable_expert_parallel=a.enable_expert_parallel,
                 disable_overlap=a.disable_overlap, revision=a.revision, seed=a.seed,
