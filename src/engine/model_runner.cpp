@@ -43,16 +43,23 @@ CpuModelRunner::CpuModelRunner(QwenModel model, int64_t num_pages, int64_t page_
     models_.push_back(std::move(model));
 }
 
+namespace {
+// Each of `ranks_here` ranks computing at once on this machine gets a pool of its share of the
+// cores.
+int rank_threads(int64_t ranks_here) {
+    return std::max(1, ThreadPool::global().num_threads() / int(ranks_here));
+}
+}  // namespace
+
 std::unique_ptr<CpuModelRunner> CpuModelRunner::load_parallel(
     const std::filesystem::path& model_dir, LoadFormat format, uint64_t seed, int64_t world,
     bool expert_parallel, int64_t num_pages, int64_t page_size) {
     MI_CHECK(world >= 1, "tensor_parallel_size {}", world);
     std::unique_ptr<CpuModelRunner> runner(new CpuModelRunner());
     runner->group_ = std::make_unique<CpuCommunicator::Group>(world);
-    const int threads = std::max(1, ThreadPool::global().num_threads() / int(world));
     for (int64_t r = 0; r < world; ++r) {
         runner->comms_.push_back(std::make_unique<CpuCommunicator>(*runner->group_, r));
-        runner->pools_.push_back(std::make_unique<ThreadPool>(threads));
+        runner->pools_.push_back(std::make_unique<ThreadPool>(rank_threads(world)));
         QwenModel model =
             QwenModel::load(model_dir, format, seed,
                             CpuParallel{r, world, expert_parallel,
@@ -116,8 +123,13 @@ DecodedStep decode_step(const std::string& m) {
     return d;
 }
 
-// What rank 0 tells the others once they have joined: the cache's shape, and enough of the
-// model to catch a node that loaded another one.
+// Enough of a model to catch a node that loaded another one.
+Json model_identity(const ModelConfig& m) {
+    return {
+        {"vocab_size", m.vocab_size}, {"num_layers", m.num_layers}, {"hidden_size", m.hidden_size}};
+}
+
+// What rank 0 tells the others once they have joined: its settings and the cache's shape.
 Json welcome_of(const EngineConfig& c, const ModelConfig& m) {
     return {{"num_pages", c.num_pages},
             {"page_size", c.page_size},
@@ -125,14 +137,7 @@ Json welcome_of(const EngineConfig& c, const ModelConfig& m) {
             {"seed", c.seed},
             {"load_format", c.load_format},
             {"kv_cache_dtype", c.kv_cache_dtype},
-            {"model",
-             {{"vocab_size", m.vocab_size},
-              {"num_layers", m.num_layers},
-              {"hidden_size", m.hidden_size}}}};
-}
-
-int rank_threads(int64_t ranks_here) {
-    return std::max(1, ThreadPool::global().num_threads() / int(ranks_here));
+            {"model", model_identity(m)}};
 }
 
 // Rank `rank` (> 0): joins rank 0, loads its shard with rank 0's settings, reports, then runs
@@ -156,12 +161,9 @@ void run_rank(const EngineConfig& config, int64_t rank, int64_t ranks_here) {
             w.at("seed").get<uint64_t>(),
             CpuParallel{rank, world, w.at("expert_parallel").get<bool>(), &comm}));
         const ModelConfig& m = model->config();
-        const Json mine = {{"vocab_size", m.vocab_size},
-                           {"num_layers", m.num_layers},
-                           {"hidden_size", m.hidden_size}};
-        if (mine != w.at("model"))
-            fail("{} is not rank 0's model ({} here, {} there)", config.model_dir, mine.dump(),
-                 w.at("model").dump());
+        if (model_identity(m) != w.at("model"))
+            fail("{} is not rank 0's model ({} here, {} there)", config.model_dir,
+                 model_identity(m).dump(), w.at("model").dump());
         if (w.at("kv_cache_dtype") != "auto") model->use_fp8_kv_cache();
         kv.emplace(m.num_layers, w.at("num_pages").get<int64_t>(), w.at("page_size").get<int64_t>(),
                    model->num_local_kv_heads(), m.head_dim);
