@@ -46,16 +46,23 @@ CpuModelRunner::CpuModelRunner(QwenModel model, int64_t num_pages, int64_t page_
     models_.push_back(std::move(model));
 }
 
+namespace {
+// Each of `ranks_here` ranks computing at once on this machine gets a pool of its share of the
+// cores.
+int rank_threads(int64_t ranks_here) {
+    return std::max(1, ThreadPool::global().num_threads() / int(ranks_here));
+}
+}  // namespace
+
 std::unique_ptr<CpuModelRunner> CpuModelRunner::load_parallel(
     const std::filesystem::path& model_dir, LoadFormat format, uint64_t seed, int64_t world,
     bool expert_parallel, int64_t num_pages, int64_t page_size) {
     MI_CHECK(world >= 1, "tensor_parallel_size {}", world);
     std::unique_ptr<CpuModelRunner> runner(new CpuModelRunner());
     runner->group_ = std::make_unique<CpuCommunicator::Group>(world);
-    const int threads = std::max(1, ThreadPool::global().num_threads() / int(world));
     for (int64_t r = 0; r < world; ++r) {
         runner->comms_.push_back(std::make_unique<CpuCommunicator>(*runner->group_, r));
-        runner->pools_.push_back(std::make_unique<ThreadPool>(threads));
+        runner->pools_.push_back(std::make_unique<ThreadPool>(rank_threads(world)));
         QwenModel model =
             QwenModel::load(model_dir, format, seed,
                             CpuParallel{r, world, expert_parallel,
@@ -133,10 +140,6 @@ void check_same_model(const Json& welcome, const ModelConfig& m, const std::stri
 
 namespace {
 using tensor_parallel::kJoinTimeout;
-
-int rank_threads(int64_t ranks_here) {
-    return std::max(1, ThreadPool::global().num_threads() / int(ranks_here));
-}
 
 // Rank `rank` (> 0): joins rank 0, loads its shard with rank 0's settings, reports, then runs
 // every step until rank 0 says the end or closes its link.

@@ -32,6 +32,10 @@ class Communicator {
     virtual void all_gather_columns(const Tensor& local, Tensor& out) = 0;
 };
 
+// The two transports' all_gather_columns, gathered: a [rows, cols] block into out's columns
+// [*at, *at + cols), rows = out.size(0); *at moves past it. Checks that it fits.
+void place_columns(Tensor& out, const float* block, int64_t cols, int64_t* at);
+
 class CpuCommunicator final : public Communicator {
   public:
     // What the ranks of one group share.

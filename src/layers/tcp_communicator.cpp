@@ -256,15 +256,14 @@ void TcpCommunicator::all_reduce_sum(Tensor& x) {
         read_frame_into(peers_[0], data, bytes, 0);
         return;
     }
-    // 0 + x_0 + x_1 + ...: the order CpuCommunicator adds in.
-    std::vector<float> sum(size_t(n), 0.f);
-    for (int64_t i = 0; i < n; ++i) sum[size_t(i)] += data[i];
+    // 0 + x_0 + x_1 + ...: the order CpuCommunicator adds in (0 + x_0 turns -0 into +0), in
+    // place.
+    for (int64_t i = 0; i < n; ++i) data[i] = 0.f + data[i];
     scratch_.resize(size_t(n));
     for (int64_t r = 1; r < world_; ++r) {
         read_frame_into(peers_[size_t(r - 1)], scratch_.data(), bytes, r);
-        for (int64_t i = 0; i < n; ++i) sum[size_t(i)] += scratch_[size_t(i)];
+        for (int64_t i = 0; i < n; ++i) data[i] += scratch_[size_t(i)];
     }
-    std::memcpy(data, sum.data(), bytes);
     for (int fd : peers_) write_frame(fd, data, bytes);
 }
 
@@ -280,22 +279,15 @@ void TcpCommunicator::all_gather_columns(const Tensor& local, Tensor& out) {
         return;
     }
     int64_t at = 0;
-    auto place = [&](const float* block, int64_t cols) {
-        MI_CHECK(at + cols <= width, "all_gather_columns: the blocks exceed {} columns", width);
-        for (int64_t i = 0; i < rows; ++i)
-            std::memcpy(out.data<float>() + i * width + at, block + i * cols,
-                        size_t(cols) * sizeof(float));
-        at += cols;
-    };
-    place(local.data<float>(), local.size(1));
+    place_columns(out, local.data<float>(), local.size(1), &at);
     for (int64_t r = 1; r < world_; ++r) {
         const std::optional<std::string> block = read_frame(peers_[size_t(r - 1)]);
         if (!block) fail("tensor-parallel link: rank {} closed the connection", r);
         if (rows == 0 || block->size() % (size_t(rows) * sizeof(float)) != 0)
             fail("tensor-parallel link: rank {} sent a block of {} bytes for {} rows", r,
                  block->size(), rows);
-        place(reinterpret_cast<const float*>(block->data()),
-              int64_t(block->size() / (size_t(rows) * sizeof(float))));
+        place_columns(out, reinterpret_cast<const float*>(block->data()),
+                      int64_t(block->size() / (size_t(rows) * sizeof(float))), &at);
     }
     MI_CHECK(at == width, "all_gather_columns: {} columns gathered into {}", at, width);
     for (int fd : peers_) write_frame(fd, out.data<float>(), out_bytes);

@@ -104,14 +104,20 @@ def test_a_node_with_another_world_or_model_is_refused(tmp_path):
     assert node1.returncode != 0, log1
 
 
-def test_serve_over_two_nodes(tmp_path):
-    model = os.path.join(FIXTURES, "qwen3-tiny")
-    http, master = free_port(), free_port()
-    common = ["serve", model, "-tp", "2", "--nnodes", "2", "--master-port", str(master)]
+def serve_two_nodes():
+    """`miniinfer serve` of qwen3-tiny, -tp 2 over two nodes: (HTTP port, node 0, node 1)."""
+    http = free_port()
+    common = ["serve", os.path.join(FIXTURES, "qwen3-tiny"), "-tp", "2", "--nnodes", "2",
+              "--master-port", str(free_port())]
     node1 = subprocess.Popen([BIN, *common, "--node-rank", "1"], stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
     node0 = subprocess.Popen([BIN, *common, "--node-rank", "0", "--port", str(http)],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return http, node0, node1
+
+
+def test_serve_over_two_nodes():
+    http, node0, node1 = serve_two_nodes()
     try:
         wait_healthy(http, node0)
         ref = reference("qwen3-tiny")["prompts"][0]
@@ -159,13 +165,7 @@ def wait_healthy(port, proc):
 
 
 def test_worker_node_ends_with_node_zero():
-    model = os.path.join(FIXTURES, "qwen3-tiny")
-    http = free_port()
-    common = ["serve", model, "-tp", "2", "--nnodes", "2", "--master-port", str(free_port())]
-    node1 = subprocess.Popen([BIN, *common, "--node-rank", "1"], stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True)
-    node0 = subprocess.Popen([BIN, *common, "--node-rank", "0", "--port", str(http)],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    http, node0, node1 = serve_two_nodes()
     try:
         wait_healthy(http, node0)
     finally:
