@@ -9,7 +9,8 @@
 # BENCH=0 skips the benchmark, BACKENDS="fa2 flashinfer" picks the backends benched and
 # WORKLOADS="--workload bs1" the workloads (default: all six), BENCH_MODEL the model folder
 # (default bench/qwen3-0.6b; bench/qwen3-30b-a3b for the MoE shapes), BENCH_FLAGS more bench
-# flags (e.g. "--measure-gpu-idle --disable-overlap"). LOAD=0 skips the loader check:
+# flags (e.g. "--measure-gpu-idle --disable-overlap"). MEMCHECK=0 skips compute-sanitizer;
+# TEST_TIMEOUT (seconds, default 300) bounds each test binary. LOAD=0 skips the loader check:
 # a random Qwen3-0.6B-shaped checkpoint (tools/make_random_checkpoint.py, needs torch and
 # transformers) loaded for CUDA, whose logged peak host memory must stay below 1.5x its size.
 set -uo pipefail
@@ -21,11 +22,13 @@ status=0
 for t in "$dist"/bin/test_*; do
   name=$(basename "$t")
   [[ -n "${ONLY:-}" && "$name" != *${ONLY}* ]] && continue
-  if "$t" >> "$out/tests.log" 2>&1; then result=PASS; else result=FAIL; status=1; fi
+  if timeout "${TEST_TIMEOUT:-300}" "$t" >> "$out/tests.log" 2>&1; then result=PASS; else result=FAIL; status=1; fi
   echo "$result $name" | tee -a "$out/summary.txt"
 done
 echo "skipped lines in log: $(grep -c '^\[  SKIPPED \]' "$out/tests.log")" | tee -a "$out/summary.txt"
-if command -v compute-sanitizer >/dev/null; then
+if [[ "${MEMCHECK:-1}" == 0 ]]; then
+  echo "memcheck skipped (MEMCHECK=0)" | tee -a "$out/summary.txt"
+elif command -v compute-sanitizer >/dev/null; then
   : > "$out/memcheck.log"
   for t in "$dist"/bin/test_cuda_*; do
     name=$(basename "$t")
