@@ -1,9 +1,9 @@
 // Every CUDA op at Qwen3-0.6B's shapes (hidden 1024, 16 heads, 8 KV heads, head_dim 128,
 // intermediate 3072, vocab 151936), for a decode step of 256 rows and a prefill step of 2048
 // tokens, and the MoE layer's ops at Qwen3-30B-A3B's shapes (hidden 2048, 128 experts, top 8,
-// moe_intermediate 768) for steps of 1, 256 and 8192 tokens: the median time of a launch (L2
-// flushed before each, so inputs come from HBM) and the achieved GB/s (and TFLOP/s for GEMMs and
-// attention) against this device's measured copy bandwidth and bf16 GEMM rate (gpu_testing.h).
+// moe_intermediate 768) for steps of 1, 2, 4, 8, 256 and 8192 tokens: the median time of a launch
+// (L2 flushed before each, so inputs come from HBM) and the achieved GB/s (and TFLOP/s for GEMMs
+// and attention) against this device's measured copy bandwidth and bf16 GEMM rate (gpu_testing.h).
 // Bytes are what the op must move at least: each input read once, each output written once. A
 // table, never a verdict: exits 0 whatever the speed, and without a GPU.
 //
@@ -27,6 +27,7 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/grouped_gemm.h"
+#include "kernels/cuda/moe_gemv.h"
 #include "kernels/cuda/moe_routing.h"
 #include "kernels/cuda/penalties.h"
 #include "kernels/cuda/qk_norm_rope.h"
@@ -369,6 +370,22 @@ void bench_moe(int64_t tokens) {
                             cuda::moe_combine(y_perm, slot_row, weights, out, s);
                         }),
                         (routed + double(tokens)) * act_row + routed * (kI32 + kF32));
+    // The small-batch path (moe_gemv.h): two launches straight from the choices, no permute.
+    if (wanted("moe gemv") && tokens * kTopK <= 64) {
+        const double pair_w = double(kMoeInter * kMoeHidden) * kBf16;  // one expert's gate or down
+        print_bench_row(
+            "moe gemv gate_up+silu", shape, time_launch([&](cudaStream_t s) {
+                cuda::moe_gemv_gate_up_silu(x, ids, gate_up_w, act, s);
+            }),
+            routed * 2 * pair_w + double(tokens) * act_row + routed * double(kMoeInter) * kBf16,
+            gate_up_flops);
+        print_bench_row(
+            "moe gemv down+combine", shape, time_launch([&](cudaStream_t s) {
+                cuda::moe_gemv_down_combine(act, ids, weights, down_w, out, s);
+            }),
+            routed * pair_w + routed * double(kMoeInter) * kBf16 + double(tokens) * act_row,
+            2.0 * routed * double(kMoeInter * kMoeHidden));
+    }
 }
 
 void bench_sampling() {
@@ -467,7 +484,7 @@ int main(int argc, char** argv) {
     }
     bench_sampling();
     if (wanted("moe"))
-        for (int64_t tokens : {1, 256, 8192}) bench_moe(tokens);
+        for (int64_t tokens : {1, 2, 4, 8, 256, 8192}) bench_moe(tokens);
     MI_CUDA_CHECK(cudaDeviceSynchronize());
     return 0;
 }

@@ -209,4 +209,55 @@ inline void expect_graph_replay_equals_eager(const std::string& fixture, std::ve
     }
 }
 
+// Free-running greedy decoding on the GPU (the engine, decode graphs on; each prompt alone, then
+// all together), checked token by token against the CPU model fed the same sequence: every token
+// the GPU picked is the CPU's argmax or within kTieGap of it. Decode steps of a few tokens take
+// paths a prefill never does (the MoE block's small-batch kernels).
+inline void expect_greedy_decode_agrees_with_cpu(const std::string& name, int64_t max_tokens) {
+    ModelConfig config = ModelConfig::load(kFixtures / name);
+    QwenModel cpu_model(config, load_weights(config, kFixtures / name));
+    std::vector<Prompt> prompts;
+    for (const Case& k : cases_of(name))
+        prompts.push_back(
+            Prompt::from_ids({k.sequence.begin(), k.sequence.begin() + long(k.prompt_len)}));
+    SamplingParams greedy;
+    greedy.temperature = 0;
+    greedy.max_tokens = max_tokens;
+    greedy.ignore_eos = true;
+    EngineConfig c;
+    c.model_dir = (kFixtures / name).string();
+    c.device = "cuda";
+    c.max_model_len = 512;
+    c.max_num_seqs = 16;
+    c.gpu_memory_utilization = 0.3;
+    LLMEngine engine(c);
+    std::vector<std::vector<int32_t>> outputs;
+    for (const Prompt& p : prompts)
+        outputs.push_back(engine.generate({p}, {greedy}).at(0).token_ids);
+    for (const auto& out :
+         engine.generate(prompts, std::vector<SamplingParams>(prompts.size(), greedy)))
+        outputs.push_back(out.token_ids);
+    int near_ties = 0;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+        const std::vector<int32_t>& prompt = prompts[i % prompts.size()].token_ids;
+        const std::vector<int32_t>& out = outputs[i];
+        ASSERT_EQ(int64_t(out.size()), max_tokens) << name << " output " << i;
+        std::vector<int32_t> seq = prompt;
+        seq.insert(seq.end(), out.begin(), out.end() - 1);
+        SequenceRunner cpu(cpu_model, int64_t(seq.size()));
+        const Tensor logits = cpu.append(seq);
+        for (size_t j = 0; j < out.size(); ++j) {
+            const float* row = logits.data<float>() +
+                               (int64_t(prompt.size()) - 1 + int64_t(j)) * config.vocab_size;
+            const float best = *std::max_element(row, row + config.vocab_size);
+            EXPECT_GE(row[out[j]], best - kTieGap)
+                << name << " output " << i << " token " << j << ": the GPU picked " << out[j]
+                << " at " << row[out[j]] << ", the CPU's best is " << best;
+            near_ties += row[out[j]] < best;
+        }
+    }
+    std::printf("[ %s: %zu greedy decodes of %lld tokens, %d tokens at a near-tie ]\n",
+                name.c_str(), outputs.size(), (long long)max_tokens, near_ties);
+}
+
 }  // namespace miniinfer::model_testing

@@ -19,6 +19,12 @@ TEST_P(CudaMoeModelVsHf, TeacherForcedArgmaxMatchesHuggingFace) {
 
 // qwen3-moe-tiny: 8 experts, top-2, renormalised, a dense layer, head_dim 128, tied head.
 // qwen3-moe-wide: 16 experts, top-4 without renormalisation, layer 0 dense, head_dim 64.
+// Decode steps of one to four tokens: the small-batch expert kernels (moe_gemv.h).
+TEST_P(CudaMoeModelVsHf, GreedyDecodeAgreesWithCpu) {
+    REQUIRE_GPU();
+    expect_greedy_decode_agrees_with_cpu(GetParam(), 24);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaMoeModelVsHf,
                          ::testing::Values("qwen3-moe-tiny", "qwen3-moe-wide"),
                          [](const auto& info) {

@@ -2,7 +2,9 @@
 
 #include "core/cuda/device_buffer.h"
 #include "kernels/cuda/grouped_gemm.h"
+#include "kernels/cuda/moe_gemv.h"
 #include "kernels/cuda/moe_routing.h"
+#include "kernels/cuda/silu_mul.h"
 
 namespace miniinfer::cuda {
 
@@ -23,6 +25,7 @@ Moe::Buffers Moe::allocate_buffers(int64_t max_tokens) const {
                 device_tensor({moe_permute_workspace_elems(max_tokens, top_k, E)}, DType::kI32),
             .expert_offsets = device_tensor({E + 1}, DType::kI32),
             .row_token = device_tensor({R}, DType::kI32),
+            .gate_up = device_tensor({R, 2 * inter}, DType::kBF16),
             .act = device_tensor({R, inter}, DType::kBF16),
             .y_perm = device_tensor({R, hidden}, DType::kBF16)};
 }
@@ -36,13 +39,28 @@ void Moe::forward(const Tensor& x, Tensor& y, const Step& step, Buffers& buf) co
     Tensor row_token = rows(buf.row_token, R), act = rows(buf.act, R), y_perm = rows(buf.y_perm, R);
     router.forward(x, logits, step);
     moe_route(logits, top_k, renormalize, ids, weights, st);
-    moe_permute(ids, num_experts(), tile, buf.permute_workspace, buf.expert_offsets, row_token,
-                slot_row, st);
-    grouped_gemm(x, &row_token, experts_gate_up, buf.expert_offsets, tile,
-                 GroupedGemmEpilogue::kSiluMul, act, st);
-    grouped_gemm(act, nullptr, experts_down, buf.expert_offsets, tile, GroupedGemmEpilogue::kStore,
-                 y_perm, st);
-    moe_combine(y_perm, slot_row, weights, y, st);
+    if (n * top_k <= kMoeGemvMaxPairs && moe_gemv_supported(experts_gate_up, experts_down)) {
+        // A few tokens: stream the chosen experts' rows, no permutation (moe_gemv.h).
+        moe_gemv_gate_up_silu(x, ids, experts_gate_up, act, st);
+        moe_gemv_down_combine(act, ids, weights, experts_down, y, st);
+    } else {
+        moe_permute(ids, num_experts(), tile, buf.permute_workspace, buf.expert_offsets, row_token,
+                    slot_row, st);
+        // SiLU·mul in the GEMM's epilogue pays only at the smallest tile (bench_cuda_ops moe: at
+        // larger tiles it slows the GEMM by more than the separate kernel costs).
+        if (tile == 16) {
+            grouped_gemm(x, &row_token, experts_gate_up, buf.expert_offsets, tile,
+                         GroupedGemmEpilogue::kSiluMul, act, st);
+        } else {
+            Tensor gate_up = rows(buf.gate_up, R);
+            grouped_gemm(x, &row_token, experts_gate_up, buf.expert_offsets, tile,
+                         GroupedGemmEpilogue::kStore, gate_up, st);
+            silu_mul(gate_up, act, st);
+        }
+        grouped_gemm(act, nullptr, experts_down, buf.expert_offsets, tile,
+                     GroupedGemmEpilogue::kStore, y_perm, st);
+        moe_combine(y_perm, slot_row, weights, y, st);
+    }
     if (comm) comm->all_reduce_sum(y, st);
 }
 

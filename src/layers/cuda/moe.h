@@ -3,9 +3,13 @@
 //
 //   router GEMM -> softmax, top-k (+ renormalisation) -> permute: each permuted row's token,
 //   expert-contiguous (each expert's segment padded to the grouped GEMM's row tile) ->
-//   grouped GEMM gate_up, reading x's rows through the permutation and writing SiLU(gate) * up
-//   (gather and silu_mul fused into it) -> grouped GEMM down -> weighted sum of each token's k
-//   rows back in token order (row-parallel: all-reduced across ranks)
+//   grouped GEMM gate_up, reading x's rows through the permutation (the gather fused into it),
+//   SiLU(gate) * up (in the GEMM's epilogue at the smallest tile) -> grouped GEMM down ->
+//   weighted sum of each token's k rows back in token order (row-parallel: all-reduced across
+//   ranks)
+//
+// Up to kMoeGemvMaxPairs (token, choice) pairs (decode at small batch) take a shorter path:
+// router, top-k, then two gemv-style kernels straight from the choices (moe_gemv.h).
 //
 // Every size comes from the host-side token count and the config, none from the routing, so a
 // decode step with this block can be captured in a CUDA graph. The combine adds each token's k
@@ -39,6 +43,7 @@ struct Moe {
         Tensor permute_workspace;       // moe_permute's scratch, i32
         Tensor expert_offsets;          // [E + 1] i32
         Tensor row_token;               // [max_rows] i32: each permuted row's token (-1: pad)
+        Tensor gate_up;                 // [max_rows, 2 * inter] bf16: gate_up when not fused
         Tensor act;                     // [max_rows, inter] bf16: SiLU(gate) * up per row
         Tensor y_perm;                  // [max_rows, hidden] bf16: the down projection per row
     };
