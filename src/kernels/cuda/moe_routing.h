@@ -5,8 +5,9 @@
 //   moe_permute        topk_ids -> expert_offsets [E + 1], row_token [max_rows], slot_row [n, k]
 //   moe_gather         x -> x_perm [max_rows, H]: each expert's tokens in contiguous rows
 //   grouped GEMM       gate_up per expert over its rows, silu_mul, grouped GEMM down -> y_perm
-//                      (cuda::Moe fuses the gather and silu_mul into the gate_up GEMM: its row
-//                      loads read x through row_token, its epilogue writes silu(gate) * up)
+//                      (cuda::Moe fuses the gather into the gate_up GEMM: its row loads read
+//                      x through row_token; at the 16-row tile silu_mul too, in its epilogue.
+//                      Up to kMoeGemvMaxPairs choices skip all of this: moe_gemv.h)
 //   moe_combine        out[t] = Σ_j topk_weights[t, j] · y_perm[slot_row[t, j]]     [n, H] bf16
 //
 // Every launcher takes its sizes from the host (n = the step's num_tokens, E, k, tile_rows) and
