@@ -289,7 +289,7 @@ int64_t CudaModelRunner::num_pages() const {
 
 Tensor CudaModelRunner::last_logits() const {
     impl_->stream.synchronize();
-    return cuda::to_host(impl_->model->logits_f32(impl_->last_num_logits));
+    return cuda::to_host(impl_->model->logits(impl_->last_num_logits));
 }
 
 std::vector<SampledToken> CudaModelRunner::run(const Batch& batch,
@@ -315,8 +315,7 @@ void CudaModelRunner::launch(const Batch& batch, std::span<const SamplerInput> s
     }
     m.forward(fb);
     const int64_t n = int64_t(sampling.size());
-    Tensor logits = m.model->logits_f32(n);
-    m.sampler->launch(logits, m.model->logits_bf16(n), sampling, m.stream.get());
+    m.sampler->launch(m.model->logits(n), sampling, m.stream.get());
     m.share_tokens(n);
     if (events) {
         events->end.record(m.stream.get());

@@ -49,7 +49,8 @@ struct CudaSampler::Launched {
 struct CudaSampler::Buffers {
     static constexpr int kSlots = 2;
     Tensor tokens, logprobs, top_ids, top_logprobs,
-        row_params;  // [rows], [rows], [rows, 20] x2, [rows] RowSampling
+        row_params;           // [rows], [rows], [rows, 20] x2, [rows] RowSampling
+    Tensor penalised_logits;  // [rows, vocab] f32: a step's logits with penalties and masks
     std::unique_ptr<cuda::PinnedBuffer> host_outputs[kSlots];
     cuda::Event done[kSlots];  // the slot's results are on the host
     cuda::DeviceBuffer sampling_workspace, penalties_workspace;
@@ -73,6 +74,7 @@ CudaSampler::CudaSampler(int64_t max_rows, int64_t vocab, int64_t max_model_len)
     B.top_ids = cuda::device_tensor({S, kMaxLogprobs}, DType::kI32);
     B.top_logprobs = cuda::device_tensor({S, kMaxLogprobs}, DType::kF32);
     B.row_params = cuda::device_tensor({S, int64_t(sizeof(cuda::RowSampling))}, DType::kU8);
+    B.penalised_logits = cuda::device_tensor({S, vocab}, DType::kF32);
     for (auto& h : B.host_outputs)
         h = std::make_unique<cuda::PinnedBuffer>(
             size_t(S) * (8 + 8 * kMaxLogprobs + sizeof(cuda::RowSampling)));
@@ -108,12 +110,13 @@ struct HostOutputs {
 };
 }  // namespace
 
-void CudaSampler::launch(Tensor& logits, const Tensor& raw_logits,
-                         std::span<const SamplerInput> rows_in, cudaStream_t st) {
+void CudaSampler::launch(const Tensor& raw_logits, std::span<const SamplerInput> rows_in,
+                         cudaStream_t st) {
     const int64_t rows_n = int64_t(rows_in.size());
-    MI_CHECK(rows_n <= max_rows_ && logits.size(0) == rows_n,
-             "{} sampling inputs for {} logits rows (at most {})", rows_n, logits.size(0),
-             max_rows_);
+    MI_CHECK(rows_n <= max_rows_ && raw_logits.size(0) == rows_n &&
+                 raw_logits.dtype() == DType::kF32 && raw_logits.size(1) == vocab_,
+             "{} sampling inputs for {} (at most {} rows of {} f32 logits)", rows_n,
+             raw_logits.describe(), max_rows_, vocab_);
     Buffers& B = *buf_;
     MI_CHECK(int(B.launched.size()) < Buffers::kSlots,
              "{} sampling steps launched and not collected", B.launched.size());
@@ -131,7 +134,15 @@ void CudaSampler::launch(Tensor& logits, const Tensor& raw_logits,
         if (needs_penalties(r)) penalised.push_back(int32_t(i));
     }
     if (rows_n > 0) {
-        if (!penalised.empty()) apply_penalties(logits, rows_in, penalised, st);
+        // Sampled from the raw logits as they are, unless penalties or masks change some row:
+        // then from a copy with those changes (the logprobs still read the raw values).
+        Tensor logits = raw_logits;
+        if (!penalised.empty()) {
+            logits = rows(B.penalised_logits, rows_n);
+            MI_CUDA_CHECK(cudaMemcpyAsync(logits.raw(), raw_logits.raw(), raw_logits.nbytes(),
+                                          cudaMemcpyDeviceToDevice, st));
+            apply_penalties(logits, rows_in, penalised, st);
+        }
         const HostOutputs h(B.host_outputs[step.slot]->data, rows_n);
         Tensor tok = rows(B.tokens, rows_n);
         if (step.all_greedy) {

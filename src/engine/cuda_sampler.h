@@ -1,10 +1,11 @@
 // CudaSampler: the CUDA runner's sampling step. For the rows whose logits penalties or
 // min_tokens masks change, it uploads their token lists (CSR, one copy per step) and applies
-// them in place (kernels/cuda/penalties.h); then it samples every row on the GPU — argmax
-// when all rows are greedy without logprobs, else the full sampler (kernels/cuda/sampling.h)
-// — and copies the tokens and logprobs back (launch() enqueues, collect() waits for a step, so
-// that the runner can overlap steps). No row falls back to the CPU sampler; the results
-// are the CPU sampler's (layers/sampler.h) up to the float-sum boundaries sampling.h describes.
+// them to its own copy of the logits (kernels/cuda/penalties.h); then it samples every row on the
+// GPU — argmax when all rows are greedy without logprobs, else the full sampler
+// (kernels/cuda/sampling.h) — and copies the tokens and logprobs back (launch() enqueues, collect()
+// waits for a step, so that the runner can overlap steps). No row falls back to the CPU sampler;
+// the results are the CPU sampler's (layers/sampler.h) up to the float-sum boundaries sampling.h
+// describes.
 #pragma once
 
 #include <memory>
@@ -24,19 +25,18 @@ class CudaSampler {
     ~CudaSampler();
 
     // Enqueues one step's sampling on `stream` and the copies of its results to pinned host
-    // memory, and returns at once. logits: [rows, vocab] f32 CUDA, changed in place on the
-    // penalised rows. raw_logits: the same values before any change ([rows, vocab] bf16 or f32
-    // CUDA; the logprobs are read there). rows_in[i] describes row i (its logits span is
+    // memory, and returns at once. logits: [rows, vocab] f32 CUDA (the LM head's), read only:
+    // when penalties or masks apply to some row, they change the sampler's own copy, and the
+    // logprobs still come from these values. rows_in[i] describes row i (its logits span is
     // ignored; nothing in it is read after launch returns). At most two steps are launched and
     // not yet collected (the overlap loop's depth): each has its own host buffers.
-    void launch(Tensor& logits, const Tensor& raw_logits, std::span<const SamplerInput> rows_in,
-                cudaStream_t stream);
+    void launch(const Tensor& logits, std::span<const SamplerInput> rows_in, cudaStream_t stream);
     // Waits (on an event, not the stream) for the oldest launched step and returns its tokens.
     std::vector<SampledToken> collect();
     // launch, then collect.
-    std::vector<SampledToken> sample(Tensor& logits, const Tensor& raw_logits,
-                                     std::span<const SamplerInput> rows_in, cudaStream_t stream) {
-        launch(logits, raw_logits, rows_in, stream);
+    std::vector<SampledToken> sample(const Tensor& logits, std::span<const SamplerInput> rows_in,
+                                     cudaStream_t stream) {
+        launch(logits, rows_in, stream);
         return collect();
     }
 

@@ -36,9 +36,9 @@ class CudaModel {
     // this step's K/V into kv (one KvLayer per layer) and the logits of in.logits_indices' rows.
     virtual void forward(const cuda::StepInputs& in, std::span<cuda::KvLayer> kv,
                          cuda::AttentionBackend& attention, cudaStream_t stream) = 0;
-    // The last forward's logits: [rows, vocab] f32, and the bf16 values they were cast from.
-    virtual Tensor logits_f32(int64_t rows) const = 0;
-    virtual Tensor logits_bf16(int64_t rows) const = 0;
+    // The last forward's logits: [rows, vocab] f32 (the LM head's fp32 sums, never rounded to
+    // bf16: near-ties resolve as in Hugging Face's fp32 model).
+    virtual Tensor logits(int64_t rows) const = 0;
 };
 
 // Uploads `weights` (bf16 host tensors, as load_weights(WeightTarget{kBF16, rank, world})

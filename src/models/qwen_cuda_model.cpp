@@ -6,7 +6,6 @@
 
 #include "core/check.h"
 #include "core/cuda/device_buffer.h"
-#include "kernels/cuda/cast.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gather_rows.h"
 #include "kernels/cuda/vocab_parallel.h"
@@ -130,13 +129,12 @@ void QwenCudaModel::allocate_activations(int64_t max_tokens, int64_t max_logits)
     }
     for (Tensor* t : {&last_hidden_, &last_residual_, &last_normed_})
         *t = cuda::device_tensor({max_logits, H}, DType::kBF16);
-    logits_bf16_ = cuda::device_tensor({max_logits, V}, DType::kBF16);
+    logits_ = cuda::device_tensor({max_logits, V}, DType::kF32);
     if (comm_) {
         const int64_t world = comm_->world();
-        logits_local_ = cuda::device_tensor({max_logits, V / world}, DType::kBF16);
-        logits_gathered_ = cuda::device_tensor({world * max_logits * (V / world)}, DType::kBF16);
+        logits_local_ = cuda::device_tensor({max_logits, V / world}, DType::kF32);
+        logits_gathered_ = cuda::device_tensor({world * max_logits * (V / world)}, DType::kF32);
     }
-    logits_f32_ = cuda::device_tensor({max_logits, V}, DType::kF32);
 }
 
 void QwenCudaModel::forward(const cuda::StepInputs& in, std::span<cuda::KvLayer> kv,
@@ -169,9 +167,9 @@ void QwenCudaModel::forward(const cuda::StepInputs& in, std::span<cuda::KvLayer>
     }
     const int64_t m = in.num_logits;
     if (m == 0) return;
-    // Only the sampled rows: gather, add & norm, lm_head.
+    // Only the sampled rows: gather, add & norm, lm_head (fp32 logits).
     Tensor last_x = rows(last_hidden_, m), last_res = rows(last_residual_, m);
-    Tensor last_h = rows(last_normed_, m), lb = rows(logits_bf16_, m), lf = rows(logits_f32_, m);
+    Tensor last_h = rows(last_normed_, m), logits = rows(logits_, m);
     cuda::gather_rows(x, in.logits_indices, last_x, stream);
     cuda::gather_rows(residual, in.logits_indices, last_res, stream);
     final_norm_.forward(last_x, &last_res, last_h, stream);
@@ -179,13 +177,12 @@ void QwenCudaModel::forward(const cuda::StepInputs& in, std::span<cuda::KvLayer>
         const int64_t world = comm_->world(), cols = config_.vocab_size / world;
         Tensor local = rows(logits_local_, m);
         gemm_.run(last_h, lm_head_, nullptr, local, stream);
-        Tensor gathered(logits_gathered_.raw(), DType::kBF16, {world * m * cols}, Device::kCUDA);
+        Tensor gathered(logits_gathered_.raw(), DType::kF32, {world * m * cols}, Device::kCUDA);
         comm_->all_gather(local, gathered, stream);
-        cuda::interleave_rank_blocks(gathered, world, lb, stream);
+        cuda::interleave_rank_blocks(gathered, world, logits, stream);
     } else {
-        gemm_.run(last_h, lm_head_, nullptr, lb, stream);
+        gemm_.run(last_h, lm_head_, nullptr, logits, stream);  // fp32 out: no bf16 rounding
     }
-    cuda::bf16_to_f32(lb, lf, stream);
 }
 
 }  // namespace miniinfer

@@ -31,8 +31,7 @@ class QwenCudaModel final : public CudaModel {
     void allocate_activations(int64_t max_tokens, int64_t max_logits) override;
     void forward(const cuda::StepInputs& in, std::span<cuda::KvLayer> kv,
                  cuda::AttentionBackend& attention, cudaStream_t stream) override;
-    Tensor logits_f32(int64_t rows) const override { return cuda::rows(logits_f32_, rows); }
-    Tensor logits_bf16(int64_t rows) const override { return cuda::rows(logits_bf16_, rows); }
+    Tensor logits(int64_t rows) const override { return cuda::rows(logits_, rows); }
 
   private:
     // QwenModel::Layer field for field.
@@ -60,7 +59,7 @@ class QwenCudaModel final : public CudaModel {
     cuda::Mlp::Buffers mlp_buffers_;
     cuda::Moe::Buffers moe_buffers_;
     Tensor last_hidden_, last_residual_, last_normed_;  // [max_logits, hidden]: sampled rows
-    Tensor logits_bf16_, logits_f32_;                   // [max_logits, vocab]
+    Tensor logits_;                                     // [max_logits, vocab] f32
     // Vocab-parallel LM head: this rank's logits [max_logits, vocab / world], and every rank's
     // after the all-gather ([world, max_logits, vocab / world], rank-major).
     Tensor logits_local_, logits_gathered_;

@@ -167,22 +167,25 @@ constexpr GemmShape kLayerGemms[] = {{"qkv", (kHeads + 2 * kKvHeads) * kHeadDim,
                                      {"gate_up", 2 * kInter, kHidden},
                                      {"down", kHidden, kInter}};
 
-void bench_gemm(int64_t m, const GemmShape& g, const char* phase) {
+// out: bf16, or f32 (the LM head's logits).
+void bench_gemm(int64_t m, const GemmShape& g, const char* phase, DType out = DType::kBF16) {
     static cuda::Gemm gemm;
     Tensor x = random_device_bf16({m, g.k}), w = random_device_bf16({g.n, g.k}, 0.02f);
-    Tensor y = cuda::device_tensor({m, g.n}, DType::kBF16);
-    const double bytes = double(m * g.k + g.n * g.k + m * g.n) * kBf16;
-    print_bench_row(std::string("gemm ") + g.name, std::string(phase) + " " + dims({m, g.n, g.k}),
+    Tensor y = cuda::device_tensor({m, g.n}, out);
+    const double bytes = double(m * g.k + g.n * g.k) * kBf16 + double(m * g.n) * dtype_size(out);
+    print_bench_row(std::string("gemm ") + g.name + (out == DType::kF32 ? " f32" : ""),
+                    std::string(phase) + " " + dims({m, g.n, g.k}),
                     time_launch([&](cudaStream_t s) { gemm.run(x, w, nullptr, y, s); }), bytes,
                     2.0 * double(m) * double(g.n) * double(g.k));
 }
 
 // gemv: the Gemm's path for m <= 2 (single-sequence decode); bandwidth-bound on w.
-void bench_gemv(int64_t m, const GemmShape& g) {
+void bench_gemv(int64_t m, const GemmShape& g, DType out = DType::kBF16) {
     Tensor x = random_device_bf16({m, g.k}), w = random_device_bf16({g.n, g.k}, 0.02f);
-    Tensor y = cuda::device_tensor({m, g.n}, DType::kBF16);
-    const double bytes = double(m * g.k + g.n * g.k + m * g.n) * kBf16;
-    print_bench_row(std::string("gemv ") + g.name, "decode " + dims({m, g.n, g.k}),
+    Tensor y = cuda::device_tensor({m, g.n}, out);
+    const double bytes = double(m * g.k + g.n * g.k) * kBf16 + double(m * g.n) * dtype_size(out);
+    print_bench_row(std::string("gemv ") + g.name + (out == DType::kF32 ? " f32" : ""),
+                    "decode " + dims({m, g.n, g.k}),
                     time_launch([&](cudaStream_t s) { cuda::gemv(x, w, nullptr, y, s); }), bytes,
                     2.0 * double(m) * double(g.n) * double(g.k));
 }
@@ -466,11 +469,17 @@ int main(int argc, char** argv) {
         for (const GemmShape& g : kLayerGemms)
             if (wanted(std::string("gemm ") + g.name)) bench_gemm(rows, g, phase);
     }
-    if (wanted("gemm lm_head")) bench_gemm(kDecodeRows, {"lm_head", kVocab, kHidden}, "decode");
+    if (wanted("gemm lm_head")) {
+        bench_gemm(kDecodeRows, {"lm_head", kVocab, kHidden}, "decode");
+        bench_gemm(kDecodeRows, {"lm_head", kVocab, kHidden}, "decode", DType::kF32);
+    }
     for (int64_t m : {1, 2}) {
         for (const GemmShape& g : kLayerGemms)
             if (wanted(std::string("gemv ") + g.name)) bench_gemv(m, g);
-        if (wanted("gemv lm_head")) bench_gemv(m, {"lm_head", kVocab, kHidden});
+        if (wanted("gemv lm_head")) {
+            bench_gemv(m, {"lm_head", kVocab, kHidden});
+            bench_gemv(m, {"lm_head", kVocab, kHidden}, DType::kF32);
+        }
     }
     if (wanted("attention")) {
         // Decode: 256 sequences of 1024 keys; prefill: 2048 new tokens as one sequence, and as

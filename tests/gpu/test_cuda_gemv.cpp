@@ -184,6 +184,39 @@ TEST(CudaGemv, GemmDispatch) {
     }
 }
 
+// f32 output (the LM head's logits): through gemv (m <= 2) and cuBLASLt (m > 2, or k % 8 != 0),
+// within the fp32 summation error alone — no bf16 rounding term, so a bf16 result would fail
+// (its rounding is ~2^-8 relative, far above the 2(k + 1) · 2^-24 · Σ|x·w| allowed here).
+TEST(CudaGemv, Fp32OutputHasNoBf16Rounding) {
+    REQUIRE_GPU();
+    std::mt19937 rng(33);
+    cuda::Gemm gemm;
+    for (int64_t m : {1, 2, 3, 17}) {
+        for (int64_t k : {1024, 17}) {
+            const int64_t n = 1001;
+            Tensor x = random_bf16({m, k}, rng, 1.f);
+            Tensor w = random_bf16({n, k}, rng, 1.f / std::sqrt(float(k)));
+            Tensor dx = cuda::to_device(x), dw = cuda::to_device(w);
+            Tensor dy = cuda::device_tensor({m, n}, DType::kF32);
+            const Reference ref = reference(x, w, nullptr, m, n, k);
+            gemm.run(dx, dw, nullptr, dy, nullptr);
+            sync_device();
+            std::vector<double> bound(ref.abs_sum.size());
+            for (size_t i = 0; i < bound.size(); ++i)
+                bound[i] = 2.0 * double(k + 1) * std::ldexp(ref.abs_sum[i], -24);
+            EXPECT_TRUE(
+                all_close(gpu_testing::to_doubles(dy), ref.y, {.atol = 1e-30, .rtol = 0}, bound))
+                << "m " << m << " k " << k;
+            if (m <= cuda::Gemm::kGemvMaxRows && k % 8 == 0) {  // the wrapper ran gemv
+                Tensor direct = cuda::device_tensor({m, n}, DType::kF32);
+                cuda::gemv(dx, dw, nullptr, direct, nullptr);
+                sync_device();
+                EXPECT_TRUE(bitwise_equal(direct, dy)) << "m " << m;
+            }
+        }
+    }
+}
+
 // Captured into a CUDA graph, the gemv path records a kernel without running it and replays to
 // the eager bits (the runner captures its decode steps).
 TEST(CudaGemv, GraphCaptureReplays) {

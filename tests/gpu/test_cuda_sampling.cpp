@@ -50,7 +50,7 @@ struct Batch {
     std::vector<int64_t> eos_ids;   // EOS for every row
     std::vector<int64_t> stop_ids;  // every row's stop_token_ids
     bool penalties = false;
-    bool bf16_raw = false;  // logits are bf16 values; the raw logits go to the sampler as bf16
+    bool bf16_raw = false;  // logits on the bf16 grid (what a bf16 LM head gives: more ties)
 };
 
 Batch random_batch(int64_t rows, int64_t vocab, bool penalties, bool bf16_raw, std::mt19937& rng) {
@@ -131,19 +131,11 @@ std::vector<SamplerInput> sampler_inputs(const Batch& b) {
 
 std::vector<SampledToken> run_gpu(const Batch& b, std::span<const SamplerInput> inputs) {
     const int64_t rows = b.rows, vocab = b.vocab;
-    Tensor logits = cuda::to_device(host_tensor(b.logits.data(), {rows, vocab}, DType::kF32));
-    Tensor raw;
-    if (b.bf16_raw) {
-        std::vector<uint16_t> bits(b.logits.size());
-        for (size_t i = 0; i < bits.size(); ++i) bits[i] = f32_to_bf16(b.logits[i]);  // exact
-        raw = cuda::to_device(host_tensor(bits.data(), {rows, vocab}, DType::kBF16));
-    } else {
-        raw = cuda::to_device(host_tensor(b.logits.data(), {rows, vocab}, DType::kF32));
-    }
+    const Tensor logits = cuda::to_device(host_tensor(b.logits.data(), {rows, vocab}, DType::kF32));
     // max_model_len 1: the token-list upload is sized for almost nothing and must grow.
     CudaSampler sampler(rows, vocab, /*max_model_len=*/1);
     cuda::Stream stream;
-    return sampler.sample(logits, raw, inputs, stream.get());
+    return sampler.sample(logits, inputs, stream.get());
 }
 struct Tally {
     int64_t rows = 0, mismatches = 0;

@@ -77,6 +77,20 @@ TEST(CudaVocabParallel, EmbeddingShardAndInterleaveMatchFormulas) {
                 for (int64_t j = 0; j < cols; ++j)
                     ASSERT_EQ(got.data<uint16_t>()[i * world * cols + r * cols + j],
                               gathered[size_t((r * m + i) * cols + j)]);
+    }  // f32 (the LM head's logits): 16-byte vectors (cols 64), and element by element (cols 3).
+    for (int64_t cols : {64, 3}) {
+        const int64_t world = 2, m = 7;
+        std::vector<uint32_t> gathered(size_t(world * m * cols));
+        for (uint32_t& v : gathered) v = uint32_t(rng());
+        Tensor in = cuda::to_device(Tensor(gathered.data(), DType::kF32, {world * m * cols}));
+        Tensor out = cuda::device_tensor({m, world * cols}, DType::kF32);
+        cuda::interleave_rank_blocks(in, world, out, nullptr);
+        const Tensor got = cuda::to_host(out);
+        for (int64_t i = 0; i < m; ++i)
+            for (int64_t r = 0; r < world; ++r)
+                for (int64_t j = 0; j < cols; ++j)
+                    ASSERT_EQ(got.data<uint32_t>()[i * world * cols + r * cols + j],
+                              gathered[size_t((r * m + i) * cols + j)]);
     }
 }
 

@@ -36,7 +36,7 @@ uint32_t alignment_of(const void* p) {
 
 struct Key {
     int64_t m, n, k;
-    bool has_bias;
+    bool has_bias, y_f32;
     uint32_t align_x, align_w, align_y;
     bool operator==(const Key&) const = default;
 };
@@ -47,8 +47,8 @@ struct KeyHash {
         auto mix = [&h](uint64_t v) { h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
         mix(uint64_t(key.n));
         mix(uint64_t(key.k));
-        mix(uint64_t(key.has_bias) | uint64_t(key.align_x) << 1 | uint64_t(key.align_w) << 16 |
-            uint64_t(key.align_y) << 32);
+        mix(uint64_t(key.has_bias) | uint64_t(key.y_f32) << 1 | uint64_t(key.align_x) << 2 |
+            uint64_t(key.align_w) << 16 | uint64_t(key.align_y) << 32);
         return h;
     }
 };
@@ -71,9 +71,9 @@ struct Plan {
     cublasLtMatmulAlgo_t algo{};
 };
 
-Layout make_layout(uint64_t rows, uint64_t cols, int64_t ld) {
+Layout make_layout(uint64_t rows, uint64_t cols, int64_t ld, cudaDataType_t type = CUDA_R_16BF) {
     cublasLtMatrixLayout_t layout = nullptr;
-    check_cublas(cublasLtMatrixLayoutCreate(&layout, CUDA_R_16BF, rows, cols, ld),
+    check_cublas(cublasLtMatrixLayoutCreate(&layout, type, rows, cols, ld),
                  "cublasLtMatrixLayoutCreate");
     return Layout(layout);
 }
@@ -117,7 +117,8 @@ const Plan& Gemm::Impl::plan_for(const Key& key) {
     }
     plan.a = make_layout(uint64_t(key.k), uint64_t(key.n), key.k);
     plan.b = make_layout(uint64_t(key.k), uint64_t(key.m), key.k);
-    plan.d = make_layout(uint64_t(key.n), uint64_t(key.m), key.n);
+    plan.d =
+        make_layout(uint64_t(key.n), uint64_t(key.m), key.n, key.y_f32 ? CUDA_R_32F : CUDA_R_16BF);
 
     cublasLtMatmulPreference_t pref_raw = nullptr;
     check_cublas(cublasLtMatmulPreferenceCreate(&pref_raw), "cublasLtMatmulPreferenceCreate");
@@ -159,7 +160,8 @@ void Gemm::run(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
                cudaStream_t stream) {
     check_cuda_tensor(x, DType::kBF16, "gemm: x");
     check_cuda_tensor(w, DType::kBF16, "gemm: w");
-    check_cuda_tensor(y, DType::kBF16, "gemm: y");
+    const bool y_f32 = y.dtype() == DType::kF32;
+    check_cuda_tensor(y, y_f32 ? DType::kF32 : DType::kBF16, "gemm: y");
     MI_CHECK(w.ndim() == 2, "gemm: w must be [n, k], got {}", w.describe());
     const int64_t n = w.size(0), k = w.size(1);
     MI_CHECK(k > 0 && x.ndim() >= 1 && x.size(-1) == k, "gemm: x {} does not end in k = {}",
@@ -168,6 +170,7 @@ void Gemm::run(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
     MI_CHECK(y.numel() == m * n && y.size(-1) == n, "gemm: y {} must hold [{}, {}]", y.describe(),
              m, n);
     if (bias) {
+        MI_CHECK(!y_f32, "gemm: a bias needs a bf16 y");
         check_cuda_tensor(*bias, DType::kBF16, "gemm: bias");
         MI_CHECK(bias->ndim() == 1 && bias->size(0) == n, "gemm: bias {} must be [{}]",
                  bias->describe(), n);
@@ -184,6 +187,7 @@ void Gemm::run(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
                   n,
                   k,
                   bias != nullptr,
+                  y_f32,
                   alignment_of(x.raw()),
                   alignment_of(w.raw()),
                   alignment_of(y.raw())};

@@ -1,4 +1,4 @@
-// bf16 GEMM: the gemv kernel for a few rows, cuBLASLt otherwise (see gemm.cpp).
+// bf16 GEMM (bf16 or f32 out): the gemv kernel for a few rows, cuBLASLt otherwise (gemm.cpp).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,7 +16,8 @@ namespace miniinfer::cuda {
 // rounding of the fp32 sum plus bias, no workspace, no algorithm cache. Everything else runs
 // through cuBLASLt, as follows.
 // x may have any rank with k as its last dimension (m = x.numel() / k); y holds m * n elements.
-// All tensors are contiguous bf16 CUDA tensors; y must not alias x, w or bias.
+// All tensors are contiguous bf16 CUDA tensors, except that y may be f32 (without a bias): the
+// fp32 sums as they are, for the LM head's logits. y must not alias x, w or bias.
 // Rounding: without bias y = bf16(fp32 sum). With bias, cuBLASLt's BIAS epilogue (the one
 // PyTorch's addmm uses) was measured on the H200 to round x·w to bf16 before adding the bias and
 // rounding again: up to one extra half-ulp of |x·w| (tests/gpu/test_cuda_kernels.cpp).

@@ -36,14 +36,21 @@ constexpr int next_pow2(int v) {
     return p;
 }
 
-// x: [kRows, k] bf16; w: [n, k] bf16; bias: [n] bf16 or null; y: [kRows, n] bf16.
+// y's element from the fp32 result: bf16 (one rounding) or f32 (as is: the LM head's logits).
+__device__ __forceinline__ void store_out(__nv_bfloat16* y, float v) {
+    *y = __float2bfloat16_rn(v);
+}
+__device__ __forceinline__ void store_out(float* y, float v) {
+    *y = v;
+}
+
+// x: [kRows, k] bf16; w: [n, k] bf16; bias: [n] bf16 or null; y: [kRows, n] bf16 or f32 (Out).
 // k % 8 == 0 and x, w 16-byte aligned (checked by the launcher). Warp g of the grid owns
 // output columns [g * kCols, g * kCols + kCols) for every row.
-template <int kRows, int kCols>
+template <int kRows, int kCols, typename Out>
 __global__ void __launch_bounds__(kThreads)
     gemv_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
-                const __nv_bfloat16* __restrict__ bias, __nv_bfloat16* __restrict__ y, int64_t n,
-                int k) {
+                const __nv_bfloat16* __restrict__ bias, Out* __restrict__ y, int64_t n, int k) {
     constexpr int kValues = next_pow2(kRows * kCols);    // padded for the reduce-scatter
     constexpr int kUnroll = kCols >= 8 ? 1 : 8 / kCols;  // ~8 loads of w in flight per lane
     const int lane = int(threadIdx.x) % 32;
@@ -108,21 +115,40 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t col = col0 + c;
     if (r >= kRows || col >= n) return;
     if (bias) sum += __bfloat162float(bias[col]);
-    y[int64_t(r) * n + col] = __float2bfloat16_rn(sum);
+    store_out(y + int64_t(r) * n + col, sum);
 }
 
-using KernelFn = void (*)(const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
-                          __nv_bfloat16*, int64_t, int);
+template <typename Out>
+using KernelFn = void (*)(const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, Out*,
+                          int64_t, int);
 
-// Every compiled specialisation: [cols_per_block index (1, 2, 4)][rows - 1].
-constexpr KernelFn kKernels[3][kGemvRowsPerLaunch] = {
-    {gemv_kernel<1, 1>, gemv_kernel<2, 1>, gemv_kernel<3, 1>, gemv_kernel<4, 1>, gemv_kernel<5, 1>,
-     gemv_kernel<6, 1>, gemv_kernel<7, 1>, gemv_kernel<8, 1>},
-    {gemv_kernel<1, 2>, gemv_kernel<2, 2>, gemv_kernel<3, 2>, gemv_kernel<4, 2>, gemv_kernel<5, 2>,
-     gemv_kernel<6, 2>, gemv_kernel<7, 2>, gemv_kernel<8, 2>},
-    {gemv_kernel<1, 4>, gemv_kernel<2, 4>, gemv_kernel<3, 4>, gemv_kernel<4, 4>, gemv_kernel<5, 4>,
-     gemv_kernel<6, 4>, gemv_kernel<7, 4>, gemv_kernel<8, 4>},
+// Every compiled specialisation for one output type: [cols_per_block index (1, 2, 4)][rows - 1].
+template <typename Out>
+constexpr KernelFn<Out> kKernels[3][kGemvRowsPerLaunch] = {
+    {gemv_kernel<1, 1, Out>, gemv_kernel<2, 1, Out>, gemv_kernel<3, 1, Out>, gemv_kernel<4, 1, Out>,
+     gemv_kernel<5, 1, Out>, gemv_kernel<6, 1, Out>, gemv_kernel<7, 1, Out>,
+     gemv_kernel<8, 1, Out>},
+    {gemv_kernel<1, 2, Out>, gemv_kernel<2, 2, Out>, gemv_kernel<3, 2, Out>, gemv_kernel<4, 2, Out>,
+     gemv_kernel<5, 2, Out>, gemv_kernel<6, 2, Out>, gemv_kernel<7, 2, Out>,
+     gemv_kernel<8, 2, Out>},
+    {gemv_kernel<1, 4, Out>, gemv_kernel<2, 4, Out>, gemv_kernel<3, 4, Out>, gemv_kernel<4, 4, Out>,
+     gemv_kernel<5, 4, Out>, gemv_kernel<6, 4, Out>, gemv_kernel<7, 4, Out>,
+     gemv_kernel<8, 4, Out>},
 };
+
+// Rows beyond one launch's kGemvRowsPerLaunch: further launches, each re-reading w.
+template <typename Out>
+void launch_rows(const Tensor& x, const Tensor& w, const __nv_bfloat16* bias, Tensor& y,
+                 int cols_idx, int64_t blocks, cudaStream_t stream) {
+    const int64_t n = w.size(0), k = w.size(1), m = x.numel() / k;
+    for (int64_t row0 = 0; row0 < m; row0 += kGemvRowsPerLaunch) {
+        const int64_t rows = std::min(kGemvRowsPerLaunch, m - row0);
+        kKernels<Out>[cols_idx][rows - 1]<<<unsigned(blocks), kThreads, 0, stream>>>(
+            x.data<__nv_bfloat16>() + row0 * k, w.data<__nv_bfloat16>(), bias,
+            y.data<Out>() + row0 * n, n, int(k));
+        MI_CUDA_CHECK(cudaGetLastError());
+    }
+}
 
 // Columns per warp by n: small n (the 1024-wide o_proj and down of a 0.6B model) needs one column
 // per warp for enough warps in flight; wide n (lm_head) can share x reads over more.
@@ -140,7 +166,7 @@ bool aligned16(const void* p) {
 
 bool gemv_supported(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y) {
     if (!is_cuda_tensor(x, DType::kBF16) || !is_cuda_tensor(w, DType::kBF16) ||
-        !is_cuda_tensor(y, DType::kBF16) || w.ndim() != 2)
+        !(is_cuda_tensor(y, DType::kBF16) || is_cuda_tensor(y, DType::kF32)) || w.ndim() != 2)
         return false;
     const int64_t n = w.size(0), k = w.size(1);
     if (k <= 0 || k % kVecElems != 0 || k > INT32_MAX || x.ndim() < 1 || x.size(-1) != k)
@@ -156,8 +182,8 @@ void gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, cudaS
           int cols_per_block) {
     MI_LAUNCH_CHECK(
         gemv_supported(x, w, bias, y),
-        "gemv: operands must be contiguous bf16 CUDA tensors, w [n, k] with k % 8 == 0, "
-        "x [.., k] and w 16-byte aligned, y [.., n] with m * n elements, bias [n]");
+        "gemv: operands must be contiguous bf16 CUDA tensors (y bf16 or f32), w [n, k] with "
+        "k % 8 == 0, x [.., k] and w 16-byte aligned, y [.., n] with m * n elements, bias [n]");
     MI_LAUNCH_CHECK(
         cols_per_block == 0 || cols_per_block == 1 || cols_per_block == 2 || cols_per_block == 4,
         "gemv: cols_per_block must be 0 (auto), 1, 2 or 4");
@@ -170,14 +196,10 @@ void gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, cudaS
     const int64_t blocks = (n + cols_per_cta - 1) / cols_per_cta;
     MI_LAUNCH_CHECK(blocks <= INT32_MAX, "gemv: n too large for the grid");
     const auto* bias_ptr = bias ? bias->data<__nv_bfloat16>() : nullptr;
-    // Rows beyond one launch's kGemvRowsPerLaunch: further launches, each re-reading w.
-    for (int64_t row0 = 0; row0 < m; row0 += kGemvRowsPerLaunch) {
-        const int64_t rows = std::min(kGemvRowsPerLaunch, m - row0);
-        kKernels[cols_idx][rows - 1]<<<unsigned(blocks), kThreads, 0, stream>>>(
-            x.data<__nv_bfloat16>() + row0 * k, w.data<__nv_bfloat16>(), bias_ptr,
-            y.data<__nv_bfloat16>() + row0 * n, n, int(k));
-        MI_CUDA_CHECK(cudaGetLastError());
-    }
+    if (y.dtype() == DType::kF32)
+        launch_rows<float>(x, w, bias_ptr, y, cols_idx, blocks, stream);
+    else
+        launch_rows<__nv_bfloat16>(x, w, bias_ptr, y, cols_idx, blocks, stream);
 }
 
 }  // namespace miniinfer::cuda

@@ -13,15 +13,15 @@ namespace miniinfer::cuda {
 // streaming w again (from L2 when w fits there).
 inline constexpr int64_t kGemvRowsPerLaunch = 8;
 
-// Whether gemv() accepts these operands: contiguous bf16 CUDA tensors, w [n, k] with k % 8 == 0,
-// x and w 16-byte aligned (so every row is read with 16-byte loads), x ending in k, y holding
-// m * n elements, bias (if given) [n]. y may have any alignment. The Gemm wrapper asks this
-// before dispatching to gemv and falls back to cuBLASLt when it is false.
+// Whether gemv() accepts these operands: contiguous bf16 CUDA tensors (y may be f32), w [n, k]
+// with k % 8 == 0, x and w 16-byte aligned (so every row is read with 16-byte loads), x ending in
+// k, y holding m * n elements, bias (if given) [n]. y may have any alignment. The Gemm wrapper asks
+// this before dispatching to gemv and falls back to cuBLASLt when it is false.
 bool gemv_supported(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y);
 
-// y[m, n] = bf16(x[m, k] · w[n, k]ᵀ (+ bias[n])): bf16 in, fp32 products and sums, one bf16
-// rounding of the fp32 result (the bias is added in fp32 before it). x: any rank ending in k
-// (m = x.numel() / k); y: m * n elements ending in n; y must not alias x, w or bias.
+// y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n]): bf16 in, fp32 products and sums; y bf16 (one rounding
+// of the fp32 result, the bias added in fp32 before it) or f32 (the fp32 result as is). x: any rank
+// ending in k (m = x.numel() / k); y: m * n elements ending in n; y must not alias x, w or bias.
 // Meant for small m (1..16): every block streams a few rows of w once and keeps m fp32 sums per
 // column, so time is ~ceil(m / 8) reads of w. No allocation, no synchronisation: safe to call
 // during CUDA graph capture. Operands gemv_supported() rejects abort (MI_LAUNCH_CHECK).

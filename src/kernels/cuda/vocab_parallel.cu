@@ -63,17 +63,21 @@ void embedding_shard(const Tensor& ids, const Tensor& table, int64_t vocab_begin
 
 void interleave_rank_blocks(const Tensor& gathered, int64_t world, Tensor& out,
                             cudaStream_t stream) {
-    check_cuda_tensor(out, DType::kBF16, "interleave_rank_blocks: out", {kAnySize, kAnySize});
+    const DType dt = out.dtype() == DType::kF32 ? DType::kF32 : DType::kBF16;
+    check_cuda_tensor(out, dt, "interleave_rank_blocks: out", {kAnySize, kAnySize});
     const int64_t rows = out.size(0), width = out.size(1);
     MI_LAUNCH_CHECK(world >= 1 && width % world == 0 && world <= 65535,
                     "interleave_rank_blocks: the columns must split evenly over the ranks");
-    check_cuda_tensor(gathered, DType::kBF16, "interleave_rank_blocks: gathered", {rows * width});
+    check_cuda_tensor(gathered, dt, "interleave_rank_blocks: gathered", {rows * width});
     if (rows == 0 || width == 0) return;
-    const int64_t cols = width / world;
+    const int64_t cols = width / world, row_bytes = cols * int64_t(dtype_size(dt));
     const dim3 grid{unsigned(rows), unsigned(world)};
-    if (cols % 8 == 0 && aligned16(gathered.raw()) && aligned16(out.raw()))
+    if (row_bytes % 16 == 0 && aligned16(gathered.raw()) && aligned16(out.raw()))
         interleave_kernel<uint4><<<grid, kThreads, 0, stream>>>(gathered.data<uint4>(), rows,
-                                                                cols / 8, out.data<uint4>());
+                                                                row_bytes / 16, out.data<uint4>());
+    else if (dt == DType::kF32)
+        interleave_kernel<uint32_t><<<grid, kThreads, 0, stream>>>(gathered.data<uint32_t>(), rows,
+                                                                   cols, out.data<uint32_t>());
     else
         interleave_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(gathered.data<uint16_t>(), rows,
                                                                    cols, out.data<uint16_t>());

@@ -16,7 +16,8 @@ void embedding_shard(const Tensor& ids, const Tensor& table, int64_t vocab_begin
 
 // The LM head's gathered logits back in vocabulary order: gathered holds every rank's
 // [rows, cols] block one after another (an all-gather's output, [world * rows * cols]);
-// out[i, r * cols + j] = gathered[r, i, j]. gathered and out: bf16 CUDA, out [rows, world * cols].
+// out[i, r * cols + j] = gathered[r, i, j]. gathered and out: CUDA, both bf16 or both f32, out
+// [rows, world * cols].
 void interleave_rank_blocks(const Tensor& gathered, int64_t world, Tensor& out,
                             cudaStream_t stream);
 
