@@ -245,7 +245,8 @@ void CudaModelRunner::Impl::capture_and_log() {
 
 size_t CudaModelRunner::Impl::page_bytes() const {
     const CudaModel::AttentionDims d = model->attention_dims();
-    return size_t(2 * d.num_layers * opt.page_size * d.num_kv_heads * d.head_dim) * 2;  // bf16
+    const size_t element = opt.fp8_kv_cache() ? 1 : 2;  // e4m3 or bf16
+    return size_t(2 * d.num_layers * opt.page_size * d.num_kv_heads * d.head_dim) * element;
 }
 
 void CudaModelRunner::Impl::allocate_kv(int64_t pages) {
@@ -253,11 +254,12 @@ void CudaModelRunner::Impl::allocate_kv(int64_t pages) {
     kv.clear();  // free the old pool first
     if (pages == 0) return;
     const CudaModel::AttentionDims d = model->attention_dims();
+    // --kv-cache-dtype fp8: e4m3 bytes at scale 1.0 (vLLM's default without checkpoint scales).
+    const DType dtype = opt.fp8_kv_cache() ? DType::kU8 : DType::kBF16;
     for (int64_t l = 0; l < d.num_layers; ++l)
-        kv.push_back({cuda::device_tensor({pages + 1, opt.page_size, d.num_kv_heads, d.head_dim},
-                                          DType::kBF16),
-                      cuda::device_tensor({pages + 1, opt.page_size, d.num_kv_heads, d.head_dim},
-                                          DType::kBF16)});
+        kv.push_back(
+            {cuda::device_tensor({pages + 1, opt.page_size, d.num_kv_heads, d.head_dim}, dtype),
+             cuda::device_tensor({pages + 1, opt.page_size, d.num_kv_heads, d.head_dim}, dtype)});
 }
 
 size_t CudaModelRunner::Impl::capture_graphs(bool warm_up) {

@@ -212,10 +212,13 @@ inline void expect_graph_replay_equals_eager(const std::string& fixture, std::ve
 // Free-running greedy decoding on the GPU (the engine, decode graphs on; each prompt alone, then
 // all together), checked token by token against the CPU model fed the same sequence: every token
 // the GPU picked is the CPU's argmax or within kTieGap of it. Decode steps of a few tokens take
-// paths a prefill never does (the MoE block's small-batch kernels).
-inline void expect_greedy_decode_agrees_with_cpu(const std::string& name, int64_t max_tokens) {
+// paths a prefill never does (the MoE block's small-batch kernels). kv_cache_dtype "fp8": both
+// sides keep K/V in FP8 e4m3 (the CPU model rounds them as the GPU cache stores them).
+inline void expect_greedy_decode_agrees_with_cpu(const std::string& name, int64_t max_tokens,
+                                                 const std::string& kv_cache_dtype = "auto") {
     ModelConfig config = ModelConfig::load(kFixtures / name);
     QwenModel cpu_model(config, load_weights(config, kFixtures / name));
+    if (kv_cache_dtype != "auto") cpu_model.use_fp8_kv_cache();
     std::vector<Prompt> prompts;
     for (const Case& k : cases_of(name))
         prompts.push_back(
@@ -230,6 +233,7 @@ inline void expect_greedy_decode_agrees_with_cpu(const std::string& name, int64_
     c.max_model_len = 512;
     c.max_num_seqs = 16;
     c.gpu_memory_utilization = 0.3;
+    c.kv_cache_dtype = kv_cache_dtype;
     LLMEngine engine(c);
     std::vector<std::vector<int32_t>> outputs;
     for (const Prompt& p : prompts)
@@ -256,8 +260,9 @@ inline void expect_greedy_decode_agrees_with_cpu(const std::string& name, int64_
             near_ties += row[out[j]] < best;
         }
     }
-    std::printf("[ %s: %zu greedy decodes of %lld tokens, %d tokens at a near-tie ]\n",
-                name.c_str(), outputs.size(), (long long)max_tokens, near_ties);
+    std::printf("[ %s, KV %s: %zu greedy decodes of %lld tokens, %d tokens at a near-tie ]\n",
+                name.c_str(), kv_cache_dtype.c_str(), outputs.size(), (long long)max_tokens,
+                near_ties);
 }
 
 }  // namespace miniinfer::model_testing

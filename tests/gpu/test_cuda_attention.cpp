@@ -88,6 +88,54 @@ Tensor run_backend(const std::string& name, const Batch& b) {
     return d.out_host();
 }
 
+// An FP8 cache (--kv-cache-dtype fp8) for the fa2 backend: b's bf16 caches rounded to e4m3 at
+// the given scales (NaN poison stays NaN), and b with those caches' values in bf16 for the CPU
+// reference (exact: an e4m3 value times a power of two fits bf16).
+struct Fp8Batch {
+    Batch dequantized;
+    Tensor k_bytes, v_bytes;  // host u8, b's cache shape
+};
+
+Fp8Batch to_fp8(const Batch& b, float k_scale, float v_scale) {
+    Fp8Batch f{b, Tensor::zeros(b.k_cache.shape(), DType::kU8),
+               Tensor::zeros(b.v_cache.shape(), DType::kU8)};
+    f.dequantized.k_cache = Tensor::zeros(b.k_cache.shape(), DType::kBF16);
+    f.dequantized.v_cache = Tensor::zeros(b.v_cache.shape(), DType::kBF16);
+    f.dequantized.q = b.q;
+    auto convert = [](const Tensor& in, float scale, Tensor& bytes, Tensor& back) {
+        for (int64_t i = 0; i < in.numel(); ++i) {
+            const float x = bf16_to_f32(in.data<uint16_t>()[i]);
+            const uint8_t code = f32_to_e4m3(x / scale);
+            bytes.data<uint8_t>()[i] = code;
+            back.data<uint16_t>()[i] = f32_to_bf16(e4m3_to_f32(code) * scale);
+        }
+    };
+    convert(b.k_cache, k_scale, f.k_bytes, f.dequantized.k_cache);
+    convert(b.v_cache, v_scale, f.v_bytes, f.dequantized.v_cache);
+    return f;
+}
+
+// The fa2 backend on an FP8 cache against the CPU on the same values; the scales are powers of
+// two (1, as vLLM without checkpoint scales, and others that a checkpoint could carry).
+void expect_fp8_matches_cpu(const Config& cfg, const std::vector<Seq>& seqs, std::mt19937& rng,
+                            float k_scale, float v_scale) {
+    const Fp8Batch f = to_fp8(make_batch(cfg, seqs, rng), k_scale, v_scale);
+    const Batch& b = f.dequantized;
+    DeviceBatch d(b);
+    d.k = cuda::to_device(f.k_bytes);
+    d.v = cuda::to_device(f.v_bytes);
+    d.poison_out();
+    auto backend = cuda::make_attention_backend("fa2", shape_of(b.cfg, b.num_tokens, b.num_seqs));
+    backend->plan(host_span(b.query_start), host_span(b.seq_lens), nullptr);
+    cuda::AttentionParams p = d.params(b);
+    p.k_scale = k_scale;
+    p.v_scale = v_scale;
+    backend->run(p, nullptr);
+    expect_close(b, d.out_host(),
+                 describe(cfg, seqs) + " fp8 scales " + std::to_string(k_scale) + "/" +
+                     std::to_string(v_scale));
+}
+
 // The inputs of the informative benchmarks: num_seqs sequences of seq_len keys, each with
 // q_len query rows (1: decode; seq_len: a whole prompt), constant bf16 data (0x3c3c ≈ 0.0115).
 struct UniformBatch {
@@ -308,6 +356,21 @@ TEST_P(CudaAttention, PrefillThroughput) {
 
 // A smaller workspace than attention_workspace_bytes asks for: fewer splits (none at 0 bytes),
 // the same answer.
+// An FP8 cache: prefill (the tiles widened to bf16 as they are gathered), decode (8-byte loads),
+// mixed batches, long split decodes and chunked prefills after long prefixes.
+TEST(CudaAttentionFa2, Fp8CacheMatchesCpuOnTheSameValues) {
+    REQUIRE_GPU();
+    std::mt19937 rng(17);
+    for (const Config& cfg : all_configs()) {
+        expect_fp8_matches_cpu(cfg, kPrefillSeqs, rng, 1.f, 1.f);
+        expect_fp8_matches_cpu(cfg, kDecodeSeqs, rng, 1.f, 1.f);
+        expect_fp8_matches_cpu(cfg, kMixedSeqs, rng, 0.25f, 2.f);
+        expect_fp8_matches_cpu(cfg, kLongMixedDecodeSeqs, rng, 2.f, 0.5f);
+    }
+    for (const Config& cfg : kLongChunkConfigs)
+        expect_fp8_matches_cpu(cfg, kLongChunkBatches[0], rng, 1.f, 1.f);
+}
+
 TEST(CudaAttentionFa2, DecodeWithSmallerOrNoWorkspace) {
     REQUIRE_GPU();
     std::mt19937 rng(20);

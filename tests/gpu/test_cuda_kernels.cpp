@@ -447,4 +447,77 @@ TEST(CudaKernels, QkNormRopeStoreMatchesCpu) {
     }
 }
 
+// An FP8 cache (--kv-cache-dtype fp8): the same kernel writing e4m3 bytes at scales k_scale,
+// v_scale. Against the bf16 store of the same inputs (checked above): q_out bit for bit; V, which
+// arrives as bf16, exactly CPU's f32_to_e4m3(v / v_scale); K (rounded from fp32 on the GPU,
+// from the bf16-rounded K here) the same code or a neighbour, most of them the same; slots not
+// written keep their bytes.
+TEST(CudaKernels, QkNormRopeStoreFp8MatchesBf16Store) {
+    REQUIRE_GPU();
+    std::mt19937 rng(42);
+    for (const QkCase& c : {QkCase{16, 8, 128, 16, 300, true}, QkCase{14, 2, 64, 16, 45, false},
+                            QkCase{8, 1, 256, 16, 11, true}}) {
+        for (const auto& [k_scale, v_scale] : {std::pair{1.f, 1.f}, std::pair{0.25f, 4.f}}) {
+            SCOPED_TRACE(testing::Message() << "heads " << c.num_heads << " d " << c.head_dim
+                                            << " scales " << k_scale << "/" << v_scale);
+            const int64_t H = c.num_heads, KV = c.num_kv_heads, D = c.head_dim;
+            const int64_t total = H + 2 * KV, num_pages = c.n + 16;
+            std::vector<int32_t> positions, slots;
+            make_batch(c, num_pages, rng, positions, slots);
+            const Tensor qkv = cuda::to_device(random_bf16({c.n, total * D}, rng, 2.f));
+            const Tensor q_norm = cuda::to_device(random_bf16({D}, rng, 1.f));
+            const Tensor k_norm = cuda::to_device(random_bf16({D}, rng, 1.f));
+            const Tensor pos = cuda::to_device(host_i32(positions));
+            const Tensor freq = cuda::to_device(host_f32(rope_inv_freq(D, 1e6)));
+            const Tensor slot_map = cuda::to_device(host_i32(slots));
+            const Shape cache_shape{num_pages, c.page_size, KV, D};
+            Tensor k16 = cuda::device_tensor(cache_shape, DType::kBF16);
+            Tensor v16 = cuda::device_tensor(cache_shape, DType::kBF16);
+            Tensor k8 = cuda::device_tensor(cache_shape, DType::kU8);
+            Tensor v8 = cuda::device_tensor(cache_shape, DType::kU8);
+            MI_CUDA_CHECK(cudaMemset(k8.raw(), 0x5a, k8.nbytes()));
+            MI_CUDA_CHECK(cudaMemset(v8.raw(), 0x5a, v8.nbytes()));
+            Tensor q16 = cuda::device_tensor({c.n, H, D}, DType::kBF16);
+            Tensor q8 = cuda::device_tensor({c.n, H, D}, DType::kBF16);
+            const Tensor* qn = c.with_norm ? &q_norm : nullptr;
+            const Tensor* kn = c.with_norm ? &k_norm : nullptr;
+            cuda::qk_norm_rope_store(qkv, qn, kn, 1e-6f, pos, freq, slot_map, H, KV, D, q16, k16,
+                                     v16, nullptr);
+            cuda::qk_norm_rope_store(qkv, qn, kn, 1e-6f, pos, freq, slot_map, H, KV, D, q8, k8, v8,
+                                     nullptr, k_scale, v_scale);
+            sync();
+            ASSERT_TRUE(bitwise_equal(q8, q16));
+            const Tensor kb = cuda::to_host(k16), vb = cuda::to_host(v16);
+            const Tensor k_bytes = cuda::to_host(k8), v_bytes = cuda::to_host(v8);
+            std::vector<bool> written(size_t(num_pages * c.page_size), false);
+            int64_t k_same = 0, k_count = 0;
+            for (int64_t t = 0; t < c.n; ++t) {
+                const int64_t slot = slots[size_t(t)];
+                written[size_t(slot)] = true;
+                for (int64_t e = slot * KV * D; e < (slot + 1) * KV * D; ++e) {
+                    const uint8_t want_v = f32_to_e4m3(bf16_at(vb, e) / v_scale);
+                    ASSERT_EQ(v_bytes.data<uint8_t>()[e], want_v) << "v of token " << t;
+                    const uint8_t got_k = k_bytes.data<uint8_t>()[e];
+                    const uint8_t near_k = f32_to_e4m3(bf16_at(kb, e) / k_scale);
+                    const int step = std::abs(int(got_k & 0x7f) - int(near_k & 0x7f));
+                    ASSERT_TRUE(got_k == near_k || ((got_k ^ near_k) < 0x80 && step == 1) ||
+                                (got_k & 0x7f) + (near_k & 0x7f) <= 1)  // ±0 and the smallest
+                        << "k of token " << t << " element " << e << ": " << int(got_k) << " vs "
+                        << int(near_k);
+                    k_same += got_k == near_k;
+                    ++k_count;
+                }
+            }
+            EXPECT_GE(double(k_same), 0.95 * double(k_count));
+            for (int64_t slot = 0; slot < num_pages * c.page_size; ++slot) {
+                if (written[size_t(slot)]) continue;
+                for (int64_t e = slot * KV * D; e < (slot + 1) * KV * D; ++e) {
+                    ASSERT_EQ(k_bytes.data<uint8_t>()[e], 0x5a) << "k slot " << slot;
+                    ASSERT_EQ(v_bytes.data<uint8_t>()[e], 0x5a) << "v slot " << slot;
+                }
+            }
+        }
+    }
+}
+
 }  // namespace

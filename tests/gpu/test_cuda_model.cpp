@@ -27,6 +27,13 @@ TEST_P(CudaModelVsHf, TeacherForcedArgmaxMatchesHuggingFace) {
     expect_teacher_forced_matches(GetParam());
 }
 
+// An FP8 KV cache (--kv-cache-dtype fp8) against the CPU model keeping the same FP8 K/V: free
+// greedy decoding, prefill and decode, every token the CPU's argmax or a near-tie.
+TEST_P(CudaModelVsHf, Fp8KvCacheGreedyAgreesWithCpu) {
+    REQUIRE_GPU();
+    expect_greedy_decode_agrees_with_cpu(GetParam(), 24, "fp8");
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaModelVsHf,
                          ::testing::Values("qwen2-tiny", "qwen3-tiny", "qwen3-demo"),
                          [](const auto& info) {

@@ -25,6 +25,11 @@ TEST_P(CudaMoeModelVsHf, GreedyDecodeAgreesWithCpu) {
     expect_greedy_decode_agrees_with_cpu(GetParam(), 24);
 }
 
+TEST_P(CudaMoeModelVsHf, Fp8KvCacheGreedyAgreesWithCpu) {
+    REQUIRE_GPU();
+    expect_greedy_decode_agrees_with_cpu(GetParam(), 24, "fp8");
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaMoeModelVsHf,
                          ::testing::Values("qwen3-moe-tiny", "qwen3-moe-wide"),
                          [](const auto& info) {

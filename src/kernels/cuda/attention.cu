@@ -15,10 +15,12 @@ void check_attention_params(const AttentionParams& p) {
     // head_dim]; query_start: [num_seqs + 1]; seq_lens: [num_seqs]; block_table: [num_seqs,
     // max_pages]; out: [num_tokens, num_heads * head_dim]
     check_cuda_tensor(p.q, DType::kBF16, "paged attention: q", {kAny, kAny, kAny});
-    check_cuda_tensor(p.k_cache, DType::kBF16, "paged attention: k_cache",
-                      {kAny, kAny, kAny, kAny});
-    check_cuda_tensor(p.v_cache, DType::kBF16, "paged attention: v_cache",
-                      {kAny, kAny, kAny, kAny});
+    // The cache: bf16, or e4m3 bytes (an FP8 cache, both tensors alike).
+    const DType cache = p.k_cache && p.k_cache->dtype() == DType::kU8 ? DType::kU8 : DType::kBF16;
+    check_cuda_tensor(p.k_cache, cache, "paged attention: k_cache", {kAny, kAny, kAny, kAny});
+    check_cuda_tensor(p.v_cache, cache, "paged attention: v_cache", {kAny, kAny, kAny, kAny});
+    MI_LAUNCH_CHECK(cache == DType::kBF16 || (p.k_scale > 0.f && p.v_scale > 0.f),
+                    "paged attention: an FP8 cache needs positive k_scale and v_scale");
     check_cuda_tensor(p.query_start, DType::kI32, "paged attention: query_start", {kAny});
     check_cuda_tensor(p.seq_lens, DType::kI32, "paged attention: seq_lens", {kAny});
     check_cuda_tensor(p.block_table, DType::kI32, "paged attention: block_table", {kAny, kAny});
@@ -65,6 +67,9 @@ void paged_attention(const AttentionParams& p, void* workspace, size_t workspace
     a.seq_lens = p.seq_lens->data<int32_t>();
     a.block_table = p.block_table->data<int32_t>();
     a.out = p.out->raw();
+    a.fp8_cache = p.k_cache->dtype() == DType::kU8;
+    a.k_scale = p.k_scale;
+    a.v_scale = p.v_scale;
 
     if (a.max_query_len == 1) {
         launch_attention_decode(a, workspace, workspace ? workspace_bytes : 0, stream);

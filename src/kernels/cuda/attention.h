@@ -30,14 +30,16 @@ namespace miniinfer::cuda {
 
 struct AttentionParams {
     const Tensor* q;            // [num_tokens, num_heads, head_dim] bf16
-    const Tensor* k_cache;      // [num_pages, page_size, num_kv_heads, head_dim] bf16
-    const Tensor* v_cache;      // same
+    const Tensor* k_cache;      // [num_pages, page_size, num_kv_heads, head_dim] bf16, or u8
+    const Tensor* v_cache;      // same                                (FP8 e4m3, kv_fp8.cuh)
     const Tensor* query_start;  // [num_seqs + 1] i32 (device)
     const Tensor* seq_lens;     // [num_seqs] i32 (device)
     const Tensor* block_table;  // [num_seqs, max_pages] i32 (device)
     int64_t num_seqs, max_query_len, max_seq_len;  // host-side bounds for the launch grid
     float scale;
     Tensor* out;  // [num_tokens, num_heads * head_dim] bf16
+    // An FP8 cache's per-tensor scales: element value = e4m3 · scale (ignored for bf16).
+    float k_scale = 1.f, v_scale = 1.f;
 };
 
 // The launchers' common validation of p (both backends): dtypes, ranks, contiguity, head_dim 64
@@ -52,14 +54,14 @@ size_t attention_workspace_bytes(int64_t max_tokens, int64_t num_heads, int64_t 
 // Prefill (any query length, cached prefix, causal) and decode (query length 1, split-KV
 // "flash decoding" with a combine step) in one call; picks the kernel per the batch shape:
 // max_query_len == 1 takes the decode kernels, anything else the prefill kernel.
-// Writes p.out; reads everything else. head_dim 64 or 128; any page size.
+// Writes p.out; reads everything else. head_dim 64 or 128; any page size; a bf16 or FP8 cache.
 void paged_attention(const AttentionParams& p, void* workspace, size_t workspace_bytes,
                      cudaStream_t stream);
 
 // The kernels behind paged_attention (the launchers trust the dispatcher's checks).
 struct AttentionLaunch {
     const void* q;               // [num_tokens, num_heads, head_dim] bf16
-    const void* k_cache;         // [num_pages, page_size, num_kv_heads, head_dim] bf16
+    const void* k_cache;         // [num_pages, page_size, num_kv_heads, head_dim] bf16 or e4m3
     const void* v_cache;         // same
     const int32_t* query_start;  // [num_seqs + 1]
     const int32_t* seq_lens;     // [num_seqs]
@@ -67,7 +69,9 @@ struct AttentionLaunch {
     int64_t num_tokens, num_seqs, max_query_len, max_seq_len, max_pages;
     int64_t num_heads, num_kv_heads, head_dim, page_size;
     float scale;
-    void* out;  // [num_tokens, num_heads * head_dim] bf16
+    void* out;               // [num_tokens, num_heads * head_dim] bf16
+    bool fp8_cache = false;  // k_cache, v_cache hold e4m3 bytes, value = e4m3 · k_scale / v_scale
+    float k_scale = 1.f, v_scale = 1.f;
 };
 void launch_attention_prefill(const AttentionLaunch& a, cudaStream_t stream);
 // Plans the KV splits from the host-side bounds and the workspace size (it may be 0: no

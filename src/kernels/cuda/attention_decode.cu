@@ -12,13 +12,19 @@
 // sequence's keys are split across num_splits blocks (plan_splits); each writes its normalised
 // partial output and log-sum-exp (base 2) to the workspace and combine_kernel merges them. With
 // one split the output is written directly.
+//
+// An FP8 cache (uint8_t elements, e4m3 · scale) is read the same way with 8-byte loads: a lane
+// still holds 8 dims of a key, so the layout, the softmax and the merges are unchanged, and a
+// step reads half the bytes.
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "core/cuda/cuda_check.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/kv_fp8.cuh"
 #include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/cuda/paged_kv.cuh"
 #include "kernels/cuda/reduce.cuh"
@@ -45,20 +51,32 @@ __device__ __forceinline__ void bf16x8_to_float(const uint4& v, float (&f)[8]) {
     }
 }
 
+// Eight cache elements of one key row: the 16-byte vector of bf16 or the 8 bytes of e4m3 a lane
+// loads, and their fp32 values (times the tensor's scale for e4m3; a bf16 cache has none).
+template <typename Cache>
+using CacheVec = std::conditional_t<std::is_same_v<Cache, uint8_t>, uint2, uint4>;
+__device__ __forceinline__ void cache_to_float(const uint4& v, float, float (&f)[8]) {
+    bf16x8_to_float(v, f);
+}
+__device__ __forceinline__ void cache_to_float(const uint2& v, float scale, float (&f)[8]) {
+    e4m3x8_to_float(v, scale, f);
+}
+
 // q: [num_tokens, num_heads, head_dim]; k_cache, v_cache: [num_pages, page_size, num_kv_heads,
-// head_dim]; query_start: [num_seqs + 1]; seq_lens: [num_seqs]; block_table: [num_seqs,
-// max_pages]; out: [num_tokens, num_heads, head_dim] (num_splits == 1);
-// partial_o: [num_tokens * num_heads, num_splits, head_dim] f32; partial_lse: [num_tokens *
-// num_heads, num_splits] f32 (num_splits > 1).
-// grid: (num_splits, num_kv_heads * head_chunks, num_seqs); kHeads: query heads per block.
-template <int kHeadDim, int kHeads>
+// head_dim] of Cache (bf16, or e4m3 bytes scaled by k_scale / v_scale); query_start: [num_seqs +
+// 1]; seq_lens: [num_seqs]; block_table: [num_seqs, max_pages]; out: [num_tokens, num_heads,
+// head_dim] (num_splits == 1); partial_o: [num_tokens * num_heads, num_splits, head_dim] f32;
+// partial_lse: [num_tokens * num_heads, num_splits] f32 (num_splits > 1). grid: (num_splits,
+// num_kv_heads * head_chunks, num_seqs); kHeads: query heads per block.
+template <int kHeadDim, int kHeads, typename Cache>
 __global__ void __launch_bounds__(kThreads)
-    decode_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k_cache,
-                  const bf16* __restrict__ v_cache, const int32_t* __restrict__ query_start,
-                  const int32_t* __restrict__ seq_lens, const int32_t* __restrict__ block_table,
-                  int max_pages, int num_heads, int num_kv_heads, int page_size, int page_shift,
-                  float scale_log2, int num_splits, bf16* __restrict__ out,
-                  float* __restrict__ partial_o, float* __restrict__ partial_lse) {
+    decode_kernel(const bf16* __restrict__ q, const Cache* __restrict__ k_cache,
+                  const Cache* __restrict__ v_cache, float k_scale, float v_scale,
+                  const int32_t* __restrict__ query_start, const int32_t* __restrict__ seq_lens,
+                  const int32_t* __restrict__ block_table, int max_pages, int num_heads,
+                  int num_kv_heads, int page_size, int page_shift, float scale_log2, int num_splits,
+                  bf16* __restrict__ out, float* __restrict__ partial_o,
+                  float* __restrict__ partial_lse) {
     constexpr int kLanesPerKey = kHeadDim / 8;
     constexpr int kSlots = 32 / kLanesPerKey;  // keys a warp loads at once
     // Keys each lane group loads before computing: more bytes in flight where registers allow.
@@ -110,7 +128,8 @@ __global__ void __launch_bounds__(kThreads)
     }
 
     for (int base = key_begin + warp * kWarpKeys; base < key_end; base += kWarps * kWarpKeys) {
-        uint4 k_raw[kKeysPerSlot], v_raw[kKeysPerSlot];
+        using Vec = CacheVec<Cache>;
+        Vec k_raw[kKeysPerSlot], v_raw[kKeysPerSlot];
 #pragma unroll
         for (int i = 0; i < kKeysPerSlot; ++i) {
             const int key = base + slot * kKeysPerSlot + i;
@@ -118,17 +137,17 @@ __global__ void __launch_bounds__(kThreads)
                 const int64_t offset =
                     cache_row(pages, key, page_size, page_shift) * kv_row_stride +
                     kv_head * kHeadDim + dim0;
-                k_raw[i] = __ldg(reinterpret_cast<const uint4*>(k_cache + offset));
-                v_raw[i] = __ldg(reinterpret_cast<const uint4*>(v_cache + offset));
+                k_raw[i] = __ldg(reinterpret_cast<const Vec*>(k_cache + offset));
+                v_raw[i] = __ldg(reinterpret_cast<const Vec*>(v_cache + offset));
             } else {
-                k_raw[i] = v_raw[i] = make_uint4(0, 0, 0, 0);
+                k_raw[i] = v_raw[i] = Vec{};
             }
         }
         float score[kHeads][kKeysPerSlot];
 #pragma unroll
         for (int i = 0; i < kKeysPerSlot; ++i) {
             float k_val[8];
-            bf16x8_to_float(k_raw[i], k_val);
+            cache_to_float(k_raw[i], k_scale, k_val);
 #pragma unroll
             for (int h = 0; h < kHeads; ++h) {
                 float dot = 0.f;
@@ -161,7 +180,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int i = 0; i < kKeysPerSlot; ++i) {
             float v_val[8];
-            bf16x8_to_float(v_raw[i], v_val);
+            cache_to_float(v_raw[i], v_scale, v_val);
 #pragma unroll
             for (int h = 0; h < kHeads; ++h)
 #pragma unroll
@@ -252,7 +271,7 @@ size_t partial_row_bytes(int64_t num_heads, int64_t head_dim) {
 struct Occupancy {
     int num_sms = 0, blocks_per_sm = 0;
 };
-template <int kHeadDim, int kHeads>
+template <int kHeadDim, int kHeads, typename Cache>
 const Occupancy& decode_occupancy() {
     static const Occupancy occupancy = [] {
         Occupancy o;
@@ -260,7 +279,7 @@ const Occupancy& decode_occupancy() {
         MI_CUDA_CHECK(cudaGetDevice(&device));
         MI_CUDA_CHECK(cudaDeviceGetAttribute(&o.num_sms, cudaDevAttrMultiProcessorCount, device));
         MI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &o.blocks_per_sm, decode_kernel<kHeadDim, kHeads>, kThreads, 0));
+            &o.blocks_per_sm, decode_kernel<kHeadDim, kHeads, Cache>, kThreads, 0));
         return o;
     }();
     return occupancy;
@@ -289,24 +308,25 @@ int plan_splits(const AttentionLaunch& a, int64_t blocks_per_split, const Occupa
     return int(best);
 }
 
-template <int kHeadDim, int kHeads>
+template <int kHeadDim, int kHeads, typename Cache>
 void launch_decode(const AttentionLaunch& a, void* workspace, size_t workspace_bytes,
                    cudaStream_t stream) {
     const int64_t group = a.num_heads / a.num_kv_heads;
     const int64_t head_chunks = (group + kHeads - 1) / kHeads;
     MI_LAUNCH_CHECK(a.num_seqs <= 65535 && a.num_kv_heads * head_chunks <= 65535,
                     "attention decode: batch too large for one launch");
-    const int num_splits = plan_splits(a, a.num_seqs * a.num_kv_heads * head_chunks,
-                                       decode_occupancy<kHeadDim, kHeads>(), workspace_bytes);
+    const int num_splits =
+        plan_splits(a, a.num_seqs * a.num_kv_heads * head_chunks,
+                    decode_occupancy<kHeadDim, kHeads, Cache>(), workspace_bytes);
     const dim3 grid(unsigned(num_splits), unsigned(a.num_kv_heads * head_chunks),
                     unsigned(a.num_seqs));
     auto* partial_o = static_cast<float*>(workspace);
     float* partial_lse =
         num_splits > 1 ? partial_o + a.num_tokens * a.num_heads * num_splits * kHeadDim : nullptr;
-    decode_kernel<kHeadDim, kHeads><<<grid, kThreads, 0, stream>>>(
-        static_cast<const bf16*>(a.q), static_cast<const bf16*>(a.k_cache),
-        static_cast<const bf16*>(a.v_cache), a.query_start, a.seq_lens, a.block_table,
-        int(a.max_pages), int(a.num_heads), int(a.num_kv_heads), int(a.page_size),
+    decode_kernel<kHeadDim, kHeads, Cache><<<grid, kThreads, 0, stream>>>(
+        static_cast<const bf16*>(a.q), static_cast<const Cache*>(a.k_cache),
+        static_cast<const Cache*>(a.v_cache), a.k_scale, a.v_scale, a.query_start, a.seq_lens,
+        a.block_table, int(a.max_pages), int(a.num_heads), int(a.num_kv_heads), int(a.page_size),
         page_shift_of(a.page_size), a.scale * 1.4426950408889634f, num_splits,
         static_cast<bf16*>(a.out), partial_o, partial_lse);
     MI_CUDA_CHECK(cudaGetLastError());
@@ -318,14 +338,23 @@ void launch_decode(const AttentionLaunch& a, void* workspace, size_t workspace_b
 }
 
 // The smallest instance that holds the GQA group (groups above 8 are split into chunks of 8).
+template <int kHeadDim, typename Cache>
+void launch_decode_group(const AttentionLaunch& a, void* workspace, size_t workspace_bytes,
+                         cudaStream_t stream) {
+    const int64_t group = a.num_heads / a.num_kv_heads;
+    if (group == 1) return launch_decode<kHeadDim, 1, Cache>(a, workspace, workspace_bytes, stream);
+    if (group == 2) return launch_decode<kHeadDim, 2, Cache>(a, workspace, workspace_bytes, stream);
+    if (group <= 4) return launch_decode<kHeadDim, 4, Cache>(a, workspace, workspace_bytes, stream);
+    return launch_decode<kHeadDim, kMaxHeadsPerBlock, Cache>(a, workspace, workspace_bytes, stream);
+}
+
 template <int kHeadDim>
 void launch_decode_head_dim(const AttentionLaunch& a, void* workspace, size_t workspace_bytes,
                             cudaStream_t stream) {
-    const int64_t group = a.num_heads / a.num_kv_heads;
-    if (group == 1) return launch_decode<kHeadDim, 1>(a, workspace, workspace_bytes, stream);
-    if (group == 2) return launch_decode<kHeadDim, 2>(a, workspace, workspace_bytes, stream);
-    if (group <= 4) return launch_decode<kHeadDim, 4>(a, workspace, workspace_bytes, stream);
-    return launch_decode<kHeadDim, kMaxHeadsPerBlock>(a, workspace, workspace_bytes, stream);
+    if (a.fp8_cache)
+        launch_decode_group<kHeadDim, uint8_t>(a, workspace, workspace_bytes, stream);
+    else
+        launch_decode_group<kHeadDim, bf16>(a, workspace, workspace_bytes, stream);
 }
 
 }  // namespace

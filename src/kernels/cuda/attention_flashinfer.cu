@@ -204,9 +204,9 @@ __global__ void __launch_bounds__(kThreads, 3)
         float o[kHeadDim / 8][4];
         float row_max[2], row_sum[2];
         attend_tiles<kHeadDim, kBlockN, kThreads, true>(
-            q_frag, row_limit, warp_active, k_tiles, v_tiles, k_cache, v_cache, pages, kv_begin,
-            kv_end, min_limit, page_size, page_shift, kv_row_stride, kv_head * kHeadDim, scale_log2,
-            o, row_max, row_sum);
+            q_frag, row_limit, warp_active, k_tiles, v_tiles, k_cache, v_cache, 1.f, 1.f, pages,
+            kv_begin, kv_end, min_limit, page_size, page_shift, kv_row_stride, kv_head * kHeadDim,
+            scale_log2, o, row_max, row_sum);
 
         finish_rows<true>(
             row_sum, row_begin + warp * 16, num_rows, [&](int i, int r, float sum, float inv_sum) {
@@ -485,6 +485,8 @@ void FlashInferAttention::run(const AttentionParams& p, cudaStream_t stream) {
     MI_LAUNCH_CHECK(p.k_cache->size(1) == page_size_ && p.k_cache->size(2) == num_kv_heads_ &&
                         p.k_cache->size(3) == head_dim_ && p.v_cache->shape() == p.k_cache->shape(),
                     "flashinfer: k_cache/v_cache do not match the constructed page size / heads");
+    MI_LAUNCH_CHECK(p.k_cache->dtype() == DType::kBF16,
+                    "flashinfer: an FP8 KV cache runs on the fa2 backend only so far");
     MI_LAUNCH_CHECK(p.out->size(0) == p.q->size(0) && p.out->size(1) == num_heads_ * head_dim_,
                     "flashinfer: out must be [num_tokens, num_heads * head_dim]");
     LaunchArgs a{};

@@ -35,13 +35,14 @@ constexpr int kThreads = kWarps * 32;
 // the light ones for the tail.
 // Three blocks per SM (168 registers at head_dim 128, no spills): 12 warps to cover the barriers
 // and the tile loads.
-template <int kHeadDim>
+template <int kHeadDim, typename Cache>
 __global__ void __launch_bounds__(kThreads, 3)
-    prefill_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k_cache,
-                   const bf16* __restrict__ v_cache, const int32_t* __restrict__ query_start,
-                   const int32_t* __restrict__ seq_lens, const int32_t* __restrict__ block_table,
-                   int max_pages, int num_heads, int num_kv_heads, int page_size, int page_shift,
-                   float scale_log2, bf16* __restrict__ out) {
+    prefill_kernel(const bf16* __restrict__ q, const Cache* __restrict__ k_cache,
+                   const Cache* __restrict__ v_cache, float k_scale, float v_scale,
+                   const int32_t* __restrict__ query_start, const int32_t* __restrict__ seq_lens,
+                   const int32_t* __restrict__ block_table, int max_pages, int num_heads,
+                   int num_kv_heads, int page_size, int page_shift, float scale_log2,
+                   bf16* __restrict__ out) {
     // +8 halves (16 B) per row: the 8 row addresses of one ldmatrix phase hit 8 different
     // 4-bank groups, so the tile reads are conflict-free.
     constexpr int kStride = kHeadDim + 8;
@@ -78,7 +79,8 @@ __global__ void __launch_bounds__(kThreads, 3)
     float o[kHeadDim / 8][4];  // O accumulators: 16 rows x head_dim per warp
     float row_max[2], row_sum[2];
     attend_tiles<kHeadDim, kBlockN, kThreads, false>(
-        q_frag, row_limit, /*warp_active=*/true, k_tiles, v_tiles, k_cache, v_cache, pages,
+        q_frag, row_limit, /*warp_active=*/true, k_tiles, v_tiles, k_cache, v_cache, k_scale,
+        v_scale, pages,
         /*kv_begin=*/0, num_keys, min_limit, page_size, page_shift,
         int64_t(num_kv_heads) * kHeadDim, kv_head * kHeadDim, scale_log2, o, row_max, row_sum);
 
@@ -90,22 +92,22 @@ __global__ void __launch_bounds__(kThreads, 3)
         });
 }
 
-template <int kHeadDim>
+template <int kHeadDim, typename Cache>
 void launch_prefill(const AttentionLaunch& a, dim3 grid, cudaStream_t stream) {
     constexpr size_t kSmemBytes = 4 * kBlockN * (kHeadDim + 8) * sizeof(bf16);  // 2 stages x K, V
     // Above 48 KiB dynamic shared memory must be opted into, once per kernel (not a stream
     // operation, so graph capture does not mind).
     static const bool configured = [] {
-        MI_CUDA_CHECK(cudaFuncSetAttribute(prefill_kernel<kHeadDim>,
+        MI_CUDA_CHECK(cudaFuncSetAttribute(prefill_kernel<kHeadDim, Cache>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            int(kSmemBytes)));
         return true;
     }();
     (void)configured;
-    prefill_kernel<kHeadDim><<<grid, kThreads, kSmemBytes, stream>>>(
-        static_cast<const bf16*>(a.q), static_cast<const bf16*>(a.k_cache),
-        static_cast<const bf16*>(a.v_cache), a.query_start, a.seq_lens, a.block_table,
-        int(a.max_pages), int(a.num_heads), int(a.num_kv_heads), int(a.page_size),
+    prefill_kernel<kHeadDim, Cache><<<grid, kThreads, kSmemBytes, stream>>>(
+        static_cast<const bf16*>(a.q), static_cast<const Cache*>(a.k_cache),
+        static_cast<const Cache*>(a.v_cache), a.k_scale, a.v_scale, a.query_start, a.seq_lens,
+        a.block_table, int(a.max_pages), int(a.num_heads), int(a.num_kv_heads), int(a.page_size),
         page_shift_of(a.page_size), a.scale * 1.4426950408889634f,  // exp(x) = 2^(x log2 e)
         static_cast<bf16*>(a.out));
     MI_CUDA_CHECK(cudaGetLastError());
@@ -123,10 +125,16 @@ void launch_attention_prefill(const AttentionLaunch& a, cudaStream_t stream) {
     const dim3 grid(unsigned(a.num_seqs), unsigned(a.num_kv_heads), unsigned(row_tiles));
     switch (a.head_dim) {
         case 64:
-            launch_prefill<64>(a, grid, stream);
+            if (a.fp8_cache)
+                launch_prefill<64, uint8_t>(a, grid, stream);
+            else
+                launch_prefill<64, bf16>(a, grid, stream);
             break;
         case 128:
-            launch_prefill<128>(a, grid, stream);
+            if (a.fp8_cache)
+                launch_prefill<128, uint8_t>(a, grid, stream);
+            else
+                launch_prefill<128, bf16>(a, grid, stream);
             break;
         default:
             MI_LAUNCH_CHECK(false, "attention prefill: head_dim must be 64 or 128");

@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cuda/kv_fp8.cuh"
 #include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/cuda/paged_kv.cuh"
 #include "kernels/cuda/reduce.cuh"
@@ -63,12 +64,12 @@ __device__ __forceinline__ void load_q_fragments(const __nv_bfloat16* q, int q_b
 // spread over kThreads threads; keys from key_end on are zero-filled, never read (the cache
 // past a sequence's length may hold anything). cache: [num_pages, page_size, num_kv_heads,
 // kHeadDim]; pages: the sequence's block-table row; kv_row_stride = num_kv_heads * kHeadDim and
-// head_offset = kv_head * kHeadDim, computed once by the caller.
+// head_offset = kv_head * kHeadDim, computed once by the caller. (scale: an FP8 cache's; unused.)
 template <int kHeadDim, int kKeys, int kThreads>
 __device__ __forceinline__ void gather_kv_tile(__nv_bfloat16* tile, const __nv_bfloat16* cache,
                                                const int32_t* pages, int key_begin, int key_end,
                                                int page_size, int page_shift, int64_t kv_row_stride,
-                                               int head_offset) {
+                                               int head_offset, float /*scale*/) {
     constexpr int kStride = kHeadDim + 8, kChunks = kHeadDim / 8;  // 16-byte chunks per row
     for (int c = threadIdx.x; c < kKeys * kChunks; c += kThreads) {
         const int r = c / kChunks, chunk = c % kChunks;
@@ -79,6 +80,30 @@ __device__ __forceinline__ void gather_kv_tile(__nv_bfloat16* tile, const __nv_b
             src = cache + cache_row(pages, key, page_size, page_shift) * kv_row_stride +
                   head_offset + chunk * 8;
         cp_async_16(tile + r * kStride + chunk * 8, src, valid);
+    }
+}
+
+// The same tile from an FP8 cache (e4m3 bytes, value = e4m3 · scale): each thread reads 8 bytes
+// (one load, synchronous: the tile must be widened to bf16 before the mma reads it), widens them
+// and stores 16 bytes; zeros past key_end. The tile loop's cp.async groups are then empty and
+// its barriers alone order the stores and the reads.
+template <int kHeadDim, int kKeys, int kThreads>
+__device__ __forceinline__ void gather_kv_tile(__nv_bfloat16* tile, const uint8_t* cache,
+                                               const int32_t* pages, int key_begin, int key_end,
+                                               int page_size, int page_shift, int64_t kv_row_stride,
+                                               int head_offset, float scale) {
+    constexpr int kStride = kHeadDim + 8, kChunks = kHeadDim / 8;  // 8 elements per chunk
+    for (int c = threadIdx.x; c < kKeys * kChunks; c += kThreads) {
+        const int r = c / kChunks, chunk = c % kChunks;
+        const int key = key_begin + r;
+        uint4 widened = make_uint4(0, 0, 0, 0);
+        if (key < key_end) {
+            const uint8_t* src = cache +
+                                 cache_row(pages, key, page_size, page_shift) * kv_row_stride +
+                                 head_offset + chunk * 8;
+            widened = e4m3x8_to_bf16x8(__ldg(reinterpret_cast<const uint2*>(src)), scale);
+        }
+        *reinterpret_cast<uint4*>(tile + r * kStride + chunk * 8) = widened;
     }
 }
 
@@ -194,12 +219,13 @@ __device__ __forceinline__ int64_t packed_row_index(int q_begin, int r, int grou
 // computed. min_limit: the smallest key limit of the block's rows (tiles below it need no mask).
 // warp_active == false: the warp loads its share of every tile but skips the math (all its rows
 // are past the end). Every thread of the block must call it (it holds block barriers); it ends
-// with one, so the tiles may be refilled right after.
-template <int kHeadDim, int kKeys, int kThreads, bool kMayBeEmpty>
+// with one, so the tiles may be refilled right after. Cache: bf16, or uint8_t for an FP8 cache
+// (k_scale, v_scale its scales; widened to bf16 as the tiles are gathered).
+template <int kHeadDim, int kKeys, int kThreads, bool kMayBeEmpty, typename Cache>
 __device__ __forceinline__ void attend_tiles(
     const uint32_t (&q_frag)[kHeadDim / 16][4], const int (&row_limit)[2], bool warp_active,
-    __nv_bfloat16* k_tiles, __nv_bfloat16* v_tiles, const __nv_bfloat16* k_cache,
-    const __nv_bfloat16* v_cache, const int32_t* pages, int kv_begin, int kv_end, int min_limit,
+    __nv_bfloat16* k_tiles, __nv_bfloat16* v_tiles, const Cache* k_cache, const Cache* v_cache,
+    float k_scale, float v_scale, const int32_t* pages, int kv_begin, int kv_end, int min_limit,
     int page_size, int page_shift, int64_t kv_row_stride, int head_offset, float scale_log2,
     float (&o)[kHeadDim / 8][4], float (&row_max)[2], float (&row_sum)[2]) {
     constexpr int kStride = kHeadDim + 8;
@@ -208,10 +234,10 @@ __device__ __forceinline__ void attend_tiles(
     auto load_tiles = [&](int stage, int key_begin) {
         gather_kv_tile<kHeadDim, kKeys, kThreads>(k_tiles + stage * kTileElems, k_cache, pages,
                                                   key_begin, kv_end, page_size, page_shift,
-                                                  kv_row_stride, head_offset);
+                                                  kv_row_stride, head_offset, k_scale);
         gather_kv_tile<kHeadDim, kKeys, kThreads>(v_tiles + stage * kTileElems, v_cache, pages,
                                                   key_begin, kv_end, page_size, page_shift,
-                                                  kv_row_stride, head_offset);
+                                                  kv_row_stride, head_offset, v_scale);
     };
 
 #pragma unroll

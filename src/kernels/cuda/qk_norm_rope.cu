@@ -10,8 +10,11 @@
 
 #include <cuda_bf16.h>
 
+#include <type_traits>
+
 #include "core/cuda/cuda_check.h"
 #include "kernels/cuda/check_tensor.h"
+#include "kernels/cuda/kv_fp8.cuh"
 #include "kernels/cuda/reduce.cuh"
 
 namespace miniinfer::cuda {
@@ -23,17 +26,25 @@ __device__ __forceinline__ float round_bf16(float v) {
     return __bfloat162float(__float2bfloat16(v));
 }
 
+// A K or V element into the cache: bf16 (one rounding), or e4m3 of x / scale (an FP8 cache).
+__device__ __forceinline__ void store_cache(__nv_bfloat16* dst, float x, float) {
+    *dst = __float2bfloat16(x);
+}
+__device__ __forceinline__ void store_cache(uint8_t* dst, float x, float inv_scale) {
+    *dst = to_e4m3(x, inv_scale);
+}
+
 // qkv: [n, num_heads + 2 * num_kv_heads, kHeadDim]; q_norm, k_norm: [kHeadDim] or null;
 // positions, slot_mapping: [n]; inv_freq: [kHeadDim / 2];
 // q_out: [n, num_heads, kHeadDim]; k_cache, v_cache: [num_slots, num_kv_heads, kHeadDim].
 // Grid: (n, ceil(total_heads / kWarps)); block: kWarps warps, one head each.
-template <int kHeadDim>
+template <int kHeadDim, typename Cache>
 __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_store_kernel(
     const __nv_bfloat16* __restrict__ qkv, const __nv_bfloat16* __restrict__ q_norm,
     const __nv_bfloat16* __restrict__ k_norm, float eps, const int32_t* __restrict__ positions,
     const float* __restrict__ inv_freq, const int32_t* __restrict__ slot_mapping, int num_heads,
-    int num_kv_heads, __nv_bfloat16* __restrict__ q_out, __nv_bfloat16* __restrict__ k_cache,
-    __nv_bfloat16* __restrict__ v_cache) {
+    int num_kv_heads, __nv_bfloat16* __restrict__ q_out, Cache* __restrict__ k_cache,
+    Cache* __restrict__ v_cache, float k_inv_scale, float v_inv_scale) {
     constexpr int kPerLane = kHeadDim / 32, kHalf = kPerLane / 2;
     const int total_heads = num_heads + 2 * num_kv_heads;
     const int t = blockIdx.x, lane = threadIdx.x % 32;
@@ -41,12 +52,16 @@ __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_store_kernel(
     if (head >= total_heads) return;
     const __nv_bfloat16* src = qkv + (int64_t(t) * total_heads + head) * kHeadDim;
 
-    if (head >= num_heads + num_kv_heads) {  // V: a plain copy into its slot
+    if (head >= num_heads + num_kv_heads) {  // V: a plain copy into its slot (or to e4m3)
         const int kv_head = head - num_heads - num_kv_heads;
-        __nv_bfloat16* dst =
-            v_cache + (int64_t(slot_mapping[t]) * num_kv_heads + kv_head) * kHeadDim;
+        Cache* dst = v_cache + (int64_t(slot_mapping[t]) * num_kv_heads + kv_head) * kHeadDim;
 #pragma unroll
-        for (int j = 0; j < kPerLane; ++j) dst[lane + 32 * j] = src[lane + 32 * j];
+        for (int j = 0; j < kPerLane; ++j) {
+            if constexpr (std::is_same_v<Cache, __nv_bfloat16>)
+                dst[lane + 32 * j] = src[lane + 32 * j];
+            else
+                store_cache(dst + lane + 32 * j, __bfloat162float(src[lane + 32 * j]), v_inv_scale);
+        }
         return;
     }
 
@@ -75,11 +90,16 @@ __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_store_kernel(
         x[j + kHalf] = b * cos_a + a * sin_a;
     }
 
-    __nv_bfloat16* dst =
-        is_q ? q_out + (int64_t(t) * num_heads + head) * kHeadDim
-             : k_cache + (int64_t(slot_mapping[t]) * num_kv_heads + head - num_heads) * kHeadDim;
+    if (is_q) {
+        __nv_bfloat16* dst = q_out + (int64_t(t) * num_heads + head) * kHeadDim;
 #pragma unroll
-    for (int j = 0; j < kPerLane; ++j) dst[lane + 32 * j] = __float2bfloat16(x[j]);
+        for (int j = 0; j < kPerLane; ++j) dst[lane + 32 * j] = __float2bfloat16(x[j]);
+    } else {
+        Cache* dst =
+            k_cache + (int64_t(slot_mapping[t]) * num_kv_heads + head - num_heads) * kHeadDim;
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j) store_cache(dst + lane + 32 * j, x[j], k_inv_scale);
+    }
 }
 
 }  // namespace
@@ -87,7 +107,8 @@ __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_store_kernel(
 void qk_norm_rope_store(const Tensor& qkv, const Tensor* q_norm, const Tensor* k_norm, float eps,
                         const Tensor& positions, const Tensor& inv_freq, const Tensor& slot_mapping,
                         int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, Tensor& q_out,
-                        Tensor& k_cache, Tensor& v_cache, cudaStream_t stream) {
+                        Tensor& k_cache, Tensor& v_cache, cudaStream_t stream, float k_scale,
+                        float v_scale) {
     MI_LAUNCH_CHECK(num_heads > 0 && num_kv_heads > 0,
                     "qk_norm_rope_store: head counts must be positive");
     const int64_t total_heads = num_heads + 2 * num_kv_heads;
@@ -104,37 +125,50 @@ void qk_norm_rope_store(const Tensor& qkv, const Tensor* q_norm, const Tensor* k
     MI_LAUNCH_CHECK(q_out.size(0) == n && q_out.numel() == n * num_heads * head_dim,
                     "qk_norm_rope_store: q_out must be [n, num_heads, head_dim]");
     // k_cache, v_cache: [num_pages, page_size, num_kv_heads, head_dim]
-    check_cuda_tensor(k_cache, DType::kBF16, "qk_norm_rope_store: k_cache",
+    const bool fp8 = k_cache.dtype() == DType::kU8;  // an FP8 cache: e4m3 bytes
+    const DType cache = fp8 ? DType::kU8 : DType::kBF16;
+    check_cuda_tensor(k_cache, cache, "qk_norm_rope_store: k_cache",
                       {kAnySize, kAnySize, num_kv_heads, head_dim});
-    check_cuda_tensor(v_cache, DType::kBF16, "qk_norm_rope_store: v_cache",
+    check_cuda_tensor(v_cache, cache, "qk_norm_rope_store: v_cache",
                       {kAnySize, kAnySize, num_kv_heads, head_dim});
+    MI_LAUNCH_CHECK(!fp8 || (k_scale > 0.f && v_scale > 0.f),
+                    "qk_norm_rope_store: an FP8 cache needs positive scales");
     MI_LAUNCH_CHECK(k_cache.shape() == v_cache.shape(),
                     "qk_norm_rope_store: k_cache and v_cache differ in shape");
     if (n == 0) return;
     MI_LAUNCH_CHECK(n <= INT32_MAX && total_heads <= 65535 * kWarps,
                     "qk_norm_rope_store: batch too large for one grid");
 
-    // The head sizes compiled in, one instance each.
-    decltype(&qk_norm_rope_store_kernel<64>) kernel = nullptr;
+    const dim3 grid(unsigned(n), unsigned((total_heads + kWarps - 1) / kWarps));
+    const auto launch = [&](auto head_dim_tag, auto* k_ptr, auto* v_ptr) {
+        constexpr int kHeadDim = decltype(head_dim_tag)::value;
+        using Cache = std::remove_pointer_t<decltype(k_ptr)>;
+        qk_norm_rope_store_kernel<kHeadDim, Cache><<<grid, kWarps * 32, 0, stream>>>(
+            qkv.data<__nv_bfloat16>(), q_norm ? q_norm->data<__nv_bfloat16>() : nullptr,
+            k_norm ? k_norm->data<__nv_bfloat16>() : nullptr, eps, positions.data<int32_t>(),
+            inv_freq.data<float>(), slot_mapping.data<int32_t>(), int(num_heads), int(num_kv_heads),
+            q_out.data<__nv_bfloat16>(), k_ptr, v_ptr, 1.f / k_scale, 1.f / v_scale);
+    };
+    // The head sizes compiled in, each for a bf16 and an FP8 cache.
+    const auto dispatch = [&](auto head_dim_tag) {
+        if (fp8)
+            launch(head_dim_tag, k_cache.data<uint8_t>(), v_cache.data<uint8_t>());
+        else
+            launch(head_dim_tag, k_cache.data<__nv_bfloat16>(), v_cache.data<__nv_bfloat16>());
+    };
     switch (head_dim) {
         case 64:
-            kernel = qk_norm_rope_store_kernel<64>;
+            dispatch(std::integral_constant<int, 64>{});
             break;
         case 128:
-            kernel = qk_norm_rope_store_kernel<128>;
+            dispatch(std::integral_constant<int, 128>{});
             break;
         case 256:
-            kernel = qk_norm_rope_store_kernel<256>;
+            dispatch(std::integral_constant<int, 256>{});
             break;
         default:
             MI_LAUNCH_CHECK(false, "qk_norm_rope_store: head_dim must be 64, 128 or 256");
     }
-    const dim3 grid(unsigned(n), unsigned((total_heads + kWarps - 1) / kWarps));
-    kernel<<<grid, kWarps * 32, 0, stream>>>(
-        qkv.data<__nv_bfloat16>(), q_norm ? q_norm->data<__nv_bfloat16>() : nullptr,
-        k_norm ? k_norm->data<__nv_bfloat16>() : nullptr, eps, positions.data<int32_t>(),
-        inv_freq.data<float>(), slot_mapping.data<int32_t>(), int(num_heads), int(num_kv_heads),
-        q_out.data<__nv_bfloat16>(), k_cache.data<__nv_bfloat16>(), v_cache.data<__nv_bfloat16>());
     MI_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -17,7 +17,9 @@ namespace miniinfer::cuda {
 // q_norm, k_norm: [head_dim] bf16, or both nullptr (Qwen2: no per-head norm)
 // positions: [n] i32; inv_freq: [head_dim / 2] f32 (the CPU Rotary's values, uploaded once)
 // slot_mapping: [n] i32, slot = page * page_size + offset, every slot valid and distinct
-// k_cache, v_cache: [num_pages, page_size, num_kv_heads, head_dim] bf16 (mutated at the slots only)
+// k_cache, v_cache: [num_pages, page_size, num_kv_heads, head_dim] bf16 (mutated at the slots
+//   only), or u8 for an FP8 cache: each K/V value x stored as e4m3(x / scale) (kv_fp8.cuh), with
+//   k_scale / v_scale (> 0; ignored for bf16)
 // q_out: [n, num_heads, head_dim] bf16
 // Rotary is NeoX style (the two halves of a head rotate together). Rounding as Hugging Face on
 // bf16: the norm in fp32, normalised value rounded to bf16, times the weight rounded to bf16;
@@ -26,6 +28,7 @@ namespace miniinfer::cuda {
 void qk_norm_rope_store(const Tensor& qkv, const Tensor* q_norm, const Tensor* k_norm, float eps,
                         const Tensor& positions, const Tensor& inv_freq, const Tensor& slot_mapping,
                         int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, Tensor& q_out,
-                        Tensor& k_cache, Tensor& v_cache, cudaStream_t stream);
+                        Tensor& k_cache, Tensor& v_cache, cudaStream_t stream, float k_scale = 1.f,
+                        float v_scale = 1.f);
 
 }  // namespace miniinfer::cuda

@@ -21,7 +21,8 @@ void Attention::forward(const Tensor& x, Tensor& y, KvLayer& kv, const Step& ste
     qkv.forward(x, qkv_out, step);
     qk_norm_rope_store(qkv_out, q_norm.defined() ? &q_norm : nullptr,
                        k_norm.defined() ? &k_norm : nullptr, eps, in.positions, inv_freq, in.slots,
-                       num_heads, num_kv_heads, head_dim, q, kv.k, kv.v, step.stream);
+                       num_heads, num_kv_heads, head_dim, q, kv.k, kv.v, step.stream, kv.k_scale,
+                       kv.v_scale);
     const AttentionParams params{.q = &q,
                                  .k_cache = &kv.k,
                                  .v_cache = &kv.v,
@@ -32,7 +33,9 @@ void Attention::forward(const Tensor& x, Tensor& y, KvLayer& kv, const Step& ste
                                  .max_query_len = in.max_query_len,
                                  .max_seq_len = in.max_seq_len,
                                  .scale = scale,
-                                 .out = &out};
+                                 .out = &out,
+                                 .k_scale = kv.k_scale,
+                                 .v_scale = kv.v_scale};
     step.attention.run(params, step.stream);
     o_proj.forward(out, y, step);
 }

@@ -26,8 +26,10 @@ struct StepInputs {
 };
 
 // One layer's KV pages: [num_pages, page_size, num_kv_heads, head_dim] bf16 each.
+// One layer's paged K/V: bf16, or u8 for an FP8 cache (e4m3 · scale, kv_fp8.cuh).
 struct KvLayer {
     Tensor k, v;
+    float k_scale = 1.f, v_scale = 1.f;  // an FP8 cache's per-tensor scales
 };
 
 struct Step {
