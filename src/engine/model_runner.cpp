@@ -1,6 +1,7 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <future>
 
@@ -142,14 +143,16 @@ namespace {
 using tensor_parallel::kJoinTimeout;
 
 // Rank `rank` (> 0): joins rank 0, loads its shard with rank 0's settings, reports, then runs
-// every step until rank 0 says the end or closes its link.
-void run_rank(const EngineConfig& config, int64_t rank, int64_t ranks_here) {
+// every step until rank 0 says the end or closes its link. give_up: see TcpCommunicator.
+void run_rank(const EngineConfig& config, int64_t rank, int64_t ranks_here,
+              const std::atomic<bool>* give_up = nullptr) {
     const int64_t world = config.tensor_parallel_size;
     // A pool of its own for everything this rank does, loading included: ranks on threads of
     // one process must not share one.
     ThreadPool pool(rank_threads(ranks_here));
     ThreadPool::Bind bind(pool);
-    TcpCommunicator comm(config.master_addr, int(config.master_port), rank, world, kJoinTimeout);
+    TcpCommunicator comm(config.master_addr, int(config.master_port), rank, world, kJoinTimeout,
+                         give_up);
     const std::optional<std::string> hello = comm.receive_control();
     // Rank 0 sends a JSON welcome, or the end if it failed to start.
     if (!hello || hello->empty() || (*hello)[0] != '{') return;
@@ -249,9 +252,18 @@ void run_worker_node(const EngineConfig& config) {
                 config.nnodes, config.node_rank * here, (config.node_rank + 1) * here - 1,
                 config.tensor_parallel_size, config.master_addr, config.master_port);
     std::vector<std::future<void>> ranks;
+    // A rank that fails (refused by rank 0, say) stops its siblings' connection attempts: rank 0
+    // has given up on the group and would never accept them.
+    std::atomic<bool> failed{false};
     for (int64_t r = config.node_rank * here; r < (config.node_rank + 1) * here; ++r)
-        ranks.push_back(
-            std::async(std::launch::async, [&config, r, here] { run_rank(config, r, here); }));
+        ranks.push_back(std::async(std::launch::async, [&config, &failed, r, here] {
+            try {
+                run_rank(config, r, here, &failed);
+            } catch (...) {
+                failed = true;
+                throw;
+            }
+        }));
     std::string errors;  // every rank's: the first to fail may not be the one that says why
     for (auto& f : ranks) {
         try {

@@ -193,7 +193,8 @@ void TcpCommunicator::accept_ranks(std::chrono::milliseconds timeout) {
 }
 
 TcpCommunicator::TcpCommunicator(const std::string& addr, int port, int64_t rank, int64_t world,
-                                 std::chrono::milliseconds timeout)
+                                 std::chrono::milliseconds timeout,
+                                 const std::atomic<bool>* give_up)
     : rank_(rank), world_(world) {
     MI_CHECK(world >= 2 && rank >= 0 && rank < world, "rank {} of a TCP group of {}", rank, world);
     if (rank == 0) {
@@ -217,6 +218,9 @@ TcpCommunicator::TcpCommunicator(const std::string& addr, int port, int64_t rank
         }
         freeaddrinfo(info);
         if (fd >= 0) break;
+        if (give_up && give_up->load())
+            fail("tensor-parallel rank {}: another rank of this node failed to join; giving up",
+                 rank);
         if (Clock::now() >= deadline)
             fail("tensor-parallel rank {}: cannot reach rank 0 at {} within {} s: {}", rank,
                  endpoint(addr, port), timeout.count() / 1000, error);

@@ -15,6 +15,7 @@
 // their size, so a desynchronised peer is caught rather than misread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -29,9 +30,11 @@ class TcpCommunicator final : public Communicator {
   public:
     // Rank 0: listens on addr:port (port 0: a free port, see port()) and waits until `timeout`
     // for the other world - 1 ranks. Other ranks: connect to addr:port, retrying until
-    // `timeout` (rank 0 may start later). Throws Error naming the address on failure.
+    // `timeout` (rank 0 may start later), or until *give_up turns true (another rank of this
+    // process failed to join: rank 0 refused it, so it will not wait for this one). Throws Error
+    // naming the address on failure.
     TcpCommunicator(const std::string& addr, int port, int64_t rank, int64_t world,
-                    std::chrono::milliseconds timeout);
+                    std::chrono::milliseconds timeout, const std::atomic<bool>* give_up = nullptr);
     // Rank 0 in two steps, so that the port is known before the others connect (tests): listen
     // now, accept in accept_ranks().
     static TcpCommunicator listen(const std::string& addr, int port, int64_t world);
