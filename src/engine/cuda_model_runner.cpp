@@ -572,9 +572,11 @@ void run_cuda_rank(const EngineConfig& config, int64_t rank, int64_t local_devic
     if (!go || *go != "go") return;  // another rank cannot come
     cuda::NcclCommunicator nccl(from_hex(welcome.at("nccl_id").get<std::string>()), rank,
                                 config.tensor_parallel_size);
+    EngineConfig rank_config = config;  // rank 0's KV cache dtype, whatever this node was given
+    rank_config.kv_cache_dtype = welcome.at("kv_cache_dtype").get<std::string>();
     try {
         CudaModelRunner runner(
-            config, *model,
+            rank_config, *model,
             rank_weights(*model, config, welcome.at("load_format").get<std::string>(),
                          welcome.at("seed").get<uint64_t>(), rank),
             &nccl);
