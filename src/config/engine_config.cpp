@@ -20,9 +20,6 @@ void EngineConfig::resolve(const ModelConfig& model) {
         fail("attention_backend '{}' is not supported (auto, fa2, flashinfer)", attention_backend);
     if (kv_cache_dtype != "auto" && !fp8_kv_cache())
         fail("kv_cache_dtype '{}' is not supported (auto, fp8, fp8_e4m3)", kv_cache_dtype);
-    if (fp8_kv_cache() && device == "cuda" && attention_backend == "flashinfer")
-        fail("kv_cache_dtype {} runs on the fa2 attention backend only so far (not flashinfer)",
-             kv_cache_dtype);
     if (generation_config != "auto" && generation_config != "vllm" &&
         !std::filesystem::exists(std::filesystem::path(generation_config) /
                                  "generation_config.json"))

@@ -115,24 +115,25 @@ Fp8Batch to_fp8(const Batch& b, float k_scale, float v_scale) {
     return f;
 }
 
-// The fa2 backend on an FP8 cache against the CPU on the same values; the scales are powers of
-// two (1, as vLLM without checkpoint scales, and others that a checkpoint could carry).
-void expect_fp8_matches_cpu(const Config& cfg, const std::vector<Seq>& seqs, std::mt19937& rng,
-                            float k_scale, float v_scale) {
+// A backend on an FP8 cache against the CPU on the same values; the scales are powers of two
+// (1, as vLLM without checkpoint scales, and others that a checkpoint could carry).
+void expect_fp8_matches_cpu(const std::string& name, const Config& cfg,
+                            const std::vector<Seq>& seqs, std::mt19937& rng, float k_scale,
+                            float v_scale) {
     const Fp8Batch f = to_fp8(make_batch(cfg, seqs, rng), k_scale, v_scale);
     const Batch& b = f.dequantized;
     DeviceBatch d(b);
     d.k = cuda::to_device(f.k_bytes);
     d.v = cuda::to_device(f.v_bytes);
     d.poison_out();
-    auto backend = cuda::make_attention_backend("fa2", shape_of(b.cfg, b.num_tokens, b.num_seqs));
+    auto backend = cuda::make_attention_backend(name, shape_of(b.cfg, b.num_tokens, b.num_seqs));
     backend->plan(host_span(b.query_start), host_span(b.seq_lens), nullptr);
     cuda::AttentionParams p = d.params(b);
     p.k_scale = k_scale;
     p.v_scale = v_scale;
     backend->run(p, nullptr);
     expect_close(b, d.out_host(),
-                 describe(cfg, seqs) + " fp8 scales " + std::to_string(k_scale) + "/" +
+                 name + " " + describe(cfg, seqs) + " fp8 scales " + std::to_string(k_scale) + "/" +
                      std::to_string(v_scale));
 }
 
@@ -257,6 +258,23 @@ TEST_P(CudaAttention, ManySequences) {
     for (const Config& cfg : kManySeqsConfigs) expect_matches_cpu(cfg, many_seqs(), rng);
 }
 
+// An FP8 cache (--kv-cache-dtype fp8): prefill (tiles widened to bf16 as they are gathered),
+// decode (fa2: 8-byte loads; flashinfer: its narrow items), mixed batches, long split decodes
+// and chunked prefills after long prefixes, at several power-of-two scales.
+TEST_P(CudaAttention, Fp8CacheMatchesCpuOnTheSameValues) {
+    REQUIRE_GPU();
+    const std::string name = GetParam();
+    std::mt19937 rng(17);
+    for (const Config& cfg : all_configs()) {
+        expect_fp8_matches_cpu(name, cfg, kPrefillSeqs, rng, 1.f, 1.f);
+        expect_fp8_matches_cpu(name, cfg, kDecodeSeqs, rng, 1.f, 1.f);
+        expect_fp8_matches_cpu(name, cfg, kMixedSeqs, rng, 0.25f, 2.f);
+        expect_fp8_matches_cpu(name, cfg, kLongMixedDecodeSeqs, rng, 2.f, 0.5f);
+    }
+    for (const Config& cfg : kLongChunkConfigs)
+        expect_fp8_matches_cpu(name, cfg, kLongChunkBatches[0], rng, 1.f, 1.f);
+}
+
 // run() captured once in a CUDA graph, replayed after plan() for other lengths (same device
 // arrays, new contents, same AttentionShape). The capture sees short lengths (fa2 sizes its
 // decode grid and splits from p.max_seq_len = 699); the replays go up to 3000 keys, which fa2
@@ -356,21 +374,6 @@ TEST_P(CudaAttention, PrefillThroughput) {
 
 // A smaller workspace than attention_workspace_bytes asks for: fewer splits (none at 0 bytes),
 // the same answer.
-// An FP8 cache: prefill (the tiles widened to bf16 as they are gathered), decode (8-byte loads),
-// mixed batches, long split decodes and chunked prefills after long prefixes.
-TEST(CudaAttentionFa2, Fp8CacheMatchesCpuOnTheSameValues) {
-    REQUIRE_GPU();
-    std::mt19937 rng(17);
-    for (const Config& cfg : all_configs()) {
-        expect_fp8_matches_cpu(cfg, kPrefillSeqs, rng, 1.f, 1.f);
-        expect_fp8_matches_cpu(cfg, kDecodeSeqs, rng, 1.f, 1.f);
-        expect_fp8_matches_cpu(cfg, kMixedSeqs, rng, 0.25f, 2.f);
-        expect_fp8_matches_cpu(cfg, kLongMixedDecodeSeqs, rng, 2.f, 0.5f);
-    }
-    for (const Config& cfg : kLongChunkConfigs)
-        expect_fp8_matches_cpu(cfg, kLongChunkBatches[0], rng, 1.f, 1.f);
-}
-
 TEST(CudaAttentionFa2, DecodeWithSmallerOrNoWorkspace) {
     REQUIRE_GPU();
     std::mt19937 rng(20);

@@ -262,22 +262,6 @@ TEST(Engine, GenerationConfigChoosesTheSamplingDefaults) {
     EXPECT_THROW({ LLMEngine bad(c); }, Error);
 }
 
-// An FP8 KV cache on CUDA runs on the fa2 backend only so far: asking for it with flashinfer
-// fails at once with the reason (the config resolves before any GPU is touched).
-TEST(Engine, Fp8KvCacheWithFlashInferIsRefused) {
-    EngineConfig c = config_for("qwen3-demo");
-    c.device = "cuda";
-    c.attention_backend = "flashinfer";
-    c.kv_cache_dtype = "fp8";
-    const ModelConfig model = ModelConfig::load(c.model_dir);
-    try {
-        c.resolve(model);
-        FAIL() << "resolved";
-    } catch (const Error& e) {
-        EXPECT_THAT(e.what(), ::testing::HasSubstr("fa2 attention backend only"));
-    }
-}
-
 // Overlap scheduling (the CPU runner's default) gives exactly the plain loop's outputs: greedy,
 // seeded sampling, stop strings, stop tokens, EOS, min_tokens, logprobs and penalties (which
 // make a step wait for the previous one's tokens), all in one batch on a small pool.

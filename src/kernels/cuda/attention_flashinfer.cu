@@ -53,14 +53,17 @@ constexpr size_t smem_bytes() {
 // finish_rows) over the key range [kv_begin, kv_end) of the item instead of all the keys of the
 // row tile, so a row may see no key at all in a chunk (its online-softmax state then stays
 // empty: max -inf, sum 0). The narrow (decode) path splits keys across warps and is its own.
-template <int kHeadDim>
+// Cache: bf16, or uint8_t for an FP8 cache (k_scale, v_scale: its scales), widened to bf16 as
+// the K/V slices and tiles are loaded (attention_tile.cuh: load_kv_chunk).
+template <int kHeadDim, typename Cache>
 __global__ void __launch_bounds__(kThreads, 3)
-    work_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k_cache,
-                const bf16* __restrict__ v_cache, const int32_t* __restrict__ query_start,
-                const int32_t* __restrict__ seq_lens, const int32_t* __restrict__ block_table,
-                const int32_t* __restrict__ plan, int max_pages, int num_heads, int num_kv_heads,
-                int page_size, int page_shift, float scale_log2, bf16* __restrict__ out,
-                float* __restrict__ partial_o, float* __restrict__ partial_lse) {
+    work_kernel(const bf16* __restrict__ q, const Cache* __restrict__ k_cache,
+                const Cache* __restrict__ v_cache, float k_scale, float v_scale,
+                const int32_t* __restrict__ query_start, const int32_t* __restrict__ seq_lens,
+                const int32_t* __restrict__ block_table, const int32_t* __restrict__ plan,
+                int max_pages, int num_heads, int num_kv_heads, int page_size, int page_shift,
+                float scale_log2, bf16* __restrict__ out, float* __restrict__ partial_o,
+                float* __restrict__ partial_lse) {
     constexpr int kStride = kHeadDim + 8;  // +16 B per row: conflict-free ldmatrix
     constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per K/V row
     extern __shared__ __align__(16) unsigned char smem[];
@@ -112,10 +115,10 @@ __global__ void __launch_bounds__(kThreads, 3)
                     if (valid)
                         offset = cache_row(pages, key, page_size, page_shift) * kv_row_stride +
                                  kv_head * kHeadDim + chunk * 8;
-                    cp_async_16(warp_k + (stage * kSub + r) * kStride + chunk * 8, k_cache + offset,
-                                valid);
-                    cp_async_16(warp_v + (stage * kSub + r) * kStride + chunk * 8, v_cache + offset,
-                                valid);
+                    load_kv_chunk(warp_k + (stage * kSub + r) * kStride + chunk * 8, k_cache,
+                                  offset, valid, k_scale);
+                    load_kv_chunk(warp_v + (stage * kSub + r) * kStride + chunk * 8, v_cache,
+                                  offset, valid, v_scale);
                 }
             };
             float acc[kHeadDim / 8][4];
@@ -204,9 +207,9 @@ __global__ void __launch_bounds__(kThreads, 3)
         float o[kHeadDim / 8][4];
         float row_max[2], row_sum[2];
         attend_tiles<kHeadDim, kBlockN, kThreads, true>(
-            q_frag, row_limit, warp_active, k_tiles, v_tiles, k_cache, v_cache, 1.f, 1.f, pages,
-            kv_begin, kv_end, min_limit, page_size, page_shift, kv_row_stride, kv_head * kHeadDim,
-            scale_log2, o, row_max, row_sum);
+            q_frag, row_limit, warp_active, k_tiles, v_tiles, k_cache, v_cache, k_scale, v_scale,
+            pages, kv_begin, kv_end, min_limit, page_size, page_shift, kv_row_stride,
+            kv_head * kHeadDim, scale_log2, o, row_max, row_sum);
 
         finish_rows<true>(
             row_sum, row_begin + warp * 16, num_rows, [&](int i, int r, float sum, float inv_sum) {
@@ -263,23 +266,32 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
-// The compile-time instances (head_dim 64 and 128), chosen in one place.
+// The compile-time instances (head_dim 64 and 128, bf16 and FP8 caches), chosen in one place:
+// each opted into its shared memory once; the grid is sized by the fewer resident blocks of the
+// two cache types (a persistent grid larger than what fits would only queue).
 template <int kHeadDim>
 int configure_and_occupancy() {
     static const int blocks_per_sm = [] {
-        MI_CUDA_CHECK(cudaFuncSetAttribute(work_kernel<kHeadDim>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           int(smem_bytes<kHeadDim>())));
-        int n = 0;
-        MI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &n, work_kernel<kHeadDim>, kThreads, smem_bytes<kHeadDim>()));
-        return n;
+        int fewest = 1 << 30;
+        for (const void* kernel : {reinterpret_cast<const void*>(work_kernel<kHeadDim, bf16>),
+                                   reinterpret_cast<const void*>(work_kernel<kHeadDim, uint8_t>)}) {
+            MI_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               int(smem_bytes<kHeadDim>())));
+            int n = 0;
+            MI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kThreads,
+                                                                        smem_bytes<kHeadDim>()));
+            fewest = std::min(fewest, n);
+        }
+        return fewest;
     }();
     return blocks_per_sm;
 }
 
 struct LaunchArgs {
-    const bf16 *q, *k_cache, *v_cache;
+    const bf16* q;
+    const void *k_cache, *v_cache;  // bf16, or e4m3 bytes (fp8_cache)
+    bool fp8_cache;
+    float k_scale, v_scale;
     const int32_t *query_start, *seq_lens, *block_table, *plan;
     int max_pages, num_heads, num_kv_heads, page_size, page_shift;
     float scale_log2;
@@ -288,13 +300,21 @@ struct LaunchArgs {
     unsigned grid;
 };
 
+template <int kHeadDim, typename Cache>
+void launch_work(const LaunchArgs& a, cudaStream_t stream) {
+    work_kernel<kHeadDim, Cache><<<a.grid, kThreads, smem_bytes<kHeadDim>(), stream>>>(
+        a.q, static_cast<const Cache*>(a.k_cache), static_cast<const Cache*>(a.v_cache), a.k_scale,
+        a.v_scale, a.query_start, a.seq_lens, a.block_table, a.plan, a.max_pages, a.num_heads,
+        a.num_kv_heads, a.page_size, a.page_shift, a.scale_log2, a.out, a.partial_o, a.partial_lse);
+    MI_CUDA_CHECK(cudaGetLastError());
+}
+
 template <int kHeadDim>
 void launch(const LaunchArgs& a, cudaStream_t stream) {
-    work_kernel<kHeadDim><<<a.grid, kThreads, smem_bytes<kHeadDim>(), stream>>>(
-        a.q, a.k_cache, a.v_cache, a.query_start, a.seq_lens, a.block_table, a.plan, a.max_pages,
-        a.num_heads, a.num_kv_heads, a.page_size, a.page_shift, a.scale_log2, a.out, a.partial_o,
-        a.partial_lse);
-    MI_CUDA_CHECK(cudaGetLastError());
+    if (a.fp8_cache)
+        launch_work<kHeadDim, uint8_t>(a, stream);
+    else
+        launch_work<kHeadDim, bf16>(a, stream);
     merge_kernel<kHeadDim><<<a.grid, kThreads, 0, stream>>>(
         a.plan, a.query_start, a.num_heads, a.num_kv_heads, a.partial_o, a.partial_lse, a.out);
     MI_CUDA_CHECK(cudaGetLastError());
@@ -485,14 +505,15 @@ void FlashInferAttention::run(const AttentionParams& p, cudaStream_t stream) {
     MI_LAUNCH_CHECK(p.k_cache->size(1) == page_size_ && p.k_cache->size(2) == num_kv_heads_ &&
                         p.k_cache->size(3) == head_dim_ && p.v_cache->shape() == p.k_cache->shape(),
                     "flashinfer: k_cache/v_cache do not match the constructed page size / heads");
-    MI_LAUNCH_CHECK(p.k_cache->dtype() == DType::kBF16,
-                    "flashinfer: an FP8 KV cache runs on the fa2 backend only so far");
     MI_LAUNCH_CHECK(p.out->size(0) == p.q->size(0) && p.out->size(1) == num_heads_ * head_dim_,
                     "flashinfer: out must be [num_tokens, num_heads * head_dim]");
     LaunchArgs a{};
     a.q = static_cast<const bf16*>(p.q->raw());
-    a.k_cache = static_cast<const bf16*>(p.k_cache->raw());
-    a.v_cache = static_cast<const bf16*>(p.v_cache->raw());
+    a.k_cache = p.k_cache->raw();
+    a.v_cache = p.v_cache->raw();
+    a.fp8_cache = p.k_cache->dtype() == DType::kU8;
+    a.k_scale = p.k_scale;
+    a.v_scale = p.v_scale;
     a.query_start = p.query_start->data<int32_t>();
     a.seq_lens = p.seq_lens->data<int32_t>();
     a.block_table = p.block_table->data<int32_t>();

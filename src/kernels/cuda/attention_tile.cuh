@@ -60,50 +60,42 @@ __device__ __forceinline__ void load_q_fragments(const __nv_bfloat16* q, int q_b
     }
 }
 
+// One 8-element chunk of a K/V row into shared memory (16 bytes of bf16 at dst): from a bf16
+// cache by cp.async (zero-filled when !valid; the caller commits and waits), from an FP8 cache
+// (e4m3 bytes, value = e4m3 · scale) by one synchronous 8-byte load widened to bf16 — the mma
+// reads bf16, so the widening cannot wait; the tile loops' barriers then order the stores.
+__device__ __forceinline__ void load_kv_chunk(__nv_bfloat16* dst, const __nv_bfloat16* cache,
+                                              int64_t offset, bool valid, float /*scale*/) {
+    cp_async_16(dst, cache + offset, valid);
+}
+__device__ __forceinline__ void load_kv_chunk(__nv_bfloat16* dst, const uint8_t* cache,
+                                              int64_t offset, bool valid, float scale) {
+    *reinterpret_cast<uint4*>(dst) =
+        valid ? e4m3x8_to_bf16x8(__ldg(reinterpret_cast<const uint2*>(cache + offset)), scale)
+              : make_uint4(0, 0, 0, 0);
+}
+
 // Keys [key_begin, key_begin + kKeys) of one KV head into tile ([kKeys, kHeadDim + 8] bf16),
 // spread over kThreads threads; keys from key_end on are zero-filled, never read (the cache
 // past a sequence's length may hold anything). cache: [num_pages, page_size, num_kv_heads,
-// kHeadDim]; pages: the sequence's block-table row; kv_row_stride = num_kv_heads * kHeadDim and
-// head_offset = kv_head * kHeadDim, computed once by the caller. (scale: an FP8 cache's; unused.)
-template <int kHeadDim, int kKeys, int kThreads>
-__device__ __forceinline__ void gather_kv_tile(__nv_bfloat16* tile, const __nv_bfloat16* cache,
+// kHeadDim] of Cache (bf16, or e4m3 bytes times scale); pages: the sequence's block-table row;
+// kv_row_stride = num_kv_heads * kHeadDim and head_offset = kv_head * kHeadDim, computed once by
+// the caller.
+template <int kHeadDim, int kKeys, int kThreads, typename Cache>
+__device__ __forceinline__ void gather_kv_tile(__nv_bfloat16* tile, const Cache* cache,
                                                const int32_t* pages, int key_begin, int key_end,
                                                int page_size, int page_shift, int64_t kv_row_stride,
-                                               int head_offset, float /*scale*/) {
-    constexpr int kStride = kHeadDim + 8, kChunks = kHeadDim / 8;  // 16-byte chunks per row
+                                               int head_offset, float scale) {
+    constexpr int kStride = kHeadDim + 8, kChunks = kHeadDim / 8;  // 8-element chunks per row
     for (int c = threadIdx.x; c < kKeys * kChunks; c += kThreads) {
         const int r = c / kChunks, chunk = c % kChunks;
         const int key = key_begin + r;
         const bool valid = key < key_end;
-        const __nv_bfloat16* src = cache;
-        if (valid)
-            src = cache + cache_row(pages, key, page_size, page_shift) * kv_row_stride +
-                  head_offset + chunk * 8;
-        cp_async_16(tile + r * kStride + chunk * 8, src, valid);
-    }
-}
-
-// The same tile from an FP8 cache (e4m3 bytes, value = e4m3 · scale): each thread reads 8 bytes
-// (one load, synchronous: the tile must be widened to bf16 before the mma reads it), widens them
-// and stores 16 bytes; zeros past key_end. The tile loop's cp.async groups are then empty and
-// its barriers alone order the stores and the reads.
-template <int kHeadDim, int kKeys, int kThreads>
-__device__ __forceinline__ void gather_kv_tile(__nv_bfloat16* tile, const uint8_t* cache,
-                                               const int32_t* pages, int key_begin, int key_end,
-                                               int page_size, int page_shift, int64_t kv_row_stride,
-                                               int head_offset, float scale) {
-    constexpr int kStride = kHeadDim + 8, kChunks = kHeadDim / 8;  // 8 elements per chunk
-    for (int c = threadIdx.x; c < kKeys * kChunks; c += kThreads) {
-        const int r = c / kChunks, chunk = c % kChunks;
-        const int key = key_begin + r;
-        uint4 widened = make_uint4(0, 0, 0, 0);
-        if (key < key_end) {
-            const uint8_t* src = cache +
-                                 cache_row(pages, key, page_size, page_shift) * kv_row_stride +
-                                 head_offset + chunk * 8;
-            widened = e4m3x8_to_bf16x8(__ldg(reinterpret_cast<const uint2*>(src)), scale);
-        }
-        *reinterpret_cast<uint4*>(tile + r * kStride + chunk * 8) = widened;
+        const int64_t offset = valid
+                                   ? cache_row(pages, key, page_size, page_shift) * kv_row_stride +
+                                         head_offset + chunk * 8
+                                   : 0;
+        load_kv_chunk(tile + r * kStride + chunk * 8, cache, offset, valid, scale);
     }
 }
 
