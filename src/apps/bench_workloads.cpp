@@ -63,7 +63,7 @@ double expected_distinct_experts(int64_t num_experts, int64_t top_k, double toke
 }
 
 double sol_seconds(const BenchWorkload& w, const ModelConfig& c, int64_t max_num_seqs,
-                   const SolHardware& hw) {
+                   const SolHardware& hw, double kv_element_bytes) {
     // Dense weights (read whole every step) and their matmul parameters per token (lm_head
     // included; embedding rows are a lookup, not a matmul).
     double dense_bytes = 0, matmul_params = double(c.vocab_size * c.hidden_size);
@@ -87,7 +87,8 @@ double sol_seconds(const BenchWorkload& w, const ModelConfig& c, int64_t max_num
                    expected_distinct_experts(c.num_experts, c.num_experts_per_tok, tokens);
     };
 
-    const double kv_per_token = 2.0 * double(c.num_layers * c.num_kv_heads * c.head_dim) * 2.0;
+    const double kv_per_token =
+        2.0 * double(c.num_layers * c.num_kv_heads * c.head_dim) * kv_element_bytes;
     double seconds = 0;
     for (size_t begin = 0; begin < w.prompts.size(); begin += size_t(max_num_seqs)) {
         const size_t end = std::min(w.prompts.size(), begin + size_t(max_num_seqs));

@@ -42,7 +42,9 @@ struct SolHardware {
     double hbm_bytes_per_s = 4.8e12, matmul_flops = 790e12;  // H200, as measured (BENCHMARKS.md)
 };
 double expected_distinct_experts(int64_t num_experts, int64_t top_k, double tokens);
+// kv_element_bytes: 2 for a bf16 KV cache, 1 for an FP8 one (--kv-cache-dtype fp8 reads half
+// the KV bytes, and its speed of light is that much higher where the cache dominates).
 double sol_seconds(const BenchWorkload& w, const ModelConfig& c, int64_t max_num_seqs,
-                   const SolHardware& hw);
+                   const SolHardware& hw, double kv_element_bytes = 2.0);
 
 }  // namespace miniinfer::apps

@@ -49,8 +49,8 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o) {
             if (out.finished) output_tokens += int64_t(out.token_ids.size());
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    const double sol =
-        sol_seconds(w, engine.model_config(), engine.config().max_num_seqs, o.hardware);
+    const double sol = sol_seconds(w, engine.model_config(), engine.config().max_num_seqs,
+                                   o.hardware, engine.config().fp8_kv_cache() ? 1.0 : 2.0);
     const EngineConfig& c = engine.config();
     const std::optional<ModelRunner::StepTiming> t = engine.step_timing();
     return {{"workload", w.name},

@@ -317,7 +317,8 @@ double mi_engine_bench_sol_seconds(mi_engine* engine, const char* workload_json,
         const apps::BenchWorkload w =
             workload_from_json(parse_untrusted_json(workload_json, "workload"));
         return apps::sol_seconds(w, s.model_config(), s.config().max_num_seqs,
-                                 apps::SolHardware{hbm_bytes_per_s, matmul_flops});
+                                 apps::SolHardware{hbm_bytes_per_s, matmul_flops},
+                                 s.config().fp8_kv_cache() ? 1.0 : 2.0);
     });
 }
 

@@ -59,3 +59,20 @@ TEST(BenchSol, MoeStepReadsOnlyTheRoutedExperts) {
     const double wide = sol_seconds(batch, c, 256, hw);
     EXPECT_NEAR(wide, (dense + 48 * 128 * expert + 256 * kv) / 4.8e12, 1e-3 * wide);
 }
+
+// An FP8 KV cache reads one byte per K/V element: a long decode, where the cache dominates,
+// gets a speed of light near twice the bf16 one, and the difference is exactly the KV bytes.
+TEST(BenchSol, Fp8KvCacheHalvesTheKvBytes) {
+    const ModelConfig c = ModelConfig::load(kBench / "qwen3-0.6b");
+    const SolHardware hw{.hbm_bytes_per_s = 4.8e12, .matmul_flops = 1e30};  // memory only
+    BenchWorkload w;
+    for (int i = 0; i < 256; ++i) {
+        w.prompts.push_back(std::vector<int32_t>(4096, 1));
+        w.max_tokens.push_back(64);
+    }
+    const double bf16 = sol_seconds(w, c, 256, hw), fp8 = sol_seconds(w, c, 256, hw, 1.0);
+    const double weights_only = sol_seconds(w, c, 256, hw, 0.0);
+    EXPECT_LT(fp8, bf16);
+    EXPECT_NEAR(bf16 - fp8, fp8 - weights_only, 1e-9 * bf16);  // KV at 2 bytes = 2 x at 1 byte
+    EXPECT_GT(bf16 - weights_only, 0.5 * bf16);                // the cache dominates here
+}
