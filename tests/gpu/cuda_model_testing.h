@@ -47,6 +47,18 @@ inline EngineConfig runner_config(int64_t max_num_seqs, int64_t max_model_len, i
     return c;
 }
 
+// An engine on a fixture, on the GPU, small: 512-token contexts, max_num_seqs sequences, 30% of
+// the card (tests share it).
+inline EngineConfig engine_config(const std::string& fixture, int64_t max_num_seqs = 16) {
+    EngineConfig c;
+    c.model_dir = (kFixtures / fixture).string();
+    c.device = "cuda";
+    c.max_model_len = 512;
+    c.max_num_seqs = max_num_seqs;
+    c.gpu_memory_utilization = 0.3;
+    return c;
+}
+
 // What the engine gives the CUDA runner: bf16 weights.
 inline ModelWeights bf16_weights(const ModelConfig& config, const std::string& name) {
     return load_weights(config, kFixtures / name, {.dtype = DType::kBF16});
@@ -184,12 +196,7 @@ inline void expect_graph_replay_equals_eager(const std::string& fixture, std::ve
     };
     std::vector<std::vector<int32_t>> want;
     for (Mode mode : {Mode{true, false}, Mode{false, false}, Mode{true, true}, Mode{false, true}}) {
-        EngineConfig c;
-        c.model_dir = (kFixtures / fixture).string();
-        c.device = "cuda";
-        c.max_model_len = 512;
-        c.max_num_seqs = 16;
-        c.gpu_memory_utilization = 0.3;
+        EngineConfig c = engine_config(fixture);
         c.enforce_eager = mode.eager;
         c.disable_overlap = !mode.overlap;
         LLMEngine engine(c);
@@ -227,12 +234,7 @@ inline void expect_greedy_decode_agrees_with_cpu(const std::string& name, int64_
     greedy.temperature = 0;
     greedy.max_tokens = max_tokens;
     greedy.ignore_eos = true;
-    EngineConfig c;
-    c.model_dir = (kFixtures / name).string();
-    c.device = "cuda";
-    c.max_model_len = 512;
-    c.max_num_seqs = 16;
-    c.gpu_memory_utilization = 0.3;
+    EngineConfig c = engine_config(name);
     c.kv_cache_dtype = kv_cache_dtype;
     LLMEngine engine(c);
     std::vector<std::vector<int32_t>> outputs;

@@ -126,12 +126,7 @@ TEST(CudaTensorParallelEngine, GreedyEqualsOneGpu) {
     p.ignore_eos = true;
     std::vector<std::vector<int32_t>> results[2];
     for (int64_t world : {1, 2}) {
-        EngineConfig c;
-        c.model_dir = (kFixtures / "qwen3-demo").string();
-        c.device = "cuda";
-        c.max_model_len = 512;
-        c.max_num_seqs = 8;
-        c.gpu_memory_utilization = 0.3;
+        EngineConfig c = engine_config("qwen3-demo", 8);
         c.tensor_parallel_size = world;
         LLMEngine engine(c);
         for (const RequestOutput& out : engine.generate(prompts, p))
