@@ -83,6 +83,12 @@ Tensor Checkpoint::get(const std::string& name, const Shape& expected) const {
     return t;
 }
 
+Tensor Checkpoint::get_any(const std::string& name) const {
+    auto it = where_.find(name);
+    if (it == where_.end()) fail("{}: checkpoint has no tensor '{}'", dir_.string(), name);
+    return files_[it->second].tensor(name);
+}
+
 void Checkpoint::release(const std::string& name, size_t begin, size_t end) const {
     auto it = where_.find(name);
     if (it == where_.end()) fail("{}: checkpoint has no tensor '{}'", dir_.string(), name);

@@ -22,6 +22,8 @@ class Checkpoint {
     // The tensor, checked against `expected` shape: missing or misshapen is an Error naming the
     // tensor (and the file it is in).
     Tensor get(const std::string& name, const Shape& expected) const;
+    // The tensor whatever its shape (optional tensors whose shape varies between writers).
+    Tensor get_any(const std::string& name) const;
     // Gives back the resident pages of bytes [begin, end) of tensor `name`'s data once they are
     // copied (see SafetensorsFile::release); the tensor stays readable.
     void release(const std::string& name, size_t begin = 0, size_t end = SIZE_MAX) const;

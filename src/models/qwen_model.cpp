@@ -66,9 +66,10 @@ QwenModel QwenModel::load(const std::filesystem::path& model_dir, LoadFormat for
 
 void QwenModel::use_fp8_kv_cache(float k_scale, float v_scale) {
     MI_CHECK(k_scale > 0.f && v_scale > 0.f, "fp8 KV scales must be positive");
-    for (Layer& layer : layers_) {
-        layer.attention.attention.fp8_k_scale = k_scale;
-        layer.attention.attention.fp8_v_scale = v_scale;
+    for (size_t l = 0; l < layers_.size(); ++l) {
+        const LayerWeights& w = weights_.layers[l];  // the checkpoint's scales win
+        layers_[l].attention.attention.fp8_k_scale = w.k_scale > 0.f ? w.k_scale : k_scale;
+        layers_[l].attention.attention.fp8_v_scale = w.v_scale > 0.f ? w.v_scale : v_scale;
     }
 }
 

@@ -51,8 +51,9 @@ class QwenModel {
     // caller validates user input).
     Tensor forward(const ForwardBatch& batch, KvCache& kv) const;
 
-    // Stores K/V rounded to FP8 e4m3 at these scales from now on (EngineConfig::kv_cache_dtype
-    // fp8; vLLM's default scales are 1.0).
+    // Stores K/V rounded to FP8 e4m3 from now on (EngineConfig::kv_cache_dtype fp8): each layer
+    // at the scales its checkpoint gives (LayerWeights::k_scale, v_scale), else at these
+    // (vLLM's default scales are 1.0).
     void use_fp8_kv_cache(float k_scale = 1.f, float v_scale = 1.f);
 
   private:

@@ -315,6 +315,23 @@ LoadFormat parse_load_format(const std::string& name) {
     fail("load format '{}' is not supported (auto, safetensors, dummy)", name);
 }
 
+namespace {
+// A KV cache scale of the checkpoint: one positive number (shape [] or [1], any float dtype), or
+// 0 when the checkpoint has no such tensor.
+float kv_scale(const Checkpoint& ckpt, const std::string& name) {
+    if (!ckpt.contains(name)) return 0.f;
+    const Tensor t = ckpt.get_any(name);
+    if (t.numel() != 1)
+        fail("{}: tensor '{}' has shape {}, expected one number (a KV cache scale)",
+             ckpt.dir().string(), name, shape_str(t.shape()));
+    const float v = t.to_f32().data<float>()[0];
+    if (!(v > 0.f) || !std::isfinite(v))
+        fail("{}: KV cache scale '{}' is {}, expected a positive number", ckpt.dir().string(), name,
+             v);
+    return v;
+}
+}  // namespace
+
 ModelWeights load_weights(const ModelConfig& config, const std::filesystem::path& model_dir,
                           const WeightTarget& target) {
     const auto start = std::chrono::steady_clock::now();
@@ -322,14 +339,24 @@ ModelWeights load_weights(const ModelConfig& config, const std::filesystem::path
     Checkpoint ckpt = Checkpoint::open(model_dir);
     auto expected = expected_tensors(config);
     for (const auto& [name, shape] : expected) ckpt.get(name, shape);  // all errors before any work
-    if (ckpt.num_tensors() > expected.size())
+    size_t used = expected.size();  // and the KV cache scales, read below
+    for (int64_t l = 0; l < config.num_layers; ++l)
+        for (const char* which : {"k_scale", "v_scale"})
+            used += ckpt.contains(fmt::format("model.layers.{}.self_attn.{}", l, which)) ? 1 : 0;
+    if (ckpt.num_tensors() > used)
         MI_LOG_WARN("{}: {} checkpoint tensors are not used by the model", model_dir.string(),
-                    ckpt.num_tensors() - expected.size());
+                    ckpt.num_tensors() - used);
     WeightWriter writer;
     writer.write = [&](const std::string& name, const Shape& shape, const Block& b, void* dst) {
         copy_block(ckpt, name, shape, b, target.dtype, dst);
     };
     ModelWeights w = assemble_checked(config, target, std::move(writer));
+    for (int64_t l = 0; l < config.num_layers; ++l) {
+        LayerWeights& layer = w.layers[size_t(l)];
+        const std::string prefix = fmt::format("model.layers.{}.self_attn.", l);
+        layer.k_scale = kv_scale(ckpt, prefix + "k_scale");
+        layer.v_scale = kv_scale(ckpt, prefix + "v_scale");
+    }
     LoadStats& s = w.stats;
     s.seconds = seconds_since(start);
     s.peak_host_bytes = peak_host_memory_bytes();

@@ -75,6 +75,9 @@ struct LayerWeights {
     Tensor gate_up, down;   // dense: [2 inter, hidden], [hidden, inter]
     Tensor router;          // MoE: [num_experts, hidden]
     Tensor experts_gate_up, experts_down;  // MoE: [E, 2 moe_inter, hidden], [E, hidden, moe_inter]
+    // An FP8-quantised checkpoint's KV cache scales (self_attn.k_scale / v_scale, vLLM's names),
+    // used with --kv-cache-dtype fp8; 0 where the checkpoint has none (then 1.0, as vLLM).
+    float k_scale = 0.f, v_scale = 0.f;
 };
 
 // Host tensors of the target's dtype and shard.

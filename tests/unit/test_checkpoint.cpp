@@ -1,12 +1,16 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <map>
 #include <random>
 #include <thread>
 
 #include "core/host_memory.h"
 #include "loader/checkpoint.h"
+#include "models/qwen_model.h"
+#include "models/sequence_runner.h"
 #include "models/weights.h"
 #include "safetensors_writer.h"
 
@@ -468,4 +472,76 @@ TEST(Weights, AssembleWithAWriterOfItsOwn) {
     const WeightBlock q = blocks.at("model.layers.0.self_attn.q_proj.weight");
     EXPECT_EQ(q.row_begin, q.rows / 2);
     EXPECT_EQ(q.col_end - q.col_begin, q.cols);
+}
+
+// An FP8-quantised checkpoint's KV cache scales (self_attn.k_scale / v_scale, one number each,
+// [] or [1], any float dtype) are read per layer; layers without them get 0 (none); a scale that
+// is not one positive number is an error naming the tensor. With --kv-cache-dtype fp8 the model
+// then stores each layer's K/V at the checkpoint's scales: the same logits as giving those
+// scales by hand, other logits than the default 1.0.
+namespace {
+std::filesystem::path with_kv_scales(const std::string& tag, const std::vector<FakeTensor>& extra) {
+    auto dir = copy_fixture("qwen2-tiny", tag);
+    write_safetensors(dir / "kv_scales.safetensors", extra);
+    Json index = read_json_file(dir / "model.safetensors.index.json");
+    for (const FakeTensor& t : extra) index["weight_map"][t.name] = "kv_scales.safetensors";
+    std::ofstream(dir / "model.safetensors.index.json") << index.dump();
+    return dir;
+}
+FakeTensor scalar(const std::string& name, float value, Shape shape = {}) {
+    FakeTensor t{name, "F32", std::move(shape), std::vector<uint8_t>(4)};
+    std::memcpy(t.bytes.data(), &value, 4);
+    return t;
+}
+}  // namespace
+
+TEST(Weights, Fp8KvScalesFromTheCheckpoint) {
+    const ModelConfig config = ModelConfig::load(kFixtures / "qwen2-tiny");
+    std::vector<FakeTensor> scales;
+    for (int64_t l = 0; l < config.num_layers; ++l) {
+        const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
+        scales.push_back(scalar(p + "k_scale", 0.37f, l % 2 ? Shape{1} : Shape{}));
+        scales.push_back(scalar(p + "v_scale", 2.5f));
+    }
+    const auto dir = with_kv_scales("kv_scales", scales);
+    const ModelWeights w = load_weights(config, dir);
+    for (int64_t l = 0; l < config.num_layers; ++l) {
+        EXPECT_FLOAT_EQ(w.layers[size_t(l)].k_scale, 0.37f) << l;
+        EXPECT_FLOAT_EQ(w.layers[size_t(l)].v_scale, 2.5f) << l;
+    }
+    // Only some scales: the others stay 0 (none).
+    const auto partial =
+        with_kv_scales("kv_scales_partial", {scalar("model.layers.1.self_attn.v_scale", 2.5f)});
+    const ModelWeights wp = load_weights(config, partial);
+    EXPECT_FLOAT_EQ(wp.layers[0].v_scale, 0.f);
+    EXPECT_FLOAT_EQ(wp.layers[1].v_scale, 2.5f);
+    EXPECT_FLOAT_EQ(wp.layers[1].k_scale, 0.f);
+
+    // The model at the checkpoint's scales = the model given them by hand, bit for bit; at the
+    // default 1.0 the logits differ (the scales change what the cache holds).
+    const std::vector<int32_t> ids = {1, 5, 9, 200, 17, 3, 3, 42, 7, 100, 11, 60};
+    auto logits = [&](QwenModel& m) {
+        SequenceRunner r(m, int64_t(ids.size()), 4);  // pages of 4: K/V read back across pages
+        return r.append(ids);
+    };
+    QwenModel from_ckpt(config, load_weights(config, dir));
+    from_ckpt.use_fp8_kv_cache();
+    const Tensor got = logits(from_ckpt);
+    QwenModel by_hand(config, load_weights(config, kFixtures / "qwen2-tiny"));
+    by_hand.use_fp8_kv_cache(0.37f, 2.5f);
+    QwenModel unit(config, load_weights(config, kFixtures / "qwen2-tiny"));
+    unit.use_fp8_kv_cache();
+    const Tensor want = logits(by_hand), at_one = logits(unit);
+    ASSERT_EQ(got.numel(), want.numel());
+    EXPECT_EQ(std::memcmp(got.raw(), want.raw(), got.nbytes()), 0);
+    EXPECT_NE(std::memcmp(got.raw(), at_one.raw(), got.nbytes()), 0);
+
+    const auto bad =
+        with_kv_scales("kv_scales_bad", {scalar("model.layers.0.self_attn.k_scale", -1.f)});
+    EXPECT_THAT(error_message([&] { load_weights(config, bad); }),
+                HasSubstr("KV cache scale 'model.layers.0.self_attn.k_scale' is -1"));
+    FakeTensor two = f32_tensor("model.layers.1.self_attn.v_scale", {2}, 1.f);
+    const auto wide = with_kv_scales("kv_scales_wide", {two});
+    EXPECT_THAT(error_message([&] { load_weights(config, wide); }),
+                HasSubstr("'model.layers.1.self_attn.v_scale' has shape [2], expected one number"));
 }
