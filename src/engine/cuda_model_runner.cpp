@@ -254,12 +254,16 @@ void CudaModelRunner::Impl::allocate_kv(int64_t pages) {
     kv.clear();  // free the old pool first
     if (pages == 0) return;
     const CudaModel::AttentionDims d = model->attention_dims();
-    // --kv-cache-dtype fp8: e4m3 bytes at scale 1.0 (vLLM's default without checkpoint scales).
+    // --kv-cache-dtype fp8: e4m3 bytes at the checkpoint's scales, else 1.0 (as vLLM).
     const DType dtype = opt.fp8_kv_cache() ? DType::kU8 : DType::kBF16;
-    for (int64_t l = 0; l < d.num_layers; ++l)
+    const std::vector<std::pair<float, float>> scales = model->checkpoint_kv_scales();
+    for (int64_t l = 0; l < d.num_layers; ++l) {
+        const auto [k_scale, v_scale] = scales.at(size_t(l));
         kv.push_back(
             {cuda::device_tensor({pages + 1, opt.page_size, d.num_kv_heads, d.head_dim}, dtype),
-             cuda::device_tensor({pages + 1, opt.page_size, d.num_kv_heads, d.head_dim}, dtype)});
+             cuda::device_tensor({pages + 1, opt.page_size, d.num_kv_heads, d.head_dim}, dtype),
+             k_scale > 0.f ? k_scale : 1.f, v_scale > 0.f ? v_scale : 1.f});
+    }
 }
 
 size_t CudaModelRunner::Impl::capture_graphs(bool warm_up) {

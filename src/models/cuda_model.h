@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <utility>
+#include <vector>
 
 #include "config/model_config.h"
 #include "layers/cuda/attention_backend.h"
@@ -29,6 +31,8 @@ class CudaModel {
     };
     virtual AttentionDims attention_dims() const = 0;
     virtual size_t weight_bytes() const = 0;  // this rank's weights on the device
+    // Per layer, the FP8 KV cache scales (k, v) the checkpoint gives; 0 where it gives none.
+    virtual std::vector<std::pair<float, float>> checkpoint_kv_scales() const = 0;
     // Allocates every activation for steps of up to max_tokens tokens and max_logits sampled
     // rows. Call once, before forward().
     virtual void allocate_activations(int64_t max_tokens, int64_t max_logits) = 0;

@@ -87,6 +87,7 @@ QwenCudaModel::QwenCudaModel(ModelConfig config, ModelWeights w, cuda::Communica
             layer.mlp.down = linear(lw.down, none, Shard::kRow, comm);
         }
         layers_.push_back(std::move(layer));
+        kv_scales_.emplace_back(lw.k_scale, lw.v_scale);
     }
 }
 

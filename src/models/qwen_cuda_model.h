@@ -28,6 +28,9 @@ class QwenCudaModel final : public CudaModel {
     const ModelConfig& config() const override { return config_; }
     AttentionDims attention_dims() const override;
     size_t weight_bytes() const override;
+    std::vector<std::pair<float, float>> checkpoint_kv_scales() const override {
+        return kv_scales_;
+    }
     void allocate_activations(int64_t max_tokens, int64_t max_logits) override;
     void forward(const cuda::StepInputs& in, std::span<cuda::KvLayer> kv,
                  cuda::AttentionBackend& attention, cudaStream_t stream) override;
@@ -51,6 +54,7 @@ class QwenCudaModel final : public CudaModel {
     cuda::Communicator* comm_ = nullptr;
     int64_t vocab_begin_ = 0;
     std::vector<Layer> layers_;
+    std::vector<std::pair<float, float>> kv_scales_;  // LayerWeights' k_scale, v_scale
     cuda::RmsNorm final_norm_;
 
     // Activations for the largest step (allocate_activations).
