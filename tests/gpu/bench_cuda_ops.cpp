@@ -192,8 +192,10 @@ void bench_gemv(int64_t m, const GemmShape& g, DType out = DType::kBF16) {
 
 // Attention over a paged cache with pages in order. seq_lens: each sequence's context after
 // this step; q_lens: its new tokens.
+// fp8: an FP8 KV cache (e4m3 bytes, --kv-cache-dtype fp8), half the K/V bytes.
 void bench_attention(const std::vector<int32_t>& q_lens, const std::vector<int32_t>& seq_lens,
-                     const std::string& shape) {
+                     const std::string& shape, bool fp8 = false) {
+    const double kv_element = fp8 ? 1.0 : kBf16;
     const int64_t num_seqs = int64_t(q_lens.size());
     std::vector<int32_t> query_start = {0};
     int64_t max_q = 0, max_seq = 0, pages_total = 0;
@@ -203,7 +205,7 @@ void bench_attention(const std::vector<int32_t>& q_lens, const std::vector<int32
         max_q = std::max<int64_t>(max_q, q_lens[size_t(s)]);
         max_seq = std::max<int64_t>(max_seq, seq_lens[size_t(s)]);
         pages_total += (seq_lens[size_t(s)] + kPageSize - 1) / kPageSize;
-        kv_bytes += 2.0 * double(seq_lens[size_t(s)] * kKvHeads * kHeadDim) * kBf16;
+        kv_bytes += 2.0 * double(seq_lens[size_t(s)] * kKvHeads * kHeadDim) * kv_element;
         // Q·Kᵀ and P·V over the keys each query row sees (causal).
         const double prefix = seq_lens[size_t(s)] - q_lens[size_t(s)];
         for (int64_t t = 0; t < q_lens[size_t(s)]; ++t)
@@ -219,6 +221,12 @@ void bench_attention(const std::vector<int32_t>& q_lens, const std::vector<int32
     Tensor q = random_device_bf16({tokens, kHeads, kHeadDim});
     Tensor k_cache = random_device_bf16({pages_total, kPageSize, kKvHeads, kHeadDim});
     Tensor v_cache = random_device_bf16({pages_total, kPageSize, kKvHeads, kHeadDim});
+    if (fp8) {  // e4m3 0x38 = 1.0 everywhere: the values do not change the kernels' speed
+        for (Tensor* t : {&k_cache, &v_cache}) {
+            *t = cuda::device_tensor({pages_total, kPageSize, kKvHeads, kHeadDim}, DType::kU8);
+            MI_CUDA_CHECK(cudaMemset(t->raw(), 0x38, t->nbytes()));
+        }
+    }
     Tensor out = cuda::device_tensor({tokens, kHeads * kHeadDim}, DType::kBF16);
     Tensor d_query_start = device_i32(query_start), d_seq_lens = device_i32(seq_lens);
     Tensor d_table = cuda::to_device(Tensor::zeros({num_seqs, max_pages}, DType::kI32));
@@ -231,7 +239,8 @@ void bench_attention(const std::vector<int32_t>& q_lens, const std::vector<int32
     if (wanted("attention fa2")) {
         const size_t ws_bytes = cuda::attention_workspace_bytes(tokens, kHeads, kHeadDim);
         cuda::DeviceBuffer workspace(std::max<size_t>(ws_bytes, 1));
-        print_bench_row("attention fa2", shape, time_launch([&](cudaStream_t s) {
+        print_bench_row(fp8 ? "attention fa2 fp8" : "attention fa2", shape,
+                        time_launch([&](cudaStream_t s) {
                             cuda::paged_attention(p, workspace.data(), ws_bytes, s);
                         }),
                         bytes, flops);
@@ -241,7 +250,7 @@ void bench_attention(const std::vector<int32_t>& q_lens, const std::vector<int32
         cuda::Stream stream;
         fi.plan(query_start, seq_lens, stream.get());
         stream.synchronize();
-        print_bench_row("attention flashinfer", shape,
+        print_bench_row(fp8 ? "attention flashinfer fp8" : "attention flashinfer", shape,
                         time_launch([&](cudaStream_t s) { fi.run(p, s); }), bytes, flops);
     }
 }
@@ -490,6 +499,12 @@ int main(int argc, char** argv) {
                         "prefill 1 x 2048 tokens");
         bench_attention(std::vector<int32_t>(8, 256), std::vector<int32_t>(8, 1024),
                         "prefill 8 x 256 new, 768 cached");
+        // The same decode and chunked prefill on an FP8 cache.
+        bench_attention(std::vector<int32_t>(kDecodeRows, 1),
+                        std::vector<int32_t>(kDecodeRows, 1024), "decode 256 seqs x 1024 keys",
+                        true);
+        bench_attention(std::vector<int32_t>(8, 256), std::vector<int32_t>(8, 1024),
+                        "prefill 8 x 256 new, 768 cached", true);
     }
     bench_sampling();
     if (wanted("moe"))
