@@ -30,6 +30,9 @@ def _parse_args(argv: Any = None) -> argparse.Namespace:
                    help="balanced, decode128, decode256, short256, prefill256, bs1 (repeatable)")
     p.add_argument("--balanced-file", default="bench/balanced.json")
     p.add_argument("--json", default="", help="Also write the results as JSON here")
+    p.add_argument("--runs", type=int, default=1,
+                   help="Timed runs of each workload, back to back: the first run and the steady "
+                        "state (the mean of the others) are reported apart")
     # The SOL model's figures (the H200's by default) are a GPU's: as `miniinfer bench`, the SOL
     # columns show for --device cuda, or when a figure is given.
     p.add_argument("--hbm-bytes-per-s", type=float, default=None)
@@ -104,6 +107,8 @@ def run_workload(engine: LLMEngine, workload: Dict[str, Any], a: argparse.Namesp
 
 def main(argv: Any = None) -> None:
     a = _parse_args(argv)
+    if a.runs < 1:
+        raise SystemExit(f"--runs {a.runs}: at least 1")
     workloads = []
     for name in a.workload or ["balanced"]:
         w = _lib.call_json("mi_bench_workload", name.encode(), a.balanced_file.encode())
@@ -119,24 +124,38 @@ def main(argv: Any = None) -> None:
         print(_HEADER, flush=True)
         results = []
         for w in workloads:
-            r = run_workload(engine, w, a)
-            sol = ("— | —" if r["sol_tok_per_s"] is None else
-                   f"{r['sol_tok_per_s']:.0f} | {r['percent_of_sol']:.1f}%")
-            line = (f"| {r['workload']} | {r['device']} | {r['attention_backend']} | "
-                    f"{r['page_size']} | {'on' if r['cuda_graphs'] else 'off'} | "
-                    f"{'on' if r['overlap'] else 'off'} | {r['requests']} | "
-                    f"{r['output_tokens']} | {r['seconds']:.2f} | "
-                    f"{r['output_tok_per_s']:.0f} | {sol} |")
-            if r["workload"] == "prefill256":
-                line += f" prompt {r['prompt_tok_per_s']:.0f} tok/s"
-            if r["workload"] == "bs1":
-                line += f" {r['ms_per_output_token']:.3f} ms/token"
-            print(line, flush=True)
-            results.append(r)
+            speeds = []
+            for run in range(1, a.runs + 1):
+                r = run_workload(engine, w, a)
+                r["run"] = run
+                _print_row(r, run, a.runs)
+                speeds.append(r["output_tok_per_s"])
+                results.append(r)
+            if a.runs > 1:
+                print(f"| {w['name']}: first run {speeds[0]:.0f} tok/s, steady state "
+                      f"{sum(speeds[1:]) / (a.runs - 1):.0f} tok/s (mean of runs 2-{a.runs}) |",
+                      flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=2)
             f.write("\n")
+
+
+def _print_row(r: Dict[str, Any], run: int, runs: int) -> None:
+    """One result row, as `miniinfer bench` prints it."""
+    name = r["workload"] + (f" (run {run})" if runs > 1 else "")
+    sol = ("— | —" if r["sol_tok_per_s"] is None else
+           f"{r['sol_tok_per_s']:.0f} | {r['percent_of_sol']:.1f}%")
+    line = (f"| {name} | {r['device']} | {r['attention_backend']} | "
+            f"{r['page_size']} | {'on' if r['cuda_graphs'] else 'off'} | "
+            f"{'on' if r['overlap'] else 'off'} | {r['requests']} | "
+            f"{r['output_tokens']} | {r['seconds']:.2f} | "
+            f"{r['output_tok_per_s']:.0f} | {sol} |")
+    if r["workload"] == "prefill256":
+        line += f" prompt {r['prompt_tok_per_s']:.0f} tok/s"
+    if r["workload"] == "bs1":
+        line += f" {r['ms_per_output_token']:.3f} ms/token"
+    print(line, flush=True)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ struct BenchOptions {
     std::vector<std::string> workloads = {"balanced"};
     std::string balanced_file = "bench/balanced.json";
     std::string json_out;
+    int64_t runs = 1;             // timed runs of each workload, back to back
     SolHardware hardware;         // H200, as measured (BENCHMARKS.md)
     bool hardware_given = false;  // --hbm-bytes-per-s or --matmul-flops on the command line
 
@@ -75,6 +76,36 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o) {
             {"percent_of_sol", o.shows_sol(c) ? Json(100.0 * sol / seconds) : Json(nullptr)}};
 }
 
+// One result row of the table (its run number after the workload's name when runs > 1).
+void print_row(const Json& r, int64_t run_index, int64_t runs) {
+    const std::string name = r["workload"].get<std::string>() +
+                             (runs > 1 ? fmt::format(" (run {})", run_index) : std::string());
+    const std::string sol = r["sol_tok_per_s"].is_null()
+                                ? "— | —"
+                                : fmt::format("{:.0f} | {:.1f}%", r["sol_tok_per_s"].get<double>(),
+                                              r["percent_of_sol"].get<double>());
+    std::printf("| %s | %s | %s | %lld | %s | %s | %lld | %lld | %.2f | %.0f | %s |", name.c_str(),
+                r["device"].get<std::string>().c_str(),
+                r["attention_backend"].get<std::string>().c_str(), r["page_size"].get<long long>(),
+                r["cuda_graphs"].get<bool>() ? "on" : "off",
+                r["overlap"].get<bool>() ? "on" : "off", r["requests"].get<long long>(),
+                r["output_tokens"].get<long long>(), r["seconds"].get<double>(),
+                r["output_tok_per_s"].get<double>(), sol.c_str());
+    if (r["workload"] == "prefill256")
+        std::printf(" prompt %.0f tok/s", r["prompt_tok_per_s"].get<double>());
+    if (r["workload"] == "bs1")
+        std::printf(" %.3f ms/token", r["ms_per_output_token"].get<double>());
+    if (!r["steps"].is_null() && r["steps"].get<int64_t>() > 0) {
+        const double idle = r["gpu_idle_ms"].get<double>(), busy = r["gpu_busy_ms"].get<double>();
+        std::printf(" GPU idle between steps %.1f us/step (%.1f%% of %lld steps' GPU time)",
+                    1000.0 * idle / double(r["steps"].get<int64_t>()),
+                    100.0 * idle / std::max(busy + idle, 1e-9),
+                    (long long)r["steps"].get<int64_t>());
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+}
+
 void run(const BenchOptions& o) {
     std::vector<Workload> workloads;
     for (const std::string& name : o.workloads)
@@ -95,34 +126,20 @@ void run(const BenchOptions& o) {
     std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     Json results = Json::array();
     for (const Workload& w : workloads) {
-        const std::string& name = w.name;
-        Json r = run_workload(engine, w, o);
-        const std::string sol =
-            r["sol_tok_per_s"].is_null()
-                ? "— | —"
-                : fmt::format("{:.0f} | {:.1f}%", r["sol_tok_per_s"].get<double>(),
-                              r["percent_of_sol"].get<double>());
-        std::printf("| %s | %s | %s | %lld | %s | %s | %lld | %lld | %.2f | %.0f | %s |",
-                    name.c_str(), r["device"].get<std::string>().c_str(),
-                    r["attention_backend"].get<std::string>().c_str(),
-                    r["page_size"].get<long long>(), r["cuda_graphs"].get<bool>() ? "on" : "off",
-                    r["overlap"].get<bool>() ? "on" : "off", r["requests"].get<long long>(),
-                    r["output_tokens"].get<long long>(), r["seconds"].get<double>(),
-                    r["output_tok_per_s"].get<double>(), sol.c_str());
-        if (name == "prefill256")
-            std::printf(" prompt %.0f tok/s", r["prompt_tok_per_s"].get<double>());
-        if (name == "bs1") std::printf(" %.3f ms/token", r["ms_per_output_token"].get<double>());
-        if (!r["steps"].is_null() && r["steps"].get<int64_t>() > 0) {
-            const double idle = r["gpu_idle_ms"].get<double>(),
-                         busy = r["gpu_busy_ms"].get<double>();
-            std::printf(" GPU idle between steps %.1f us/step (%.1f%% of %lld steps' GPU time)",
-                        1000.0 * idle / double(r["steps"].get<int64_t>()),
-                        100.0 * idle / std::max(busy + idle, 1e-9),
-                        (long long)r["steps"].get<int64_t>());
+        double first = 0, later = 0;  // tok/s of the first run, sum of the others
+        for (int64_t run_index = 1; run_index <= o.runs; ++run_index) {
+            Json r = run_workload(engine, w, o);
+            r["run"] = run_index;
+            print_row(r, run_index, o.runs);
+            (run_index == 1 ? first : later) += r["output_tok_per_s"].get<double>();
+            results.push_back(r);
         }
-        std::printf("\n");
-        std::fflush(stdout);
-        results.push_back(r);
+        // What a user's first batch sees, and what the engine does once warm (the repeats reuse
+        // the prefix cache: prompts already seen are not prefilled again).
+        if (o.runs > 1)
+            std::printf(
+                "| %s: first run %.0f tok/s, steady state %.0f tok/s (mean of runs 2-%lld) |\n",
+                w.name.c_str(), first, later / double(o.runs - 1), (long long)o.runs);
     }
     if (!o.json_out.empty()) {
         std::ofstream out(o.json_out);
@@ -147,6 +164,11 @@ void add_bench(CLI::App& app) {
     cmd->add_option("--balanced-file", opts->balanced_file, "The balanced workload's prompts")
         ->capture_default_str();
     cmd->add_option("--json", opts->json_out, "Also write the results as JSON here");
+    cmd->add_option("--runs", opts->runs,
+                    "Timed runs of each workload, back to back: the first run and the steady "
+                    "state (the mean of the others) are reported apart")
+        ->check(CLI::Range(int64_t(1), int64_t(100)))
+        ->capture_default_str();
     cmd->add_flag("--measure-gpu-idle", opts->engine.config.measure_gpu_idle,
                   "CUDA: time each step with events and report the GPU's idle time between steps");
     cmd->add_option("--hbm-bytes-per-s", opts->hardware.hbm_bytes_per_s,

@@ -143,6 +143,20 @@ def test_bench_on_the_cpu_shows_no_gpu_speed_of_light(tmp_path):
     assert "%" in [l for l in out.splitlines() if l.startswith("| bs1 ")][0]
 
 
+def test_bench_runs_reports_first_run_and_steady_state(tmp_path):
+    out_json = tmp_path / "bench.json"
+    code, out, err = run("bench", "--model", DEMO, "--workload", "bs1", "--runs", "3", "--json",
+                         str(out_json))
+    assert code == 0, err
+    rows = [l for l in out.splitlines() if l.startswith("| bs1")]
+    assert [r.split("|")[1].strip() for r in rows[:3]] == ["bs1 (run 1)", "bs1 (run 2)",
+                                                           "bs1 (run 3)"]
+    assert "first run" in rows[3] and "steady state" in rows[3], rows[3]
+    assert [r["run"] for r in json.loads(out_json.read_text())] == [1, 2, 3]
+    code, _, err = run("bench", "--model", DEMO, "--runs", "0")
+    assert code != 0 and "--runs" in err
+
+
 def test_tensor_parallel_short_option():
     base = ("generate", "--model", DEMO, "--prompt", "Hello", "--max-tokens", "6", "--temperature", "0")
     code, one, err = run(*base)

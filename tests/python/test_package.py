@@ -55,3 +55,17 @@ def test_python_benchmark_prints_the_bench_table():
     assert cells[:5] == ["balanced", "cpu", "cpu", "16", "off"] and cells[6] == "2"
     assert cells[5] in ("on", "off") and int(cells[7]) > 0
     assert cells[-2:] == ["—", "—"]  # no speed of light on the CPU, as `miniinfer bench`
+
+
+def test_python_benchmark_runs_a_workload_again_and_reports_first_and_steady():
+    p = subprocess.run([sys.executable, str(REPO / "bench" / "bench_miniinfer.py"), "--model", DEMO,
+                        "--num-seqs", "2", "--max-model-len", "2048", "--runs", "3"],
+                       capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert p.returncode == 0, p.stderr
+    rows = [l for l in p.stdout.splitlines() if l.startswith("| balanced")]
+    assert [r.split("|")[1].strip() for r in rows[:3]] == [
+        "balanced (run 1)", "balanced (run 2)", "balanced (run 3)"]
+    assert "first run" in rows[3] and "steady state" in rows[3] and "mean of runs 2-3" in rows[3]
+    bad = subprocess.run([sys.executable, str(REPO / "bench" / "bench_miniinfer.py"), "--model",
+                          DEMO, "--runs", "0"], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert bad.returncode != 0 and "--runs 0: at least 1" in bad.stderr

@@ -72,7 +72,8 @@ class LLMEngine:
             enforce_eager, attention_backend (auto | fa2 | flashinfer), device (cpu | cuda),
             load_format (auto | safetensors | dummy), seed, use_multiprocess, page_size,
             kv_cache_bytes, num_pages, tensor_parallel_size, enable_expert_parallel,
-            disable_overlap, generation_config (auto | vllm | a folder), revision (with a
+            disable_overlap, generation_config (auto | vllm | a folder), kv_cache_dtype
+            (auto | fp8), nnodes, node_rank, master_addr, master_port, revision (with a
             name). ``engine_options()`` lists them all with their defaults.
 
     Raises:
