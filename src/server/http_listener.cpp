@@ -359,6 +359,15 @@ void HttpListener::close_after_response() {
     if (t_current_) t_current_->close_after = true;
 }
 
+bool HttpListener::peer_hung_up() {
+    if (!t_current_) return false;
+    const int revents = poll_socket(t_current_->sock, POLLIN | POLLRDHUP, milliseconds(0));
+    if (revents < 0 || (revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))) return true;
+    if (!(revents & POLLIN)) return false;
+    char byte;  // readable: end of file, or the next pipelined request (left where it is)
+    return ::recv(t_current_->sock, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
 void HttpListener::set_error(httplib::Response& res, int status, const std::string& message,
                              const std::string& type) {
     res.status = status;

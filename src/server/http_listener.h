@@ -66,6 +66,10 @@ class HttpListener : public httplib::Server {
     // The calling thread's current request.
     static ReadFailure current_read_failure();
     static void close_after_response();  // the connection closes after this response
+    // Whether the calling thread's client has closed its connection (read side at end of file,
+    // or the socket in error): nobody is left to answer. Never blocks. A client that only shut
+    // down its sending side counts as gone too, as in uvicorn (vLLM's server).
+    static bool peer_hung_up();
 
     // Sets `res` to OpenAI's error JSON for `status` (no I/O).
     static void set_error(httplib::Response& res, int status, const std::string& message,

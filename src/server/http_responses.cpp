@@ -8,68 +8,48 @@ namespace miniinfer {
 using namespace std::chrono_literals;
 using namespace http_internal;
 
-// Not streaming: the whole response once every choice has finished. Meanwhile a space (JSON
-// allows leading whitespace) is written every 50 ms: a client that has hung up makes that
-// write fail, and its requests are aborted instead of running to the end for nobody.
+// Not streaming: the whole response once every choice has finished, with its real status (an
+// engine failure is a 500, a shutdown a 503). The connection's own thread waits for it, and
+// every 50 ms checks that the client is still there: one that has hung up gets its requests
+// aborted instead of run to the end for nobody.
 void HttpServer::Impl::respond_when_done(httplib::Response& res, std::shared_ptr<ApiRequest> r,
                                          std::shared_ptr<OutputChannel> channel,
                                          std::vector<std::string> ids, std::string response_id) {
-    auto choices = std::make_shared<std::vector<Choice>>(ids.size());
-    auto done = std::make_shared<size_t>(0);
-    res.set_chunked_content_provider("application/json", [=, this](size_t,
-                                                                   httplib::DataSink& sink) {
-        std::map<std::string, size_t> index;
-        for (size_t i = 0; i < ids.size(); ++i) index[ids[i]] = i;
-        auto last_probe = std::chrono::steady_clock::now();
-        while (*done < ids.size()) {
-            if (server.draining()) {  // shutting down: the request ends now, with an error body
-                for (const auto& id : ids) engine.abort(id);
-                const std::string body = dump(shutdown_error().body());
-                sink.write(body.data(), body.size());
-                sink.done();
-                return true;
-            }
-            auto out = channel->next(50ms);
-            if (std::chrono::steady_clock::now() - last_probe >= 50ms) {
-                last_probe = std::chrono::steady_clock::now();
-                if (!sink.write(" ", 1)) {
-                    for (const auto& id : ids) engine.abort(id);
-                    return false;
-                }
-            }
-            if (!out || !out->finished) continue;
-            (*choices)[index.at(out->request_id)].last = std::move(*out);
-            ++*done;
+    std::vector<Choice> choices(ids.size());
+    std::map<std::string, size_t> index;
+    for (size_t i = 0; i < ids.size(); ++i) index[ids[i]] = i;
+    for (size_t done = 0; done < ids.size();) {
+        if (server.draining() || HttpListener::peer_hung_up()) {
+            for (const auto& id : ids) engine.abort(id);
+            if (server.draining()) return send_error(res, shutdown_error());
+            return HttpListener::close_after_response();  // nobody reads what would be sent
         }
-        for (const Choice& c : *choices)
-            if (c.last.finish_reason == "error") {  // the engine failed it (e.g. its process died)
-                const std::string body = dump(ApiError{500, c.last.error, "server_error"}.body());
-                sink.write(body.data(), body.size());
-                sink.done();
-                return true;
-            }
-        Json list = Json::array();
-        int64_t prompt_tokens = 0, completion_tokens = 0, cached = 0;
-        for (size_t i = 0; i < choices->size(); ++i) {
-            const RequestOutput& out = (*choices)[i].last;
-            if (i % size_t(r->n) == 0) {
-                prompt_tokens += out.num_prompt_tokens;
-                cached += out.num_cached_tokens;
-            }
-            completion_tokens += int64_t(out.token_ids.size());
-            list.push_back(choice_json(*r, i, (*choices)[i], out));
+        std::optional<RequestOutput> out = channel->next(50ms);
+        if (!out || !out->finished) continue;
+        choices[index.at(out->request_id)].last = std::move(*out);
+        ++done;
+    }
+    for (const Choice& c : choices)
+        if (c.last.finish_reason == "error")  // the engine failed it (e.g. its process died)
+            return send_error(res, ApiError{500, c.last.error, "server_error"});
+    Json list = Json::array();
+    int64_t prompt_tokens = 0, completion_tokens = 0, cached = 0;
+    for (size_t i = 0; i < choices.size(); ++i) {
+        const RequestOutput& out = choices[i].last;
+        if (i % size_t(r->n) == 0) {
+            prompt_tokens += out.num_prompt_tokens;
+            cached += out.num_cached_tokens;
         }
-        const std::string body =
-            dump({{"id", response_id},
-                  {"object", r->chat ? "chat.completion" : "text_completion"},
-                  {"created", int64_t(std::time(nullptr))},
-                  {"model", options.served_model_name},
-                  {"choices", list},
-                  {"usage", usage_json(prompt_tokens, completion_tokens, cached)}});
-        sink.write(body.data(), body.size());
-        sink.done();
-        return true;
-    });
+        completion_tokens += int64_t(out.token_ids.size());
+        list.push_back(choice_json(*r, i, choices[i], out));
+    }
+    res.set_content(dump({{"id", response_id},
+                          {"object", r->chat ? "chat.completion" : "text_completion"},
+                          {"created", int64_t(std::time(nullptr))},
+                          {"model", options.served_model_name},
+                          {"choices", list},
+                          {"usage", usage_json(prompt_tokens, completion_tokens, cached)}}),
+                    "application/json");
 }
 
 // A whole choice (non-streaming) from its final output.

@@ -133,11 +133,10 @@ def test_serve_over_two_nodes():
         # and /health says so; node 0 stays up to answer.
         node1.kill()
         log1 = node1.communicate(timeout=30)[0]
-        try:
-            failed = json.load(urllib.request.urlopen(req, timeout=60))
-        except urllib.error.HTTPError as e:
-            failed = json.load(e)
-        assert "the engine" in failed["error"]["message"], failed
+        with pytest.raises(urllib.error.HTTPError) as failed:
+            urllib.request.urlopen(req, timeout=60)
+        assert failed.value.code == 500
+        assert "the engine" in json.load(failed.value)["error"]["message"]
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(req, timeout=60)
         assert refused.value.code == 503

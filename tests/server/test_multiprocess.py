@@ -126,7 +126,7 @@ def test_engine_process_killed_mid_stream(start_server):
     engine = child_pids(s)["engine"]
     c = client(s)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        # A non-streaming request in flight too; it gets an error body.
+        # A non-streaming request in flight too; it gets a 500 with the reason.
         waiting = pool.submit(post, s, "/v1/completions", {"prompt": "Hello", "max_tokens": 240, "ignore_eos": True})
         stream = c.completions.create(model="qwen3-demo", prompt="Tell me everything", max_tokens=240, n=8,
                                       stream=True, extra_body={"ignore_eos": True})
@@ -142,7 +142,7 @@ def test_engine_process_killed_mid_stream(start_server):
             for _ in chunks:
                 pass
         status, body = waiting.result()
-    assert "engine process" in body and '"error"' in body, body
+    assert status == 500 and "engine process" in body and '"error"' in body, (status, body)
     assert health(s) == 503
     status, body = post(s, "/v1/completions", {"prompt": "Hi", "max_tokens": 2})
     assert status == 503 and "engine process" in body, body
