@@ -33,6 +33,25 @@ namespace miniinfer::model_testing {
 inline const std::filesystem::path kFixtures = MINIINFER_FIXTURES;
 inline constexpr float kTieGap = 0.5f;
 
+// A fixture's name as a gtest parameter name ("qwen3-moe-tiny" -> "qwen3_moe_tiny").
+inline std::string fixture_param_name(const ::testing::TestParamInfo<std::string>& info) {
+    std::string s = info.param;
+    std::replace(s.begin(), s.end(), '-', '_');
+    return s;
+}
+
+// An engine on a fixture, on the GPU, small: 512-token contexts, max_num_seqs sequences, 30% of
+// the card (tests share it).
+inline EngineConfig engine_config(const std::string& fixture, int64_t max_num_seqs = 16) {
+    EngineConfig c;
+    c.model_dir = (kFixtures / fixture).string();
+    c.device = "cuda";
+    c.max_model_len = 512;
+    c.max_num_seqs = max_num_seqs;
+    c.gpu_memory_utilization = 0.3;
+    return c;
+}
+
 // The runner's options as an EngineConfig (resolved: every field the runner reads is set).
 inline EngineConfig runner_config(int64_t max_num_seqs, int64_t max_model_len, int64_t num_pages,
                                   double gpu_memory_utilization = 0.9) {
@@ -184,12 +203,7 @@ inline void expect_graph_replay_equals_eager(const std::string& fixture, std::ve
     };
     std::vector<std::vector<int32_t>> want;
     for (Mode mode : {Mode{true, false}, Mode{false, false}, Mode{true, true}, Mode{false, true}}) {
-        EngineConfig c;
-        c.model_dir = (kFixtures / fixture).string();
-        c.device = "cuda";
-        c.max_model_len = 512;
-        c.max_num_seqs = 16;
-        c.gpu_memory_utilization = 0.3;
+        EngineConfig c = engine_config(fixture);
         c.enforce_eager = mode.eager;
         c.disable_overlap = !mode.overlap;
         LLMEngine engine(c);
@@ -224,12 +238,7 @@ inline void expect_greedy_decode_agrees_with_cpu(const std::string& name, int64_
     greedy.temperature = 0;
     greedy.max_tokens = max_tokens;
     greedy.ignore_eos = true;
-    EngineConfig c;
-    c.model_dir = (kFixtures / name).string();
-    c.device = "cuda";
-    c.max_model_len = 512;
-    c.max_num_seqs = 16;
-    c.gpu_memory_utilization = 0.3;
+    EngineConfig c = engine_config(name);
     LLMEngine engine(c);
     std::vector<std::vector<int32_t>> outputs;
     for (const Prompt& p : prompts)

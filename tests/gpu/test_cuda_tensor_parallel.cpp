@@ -92,11 +92,7 @@ TEST_P(CudaTensorParallelVsHf, RankZeroTeacherForcedMatchesHuggingFace) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaTensorParallelVsHf,
                          ::testing::Values("qwen2-tiny", "qwen3-tiny", "qwen3-demo",
                                            "qwen3-moe-tiny", "qwen3-moe-wide"),
-                         [](const auto& info) {
-                             std::string s = info.param;
-                             std::replace(s.begin(), s.end(), '-', '_');
-                             return s;
-                         });
+                         fixture_param_name);
 
 // The engine end to end, graphs on: TP=2 gives TP=1's greedy tokens on the demo model, except
 // after a position where the two differ at a near-tie (counted, and the first token must agree).
@@ -112,12 +108,7 @@ TEST(CudaTensorParallelEngine, GreedyEqualsOneGpu) {
     p.ignore_eos = true;
     std::vector<std::vector<int32_t>> results[2];
     for (int64_t world : {1, 2}) {
-        EngineConfig c;
-        c.model_dir = (kFixtures / "qwen3-demo").string();
-        c.device = "cuda";
-        c.max_model_len = 512;
-        c.max_num_seqs = 8;
-        c.gpu_memory_utilization = 0.3;
+        EngineConfig c = engine_config("qwen3-demo", 8);
         c.tensor_parallel_size = world;
         LLMEngine engine(c);
         for (const RequestOutput& out : engine.generate(prompts, p))
