@@ -63,13 +63,14 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool positional_model) 
     // are one letter).
     cmd.add_option(
            "--tensor-parallel-size", o.config.tensor_parallel_size,
-           "Ranks sharing each layer (CPU: threads, or processes with --nnodes; CUDA: not yet)")
+           "Ranks sharing each layer (CPU: threads, or processes with --nnodes; CUDA: one GPU "
+           "per rank over NCCL)")
         ->capture_default_str();
     cmd.add_flag("--enable-expert-parallel", o.config.enable_expert_parallel,
                  "MoE: whole experts split among the tensor-parallel ranks");
     cmd.add_option("--nnodes", o.config.nnodes,
-                   "Nodes (processes, here or on other hosts) sharing the tensor-parallel ranks "
-                   "(CPU: over TCP)")
+                   "Nodes (processes, here or on other hosts) sharing the tensor-parallel ranks, "
+                   "joined over TCP")
         ->capture_default_str();
     cmd.add_option("--node-rank", o.config.node_rank,
                    "This node's index: 0 schedules and serves, the others only run their ranks")

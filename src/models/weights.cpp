@@ -6,6 +6,7 @@
 #include <functional>
 #include <optional>
 #include <random>
+#include <tuple>
 
 #include "core/host_memory.h"
 #include "core/logging.h"
@@ -339,10 +340,15 @@ ModelWeights load_weights(const ModelConfig& config, const std::filesystem::path
     Checkpoint ckpt = Checkpoint::open(model_dir);
     auto expected = expected_tensors(config);
     for (const auto& [name, shape] : expected) ckpt.get(name, shape);  // all errors before any work
-    size_t used = expected.size();  // and the KV cache scales, read below
-    for (int64_t l = 0; l < config.num_layers; ++l)
-        for (const char* which : {"k_scale", "v_scale"})
-            used += ckpt.contains(fmt::format("model.layers.{}.self_attn.{}", l, which)) ? 1 : 0;
+    // The KV cache scales an FP8-quantised checkpoint carries: per layer (k, v), 0 for none.
+    std::vector<std::pair<float, float>> kv_scales;
+    size_t used = expected.size();
+    for (int64_t l = 0; l < config.num_layers; ++l) {
+        const std::string prefix = fmt::format("model.layers.{}.self_attn.", l);
+        kv_scales.emplace_back(kv_scale(ckpt, prefix + "k_scale"),
+                               kv_scale(ckpt, prefix + "v_scale"));
+        used += (kv_scales.back().first > 0.f) + (kv_scales.back().second > 0.f);
+    }
     if (ckpt.num_tensors() > used)
         MI_LOG_WARN("{}: {} checkpoint tensors are not used by the model", model_dir.string(),
                     ckpt.num_tensors() - used);
@@ -351,12 +357,8 @@ ModelWeights load_weights(const ModelConfig& config, const std::filesystem::path
         copy_block(ckpt, name, shape, b, target.dtype, dst);
     };
     ModelWeights w = assemble_checked(config, target, std::move(writer));
-    for (int64_t l = 0; l < config.num_layers; ++l) {
-        LayerWeights& layer = w.layers[size_t(l)];
-        const std::string prefix = fmt::format("model.layers.{}.self_attn.", l);
-        layer.k_scale = kv_scale(ckpt, prefix + "k_scale");
-        layer.v_scale = kv_scale(ckpt, prefix + "v_scale");
-    }
+    for (int64_t l = 0; l < config.num_layers; ++l)
+        std::tie(w.layers[size_t(l)].k_scale, w.layers[size_t(l)].v_scale) = kv_scales[size_t(l)];
     LoadStats& s = w.stats;
     s.seconds = seconds_since(start);
     s.peak_host_bytes = peak_host_memory_bytes();

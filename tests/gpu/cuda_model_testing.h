@@ -33,18 +33,11 @@ namespace miniinfer::model_testing {
 inline const std::filesystem::path kFixtures = MINIINFER_FIXTURES;
 inline constexpr float kTieGap = 0.5f;
 
-// The runner's options as an EngineConfig (resolved: every field the runner reads is set).
-inline EngineConfig runner_config(int64_t max_num_seqs, int64_t max_model_len, int64_t num_pages,
-                                  double gpu_memory_utilization = 0.9) {
-    EngineConfig c;
-    c.device = "cuda";
-    c.max_num_seqs = max_num_seqs;
-    c.max_num_batched_tokens = 512;
-    c.max_model_len = max_model_len;
-    c.page_size = 16;
-    c.num_pages = num_pages;
-    c.gpu_memory_utilization = gpu_memory_utilization;
-    return c;
+// A fixture's name as a gtest parameter name ("qwen3-moe-tiny" -> "qwen3_moe_tiny").
+inline std::string fixture_param_name(const ::testing::TestParamInfo<std::string>& info) {
+    std::string s = info.param;
+    std::replace(s.begin(), s.end(), '-', '_');
+    return s;
 }
 
 // An engine on a fixture, on the GPU, small: 512-token contexts, max_num_seqs sequences, 30% of
@@ -56,6 +49,20 @@ inline EngineConfig engine_config(const std::string& fixture, int64_t max_num_se
     c.max_model_len = 512;
     c.max_num_seqs = max_num_seqs;
     c.gpu_memory_utilization = 0.3;
+    return c;
+}
+
+// The runner's options as an EngineConfig (resolved: every field the runner reads is set).
+inline EngineConfig runner_config(int64_t max_num_seqs, int64_t max_model_len, int64_t num_pages,
+                                  double gpu_memory_utilization = 0.9) {
+    EngineConfig c;
+    c.device = "cuda";
+    c.max_num_seqs = max_num_seqs;
+    c.max_num_batched_tokens = 512;
+    c.max_model_len = max_model_len;
+    c.page_size = 16;
+    c.num_pages = num_pages;
+    c.gpu_memory_utilization = gpu_memory_utilization;
     return c;
 }
 

@@ -36,11 +36,7 @@ TEST_P(CudaModelVsHf, Fp8KvCacheGreedyAgreesWithCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaModelVsHf,
                          ::testing::Values("qwen2-tiny", "qwen3-tiny", "qwen3-demo"),
-                         [](const auto& info) {
-                             std::string s = info.param;
-                             std::replace(s.begin(), s.end(), '-', '_');
-                             return s;
-                         });
+                         fixture_param_name);
 
 // The KV cache is sized after the CUDA graphs' memory is measured: once the runner has built
 // everything (weights, activations, graphs, KV pages), the card's used memory stays within

@@ -31,12 +31,7 @@ TEST_P(CudaMoeModelVsHf, Fp8KvCacheGreedyAgreesWithCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaMoeModelVsHf,
-                         ::testing::Values("qwen3-moe-tiny", "qwen3-moe-wide"),
-                         [](const auto& info) {
-                             std::string s = info.param;
-                             std::replace(s.begin(), s.end(), '-', '_');
-                             return s;
-                         });
+                         ::testing::Values("qwen3-moe-tiny", "qwen3-moe-wide"), fixture_param_name);
 
 // Qwen3-MoE decode steps replayed from CUDA graphs (padded to 8
 // rows: the padding rows route and fill expert segments of their own, which must not touch the

@@ -106,11 +106,7 @@ TEST_P(CudaTensorParallelVsHf, RankZeroTeacherForcedMatchesHuggingFace) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaTensorParallelVsHf,
                          ::testing::Values("qwen2-tiny", "qwen3-tiny", "qwen3-demo",
                                            "qwen3-moe-tiny", "qwen3-moe-wide"),
-                         [](const auto& info) {
-                             std::string s = info.param;
-                             std::replace(s.begin(), s.end(), '-', '_');
-                             return s;
-                         });
+                         fixture_param_name);
 
 // The engine end to end, graphs on: TP=2 gives TP=1's greedy tokens on the demo model, except
 // after a position where the two differ at a near-tie (counted, and the first token must agree).

@@ -8,11 +8,6 @@
 
 namespace miniinfer::cuda {
 
-int64_t Moe::max_rows(int64_t num_tokens) const {
-    return moe_max_rows(num_tokens, top_k, num_experts(),
-                        grouped_gemm_tile_rows(num_tokens * top_k, num_experts()));
-}
-
 Moe::Buffers Moe::allocate_buffers(int64_t max_tokens) const {
     const int64_t E = num_experts(), hidden = experts_down.size(1), inter = experts_down.size(2);
     // Any step up to max_tokens fits: its rows with its own tile are at most these.
@@ -30,36 +25,52 @@ Moe::Buffers Moe::allocate_buffers(int64_t max_tokens) const {
             .y_perm = device_tensor({R, hidden}, DType::kBF16)};
 }
 
+namespace {
+
+// The experts of many tokens: permute the (token, choice) pairs expert-contiguous, padded to the
+// step's row tile, then one grouped GEMM each for gate_up (reading x through the permutation)
+// and down, and the weighted combine back to token order.
+void grouped_experts(const Moe& m, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                     Tensor& y, cudaStream_t st, Moe::Buffers& buf) {
+    const int64_t n = ids.size(0);  // the step's tokens
+    const int64_t tile = grouped_gemm_tile_rows(n * m.top_k, m.num_experts());
+    const int64_t R = moe_max_rows(n, m.top_k, m.num_experts(), tile);
+    Tensor slot_row = rows(buf.slot_row, n), row_token = rows(buf.row_token, R);
+    Tensor act = rows(buf.act, R), y_perm = rows(buf.y_perm, R);
+    moe_permute(ids, m.num_experts(), tile, buf.permute_workspace, buf.expert_offsets, row_token,
+                slot_row, st);
+    // SiLU·mul in the GEMM's epilogue pays only at the smallest tile (bench_cuda_ops moe: at
+    // larger tiles it slows the GEMM by more than the separate kernel costs).
+    if (tile == 16) {
+        grouped_gemm(x, &row_token, m.experts_gate_up, buf.expert_offsets, tile,
+                     GroupedGemmEpilogue::kSiluMul, act, st);
+    } else {
+        Tensor gate_up = rows(buf.gate_up, R);
+        grouped_gemm(x, &row_token, m.experts_gate_up, buf.expert_offsets, tile,
+                     GroupedGemmEpilogue::kStore, gate_up, st);
+        silu_mul(gate_up, act, st);
+    }
+    grouped_gemm(act, nullptr, m.experts_down, buf.expert_offsets, tile,
+                 GroupedGemmEpilogue::kStore, y_perm, st);
+    moe_combine(y_perm, slot_row, weights, y, st);
+}
+
+}  // namespace
+
 void Moe::forward(const Tensor& x, Tensor& y, const Step& step, Buffers& buf) const {
-    const int64_t n = step.in.num_tokens, R = max_rows(n);
-    const int64_t tile = grouped_gemm_tile_rows(n * top_k, num_experts());
+    const int64_t n = step.in.num_tokens;
     const cudaStream_t st = step.stream;
     Tensor logits = rows(buf.logits, n), ids = rows(buf.topk_ids, n);
-    Tensor weights = rows(buf.topk_weights, n), slot_row = rows(buf.slot_row, n);
-    Tensor row_token = rows(buf.row_token, R), act = rows(buf.act, R), y_perm = rows(buf.y_perm, R);
+    Tensor weights = rows(buf.topk_weights, n);
     router.forward(x, logits, step);
     moe_route(logits, top_k, renormalize, ids, weights, st);
     if (n * top_k <= kMoeGemvMaxPairs && moe_gemv_supported(experts_gate_up, experts_down)) {
         // A few tokens: stream the chosen experts' rows, no permutation (moe_gemv.h).
+        Tensor act = rows(buf.act, n * top_k);
         moe_gemv_gate_up_silu(x, ids, experts_gate_up, act, st);
         moe_gemv_down_combine(act, ids, weights, experts_down, y, st);
     } else {
-        moe_permute(ids, num_experts(), tile, buf.permute_workspace, buf.expert_offsets, row_token,
-                    slot_row, st);
-        // SiLU·mul in the GEMM's epilogue pays only at the smallest tile (bench_cuda_ops moe: at
-        // larger tiles it slows the GEMM by more than the separate kernel costs).
-        if (tile == 16) {
-            grouped_gemm(x, &row_token, experts_gate_up, buf.expert_offsets, tile,
-                         GroupedGemmEpilogue::kSiluMul, act, st);
-        } else {
-            Tensor gate_up = rows(buf.gate_up, R);
-            grouped_gemm(x, &row_token, experts_gate_up, buf.expert_offsets, tile,
-                         GroupedGemmEpilogue::kStore, gate_up, st);
-            silu_mul(gate_up, act, st);
-        }
-        grouped_gemm(act, nullptr, experts_down, buf.expert_offsets, tile,
-                     GroupedGemmEpilogue::kStore, y_perm, st);
-        moe_combine(y_perm, slot_row, weights, y, st);
+        grouped_experts(*this, x, ids, weights, y, st, buf);
     }
     if (comm) comm->all_reduce_sum(y, st);
 }

@@ -32,8 +32,6 @@ struct Moe {
     Communicator* comm = nullptr;  // the down projection is row-parallel; null without TP
 
     int64_t num_experts() const { return experts_gate_up.size(0); }
-    // Permuted rows for n tokens: n * top_k plus each expert's padding to the row tile.
-    int64_t max_rows(int64_t num_tokens) const;
 
     // Scratch shared by every MoE layer, allocated once for the largest step.
     struct Buffers {
