@@ -7,8 +7,8 @@
 
 namespace miniinfer {
 
-int64_t EngineConfig::kv_bytes_per_token(const ModelConfig& m, const std::string& device) {
-    const int64_t element = device == "cpu" ? 4 : 2;
+int64_t EngineConfig::kv_bytes_per_token(const ModelConfig& m) const {
+    const int64_t element = device == "cpu" ? 4 : fp8_kv_cache() ? 1 : 2;
     return 2 * m.num_layers * m.num_kv_heads * m.head_dim * element;
 }
 
@@ -54,7 +54,7 @@ void EngineConfig::resolve(const ModelConfig& model) {
     if (num_pages == 0 && device == "cuda")
         return;  // the CUDA runner sizes the cache from free memory
     if (num_pages == 0) {
-        const int64_t per_token = kv_bytes_per_token(model, device);
+        const int64_t per_token = kv_bytes_per_token(model);
         if (kv_cache_bytes == 0)  // enough for every sequence at up to 2048 tokens, capped at 4 GiB
             kv_cache_bytes = std::min<int64_t>(
                 int64_t(4) << 30,

@@ -64,8 +64,9 @@ struct EngineConfig {
     // Fills derived fields for `model` and validates. Throws Error naming the field. If the
     // cache cannot hold max_model_len tokens, max_model_len shrinks to what it holds.
     void resolve(const ModelConfig& model);
-    // Bytes of K/V one token takes on this backend (f32 on the CPU).
-    static int64_t kv_bytes_per_token(const ModelConfig& model, const std::string& device);
+    // Bytes of K/V one token takes on this device: f32 on the CPU (an FP8 cache keeps the
+    // rounded values in f32 there), bf16 on CUDA, one byte with an FP8 cache on CUDA.
+    int64_t kv_bytes_per_token(const ModelConfig& model) const;
 
     // Every field as JSON, and back (how the pipeline hands the config to its engine process).
     Json to_json() const;

@@ -19,6 +19,7 @@
 #include <functional>
 #include <numeric>
 #include <queue>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -53,8 +54,9 @@ constexpr size_t smem_bytes() {
 // finish_rows) over the key range [kv_begin, kv_end) of the item instead of all the keys of the
 // row tile, so a row may see no key at all in a chunk (its online-softmax state then stays
 // empty: max -inf, sum 0). The narrow (decode) path splits keys across warps and is its own.
-// Cache: bf16, or uint8_t for an FP8 cache (k_scale, v_scale: its scales), widened to bf16 as
-// the K/V slices and tiles are loaded (attention_tile.cuh: load_kv_chunk).
+// Cache: bf16, or uint8_t for an FP8 cache (k_scale, v_scale: its scales), whose raw slices and
+// tiles take the same cp.async ring and are widened to bf16 just before use (attention_tile.cuh:
+// widen_kv_tile).
 template <int kHeadDim, typename Cache>
 __global__ void __launch_bounds__(kThreads, 3)
     work_kernel(const bf16* __restrict__ q, const Cache* __restrict__ k_cache,
@@ -65,7 +67,6 @@ __global__ void __launch_bounds__(kThreads, 3)
                 float scale_log2, bf16* __restrict__ out, float* __restrict__ partial_o,
                 float* __restrict__ partial_lse) {
     constexpr int kStride = kHeadDim + 8;  // +16 B per row: conflict-free ldmatrix
-    constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per K/V row
     extern __shared__ __align__(16) unsigned char smem[];
     bf16* k_tiles = reinterpret_cast<bf16*>(smem);    // [2, kBlockN, kStride]
     bf16* v_tiles = k_tiles + 2 * kBlockN * kStride;  // [2, kBlockN, kStride]
@@ -106,44 +107,70 @@ __global__ void __launch_bounds__(kThreads, 3)
                                        prefix_len, kv_end - 1, qf, limit);
             const int num_subs = (kv_end - kv_begin + kSub - 1) / kSub;
             const int my_subs = num_subs > warp ? (num_subs - warp + kWarps - 1) / kWarps : 0;
-            auto load_sub = [&](int stage, int key0) {
-                for (int c = lane; c < kSub * kChunks; c += 32) {
-                    const int r = c / kChunks, chunk = c % kChunks;
-                    const int key = key0 + r;
-                    const bool valid = key < kv_end;
-                    int64_t offset = 0;
-                    if (valid)
-                        offset = cache_row(pages, key, page_size, page_shift) * kv_row_stride +
-                                 kv_head * kHeadDim + chunk * 8;
-                    load_kv_chunk(warp_k + (stage * kSub + r) * kStride + chunk * 8, k_cache,
-                                  offset, valid, k_scale);
-                    load_kv_chunk(warp_v + (stage * kSub + r) * kStride + chunk * 8, v_cache,
-                                  offset, valid, v_scale);
-                }
+            auto gather = [&](Cache* slice, const Cache* cache, int key0) {
+                gather_kv_tile<kHeadDim, kSub, 32>(slice, cache, pages, key0, kv_end, page_size,
+                                                   page_shift, kv_row_stride, kv_head * kHeadDim,
+                                                   lane);
             };
             float acc[kHeadDim / 8][4];
 #pragma unroll
             for (int dt = 0; dt < kHeadDim / 8; ++dt)
                 acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.f;
             float mx[2] = {-INFINITY, -INFINITY}, sm[2] = {0.f, 0.f};
-            for (int stage = 0; stage < 2; ++stage) {
-                if (stage < my_subs) load_sub(stage, kv_begin + (warp + kWarps * stage) * kSub);
-                cp_async_commit();
-            }
-            for (int it = 0; it < my_subs; ++it) {
-                const int key0 = kv_begin + (warp + kWarps * it) * kSub;
-                const bf16* kt = warp_k + (it % 2) * kSub * kStride;
-                const bf16* vt = warp_v + (it % 2) * kSub * kStride;
-                cp_async_wait_all_but_one();
-                __syncwarp();
+            auto step = [&](int key0, const bf16* kt, const bf16* vt) {
                 float sc[kSub / 8][4];
                 qk_scores<kHeadDim, kSub>(qf, kt, sc);
                 online_softmax<kHeadDim, kSub, true>(sc, mx, sm, acc, scale_log2,
                                                      key0 + kSub - 1 > min_limit, key0, limit);
                 accumulate_pv<kHeadDim, kSub>(sc, vt, acc);
-                __syncwarp();  // every lane is done with this stage
-                if (it + 2 < my_subs) load_sub(it % 2, key0 + 2 * kWarps * kSub);
-                cp_async_commit();
+            };
+            auto sub_key = [&](int it) { return kv_begin + (warp + kWarps * it) * kSub; };
+            if constexpr (std::is_same_v<Cache, uint8_t>) {
+                // FP8: as attend_tiles does it, per warp: the raw slices (K then V rows) take
+                // the two-stage ring in the space of the second bf16 stages and are widened into
+                // the first just before their step.
+                auto raw = [&](int stage) {
+                    return reinterpret_cast<uint8_t*>((stage == 0 ? warp_k : warp_v) +
+                                                      kSub * kStride);
+                };
+                auto load_raw = [&](int stage, int key0) {
+                    gather(raw(stage), k_cache, key0);
+                    gather(raw(stage) + kSub * kHeadDim, v_cache, key0);
+                };
+                for (int stage = 0; stage < 2; ++stage) {
+                    if (stage < my_subs) load_raw(stage, sub_key(stage));
+                    cp_async_commit();
+                }
+                for (int it = 0; it < my_subs; ++it) {
+                    cp_async_wait_all_but_one();
+                    __syncwarp();
+                    widen_kv_tile<kHeadDim, kSub, 32>(warp_k, raw(it % 2), k_scale, lane);
+                    widen_kv_tile<kHeadDim, kSub, 32>(warp_v, raw(it % 2) + kSub * kHeadDim,
+                                                      v_scale, lane);
+                    __syncwarp();  // the bf16 slices are whole, the raw stage is free
+                    if (it + 2 < my_subs) load_raw(it % 2, sub_key(it + 2));
+                    cp_async_commit();
+                    step(sub_key(it), warp_k, warp_v);
+                    __syncwarp();  // every lane is done with the bf16 slices
+                }
+            } else {
+                auto load_sub = [&](int stage, int key0) {
+                    gather(warp_k + stage * kSub * kStride, k_cache, key0);
+                    gather(warp_v + stage * kSub * kStride, v_cache, key0);
+                };
+                for (int stage = 0; stage < 2; ++stage) {
+                    if (stage < my_subs) load_sub(stage, sub_key(stage));
+                    cp_async_commit();
+                }
+                for (int it = 0; it < my_subs; ++it) {
+                    cp_async_wait_all_but_one();
+                    __syncwarp();
+                    step(sub_key(it), warp_k + (it % 2) * kSub * kStride,
+                         warp_v + (it % 2) * kSub * kStride);
+                    __syncwarp();  // every lane is done with this stage
+                    if (it + 2 < my_subs) load_sub(it % 2, sub_key(it + 2));
+                    cp_async_commit();
+                }
             }
 
             // Merge the 4 warps' states through shared memory (the K/V slices are free once

@@ -4,6 +4,7 @@
 // and meets one tile of keys staged in shared memory:
 //   load_q_fragments   Q of the thread's two rows as mma A fragments, loaded once
 //   gather_kv_tile     a tile of K or V rows from the paged cache, cp.async, zeros past the end
+//   widen_kv_tile      an FP8 cache's raw tile, once it has landed, widened to the bf16 tile
 //   qk_scores          S = Q·Kᵀ (16 rows x kKeys keys, fp32 accumulators)
 //   online_softmax     scale to base 2, causal / range mask, running max and sum, O rescaled,
 //                      S becomes P = 2^(S - max)
@@ -23,6 +24,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/kv_fp8.cuh"
 #include "kernels/cuda/mma_bf16.cuh"
@@ -60,42 +62,62 @@ __device__ __forceinline__ void load_q_fragments(const __nv_bfloat16* q, int q_b
     }
 }
 
-// One 8-element chunk of a K/V row into shared memory (16 bytes of bf16 at dst): from a bf16
-// cache by cp.async (zero-filled when !valid; the caller commits and waits), from an FP8 cache
-// (e4m3 bytes, value = e4m3 · scale) by one synchronous 8-byte load widened to bf16 — the mma
-// reads bf16, so the widening cannot wait; the tile loops' barriers then order the stores.
-__device__ __forceinline__ void load_kv_chunk(__nv_bfloat16* dst, const __nv_bfloat16* cache,
-                                              int64_t offset, bool valid, float /*scale*/) {
-    cp_async_16(dst, cache + offset, valid);
+// One 16-byte chunk of a K/V row into shared memory by cp.async (zero-filled when !valid; the
+// caller commits and waits), starting at element col: 8 elements of a bf16 cache into a bf16
+// tile row ([kHeadDim + 8] elements), or 16 e4m3 bytes of an FP8 cache into a raw row
+// ([kHeadDim] bytes) that widen_kv_tile turns into bf16 once it has landed.
+template <int kHeadDim>
+__device__ __forceinline__ void load_kv_chunk(__nv_bfloat16* tile, int r, int col,
+                                              const __nv_bfloat16* cache, int64_t offset,
+                                              bool valid) {
+    cp_async_16(tile + r * (kHeadDim + 8) + col, cache + offset, valid);
 }
-__device__ __forceinline__ void load_kv_chunk(__nv_bfloat16* dst, const uint8_t* cache,
-                                              int64_t offset, bool valid, float scale) {
-    *reinterpret_cast<uint4*>(dst) =
-        valid ? e4m3x8_to_bf16x8(__ldg(reinterpret_cast<const uint2*>(cache + offset)), scale)
-              : make_uint4(0, 0, 0, 0);
+template <int kHeadDim>
+__device__ __forceinline__ void load_kv_chunk(uint8_t* raw, int r, int col, const uint8_t* cache,
+                                              int64_t offset, bool valid) {
+    cp_async_16(raw + r * kHeadDim + col, cache + offset, valid);
 }
 
-// Keys [key_begin, key_begin + kKeys) of one KV head into tile ([kKeys, kHeadDim + 8] bf16),
-// spread over kThreads threads; keys from key_end on are zero-filled, never read (the cache
-// past a sequence's length may hold anything). cache: [num_pages, page_size, num_kv_heads,
-// kHeadDim] of Cache (bf16, or e4m3 bytes times scale); pages: the sequence's block-table row;
+// Keys [key_begin, key_begin + kKeys) of one KV head into tile, spread over kThreads threads
+// (t: this thread's index among them); keys from key_end on are zero-filled, never read (the
+// cache past a sequence's length may hold anything). cache: [num_pages, page_size,
+// num_kv_heads, kHeadDim] of Cache; tile: [kKeys, kHeadDim + 8] bf16 for a bf16 cache,
+// [kKeys, kHeadDim] raw e4m3 bytes for an FP8 cache; pages: the sequence's block-table row;
 // kv_row_stride = num_kv_heads * kHeadDim and head_offset = kv_head * kHeadDim, computed once by
 // the caller.
 template <int kHeadDim, int kKeys, int kThreads, typename Cache>
-__device__ __forceinline__ void gather_kv_tile(__nv_bfloat16* tile, const Cache* cache,
+__device__ __forceinline__ void gather_kv_tile(Cache* tile, const Cache* cache,
                                                const int32_t* pages, int key_begin, int key_end,
                                                int page_size, int page_shift, int64_t kv_row_stride,
-                                               int head_offset, float scale) {
-    constexpr int kStride = kHeadDim + 8, kChunks = kHeadDim / 8;  // 8-element chunks per row
-    for (int c = threadIdx.x; c < kKeys * kChunks; c += kThreads) {
-        const int r = c / kChunks, chunk = c % kChunks;
+                                               int head_offset, int t) {
+    constexpr int kChunkElems = 16 / sizeof(Cache);      // elements per 16-byte chunk
+    constexpr int kChunks = kHeadDim / kChunkElems;      // chunks per row
+    for (int c = t; c < kKeys * kChunks; c += kThreads) {
+        const int r = c / kChunks, col = (c % kChunks) * kChunkElems;
         const int key = key_begin + r;
         const bool valid = key < key_end;
         const int64_t offset = valid
                                    ? cache_row(pages, key, page_size, page_shift) * kv_row_stride +
-                                         head_offset + chunk * 8
+                                         head_offset + col
                                    : 0;
-        load_kv_chunk(tile + r * kStride + chunk * 8, cache, offset, valid, scale);
+        load_kv_chunk<kHeadDim>(tile, r, col, cache, offset, valid);
+    }
+}
+
+// An FP8 tile that has landed (raw: [kKeys, kHeadDim] e4m3 bytes) widened into the bf16 tile
+// the mma reads ([kKeys, kHeadDim + 8]), times scale; spread over kThreads threads (t: this
+// thread's index), 16 bytes each. The caller orders it with barriers: after the cp.async wait,
+// before the mma.
+template <int kHeadDim, int kKeys, int kThreads>
+__device__ __forceinline__ void widen_kv_tile(__nv_bfloat16* tile, const uint8_t* raw, float scale,
+                                              int t) {
+    constexpr int kChunks = kHeadDim / 16;
+    for (int c = t; c < kKeys * kChunks; c += kThreads) {
+        const int r = c / kChunks, col = (c % kChunks) * 16;
+        const uint4 bytes = *reinterpret_cast<const uint4*>(raw + r * kHeadDim + col);
+        uint4* dst = reinterpret_cast<uint4*>(tile + r * (kHeadDim + 8) + col);
+        dst[0] = e4m3x8_to_bf16x8(make_uint2(bytes.x, bytes.y), scale);
+        dst[1] = e4m3x8_to_bf16x8(make_uint2(bytes.z, bytes.w), scale);
     }
 }
 
@@ -212,7 +234,8 @@ __device__ __forceinline__ int64_t packed_row_index(int q_begin, int r, int grou
 // warp_active == false: the warp loads its share of every tile but skips the math (all its rows
 // are past the end). Every thread of the block must call it (it holds block barriers); it ends
 // with one, so the tiles may be refilled right after. Cache: bf16, or uint8_t for an FP8 cache
-// (k_scale, v_scale its scales; widened to bf16 as the tiles are gathered).
+// (k_scale, v_scale: its scales), whose raw tiles take the same two-stage ring and are widened
+// to bf16 just before their step.
 template <int kHeadDim, int kKeys, int kThreads, bool kMayBeEmpty, typename Cache>
 __device__ __forceinline__ void attend_tiles(
     const uint32_t (&q_frag)[kHeadDim / 16][4], const int (&row_limit)[2], bool warp_active,
@@ -223,13 +246,20 @@ __device__ __forceinline__ void attend_tiles(
     constexpr int kStride = kHeadDim + 8;
     constexpr int kTileElems = kKeys * kStride;
     const int num_tiles = (kv_end - kv_begin + kKeys - 1) / kKeys;
-    auto load_tiles = [&](int stage, int key_begin) {
-        gather_kv_tile<kHeadDim, kKeys, kThreads>(k_tiles + stage * kTileElems, k_cache, pages,
-                                                  key_begin, kv_end, page_size, page_shift,
-                                                  kv_row_stride, head_offset, k_scale);
-        gather_kv_tile<kHeadDim, kKeys, kThreads>(v_tiles + stage * kTileElems, v_cache, pages,
-                                                  key_begin, kv_end, page_size, page_shift,
-                                                  kv_row_stride, head_offset, v_scale);
+    auto gather = [&](Cache* tile, const Cache* cache, int key_begin) {
+        gather_kv_tile<kHeadDim, kKeys, kThreads>(tile, cache, pages, key_begin, kv_end, page_size,
+                                                  page_shift, kv_row_stride, head_offset,
+                                                  int(threadIdx.x));
+    };
+    auto step = [&](int key_begin, const __nv_bfloat16* k_tile, const __nv_bfloat16* v_tile) {
+        if (!warp_active) return;
+        float s[kKeys / 8][4];
+        qk_scores<kHeadDim, kKeys>(q_frag, k_tile, s);
+        // Only tiles reaching past the smallest limit need the mask.
+        online_softmax<kHeadDim, kKeys, kMayBeEmpty>(s, row_max, row_sum, o, scale_log2,
+                                                     key_begin + kKeys - 1 > min_limit, key_begin,
+                                                     row_limit);
+        accumulate_pv<kHeadDim, kKeys>(s, v_tile, o);
     };
 
 #pragma unroll
@@ -237,29 +267,56 @@ __device__ __forceinline__ void attend_tiles(
     row_max[0] = row_max[1] = -INFINITY;
     row_sum[0] = row_sum[1] = 0.f;
 
-    // One commit group per tile (its K and V), always committed (maybe empty) so that waiting for
-    // all but the newest group means waiting for this tile.
-    for (int stage = 0; stage < 2; ++stage) {
-        if (stage < num_tiles) load_tiles(stage, kv_begin + stage * kKeys);
-        cp_async_commit();
-    }
-
-    for (int tile = 0; tile < num_tiles; ++tile) {
-        const int key_begin = kv_begin + tile * kKeys;
-        cp_async_wait_all_but_one();  // K(tile) and V(tile) have landed
-        __syncthreads();
-        if (warp_active) {
-            float s[kKeys / 8][4];
-            qk_scores<kHeadDim, kKeys>(q_frag, k_tiles + (tile % 2) * kTileElems, s);
-            // Only tiles reaching past the smallest limit need the mask.
-            online_softmax<kHeadDim, kKeys, kMayBeEmpty>(s, row_max, row_sum, o, scale_log2,
-                                                         key_begin + kKeys - 1 > min_limit,
-                                                         key_begin, row_limit);
-            accumulate_pv<kHeadDim, kKeys>(s, v_tiles + (tile % 2) * kTileElems, o);
+    if constexpr (std::is_same_v<Cache, uint8_t>) {
+        // FP8: the raw e4m3 tiles travel by cp.async, two stages ahead as below, into the space
+        // of the second bf16 stages (stage s: its K then its V rows, [2, kKeys, kHeadDim] bytes,
+        // behind k_tiles for s = 0, behind v_tiles for s = 1); each is widened into the first
+        // bf16 stage of K and V just before its step, which frees its raw stage for tile + 2.
+        auto raw = [&](int stage) {
+            return reinterpret_cast<uint8_t*>((stage == 0 ? k_tiles : v_tiles) + kTileElems);
+        };
+        auto load_raw = [&](int stage, int key_begin) {
+            gather(raw(stage), k_cache, key_begin);
+            gather(raw(stage) + kKeys * kHeadDim, v_cache, key_begin);
+        };
+        for (int stage = 0; stage < 2; ++stage) {
+            if (stage < num_tiles) load_raw(stage, kv_begin + stage * kKeys);
+            cp_async_commit();
         }
-        __syncthreads();  // every warp is done with this stage
-        if (tile + 2 < num_tiles) load_tiles(tile % 2, key_begin + 2 * kKeys);
-        cp_async_commit();
+        for (int tile = 0; tile < num_tiles; ++tile) {
+            const int key_begin = kv_begin + tile * kKeys;
+            cp_async_wait_all_but_one();  // raw K(tile) and V(tile) have landed
+            __syncthreads();
+            widen_kv_tile<kHeadDim, kKeys, kThreads>(k_tiles, raw(tile % 2), k_scale,
+                                                     int(threadIdx.x));
+            widen_kv_tile<kHeadDim, kKeys, kThreads>(v_tiles, raw(tile % 2) + kKeys * kHeadDim,
+                                                     v_scale, int(threadIdx.x));
+            __syncthreads();  // the bf16 tiles are whole, the raw stage is free
+            if (tile + 2 < num_tiles) load_raw(tile % 2, key_begin + 2 * kKeys);
+            cp_async_commit();
+            step(key_begin, k_tiles, v_tiles);
+            __syncthreads();  // every warp is done with the bf16 tiles
+        }
+    } else {
+        // One commit group per tile (its K and V), always committed (maybe empty) so that
+        // waiting for all but the newest group means waiting for this tile.
+        auto load_tiles = [&](int stage, int key_begin) {
+            gather(k_tiles + stage * kTileElems, k_cache, key_begin);
+            gather(v_tiles + stage * kTileElems, v_cache, key_begin);
+        };
+        for (int stage = 0; stage < 2; ++stage) {
+            if (stage < num_tiles) load_tiles(stage, kv_begin + stage * kKeys);
+            cp_async_commit();
+        }
+        for (int tile = 0; tile < num_tiles; ++tile) {
+            const int key_begin = kv_begin + tile * kKeys;
+            cp_async_wait_all_but_one();  // K(tile) and V(tile) have landed
+            __syncthreads();
+            step(key_begin, k_tiles + (tile % 2) * kTileElems, v_tiles + (tile % 2) * kTileElems);
+            __syncthreads();  // every warp is done with this stage
+            if (tile + 2 < num_tiles) load_tiles(tile % 2, key_begin + 2 * kKeys);
+            cp_async_commit();
+        }
     }
 }
 
