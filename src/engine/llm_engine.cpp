@@ -144,8 +144,7 @@ LLMEngine::LLMEngine(EngineConfig config, std::unique_ptr<ModelRunner> runner,
                     wanted_len, config_.max_model_len);
     MI_LOG_INFO("KV cache: {} pages of {} tokens ({} tokens, {:.1f} MiB); max_model_len {}",
                 config_.num_pages, config_.page_size, config_.num_pages * config_.page_size,
-                double(config_.num_pages * config_.page_size *
-                       config_.kv_bytes_per_token(model)) /
+                double(config_.num_pages * config_.page_size * config_.kv_bytes_per_token(model)) /
                     1048576.0,
                 config_.max_model_len);
     scheduler_ = std::make_unique<Scheduler>(config_);

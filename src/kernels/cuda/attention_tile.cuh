@@ -90,16 +90,15 @@ __device__ __forceinline__ void gather_kv_tile(Cache* tile, const Cache* cache,
                                                const int32_t* pages, int key_begin, int key_end,
                                                int page_size, int page_shift, int64_t kv_row_stride,
                                                int head_offset, int t) {
-    constexpr int kChunkElems = 16 / sizeof(Cache);      // elements per 16-byte chunk
-    constexpr int kChunks = kHeadDim / kChunkElems;      // chunks per row
+    constexpr int kChunkElems = 16 / sizeof(Cache);  // elements per 16-byte chunk
+    constexpr int kChunks = kHeadDim / kChunkElems;  // chunks per row
     for (int c = t; c < kKeys * kChunks; c += kThreads) {
         const int r = c / kChunks, col = (c % kChunks) * kChunkElems;
         const int key = key_begin + r;
         const bool valid = key < key_end;
-        const int64_t offset = valid
-                                   ? cache_row(pages, key, page_size, page_shift) * kv_row_stride +
-                                         head_offset + col
-                                   : 0;
+        const int64_t offset =
+            valid ? cache_row(pages, key, page_size, page_shift) * kv_row_stride + head_offset + col
+                  : 0;
         load_kv_chunk<kHeadDim>(tile, r, col, cache, offset, valid);
     }
 }
