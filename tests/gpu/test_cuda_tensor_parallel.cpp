@@ -44,6 +44,23 @@ EngineConfig tp_config(const std::string& fixture, int64_t world) {
     return c;
 }
 
+// interleave_rank_blocks on `gathered` ([world, m, cols] of T, bf16 or f32 bits): out [m, world *
+// cols] must hold rank r's row i at columns r * cols ...
+template <typename T>
+void expect_interleaved(std::vector<T> gathered, int64_t world, int64_t m, int64_t cols) {
+    const DType dtype = sizeof(T) == 2 ? DType::kBF16 : DType::kF32;
+    const Tensor in = cuda::to_device(Tensor(gathered.data(), dtype, {world * m * cols}));
+    Tensor out = cuda::device_tensor({m, world * cols}, dtype);
+    cuda::interleave_rank_blocks(in, world, out, nullptr);
+    const Tensor got = cuda::to_host(out);
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t r = 0; r < world; ++r)
+            for (int64_t j = 0; j < cols; ++j)
+                ASSERT_EQ(got.data<T>()[i * world * cols + r * cols + j],
+                          gathered[size_t((r * m + i) * cols + j)])
+                    << "cols " << cols << ", row " << i << ", rank " << r << ", column " << j;
+}
+
 }  // namespace
 
 TEST(CudaVocabParallel, EmbeddingShardAndInterleaveMatchFormulas) {
@@ -66,31 +83,13 @@ TEST(CudaVocabParallel, EmbeddingShardAndInterleaveMatchFormulas) {
                 ASSERT_EQ(got.data<uint16_t>()[i * hidden + j], want) << i << "," << j;
             }
     }
-    for (int64_t cols : {64, 12}) {
-        const int64_t world = 3, m = 5;
-        const std::vector<uint16_t> gathered = random_bits(size_t(world * m * cols), rng);
-        Tensor out = cuda::device_tensor({m, world * cols}, DType::kBF16);
-        cuda::interleave_rank_blocks(device_of(gathered, {world * m * cols}), world, out, nullptr);
-        const Tensor got = cuda::to_host(out);
-        for (int64_t i = 0; i < m; ++i)
-            for (int64_t r = 0; r < world; ++r)
-                for (int64_t j = 0; j < cols; ++j)
-                    ASSERT_EQ(got.data<uint16_t>()[i * world * cols + r * cols + j],
-                              gathered[size_t((r * m + i) * cols + j)]);
-    }  // f32 (the LM head's logits): 16-byte vectors (cols 64), and element by element (cols 3).
+    for (int64_t cols : {64, 12})  // bf16: 16-byte vectors, and 4-byte pairs
+        expect_interleaved(random_bits(size_t(3 * 5 * cols), rng), 3, 5, cols);
+    // f32 (the LM head's logits): 16-byte vectors (cols 64), and element by element (cols 3).
     for (int64_t cols : {64, 3}) {
-        const int64_t world = 2, m = 7;
-        std::vector<uint32_t> gathered(size_t(world * m * cols));
+        std::vector<uint32_t> gathered(size_t(2 * 7 * cols));
         for (uint32_t& v : gathered) v = uint32_t(rng());
-        Tensor in = cuda::to_device(Tensor(gathered.data(), DType::kF32, {world * m * cols}));
-        Tensor out = cuda::device_tensor({m, world * cols}, DType::kF32);
-        cuda::interleave_rank_blocks(in, world, out, nullptr);
-        const Tensor got = cuda::to_host(out);
-        for (int64_t i = 0; i < m; ++i)
-            for (int64_t r = 0; r < world; ++r)
-                for (int64_t j = 0; j < cols; ++j)
-                    ASSERT_EQ(got.data<uint32_t>()[i * world * cols + r * cols + j],
-                              gathered[size_t((r * m + i) * cols + j)]);
+        expect_interleaved(gathered, 2, 7, cols);
     }
 }
 
