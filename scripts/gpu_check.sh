@@ -9,7 +9,9 @@
 # BENCH=0 skips the benchmark, BACKENDS="fa2 flashinfer" picks the backends benched and
 # WORKLOADS="--workload bs1" the workloads (default: all six), BENCH_MODEL the model folder
 # (default bench/qwen3-0.6b; bench/qwen3-30b-a3b for the MoE shapes), BENCH_FLAGS more bench
-# flags (e.g. "--measure-gpu-idle --disable-overlap"). MEMCHECK=0 skips compute-sanitizer;
+# flags (e.g. "--measure-gpu-idle --disable-overlap"), BENCH_ENVS more runs of each backend's
+# benchmark, one per VAR=VALUE setting given (e.g. "MINIINFER_PDL=0 MINIINFER_PREFILL_WGMMA=0":
+# bench-<backend>-<VAR=VALUE>.txt beside the default run). MEMCHECK=0 skips compute-sanitizer;
 # TEST_TIMEOUT (seconds, default 300) bounds each test binary. LOAD=0 skips the loader check:
 # a random Qwen3-0.6B-shaped checkpoint (tools/make_random_checkpoint.py, needs torch and
 # transformers) loaded for CUDA, whose logged peak host memory must stay below 1.5x its size.
@@ -72,6 +74,14 @@ if [[ "${BENCH:-1}" != 0 && -z "${ONLY:-}" ]]; then
     else
       echo "FAIL bench $backend" | tee -a "$out/summary.txt"; status=1
     fi
+    for setting in ${BENCH_ENVS:-}; do
+      if env "$setting" "$dist/bin/miniinfer" bench --model "${BENCH_MODEL:-bench/qwen3-0.6b}" --load-format dummy --device cuda \
+          --attention-backend "$backend" ${WORKLOADS:---workload balanced --workload decode128 --workload decode256 --workload short256 --workload prefill256 --workload bs1} ${BENCH_FLAGS:-} --json "$out/bench-$backend-$setting.json" > "$out/bench-$backend-$setting.txt" 2>&1; then
+        echo "PASS bench $backend with $setting" | tee -a "$out/summary.txt"
+      else
+        echo "FAIL bench $backend with $setting" | tee -a "$out/summary.txt"; status=1
+      fi
+    done
   done
 fi
 exit $status
