@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "core/host_memory.h"
 #include "core/logging.h"
 #include "engine/scripted_runner.h"
 #ifdef MINIINFER_HAS_CUDA
@@ -155,6 +156,8 @@ LLMEngine::LLMEngine(EngineConfig config, std::unique_ptr<ModelRunner> runner,
         if (!contains(stop_rules_.eos_token_ids, int32_t(id)))
             stop_rules_.eos_token_ids.push_back(id);
     stop_rules_.max_model_len = config_.max_model_len;
+    if (const double age = process_age_seconds(); age >= 0)
+        MI_LOG_INFO("engine ready {:.2f} s after the process started", age);
 }
 
 LLMEngine::~LLMEngine() = default;

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <random>
 #include <thread>
@@ -432,6 +433,16 @@ TEST(Weights, LoadStatsCountWhatWasWritten) {
         }
     }
     EXPECT_GT(peak_host_memory_bytes(), 0);
+}
+
+// The "engine ready ... after the process started" log line's clock: this test process started
+// before the test ran, and not before the machine booted.
+TEST(HostMemory, ProcessAgeIsBetweenZeroAndUptime) {
+    const double age = process_age_seconds();
+    double uptime = 0;
+    std::ifstream("/proc/uptime") >> uptime;
+    ASSERT_GE(age, 0.0);
+    EXPECT_LE(age, uptime);
 }
 
 // assemble_weights with a writer of its own (what the GPU's dummy weights use): the writer's
