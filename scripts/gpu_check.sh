@@ -66,22 +66,20 @@ if [[ "${LOAD:-1}" != 0 && -z "${ONLY:-}" ]]; then
   fi
   rm -rf "$ckpt"
 fi
+# One benchmark run: bench_run BACKEND NAME [VAR=VALUE] writes bench-NAME.txt/.json.
+bench_run() {
+  local backend=$1 name=$2 setting=${3:-}
+  if env $setting "$dist/bin/miniinfer" bench --model "${BENCH_MODEL:-bench/qwen3-0.6b}" --load-format dummy --device cuda \
+      --attention-backend "$backend" ${WORKLOADS:---workload balanced --workload decode128 --workload decode256 --workload short256 --workload prefill256 --workload bs1} ${BENCH_FLAGS:-} --json "$out/bench-$name.json" > "$out/bench-$name.txt" 2>&1; then
+    echo "PASS bench $backend${setting:+ with $setting}" | tee -a "$out/summary.txt"
+  else
+    echo "FAIL bench $backend${setting:+ with $setting}" | tee -a "$out/summary.txt"; status=1
+  fi
+}
 if [[ "${BENCH:-1}" != 0 && -z "${ONLY:-}" ]]; then
   for backend in ${BACKENDS:-fa2 flashinfer}; do
-    if "$dist/bin/miniinfer" bench --model "${BENCH_MODEL:-bench/qwen3-0.6b}" --load-format dummy --device cuda \
-        --attention-backend "$backend" ${WORKLOADS:---workload balanced --workload decode128 --workload decode256 --workload short256 --workload prefill256 --workload bs1} ${BENCH_FLAGS:-} --json "$out/bench-$backend.json" > "$out/bench-$backend.txt" 2>&1; then
-      echo "PASS bench $backend" | tee -a "$out/summary.txt"
-    else
-      echo "FAIL bench $backend" | tee -a "$out/summary.txt"; status=1
-    fi
-    for setting in ${BENCH_ENVS:-}; do
-      if env "$setting" "$dist/bin/miniinfer" bench --model "${BENCH_MODEL:-bench/qwen3-0.6b}" --load-format dummy --device cuda \
-          --attention-backend "$backend" ${WORKLOADS:---workload balanced --workload decode128 --workload decode256 --workload short256 --workload prefill256 --workload bs1} ${BENCH_FLAGS:-} --json "$out/bench-$backend-$setting.json" > "$out/bench-$backend-$setting.txt" 2>&1; then
-        echo "PASS bench $backend with $setting" | tee -a "$out/summary.txt"
-      else
-        echo "FAIL bench $backend with $setting" | tee -a "$out/summary.txt"; status=1
-      fi
-    done
+    bench_run "$backend" "$backend"
+    for setting in ${BENCH_ENVS:-}; do bench_run "$backend" "$backend-$setting" "$setting"; done
   done
 fi
 exit $status

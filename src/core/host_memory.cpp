@@ -24,9 +24,8 @@ double process_age_seconds() {
     const size_t close = stat.rfind(')');
     if (close == std::string::npos) return -1;
     std::istringstream fields(stat.substr(close + 1));
-    std::string field;
-    for (int i = 3; i <= 22 && fields >> field; ++i) {
-    }  // field 22: the start time, in clock ticks after boot
+    std::string field;  // after the loop, field 22: the start time, in clock ticks after boot
+    for (int i = 3; i <= 22; ++i) fields >> field;
     double uptime = 0;
     std::ifstream uptime_file("/proc/uptime");
     const long ticks = sysconf(_SC_CLK_TCK);
