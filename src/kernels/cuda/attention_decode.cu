@@ -25,6 +25,7 @@
 #include <type_traits>
 
 #include "core/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/kv_fp8.cuh"
 #include "kernels/cuda/mma_bf16.cuh"
@@ -80,6 +81,8 @@ __global__ void __launch_bounds__(kThreads)
                   int num_kv_heads, int page_size, int page_shift, float scale_log2, int num_splits,
                   bf16* __restrict__ out, float* __restrict__ partial_o,
                   float* __restrict__ partial_lse) {
+    pdl_wait();
+    pdl_trigger();
     constexpr int kLanesPerKey = kHeadDim / 8;
     constexpr int kSlots = 32 / kLanesPerKey;  // keys a warp loads at once
     // Keys each lane group loads before computing: more bytes in flight where registers allow.
@@ -257,6 +260,8 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void combine_kernel(const float* __restrict__ partial_o,
                                const float* __restrict__ partial_lse, int num_splits, int head_dim,
                                bf16* __restrict__ out) {
+    pdl_wait();
+    pdl_trigger();
     const int64_t row = blockIdx.x;
     const int d = threadIdx.x;
     const float* lse = partial_lse + row * num_splits;
@@ -333,7 +338,7 @@ void launch_decode(const AttentionLaunch& a, void* workspace, size_t workspace_b
     auto* partial_o = static_cast<float*>(workspace);
     float* partial_lse =
         num_splits > 1 ? partial_o + a.num_tokens * a.num_heads * num_splits * kHeadDim : nullptr;
-    decode_kernel<kHeadDim, kHeads, Cache><<<grid, kThreads, 0, stream>>>(
+    launch_kernel(decode_kernel<kHeadDim, kHeads, Cache>, grid, kThreads, 0, stream, 
         static_cast<const bf16*>(a.q), static_cast<const Cache*>(a.k_cache),
         static_cast<const Cache*>(a.v_cache), a.k_scale, a.v_scale, a.query_start, a.seq_lens,
         a.block_table, int(a.max_pages), int(a.num_heads), int(a.num_kv_heads), int(a.page_size),
@@ -341,7 +346,7 @@ void launch_decode(const AttentionLaunch& a, void* workspace, size_t workspace_b
         static_cast<bf16*>(a.out), partial_o, partial_lse);
     MI_CUDA_CHECK(cudaGetLastError());
     if (num_splits > 1) {
-        combine_kernel<<<unsigned(a.num_tokens * a.num_heads), kHeadDim, 0, stream>>>(
+        launch_kernel(combine_kernel, unsigned(a.num_tokens * a.num_heads), kHeadDim, 0, stream, 
             partial_o, partial_lse, num_splits, kHeadDim, static_cast<bf16*>(a.out));
         MI_CUDA_CHECK(cudaGetLastError());
     }

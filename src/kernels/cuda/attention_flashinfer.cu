@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/attention_tile.cuh"
 
 namespace miniinfer::cuda {
@@ -66,6 +67,8 @@ __global__ void __launch_bounds__(kThreads, 3)
                 int max_pages, int num_heads, int num_kv_heads, int page_size, int page_shift,
                 float scale_log2, bf16* __restrict__ out, float* __restrict__ partial_o,
                 float* __restrict__ partial_lse) {
+    pdl_wait();
+    pdl_trigger();
     constexpr int kStride = kHeadDim + 8;  // +16 B per row: conflict-free ldmatrix
     extern __shared__ __align__(16) unsigned char smem[];
     bf16* k_tiles = reinterpret_cast<bf16*>(smem);    // [2, kBlockN, kStride]
@@ -262,6 +265,8 @@ __global__ void __launch_bounds__(kThreads)
     merge_kernel(const int32_t* __restrict__ plan, const int32_t* __restrict__ query_start,
                  int num_heads, int num_kv_heads, const float* __restrict__ partial_o,
                  const float* __restrict__ partial_lse, bf16* __restrict__ out) {
+    pdl_wait();
+    pdl_trigger();
     const int num_merges = plan[1];
     const int32_t* merges = plan + plan[2];
     const int group = num_heads / num_kv_heads;
@@ -329,7 +334,7 @@ struct LaunchArgs {
 
 template <int kHeadDim, typename Cache>
 void launch_work(const LaunchArgs& a, cudaStream_t stream) {
-    work_kernel<kHeadDim, Cache><<<a.grid, kThreads, smem_bytes<kHeadDim>(), stream>>>(
+    launch_kernel(work_kernel<kHeadDim, Cache>, a.grid, kThreads, smem_bytes<kHeadDim>(), stream, 
         a.q, static_cast<const Cache*>(a.k_cache), static_cast<const Cache*>(a.v_cache), a.k_scale,
         a.v_scale, a.query_start, a.seq_lens, a.block_table, a.plan, a.max_pages, a.num_heads,
         a.num_kv_heads, a.page_size, a.page_shift, a.scale_log2, a.out, a.partial_o, a.partial_lse);
@@ -342,7 +347,7 @@ void launch(const LaunchArgs& a, cudaStream_t stream) {
         launch_work<kHeadDim, uint8_t>(a, stream);
     else
         launch_work<kHeadDim, bf16>(a, stream);
-    merge_kernel<kHeadDim><<<a.grid, kThreads, 0, stream>>>(
+    launch_kernel(merge_kernel<kHeadDim>, a.grid, kThreads, 0, stream, 
         a.plan, a.query_start, a.num_heads, a.num_kv_heads, a.partial_o, a.partial_lse, a.out);
     MI_CUDA_CHECK(cudaGetLastError());
 }

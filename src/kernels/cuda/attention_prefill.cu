@@ -15,6 +15,7 @@
 #include <cuda_bf16.h>
 
 #include "core/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_tile.cuh"
 
@@ -43,6 +44,8 @@ __global__ void __launch_bounds__(kThreads, 3)
                    const int32_t* __restrict__ block_table, int max_pages, int num_heads,
                    int num_kv_heads, int page_size, int page_shift, float scale_log2,
                    bf16* __restrict__ out) {
+    pdl_wait();
+    pdl_trigger();
     // +8 halves (16 B) per row: the 8 row addresses of one ldmatrix phase hit 8 different
     // 4-bank groups, so the tile reads are conflict-free.
     constexpr int kStride = kHeadDim + 8;
@@ -104,7 +107,7 @@ void launch_prefill(const AttentionLaunch& a, dim3 grid, cudaStream_t stream) {
         return true;
     }();
     (void)configured;
-    prefill_kernel<kHeadDim, Cache><<<grid, kThreads, kSmemBytes, stream>>>(
+    launch_kernel(prefill_kernel<kHeadDim, Cache>, grid, kThreads, kSmemBytes, stream, 
         static_cast<const bf16*>(a.q), static_cast<const Cache*>(a.k_cache),
         static_cast<const Cache*>(a.v_cache), a.k_scale, a.v_scale, a.query_start, a.seq_lens,
         a.block_table, int(a.max_pages), int(a.num_heads), int(a.num_kv_heads), int(a.page_size),

@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 
 #include "core/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check_tensor.h"
 
 namespace miniinfer::cuda {
@@ -12,6 +13,8 @@ namespace {
 
 __global__ void bf16_to_f32_kernel(const __nv_bfloat16* __restrict__ in, float* __restrict__ out,
                                    int64_t n) {
+    pdl_wait();
+    pdl_trigger();
     const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 8;
     if (i + 8 <= n) {
         const uint4 packed = *reinterpret_cast<const uint4*>(in + i);
@@ -40,7 +43,7 @@ void bf16_to_f32(const Tensor& in, Tensor& out, cudaStream_t stream) {
     const int64_t n = in.numel();
     if (n == 0) return;
     const int64_t threads = (n + 7) / 8;
-    bf16_to_f32_kernel<<<unsigned((threads + 255) / 256), 256, 0, stream>>>(
+    launch_kernel(bf16_to_f32_kernel, unsigned((threads + 255) / 256), 256, 0, stream, 
         in.data<__nv_bfloat16>(), out.data<float>(), n);
     MI_CUDA_CHECK(cudaGetLastError());
 }

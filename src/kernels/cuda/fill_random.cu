@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 
 #include "core/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check_tensor.h"
 
 namespace miniinfer::cuda {
@@ -19,6 +20,8 @@ __device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
 
 __global__ void fill_normal_kernel(__nv_bfloat16* __restrict__ out, FillBlock b, uint64_t key,
                                    float scale, float constant, int64_t n) {
+    pdl_wait();
+    pdl_trigger();
     const int64_t width = b.col_end - b.col_begin;
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
          i += int64_t(gridDim.x) * blockDim.x) {
@@ -46,7 +49,7 @@ void fill_normal(Tensor& out, const FillBlock& block, uint64_t key, float scale,
     if (n == 0) return;
     const int threads = 256;
     const int64_t blocks = std::min<int64_t>((n + threads - 1) / threads, 65536);
-    fill_normal_kernel<<<unsigned(blocks), threads, 0, stream>>>(
+    launch_kernel(fill_normal_kernel, unsigned(blocks), threads, 0, stream, 
         static_cast<__nv_bfloat16*>(out.raw()), block, key, scale, constant, n);
     MI_CUDA_CHECK(cudaGetLastError());
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check_tensor.h"
 
 namespace miniinfer::cuda {
@@ -19,6 +20,8 @@ constexpr int kThreads = 128;
 template <typename Vec>
 __global__ void gather_rows_kernel(const Vec* __restrict__ x, const int32_t* __restrict__ rows,
                                    int64_t row_vecs, Vec* __restrict__ out) {
+    pdl_wait();
+    pdl_trigger();
     const Vec* src = x + int64_t(rows[blockIdx.x]) * row_vecs;
     Vec* dst = out + int64_t(blockIdx.x) * row_vecs;
     for (int64_t i = threadIdx.x; i < row_vecs; i += kThreads) dst[i] = src[i];
@@ -39,10 +42,10 @@ void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out, cudaStream_t 
     MI_LAUNCH_CHECK(m <= INT32_MAX, "gather_rows: too many rows for one grid");
 
     if (d % 8 == 0 && aligned16(x.raw()) && aligned16(out.raw())) {
-        gather_rows_kernel<uint4><<<unsigned(m), kThreads, 0, stream>>>(
+        launch_kernel(gather_rows_kernel<uint4>, unsigned(m), kThreads, 0, stream, 
             x.data<uint4>(), rows.data<int32_t>(), d / 8, out.data<uint4>());
     } else {
-        gather_rows_kernel<uint16_t><<<unsigned(m), kThreads, 0, stream>>>(
+        launch_kernel(gather_rows_kernel<uint16_t>, unsigned(m), kThreads, 0, stream, 
             x.data<uint16_t>(), rows.data<int32_t>(), d, out.data<uint16_t>());
     }
     MI_CUDA_CHECK(cudaGetLastError());

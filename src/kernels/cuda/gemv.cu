@@ -12,6 +12,8 @@
 //     5 of a plain warp sum — at m = 8 the plain sum would cost more than the loads;
 //   - blocks of 4 warps, grid over n: thousands of warps for every layer of a 0.6B model.
 // kCols trades parallelism (small n wants many warps: kCols = 1) against fewer x re-reads.
+// Launched with programmatic dependent launch (launch.cuh), a warp issues its first loads of w
+// while the kernel that writes x is still finishing.
 #include "kernels/cuda/gemv.h"
 
 #include <cuda_bf16.h>
@@ -20,6 +22,7 @@
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check_tensor.h"
 #include "kernels/cuda/gemv.cuh"
 
@@ -65,9 +68,8 @@ __global__ void __launch_bounds__(kThreads)
             reinterpret_cast<const uint4*>(w + (col0 + c < n ? col0 + c : n - 1) * int64_t(k));
     const uint4* x_vecs = reinterpret_cast<const uint4*>(x);
 
-    float acc[kRows * kCols] = {};  // acc[r * kCols + c]: row r of x times column c of the warp
-    for (int base = lane; base < k_vecs; base += 32 * kUnroll) {
-        uint4 w_vec[kUnroll][kCols];
+    uint4 w_vec[kUnroll][kCols];
+    auto load_w = [&](int base) {
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
             if (base + 32 * u < k_vecs) {
@@ -76,6 +78,16 @@ __global__ void __launch_bounds__(kThreads)
                     w_vec[u][c] = load_streaming(w_rows[c] + base + 32 * u);
             }
         }
+    };
+    // No earlier kernel writes w: the first kUnroll x kCols loads of it are issued before
+    // waiting for the kernel that writes x (launch.cuh).
+    load_w(lane);
+    pdl_wait();
+    pdl_trigger();
+
+    float acc[kRows * kCols] = {};  // acc[r * kCols + c]: row r of x times column c of the warp
+    for (int base = lane; base < k_vecs; base += 32 * kUnroll) {
+        if (base != lane) load_w(base);
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
             const int vec = base + 32 * u;
@@ -143,7 +155,7 @@ void launch_rows(const Tensor& x, const Tensor& w, const __nv_bfloat16* bias, Te
     const int64_t n = w.size(0), k = w.size(1), m = x.numel() / k;
     for (int64_t row0 = 0; row0 < m; row0 += kGemvRowsPerLaunch) {
         const int64_t rows = std::min(kGemvRowsPerLaunch, m - row0);
-        kKernels<Out>[cols_idx][rows - 1]<<<unsigned(blocks), kThreads, 0, stream>>>(
+        launch_kernel(kKernels<Out>[cols_idx][rows - 1], unsigned(blocks), kThreads, 0, stream, 
             x.data<__nv_bfloat16>() + row0 * k, w.data<__nv_bfloat16>(), bias,
             y.data<Out>() + row0 * n, n, int(k));
         MI_CUDA_CHECK(cudaGetLastError());

@@ -43,6 +43,7 @@
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check_tensor.h"
 #include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/cuda/silu_mul.cuh"
@@ -147,6 +148,8 @@ __global__ void __launch_bounds__(T::kThreads)
                         const __nv_bfloat16* __restrict__ w, const int32_t* __restrict__ offsets,
                         __nv_bfloat16* __restrict__ y, int num_experts, int max_rows, int n,
                         int k) {
+    pdl_wait();
+    pdl_trigger();
     const int row0 = int(blockIdx.x) * T::kRows;
     __shared__ int32_t src_row[T::kRows];  // the x row of each tile row; -1: zeros
     if (int(threadIdx.x) < T::kRows) {
@@ -250,8 +253,7 @@ void launch(const Tensor& x, const Tensor* row_token, const Tensor& w, const Ten
         return true;
     }();
     (void)opted_in;
-    grouped_gemm_kernel<T, kSiluMul>
-        <<<dim3(unsigned(row_tiles), unsigned(col_tiles)), T::kThreads, T::kSharedBytes, stream>>>(
+    launch_kernel(grouped_gemm_kernel<T, kSiluMul>, dim3(unsigned(row_tiles), unsigned(col_tiles)), T::kThreads, T::kSharedBytes, stream, 
             x.data<__nv_bfloat16>(), row_token ? row_token->data<int32_t>() : nullptr,
             w.data<__nv_bfloat16>(), expert_offsets.data<int32_t>(), y.data<__nv_bfloat16>(),
             int(d.num_experts), int(d.max_rows), int(d.n), int(d.k));

@@ -52,6 +52,7 @@
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/grouped_gemm.h"
 #include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/cuda/silu_mul.cuh"
@@ -236,6 +237,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                              const __nv_bfloat16* __restrict__ w,
                              const int32_t* __restrict__ offsets, __nv_bfloat16* __restrict__ y,
                              int num_experts, int max_rows, int n, int k) {
+    pdl_wait();
+    pdl_trigger();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     // kSiluMul: output columns out0 .. out0 + 127 of inter = n / 2; else columns of n.
     constexpr int kOutCols = kSiluMul ? kTileCols / 2 : kTileCols;
@@ -358,8 +361,7 @@ void launch(const Tensor& x, const Tensor* row_token, const Tensor& w, const Ten
         return true;
     }();
     (void)smem_raised;
-    grouped_gemm_sm90_kernel<kSiluMul>
-        <<<dim3(unsigned(col_tiles), unsigned(row_tiles)), kThreads, kSmemBytes, stream>>>(
+    launch_kernel(grouped_gemm_sm90_kernel<kSiluMul>, dim3(unsigned(col_tiles), unsigned(row_tiles)), kThreads, kSmemBytes, stream, 
             x.data<__nv_bfloat16>(), row_token ? row_token->data<int32_t>() : nullptr,
             w.data<__nv_bfloat16>(), expert_offsets.data<int32_t>(), y.data<__nv_bfloat16>(),
             int(d.num_experts), int(d.max_rows), int(d.n), int(d.k));

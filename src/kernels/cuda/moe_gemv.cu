@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check_tensor.h"
 #include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/silu_mul.cuh"
@@ -69,6 +70,8 @@ __global__ void __launch_bounds__(kThreads)
     gate_up_silu_kernel(const __nv_bfloat16* __restrict__ x, const int32_t* __restrict__ topk_ids,
                         const __nv_bfloat16* __restrict__ w, __nv_bfloat16* __restrict__ act,
                         int64_t pairs, int top_k, int64_t inter, int64_t hidden) {
+    pdl_wait();
+    pdl_trigger();
     const int lane = int(threadIdx.x) % 32;
     const int64_t warp = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
     if (warp >= pairs * inter) return;  // whole warp
@@ -93,6 +96,8 @@ __global__ void __launch_bounds__(kThreads)
                         const float* __restrict__ topk_weights, const __nv_bfloat16* __restrict__ w,
                         __nv_bfloat16* __restrict__ out, int64_t n, int top_k, int64_t hidden,
                         int64_t inter) {
+    pdl_wait();
+    pdl_trigger();
     const int lane = int(threadIdx.x) % 32;
     const int64_t warp = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
     if (warp >= n * hidden) return;  // whole warp
@@ -156,7 +161,7 @@ void moe_gemv_gate_up_silu(const Tensor& x, const Tensor& topk_ids, const Tensor
                     "moe_gemv_gate_up_silu: w [E, 2 * inter, hidden] with hidden % 8 == 0, x and "
                     "w 16-byte aligned, act with at least n * k rows");
     if (pairs == 0) return;
-    gate_up_silu_kernel<<<blocks_for(pairs * inter), kThreads, 0, stream>>>(
+    launch_kernel(gate_up_silu_kernel, blocks_for(pairs * inter), kThreads, 0, stream, 
         x.data<__nv_bfloat16>(), topk_ids.data<int32_t>(), w.data<__nv_bfloat16>(),
         act.data<__nv_bfloat16>(), pairs, int(top_k), inter, hidden);
     MI_CUDA_CHECK(cudaGetLastError());
@@ -186,17 +191,13 @@ void moe_gemv_down_combine(const Tensor& act, const Tensor& topk_ids, const Tens
     const int k = int(top_k);
     // The widest pass that divides k: every weight row is read once, all in one round when k <= 8.
     if (top_k % 8 == 0)
-        down_combine_kernel<8>
-            <<<blocks, kThreads, 0, stream>>>(a, ids, weights, wd, o, n, k, hidden, inter);
+        launch_kernel(down_combine_kernel<8>, blocks, kThreads, 0, stream, a, ids, weights, wd, o, n, k, hidden, inter);
     else if (top_k % 4 == 0)
-        down_combine_kernel<4>
-            <<<blocks, kThreads, 0, stream>>>(a, ids, weights, wd, o, n, k, hidden, inter);
+        launch_kernel(down_combine_kernel<4>, blocks, kThreads, 0, stream, a, ids, weights, wd, o, n, k, hidden, inter);
     else if (top_k % 2 == 0)
-        down_combine_kernel<2>
-            <<<blocks, kThreads, 0, stream>>>(a, ids, weights, wd, o, n, k, hidden, inter);
+        launch_kernel(down_combine_kernel<2>, blocks, kThreads, 0, stream, a, ids, weights, wd, o, n, k, hidden, inter);
     else
-        down_combine_kernel<1>
-            <<<blocks, kThreads, 0, stream>>>(a, ids, weights, wd, o, n, k, hidden, inter);
+        launch_kernel(down_combine_kernel<1>, blocks, kThreads, 0, stream, a, ids, weights, wd, o, n, k, hidden, inter);
     MI_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check_tensor.h"
 #include "kernels/cuda/reduce.cuh"
 
@@ -41,6 +42,8 @@ template <int kPerLane>
 __global__ void moe_route_kernel(const __nv_bfloat16* __restrict__ logits, int64_t n,
                                  int num_experts, int top_k, bool renormalize,
                                  int32_t* __restrict__ topk_ids, float* __restrict__ topk_weights) {
+    pdl_wait();
+    pdl_trigger();
     const int lane = threadIdx.x % 32;
     const int64_t t = int64_t(blockIdx.x) * kRouteWarps + threadIdx.x / 32;
     if (t >= n) return;  // the whole warp leaves together
@@ -102,7 +105,7 @@ void launch_route(const Tensor& logits, int64_t n, int num_experts, int top_k, b
                         : num_experts <= 64  ? moe_route_kernel<2>
                         : num_experts <= 128 ? moe_route_kernel<4>
                                              : moe_route_kernel<8>;
-    kernel<<<blocks, kRouteWarps * 32, 0, stream>>>(logits.data<__nv_bfloat16>(), n, num_experts,
+    launch_kernel(kernel, blocks, kRouteWarps * 32, 0, stream, logits.data<__nv_bfloat16>(), n, num_experts,
                                                     top_k, renormalize, topk_ids.data<int32_t>(),
                                                     topk_weights.data<float>());
 }
@@ -132,6 +135,8 @@ __device__ __forceinline__ unsigned lanes_below() {
 __global__ void __launch_bounds__(kPermuteThreads)
     moe_count_kernel(const int32_t* __restrict__ topk_ids, int num_slots, int num_experts,
                      int32_t* __restrict__ chunk) {
+    pdl_wait();
+    pdl_trigger();
     __shared__ int count[kMaxExperts];
     const int tid = threadIdx.x;
     for (int e = tid; e < num_experts; e += kPermuteThreads) count[e] = 0;
@@ -151,6 +156,8 @@ __global__ void __launch_bounds__(kPermuteThreads)
     moe_offsets_kernel(int32_t* __restrict__ chunk, int blocks, int num_experts, int tile_rows,
                        int max_rows, int32_t* __restrict__ expert_offsets,
                        int32_t* __restrict__ row_token) {
+    pdl_wait();
+    pdl_trigger();
     __shared__ int count[kMaxExperts];       // slots per expert
     __shared__ int offset[kMaxExperts + 1];  // first row of each expert; [E] = rows used
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -210,6 +217,8 @@ __global__ void __launch_bounds__(kPermuteThreads)
                        int num_experts, const int32_t* __restrict__ chunk,
                        const int32_t* __restrict__ expert_offsets, int32_t* __restrict__ row_token,
                        int32_t* __restrict__ slot_row) {
+    pdl_wait();
+    pdl_trigger();
     __shared__ int warp_rows[kPermuteWarps][kMaxExperts];  // count, then first row
     const int tid = threadIdx.x, warp = tid / 32;
     const int E = num_experts;
@@ -249,6 +258,8 @@ template <typename Vec>
 __global__ void moe_gather_kernel(const Vec* __restrict__ x, const int32_t* __restrict__ row_token,
                                   const int32_t* __restrict__ rows_used, int max_rows,
                                   int64_t row_vecs, Vec* __restrict__ x_perm) {
+    pdl_wait();
+    pdl_trigger();
     const int num_rows = min(*rows_used, max_rows);
     for (int r = blockIdx.x; r < num_rows; r += gridDim.x) {
         const int token = row_token[r];
@@ -273,6 +284,8 @@ __global__ void moe_combine_kernel(const __nv_bfloat16* __restrict__ y_perm,
                                    const int32_t* __restrict__ slot_row,
                                    const float* __restrict__ topk_weights, int top_k,
                                    int64_t hidden, __nv_bfloat16* __restrict__ out) {
+    pdl_wait();
+    pdl_trigger();
     using Vec = BF16Vec<kVec>;
     const int64_t t = blockIdx.x;
     for (int64_t col = int64_t(threadIdx.x) * kVec; col < hidden; col += kCombineThreads * kVec) {
@@ -345,14 +358,14 @@ void moe_permute(const Tensor& topk_ids, int64_t num_experts, int64_t tile_rows,
     int32_t* chunk = workspace.data<int32_t>();
     const int32_t* ids = topk_ids.data<int32_t>();
     if (blocks > 0)
-        moe_count_kernel<<<blocks, kPermuteThreads, 0, stream>>>(ids, int(slots), int(num_experts),
+        launch_kernel(moe_count_kernel, blocks, kPermuteThreads, 0, stream, ids, int(slots), int(num_experts),
                                                                  chunk);
     // Even with no tokens the offsets (all 0) and row_token (all -1) are written.
-    moe_offsets_kernel<<<1, kPermuteThreads, 0, stream>>>(
+    launch_kernel(moe_offsets_kernel, 1, kPermuteThreads, 0, stream, 
         chunk, blocks, int(num_experts), int(tile_rows), int(max_rows),
         expert_offsets.data<int32_t>(), row_token.data<int32_t>());
     if (blocks > 0)
-        moe_scatter_kernel<<<blocks, kPermuteThreads, 0, stream>>>(
+        launch_kernel(moe_scatter_kernel, blocks, kPermuteThreads, 0, stream, 
             ids, int(slots), int(top_k), int(num_experts), chunk, expert_offsets.data<int32_t>(),
             row_token.data<int32_t>(), slot_row.data<int32_t>());
     MI_CUDA_CHECK(cudaGetLastError());
@@ -373,11 +386,11 @@ void moe_gather(const Tensor& x, const Tensor& row_token, const Tensor& expert_o
     const unsigned blocks = unsigned(std::min<int64_t>(max_rows, kGatherMaxBlocks));
     const int32_t* rows_used = expert_offsets.data<int32_t>() + num_experts;
     if (hidden % 8 == 0 && aligned16(x.raw()) && aligned16(x_perm.raw())) {
-        moe_gather_kernel<uint4><<<blocks, kGatherThreads, 0, stream>>>(
+        launch_kernel(moe_gather_kernel<uint4>, blocks, kGatherThreads, 0, stream, 
             x.data<uint4>(), row_token.data<int32_t>(), rows_used, int(max_rows), hidden / 8,
             x_perm.data<uint4>());
     } else {
-        moe_gather_kernel<uint16_t><<<blocks, kGatherThreads, 0, stream>>>(
+        launch_kernel(moe_gather_kernel<uint16_t>, blocks, kGatherThreads, 0, stream, 
             x.data<uint16_t>(), row_token.data<int32_t>(), rows_used, int(max_rows), hidden,
             x_perm.data<uint16_t>());
     }
@@ -399,11 +412,9 @@ void moe_combine(const Tensor& y_perm, const Tensor& slot_row, const Tensor& top
     const auto* weights = topk_weights.data<float>();
     auto* o = out.data<__nv_bfloat16>();
     if (hidden % 8 == 0 && aligned16(y_perm.raw()) && aligned16(out.raw()))
-        moe_combine_kernel<8>
-            <<<unsigned(n), kCombineThreads, 0, stream>>>(y, rows, weights, int(top_k), hidden, o);
+        launch_kernel(moe_combine_kernel<8>, unsigned(n), kCombineThreads, 0, stream, y, rows, weights, int(top_k), hidden, o);
     else
-        moe_combine_kernel<1>
-            <<<unsigned(n), kCombineThreads, 0, stream>>>(y, rows, weights, int(top_k), hidden, o);
+        launch_kernel(moe_combine_kernel<1>, unsigned(n), kCombineThreads, 0, stream, y, rows, weights, int(top_k), hidden, o);
     MI_CUDA_CHECK(cudaGetLastError());
 }
 

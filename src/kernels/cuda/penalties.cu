@@ -10,6 +10,7 @@
 #include <climits>
 
 #include "core/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check_tensor.h"
 
 namespace miniinfer::cuda {
@@ -27,6 +28,8 @@ __device__ __forceinline__ bool claim(uint32_t* bits, int32_t id) {
 __global__ void __launch_bounds__(kThreads)
     penalties_kernel(float* logits, int vocab, const RowPenalties* params, int num_rows,
                      const int32_t* segment_start, const int32_t* token_ids, int32_t* counts_ws) {
+    pdl_wait();
+    pdl_trigger();
     extern __shared__ uint32_t seen[];  // [ceil(vocab / 32)] bitmap
     const int num_words = (vocab + 31) / 32;
     int32_t* counts = counts_ws + int64_t(blockIdx.x) * vocab;  // [vocab], this block's
@@ -103,7 +106,7 @@ void apply_penalties(Tensor& logits, const Tensor& params, const Tensor& segment
         MI_CUDA_CHECK(cudaFuncSetAttribute(
             penalties_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)));
     const int blocks = int(n < kMaxBlocks ? n : kMaxBlocks);
-    penalties_kernel<<<blocks, kThreads, shared_bytes, stream>>>(
+    launch_kernel(penalties_kernel, blocks, kThreads, shared_bytes, stream, 
         logits.data<float>(), int(vocab), static_cast<const RowPenalties*>(params.raw()), int(n),
         segment_start.data<int32_t>(), token_ids.numel() > 0 ? token_ids.data<int32_t>() : nullptr,
         static_cast<int32_t*>(workspace));

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "core/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check_tensor.h"
 #include "kernels/cuda/kv_fp8.cuh"
 #include "kernels/cuda/reduce.cuh"
@@ -45,6 +46,8 @@ __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_store_kernel(
     const float* __restrict__ inv_freq, const int32_t* __restrict__ slot_mapping, int num_heads,
     int num_kv_heads, __nv_bfloat16* __restrict__ q_out, Cache* __restrict__ k_cache,
     Cache* __restrict__ v_cache, float k_inv_scale, float v_inv_scale) {
+    pdl_wait();
+    pdl_trigger();
     constexpr int kPerLane = kHeadDim / 32, kHalf = kPerLane / 2;
     const int total_heads = num_heads + 2 * num_kv_heads;
     const int t = blockIdx.x, lane = threadIdx.x % 32;
@@ -143,7 +146,7 @@ void qk_norm_rope_store(const Tensor& qkv, const Tensor* q_norm, const Tensor* k
     const auto launch = [&](auto head_dim_tag, auto* k_ptr, auto* v_ptr) {
         constexpr int kHeadDim = decltype(head_dim_tag)::value;
         using Cache = std::remove_pointer_t<decltype(k_ptr)>;
-        qk_norm_rope_store_kernel<kHeadDim, Cache><<<grid, kWarps * 32, 0, stream>>>(
+        launch_kernel(qk_norm_rope_store_kernel<kHeadDim, Cache>, grid, kWarps * 32, 0, stream, 
             qkv.data<__nv_bfloat16>(), q_norm ? q_norm->data<__nv_bfloat16>() : nullptr,
             k_norm ? k_norm->data<__nv_bfloat16>() : nullptr, eps, positions.data<int32_t>(),
             inv_freq.data<float>(), slot_mapping.data<int32_t>(), int(num_heads), int(num_kv_heads),

@@ -9,6 +9,7 @@
 #include <cuda_bf16.h>
 
 #include "core/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check_tensor.h"
 #include "kernels/cuda/reduce.cuh"
 
@@ -22,6 +23,8 @@ __global__ void add_rms_norm_kernel(const __nv_bfloat16* __restrict__ x,
                                     __nv_bfloat16* __restrict__ residual,
                                     const __nv_bfloat16* __restrict__ w, int dim, float eps,
                                     __nv_bfloat16* __restrict__ out) {
+    pdl_wait();
+    pdl_trigger();
     const int64_t base = int64_t(blockIdx.x) * dim;
     float sum_sq = 0.f;
     for (int i = threadIdx.x; i < dim; i += kThreads) {
@@ -57,7 +60,7 @@ void add_rms_norm(const Tensor& x, Tensor* residual, const Tensor& weight, float
     }
     const int64_t rows = x.numel() / dim;
     if (rows == 0) return;
-    add_rms_norm_kernel<<<unsigned(rows), kThreads, 0, stream>>>(
+    launch_kernel(add_rms_norm_kernel, unsigned(rows), kThreads, 0, stream, 
         x.data<__nv_bfloat16>(), residual ? residual->data<__nv_bfloat16>() : nullptr,
         weight.data<__nv_bfloat16>(), int(dim), eps, out.data<__nv_bfloat16>());
     MI_CUDA_CHECK(cudaGetLastError());

@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check_tensor.h"
 #include "kernels/cuda/reduce.cuh"
 #include "layers/philox.h"
@@ -442,6 +443,8 @@ __device__ void write_top_logprobs(const SampleArgs& a, const Load& load, int64_
 }
 
 __global__ void __launch_bounds__(kThreads, 2) sample_kernel(SampleArgs a) {
+    pdl_wait();
+    pdl_trigger();
     __shared__ Scratch s;
     const int64_t row = blockIdx.x;
     const int vocab = a.vocab;
@@ -532,6 +535,8 @@ __global__ void __launch_bounds__(kThreads, 2) sample_kernel(SampleArgs a) {
 
 __global__ void __launch_bounds__(kThreads)
     argmax_kernel(const float* logits, int vocab, int32_t* tokens) {
+    pdl_wait();
+    pdl_trigger();
     __shared__ ArgMax slots[kWarps];
     const float* row = logits + int64_t(blockIdx.x) * vocab;
     ArgMax best = {neg_inf(), INT_MAX};
@@ -595,7 +600,7 @@ void sample(const Tensor& logits, const Tensor& rows_params, const Tensor* raw_l
         max_logprobs > 0 ? top_ids->data<int32_t>() : nullptr,
         max_logprobs > 0 ? top_logprobs->data<float>() : nullptr,
     };
-    sample_kernel<<<unsigned(rows), kThreads, 0, stream>>>(args);
+    launch_kernel(sample_kernel, unsigned(rows), kThreads, 0, stream, args);
     MI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -607,13 +612,15 @@ void argmax(const Tensor& logits, Tensor& tokens, cudaStream_t stream) {
     MI_LAUNCH_CHECK(is_cuda_tensor(tokens, DType::kI32) && tokens.numel() == rows,
                     "argmax: tokens must be [rows] i32 CUDA");
     if (rows == 0) return;
-    argmax_kernel<<<unsigned(rows), kThreads, 0, stream>>>(logits.data<float>(), int(vocab),
+    launch_kernel(argmax_kernel, unsigned(rows), kThreads, 0, stream, logits.data<float>(), int(vocab),
                                                            tokens.data<int32_t>());
     MI_CUDA_CHECK(cudaGetLastError());
 }
 
 namespace {
 __global__ void resolve_placeholders_kernel(int32_t* ids, int n, const int32_t* sampled) {
+    pdl_wait();
+    pdl_trigger();
     const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
     if (i < n && ids[i] < 0) ids[i] = sampled[-(ids[i] + 1)];
 }
@@ -627,7 +634,7 @@ void resolve_placeholders(Tensor& ids, const Tensor& sampled, cudaStream_t strea
     const int64_t n = ids.numel();
     if (n == 0) return;
     constexpr int kBlock = 256;
-    resolve_placeholders_kernel<<<unsigned((n + kBlock - 1) / kBlock), kBlock, 0, stream>>>(
+    launch_kernel(resolve_placeholders_kernel, unsigned((n + kBlock - 1) / kBlock), kBlock, 0, stream, 
         ids.data<int32_t>(), int(n), sampled.data<int32_t>());
     MI_CUDA_CHECK(cudaGetLastError());
 }

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check_tensor.h"
 #include "kernels/cuda/silu_mul.cuh"
 
@@ -28,6 +29,8 @@ struct alignas(2 * kVec) BF16Vec {
 template <int kVec>
 __global__ void silu_mul_kernel(const __nv_bfloat16* __restrict__ gate_up, int64_t n, int64_t inter,
                                 __nv_bfloat16* __restrict__ out) {
+    pdl_wait();
+    pdl_trigger();
     using Vec = BF16Vec<kVec>;
     const int64_t vecs_per_row = inter / kVec;
     const int64_t total = n * vecs_per_row;
@@ -48,7 +51,7 @@ void launch(const Tensor& gate_up, int64_t n, int64_t inter, Tensor& out, cudaSt
     const int64_t threads_needed = n * (inter / kVec);
     // Enough blocks to fill the GPU several times over; the grid-stride loop covers the rest.
     const int64_t blocks = std::min<int64_t>((threads_needed + kThreads - 1) / kThreads, 132 * 32);
-    silu_mul_kernel<kVec><<<unsigned(blocks), kThreads, 0, stream>>>(
+    launch_kernel(silu_mul_kernel<kVec>, unsigned(blocks), kThreads, 0, stream, 
         gate_up.data<__nv_bfloat16>(), n, inter, out.data<__nv_bfloat16>());
 }
 

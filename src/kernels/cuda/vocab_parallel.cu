@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check_tensor.h"
 
 namespace miniinfer::cuda {
@@ -17,6 +18,8 @@ __global__ void embedding_shard_kernel(const int32_t* __restrict__ ids,
                                        const Vec* __restrict__ table, int64_t vocab_begin,
                                        int64_t shard_rows, int64_t row_vecs,
                                        Vec* __restrict__ out) {
+    pdl_wait();
+    pdl_trigger();
     const int64_t id = int64_t(ids[blockIdx.x]) - vocab_begin;
     Vec* dst = out + int64_t(blockIdx.x) * row_vecs;
     if (id < 0 || id >= shard_rows) {
@@ -31,6 +34,8 @@ __global__ void embedding_shard_kernel(const int32_t* __restrict__ ids,
 template <typename Vec>
 __global__ void interleave_kernel(const Vec* __restrict__ gathered, int64_t rows, int64_t col_vecs,
                                   Vec* __restrict__ out) {
+    pdl_wait();
+    pdl_trigger();
     const int64_t i = blockIdx.x, r = blockIdx.y;
     const Vec* src = gathered + (r * rows + i) * col_vecs;
     Vec* dst = out + (i * gridDim.y + r) * col_vecs;
@@ -52,11 +57,10 @@ void embedding_shard(const Tensor& ids, const Tensor& table, int64_t vocab_begin
     if (n == 0 || d == 0) return;
     MI_LAUNCH_CHECK(n <= INT32_MAX && vocab_begin >= 0, "embedding_shard: bad shape");
     if (d % 8 == 0 && aligned16(table.raw()) && aligned16(out.raw()))
-        embedding_shard_kernel<uint4><<<unsigned(n), kThreads, 0, stream>>>(
+        launch_kernel(embedding_shard_kernel<uint4>, unsigned(n), kThreads, 0, stream, 
             ids.data<int32_t>(), table.data<uint4>(), vocab_begin, rows, d / 8, out.data<uint4>());
     else
-        embedding_shard_kernel<uint16_t>
-            <<<unsigned(n), kThreads, 0, stream>>>(ids.data<int32_t>(), table.data<uint16_t>(),
+        launch_kernel(embedding_shard_kernel<uint16_t>, unsigned(n), kThreads, 0, stream, ids.data<int32_t>(), table.data<uint16_t>(),
                                                    vocab_begin, rows, d, out.data<uint16_t>());
     MI_CUDA_CHECK(cudaGetLastError());
 }
@@ -73,13 +77,13 @@ void interleave_rank_blocks(const Tensor& gathered, int64_t world, Tensor& out,
     const int64_t cols = width / world, row_bytes = cols * int64_t(dtype_size(dt));
     const dim3 grid{unsigned(rows), unsigned(world)};
     if (row_bytes % 16 == 0 && aligned16(gathered.raw()) && aligned16(out.raw()))
-        interleave_kernel<uint4><<<grid, kThreads, 0, stream>>>(gathered.data<uint4>(), rows,
+        launch_kernel(interleave_kernel<uint4>, grid, kThreads, 0, stream, gathered.data<uint4>(), rows,
                                                                 row_bytes / 16, out.data<uint4>());
     else if (dt == DType::kF32)
-        interleave_kernel<uint32_t><<<grid, kThreads, 0, stream>>>(gathered.data<uint32_t>(), rows,
+        launch_kernel(interleave_kernel<uint32_t>, grid, kThreads, 0, stream, gathered.data<uint32_t>(), rows,
                                                                    cols, out.data<uint32_t>());
     else
-        interleave_kernel<uint16_t><<<grid, kThreads, 0, stream>>>(gathered.data<uint16_t>(), rows,
+        launch_kernel(interleave_kernel<uint16_t>, grid, kThreads, 0, stream, gathered.data<uint16_t>(), rows,
                                                                    cols, out.data<uint16_t>());
     MI_CUDA_CHECK(cudaGetLastError());
 }

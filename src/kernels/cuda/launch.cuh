@@ -1,0 +1,58 @@
+// How our kernels are launched: programmatic dependent launch (PDL, sm_90). A kernel launched
+// with launch_kernel may be started by the GPU while the kernel before it in the stream is still
+// running, once every block of that one has called pdl_trigger() (or exited): its blocks are
+// placed and wait in pdl_wait(), which returns when the previous kernel has finished and its
+// writes are visible. This hides the launch gap between dependent kernels (a few µs each, the
+// bulk of a batch-1 decode step's ~290 kernels), and lets a kernel start loading what no earlier
+// kernel writes (gemv: the weights) before it waits.
+// The rule every kernel here follows: nothing that an earlier kernel may write (or still read) is
+// touched before pdl_wait(); pdl_trigger() right after it. A kernel launched without the
+// attribute (a cuBLASLt GEMM, an NCCL collective, a copy) simply runs after its predecessor, and
+// pdl_wait() in a kernel launched after one returns at once. Captured into CUDA graphs as
+// programmatic edges. MINIINFER_PDL=0 in the environment launches every kernel plainly
+// (launch.h: pdl_enabled).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "core/cuda/cuda_check.h"
+#include "kernels/cuda/launch.h"
+
+namespace miniinfer::cuda {
+
+// Waits until the previous kernel in the stream has finished and its writes are visible.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+// Lets the next kernel in the stream be launched once every block of this one has called it.
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+// kernel<<<grid, block, shared_bytes, stream>>>(args...), with programmatic stream
+// serialisation allowed (see above). The arguments are converted to the kernel's parameter
+// types as a <<<>>> launch converts them.
+template <typename... Params, typename... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                   cudaStream_t stream, Args&&... args) {
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = shared_bytes;
+    config.stream = stream;
+    config.attrs = &attribute;
+    config.numAttrs = pdl_enabled() ? 1 : 0;
+    MI_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+}  // namespace miniinfer::cuda
