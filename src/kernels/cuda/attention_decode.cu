@@ -25,9 +25,9 @@
 #include <type_traits>
 
 #include "core/cuda/cuda_check.h"
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/kv_fp8.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/cuda/paged_kv.cuh"
 #include "kernels/cuda/reduce.cuh"
@@ -338,16 +338,17 @@ void launch_decode(const AttentionLaunch& a, void* workspace, size_t workspace_b
     auto* partial_o = static_cast<float*>(workspace);
     float* partial_lse =
         num_splits > 1 ? partial_o + a.num_tokens * a.num_heads * num_splits * kHeadDim : nullptr;
-    launch_kernel(decode_kernel<kHeadDim, kHeads, Cache>, grid, kThreads, 0, stream, 
-        static_cast<const bf16*>(a.q), static_cast<const Cache*>(a.k_cache),
-        static_cast<const Cache*>(a.v_cache), a.k_scale, a.v_scale, a.query_start, a.seq_lens,
-        a.block_table, int(a.max_pages), int(a.num_heads), int(a.num_kv_heads), int(a.page_size),
-        page_shift_of(a.page_size), a.scale * 1.4426950408889634f, num_splits,
-        static_cast<bf16*>(a.out), partial_o, partial_lse);
+    launch_kernel(decode_kernel<kHeadDim, kHeads, Cache>, grid, kThreads, 0, stream,
+                  static_cast<const bf16*>(a.q), static_cast<const Cache*>(a.k_cache),
+                  static_cast<const Cache*>(a.v_cache), a.k_scale, a.v_scale, a.query_start,
+                  a.seq_lens, a.block_table, int(a.max_pages), int(a.num_heads),
+                  int(a.num_kv_heads), int(a.page_size), page_shift_of(a.page_size),
+                  a.scale * 1.4426950408889634f, num_splits, static_cast<bf16*>(a.out), partial_o,
+                  partial_lse);
     MI_CUDA_CHECK(cudaGetLastError());
     if (num_splits > 1) {
-        launch_kernel(combine_kernel, unsigned(a.num_tokens * a.num_heads), kHeadDim, 0, stream, 
-            partial_o, partial_lse, num_splits, kHeadDim, static_cast<bf16*>(a.out));
+        launch_kernel(combine_kernel, unsigned(a.num_tokens * a.num_heads), kHeadDim, 0, stream,
+                      partial_o, partial_lse, num_splits, kHeadDim, static_cast<bf16*>(a.out));
         MI_CUDA_CHECK(cudaGetLastError());
     }
 }

@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "core/cuda/cuda_check.h"
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/attention_tile.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace miniinfer::cuda {
 namespace {
@@ -334,10 +334,11 @@ struct LaunchArgs {
 
 template <int kHeadDim, typename Cache>
 void launch_work(const LaunchArgs& a, cudaStream_t stream) {
-    launch_kernel(work_kernel<kHeadDim, Cache>, a.grid, kThreads, smem_bytes<kHeadDim>(), stream, 
-        a.q, static_cast<const Cache*>(a.k_cache), static_cast<const Cache*>(a.v_cache), a.k_scale,
-        a.v_scale, a.query_start, a.seq_lens, a.block_table, a.plan, a.max_pages, a.num_heads,
-        a.num_kv_heads, a.page_size, a.page_shift, a.scale_log2, a.out, a.partial_o, a.partial_lse);
+    launch_kernel(work_kernel<kHeadDim, Cache>, a.grid, kThreads, smem_bytes<kHeadDim>(), stream,
+                  a.q, static_cast<const Cache*>(a.k_cache), static_cast<const Cache*>(a.v_cache),
+                  a.k_scale, a.v_scale, a.query_start, a.seq_lens, a.block_table, a.plan,
+                  a.max_pages, a.num_heads, a.num_kv_heads, a.page_size, a.page_shift, a.scale_log2,
+                  a.out, a.partial_o, a.partial_lse);
     MI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -347,8 +348,8 @@ void launch(const LaunchArgs& a, cudaStream_t stream) {
         launch_work<kHeadDim, uint8_t>(a, stream);
     else
         launch_work<kHeadDim, bf16>(a, stream);
-    launch_kernel(merge_kernel<kHeadDim>, a.grid, kThreads, 0, stream, 
-        a.plan, a.query_start, a.num_heads, a.num_kv_heads, a.partial_o, a.partial_lse, a.out);
+    launch_kernel(merge_kernel<kHeadDim>, a.grid, kThreads, 0, stream, a.plan, a.query_start,
+                  a.num_heads, a.num_kv_heads, a.partial_o, a.partial_lse, a.out);
     MI_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -15,9 +15,9 @@
 #include <cuda_bf16.h>
 
 #include "core/cuda/cuda_check.h"
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_tile.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace miniinfer::cuda {
 namespace {
@@ -107,12 +107,13 @@ void launch_prefill(const AttentionLaunch& a, dim3 grid, cudaStream_t stream) {
         return true;
     }();
     (void)configured;
-    launch_kernel(prefill_kernel<kHeadDim, Cache>, grid, kThreads, kSmemBytes, stream, 
-        static_cast<const bf16*>(a.q), static_cast<const Cache*>(a.k_cache),
-        static_cast<const Cache*>(a.v_cache), a.k_scale, a.v_scale, a.query_start, a.seq_lens,
-        a.block_table, int(a.max_pages), int(a.num_heads), int(a.num_kv_heads), int(a.page_size),
-        page_shift_of(a.page_size), a.scale * 1.4426950408889634f,  // exp(x) = 2^(x log2 e)
-        static_cast<bf16*>(a.out));
+    launch_kernel(prefill_kernel<kHeadDim, Cache>, grid, kThreads, kSmemBytes, stream,
+                  static_cast<const bf16*>(a.q), static_cast<const Cache*>(a.k_cache),
+                  static_cast<const Cache*>(a.v_cache), a.k_scale, a.v_scale, a.query_start,
+                  a.seq_lens, a.block_table, int(a.max_pages), int(a.num_heads),
+                  int(a.num_kv_heads), int(a.page_size), page_shift_of(a.page_size),
+                  a.scale * 1.4426950408889634f,  // exp(x) = 2^(x log2 e)
+                  static_cast<bf16*>(a.out));
     MI_CUDA_CHECK(cudaGetLastError());
 }
 

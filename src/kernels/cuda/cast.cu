@@ -5,8 +5,8 @@
 #include <cuda_bf16.h>
 
 #include "core/cuda/cuda_check.h"
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check_tensor.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace miniinfer::cuda {
 namespace {
@@ -43,8 +43,8 @@ void bf16_to_f32(const Tensor& in, Tensor& out, cudaStream_t stream) {
     const int64_t n = in.numel();
     if (n == 0) return;
     const int64_t threads = (n + 7) / 8;
-    launch_kernel(bf16_to_f32_kernel, unsigned((threads + 255) / 256), 256, 0, stream, 
-        in.data<__nv_bfloat16>(), out.data<float>(), n);
+    launch_kernel(bf16_to_f32_kernel, unsigned((threads + 255) / 256), 256, 0, stream,
+                  in.data<__nv_bfloat16>(), out.data<float>(), n);
     MI_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -5,8 +5,8 @@
 #include <cuda_bf16.h>
 
 #include "core/cuda/cuda_check.h"
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check_tensor.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace miniinfer::cuda {
 namespace {
@@ -49,8 +49,8 @@ void fill_normal(Tensor& out, const FillBlock& block, uint64_t key, float scale,
     if (n == 0) return;
     const int threads = 256;
     const int64_t blocks = std::min<int64_t>((n + threads - 1) / threads, 65536);
-    launch_kernel(fill_normal_kernel, unsigned(blocks), threads, 0, stream, 
-        static_cast<__nv_bfloat16*>(out.raw()), block, key, scale, constant, n);
+    launch_kernel(fill_normal_kernel, unsigned(blocks), threads, 0, stream,
+                  static_cast<__nv_bfloat16*>(out.raw()), block, key, scale, constant, n);
     MI_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -8,8 +8,8 @@
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check_tensor.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace miniinfer::cuda {
 namespace {
@@ -42,11 +42,11 @@ void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out, cudaStream_t 
     MI_LAUNCH_CHECK(m <= INT32_MAX, "gather_rows: too many rows for one grid");
 
     if (d % 8 == 0 && aligned16(x.raw()) && aligned16(out.raw())) {
-        launch_kernel(gather_rows_kernel<uint4>, unsigned(m), kThreads, 0, stream, 
-            x.data<uint4>(), rows.data<int32_t>(), d / 8, out.data<uint4>());
+        launch_kernel(gather_rows_kernel<uint4>, unsigned(m), kThreads, 0, stream, x.data<uint4>(),
+                      rows.data<int32_t>(), d / 8, out.data<uint4>());
     } else {
-        launch_kernel(gather_rows_kernel<uint16_t>, unsigned(m), kThreads, 0, stream, 
-            x.data<uint16_t>(), rows.data<int32_t>(), d, out.data<uint16_t>());
+        launch_kernel(gather_rows_kernel<uint16_t>, unsigned(m), kThreads, 0, stream,
+                      x.data<uint16_t>(), rows.data<int32_t>(), d, out.data<uint16_t>());
     }
     MI_CUDA_CHECK(cudaGetLastError());
 }

@@ -22,9 +22,9 @@
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check_tensor.h"
 #include "kernels/cuda/gemv.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace miniinfer::cuda {
 namespace {
@@ -155,9 +155,9 @@ void launch_rows(const Tensor& x, const Tensor& w, const __nv_bfloat16* bias, Te
     const int64_t n = w.size(0), k = w.size(1), m = x.numel() / k;
     for (int64_t row0 = 0; row0 < m; row0 += kGemvRowsPerLaunch) {
         const int64_t rows = std::min(kGemvRowsPerLaunch, m - row0);
-        launch_kernel(kKernels<Out>[cols_idx][rows - 1], unsigned(blocks), kThreads, 0, stream, 
-            x.data<__nv_bfloat16>() + row0 * k, w.data<__nv_bfloat16>(), bias,
-            y.data<Out>() + row0 * n, n, int(k));
+        launch_kernel(kKernels<Out>[cols_idx][rows - 1], unsigned(blocks), kThreads, 0, stream,
+                      x.data<__nv_bfloat16>() + row0 * k, w.data<__nv_bfloat16>(), bias,
+                      y.data<Out>() + row0 * n, n, int(k));
         MI_CUDA_CHECK(cudaGetLastError());
     }
 }

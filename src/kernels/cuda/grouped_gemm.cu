@@ -43,8 +43,8 @@
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check_tensor.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/cuda/silu_mul.cuh"
 
@@ -253,10 +253,11 @@ void launch(const Tensor& x, const Tensor* row_token, const Tensor& w, const Ten
         return true;
     }();
     (void)opted_in;
-    launch_kernel(grouped_gemm_kernel<T, kSiluMul>, dim3(unsigned(row_tiles), unsigned(col_tiles)), T::kThreads, T::kSharedBytes, stream, 
-            x.data<__nv_bfloat16>(), row_token ? row_token->data<int32_t>() : nullptr,
-            w.data<__nv_bfloat16>(), expert_offsets.data<int32_t>(), y.data<__nv_bfloat16>(),
-            int(d.num_experts), int(d.max_rows), int(d.n), int(d.k));
+    launch_kernel(grouped_gemm_kernel<T, kSiluMul>, dim3(unsigned(row_tiles), unsigned(col_tiles)),
+                  T::kThreads, T::kSharedBytes, stream, x.data<__nv_bfloat16>(),
+                  row_token ? row_token->data<int32_t>() : nullptr, w.data<__nv_bfloat16>(),
+                  expert_offsets.data<int32_t>(), y.data<__nv_bfloat16>(), int(d.num_experts),
+                  int(d.max_rows), int(d.n), int(d.k));
     MI_CUDA_CHECK(cudaGetLastError());
 }
 

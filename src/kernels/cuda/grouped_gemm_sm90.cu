@@ -52,8 +52,8 @@
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/grouped_gemm.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/cuda/silu_mul.cuh"
 
@@ -361,10 +361,11 @@ void launch(const Tensor& x, const Tensor* row_token, const Tensor& w, const Ten
         return true;
     }();
     (void)smem_raised;
-    launch_kernel(grouped_gemm_sm90_kernel<kSiluMul>, dim3(unsigned(col_tiles), unsigned(row_tiles)), kThreads, kSmemBytes, stream, 
-            x.data<__nv_bfloat16>(), row_token ? row_token->data<int32_t>() : nullptr,
-            w.data<__nv_bfloat16>(), expert_offsets.data<int32_t>(), y.data<__nv_bfloat16>(),
-            int(d.num_experts), int(d.max_rows), int(d.n), int(d.k));
+    launch_kernel(grouped_gemm_sm90_kernel<kSiluMul>,
+                  dim3(unsigned(col_tiles), unsigned(row_tiles)), kThreads, kSmemBytes, stream,
+                  x.data<__nv_bfloat16>(), row_token ? row_token->data<int32_t>() : nullptr,
+                  w.data<__nv_bfloat16>(), expert_offsets.data<int32_t>(), y.data<__nv_bfloat16>(),
+                  int(d.num_experts), int(d.max_rows), int(d.n), int(d.k));
     MI_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -20,9 +20,9 @@
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check_tensor.h"
 #include "kernels/cuda/gemv.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/silu_mul.cuh"
 
 namespace miniinfer::cuda {
@@ -161,9 +161,9 @@ void moe_gemv_gate_up_silu(const Tensor& x, const Tensor& topk_ids, const Tensor
                     "moe_gemv_gate_up_silu: w [E, 2 * inter, hidden] with hidden % 8 == 0, x and "
                     "w 16-byte aligned, act with at least n * k rows");
     if (pairs == 0) return;
-    launch_kernel(gate_up_silu_kernel, blocks_for(pairs * inter), kThreads, 0, stream, 
-        x.data<__nv_bfloat16>(), topk_ids.data<int32_t>(), w.data<__nv_bfloat16>(),
-        act.data<__nv_bfloat16>(), pairs, int(top_k), inter, hidden);
+    launch_kernel(gate_up_silu_kernel, blocks_for(pairs * inter), kThreads, 0, stream,
+                  x.data<__nv_bfloat16>(), topk_ids.data<int32_t>(), w.data<__nv_bfloat16>(),
+                  act.data<__nv_bfloat16>(), pairs, int(top_k), inter, hidden);
     MI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -191,13 +191,17 @@ void moe_gemv_down_combine(const Tensor& act, const Tensor& topk_ids, const Tens
     const int k = int(top_k);
     // The widest pass that divides k: every weight row is read once, all in one round when k <= 8.
     if (top_k % 8 == 0)
-        launch_kernel(down_combine_kernel<8>, blocks, kThreads, 0, stream, a, ids, weights, wd, o, n, k, hidden, inter);
+        launch_kernel(down_combine_kernel<8>, blocks, kThreads, 0, stream, a, ids, weights, wd, o,
+                      n, k, hidden, inter);
     else if (top_k % 4 == 0)
-        launch_kernel(down_combine_kernel<4>, blocks, kThreads, 0, stream, a, ids, weights, wd, o, n, k, hidden, inter);
+        launch_kernel(down_combine_kernel<4>, blocks, kThreads, 0, stream, a, ids, weights, wd, o,
+                      n, k, hidden, inter);
     else if (top_k % 2 == 0)
-        launch_kernel(down_combine_kernel<2>, blocks, kThreads, 0, stream, a, ids, weights, wd, o, n, k, hidden, inter);
+        launch_kernel(down_combine_kernel<2>, blocks, kThreads, 0, stream, a, ids, weights, wd, o,
+                      n, k, hidden, inter);
     else
-        launch_kernel(down_combine_kernel<1>, blocks, kThreads, 0, stream, a, ids, weights, wd, o, n, k, hidden, inter);
+        launch_kernel(down_combine_kernel<1>, blocks, kThreads, 0, stream, a, ids, weights, wd, o,
+                      n, k, hidden, inter);
     MI_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -15,8 +15,8 @@
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check_tensor.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/reduce.cuh"
 
 namespace miniinfer::cuda {
@@ -105,9 +105,9 @@ void launch_route(const Tensor& logits, int64_t n, int num_experts, int top_k, b
                         : num_experts <= 64  ? moe_route_kernel<2>
                         : num_experts <= 128 ? moe_route_kernel<4>
                                              : moe_route_kernel<8>;
-    launch_kernel(kernel, blocks, kRouteWarps * 32, 0, stream, logits.data<__nv_bfloat16>(), n, num_experts,
-                                                    top_k, renormalize, topk_ids.data<int32_t>(),
-                                                    topk_weights.data<float>());
+    launch_kernel(kernel, blocks, kRouteWarps * 32, 0, stream, logits.data<__nv_bfloat16>(), n,
+                  num_experts, top_k, renormalize, topk_ids.data<int32_t>(),
+                  topk_weights.data<float>());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -358,16 +358,16 @@ void moe_permute(const Tensor& topk_ids, int64_t num_experts, int64_t tile_rows,
     int32_t* chunk = workspace.data<int32_t>();
     const int32_t* ids = topk_ids.data<int32_t>();
     if (blocks > 0)
-        launch_kernel(moe_count_kernel, blocks, kPermuteThreads, 0, stream, ids, int(slots), int(num_experts),
-                                                                 chunk);
+        launch_kernel(moe_count_kernel, blocks, kPermuteThreads, 0, stream, ids, int(slots),
+                      int(num_experts), chunk);
     // Even with no tokens the offsets (all 0) and row_token (all -1) are written.
-    launch_kernel(moe_offsets_kernel, 1, kPermuteThreads, 0, stream, 
-        chunk, blocks, int(num_experts), int(tile_rows), int(max_rows),
-        expert_offsets.data<int32_t>(), row_token.data<int32_t>());
+    launch_kernel(moe_offsets_kernel, 1, kPermuteThreads, 0, stream, chunk, blocks,
+                  int(num_experts), int(tile_rows), int(max_rows), expert_offsets.data<int32_t>(),
+                  row_token.data<int32_t>());
     if (blocks > 0)
-        launch_kernel(moe_scatter_kernel, blocks, kPermuteThreads, 0, stream, 
-            ids, int(slots), int(top_k), int(num_experts), chunk, expert_offsets.data<int32_t>(),
-            row_token.data<int32_t>(), slot_row.data<int32_t>());
+        launch_kernel(moe_scatter_kernel, blocks, kPermuteThreads, 0, stream, ids, int(slots),
+                      int(top_k), int(num_experts), chunk, expert_offsets.data<int32_t>(),
+                      row_token.data<int32_t>(), slot_row.data<int32_t>());
     MI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -386,13 +386,13 @@ void moe_gather(const Tensor& x, const Tensor& row_token, const Tensor& expert_o
     const unsigned blocks = unsigned(std::min<int64_t>(max_rows, kGatherMaxBlocks));
     const int32_t* rows_used = expert_offsets.data<int32_t>() + num_experts;
     if (hidden % 8 == 0 && aligned16(x.raw()) && aligned16(x_perm.raw())) {
-        launch_kernel(moe_gather_kernel<uint4>, blocks, kGatherThreads, 0, stream, 
-            x.data<uint4>(), row_token.data<int32_t>(), rows_used, int(max_rows), hidden / 8,
-            x_perm.data<uint4>());
+        launch_kernel(moe_gather_kernel<uint4>, blocks, kGatherThreads, 0, stream, x.data<uint4>(),
+                      row_token.data<int32_t>(), rows_used, int(max_rows), hidden / 8,
+                      x_perm.data<uint4>());
     } else {
-        launch_kernel(moe_gather_kernel<uint16_t>, blocks, kGatherThreads, 0, stream, 
-            x.data<uint16_t>(), row_token.data<int32_t>(), rows_used, int(max_rows), hidden,
-            x_perm.data<uint16_t>());
+        launch_kernel(moe_gather_kernel<uint16_t>, blocks, kGatherThreads, 0, stream,
+                      x.data<uint16_t>(), row_token.data<int32_t>(), rows_used, int(max_rows),
+                      hidden, x_perm.data<uint16_t>());
     }
     MI_CUDA_CHECK(cudaGetLastError());
 }
@@ -412,9 +412,11 @@ void moe_combine(const Tensor& y_perm, const Tensor& slot_row, const Tensor& top
     const auto* weights = topk_weights.data<float>();
     auto* o = out.data<__nv_bfloat16>();
     if (hidden % 8 == 0 && aligned16(y_perm.raw()) && aligned16(out.raw()))
-        launch_kernel(moe_combine_kernel<8>, unsigned(n), kCombineThreads, 0, stream, y, rows, weights, int(top_k), hidden, o);
+        launch_kernel(moe_combine_kernel<8>, unsigned(n), kCombineThreads, 0, stream, y, rows,
+                      weights, int(top_k), hidden, o);
     else
-        launch_kernel(moe_combine_kernel<1>, unsigned(n), kCombineThreads, 0, stream, y, rows, weights, int(top_k), hidden, o);
+        launch_kernel(moe_combine_kernel<1>, unsigned(n), kCombineThreads, 0, stream, y, rows,
+                      weights, int(top_k), hidden, o);
     MI_CUDA_CHECK(cudaGetLastError());
 }
 

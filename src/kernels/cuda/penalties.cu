@@ -10,8 +10,8 @@
 #include <climits>
 
 #include "core/cuda/cuda_check.h"
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check_tensor.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace miniinfer::cuda {
 namespace {
@@ -106,10 +106,11 @@ void apply_penalties(Tensor& logits, const Tensor& params, const Tensor& segment
         MI_CUDA_CHECK(cudaFuncSetAttribute(
             penalties_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared_bytes)));
     const int blocks = int(n < kMaxBlocks ? n : kMaxBlocks);
-    launch_kernel(penalties_kernel, blocks, kThreads, shared_bytes, stream, 
-        logits.data<float>(), int(vocab), static_cast<const RowPenalties*>(params.raw()), int(n),
-        segment_start.data<int32_t>(), token_ids.numel() > 0 ? token_ids.data<int32_t>() : nullptr,
-        static_cast<int32_t*>(workspace));
+    launch_kernel(penalties_kernel, blocks, kThreads, shared_bytes, stream, logits.data<float>(),
+                  int(vocab), static_cast<const RowPenalties*>(params.raw()), int(n),
+                  segment_start.data<int32_t>(),
+                  token_ids.numel() > 0 ? token_ids.data<int32_t>() : nullptr,
+                  static_cast<int32_t*>(workspace));
     MI_CUDA_CHECK(cudaGetLastError());
 }
 

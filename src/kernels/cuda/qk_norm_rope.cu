@@ -13,9 +13,9 @@
 #include <type_traits>
 
 #include "core/cuda/cuda_check.h"
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check_tensor.h"
 #include "kernels/cuda/kv_fp8.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/reduce.cuh"
 
 namespace miniinfer::cuda {
@@ -146,11 +146,12 @@ void qk_norm_rope_store(const Tensor& qkv, const Tensor* q_norm, const Tensor* k
     const auto launch = [&](auto head_dim_tag, auto* k_ptr, auto* v_ptr) {
         constexpr int kHeadDim = decltype(head_dim_tag)::value;
         using Cache = std::remove_pointer_t<decltype(k_ptr)>;
-        launch_kernel(qk_norm_rope_store_kernel<kHeadDim, Cache>, grid, kWarps * 32, 0, stream, 
-            qkv.data<__nv_bfloat16>(), q_norm ? q_norm->data<__nv_bfloat16>() : nullptr,
-            k_norm ? k_norm->data<__nv_bfloat16>() : nullptr, eps, positions.data<int32_t>(),
-            inv_freq.data<float>(), slot_mapping.data<int32_t>(), int(num_heads), int(num_kv_heads),
-            q_out.data<__nv_bfloat16>(), k_ptr, v_ptr, 1.f / k_scale, 1.f / v_scale);
+        launch_kernel(qk_norm_rope_store_kernel<kHeadDim, Cache>, grid, kWarps * 32, 0, stream,
+                      qkv.data<__nv_bfloat16>(), q_norm ? q_norm->data<__nv_bfloat16>() : nullptr,
+                      k_norm ? k_norm->data<__nv_bfloat16>() : nullptr, eps,
+                      positions.data<int32_t>(), inv_freq.data<float>(),
+                      slot_mapping.data<int32_t>(), int(num_heads), int(num_kv_heads),
+                      q_out.data<__nv_bfloat16>(), k_ptr, v_ptr, 1.f / k_scale, 1.f / v_scale);
     };
     // The head sizes compiled in, each for a bf16 and an FP8 cache.
     const auto dispatch = [&](auto head_dim_tag) {

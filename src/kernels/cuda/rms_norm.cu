@@ -9,8 +9,8 @@
 #include <cuda_bf16.h>
 
 #include "core/cuda/cuda_check.h"
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check_tensor.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/reduce.cuh"
 
 namespace miniinfer::cuda {
@@ -60,9 +60,9 @@ void add_rms_norm(const Tensor& x, Tensor* residual, const Tensor& weight, float
     }
     const int64_t rows = x.numel() / dim;
     if (rows == 0) return;
-    launch_kernel(add_rms_norm_kernel, unsigned(rows), kThreads, 0, stream, 
-        x.data<__nv_bfloat16>(), residual ? residual->data<__nv_bfloat16>() : nullptr,
-        weight.data<__nv_bfloat16>(), int(dim), eps, out.data<__nv_bfloat16>());
+    launch_kernel(add_rms_norm_kernel, unsigned(rows), kThreads, 0, stream, x.data<__nv_bfloat16>(),
+                  residual ? residual->data<__nv_bfloat16>() : nullptr,
+                  weight.data<__nv_bfloat16>(), int(dim), eps, out.data<__nv_bfloat16>());
     MI_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -22,8 +22,8 @@
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check_tensor.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/reduce.cuh"
 #include "layers/philox.h"
 
@@ -612,8 +612,8 @@ void argmax(const Tensor& logits, Tensor& tokens, cudaStream_t stream) {
     MI_LAUNCH_CHECK(is_cuda_tensor(tokens, DType::kI32) && tokens.numel() == rows,
                     "argmax: tokens must be [rows] i32 CUDA");
     if (rows == 0) return;
-    launch_kernel(argmax_kernel, unsigned(rows), kThreads, 0, stream, logits.data<float>(), int(vocab),
-                                                           tokens.data<int32_t>());
+    launch_kernel(argmax_kernel, unsigned(rows), kThreads, 0, stream, logits.data<float>(),
+                  int(vocab), tokens.data<int32_t>());
     MI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -634,8 +634,8 @@ void resolve_placeholders(Tensor& ids, const Tensor& sampled, cudaStream_t strea
     const int64_t n = ids.numel();
     if (n == 0) return;
     constexpr int kBlock = 256;
-    launch_kernel(resolve_placeholders_kernel, unsigned((n + kBlock - 1) / kBlock), kBlock, 0, stream, 
-        ids.data<int32_t>(), int(n), sampled.data<int32_t>());
+    launch_kernel(resolve_placeholders_kernel, unsigned((n + kBlock - 1) / kBlock), kBlock, 0,
+                  stream, ids.data<int32_t>(), int(n), sampled.data<int32_t>());
     MI_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -11,8 +11,8 @@
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check_tensor.h"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/silu_mul.cuh"
 
 namespace miniinfer::cuda {
@@ -51,8 +51,8 @@ void launch(const Tensor& gate_up, int64_t n, int64_t inter, Tensor& out, cudaSt
     const int64_t threads_needed = n * (inter / kVec);
     // Enough blocks to fill the GPU several times over; the grid-stride loop covers the rest.
     const int64_t blocks = std::min<int64_t>((threads_needed + kThreads - 1) / kThreads, 132 * 32);
-    launch_kernel(silu_mul_kernel<kVec>, unsigned(blocks), kThreads, 0, stream, 
-        gate_up.data<__nv_bfloat16>(), n, inter, out.data<__nv_bfloat16>());
+    launch_kernel(silu_mul_kernel<kVec>, unsigned(blocks), kThreads, 0, stream,
+                  gate_up.data<__nv_bfloat16>(), n, inter, out.data<__nv_bfloat16>());
 }
 
 }  // namespace

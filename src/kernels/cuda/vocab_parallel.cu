@@ -5,8 +5,8 @@
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
-#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/check_tensor.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace miniinfer::cuda {
 namespace {
@@ -57,11 +57,13 @@ void embedding_shard(const Tensor& ids, const Tensor& table, int64_t vocab_begin
     if (n == 0 || d == 0) return;
     MI_LAUNCH_CHECK(n <= INT32_MAX && vocab_begin >= 0, "embedding_shard: bad shape");
     if (d % 8 == 0 && aligned16(table.raw()) && aligned16(out.raw()))
-        launch_kernel(embedding_shard_kernel<uint4>, unsigned(n), kThreads, 0, stream, 
-            ids.data<int32_t>(), table.data<uint4>(), vocab_begin, rows, d / 8, out.data<uint4>());
+        launch_kernel(embedding_shard_kernel<uint4>, unsigned(n), kThreads, 0, stream,
+                      ids.data<int32_t>(), table.data<uint4>(), vocab_begin, rows, d / 8,
+                      out.data<uint4>());
     else
-        launch_kernel(embedding_shard_kernel<uint16_t>, unsigned(n), kThreads, 0, stream, ids.data<int32_t>(), table.data<uint16_t>(),
-                                                   vocab_begin, rows, d, out.data<uint16_t>());
+        launch_kernel(embedding_shard_kernel<uint16_t>, unsigned(n), kThreads, 0, stream,
+                      ids.data<int32_t>(), table.data<uint16_t>(), vocab_begin, rows, d,
+                      out.data<uint16_t>());
     MI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -77,14 +79,14 @@ void interleave_rank_blocks(const Tensor& gathered, int64_t world, Tensor& out,
     const int64_t cols = width / world, row_bytes = cols * int64_t(dtype_size(dt));
     const dim3 grid{unsigned(rows), unsigned(world)};
     if (row_bytes % 16 == 0 && aligned16(gathered.raw()) && aligned16(out.raw()))
-        launch_kernel(interleave_kernel<uint4>, grid, kThreads, 0, stream, gathered.data<uint4>(), rows,
-                                                                row_bytes / 16, out.data<uint4>());
+        launch_kernel(interleave_kernel<uint4>, grid, kThreads, 0, stream, gathered.data<uint4>(),
+                      rows, row_bytes / 16, out.data<uint4>());
     else if (dt == DType::kF32)
-        launch_kernel(interleave_kernel<uint32_t>, grid, kThreads, 0, stream, gathered.data<uint32_t>(), rows,
-                                                                   cols, out.data<uint32_t>());
+        launch_kernel(interleave_kernel<uint32_t>, grid, kThreads, 0, stream,
+                      gathered.data<uint32_t>(), rows, cols, out.data<uint32_t>());
     else
-        launch_kernel(interleave_kernel<uint16_t>, grid, kThreads, 0, stream, gathered.data<uint16_t>(), rows,
-                                                                   cols, out.data<uint16_t>());
+        launch_kernel(interleave_kernel<uint16_t>, grid, kThreads, 0, stream,
+                      gathered.data<uint16_t>(), rows, cols, out.data<uint16_t>());
     MI_CUDA_CHECK(cudaGetLastError());
 }
 
