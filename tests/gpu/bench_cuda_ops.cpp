@@ -377,6 +377,23 @@ void bench_moe(int64_t tokens) {
                                                GroupedGemmEpilogue::kStore, y_perm, s);
                         }),
                         down_bytes, 2.0 * routed * double(kMoeInter * kMoeHidden));
+    // The 32-row tile's shapes against each other (grouped_gemm_tile32_variant), gate_up and
+    // down, where grouped_gemm_tile_rows picks 32 rows.
+    if (wanted("moe tile32") && tile == 32) {
+        for (int v = 0; v < cuda::kGroupedGemmTile32Variants; ++v) {
+            const std::string variant = tiled + ", " + cuda::grouped_gemm_tile32_variant_name(v);
+            print_bench_row("moe tile32 gate_up", variant, time_launch([&](cudaStream_t s) {
+                                cuda::grouped_gemm_tile32_variant(v, x_perm, gate_up_w, offsets,
+                                                                  gate_up, s);
+                            }),
+                            gate_up_bytes, 2.0 * routed * double(2 * kMoeInter * kMoeHidden));
+            print_bench_row("moe tile32 down", variant, time_launch([&](cudaStream_t s) {
+                                cuda::grouped_gemm_tile32_variant(v, act, down_w, offsets, y_perm,
+                                                                  s);
+                            }),
+                            down_bytes, 2.0 * routed * double(kMoeInter * kMoeHidden));
+        }
+    }
     if (wanted("moe_combine"))
         print_bench_row("moe_combine", tiled, time_launch([&](cudaStream_t s) {
                             cuda::moe_combine(y_perm, slot_row, weights, out, s);

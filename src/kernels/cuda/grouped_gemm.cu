@@ -41,6 +41,9 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <iterator>
+#include <tuple>
+#include <utility>
 
 #include "core/cuda/cuda_check.h"
 #include "kernels/cuda/check_tensor.h"
@@ -71,6 +74,22 @@ using Tile16 = Tile<16, 64, 64, 4, 1, 4>;
 using Tile32 = Tile<32, 128, 64, 4, 1, 4>;
 using Tile64 = Tile<64, 128, 32, 3, 2, 2>;
 using Tile128 = Tile<128, 128, 32, 4, 2, 4>;
+
+// The 32-row shapes benchmarked against Tile32 at decode sizes (grouped_gemm_tile32_variant):
+// deeper or shallower rings, longer k runs per weight row (256 B instead of 128 B per row and
+// stage), narrower or wider column tiles (more CTAs, or more bytes per CTA).
+using Tile32Variants =
+    std::tuple<Tile32, Tile<32, 128, 64, 3, 1, 4>, Tile<32, 64, 128, 4, 1, 4>,
+               Tile<32, 128, 128, 3, 1, 4>, Tile<32, 64, 64, 6, 1, 2>, Tile<32, 256, 64, 3, 1, 8>,
+               Tile<32, 64, 64, 4, 1, 4>, Tile<32, 128, 32, 8, 1, 4>>;
+constexpr const char* kTile32VariantNames[] = {"128 cols x k64, 4 stages, 4 warps (default)",
+                                               "128 cols x k64, 3 stages, 4 warps",
+                                               "64 cols x k128, 4 stages, 4 warps",
+                                               "128 cols x k128, 3 stages, 4 warps",
+                                               "64 cols x k64, 6 stages, 2 warps",
+                                               "256 cols x k64, 3 stages, 8 warps",
+                                               "64 cols x k64, 4 stages, 4 warps",
+                                               "128 cols x k32, 8 stages, 4 warps"};
 
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
@@ -334,6 +353,29 @@ void grouped_gemm_mma_sync(const Tensor& x, const Tensor* row_token, const Tenso
         default:
             MI_LAUNCH_CHECK(false, "grouped_gemm: tile_rows must be 16, 32, 64 or 128");
     }
+}
+
+const char* grouped_gemm_tile32_variant_name(int variant) {
+    static_assert(std::size(kTile32VariantNames) == kGroupedGemmTile32Variants &&
+                  std::tuple_size_v<Tile32Variants> == kGroupedGemmTile32Variants);
+    MI_LAUNCH_CHECK(variant >= 0 && variant < kGroupedGemmTile32Variants,
+                    "grouped_gemm_tile32_variant: no such variant");
+    return kTile32VariantNames[variant];
+}
+
+void grouped_gemm_tile32_variant(int variant, const Tensor& x, const Tensor& w,
+                                 const Tensor& expert_offsets, Tensor& y, cudaStream_t stream) {
+    const GroupedGemmDims d =
+        check_grouped_gemm(x, nullptr, w, expert_offsets, GroupedGemmEpilogue::kStore, y, 4);
+    grouped_gemm_tile32_variant_name(variant);  // checks the index
+    if (d.max_rows == 0) return;
+    [&]<size_t... I>(std::index_sequence<I...>) {
+        ((int(I) == variant ? launch<std::tuple_element_t<I, Tile32Variants>, false>(
+                                  x, nullptr, w, expert_offsets, d, y, stream)
+                            : void()),
+         ...);
+    }
+    (std::make_index_sequence<kGroupedGemmTile32Variants>{});
 }
 
 void grouped_gemm(const Tensor& x, const Tensor* row_token, const Tensor& w,

@@ -66,6 +66,15 @@ void grouped_gemm_mma_sync(const Tensor& x, const Tensor* row_token, const Tenso
                            const Tensor& expert_offsets, int64_t tile_rows,
                            GroupedGemmEpilogue epilogue, Tensor& y, cudaStream_t stream);
 
+// Benchmarks only (bench_cuda_ops "moe tile32"): grouped_gemm_mma_sync with tile_rows 32 and
+// kStore, in the tile shape `variant` (0 .. kGroupedGemmTile32Variants - 1; 0 is the one
+// grouped_gemm runs) instead of the default, to pick the decode shape on a new GPU; its name
+// ("cols x k, stages, warps") for the bench row.
+inline constexpr int kGroupedGemmTile32Variants = 8;
+const char* grouped_gemm_tile32_variant_name(int variant);
+void grouped_gemm_tile32_variant(int variant, const Tensor& x, const Tensor& w,
+                                 const Tensor& expert_offsets, Tensor& y, cudaStream_t stream);
+
 // The row tile of grouped_gemm_sm90: its segments must be padded to 128 rows (offsets multiples
 // of it).
 inline constexpr int64_t kGroupedGemmSm90TileRows = 128;
