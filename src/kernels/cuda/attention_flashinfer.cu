@@ -19,7 +19,6 @@
 #include <functional>
 #include <numeric>
 #include <queue>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -110,71 +109,24 @@ __global__ void __launch_bounds__(kThreads, 3)
                                        prefix_len, kv_end - 1, qf, limit);
             const int num_subs = (kv_end - kv_begin + kSub - 1) / kSub;
             const int my_subs = num_subs > warp ? (num_subs - warp + kWarps - 1) / kWarps : 0;
-            auto gather = [&](Cache* slice, const Cache* cache, int key0) {
-                gather_kv_tile<kHeadDim, kSub, 32>(slice, cache, pages, key0, kv_end, page_size,
-                                                   page_shift, kv_row_stride, kv_head * kHeadDim,
-                                                   lane);
-            };
             float acc[kHeadDim / 8][4];
 #pragma unroll
             for (int dt = 0; dt < kHeadDim / 8; ++dt)
                 acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.f;
             float mx[2] = {-INFINITY, -INFINITY}, sm[2] = {0.f, 0.f};
-            auto step = [&](int key0, const bf16* kt, const bf16* vt) {
-                float sc[kSub / 8][4];
-                qk_scores<kHeadDim, kSub>(qf, kt, sc);
-                online_softmax<kHeadDim, kSub, true>(sc, mx, sm, acc, scale_log2,
-                                                     key0 + kSub - 1 > min_limit, key0, limit);
-                accumulate_pv<kHeadDim, kSub>(sc, vt, acc);
-            };
-            auto sub_key = [&](int it) { return kv_begin + (warp + kWarps * it) * kSub; };
-            if constexpr (std::is_same_v<Cache, uint8_t>) {
-                // FP8: as attend_tiles does it, per warp: the raw slices (K then V rows) take
-                // the two-stage ring in the space of the second bf16 stages and are widened into
-                // the first just before their step.
-                auto raw = [&](int stage) {
-                    return reinterpret_cast<uint8_t*>((stage == 0 ? warp_k : warp_v) +
-                                                      kSub * kStride);
-                };
-                auto load_raw = [&](int stage, int key0) {
-                    gather(raw(stage), k_cache, key0);
-                    gather(raw(stage) + kSub * kHeadDim, v_cache, key0);
-                };
-                for (int stage = 0; stage < 2; ++stage) {
-                    if (stage < my_subs) load_raw(stage, sub_key(stage));
-                    cp_async_commit();
-                }
-                for (int it = 0; it < my_subs; ++it) {
-                    cp_async_wait_all_but_one();
-                    __syncwarp();
-                    widen_kv_tile<kHeadDim, kSub, 32>(warp_k, raw(it % 2), k_scale, lane);
-                    widen_kv_tile<kHeadDim, kSub, 32>(warp_v, raw(it % 2) + kSub * kHeadDim,
-                                                      v_scale, lane);
-                    __syncwarp();  // the bf16 slices are whole, the raw stage is free
-                    if (it + 2 < my_subs) load_raw(it % 2, sub_key(it + 2));
-                    cp_async_commit();
-                    step(sub_key(it), warp_k, warp_v);
-                    __syncwarp();  // every lane is done with the bf16 slices
-                }
-            } else {
-                auto load_sub = [&](int stage, int key0) {
-                    gather(warp_k + stage * kSub * kStride, k_cache, key0);
-                    gather(warp_v + stage * kSub * kStride, v_cache, key0);
-                };
-                for (int stage = 0; stage < 2; ++stage) {
-                    if (stage < my_subs) load_sub(stage, sub_key(stage));
-                    cp_async_commit();
-                }
-                for (int it = 0; it < my_subs; ++it) {
-                    cp_async_wait_all_but_one();
-                    __syncwarp();
-                    step(sub_key(it), warp_k + (it % 2) * kSub * kStride,
-                         warp_v + (it % 2) * kSub * kStride);
-                    __syncwarp();  // every lane is done with this stage
-                    if (it + 2 < my_subs) load_sub(it % 2, sub_key(it + 2));
-                    cp_async_commit();
-                }
-            }
+            // The warp's slices of keys kv_begin + (warp + kWarps * it) * kSub through the ring
+            // of attention_tile.cuh, on its own: the warp's lanes and __syncwarp.
+            kv_tile_ring<kHeadDim, kSub, 32>(
+                warp_k, warp_v, k_cache, v_cache, k_scale, v_scale, pages, my_subs,
+                [&](int it) { return kv_begin + (warp + kWarps * it) * kSub; }, kv_end, page_size,
+                page_shift, kv_row_stride, kv_head * kHeadDim, lane, [] { __syncwarp(); },
+                [&](int key0, const bf16* kt, const bf16* vt) {
+                    float sc[kSub / 8][4];
+                    qk_scores<kHeadDim, kSub>(qf, kt, sc);
+                    online_softmax<kHeadDim, kSub, true>(sc, mx, sm, acc, scale_log2,
+                                                         key0 + kSub - 1 > min_limit, key0, limit);
+                    accumulate_pv<kHeadDim, kSub>(sc, vt, acc);
+                });
 
             // Merge the 4 warps' states through shared memory (the K/V slices are free once
             // every warp is past its loop; its remaining cp.async groups are empty).

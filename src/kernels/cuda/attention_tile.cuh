@@ -10,8 +10,10 @@
 //                      S becomes P = 2^(S - max)
 //   accumulate_pv      O += P·V, P taken straight from the S accumulators as A fragments
 // and, around it, what both kernels do with a block of 64 packed rows:
-//   attend_tiles       the tile loop: K/V tiles of keys [kv_begin, kv_end) through a two-stage
-//                      cp.async ring, the tile step above on each warp's 16 rows
+//   kv_tile_ring       K/V tiles through a two-stage cp.async ring (FP8: raw tiles, widened
+//                      before their step), for a block or for one warp
+//   attend_tiles       the tile loop: K/V tiles of keys [kv_begin, kv_end) through the ring,
+//                      the tile step above on each warp's 16 rows
 //   finish_rows        the epilogue's common part: each row's softmax sum over its quad, rows
 //                      past the end skipped, 1 / sum handed to a store (store_o_bf16, store_o_f32)
 // Fragment layout (mma m16n8k16): a thread (gid = lane / 4, tig = lane % 4) holds rows gid and
@@ -225,16 +227,82 @@ __device__ __forceinline__ int64_t packed_row_index(int q_begin, int r, int grou
     return int64_t(q_begin + r / group) * num_heads + kv_head * group + r % group;
 }
 
+// The two-stage cp.async ring both tile loops run: tiles it = 0 .. count - 1, of kKeys keys from
+// key_of(it) (keys from kv_end on zero-filled), each loaded two tiles ahead of its step, by the
+// kThreads threads that share k_tiles and v_tiles (two stages each of [kKeys, kHeadDim + 8] bf16;
+// t: this thread's index among them) and sync() with each other (a block barrier or __syncwarp).
+// step(key_begin, k_tile, v_tile) consumes tile it. Every thread of the group must call it; it
+// ends with sync(), so the tiles may be refilled right after. One commit group per tile (its K
+// and V), always committed (maybe empty), so that waiting for all but the newest group means
+// waiting for this tile. An FP8 cache (Cache uint8_t; k_scale, v_scale its scales): the raw e4m3
+// tiles take the ring instead, in the space of the second bf16 stages (stage s: its K then its V
+// rows, [2, kKeys, kHeadDim] bytes, behind k_tiles for s = 0, behind v_tiles for s = 1), and each
+// is widened into the first bf16 stages just before its step, which frees its raw stage for
+// tile it + 2.
+template <int kHeadDim, int kKeys, int kThreads, typename Cache, class KeyOf, class Sync,
+          class Step>
+__device__ __forceinline__ void kv_tile_ring(__nv_bfloat16* k_tiles, __nv_bfloat16* v_tiles,
+                                             const Cache* k_cache, const Cache* v_cache,
+                                             float k_scale, float v_scale, const int32_t* pages,
+                                             int count, KeyOf key_of, int kv_end, int page_size,
+                                             int page_shift, int64_t kv_row_stride, int head_offset,
+                                             int t, Sync sync, Step step) {
+    constexpr int kTileElems = kKeys * (kHeadDim + 8);
+    constexpr bool kFp8 = std::is_same_v<Cache, uint8_t>;
+    // Where stage `stage`'s K and V land: the bf16 stages, or for FP8 the raw space behind them.
+    auto k_dst = [&](int stage) -> Cache* {
+        if constexpr (kFp8)
+            return reinterpret_cast<uint8_t*>((stage == 0 ? k_tiles : v_tiles) + kTileElems);
+        else
+            return k_tiles + stage * kTileElems;
+    };
+    auto v_dst = [&](int stage) -> Cache* {
+        if constexpr (kFp8)
+            return k_dst(stage) + kKeys * kHeadDim;
+        else
+            return v_tiles + stage * kTileElems;
+    };
+    auto load = [&](int stage, int key_begin) {
+        gather_kv_tile<kHeadDim, kKeys, kThreads>(k_dst(stage), k_cache, pages, key_begin, kv_end,
+                                                  page_size, page_shift, kv_row_stride, head_offset,
+                                                  t);
+        gather_kv_tile<kHeadDim, kKeys, kThreads>(v_dst(stage), v_cache, pages, key_begin, kv_end,
+                                                  page_size, page_shift, kv_row_stride, head_offset,
+                                                  t);
+    };
+    for (int stage = 0; stage < 2; ++stage) {
+        if (stage < count) load(stage, key_of(stage));
+        cp_async_commit();
+    }
+    for (int it = 0; it < count; ++it) {
+        cp_async_wait_all_but_one();  // K(it) and V(it) have landed
+        sync();
+        if constexpr (kFp8) {
+            widen_kv_tile<kHeadDim, kKeys, kThreads>(k_tiles, k_dst(it % 2), k_scale, t);
+            widen_kv_tile<kHeadDim, kKeys, kThreads>(v_tiles, v_dst(it % 2), v_scale, t);
+            sync();  // the bf16 tiles are whole, the raw stage is free
+            if (it + 2 < count) load(it % 2, key_of(it + 2));
+            cp_async_commit();
+            step(key_of(it), k_tiles, v_tiles);
+            sync();  // every thread is done with the bf16 tiles
+        } else {
+            step(key_of(it), k_tiles + (it % 2) * kTileElems, v_tiles + (it % 2) * kTileElems);
+            sync();  // every thread is done with this stage
+            if (it + 2 < count) load(it % 2, key_of(it + 2));
+            cp_async_commit();
+        }
+    }
+}
+
 // The tile loop of a block of kThreads / 32 warps, 16 packed rows each, over the keys
 // [kv_begin, kv_end) of one KV head: o, row_max, row_sum start empty and leave holding each
 // row's unnormalised output, running max and (thread-partial) sum. k_tiles, v_tiles: two stages
-// each of [kKeys, kHeadDim + 8] bf16 in shared memory; tile t + 2 loads while tile t + 1 is
-// computed. min_limit: the smallest key limit of the block's rows (tiles below it need no mask).
-// warp_active == false: the warp loads its share of every tile but skips the math (all its rows
-// are past the end). Every thread of the block must call it (it holds block barriers); it ends
-// with one, so the tiles may be refilled right after. Cache: bf16, or uint8_t for an FP8 cache
-// (k_scale, v_scale: its scales), whose raw tiles take the same two-stage ring and are widened
-// to bf16 just before their step.
+// each of [kKeys, kHeadDim + 8] bf16 in shared memory, filled through kv_tile_ring. min_limit:
+// the smallest key limit of the block's rows (tiles below it need no mask). warp_active == false:
+// the warp loads its share of every tile but skips the math (all its rows are past the end).
+// Every thread of the block must call it (it holds block barriers); it ends with one, so the
+// tiles may be refilled right after. Cache: bf16, or uint8_t for an FP8 cache (k_scale, v_scale:
+// its scales).
 template <int kHeadDim, int kKeys, int kThreads, bool kMayBeEmpty, typename Cache>
 __device__ __forceinline__ void attend_tiles(
     const uint32_t (&q_frag)[kHeadDim / 16][4], const int (&row_limit)[2], bool warp_active,
@@ -242,81 +310,25 @@ __device__ __forceinline__ void attend_tiles(
     float k_scale, float v_scale, const int32_t* pages, int kv_begin, int kv_end, int min_limit,
     int page_size, int page_shift, int64_t kv_row_stride, int head_offset, float scale_log2,
     float (&o)[kHeadDim / 8][4], float (&row_max)[2], float (&row_sum)[2]) {
-    constexpr int kStride = kHeadDim + 8;
-    constexpr int kTileElems = kKeys * kStride;
-    const int num_tiles = (kv_end - kv_begin + kKeys - 1) / kKeys;
-    auto gather = [&](Cache* tile, const Cache* cache, int key_begin) {
-        gather_kv_tile<kHeadDim, kKeys, kThreads>(tile, cache, pages, key_begin, kv_end, page_size,
-                                                  page_shift, kv_row_stride, head_offset,
-                                                  int(threadIdx.x));
-    };
-    auto step = [&](int key_begin, const __nv_bfloat16* k_tile, const __nv_bfloat16* v_tile) {
-        if (!warp_active) return;
-        float s[kKeys / 8][4];
-        qk_scores<kHeadDim, kKeys>(q_frag, k_tile, s);
-        // Only tiles reaching past the smallest limit need the mask.
-        online_softmax<kHeadDim, kKeys, kMayBeEmpty>(s, row_max, row_sum, o, scale_log2,
-                                                     key_begin + kKeys - 1 > min_limit, key_begin,
-                                                     row_limit);
-        accumulate_pv<kHeadDim, kKeys>(s, v_tile, o);
-    };
-
 #pragma unroll
     for (int dt = 0; dt < kHeadDim / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
     row_max[0] = row_max[1] = -INFINITY;
     row_sum[0] = row_sum[1] = 0.f;
-
-    if constexpr (std::is_same_v<Cache, uint8_t>) {
-        // FP8: the raw e4m3 tiles travel by cp.async, two stages ahead as below, into the space
-        // of the second bf16 stages (stage s: its K then its V rows, [2, kKeys, kHeadDim] bytes,
-        // behind k_tiles for s = 0, behind v_tiles for s = 1); each is widened into the first
-        // bf16 stage of K and V just before its step, which frees its raw stage for tile + 2.
-        auto raw = [&](int stage) {
-            return reinterpret_cast<uint8_t*>((stage == 0 ? k_tiles : v_tiles) + kTileElems);
-        };
-        auto load_raw = [&](int stage, int key_begin) {
-            gather(raw(stage), k_cache, key_begin);
-            gather(raw(stage) + kKeys * kHeadDim, v_cache, key_begin);
-        };
-        for (int stage = 0; stage < 2; ++stage) {
-            if (stage < num_tiles) load_raw(stage, kv_begin + stage * kKeys);
-            cp_async_commit();
-        }
-        for (int tile = 0; tile < num_tiles; ++tile) {
-            const int key_begin = kv_begin + tile * kKeys;
-            cp_async_wait_all_but_one();  // raw K(tile) and V(tile) have landed
-            __syncthreads();
-            widen_kv_tile<kHeadDim, kKeys, kThreads>(k_tiles, raw(tile % 2), k_scale,
-                                                     int(threadIdx.x));
-            widen_kv_tile<kHeadDim, kKeys, kThreads>(v_tiles, raw(tile % 2) + kKeys * kHeadDim,
-                                                     v_scale, int(threadIdx.x));
-            __syncthreads();  // the bf16 tiles are whole, the raw stage is free
-            if (tile + 2 < num_tiles) load_raw(tile % 2, key_begin + 2 * kKeys);
-            cp_async_commit();
-            step(key_begin, k_tiles, v_tiles);
-            __syncthreads();  // every warp is done with the bf16 tiles
-        }
-    } else {
-        // One commit group per tile (its K and V), always committed (maybe empty) so that
-        // waiting for all but the newest group means waiting for this tile.
-        auto load_tiles = [&](int stage, int key_begin) {
-            gather(k_tiles + stage * kTileElems, k_cache, key_begin);
-            gather(v_tiles + stage * kTileElems, v_cache, key_begin);
-        };
-        for (int stage = 0; stage < 2; ++stage) {
-            if (stage < num_tiles) load_tiles(stage, kv_begin + stage * kKeys);
-            cp_async_commit();
-        }
-        for (int tile = 0; tile < num_tiles; ++tile) {
-            const int key_begin = kv_begin + tile * kKeys;
-            cp_async_wait_all_but_one();  // K(tile) and V(tile) have landed
-            __syncthreads();
-            step(key_begin, k_tiles + (tile % 2) * kTileElems, v_tiles + (tile % 2) * kTileElems);
-            __syncthreads();  // every warp is done with this stage
-            if (tile + 2 < num_tiles) load_tiles(tile % 2, key_begin + 2 * kKeys);
-            cp_async_commit();
-        }
-    }
+    kv_tile_ring<kHeadDim, kKeys, kThreads>(
+        k_tiles, v_tiles, k_cache, v_cache, k_scale, v_scale, pages,
+        (kv_end - kv_begin + kKeys - 1) / kKeys, [&](int it) { return kv_begin + it * kKeys; },
+        kv_end, page_size, page_shift, kv_row_stride, head_offset, int(threadIdx.x),
+        [] { __syncthreads(); },
+        [&](int key_begin, const __nv_bfloat16* k_tile, const __nv_bfloat16* v_tile) {
+            if (!warp_active) return;
+            float s[kKeys / 8][4];
+            qk_scores<kHeadDim, kKeys>(q_frag, k_tile, s);
+            // Only tiles reaching past the smallest limit need the mask.
+            online_softmax<kHeadDim, kKeys, kMayBeEmpty>(s, row_max, row_sum, o, scale_log2,
+                                                         key_begin + kKeys - 1 > min_limit,
+                                                         key_begin, row_limit);
+            accumulate_pv<kHeadDim, kKeys>(s, v_tile, o);
+        });
 }
 
 // The epilogue's common part for the thread's rows r0 + gid and r0 + gid + 8 (r0: the warp's
