@@ -19,6 +19,7 @@
 #include <functional>
 #include <numeric>
 #include <queue>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -55,8 +56,8 @@ constexpr size_t smem_bytes() {
 // row tile, so a row may see no key at all in a chunk (its online-softmax state then stays
 // empty: max -inf, sum 0). The narrow (decode) path splits keys across warps and is its own.
 // Cache: bf16, or uint8_t for an FP8 cache (k_scale, v_scale: its scales), whose raw slices and
-// tiles take the same cp.async ring and are widened to bf16 just before use (attention_tile.cuh:
-// widen_kv_tile).
+// tiles take the same cp.async ring and are widened to f16 just before use, the tile step then
+// multiplying in f16 (attention_tile.cuh: TileElem, widen_kv_tile).
 template <int kHeadDim, typename Cache>
 __global__ void __launch_bounds__(kThreads, 3)
     work_kernel(const bf16* __restrict__ q, const Cache* __restrict__ k_cache,
@@ -79,6 +80,9 @@ __global__ void __launch_bounds__(kThreads, 3)
     const int64_t kv_row_stride = int64_t(num_kv_heads) * kHeadDim;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int gid = lane / 4, tig = lane % 4;  // mma fragment coordinates
+    using Elem = TileElem<Cache>;              // what the tile step multiplies in
+    constexpr bool kFp8 = std::is_same_v<Cache, uint8_t>;
+    const float score_scale = kFp8 ? scale_log2 * k_scale : scale_log2;
 
     const int item_end = cta_indptr[blockIdx.x + 1];
     for (int w = cta_indptr[blockIdx.x]; w < item_end; ++w) {
@@ -105,8 +109,8 @@ __global__ void __launch_bounds__(kThreads, 3)
             bf16* warp_v = v_tiles + warp * 2 * kSub * kStride;
             int limit[2];
             uint32_t qf[kHeadDim / 16][4];
-            load_q_fragments<kHeadDim>(q, q_begin, row_begin, num_rows, group, num_heads, kv_head,
-                                       prefix_len, kv_end - 1, qf, limit);
+            load_q_fragments<kHeadDim, Elem>(q, q_begin, row_begin, num_rows, group, num_heads,
+                                             kv_head, prefix_len, kv_end - 1, qf, limit);
             const int num_subs = (kv_end - kv_begin + kSub - 1) / kSub;
             const int my_subs = num_subs > warp ? (num_subs - warp + kWarps - 1) / kWarps : 0;
             float acc[kHeadDim / 8][4];
@@ -116,17 +120,24 @@ __global__ void __launch_bounds__(kThreads, 3)
             float mx[2] = {-INFINITY, -INFINITY}, sm[2] = {0.f, 0.f};
             // The warp's slices of keys kv_begin + (warp + kWarps * it) * kSub through the ring
             // of attention_tile.cuh, on its own: the warp's lanes and __syncwarp.
+            // An FP8 cache's scales: k_scale on the scores, v_scale on acc before the merge.
             kv_tile_ring<kHeadDim, kSub, 32>(
-                warp_k, warp_v, k_cache, v_cache, k_scale, v_scale, pages, my_subs,
+                warp_k, warp_v, k_cache, v_cache, pages, my_subs,
                 [&](int it) { return kv_begin + (warp + kWarps * it) * kSub; }, kv_end, page_size,
                 page_shift, kv_row_stride, kv_head * kHeadDim, lane, [] { __syncwarp(); },
-                [&](int key0, const bf16* kt, const bf16* vt) {
+                [&](int key0, const Elem* kt, const Elem* vt) {
                     float sc[kSub / 8][4];
-                    qk_scores<kHeadDim, kSub>(qf, kt, sc);
-                    online_softmax<kHeadDim, kSub, true>(sc, mx, sm, acc, scale_log2,
+                    qk_scores<kHeadDim, kSub, Elem>(qf, kt, sc);
+                    online_softmax<kHeadDim, kSub, true>(sc, mx, sm, acc, score_scale,
                                                          key0 + kSub - 1 > min_limit, key0, limit);
-                    accumulate_pv<kHeadDim, kSub>(sc, vt, acc);
+                    accumulate_pv<kHeadDim, kSub, Elem>(sc, vt, acc);
                 });
+            if constexpr (kFp8) {
+#pragma unroll
+                for (int dt = 0; dt < kHeadDim / 8; ++dt)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) acc[dt][j] *= v_scale;
+            }
 
             // Merge the 4 warps' states through shared memory (the K/V slices are free once
             // every warp is past its loop; its remaining cp.async groups are empty).
@@ -179,8 +190,9 @@ __global__ void __launch_bounds__(kThreads, 3)
 
         int row_limit[2];
         uint32_t q_frag[kHeadDim / 16][4];
-        load_q_fragments<kHeadDim>(q, q_begin, row_begin + warp * 16, num_rows, group, num_heads,
-                                   kv_head, prefix_len, kv_end - 1, q_frag, row_limit);
+        load_q_fragments<kHeadDim, Elem>(q, q_begin, row_begin + warp * 16, num_rows, group,
+                                         num_heads, kv_head, prefix_len, kv_end - 1, q_frag,
+                                         row_limit);
         // The fa2 prefill's tile loop over the item's keys. A warp whose 16 rows are all past
         // the end (decode: 1 to 8 packed rows use only warp 0) loads its share of the tiles but
         // skips the math. Unlike fa2 a row may have seen no key yet (its chunk starts past its

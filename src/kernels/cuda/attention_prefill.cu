@@ -74,8 +74,9 @@ __global__ void __launch_bounds__(kThreads, 3)
     // Rows past the end compute on zeros and are not stored.
     int row_limit[2];
     uint32_t q_frag[kHeadDim / 16][4];
-    load_q_fragments<kHeadDim>(q, q_begin, row_begin + warp * 16, num_rows, group, num_heads,
-                               kv_head, prefix_len, seq_len - 1, q_frag, row_limit);
+    load_q_fragments<kHeadDim, TileElem<Cache>>(q, q_begin, row_begin + warp * 16, num_rows, group,
+                                                num_heads, kv_head, prefix_len, seq_len - 1, q_frag,
+                                                row_limit);
 
     // Tile 0 holds key 0, which every row may see, so row_max is finite from the first tile on
     // (kMayBeEmpty false: no empty-row check).

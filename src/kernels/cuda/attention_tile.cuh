@@ -4,14 +4,15 @@
 // and meets one tile of keys staged in shared memory:
 //   load_q_fragments   Q of the thread's two rows as mma A fragments, loaded once
 //   gather_kv_tile     a tile of K or V rows from the paged cache, cp.async, zeros past the end
-//   widen_kv_tile      an FP8 cache's raw tile, once it has landed, widened to the bf16 tile
+//   widen_kv_tile      an FP8 cache's raw tile, once it has landed, widened to an f16 tile
 //   qk_scores          S = Q·Kᵀ (16 rows x kKeys keys, fp32 accumulators)
 //   online_softmax     scale to base 2, causal / range mask, running max and sum, O rescaled,
 //                      S becomes P = 2^(S - max)
 //   accumulate_pv      O += P·V, P taken straight from the S accumulators as A fragments
 // and, around it, what both kernels do with a block of 64 packed rows:
 //   kv_tile_ring       K/V tiles through a two-stage cp.async ring (FP8: raw tiles, widened
-//                      before their step), for a block or for one warp
+//                      to f16 before their step: the step then multiplies in f16), for a block
+//                      or for one warp
 //   attend_tiles       the tile loop: K/V tiles of keys [kv_begin, kv_end) through the ring,
 //                      the tile step above on each warp's 16 rows
 //   finish_rows        the epilogue's common part: each row's softmax sum over its quad, rows
@@ -35,11 +36,19 @@
 
 namespace miniinfer::cuda {
 
+// The 16-bit type the tile step multiplies in: bf16 for a bf16 cache; f16 for an FP8 cache,
+// whose e4m3 values widen to f16 exactly at one conversion instruction per pair (to bf16 it takes
+// five, which made the widening cost as much as the mma work). Q and P are then f16 too: finer
+// than bf16 (11 significant bits against 8) over f16's range (|x| < 65504), ample for attention
+// inputs (normalised q, probabilities in [0, 1]); the sums stay fp32.
+template <typename Cache>
+using TileElem = std::conditional_t<std::is_same_v<Cache, uint8_t>, __half, __nv_bfloat16>;
+
 // The thread's rows r0 + gid and r0 + gid + 8 (r0: the warp's first packed row): Q fragments
-// (zeros for rows >= num_rows) and the last key each row may see: its causal limit
+// of Elem (zeros for rows >= num_rows) and the last key each row may see: its causal limit
 // prefix_len + token, capped at last_key, which is also the limit of rows past the end.
-// q: [num_tokens, num_heads, kHeadDim]; q_begin: the sequence's first query token.
-template <int kHeadDim>
+// q: [num_tokens, num_heads, kHeadDim] bf16; q_begin: the sequence's first query token.
+template <int kHeadDim, typename Elem = __nv_bfloat16>
 __device__ __forceinline__ void load_q_fragments(const __nv_bfloat16* q, int q_begin, int r0,
                                                  int num_rows, int group, int num_heads,
                                                  int kv_head, int prefix_len, int last_key,
@@ -55,11 +64,23 @@ __device__ __forceinline__ void load_q_fragments(const __nv_bfloat16* q, int q_b
         const __nv_bfloat16* q_row =
             q + (int64_t(q_begin + t) * num_heads + kv_head * group + (valid ? r % group : 0)) *
                     kHeadDim;
+        // A bf16 pair as Elem's pair (f16: through fp32, one rounding).
+        auto pair = [&](int col) -> uint32_t {
+            if (!valid) return 0u;
+            const uint32_t bits = *reinterpret_cast<const uint32_t*>(q_row + col);
+            if constexpr (std::is_same_v<Elem, __half>) {
+                const float2 f =
+                    __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bits));
+                return pack_f16(f.x, f.y);
+            } else {
+                return bits;
+            }
+        };
 #pragma unroll
         for (int kc = 0; kc < kHeadDim / 16; ++kc) {
             const int col = kc * 16 + tig * 2;
-            q_frag[kc][i] = valid ? *reinterpret_cast<const uint32_t*>(q_row + col) : 0u;
-            q_frag[kc][2 + i] = valid ? *reinterpret_cast<const uint32_t*>(q_row + col + 8) : 0u;
+            q_frag[kc][i] = pair(col);
+            q_frag[kc][2 + i] = pair(col + 8);
         }
     }
 }
@@ -67,7 +88,7 @@ __device__ __forceinline__ void load_q_fragments(const __nv_bfloat16* q, int q_b
 // One 16-byte chunk of a K/V row into shared memory by cp.async (zero-filled when !valid; the
 // caller commits and waits), starting at element col: 8 elements of a bf16 cache into a bf16
 // tile row ([kHeadDim + 8] elements), or 16 e4m3 bytes of an FP8 cache into a raw row
-// ([kHeadDim] bytes) that widen_kv_tile turns into bf16 once it has landed.
+// ([kHeadDim] bytes) that widen_kv_tile turns into f16 once it has landed.
 template <int kHeadDim>
 __device__ __forceinline__ void load_kv_chunk(__nv_bfloat16* tile, int r, int col,
                                               const __nv_bfloat16* cache, int64_t offset,
@@ -105,27 +126,26 @@ __device__ __forceinline__ void gather_kv_tile(Cache* tile, const Cache* cache,
     }
 }
 
-// An FP8 tile that has landed (raw: [kKeys, kHeadDim] e4m3 bytes) widened into the bf16 tile
-// the mma reads ([kKeys, kHeadDim + 8]), times scale; spread over kThreads threads (t: this
-// thread's index), 16 bytes each. The caller orders it with barriers: after the cp.async wait,
-// before the mma.
+// An FP8 tile that has landed (raw: [kKeys, kHeadDim] e4m3 bytes) widened into the f16 tile
+// the mma reads ([kKeys, kHeadDim + 8]), unscaled (the caller applies the cache's scales to the
+// scores and the output); spread over kThreads threads (t: this thread's index), 16 bytes each.
+// The caller orders it with barriers: after the cp.async wait, before the mma.
 template <int kHeadDim, int kKeys, int kThreads>
-__device__ __forceinline__ void widen_kv_tile(__nv_bfloat16* tile, const uint8_t* raw, float scale,
-                                              int t) {
+__device__ __forceinline__ void widen_kv_tile(__half* tile, const uint8_t* raw, int t) {
     constexpr int kChunks = kHeadDim / 16;
     for (int c = t; c < kKeys * kChunks; c += kThreads) {
         const int r = c / kChunks, col = (c % kChunks) * 16;
         const uint4 bytes = *reinterpret_cast<const uint4*>(raw + r * kHeadDim + col);
         uint4* dst = reinterpret_cast<uint4*>(tile + r * (kHeadDim + 8) + col);
-        dst[0] = e4m3x8_to_bf16x8(make_uint2(bytes.x, bytes.y), scale);
-        dst[1] = e4m3x8_to_bf16x8(make_uint2(bytes.z, bytes.w), scale);
+        dst[0] = e4m3x8_to_f16x8(make_uint2(bytes.x, bytes.y));
+        dst[1] = e4m3x8_to_f16x8(make_uint2(bytes.z, bytes.w));
     }
 }
 
-// s = Q·Kᵀ for the kKeys keys of k_tile ([kKeys, kHeadDim + 8] bf16 in shared memory).
-template <int kHeadDim, int kKeys>
+// s = Q·Kᵀ for the kKeys keys of k_tile ([kKeys, kHeadDim + 8] Elem in shared memory).
+template <int kHeadDim, int kKeys, typename Elem = __nv_bfloat16>
 __device__ __forceinline__ void qk_scores(const uint32_t (&q_frag)[kHeadDim / 16][4],
-                                          const __nv_bfloat16* k_tile, float (&s)[kKeys / 8][4]) {
+                                          const Elem* k_tile, float (&s)[kKeys / 8][4]) {
     constexpr int kStride = kHeadDim + 8;
     const int lane = threadIdx.x % 32;
 #pragma unroll
@@ -139,8 +159,8 @@ __device__ __forceinline__ void qk_scores(const uint32_t (&q_frag)[kHeadDim / 16
             uint32_t b[4];
             ldmatrix_x4(b, k_tile + (np * 16 + (lane / 16) * 8 + lane % 8) * kStride + kc * 16 +
                                ((lane / 8) & 1) * 8);
-            mma_bf16(s[2 * np], q_frag[kc], b[0], b[1]);
-            mma_bf16(s[2 * np + 1], q_frag[kc], b[2], b[3]);
+            mma_16816<Elem>(s[2 * np], q_frag[kc], b[0], b[1]);
+            mma_16816<Elem>(s[2 * np + 1], q_frag[kc], b[2], b[3]);
         }
     }
 }
@@ -193,20 +213,19 @@ __device__ __forceinline__ void online_softmax(float (&s)[kKeys / 8][4], float (
     }
 }
 
-// o += P·V for the kKeys keys of v_tile ([kKeys, kHeadDim + 8] bf16 in shared memory).
-template <int kHeadDim, int kKeys>
-__device__ __forceinline__ void accumulate_pv(const float (&s)[kKeys / 8][4],
-                                              const __nv_bfloat16* v_tile,
+// o += P·V for the kKeys keys of v_tile ([kKeys, kHeadDim + 8] Elem in shared memory).
+template <int kHeadDim, int kKeys, typename Elem = __nv_bfloat16>
+__device__ __forceinline__ void accumulate_pv(const float (&s)[kKeys / 8][4], const Elem* v_tile,
                                               float (&o)[kHeadDim / 8][4]) {
     constexpr int kStride = kHeadDim + 8;
     const int lane = threadIdx.x % 32;
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk) {
         // The S accumulators of key tiles 2kk and 2kk + 1 are exactly the A fragment of P.
-        const uint32_t p[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]),
-                               pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                               pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                               pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+        const uint32_t p[4] = {pack_pair<Elem>(s[2 * kk][0], s[2 * kk][1]),
+                               pack_pair<Elem>(s[2 * kk][2], s[2 * kk][3]),
+                               pack_pair<Elem>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                               pack_pair<Elem>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
         for (int dp = 0; dp < kHeadDim / 16; ++dp) {
             // Matrices (lane / 8), transposed: keys +0 / +8 ((lane / 8) & 1) x dims +0 / +8
@@ -214,8 +233,8 @@ __device__ __forceinline__ void accumulate_pv(const float (&s)[kKeys / 8][4],
             uint32_t b[4];
             ldmatrix_x4_trans(b, v_tile + (kk * 16 + ((lane / 8) & 1) * 8 + lane % 8) * kStride +
                                      dp * 16 + (lane / 16) * 8);
-            mma_bf16(o[2 * dp], p, b[0], b[1]);
-            mma_bf16(o[2 * dp + 1], p, b[2], b[3]);
+            mma_16816<Elem>(o[2 * dp], p, b[0], b[1]);
+            mma_16816<Elem>(o[2 * dp + 1], p, b[2], b[3]);
         }
     }
 }
@@ -234,19 +253,19 @@ __device__ __forceinline__ int64_t packed_row_index(int q_begin, int r, int grou
 // step(key_begin, k_tile, v_tile) consumes tile it. Every thread of the group must call it; it
 // ends with sync(), so the tiles may be refilled right after. One commit group per tile (its K
 // and V), always committed (maybe empty), so that waiting for all but the newest group means
-// waiting for this tile. An FP8 cache (Cache uint8_t; k_scale, v_scale its scales): the raw e4m3
-// tiles take the ring instead, in the space of the second bf16 stages (stage s: its K then its V
-// rows, [2, kKeys, kHeadDim] bytes, behind k_tiles for s = 0, behind v_tiles for s = 1), and each
-// is widened into the first bf16 stages just before its step, which frees its raw stage for
-// tile it + 2.
+// waiting for this tile. An FP8 cache (Cache uint8_t): the raw e4m3 tiles take the ring instead,
+// in the space of the second stages (stage s: its K then its V rows, [2, kKeys, kHeadDim] bytes,
+// behind k_tiles for s = 0, behind v_tiles for s = 1), and each is widened into the first stages
+// as f16 (unscaled; TileElem) just before its step, which frees its raw stage for tile it + 2.
+// The tiles step() gets are TileElem<Cache>.
 template <int kHeadDim, int kKeys, int kThreads, typename Cache, class KeyOf, class Sync,
           class Step>
 __device__ __forceinline__ void kv_tile_ring(__nv_bfloat16* k_tiles, __nv_bfloat16* v_tiles,
                                              const Cache* k_cache, const Cache* v_cache,
-                                             float k_scale, float v_scale, const int32_t* pages,
-                                             int count, KeyOf key_of, int kv_end, int page_size,
-                                             int page_shift, int64_t kv_row_stride, int head_offset,
-                                             int t, Sync sync, Step step) {
+                                             const int32_t* pages, int count, KeyOf key_of,
+                                             int kv_end, int page_size, int page_shift,
+                                             int64_t kv_row_stride, int head_offset, int t,
+                                             Sync sync, Step step) {
     constexpr int kTileElems = kKeys * (kHeadDim + 8);
     constexpr bool kFp8 = std::is_same_v<Cache, uint8_t>;
     // Where stage `stage`'s K and V land: the bf16 stages, or for FP8 the raw space behind them.
@@ -278,15 +297,19 @@ __device__ __forceinline__ void kv_tile_ring(__nv_bfloat16* k_tiles, __nv_bfloat
         cp_async_wait_all_but_one();  // K(it) and V(it) have landed
         sync();
         if constexpr (kFp8) {
-            widen_kv_tile<kHeadDim, kKeys, kThreads>(k_tiles, k_dst(it % 2), k_scale, t);
-            widen_kv_tile<kHeadDim, kKeys, kThreads>(v_tiles, v_dst(it % 2), v_scale, t);
-            sync();  // the bf16 tiles are whole, the raw stage is free
+            __half* k_tile = reinterpret_cast<__half*>(k_tiles);
+            __half* v_tile = reinterpret_cast<__half*>(v_tiles);
+            widen_kv_tile<kHeadDim, kKeys, kThreads>(k_tile, k_dst(it % 2), t);
+            widen_kv_tile<kHeadDim, kKeys, kThreads>(v_tile, v_dst(it % 2), t);
+            sync();  // the f16 tiles are whole, the raw stage is free
             if (it + 2 < count) load(it % 2, key_of(it + 2));
             cp_async_commit();
-            step(key_of(it), k_tiles, v_tiles);
-            sync();  // every thread is done with the bf16 tiles
+            step(key_of(it), static_cast<const __half*>(k_tile),
+                 static_cast<const __half*>(v_tile));
+            sync();  // every thread is done with the f16 tiles
         } else {
-            step(key_of(it), k_tiles + (it % 2) * kTileElems, v_tiles + (it % 2) * kTileElems);
+            step(key_of(it), static_cast<const __nv_bfloat16*>(k_tiles + (it % 2) * kTileElems),
+                 static_cast<const __nv_bfloat16*>(v_tiles + (it % 2) * kTileElems));
             sync();  // every thread is done with this stage
             if (it + 2 < count) load(it % 2, key_of(it + 2));
             cp_async_commit();
@@ -302,7 +325,8 @@ __device__ __forceinline__ void kv_tile_ring(__nv_bfloat16* k_tiles, __nv_bfloat
 // the warp loads its share of every tile but skips the math (all its rows are past the end).
 // Every thread of the block must call it (it holds block barriers); it ends with one, so the
 // tiles may be refilled right after. Cache: bf16, or uint8_t for an FP8 cache (k_scale, v_scale:
-// its scales).
+// its scales, applied to the scores and to o; q_frag then holds f16, load_q_fragments with
+// TileElem<Cache>).
 template <int kHeadDim, int kKeys, int kThreads, bool kMayBeEmpty, typename Cache>
 __device__ __forceinline__ void attend_tiles(
     const uint32_t (&q_frag)[kHeadDim / 16][4], const int (&row_limit)[2], bool warp_active,
@@ -314,21 +338,29 @@ __device__ __forceinline__ void attend_tiles(
     for (int dt = 0; dt < kHeadDim / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
     row_max[0] = row_max[1] = -INFINITY;
     row_sum[0] = row_sum[1] = 0.f;
+    using Elem = TileElem<Cache>;
+    constexpr bool kFp8 = std::is_same_v<Cache, uint8_t>;
+    const float score_scale = kFp8 ? scale_log2 * k_scale : scale_log2;
     kv_tile_ring<kHeadDim, kKeys, kThreads>(
-        k_tiles, v_tiles, k_cache, v_cache, k_scale, v_scale, pages,
-        (kv_end - kv_begin + kKeys - 1) / kKeys, [&](int it) { return kv_begin + it * kKeys; },
-        kv_end, page_size, page_shift, kv_row_stride, head_offset, int(threadIdx.x),
-        [] { __syncthreads(); },
-        [&](int key_begin, const __nv_bfloat16* k_tile, const __nv_bfloat16* v_tile) {
+        k_tiles, v_tiles, k_cache, v_cache, pages, (kv_end - kv_begin + kKeys - 1) / kKeys,
+        [&](int it) { return kv_begin + it * kKeys; }, kv_end, page_size, page_shift, kv_row_stride,
+        head_offset, int(threadIdx.x), [] { __syncthreads(); },
+        [&](int key_begin, const Elem* k_tile, const Elem* v_tile) {
             if (!warp_active) return;
             float s[kKeys / 8][4];
-            qk_scores<kHeadDim, kKeys>(q_frag, k_tile, s);
+            qk_scores<kHeadDim, kKeys, Elem>(q_frag, k_tile, s);
             // Only tiles reaching past the smallest limit need the mask.
-            online_softmax<kHeadDim, kKeys, kMayBeEmpty>(s, row_max, row_sum, o, scale_log2,
+            online_softmax<kHeadDim, kKeys, kMayBeEmpty>(s, row_max, row_sum, o, score_scale,
                                                          key_begin + kKeys - 1 > min_limit,
                                                          key_begin, row_limit);
-            accumulate_pv<kHeadDim, kKeys>(s, v_tile, o);
+            accumulate_pv<kHeadDim, kKeys, Elem>(s, v_tile, o);
         });
+    if constexpr (kFp8) {
+#pragma unroll
+        for (int dt = 0; dt < kHeadDim / 8; ++dt)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) o[dt][j] *= v_scale;
+    }
 }
 
 // The epilogue's common part for the thread's rows r0 + gid and r0 + gid + 8 (r0: the warp's

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <cstdint>
@@ -32,17 +33,21 @@ __device__ __forceinline__ void e4m3x8_to_float(const uint2& v, float scale, flo
     }
 }
 
-// Eight e4m3 bytes to eight bf16 (a 16-byte vector), times scale: exact when scale is a power of
-// two (an e4m3 value has 4 significant bits, bf16 keeps 8), one rounding otherwise.
-__device__ __forceinline__ uint4 e4m3x8_to_bf16x8(const uint2& v, float scale) {
-    float f[8];
-    e4m3x8_to_float(v, scale, f);
+// Eight e4m3 bytes to eight f16 (a 16-byte vector), unscaled: exact (f16 holds every e4m3
+// value), one conversion instruction per pair — what the tensor-core kernels multiply an FP8
+// cache in.
+__device__ __forceinline__ uint4 e4m3x8_to_f16x8(const uint2& v) {
+    const uint32_t words[2] = {v.x, v.y};
     uint4 out;
-    uint32_t* words = reinterpret_cast<uint32_t*>(&out);
+    uint32_t* halves = reinterpret_cast<uint32_t*>(&out);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const __nv_bfloat162 pair = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
-        words[i] = *reinterpret_cast<const uint32_t*>(&pair);
+    for (int w = 0; w < 2; ++w) {
+#pragma unroll
+        for (int p = 0; p < 2; ++p) {
+            const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
+                __nv_fp8x2_storage_t((words[w] >> (16 * p)) & 0xffffu), __NV_E4M3);
+            halves[2 * w + p] = uint32_t(h.x) | (uint32_t(h.y) << 16);
+        }
     }
     return out;
 }

@@ -3,9 +3,11 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 namespace miniinfer::cuda {
 
@@ -48,10 +50,43 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// d[16x8] += a[16x16] · b[16x8], f16 in, fp32 accumulate.
+__device__ __forceinline__ void mma_f16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                        uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 // Two floats as a bf16 pair; lo lands in the low half (the lower column of a fragment).
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<uint32_t*>(&v);
+}
+// The same as an f16 pair.
+__device__ __forceinline__ uint32_t pack_f16(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// mma and pack for the 16-bit element type Elem (__nv_bfloat16 or __half) of the operands.
+template <typename Elem>
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1) {
+    if constexpr (std::is_same_v<Elem, __half>)
+        mma_f16(d, a, b0, b1);
+    else
+        mma_bf16(d, a, b0, b1);
+}
+template <typename Elem>
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {
+    if constexpr (std::is_same_v<Elem, __half>)
+        return pack_f16(lo, hi);
+    else
+        return pack_bf16(lo, hi);
 }
 
 // Merges online-softmax state (m, l, acc) with another (m_o, l_o, acc_o), base 2: returns the
