@@ -16,6 +16,7 @@
 
 #include "core/cuda/cuda_check.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_prefill_sm90.h"
 #include "kernels/cuda/attention_tile.cuh"
 #include "kernels/cuda/launch.cuh"
 
@@ -136,7 +137,9 @@ void launch_attention_prefill(const AttentionLaunch& a, cudaStream_t stream) {
                 launch_prefill<64, bf16>(a, grid, stream);
             break;
         case 128:
-            if (a.fp8_cache)
+            if (attention_prefill_sm90_supported(a))  // H100 / H200: the wgmma kernel
+                launch_attention_prefill_sm90(a, grid, stream);
+            else if (a.fp8_cache)
                 launch_prefill<128, uint8_t>(a, grid, stream);
             else
                 launch_prefill<128, bf16>(a, grid, stream);

@@ -56,6 +56,7 @@
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/cuda/silu_mul.cuh"
+#include "kernels/cuda/wgmma.cuh"
 
 namespace miniinfer::cuda {
 namespace {
@@ -80,6 +81,8 @@ constexpr int kSmemBytes = std::max(kStages * kStageBytes, kOutBytes) + kAtomByt
 static_assert(kWarpgroupRows == 64 && kTileCols == 256, "one m64n256k16 per warpgroup per k16");
 static_assert(kStages == 4, "the ring refills slot (t - 2) % kStages: wait_group counts assume 4");
 static_assert(kABytes % kAtomBytes == 0 && kStageBytes % kAtomBytes == 0);
+static_assert(kRowBytes == kWgmmaRowBytes && kAtomBytes == kWgmmaAtomBytes,
+              "the tiles use wgmma.cuh's swizzle rows and atoms");
 static_assert(kTileRows * kChunksPerRow % kThreads == 0 &&
               kTileCols * kChunksPerRow % kThreads == 0);
 
@@ -89,39 +92,6 @@ constexpr int kAccPerThread = kWarpgroupRows * kTileCols / 128;  // fp32 accumul
 constexpr int kRowStep = kThreads / kChunksPerRow;     // 32: tile rows between a thread's rows
 constexpr int kXRowsPerThread = kTileRows / kRowStep;  // 4
 constexpr int kWRowsPerThread = kTileCols / kRowStep;  // 8
-
-// 16 bytes global -> shared address `dst`, asynchronously; valid == false writes zeros.
-__device__ __forceinline__ void cp_async_16_to(uint32_t dst, const void* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
-// Orders this thread's generic-proxy writes to shared memory (cp.async included) before later
-// async-proxy reads of them (wgmma's operand fetches).
-__device__ __forceinline__ void fence_proxy_async_shared() {
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_fence() {
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_commit() {
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void wgmma_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
-}
-
-// Descriptor of a K-major operand at shared address `addr` (1024-aligned atom base, plus 32 bytes
-// per k16 slice): 8-row × 128-byte atoms, 128-byte swizzle, atoms 1024 bytes apart along m / n.
-__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
-    return uint64_t((addr & 0x3ffff) >> 4)    // bits 0-13: start address
-           | uint64_t(1) << 16                // bits 16-29: leading byte offset (unused)
-           | uint64_t(kAtomBytes >> 4) << 32  // bits 32-45: stride byte offset
-           | uint64_t(1) << 62;               // bits 62-63: 128-byte swizzle
-}
 
 // d[64 × 256] += a[64 × 16] · b[256 × 16]ᵀ, both K-major in shared memory (no transposes).
 // Thread (warp w of the warpgroup, lane l) holds d[4 j + i] = D[16 w + l / 4 + 8 (i / 2)]
@@ -172,11 +142,6 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[kAccPerThread], uint
           "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
         : "l"(a_desc), "l"(b_desc), "r"(1)
         : "memory");
-}
-
-// Swizzled byte offset of 16-byte chunk `chunk` of row `row` in a tile of 128-byte rows.
-__device__ __forceinline__ uint32_t swizzled(int row, int chunk) {
-    return uint32_t(row * kRowBytes + ((chunk ^ (row % 8)) << 4));
 }
 
 // The expert whose segment holds row0 (see grouped_gemm.cu); num_experts past the last segment.

@@ -1,0 +1,306 @@
+// Paged prefill attention on Hopper's warpgroup MMA (wgmma), head_dim 128, bf16 cache: the fa2
+// prefill kernel (attention_prefill.cu) with its two matrix products moved from mma.sync, which
+// reaches about half of the H200's tensor-core rate, to wgmma. Same grid, same rows, same online
+// softmax, same epilogue (attention_tile.cuh); sm_90a only, chosen by launch_attention_prefill.
+//
+// A CTA is one warpgroup (128 threads, 4 warps) owning 64 packed query rows (row r: query token
+// r / group, head kv_head * group + r % group), warp w rows 16 w .. 16 w + 15 — the rows a wgmma
+// of m = 64 gives each warp, in mma.sync's fragment layout, so the fa2 code for Q fragments,
+// softmax and stores applies as it is:
+//   - Q stays in registers (load_q_fragments): the A operand of S = Q·Kᵀ, 8 k16 slices of the
+//     128 dims.
+//   - K and V tiles of 64 keys travel by cp.async, two stages ahead, into shared memory with the
+//     128-byte swizzle (wgmma.cuh): a tile is two halves of 64 dims, each 64 key rows of 128
+//     bytes. For S = Q·Kᵀ (m64n64k16) K is a K-major B operand: keys are n, dims k. For
+//     O += P·V (m64n128k16) V is an MN-major B operand read transposed: keys are k (8 rows per
+//     atom, atoms 1024 bytes apart), dims n (the second half 8192 bytes on).
+//   - S (32 fp32 per thread) goes through online_softmax; P, packed to bf16 from S's registers,
+//     is the A operand of P·V straight from registers; O (64 fp32 per thread) accumulates across
+//     tiles in the wgmma's own registers.
+// Per tile: wait for its copies, fence them to the async proxy, barrier; 8 wgmmas for S, wait;
+// softmax (O rescaled in registers); 4 wgmmas for P·V, wait; barrier; copies of tile + 2.
+// Not yet overlapped: softmax and the MMAs run one after the other (FlashAttention-3 ping-pongs
+// two warpgroups to hide one behind the other).
+#include "kernels/cuda/attention_prefill_sm90.h"
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "core/cuda/cuda_check.h"
+#include "kernels/cuda/attention_tile.cuh"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/wgmma.cuh"
+
+namespace miniinfer::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kHeadDim = 128;
+constexpr int kBlockM = 64;   // packed query rows per CTA: one wgmma m
+constexpr int kBlockN = 64;   // keys per tile
+constexpr int kThreads = 128;  // one warpgroup
+constexpr int kHalfBytes = kBlockN * kWgmmaRowBytes;  // 64 dims of 64 keys: 8 KB
+constexpr int kTileBytes = 2 * kHalfBytes;              // K or V tile: 16 KB
+constexpr int kStageBytes = 2 * kTileBytes;             // K then V
+constexpr int kSmemBytes = 2 * kStageBytes + kWgmmaAtomBytes;  // two stages, + 1024-alignment
+static_assert(kHeadDim == 2 * 64 && kBlockN % 16 == 0);
+static_assert(kBlockM == 64 && kThreads == 128, "one warpgroup: a wgmma m of 64 rows, 16 per warp");
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// d[64 × 64] += a[64 × 16] · b, a in registers (the warp's rows as mma.sync's A fragment: a0 rows
+// gid, k 2 tig; a1 rows gid + 8; a2, a3 the same at k + 8), b a K-major bf16 operand in shared
+// memory (descriptor b_desc). d[j][i]: n8 block j in mma.sync's accumulator layout.
+__device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[8][4], const uint32_t (&a)[4],
+                                                   uint64_t b_desc) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31"
+        "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n"
+        "}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),
+          "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),
+          "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),
+          "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),
+          "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+          "+f"(d[7][2]), "+f"(d[7][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1)
+        : "memory");
+}
+
+// d[64 × 128] += a[64 × 16] · b, a in registers (the warp's rows as mma.sync's A fragment: a0 rows
+// gid, k 2 tig; a1 rows gid + 8; a2, a3 the same at k + 8), b a MN-major bf16 operand in shared
+// memory (descriptor b_desc, read transposed). d[j][i]: n8 block j in mma.sync's accumulator layout.
+__device__ __forceinline__ void wgmma_m64n128k16_rs_tb(float (&d)[16][4], const uint32_t (&a)[4],
+                                                   uint64_t b_desc) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, "
+        "%8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, "
+        "%24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, "
+        "%40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, "
+        "%56, %57, %58, %59, %60, %61, %62, %63"
+        "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n"
+        "}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),
+          "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),
+          "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),
+          "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),
+          "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+          "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]),
+          "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+          "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]),
+          "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]),
+          "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]),
+          "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+          "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1)
+        : "memory");
+}
+
+// Keys [key_begin, key_begin + kBlockN) of one KV head, K and V, into the stage at shared
+// address `stage` (K tile, then V tile; each two 64-dim halves of kBlockN swizzled 128-byte
+// rows); keys from key_end on zero-filled. Thread t copies 16-byte chunk t % 8 of rows
+// t / 8 + 16 i of both halves: 8 neighbouring threads read one row's 128 bytes.
+__device__ __forceinline__ void load_kv_stage(uint32_t stage, const bf16* k_cache,
+                                              const bf16* v_cache, const int32_t* pages,
+                                              int key_begin, int key_end, int page_size,
+                                              int page_shift, int64_t kv_row_stride,
+                                              int head_offset) {
+    const int chunk = int(threadIdx.x) % 8, row0 = int(threadIdx.x) / 8;
+#pragma unroll
+    for (int i = 0; i < kBlockN / 16; ++i) {
+        const int r = row0 + 16 * i, key = key_begin + r;
+        const bool valid = key < key_end;
+        const int64_t base =
+            valid ? cache_row(pages, key, page_size, page_shift) * kv_row_stride + head_offset : 0;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const uint32_t dst = uint32_t(half * kHalfBytes) + swizzled(r, chunk);
+            const int64_t src = base + half * 64 + chunk * 8;
+            cp_async_16_to(stage + dst, k_cache + src, valid);
+            cp_async_16_to(stage + kTileBytes + dst, v_cache + src, valid);
+        }
+    }
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+// q, k_cache, v_cache, query_start, seq_lens, block_table, out: as prefill_kernel's
+// (attention_prefill.cu), bf16 cache, head_dim 128. Grid: (num_seqs, num_kv_heads, row tiles of
+// 64 packed rows), the last row tile first.
+__global__ void __launch_bounds__(kThreads, 2)
+    prefill_sm90_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k_cache,
+                        const bf16* __restrict__ v_cache, const int32_t* __restrict__ query_start,
+                        const int32_t* __restrict__ seq_lens,
+                        const int32_t* __restrict__ block_table, int max_pages, int num_heads,
+                        int num_kv_heads, int page_size, int page_shift, float scale_log2,
+                        bf16* __restrict__ out) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    pdl_wait();
+    pdl_trigger();
+    const int seq = blockIdx.x, kv_head = blockIdx.y;
+    const int group = num_heads / num_kv_heads;
+    const int q_begin = query_start[seq];
+    const int q_len = query_start[seq + 1] - q_begin;
+    const int num_rows = q_len * group;
+    const int row_begin = (gridDim.z - 1 - blockIdx.z) * kBlockM;
+    if (row_begin >= num_rows) return;
+    const int seq_len = seq_lens[seq];
+    const int prefix_len = seq_len - q_len;  // keys cached before this chunk
+    const int last_row = min(row_begin + kBlockM, num_rows) - 1;
+    const int num_keys = prefix_len + last_row / group + 1;  // up to the last row's limit
+    const int min_limit = prefix_len + row_begin / group;    // the smallest causal limit
+    const int32_t* pages = block_table + int64_t(seq) * max_pages;
+    const int64_t kv_row_stride = int64_t(num_kv_heads) * kHeadDim;
+    const int warp = int(threadIdx.x) / 32;
+
+    int row_limit[2];
+    uint32_t q_frag[kHeadDim / 16][4];
+    load_q_fragments<kHeadDim>(q, q_begin, row_begin + warp * 16, num_rows, group, num_heads,
+                               kv_head, prefix_len, seq_len - 1, q_frag, row_limit);
+
+    extern __shared__ uint8_t smem_raw[];
+    const uint32_t ring =
+        (smem_u32(smem_raw) + kWgmmaAtomBytes - 1) & ~uint32_t(kWgmmaAtomBytes - 1);
+    auto load = [&](int stage, int key_begin) {
+        load_kv_stage(ring + uint32_t(stage * kStageBytes), k_cache, v_cache, pages, key_begin,
+                      num_keys, page_size, page_shift, kv_row_stride, kv_head * kHeadDim);
+    };
+
+    float o[kHeadDim / 8][4];  // the P·V accumulators: 16 rows x 128 dims per warp
+#pragma unroll
+    for (int dt = 0; dt < kHeadDim / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.f;
+    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+
+    const int num_tiles = (num_keys + kBlockN - 1) / kBlockN;
+    for (int stage = 0; stage < 2; ++stage) {  // one commit group per tile, empty or not
+        if (stage < num_tiles) load(stage, stage * kBlockN);
+        cp_async_commit();
+    }
+    for (int tile = 0; tile < num_tiles; ++tile) {
+        const int key_begin = tile * kBlockN;
+        const uint32_t k_tile = ring + uint32_t((tile % 2) * kStageBytes);
+        const uint32_t v_tile = k_tile + kTileBytes;
+        cp_async_wait_all_but_one();  // this thread's copies of tile `tile` have landed
+        fence_proxy_async_shared();   // ... and are visible to wgmma's reads
+        __syncthreads();              // everyone's
+
+        // S = Q·Kᵀ: k16 slice kc of the dims is 32 bytes into a row of half kc / 4.
+        float s[kBlockN / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < kBlockN / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+        wgmma_fence();
+#pragma unroll
+        for (int kc = 0; kc < kHeadDim / 16; ++kc)
+            wgmma_m64n64k16_rs(s, q_frag[kc],
+                               smem_desc(k_tile + uint32_t((kc / 4) * kHalfBytes + (kc % 4) * 32)));
+        wgmma_commit();
+        wgmma_wait<0>();
+#pragma unroll
+        for (int nt = 0; nt < kBlockN / 8; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) wgmma_fence_operand(s[nt][i]);
+
+        // Tile 0 holds key 0, which every row sees: no empty rows (kMayBeEmpty false). Only
+        // tiles reaching past the smallest limit need the mask.
+        online_softmax<kHeadDim, kBlockN, false>(s, row_max, row_sum, o, scale_log2,
+                                                 key_begin + kBlockN - 1 > min_limit, key_begin,
+                                                 row_limit);
+
+        // O += P·V: P's k16 slice kk (keys 16 kk ..) is S's n8 blocks 2 kk and 2 kk + 1; V's is
+        // its rows 16 kk .., two atoms (2048 bytes) per slice.
+        uint32_t p[kBlockN / 16][4];
+#pragma unroll
+        for (int kk = 0; kk < kBlockN / 16; ++kk) {
+            p[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+            p[kk][1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+            p[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            p[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        }
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBlockN / 16; ++kk)
+            wgmma_m64n128k16_rs_tb(o, p[kk],
+                                   smem_desc_mn(v_tile + uint32_t(kk * 2 * kWgmmaAtomBytes),
+                                                uint32_t(kHalfBytes)));
+        wgmma_commit();
+        wgmma_wait<0>();
+#pragma unroll
+        for (int dt = 0; dt < kHeadDim / 8; ++dt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) wgmma_fence_operand(o[dt][i]);
+#pragma unroll
+        for (int kk = 0; kk < kBlockN / 16; ++kk)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) wgmma_fence_operand(p[kk][i]);
+
+        __syncthreads();  // every warp's wgmmas are done with this stage
+        if (tile + 2 < num_tiles) load(tile % 2, key_begin + 2 * kBlockN);
+        cp_async_commit();
+    }
+    cp_async_wait_all();
+
+    finish_rows<false>(
+        row_sum, row_begin + warp * 16, num_rows, [&](int i, int r, float, float inv_sum) {
+            store_o_bf16<kHeadDim>(
+                o, i, inv_sum,
+                out + packed_row_index(q_begin, r, group, num_heads, kv_head) * kHeadDim);
+        });
+#else
+    __trap();  // built without sm_90a features: the launcher refuses such devices
+#endif
+}
+
+}  // namespace
+
+bool attention_prefill_sm90_supported(const AttentionLaunch& a) {
+    static const bool device_ok = [] {
+        const char* v = std::getenv("MINIINFER_PREFILL_WGMMA");
+        if (v && std::string_view(v) == "0") return false;
+        int device = 0, major = 0, minor = 0;
+        MI_CUDA_CHECK(cudaGetDevice(&device));
+        MI_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+        MI_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+        return major == 9 && minor == 0;
+    }();
+    return device_ok && a.head_dim == kHeadDim && !a.fp8_cache;
+}
+
+void launch_attention_prefill_sm90(const AttentionLaunch& a, dim3 grid, cudaStream_t stream) {
+    MI_LAUNCH_CHECK(attention_prefill_sm90_supported(a),
+                    "attention prefill (wgmma): needs an sm_90 device, head_dim 128, bf16 cache");
+    static const bool configured = [] {
+        MI_CUDA_CHECK(cudaFuncSetAttribute(prefill_sm90_kernel,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           kSmemBytes));
+        return true;
+    }();
+    (void)configured;
+    launch_kernel(prefill_sm90_kernel, grid, kThreads, kSmemBytes, stream,
+                  static_cast<const bf16*>(a.q), static_cast<const bf16*>(a.k_cache),
+                  static_cast<const bf16*>(a.v_cache), a.query_start, a.seq_lens, a.block_table,
+                  int(a.max_pages), int(a.num_heads), int(a.num_kv_heads), int(a.page_size),
+                  page_shift_of(a.page_size), a.scale * 1.4426950408889634f,
+                  static_cast<bf16*>(a.out));
+}
+
+}  // namespace miniinfer::cuda
