@@ -1,4 +1,4 @@
-// Paged prefill attention on Hopper's warpgroup MMA (wgmma), head_dim 128, bf16 cache: the fa2
+// Paged prefill attention on Hopper's warpgroup MMA (wgmma), head_dim 128: the fa2
 // prefill kernel (attention_prefill.cu) with its two matrix products moved from mma.sync, which
 // reaches about half of the H200's tensor-core rate, to wgmma. Same grid, same rows, same online
 // softmax, same epilogue (attention_tile.cuh); sm_90a only, chosen by launch_attention_prefill.
@@ -19,6 +19,10 @@
 //     tiles in the wgmma's own registers.
 // Per tile: wait for its copies, fence them to the async proxy, barrier; 8 wgmmas for S, wait;
 // softmax (O rescaled in registers); 4 wgmmas for P·V, wait; barrier; copies of tile + 2.
+// An FP8 cache: the raw e4m3 tiles take the two-stage ring instead (in the second stage's space:
+// raw K then raw V, 8 KB each, per stage), and each is widened to f16 into the first stage's
+// swizzled tiles just before its step (attention_tile.cuh's TileElem: Q and P are f16 too, the
+// products f16 wgmmas); k_scale joins the softmax scale, v_scale multiplies O at the end.
 // Not yet overlapped: softmax and the MMAs run one after the other (FlashAttention-3 ping-pongs
 // two warpgroups to hide one behind the other).
 #include "kernels/cuda/attention_prefill_sm90.h"
@@ -28,6 +32,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
+#include <type_traits>
 
 #include "core/cuda/cuda_check.h"
 #include "kernels/cuda/attention_tile.cuh"
@@ -40,80 +45,137 @@ namespace {
 using bf16 = __nv_bfloat16;
 
 constexpr int kHeadDim = 128;
-constexpr int kBlockM = 64;   // packed query rows per CTA: one wgmma m
-constexpr int kBlockN = 64;   // keys per tile
-constexpr int kThreads = 128;  // one warpgroup
+constexpr int kBlockM = 64;                           // packed query rows per CTA: one wgmma m
+constexpr int kBlockN = 64;                           // keys per tile
+constexpr int kThreads = 128;                         // one warpgroup
 constexpr int kHalfBytes = kBlockN * kWgmmaRowBytes;  // 64 dims of 64 keys: 8 KB
-constexpr int kTileBytes = 2 * kHalfBytes;              // K or V tile: 16 KB
-constexpr int kStageBytes = 2 * kTileBytes;             // K then V
+constexpr int kTileBytes = 2 * kHalfBytes;            // K or V tile: 16 KB
+constexpr int kStageBytes = 2 * kTileBytes;           // K then V
 constexpr int kSmemBytes = 2 * kStageBytes + kWgmmaAtomBytes;  // two stages, + 1024-alignment
 static_assert(kHeadDim == 2 * 64 && kBlockN % 16 == 0);
 static_assert(kBlockM == 64 && kThreads == 128, "one warpgroup: a wgmma m of 64 rows, 16 per warp");
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-// d[64 × 64] += a[64 × 16] · b, a in registers (the warp's rows as mma.sync's A fragment: a0 rows
-// gid, k 2 tig; a1 rows gid + 8; a2, a3 the same at k + 8), b a K-major bf16 operand in shared
-// memory (descriptor b_desc). d[j][i]: n8 block j in mma.sync's accumulator layout.
+// d[64 × 64] += a[64 × 16] · b: a in registers (the warp's rows as mma.sync's A fragment: a0
+// row gid, k 2 tig; a1 row gid + 8; a2, a3 the same at k + 8), b a K-major operand in shared
+// memory (descriptor b_desc); Elem (bf16 or f16) both operands' type. d[j][i]: n8 block j in
+// mma.sync's accumulator layout.
+template <typename Elem>
 __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[8][4], const uint32_t (&a)[4],
                                                    uint64_t b_desc) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, "
-        "%8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, "
-        "%24, %25, %26, %27, %28, %29, %30, %31"
-        "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n"
-        "}\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),
-          "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),
-          "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),
-          "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),
-          "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
-          "+f"(d[7][2]), "+f"(d[7][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1)
-        : "memory");
+    if constexpr (std::is_same_v<Elem, __half>) {
+        asm volatile(
+            "{\n"
+            ".reg .pred p;\n"
+            "setp.ne.b32 p, %37, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+            "%0, %1, %2, %3, %4, %5, %6, %7, "
+            "%8, %9, %10, %11, %12, %13, %14, %15, "
+            "%16, %17, %18, %19, %20, %21, %22, %23, "
+            "%24, %25, %26, %27, %28, %29, %30, %31"
+            "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n"
+            "}\n"
+            : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),
+              "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),
+              "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),
+              "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+              "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),
+              "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+              "+f"(d[7][2]), "+f"(d[7][3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1)
+            : "memory");
+    } else {
+        asm volatile(
+            "{\n"
+            ".reg .pred p;\n"
+            "setp.ne.b32 p, %37, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+            "%0, %1, %2, %3, %4, %5, %6, %7, "
+            "%8, %9, %10, %11, %12, %13, %14, %15, "
+            "%16, %17, %18, %19, %20, %21, %22, %23, "
+            "%24, %25, %26, %27, %28, %29, %30, %31"
+            "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n"
+            "}\n"
+            : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),
+              "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),
+              "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),
+              "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+              "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),
+              "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+              "+f"(d[7][2]), "+f"(d[7][3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1)
+            : "memory");
+    }
 }
 
-// d[64 × 128] += a[64 × 16] · b, a in registers (the warp's rows as mma.sync's A fragment: a0 rows
-// gid, k 2 tig; a1 rows gid + 8; a2, a3 the same at k + 8), b a MN-major bf16 operand in shared
-// memory (descriptor b_desc, read transposed). d[j][i]: n8 block j in mma.sync's accumulator layout.
+// d[64 × 128] += a[64 × 16] · b as above, b an MN-major operand read transposed.
+template <typename Elem>
 __device__ __forceinline__ void wgmma_m64n128k16_rs_tb(float (&d)[16][4], const uint32_t (&a)[4],
-                                                   uint64_t b_desc) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, "
-        "%8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, "
-        "%24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, "
-        "%40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, "
-        "%56, %57, %58, %59, %60, %61, %62, %63"
-        "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n"
-        "}\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),
-          "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),
-          "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),
-          "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),
-          "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
-          "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]),
-          "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
-          "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]),
-          "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]),
-          "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]),
-          "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
-          "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1)
-        : "memory");
+                                                       uint64_t b_desc) {
+    if constexpr (std::is_same_v<Elem, __half>) {
+        asm volatile(
+            "{\n"
+            ".reg .pred p;\n"
+            "setp.ne.b32 p, %69, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+            "%0, %1, %2, %3, %4, %5, %6, %7, "
+            "%8, %9, %10, %11, %12, %13, %14, %15, "
+            "%16, %17, %18, %19, %20, %21, %22, %23, "
+            "%24, %25, %26, %27, %28, %29, %30, %31, "
+            "%32, %33, %34, %35, %36, %37, %38, %39, "
+            "%40, %41, %42, %43, %44, %45, %46, %47, "
+            "%48, %49, %50, %51, %52, %53, %54, %55, "
+            "%56, %57, %58, %59, %60, %61, %62, %63"
+            "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n"
+            "}\n"
+            : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),
+              "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),
+              "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),
+              "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+              "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),
+              "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+              "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]),
+              "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+              "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]),
+              "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]),
+              "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]),
+              "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+              "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1)
+            : "memory");
+    } else {
+        asm volatile(
+            "{\n"
+            ".reg .pred p;\n"
+            "setp.ne.b32 p, %69, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+            "%0, %1, %2, %3, %4, %5, %6, %7, "
+            "%8, %9, %10, %11, %12, %13, %14, %15, "
+            "%16, %17, %18, %19, %20, %21, %22, %23, "
+            "%24, %25, %26, %27, %28, %29, %30, %31, "
+            "%32, %33, %34, %35, %36, %37, %38, %39, "
+            "%40, %41, %42, %43, %44, %45, %46, %47, "
+            "%48, %49, %50, %51, %52, %53, %54, %55, "
+            "%56, %57, %58, %59, %60, %61, %62, %63"
+            "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n"
+            "}\n"
+            : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),
+              "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),
+              "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),
+              "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+              "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),
+              "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+              "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]),
+              "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+              "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]),
+              "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]),
+              "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]),
+              "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+              "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1)
+            : "memory");
+    }
 }
 
 // Keys [key_begin, key_begin + kBlockN) of one KV head, K and V, into the stage at shared
@@ -142,14 +204,65 @@ __device__ __forceinline__ void load_kv_stage(uint32_t stage, const bf16* k_cach
     }
 }
 
+// FP8: keys [key_begin, key_begin + kBlockN) of one KV head as raw e4m3 rows (128 bytes each,
+// unswizzled) into shared address `raw`: K rows, then V rows 8 KB on; zeros from key_end on.
+// Thread t copies 16-byte chunk t % 8 of rows t / 8 + 16 i.
+__device__ __forceinline__ void load_raw_stage(uint32_t raw, const uint8_t* k_cache,
+                                               const uint8_t* v_cache, const int32_t* pages,
+                                               int key_begin, int key_end, int page_size,
+                                               int page_shift, int64_t kv_row_stride,
+                                               int head_offset) {
+    const int chunk = int(threadIdx.x) % 8, row0 = int(threadIdx.x) / 8;
+#pragma unroll
+    for (int i = 0; i < kBlockN / 16; ++i) {
+        const int r = row0 + 16 * i, key = key_begin + r;
+        const bool valid = key < key_end;
+        const int64_t src = valid ? cache_row(pages, key, page_size, page_shift) * kv_row_stride +
+                                        head_offset + chunk * 16
+                                  : 0;
+        const uint32_t dst = uint32_t(r * kHeadDim + chunk * 16);
+        cp_async_16_to(raw + dst, k_cache + src, valid);
+        cp_async_16_to(raw + uint32_t(kBlockN * kHeadDim) + dst, v_cache + src, valid);
+    }
+}
+
+// FP8: a raw stage that has landed (shared address `raw`, as load_raw_stage leaves it) widened
+// to f16 into the swizzled K and V tiles at shared address `tiles` (unscaled). Thread t widens
+// the chunks it copied: 16 dims each, the swizzle chunks 2 c and 2 c + 1 of half c / 4.
+__device__ __forceinline__ void widen_raw_stage(uint8_t* smem_base, uint32_t smem_base_addr,
+                                                uint32_t raw, uint32_t tiles) {
+    const int chunk = int(threadIdx.x) % 8, row0 = int(threadIdx.x) / 8;
+    auto at = [&](uint32_t addr) { return smem_base + (addr - smem_base_addr); };
+#pragma unroll
+    for (int i = 0; i < kBlockN / 16; ++i) {
+        const int r = row0 + 16 * i;
+        const uint32_t src = uint32_t(r * kHeadDim + chunk * 16);
+        const uint32_t dst0 = uint32_t((chunk / 4) * kHalfBytes) + swizzled(r, 2 * (chunk % 4));
+        const uint32_t dst1 = uint32_t((chunk / 4) * kHalfBytes) + swizzled(r, 2 * (chunk % 4) + 1);
+#pragma unroll
+        for (int kv = 0; kv < 2; ++kv) {  // K, then V
+            const uint4 bytes =
+                *reinterpret_cast<const uint4*>(at(raw + uint32_t(kv * kBlockN * kHeadDim) + src));
+            const uint32_t tile = tiles + uint32_t(kv * kTileBytes);
+            *reinterpret_cast<uint4*>(at(tile + dst0)) =
+                e4m3x8_to_f16x8(make_uint2(bytes.x, bytes.y));
+            *reinterpret_cast<uint4*>(at(tile + dst1)) =
+                e4m3x8_to_f16x8(make_uint2(bytes.z, bytes.w));
+        }
+    }
+}
+
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 // q, k_cache, v_cache, query_start, seq_lens, block_table, out: as prefill_kernel's
-// (attention_prefill.cu), bf16 cache, head_dim 128. Grid: (num_seqs, num_kv_heads, row tiles of
-// 64 packed rows), the last row tile first.
+// (attention_prefill.cu), head_dim 128; Cache bf16, or uint8_t for an FP8 cache (k_scale,
+// v_scale its scales). Grid: (num_seqs, num_kv_heads, row tiles of 64 packed rows), the last row
+// tile first.
+template <typename Cache>
 __global__ void __launch_bounds__(kThreads, 2)
-    prefill_sm90_kernel(const bf16* __restrict__ q, const bf16* __restrict__ k_cache,
-                        const bf16* __restrict__ v_cache, const int32_t* __restrict__ query_start,
+    prefill_sm90_kernel(const bf16* __restrict__ q, const Cache* __restrict__ k_cache,
+                        const Cache* __restrict__ v_cache, float k_scale, float v_scale,
+                        const int32_t* __restrict__ query_start,
                         const int32_t* __restrict__ seq_lens,
                         const int32_t* __restrict__ block_table, int max_pages, int num_heads,
                         int num_kv_heads, int page_size, int page_shift, float scale_log2,
@@ -173,18 +286,29 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t kv_row_stride = int64_t(num_kv_heads) * kHeadDim;
     const int warp = int(threadIdx.x) / 32;
 
+    using Elem = TileElem<Cache>;  // what the wgmmas multiply: bf16, or f16 for an FP8 cache
+    constexpr bool kFp8 = std::is_same_v<Cache, uint8_t>;
     int row_limit[2];
     uint32_t q_frag[kHeadDim / 16][4];
-    load_q_fragments<kHeadDim>(q, q_begin, row_begin + warp * 16, num_rows, group, num_heads,
-                               kv_head, prefix_len, seq_len - 1, q_frag, row_limit);
+    load_q_fragments<kHeadDim, Elem>(q, q_begin, row_begin + warp * 16, num_rows, group, num_heads,
+                                     kv_head, prefix_len, seq_len - 1, q_frag, row_limit);
 
     extern __shared__ uint8_t smem_raw[];
     const uint32_t ring =
         (smem_u32(smem_raw) + kWgmmaAtomBytes - 1) & ~uint32_t(kWgmmaAtomBytes - 1);
-    auto load = [&](int stage, int key_begin) {
-        load_kv_stage(ring + uint32_t(stage * kStageBytes), k_cache, v_cache, pages, key_begin,
-                      num_keys, page_size, page_shift, kv_row_stride, kv_head * kHeadDim);
+    // FP8: raw stage s at ring + kStageBytes + s * 16 KB; the f16 tiles at ring.
+    auto raw_stage = [&](int stage) {
+        return ring + uint32_t(kStageBytes + stage * 2 * kBlockN * kHeadDim);
     };
+    auto load = [&](int stage, int key_begin) {
+        if constexpr (kFp8)
+            load_raw_stage(raw_stage(stage), k_cache, v_cache, pages, key_begin, num_keys,
+                           page_size, page_shift, kv_row_stride, kv_head * kHeadDim);
+        else
+            load_kv_stage(ring + uint32_t(stage * kStageBytes), k_cache, v_cache, pages, key_begin,
+                          num_keys, page_size, page_shift, kv_row_stride, kv_head * kHeadDim);
+    };
+    const float score_scale = kFp8 ? scale_log2 * k_scale : scale_log2;
 
     float o[kHeadDim / 8][4];  // the P·V accumulators: 16 rows x 128 dims per warp
 #pragma unroll
@@ -198,11 +322,20 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
     for (int tile = 0; tile < num_tiles; ++tile) {
         const int key_begin = tile * kBlockN;
-        const uint32_t k_tile = ring + uint32_t((tile % 2) * kStageBytes);
+        const uint32_t k_tile = ring + uint32_t((kFp8 ? 0 : tile % 2) * kStageBytes);
         const uint32_t v_tile = k_tile + kTileBytes;
         cp_async_wait_all_but_one();  // this thread's copies of tile `tile` have landed
-        fence_proxy_async_shared();   // ... and are visible to wgmma's reads
-        __syncthreads();              // everyone's
+        if constexpr (kFp8) {
+            // Each thread widens the chunks it copied itself: no barrier needed before.
+            widen_raw_stage(smem_raw, smem_u32(smem_raw), raw_stage(tile % 2), ring);
+            fence_proxy_async_shared();  // the f16 writes, before wgmma's reads
+            __syncthreads();             // everyone's; the raw stage is free
+            if (tile + 2 < num_tiles) load(tile % 2, key_begin + 2 * kBlockN);
+            cp_async_commit();
+        } else {
+            fence_proxy_async_shared();  // ... and are visible to wgmma's reads
+            __syncthreads();             // everyone's
+        }
 
         // S = Q·Kᵀ: k16 slice kc of the dims is 32 bytes into a row of half kc / 4.
         float s[kBlockN / 8][4];
@@ -211,8 +344,8 @@ __global__ void __launch_bounds__(kThreads, 2)
         wgmma_fence();
 #pragma unroll
         for (int kc = 0; kc < kHeadDim / 16; ++kc)
-            wgmma_m64n64k16_rs(s, q_frag[kc],
-                               smem_desc(k_tile + uint32_t((kc / 4) * kHalfBytes + (kc % 4) * 32)));
+            wgmma_m64n64k16_rs<Elem>(
+                s, q_frag[kc], smem_desc(k_tile + uint32_t((kc / 4) * kHalfBytes + (kc % 4) * 32)));
         wgmma_commit();
         wgmma_wait<0>();
 #pragma unroll
@@ -222,7 +355,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 
         // Tile 0 holds key 0, which every row sees: no empty rows (kMayBeEmpty false). Only
         // tiles reaching past the smallest limit need the mask.
-        online_softmax<kHeadDim, kBlockN, false>(s, row_max, row_sum, o, scale_log2,
+        online_softmax<kHeadDim, kBlockN, false>(s, row_max, row_sum, o, score_scale,
                                                  key_begin + kBlockN - 1 > min_limit, key_begin,
                                                  row_limit);
 
@@ -231,17 +364,17 @@ __global__ void __launch_bounds__(kThreads, 2)
         uint32_t p[kBlockN / 16][4];
 #pragma unroll
         for (int kk = 0; kk < kBlockN / 16; ++kk) {
-            p[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
-            p[kk][1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-            p[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            p[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            p[kk][0] = pack_pair<Elem>(s[2 * kk][0], s[2 * kk][1]);
+            p[kk][1] = pack_pair<Elem>(s[2 * kk][2], s[2 * kk][3]);
+            p[kk][2] = pack_pair<Elem>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            p[kk][3] = pack_pair<Elem>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
         }
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kBlockN / 16; ++kk)
-            wgmma_m64n128k16_rs_tb(o, p[kk],
-                                   smem_desc_mn(v_tile + uint32_t(kk * 2 * kWgmmaAtomBytes),
-                                                uint32_t(kHalfBytes)));
+            wgmma_m64n128k16_rs_tb<Elem>(
+                o, p[kk],
+                smem_desc_mn(v_tile + uint32_t(kk * 2 * kWgmmaAtomBytes), uint32_t(kHalfBytes)));
         wgmma_commit();
         wgmma_wait<0>();
 #pragma unroll
@@ -253,11 +386,19 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
             for (int i = 0; i < 4; ++i) wgmma_fence_operand(p[kk][i]);
 
-        __syncthreads();  // every warp's wgmmas are done with this stage
-        if (tile + 2 < num_tiles) load(tile % 2, key_begin + 2 * kBlockN);
-        cp_async_commit();
+        __syncthreads();  // every warp's wgmmas are done with this stage (FP8: the f16 tiles)
+        if constexpr (!kFp8) {
+            if (tile + 2 < num_tiles) load(tile % 2, key_begin + 2 * kBlockN);
+            cp_async_commit();
+        }
     }
     cp_async_wait_all();
+    if constexpr (kFp8) {
+#pragma unroll
+        for (int dt = 0; dt < kHeadDim / 8; ++dt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) o[dt][i] *= v_scale;
+    }
 
     finish_rows<false>(
         row_sum, row_begin + warp * 16, num_rows, [&](int i, int r, float, float inv_sum) {
@@ -268,6 +409,23 @@ __global__ void __launch_bounds__(kThreads, 2)
 #else
     __trap();  // built without sm_90a features: the launcher refuses such devices
 #endif
+}
+
+template <typename Cache>
+void launch_sm90(const AttentionLaunch& a, dim3 grid, cudaStream_t stream) {
+    static const bool configured = [] {
+        MI_CUDA_CHECK(cudaFuncSetAttribute(
+            prefill_sm90_kernel<Cache>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+        return true;
+    }();
+    (void)configured;
+    launch_kernel(prefill_sm90_kernel<Cache>, grid, kThreads, kSmemBytes, stream,
+                  static_cast<const bf16*>(a.q), static_cast<const Cache*>(a.k_cache),
+                  static_cast<const Cache*>(a.v_cache), a.k_scale, a.v_scale, a.query_start,
+                  a.seq_lens, a.block_table, int(a.max_pages), int(a.num_heads),
+                  int(a.num_kv_heads), int(a.page_size), page_shift_of(a.page_size),
+                  a.scale * 1.4426950408889634f,  // exp(x) = 2^(x log2 e)
+                  static_cast<bf16*>(a.out));
 }
 
 }  // namespace
@@ -282,25 +440,16 @@ bool attention_prefill_sm90_supported(const AttentionLaunch& a) {
         MI_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
         return major == 9 && minor == 0;
     }();
-    return device_ok && a.head_dim == kHeadDim && !a.fp8_cache;
+    return device_ok && a.head_dim == kHeadDim;
 }
 
 void launch_attention_prefill_sm90(const AttentionLaunch& a, dim3 grid, cudaStream_t stream) {
     MI_LAUNCH_CHECK(attention_prefill_sm90_supported(a),
-                    "attention prefill (wgmma): needs an sm_90 device, head_dim 128, bf16 cache");
-    static const bool configured = [] {
-        MI_CUDA_CHECK(cudaFuncSetAttribute(prefill_sm90_kernel,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           kSmemBytes));
-        return true;
-    }();
-    (void)configured;
-    launch_kernel(prefill_sm90_kernel, grid, kThreads, kSmemBytes, stream,
-                  static_cast<const bf16*>(a.q), static_cast<const bf16*>(a.k_cache),
-                  static_cast<const bf16*>(a.v_cache), a.query_start, a.seq_lens, a.block_table,
-                  int(a.max_pages), int(a.num_heads), int(a.num_kv_heads), int(a.page_size),
-                  page_shift_of(a.page_size), a.scale * 1.4426950408889634f,
-                  static_cast<bf16*>(a.out));
+                    "attention prefill (wgmma): needs an sm_90 device and head_dim 128");
+    if (a.fp8_cache)
+        launch_sm90<uint8_t>(a, grid, stream);
+    else
+        launch_sm90<bf16>(a, grid, stream);
 }
 
 }  // namespace miniinfer::cuda

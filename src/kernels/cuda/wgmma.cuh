@@ -19,7 +19,7 @@
 
 namespace miniinfer::cuda {
 
-inline constexpr int kWgmmaRowBytes = 128;   // one swizzle row: 64 bf16
+inline constexpr int kWgmmaRowBytes = 128;    // one swizzle row: 64 bf16
 inline constexpr int kWgmmaAtomBytes = 1024;  // 8 rows
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -69,10 +69,10 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
 // Descriptor of an MN-major operand at shared address `addr` (1024-aligned: the atom of its first
 // 8 k rows): 128-byte swizzle, the next 8 k rows 1024 bytes on, the next 64 n mn_block_bytes on.
 __device__ __forceinline__ uint64_t smem_desc_mn(uint32_t addr, uint32_t mn_block_bytes) {
-    return uint64_t((addr & 0x3ffff) >> 4)            // bits 0-13: start address
+    return uint64_t((addr & 0x3ffff) >> 4)                   // bits 0-13: start address
            | uint64_t((mn_block_bytes >> 4) & 0x3fff) << 16  // bits 16-29: leading byte offset
-           | uint64_t(kWgmmaAtomBytes >> 4) << 32     // bits 32-45: stride byte offset
-           | uint64_t(1) << 62;                       // bits 62-63: 128-byte swizzle
+           | uint64_t(kWgmmaAtomBytes >> 4) << 32            // bits 32-45: stride byte offset
+           | uint64_t(1) << 62;                              // bits 62-63: 128-byte swizzle
 }
 
 // Swizzled byte offset of 16-byte chunk `chunk` of row `row` in a tile of 128-byte rows.
