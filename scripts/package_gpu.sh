@@ -2,7 +2,8 @@
 # Packages build/ for a bare CUDA machine (e.g. the H200 lent through the device tool) into
 # dist/gpu/: bin/ (miniinfer, every test binary and bench_cuda_ops) and lib/ (the shared
 # libraries from Debian packages that such a machine lacks; glibc, libstdc++ and CUDA's own
-# libraries stay out; so does NCCL, ~300 MB: gpu_env.sh finds the GPU machine's own).
+# libraries stay out; so does NCCL, ~300 MB: gpu_env.sh finds the GPU machine's own; CUPTI goes
+# in, 4 MB, for bench --profile-kernels).
 # Run scripts/build.sh first. Also writes dist/gpu.tar.xz (about 7 MB; the device tool carries
 # at most 64 MiB with the repository): carry that, `tar -C dist -xJf dist/gpu.tar.xz` there,
 # then run scripts/gpu_check.sh.
@@ -29,6 +30,9 @@ fi
 for b in "$out"/bin/* $(find "$out/python" -name '*.so' 2>/dev/null); do ldd "$b"; done | awk '/=> \// {print $3}' | sort -u |
   grep -vE '/(libc|libm|libstdc\+\+|libgcc_s|ld-linux[^/]*|libpthread|libdl|librt|libresolv|libanl|libutil|libcuda|libcudart|libcublas[^/]*|libnccl)\.so' |
   xargs -r cp -L -t "$out/lib"
+# CUPTI, which `bench --profile-kernels` loads at run time (the GPU machine's toolkit may lack it).
+cupti=$(ls /usr/local/cuda/lib64/libcupti.so.1[0-9] /usr/local/cuda/extras/CUPTI/lib64/libcupti.so.1[0-9] 2>/dev/null | head -1 || true)
+[ -n "$cupti" ] && cp -L "$cupti" "$out/lib/"
 strip --strip-debug "$out"/bin/* "$out"/lib/* $(find "$out/python" -name '*.so' -o -path '*/bin/miniinfer' 2>/dev/null)
 tar -C "$(dirname "$out")" -cJf "$out.tar.xz" "$(basename "$out")"
 du -sh "$out" "$out.tar.xz"

@@ -4,11 +4,13 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 
 #include "apps/bench_workloads.h"
 #include "apps/commands.h"
 #include "apps/engine_options.h"
 #include "core/logging.h"
+#include "engine/kernel_profiler.h"
 #include "engine/llm_engine.h"
 #include "models/weights.h"
 
@@ -21,6 +23,7 @@ struct BenchOptions {
     std::string balanced_file = "bench/balanced.json";
     std::string json_out;
     int64_t runs = 1;             // timed runs of each workload, back to back
+    int64_t profile_top = 0;      // > 0: CUPTI kernel times of each run, this many rows
     SolHardware hardware;         // H200, as measured (BENCHMARKS.md)
     bool hardware_given = false;  // --hbm-bytes-per-s or --matmul-flops on the command line
 
@@ -36,6 +39,8 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o) {
     p.temperature = w.temperature;
     p.ignore_eos = true;
     int64_t prompt_tokens = 0;
+    std::optional<KernelProfiler> profiler;
+    if (o.profile_top > 0) profiler.emplace();
     const auto start = std::chrono::steady_clock::now();
     for (size_t i = 0; i < w.prompts.size(); ++i) {
         p.max_tokens = w.max_tokens[i];
@@ -50,6 +55,12 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o) {
             if (out.finished) output_tokens += int64_t(out.token_ids.size());
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    Json kernels = nullptr;
+    if (profiler) {
+        kernels = Json::array();
+        for (const KernelTime& k : profiler->stop())
+            kernels.push_back({{"name", k.name}, {"calls", k.calls}, {"total_us", k.total_us}});
+    }
     const double sol = sol_seconds(w, engine.model_config(), engine.config().max_num_seqs,
                                    o.hardware, engine.config().fp8_kv_cache() ? 1.0 : 2.0);
     const EngineConfig& c = engine.config();
@@ -73,7 +84,8 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o) {
             {"prompt_tok_per_s", double(prompt_tokens) / seconds},
             {"ms_per_output_token", 1000.0 * seconds / double(output_tokens)},
             {"sol_tok_per_s", o.shows_sol(c) ? Json(double(output_tokens) / sol) : Json(nullptr)},
-            {"percent_of_sol", o.shows_sol(c) ? Json(100.0 * sol / seconds) : Json(nullptr)}};
+            {"percent_of_sol", o.shows_sol(c) ? Json(100.0 * sol / seconds) : Json(nullptr)},
+            {"kernels", std::move(kernels)}};
 }
 
 // One result row of the table (its run number after the workload's name when runs > 1).
@@ -111,6 +123,8 @@ void run(const BenchOptions& o) {
     for (const std::string& name : o.workloads)
         workloads.push_back(make_bench_workload(name, o.balanced_file));
     const EngineConfig config = o.engine.resolve();
+    if (o.profile_top > 0 && config.device != "cuda")
+        fail("--profile-kernels records GPU kernels: it needs --device cuda");
     if (run_as_worker_node(config)) return;
     LLMEngine engine(config);
     // Warm-up: one short request through every code path the runs use.
@@ -131,6 +145,17 @@ void run(const BenchOptions& o) {
             Json r = run_workload(engine, w, o);
             r["run"] = run_index;
             print_row(r, run_index, o.runs);
+            if (o.profile_top > 0) {
+                std::vector<KernelTime> times;
+                for (const Json& k : r["kernels"])
+                    times.push_back({k["name"].get<std::string>(), k["calls"].get<int64_t>(),
+                                     k["total_us"].get<double>()});
+                std::printf(
+                    "\nKernels of %s (run %lld; with CUPTI recording, the run's wall time "
+                    "above is not the benchmark's): %s\n",
+                    w.name.c_str(), (long long)run_index,
+                    format_kernel_times(times, size_t(o.profile_top)).c_str());
+            }
             (run_index == 1 ? first : later) += r["output_tok_per_s"].get<double>();
             results.push_back(r);
         }
@@ -169,6 +194,10 @@ void add_bench(CLI::App& app) {
                     "state (the mean of the others) are reported apart")
         ->check(CLI::Range(int64_t(1), int64_t(100)))
         ->capture_default_str();
+    cmd->add_option("--profile-kernels", opts->profile_top,
+                    "CUDA: record every kernel of each timed run (CUPTI, loaded at run time) and "
+                    "print the N with the most GPU time (also in --json); slows the run itself")
+        ->check(CLI::Range(int64_t(1), int64_t(1000)));
     cmd->add_flag("--measure-gpu-idle", opts->engine.config.measure_gpu_idle,
                   "CUDA: time each step with events and report the GPU's idle time between steps");
     cmd->add_option("--hbm-bytes-per-s", opts->hardware.hbm_bytes_per_s,

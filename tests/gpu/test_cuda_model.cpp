@@ -12,6 +12,7 @@
 #include "core/json.h"
 #include "cuda_model_testing.h"
 #include "engine/cuda_model_runner.h"
+#include "engine/kernel_profiler.h"
 #include "engine/llm_engine.h"
 #include "gpu_testing.h"
 #include "models/cuda_model.h"
@@ -257,4 +258,31 @@ TEST(CudaDummyWeights, LayoutValuesShardsAndAStep) {
     const Tensor logits = gpu.last_logits();
     for (int64_t i = 0; i < logits.numel(); ++i)
         ASSERT_TRUE(std::isfinite(logits.data<float>()[i])) << i;
+}
+
+// bench --profile-kernels' recorder: a run of the engine on the GPU, eager and from graphs,
+// shows up kernel by kernel; the gemv of the decode steps among them, and the rows' totals add
+// up to the summary line.
+TEST(CudaKernelProfiler, RecordsTheEnginesKernels) {
+    REQUIRE_GPU();
+    LLMEngine engine(engine_config("qwen3-tiny"));
+    SamplingParams p;
+    p.max_tokens = 8;
+    p.ignore_eos = true;
+    engine.generate({Prompt::from_ids({1, 2, 3})}, p);  // warm: graphs captured, kernels loaded
+    KernelProfiler profiler;
+    engine.generate({Prompt::from_ids({4, 5, 6, 7}), Prompt::from_ids({8, 9})}, p);
+    const std::vector<KernelTime> times = profiler.stop();
+    ASSERT_FALSE(times.empty()) << "no kernel recorded";
+    int64_t gemv_calls = 0;
+    for (const KernelTime& t : times) {
+        EXPECT_GT(t.calls, 0) << t.name;
+        EXPECT_GE(t.total_us, 0.0) << t.name;
+        if (t.name.rfind("gemv_kernel", 0) == 0) gemv_calls += t.calls;
+    }
+    EXPECT_GT(gemv_calls, 0) << "the decode steps' gemv kernels were not seen";
+    for (size_t i = 1; i < times.size(); ++i) EXPECT_GE(times[i - 1].total_us, times[i].total_us);
+    const std::string table = format_kernel_times(times, 3);
+    EXPECT_NE(table.find("| kernel | calls |"), std::string::npos) << table;
+    std::printf("%s", table.c_str());
 }

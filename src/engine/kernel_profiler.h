@@ -1,0 +1,42 @@
+// KernelProfiler: the GPU time of every kernel the process runs, summed by kernel, from CUPTI's
+// activity records (CUDA graph replays included) — where a step's time goes, for `miniinfer
+// bench --profile-kernels`. CUPTI (libcupti.so, part of the CUDA toolkit) is loaded when a
+// profiler starts, so neither the binary nor a run without the flag needs it. Recording adds
+// host cost to every launch: the wall time of a profiled run is not the benchmark's; the
+// kernels' own durations are what it is for.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace miniinfer {
+
+struct KernelTime {
+    std::string name;  // demangled, namespaces and parameter list left out
+    int64_t calls = 0;
+    double total_us = 0;
+};
+
+class KernelProfiler {
+  public:
+    // Starts recording. Throws Error when this build has no CUDA, CUPTI cannot be loaded, or
+    // another profiler holds it; one profiler at a time.
+    KernelProfiler();
+    ~KernelProfiler();
+    KernelProfiler(const KernelProfiler&) = delete;
+    KernelProfiler& operator=(const KernelProfiler&) = delete;
+
+    // Stops recording (the GPU work launched so far must have finished: synchronise first) and
+    // returns every kernel seen, most total time first.
+    std::vector<KernelTime> stop();
+
+  private:
+    bool running_ = false;
+};
+
+// A Markdown table of the `top` kernels with the most time: calls, total ms, share of all the
+// kernels' time, mean µs; then one line with the rest.
+std::string format_kernel_times(const std::vector<KernelTime>& times, size_t top);
+
+}  // namespace miniinfer
