@@ -2,8 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <cxxabi.h>
+
 #include <algorithm>
+#include <cstdlib>
 #include <map>
+#include <memory>
 #include <mutex>
 
 #include "core/check.h"
@@ -11,11 +15,7 @@
 #ifdef MINIINFER_HAS_CUDA
 #include <cuda_runtime.h>
 #include <cupti.h>
-#include <cxxabi.h>
 #include <dlfcn.h>
-
-#include <cstdlib>
-#include <memory>
 #endif
 
 namespace miniinfer {
@@ -40,24 +40,24 @@ const Cupti& cupti() {
         for (const char* name : {"libcupti.so", "libcupti.so.13", "libcupti.so.12"})
             if ((lib = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
         if (!lib)
-            fail("--profile-kernels needs CUPTI (libcupti.so from the CUDA toolkit) on the "
-                 "library path: {}",
-                 dlerror());
+            fail(
+                "--profile-kernels needs CUPTI (libcupti.so from the CUDA toolkit) on the "
+                "library path: {}",
+                dlerror());
         auto get = [&](const char* symbol) {
             void* f = dlsym(lib, symbol);
             if (!f) fail("CUPTI: {} not found in libcupti.so", symbol);
             return f;
         };
         Cupti c;
-        c.register_callbacks = reinterpret_cast<decltype(c.register_callbacks)>(
-            get("cuptiActivityRegisterCallbacks"));
+        c.register_callbacks =
+            reinterpret_cast<decltype(c.register_callbacks)>(get("cuptiActivityRegisterCallbacks"));
         c.enable = reinterpret_cast<decltype(c.enable)>(get("cuptiActivityEnable"));
         c.disable = reinterpret_cast<decltype(c.disable)>(get("cuptiActivityDisable"));
         c.flush_all = reinterpret_cast<decltype(c.flush_all)>(get("cuptiActivityFlushAll"));
         c.next_record =
             reinterpret_cast<decltype(c.next_record)>(get("cuptiActivityGetNextRecord"));
-        c.result_string =
-            reinterpret_cast<decltype(c.result_string)>(get("cuptiGetResultString"));
+        c.result_string = reinterpret_cast<decltype(c.result_string)>(get("cuptiGetResultString"));
         return c;
     }();
     return api;
@@ -98,30 +98,6 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
     std::free(buffer);
 }
 
-// "miniinfer::cuda::(anonymous namespace)::gemv_kernel<1, 1, float>(...)" -> "gemv_kernel<1, 1,
-// float>": demangled, our namespaces and the parameter list dropped, at most 100 characters.
-std::string short_name(const std::string& mangled) {
-    int status = 0;
-    std::unique_ptr<char, void (*)(void*)> demangled(
-        abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status), std::free);
-    std::string name = status == 0 && demangled ? demangled.get() : mangled;
-    for (const std::string prefix :
-         {"miniinfer::cuda::(anonymous namespace)::", "miniinfer::cuda::", "(anonymous namespace)::"}) {
-        for (size_t at; (at = name.find(prefix)) != std::string::npos;) name.erase(at, prefix.size());
-    }
-    int depth = 0;  // cut at the parameter list: the first '(' outside template arguments
-    for (size_t i = 0; i < name.size(); ++i) {
-        if (name[i] == '<') ++depth;
-        if (name[i] == '>') --depth;
-        if (name[i] == '(' && depth == 0 && i > 0) {
-            name.resize(i);
-            break;
-        }
-    }
-    if (name.size() > 100) name = name.substr(0, 97) + "...";
-    return name;
-}
-
 }  // namespace
 
 KernelProfiler::KernelProfiler() {
@@ -160,7 +136,7 @@ std::vector<KernelTime> KernelProfiler::stop() {
     g_active = false;
     std::map<std::string, KernelTime> by_short;  // variants with one short name added up
     for (const auto& [mangled, t] : g_times) {
-        KernelTime& s = by_short[short_name(mangled)];
+        KernelTime& s = by_short[kernel_display_name(mangled)];
         s.calls += t.calls;
         s.total_us += t.total_us;
     }
@@ -183,6 +159,30 @@ std::vector<KernelTime> KernelProfiler::stop() {
 
 #endif
 
+std::string kernel_display_name(const std::string& mangled) {
+    int status = 0;
+    std::unique_ptr<char, void (*)(void*)> demangled(
+        abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status), std::free);
+    std::string name = status == 0 && demangled ? demangled.get() : mangled;
+    if (name.rfind("void ", 0) == 0) name.erase(0, 5);  // a function template's return type
+    for (const std::string prefix : {"miniinfer::cuda::(anonymous namespace)::",
+                                     "miniinfer::cuda::", "(anonymous namespace)::"}) {
+        for (size_t at; (at = name.find(prefix)) != std::string::npos;)
+            name.erase(at, prefix.size());
+    }
+    int depth = 0;  // cut at the parameter list: the first '(' outside template arguments
+    for (size_t i = 0; i < name.size(); ++i) {
+        if (name[i] == '<') ++depth;
+        if (name[i] == '>') --depth;
+        if (name[i] == '(' && depth == 0 && i > 0) {
+            name.resize(i);
+            break;
+        }
+    }
+    if (name.size() > 100) name = name.substr(0, 97) + "...";
+    return name;
+}
+
 std::string format_kernel_times(const std::vector<KernelTime>& times, size_t top) {
     double total = 0;
     int64_t calls = 0;
@@ -190,8 +190,8 @@ std::string format_kernel_times(const std::vector<KernelTime>& times, size_t top
         total += t.total_us;
         calls += t.calls;
     }
-    std::string out = fmt::format("{} kernel launches, {:.1f} ms of kernel time\n", calls,
-                                  total / 1000.0);
+    std::string out =
+        fmt::format("{} kernel launches, {:.1f} ms of kernel time\n", calls, total / 1000.0);
     out += "| kernel | calls | total ms | % of kernel time | mean us |\n|---|---|---|---|---|\n";
     double rest = total;
     int64_t rest_calls = calls;

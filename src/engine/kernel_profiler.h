@@ -35,6 +35,11 @@ class KernelProfiler {
     bool running_ = false;
 };
 
+// A kernel's name as the table shows it: demangled, our namespaces and the parameter list left
+// out, at most 100 characters ("_ZN9miniinfer4cuda12_GLOBAL__N_111gemv_kernelILi1ELi1EfEEv..."
+// -> "gemv_kernel<1, 1, float>"); a name that is not mangled (cuBLAS's) stays as it is.
+std::string kernel_display_name(const std::string& mangled);
+
 // A Markdown table of the `top` kernels with the most time: calls, total ms, share of all the
 // kernels' time, mean µs; then one line with the rest.
 std::string format_kernel_times(const std::vector<KernelTime>& times, size_t top);
