@@ -22,10 +22,9 @@ TEST(KernelProfiler, DisplayNamesDropNamespacesAndParameters) {
 }
 
 TEST(KernelProfiler, TableShowsTheTopKernelsAndTheRest) {
-    const std::vector<KernelTime> times = {
-        {"gemv_kernel<1, 1, float>", 300, 6000.0},
-        {"decode_kernel<128, 2, __nv_bfloat16>", 28, 3000.0},
-        {"silu_mul_kernel<8>", 28, 1000.0}};
+    const std::vector<KernelTime> times = {{"gemv_kernel<1, 1, float>", 300, 6000.0},
+                                           {"decode_kernel<128, 2, __nv_bfloat16>", 28, 3000.0},
+                                           {"silu_mul_kernel<8>", 28, 1000.0}};
     const std::string table = format_kernel_times(times, 2);
     EXPECT_NE(table.find("356 kernel launches, 10.0 ms of kernel time"), std::string::npos)
         << table;

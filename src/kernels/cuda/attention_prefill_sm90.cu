@@ -258,8 +258,10 @@ __device__ __forceinline__ void widen_raw_stage(uint8_t* smem_base, uint32_t sme
 // (attention_prefill.cu), head_dim 128; Cache bf16, or uint8_t for an FP8 cache (k_scale,
 // v_scale its scales). Grid: (num_seqs, num_kv_heads, row tiles of 64 packed rows), the last row
 // tile first.
+// Three CTAs an SM with a bf16 cache (at most 170 registers, 3 x 65 KB of shared memory), so
+// that one CTA's softmax overlaps another's wgmmas; two with FP8 (its widening takes registers).
 template <typename Cache>
-__global__ void __launch_bounds__(kThreads, 2)
+__global__ void __launch_bounds__(kThreads, std::is_same_v<Cache, uint8_t> ? 2 : 3)
     prefill_sm90_kernel(const bf16* __restrict__ q, const Cache* __restrict__ k_cache,
                         const Cache* __restrict__ v_cache, float k_scale, float v_scale,
                         const int32_t* __restrict__ query_start,
