@@ -5,13 +5,14 @@
 # ($OUT, else gpu-results/): summary.txt, tests.log, memcheck.log (every test_cuda_* binary),
 # bench-<backend>.txt/.json, bench-ops.txt (bench_cuda_ops), load.log, nvidia-smi.txt. Exit
 # status non-zero if anything failed.
-# DIST_DIR (default dist/gpu) picks another package; ONLY=pattern runs only matching binaries;
+# DIST_DIR (default dist/gpu) picks another package; ONLY=pattern runs only matching binaries,
+# TESTS=0 none (with MEMCHECK=0 LOAD=0: the benchmarks alone);
 # BENCH=0 skips the benchmark, BACKENDS="fa2 flashinfer" picks the backends benched and
 # WORKLOADS="--workload bs1" the workloads (default: all six), BENCH_MODEL the model folder
 # (default bench/qwen3-0.6b; bench/qwen3-30b-a3b for the MoE shapes), BENCH_FLAGS more bench
 # flags (e.g. "--measure-gpu-idle --disable-overlap"), BENCH_ENVS more runs of each backend's
 # benchmark, one per VAR=VALUE setting given (e.g. "MINIINFER_PDL=0 MINIINFER_PREFILL_WGMMA=0":
-# bench-<backend>-<VAR=VALUE>.txt beside the default run). MEMCHECK=0 skips compute-sanitizer;
+# bench-<backend>-<VAR>-<VALUE>.txt beside the default run). MEMCHECK=0 skips compute-sanitizer;
 # TEST_TIMEOUT (seconds, default 300) bounds each test binary. LOAD=0 skips the loader check:
 # a random Qwen3-0.6B-shaped checkpoint (tools/make_random_checkpoint.py, needs torch and
 # transformers) loaded for CUDA, whose logged peak host memory must stay below 1.5x its size.
@@ -23,6 +24,7 @@ status=0
 : > "$out/summary.txt"
 for t in "$dist"/bin/test_*; do
   name=$(basename "$t")
+  [[ "${TESTS:-1}" == 0 ]] && break
   [[ -n "${ONLY:-}" && "$name" != *${ONLY}* ]] && continue
   if timeout "${TEST_TIMEOUT:-300}" "$t" >> "$out/tests.log" 2>&1; then result=PASS; else result=FAIL; status=1; fi
   echo "$result $name" | tee -a "$out/summary.txt"
@@ -79,7 +81,8 @@ bench_run() {
 if [[ "${BENCH:-1}" != 0 && -z "${ONLY:-}" ]]; then
   for backend in ${BACKENDS:-fa2 flashinfer}; do
     bench_run "$backend" "$backend"
-    for setting in ${BENCH_ENVS:-}; do bench_run "$backend" "$backend-$setting" "$setting"; done
+    # Named VAR-VALUE: the device tool brings back no file with "=" in its name.
+    for setting in ${BENCH_ENVS:-}; do bench_run "$backend" "$backend-${setting/=/-}" "$setting"; done
   done
 fi
 exit $status

@@ -4,10 +4,12 @@
 # libraries from Debian packages that such a machine lacks; glibc, libstdc++ and CUDA's own
 # libraries stay out; so does NCCL, ~300 MB: gpu_env.sh finds the GPU machine's own; CUPTI goes
 # in, 4 MB, for bench --profile-kernels).
-# Run scripts/build.sh first. Also writes dist/gpu.tar.xz (about 7 MB; the device tool carries
+# Run scripts/build.sh first. Also writes dist/gpu.tar.xz (about 25 MB, 12 MB with TESTS=cuda; the device tool carries
 # at most 64 MiB with the repository): carry that, `tar -C dist -xJf dist/gpu.tar.xz` there,
 # then run scripts/gpu_check.sh.
-# BUILD_DIR (default build) and DIST_DIR (default dist/gpu) pick other folders.
+# BUILD_DIR (default build) and DIST_DIR (default dist/gpu) pick other folders. TESTS=cuda packs
+# only the test_cuda_* binaries (with the benchmarks): half the size, for when the device tool's
+# 64 MiB (package plus repository) is tight and only the GPU tests are to run.
 # A build with -DMINIINFER_C_API=ON also gets python/: the package `miniinfer` with its
 # libminiinfer_c.so and bin/miniinfer inside, for PYTHONPATH=dist/gpu/python on a machine
 # without a compiler (scripts/gpu_bench_python.sh).
@@ -18,7 +20,9 @@ out=${DIST_DIR:-dist/gpu}
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
 [ -f "$build/src/apps/miniinfer" ] && cp "$build/src/apps/miniinfer" "$out/bin/"
-[ -d "$build/tests" ] && find "$build/tests" -type f \( -name 'test_*' -o -name 'bench_*' \) -perm -u+x -exec cp {} "$out/bin/" \;
+tests='test_*'
+[ "${TESTS:-all}" = cuda ] && tests='test_cuda_*'
+[ -d "$build/tests" ] && find "$build/tests" -type f \( -name "$tests" -o -name 'bench_*' \) -perm -u+x -exec cp {} "$out/bin/" \;
 if [ -f "$build/src/capi/libminiinfer_c.so" ]; then
   mkdir -p "$out/python"
   cp -r python/miniinfer "$out/python/"
