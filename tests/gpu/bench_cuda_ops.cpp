@@ -198,9 +198,13 @@ void bench_gemv(int64_t m, const GemmShape& g, DType out = DType::kBF16) {
 
 // Attention over a paged cache with pages in order. seq_lens: each sequence's context after
 // this step; q_lens: its new tokens.
-// fp8: an FP8 KV cache (e4m3 bytes, --kv-cache-dtype fp8), half the K/V bytes.
+// fp8: an FP8 KV cache (e4m3 bytes, --kv-cache-dtype fp8), half the K/V bytes. heads, kv_heads:
+// Qwen3-0.6B's unless given (30B-A3B: 32 and 4, a GQA group of 8).
 void bench_attention(const std::vector<int32_t>& q_lens, const std::vector<int32_t>& seq_lens,
-                     const std::string& shape, bool fp8 = false) {
+                     std::string shape, bool fp8 = false, int64_t heads = kHeads,
+                     int64_t kv_heads = kKvHeads) {
+    if (heads != kHeads || kv_heads != kKvHeads)
+        shape += ", " + std::to_string(heads) + "/" + std::to_string(kv_heads) + " heads";
     const double kv_element = fp8 ? 1.0 : kBf16;
     const int64_t num_seqs = int64_t(q_lens.size());
     std::vector<int32_t> query_start = {0};
@@ -211,11 +215,11 @@ void bench_attention(const std::vector<int32_t>& q_lens, const std::vector<int32
         max_q = std::max<int64_t>(max_q, q_lens[size_t(s)]);
         max_seq = std::max<int64_t>(max_seq, seq_lens[size_t(s)]);
         pages_total += (seq_lens[size_t(s)] + kPageSize - 1) / kPageSize;
-        kv_bytes += 2.0 * double(seq_lens[size_t(s)] * kKvHeads * kHeadDim) * kv_element;
+        kv_bytes += 2.0 * double(seq_lens[size_t(s)] * kv_heads * kHeadDim) * kv_element;
         // Q·Kᵀ and P·V over the keys each query row sees (causal).
         const double prefix = seq_lens[size_t(s)] - q_lens[size_t(s)];
         for (int64_t t = 0; t < q_lens[size_t(s)]; ++t)
-            flops += 4.0 * double(kHeads * kHeadDim) * (prefix + double(t) + 1);
+            flops += 4.0 * double(heads * kHeadDim) * (prefix + double(t) + 1);
     }
     const int64_t tokens = query_start.back();
     const int64_t max_pages = (max_seq + kPageSize - 1) / kPageSize;
@@ -224,16 +228,16 @@ void bench_attention(const std::vector<int32_t>& q_lens, const std::vector<int32
     for (int64_t s = 0; s < num_seqs; ++s)
         for (int64_t p = 0; p < (seq_lens[size_t(s)] + kPageSize - 1) / kPageSize; ++p)
             table[size_t(s * max_pages + p)] = next_page++;
-    Tensor q = random_device_bf16({tokens, kHeads, kHeadDim});
-    Tensor k_cache = random_device_bf16({pages_total, kPageSize, kKvHeads, kHeadDim});
-    Tensor v_cache = random_device_bf16({pages_total, kPageSize, kKvHeads, kHeadDim});
+    Tensor q = random_device_bf16({tokens, heads, kHeadDim});
+    Tensor k_cache = random_device_bf16({pages_total, kPageSize, kv_heads, kHeadDim});
+    Tensor v_cache = random_device_bf16({pages_total, kPageSize, kv_heads, kHeadDim});
     if (fp8) {  // e4m3 0x38 = 1.0 everywhere: the values do not change the kernels' speed
         for (Tensor* t : {&k_cache, &v_cache}) {
-            *t = cuda::device_tensor({pages_total, kPageSize, kKvHeads, kHeadDim}, DType::kU8);
+            *t = cuda::device_tensor({pages_total, kPageSize, kv_heads, kHeadDim}, DType::kU8);
             MI_CUDA_CHECK(cudaMemset(t->raw(), 0x38, t->nbytes()));
         }
     }
-    Tensor out = cuda::device_tensor({tokens, kHeads * kHeadDim}, DType::kBF16);
+    Tensor out = cuda::device_tensor({tokens, heads * kHeadDim}, DType::kBF16);
     Tensor d_query_start = device_i32(query_start), d_seq_lens = device_i32(seq_lens);
     Tensor d_table = cuda::to_device(Tensor::zeros({num_seqs, max_pages}, DType::kI32));
     MI_CUDA_CHECK(
@@ -241,9 +245,9 @@ void bench_attention(const std::vector<int32_t>& q_lens, const std::vector<int32
     const cuda::AttentionParams p{&q,          &k_cache,  &v_cache, &d_query_start,
                                   &d_seq_lens, &d_table,  num_seqs, max_q,
                                   max_seq,     0.088388f, &out};
-    const double bytes = kv_bytes + 2.0 * double(tokens * kHeads * kHeadDim) * kBf16;
+    const double bytes = kv_bytes + 2.0 * double(tokens * heads * kHeadDim) * kBf16;
     if (wanted("attention fa2")) {
-        const size_t ws_bytes = cuda::attention_workspace_bytes(tokens, kHeads, kHeadDim);
+        const size_t ws_bytes = cuda::attention_workspace_bytes(tokens, heads, kHeadDim);
         cuda::DeviceBuffer workspace(std::max<size_t>(ws_bytes, 1));
         print_bench_row(fp8 ? "attention fa2 fp8" : "attention fa2", shape,
                         time_launch([&](cudaStream_t s) {
@@ -252,7 +256,7 @@ void bench_attention(const std::vector<int32_t>& q_lens, const std::vector<int32
                         bytes, flops);
     }
     if (wanted("attention flashinfer")) {  // run() only: plan() is the CPU's, once per step
-        cuda::FlashInferAttention fi(tokens, num_seqs, kHeads, kKvHeads, kHeadDim, kPageSize);
+        cuda::FlashInferAttention fi(tokens, num_seqs, heads, kv_heads, kHeadDim, kPageSize);
         cuda::Stream stream;
         fi.plan(query_start, seq_lens, stream.get());
         stream.synchronize();
@@ -532,6 +536,12 @@ int main(int argc, char** argv) {
                         true);
         bench_attention(std::vector<int32_t>(8, 256), std::vector<int32_t>(8, 1024),
                         "prefill 8 x 256 new, 768 cached", true);
+        // Decode at 30B-A3B's heads (a GQA group of 8) and Qwen3-8B's (a group of 4).
+        for (auto [heads, kv_heads] : {std::pair<int64_t, int64_t>{32, 4}, {32, 8}})
+            for (bool fp8 : {false, true})
+                bench_attention(std::vector<int32_t>(kDecodeRows, 1),
+                                std::vector<int32_t>(kDecodeRows, 1024),
+                                "decode 256 seqs x 1024 keys", fp8, heads, kv_heads);
     }
     bench_sampling();
     if (wanted_group("moe"))

@@ -37,14 +37,14 @@ struct Seq {
 inline constexpr uint16_t kBf16NaN = 0x7FC0;
 
 // The case tables every backend runs.
-// GQA ratios 1, 2, 7, 8, 8 (one KV head) x head dims 64, 128 x page sizes 16, 24 (not a power
+// GQA ratios 1, 2, 7, 8, 4, 8 (one KV head) x head dims 64, 128 x page sizes 16, 24 (not a power
 // of two: the division path of the page lookup), 64, 256.
 inline std::vector<Config> all_configs() {
     std::vector<Config> configs;
     for (int64_t head_dim : {64, 128})
         for (int64_t page_size : {16, 24, 64, 256})
             for (auto [h, kv] : std::vector<std::pair<int64_t, int64_t>>{
-                     {8, 8}, {16, 8}, {14, 2}, {32, 4}, {8, 1}})
+                     {8, 8}, {16, 8}, {14, 2}, {32, 4}, {32, 8}, {8, 1}})
                 configs.push_back({h, kv, head_dim, page_size});
     return configs;
 }

@@ -22,10 +22,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "core/cuda/cuda_check.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_tile.cuh"
 #include "kernels/cuda/kv_fp8.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_bf16.cuh"
@@ -277,24 +280,93 @@ __global__ void combine_kernel(const float* __restrict__ partial_o,
     out[row * head_dim + d] = __float2bfloat16(a / sum);
 }
 
+// Decode for GQA groups of 4 to 16 query heads a KV head (Qwen3-4B/8B 4, 14B 5, 30B-A3B and
+// 32B 8): the group's heads are the packed rows of one 16-row mma tile, so the per-key math runs
+// on tensor cores (attention_tile.cuh: attend_narrow, the flashinfer backend's decode items)
+// instead of decode_kernel's CUDA-core dot products, whose work grows with the group: at the
+// 30B-A3B's group of 8 that kernel reads K/V at a third of the rate it reaches at a group of 2.
+// Same grid, splits and outputs as decode_kernel: a block owns (split, KV head, sequence) and
+// writes the output (one split) or its partial output and log-sum-exp for combine_kernel.
+template <int kHeadDim, typename Cache>
+__global__ void __launch_bounds__(kThreads)
+    decode_mma_kernel(const bf16* __restrict__ q, const Cache* __restrict__ k_cache,
+                      const Cache* __restrict__ v_cache, float k_scale, float v_scale,
+                      const int32_t* __restrict__ query_start, const int32_t* __restrict__ seq_lens,
+                      const int32_t* __restrict__ block_table, int max_pages, int num_heads,
+                      int num_kv_heads, int page_size, int page_shift, float scale_log2,
+                      int num_splits, bf16* __restrict__ out, float* __restrict__ partial_o,
+                      float* __restrict__ partial_lse) {
+    pdl_wait();
+    pdl_trigger();
+    extern __shared__ __align__(16) unsigned char smem_bytes[];  // decode_mma_smem_bytes
+    bf16* smem = reinterpret_cast<bf16*>(smem_bytes);
+    const int seq = blockIdx.z, split = blockIdx.x, kv_head = blockIdx.y;
+    const int token = query_start[seq];
+    if (query_start[seq + 1] == token) return;  // no query row this step
+    const int seq_len = seq_lens[seq];
+    const int group = num_heads / num_kv_heads;
+    // Splits cover whole block steps (kWarps slices of 16 keys); trailing splits may be empty.
+    constexpr int kBlockKeys = kWarps * 16;
+    const int split_len =
+        ((seq_len + num_splits - 1) / num_splits + kBlockKeys - 1) / kBlockKeys * kBlockKeys;
+    const int key_begin = split * split_len;
+    const int key_end = min(seq_len, key_begin + split_len);
+    attend_narrow<kHeadDim, kWarps>(
+        smem, q, token, 0, group, group, num_heads, kv_head, seq_len - 1, key_begin, key_end,
+        k_cache, v_cache, k_scale, v_scale, block_table + int64_t(seq) * max_pages, page_size,
+        page_shift, int64_t(num_kv_heads) * kHeadDim, scale_log2,
+        [&](int, int r, int d, float a, float sum, float m) {
+            const int64_t row = packed_row_index(token, r, group, num_heads, kv_head);
+            if (num_splits == 1) {
+                out[row * kHeadDim + d] = __float2bfloat16(a / sum);
+            } else {
+                partial_o[(row * num_splits + split) * kHeadDim + d] = sum > 0.f ? a / sum : 0.f;
+                if (d == 0)
+                    partial_lse[row * num_splits + split] = sum > 0.f ? m + log2f(sum) : -INFINITY;
+            }
+        });
+}
+
+// decode_mma_kernel's dynamic shared memory: K then V slices of kWarps warps x 2 stages x 16 keys
+// (attend_narrow), 68 KiB at head_dim 128.
+template <int kHeadDim>
+constexpr size_t decode_mma_smem_bytes() {
+    return 2 * kWarps * 2 * 16 * (kHeadDim + 8) * sizeof(bf16);
+}
+
+// Whether GQA groups of 4 to 16 take decode_mma_kernel: MINIINFER_DECODE_MMA not "0" (read once;
+// 0 keeps decode_kernel for every group).
+bool decode_mma_enabled() {
+    static const bool enabled = [] {
+        const char* v = std::getenv("MINIINFER_DECODE_MMA");
+        return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    return enabled;
+}
+
 size_t partial_row_bytes(int64_t num_heads, int64_t head_dim) {
     return size_t(num_heads) * size_t(head_dim + 1) * sizeof(float);
 }
 
-// Resident decode blocks per SM for one instance, measured once (no stream work, so the first
-// call may even happen during graph capture). Assumes one kind of GPU per process.
+// Resident blocks per SM of one decode kernel instance, measured once (no stream work, so the
+// first call may even happen during graph capture). Assumes one kind of GPU per process.
 struct Occupancy {
     int num_sms = 0, blocks_per_sm = 0;
 };
-template <int kHeadDim, int kHeads, typename Cache>
-const Occupancy& decode_occupancy() {
-    static const Occupancy occupancy = [] {
+// Above 48 KiB of dynamic shared memory the kernel is opted in here, once (not a stream operation,
+// so graph capture does not mind).
+template <auto Kernel>
+const Occupancy& decode_occupancy(size_t smem_bytes) {
+    static const Occupancy occupancy = [smem_bytes] {
         Occupancy o;
         int device = 0;
         MI_CUDA_CHECK(cudaGetDevice(&device));
         MI_CUDA_CHECK(cudaDeviceGetAttribute(&o.num_sms, cudaDevAttrMultiProcessorCount, device));
-        MI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &o.blocks_per_sm, decode_kernel<kHeadDim, kHeads, Cache>, kThreads, 0));
+        if (smem_bytes > 48 * 1024)
+            MI_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               int(smem_bytes)));
+        MI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o.blocks_per_sm, Kernel,
+                                                                    kThreads, smem_bytes));
         return o;
     }();
     return occupancy;
@@ -323,45 +395,56 @@ int plan_splits(const AttentionLaunch& a, int64_t blocks_per_split, const Occupa
     return int(best);
 }
 
-template <int kHeadDim, int kHeads, typename Cache>
-void launch_decode(const AttentionLaunch& a, void* workspace, size_t workspace_bytes,
-                   cudaStream_t stream) {
-    const int64_t group = a.num_heads / a.num_kv_heads;
-    const int64_t head_chunks = (group + kHeads - 1) / kHeads;
+// One decode launch of Kernel (decode_kernel or decode_mma_kernel, same arguments; smem_bytes of
+// dynamic shared memory) over head_chunks blocks per KV head, and the combine of its splits.
+template <auto Kernel, typename Cache>
+void launch_decode(const AttentionLaunch& a, int64_t head_chunks, size_t smem_bytes,
+                   void* workspace, size_t workspace_bytes, cudaStream_t stream) {
     MI_LAUNCH_CHECK(a.num_seqs <= 65535 && a.num_kv_heads * head_chunks <= 65535,
                     "attention decode: batch too large for one launch");
-    const int num_splits =
-        plan_splits(a, a.num_seqs * a.num_kv_heads * head_chunks,
-                    decode_occupancy<kHeadDim, kHeads, Cache>(), workspace_bytes);
+    const int num_splits = plan_splits(a, a.num_seqs * a.num_kv_heads * head_chunks,
+                                       decode_occupancy<Kernel>(smem_bytes), workspace_bytes);
     const dim3 grid(unsigned(num_splits), unsigned(a.num_kv_heads * head_chunks),
                     unsigned(a.num_seqs));
     auto* partial_o = static_cast<float*>(workspace);
     float* partial_lse =
-        num_splits > 1 ? partial_o + a.num_tokens * a.num_heads * num_splits * kHeadDim : nullptr;
-    launch_kernel(decode_kernel<kHeadDim, kHeads, Cache>, grid, kThreads, 0, stream,
-                  static_cast<const bf16*>(a.q), static_cast<const Cache*>(a.k_cache),
-                  static_cast<const Cache*>(a.v_cache), a.k_scale, a.v_scale, a.query_start,
-                  a.seq_lens, a.block_table, int(a.max_pages), int(a.num_heads),
-                  int(a.num_kv_heads), int(a.page_size), page_shift_of(a.page_size),
-                  a.scale * 1.4426950408889634f, num_splits, static_cast<bf16*>(a.out), partial_o,
-                  partial_lse);
+        num_splits > 1 ? partial_o + a.num_tokens * a.num_heads * num_splits * a.head_dim : nullptr;
+    launch_kernel(Kernel, grid, kThreads, smem_bytes, stream, static_cast<const bf16*>(a.q),
+                  static_cast<const Cache*>(a.k_cache), static_cast<const Cache*>(a.v_cache),
+                  a.k_scale, a.v_scale, a.query_start, a.seq_lens, a.block_table, int(a.max_pages),
+                  int(a.num_heads), int(a.num_kv_heads), int(a.page_size),
+                  page_shift_of(a.page_size), a.scale * 1.4426950408889634f, num_splits,
+                  static_cast<bf16*>(a.out), partial_o, partial_lse);
     MI_CUDA_CHECK(cudaGetLastError());
     if (num_splits > 1) {
-        launch_kernel(combine_kernel, unsigned(a.num_tokens * a.num_heads), kHeadDim, 0, stream,
-                      partial_o, partial_lse, num_splits, kHeadDim, static_cast<bf16*>(a.out));
+        launch_kernel(combine_kernel, unsigned(a.num_tokens * a.num_heads), unsigned(a.head_dim), 0,
+                      stream, partial_o, partial_lse, num_splits, int(a.head_dim),
+                      static_cast<bf16*>(a.out));
         MI_CUDA_CHECK(cudaGetLastError());
     }
 }
 
-// The smallest instance that holds the GQA group (groups above 8 are split into chunks of 8).
+// The kernel for the GQA group: decode_mma_kernel for groups of 4 to 16, else the smallest
+// decode_kernel instance that holds the group (groups above 8 are split into chunks of 8).
 template <int kHeadDim, typename Cache>
 void launch_decode_group(const AttentionLaunch& a, void* workspace, size_t workspace_bytes,
                          cudaStream_t stream) {
     const int64_t group = a.num_heads / a.num_kv_heads;
-    if (group == 1) return launch_decode<kHeadDim, 1, Cache>(a, workspace, workspace_bytes, stream);
-    if (group == 2) return launch_decode<kHeadDim, 2, Cache>(a, workspace, workspace_bytes, stream);
-    if (group <= 4) return launch_decode<kHeadDim, 4, Cache>(a, workspace, workspace_bytes, stream);
-    return launch_decode<kHeadDim, kMaxHeadsPerBlock, Cache>(a, workspace, workspace_bytes, stream);
+    if (group >= 4 && group <= 16 && decode_mma_enabled())
+        return launch_decode<decode_mma_kernel<kHeadDim, Cache>, Cache>(
+            a, 1, decode_mma_smem_bytes<kHeadDim>(), workspace, workspace_bytes, stream);
+    if (group == 1)
+        return launch_decode<decode_kernel<kHeadDim, 1, Cache>, Cache>(a, 1, 0, workspace,
+                                                                       workspace_bytes, stream);
+    if (group == 2)
+        return launch_decode<decode_kernel<kHeadDim, 2, Cache>, Cache>(a, 1, 0, workspace,
+                                                                       workspace_bytes, stream);
+    if (group <= 4)
+        return launch_decode<decode_kernel<kHeadDim, 4, Cache>, Cache>(a, 1, 0, workspace,
+                                                                       workspace_bytes, stream);
+    const int64_t head_chunks = (group + kMaxHeadsPerBlock - 1) / kMaxHeadsPerBlock;
+    return launch_decode<decode_kernel<kHeadDim, kMaxHeadsPerBlock, Cache>, Cache>(
+        a, head_chunks, 0, workspace, workspace_bytes, stream);
 }
 
 template <int kHeadDim>

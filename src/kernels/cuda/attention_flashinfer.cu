@@ -78,11 +78,8 @@ __global__ void __launch_bounds__(kThreads, 3)
     const int32_t* items = cta_indptr + gridDim.x + 1;
     const int group = num_heads / num_kv_heads;
     const int64_t kv_row_stride = int64_t(num_kv_heads) * kHeadDim;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int gid = lane / 4, tig = lane % 4;  // mma fragment coordinates
-    using Elem = TileElem<Cache>;              // what the tile step multiplies in
-    constexpr bool kFp8 = std::is_same_v<Cache, uint8_t>;
-    const float score_scale = kFp8 ? scale_log2 * k_scale : scale_log2;
+    const int warp = threadIdx.x / 32, tig = threadIdx.x % 4;  // tig: mma fragment column
+    using Elem = TileElem<Cache>;                              // what the tile step multiplies in
 
     const int item_end = cta_indptr[blockIdx.x + 1];
     for (int w = cta_indptr[blockIdx.x]; w < item_end; ++w) {
@@ -100,90 +97,22 @@ __global__ void __launch_bounds__(kThreads, 3)
 
         if (num_rows - row_begin <= 16) {
             // Narrow item (decode: up to 16 packed rows): the 4 warps share the same 16 rows
-            // and split the keys instead, each walking every 4th group of 16 keys through its own
-            // double-buffered K/V slice of shared memory; their softmax states are merged at the
-            // end. Same bytes per key as the wide path, 4x less mma work, no block barrier in
-            // the key loop.
-            constexpr int kSub = 16;                             // keys per warp step
-            bf16* warp_k = k_tiles + warp * 2 * kSub * kStride;  // [2, kSub, kStride]
-            bf16* warp_v = v_tiles + warp * 2 * kSub * kStride;
-            int limit[2];
-            uint32_t qf[kHeadDim / 16][4];
-            load_q_fragments<kHeadDim, Elem>(q, q_begin, row_begin, num_rows, group, num_heads,
-                                             kv_head, prefix_len, kv_end - 1, qf, limit);
-            const int num_subs = (kv_end - kv_begin + kSub - 1) / kSub;
-            const int my_subs = num_subs > warp ? (num_subs - warp + kWarps - 1) / kWarps : 0;
-            float acc[kHeadDim / 8][4];
-#pragma unroll
-            for (int dt = 0; dt < kHeadDim / 8; ++dt)
-                acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.f;
-            float mx[2] = {-INFINITY, -INFINITY}, sm[2] = {0.f, 0.f};
-            // The warp's slices of keys kv_begin + (warp + kWarps * it) * kSub through the ring
-            // of attention_tile.cuh, on its own: the warp's lanes and __syncwarp.
-            // An FP8 cache's scales: k_scale on the scores, v_scale on acc before the merge.
-            kv_tile_ring<kHeadDim, kSub, 32>(
-                warp_k, warp_v, k_cache, v_cache, pages, my_subs,
-                [&](int it) { return kv_begin + (warp + kWarps * it) * kSub; }, kv_end, page_size,
-                page_shift, kv_row_stride, kv_head * kHeadDim, lane, [] { __syncwarp(); },
-                [&](int key0, const Elem* kt, const Elem* vt) {
-                    float sc[kSub / 8][4];
-                    qk_scores<kHeadDim, kSub, Elem>(qf, kt, sc);
-                    online_softmax<kHeadDim, kSub, true>(sc, mx, sm, acc, score_scale,
-                                                         key0 + kSub - 1 > min_limit, key0, limit);
-                    accumulate_pv<kHeadDim, kSub, Elem>(sc, vt, acc);
+            // and split the keys instead (attention_tile.cuh: attend_narrow).
+            attend_narrow<kHeadDim, kWarps>(
+                k_tiles, q, q_begin, row_begin, num_rows, group, num_heads, kv_head, prefix_len,
+                kv_begin, kv_end, k_cache, v_cache, k_scale, v_scale, pages, page_size, page_shift,
+                kv_row_stride, scale_log2,
+                [&](int local, int r, int d, float a_all, float l_all, float m_all) {
+                    if (partial_base < 0) {
+                        out[packed_row_index(q_begin, r, group, num_heads, kv_head) * kHeadDim +
+                            d] = __float2bfloat16(a_all / l_all);
+                    } else {
+                        const int64_t slot = int64_t(partial_base) + local;
+                        partial_o[slot * kHeadDim + d] = l_all > 0.f ? a_all / l_all : 0.f;
+                        if (d == 0)
+                            partial_lse[slot] = l_all > 0.f ? m_all + log2f(l_all) : -INFINITY;
+                    }
                 });
-            if constexpr (kFp8) {
-#pragma unroll
-                for (int dt = 0; dt < kHeadDim / 8; ++dt)
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) acc[dt][j] *= v_scale;
-            }
-
-            // Merge the 4 warps' states through shared memory (the K/V slices are free once
-            // every warp is past its loop; its remaining cp.async groups are empty).
-            __syncthreads();
-            float* red_o = reinterpret_cast<float*>(smem);  // [kWarps, 16, kHeadDim]
-            float* red_m = red_o + kWarps * 16 * kHeadDim;  // [kWarps, 16]
-            float* red_l = red_m + kWarps * 16;             // [kWarps, 16]
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                const float sum = quad_sum(sm[i]);
-                const int local = gid + 8 * i;
-                float* o_row = red_o + (warp * 16 + local) * kHeadDim;
-#pragma unroll
-                for (int dt = 0; dt < kHeadDim / 8; ++dt)
-                    *reinterpret_cast<float2*>(o_row + dt * 8 + tig * 2) =
-                        make_float2(acc[dt][2 * i], acc[dt][2 * i + 1]);
-                if (tig == 0) {
-                    red_m[warp * 16 + local] = mx[i];
-                    red_l[warp * 16 + local] = sum;
-                }
-            }
-            __syncthreads();
-            for (int idx = threadIdx.x; idx < 16 * kHeadDim; idx += kThreads) {
-                const int local = idx / kHeadDim, d = idx % kHeadDim;
-                const int r = row_begin + local;
-                if (r >= num_rows) break;  // idx only grows
-                float m_all = -INFINITY;
-#pragma unroll
-                for (int w2 = 0; w2 < kWarps; ++w2) m_all = fmaxf(m_all, red_m[w2 * 16 + local]);
-                const float ref = m_all == -INFINITY ? 0.f : m_all;
-                float l_all = 0.f, a_all = 0.f;
-#pragma unroll
-                for (int w2 = 0; w2 < kWarps; ++w2) {
-                    const float wt = exp2f(red_m[w2 * 16 + local] - ref);
-                    l_all += red_l[w2 * 16 + local] * wt;
-                    a_all += red_o[(w2 * 16 + local) * kHeadDim + d] * wt;
-                }
-                if (partial_base < 0) {
-                    out[packed_row_index(q_begin, r, group, num_heads, kv_head) * kHeadDim + d] =
-                        __float2bfloat16(a_all / l_all);
-                } else {
-                    const int64_t slot = int64_t(partial_base) + local;
-                    partial_o[slot * kHeadDim + d] = l_all > 0.f ? a_all / l_all : 0.f;
-                    if (d == 0) partial_lse[slot] = l_all > 0.f ? m_all + log2f(l_all) : -INFINITY;
-                }
-            }
             __syncthreads();  // shared memory is reused by the next item
             continue;
         }

@@ -15,6 +15,8 @@
 //                      or for one warp
 //   attend_tiles       the tile loop: K/V tiles of keys [kv_begin, kv_end) through the ring,
 //                      the tile step above on each warp's 16 rows
+//   attend_narrow      the decode form of the loop: at most 16 packed rows, the block's warps
+//                      splitting the keys (each through its own ring), states merged at the end
 //   finish_rows        the epilogue's common part: each row's softmax sum over its quad, rows
 //                      past the end skipped, 1 / sum handed to a store (store_o_bf16, store_o_f32)
 // Fragment layout (mma m16n8k16): a thread (gid = lane / 4, tig = lane % 4) holds rows gid and
@@ -360,6 +362,107 @@ __device__ __forceinline__ void attend_tiles(
         for (int dt = 0; dt < kHeadDim / 8; ++dt)
 #pragma unroll
             for (int j = 0; j < 4; ++j) o[dt][j] *= v_scale;
+    }
+}
+
+// The narrow (decode) tile loop: the at most 16 packed rows [row_begin, num_rows) of one
+// (sequence, KV head) against its keys [kv_begin, kv_end), the block's kWarps warps splitting the
+// keys instead of the rows: warp w walks every kWarps-th slice of 16 keys through its own
+// double-buffered K/V slices (kv_tile_ring on the warp's lanes alone, no block barrier in the
+// loop), and the warps' softmax states are merged through shared memory at the end. Same bytes
+// per key as attend_tiles, a quarter of its mma work for a decode row. smem: kWarps x 2 stages x
+// 16 keys x (kHeadDim + 8) bf16 of K slices, then as many of V; the merge reuses it (kWarps x 16
+// x (kHeadDim + 2) floats). Then store(local, r, d, acc, sum, max) for every packed row r below
+// num_rows (local = r - row_begin) and dim d: the row's unnormalised output at d (v_scale
+// applied), its softmax sum (0: the row saw no key) and running max (base 2). prefix_len: the
+// sequence's cached keys before its first query token. Every thread of the block calls it; it
+// holds block barriers and leaves shared memory in use by the merge (a caller that reuses it
+// needs a barrier first). Cache: bf16 or uint8_t (FP8: k_scale on the scores, v_scale on the
+// output).
+template <int kHeadDim, int kWarps, typename Cache, typename Store>
+__device__ __forceinline__ void attend_narrow(
+    __nv_bfloat16* smem, const __nv_bfloat16* q, int q_begin, int row_begin, int num_rows,
+    int group, int num_heads, int kv_head, int prefix_len, int kv_begin, int kv_end,
+    const Cache* k_cache, const Cache* v_cache, float k_scale, float v_scale, const int32_t* pages,
+    int page_size, int page_shift, int64_t kv_row_stride, float scale_log2, Store&& store) {
+    constexpr int kSub = 16;  // keys per warp step
+    constexpr int kStride = kHeadDim + 8;
+    constexpr int kThreads = kWarps * 32;
+    using Elem = TileElem<Cache>;
+    constexpr bool kFp8 = std::is_same_v<Cache, uint8_t>;
+    const float score_scale = kFp8 ? scale_log2 * k_scale : scale_log2;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int gid = lane / 4, tig = lane % 4;
+    __nv_bfloat16* warp_k = smem + warp * 2 * kSub * kStride;  // [2, kSub, kStride]
+    __nv_bfloat16* warp_v = smem + (kWarps + warp) * 2 * kSub * kStride;
+    // Keys past the range are masked like keys past a row's causal limit.
+    const int min_limit = min(prefix_len + row_begin / group, kv_end - 1);
+    int limit[2];
+    uint32_t qf[kHeadDim / 16][4];
+    load_q_fragments<kHeadDim, Elem>(q, q_begin, row_begin, num_rows, group, num_heads, kv_head,
+                                     prefix_len, kv_end - 1, qf, limit);
+    const int num_subs = (kv_end - kv_begin + kSub - 1) / kSub;
+    const int my_subs = num_subs > warp ? (num_subs - warp + kWarps - 1) / kWarps : 0;
+    float acc[kHeadDim / 8][4];
+#pragma unroll
+    for (int dt = 0; dt < kHeadDim / 8; ++dt)
+        acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0.f;
+    float mx[2] = {-INFINITY, -INFINITY}, sm[2] = {0.f, 0.f};
+    kv_tile_ring<kHeadDim, kSub, 32>(
+        warp_k, warp_v, k_cache, v_cache, pages, my_subs,
+        [&](int it) { return kv_begin + (warp + kWarps * it) * kSub; }, kv_end, page_size,
+        page_shift, kv_row_stride, kv_head * kHeadDim, lane, [] { __syncwarp(); },
+        [&](int key0, const Elem* kt, const Elem* vt) {
+            float sc[kSub / 8][4];
+            qk_scores<kHeadDim, kSub, Elem>(qf, kt, sc);
+            online_softmax<kHeadDim, kSub, true>(sc, mx, sm, acc, score_scale,
+                                                 key0 + kSub - 1 > min_limit, key0, limit);
+            accumulate_pv<kHeadDim, kSub, Elem>(sc, vt, acc);
+        });
+    if constexpr (kFp8) {
+#pragma unroll
+        for (int dt = 0; dt < kHeadDim / 8; ++dt)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) acc[dt][j] *= v_scale;
+    }
+
+    // Merge the warps' states through shared memory (the K/V slices are free once every warp is
+    // past its loop; its remaining cp.async groups are empty).
+    __syncthreads();
+    float* red_o = reinterpret_cast<float*>(smem);  // [kWarps, 16, kHeadDim]
+    float* red_m = red_o + kWarps * 16 * kHeadDim;  // [kWarps, 16]
+    float* red_l = red_m + kWarps * 16;             // [kWarps, 16]
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const float sum = quad_sum(sm[i]);
+        const int local = gid + 8 * i;
+        float* o_row = red_o + (warp * 16 + local) * kHeadDim;
+#pragma unroll
+        for (int dt = 0; dt < kHeadDim / 8; ++dt)
+            *reinterpret_cast<float2*>(o_row + dt * 8 + tig * 2) =
+                make_float2(acc[dt][2 * i], acc[dt][2 * i + 1]);
+        if (tig == 0) {
+            red_m[warp * 16 + local] = mx[i];
+            red_l[warp * 16 + local] = sum;
+        }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < 16 * kHeadDim; idx += kThreads) {
+        const int local = idx / kHeadDim, d = idx % kHeadDim;
+        const int r = row_begin + local;
+        if (r >= num_rows) break;  // idx only grows
+        float m_all = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, red_m[w * 16 + local]);
+        const float ref = m_all == -INFINITY ? 0.f : m_all;
+        float l_all = 0.f, a_all = 0.f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+            const float wt = exp2f(red_m[w * 16 + local] - ref);
+            l_all += red_l[w * 16 + local] * wt;
+            a_all += red_o[(w * 16 + local) * kHeadDim + d] * wt;
+        }
+        store(local, r, d, a_all, l_all, m_all);
     }
 }
 

@@ -41,6 +41,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <iterator>
 #include <tuple>
 #include <utility>
@@ -295,6 +296,31 @@ bool aligned(const void* p, uintptr_t bytes) {
     return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
 
+// The 32-row shape `variant` of Tile32Variants with the kStore epilogue.
+void launch_tile32_variant(int variant, const Tensor& x, const Tensor* row_token, const Tensor& w,
+                           const Tensor& expert_offsets, const GroupedGemmDims& d, Tensor& y,
+                           cudaStream_t stream) {
+    [&]<size_t... I>(std::index_sequence<I...>) {
+        ((int(I) == variant ? launch<std::tuple_element_t<I, Tile32Variants>, false>(
+                                  x, row_token, w, expert_offsets, d, y, stream)
+                            : void()),
+         ...);
+    }
+    (std::make_index_sequence<kGroupedGemmTile32Variants>{});
+}
+
+// MINIINFER_MOE_TILE32=v (read once): the model's 32-row kStore GEMMs in shape v of
+// Tile32Variants instead of Tile32, to time a shape end to end (bench_cuda_ops times them
+// alone); -1 when unset or out of range.
+int tile32_variant_override() {
+    static const int variant = [] {
+        const char* v = std::getenv("MINIINFER_MOE_TILE32");
+        const int i = v ? std::atoi(v) : -1;
+        return i >= 0 && i < kGroupedGemmTile32Variants ? i : -1;
+    }();
+    return variant;
+}
+
 }  // namespace
 
 int64_t grouped_gemm_tile_rows(int64_t routed_rows, int64_t num_experts) {
@@ -345,6 +371,9 @@ void grouped_gemm_mma_sync(const Tensor& x, const Tensor* row_token, const Tenso
         case 16:
             return launch_tile<Tile16>(x, row_token, w, expert_offsets, epilogue, d, y, stream);
         case 32:
+            if (epilogue == GroupedGemmEpilogue::kStore && tile32_variant_override() >= 0)
+                return launch_tile32_variant(tile32_variant_override(), x, row_token, w,
+                                             expert_offsets, d, y, stream);
             return launch_tile<Tile32>(x, row_token, w, expert_offsets, epilogue, d, y, stream);
         case 64:
             return launch_tile<Tile64>(x, row_token, w, expert_offsets, epilogue, d, y, stream);
@@ -369,13 +398,7 @@ void grouped_gemm_tile32_variant(int variant, const Tensor& x, const Tensor& w,
         check_grouped_gemm(x, nullptr, w, expert_offsets, GroupedGemmEpilogue::kStore, y, 4);
     grouped_gemm_tile32_variant_name(variant);  // checks the index
     if (d.max_rows == 0) return;
-    [&]<size_t... I>(std::index_sequence<I...>) {
-        ((int(I) == variant ? launch<std::tuple_element_t<I, Tile32Variants>, false>(
-                                  x, nullptr, w, expert_offsets, d, y, stream)
-                            : void()),
-         ...);
-    }
-    (std::make_index_sequence<kGroupedGemmTile32Variants>{});
+    launch_tile32_variant(variant, x, nullptr, w, expert_offsets, d, y, stream);
 }
 
 void grouped_gemm(const Tensor& x, const Tensor* row_token, const Tensor& w,

@@ -69,7 +69,9 @@ void grouped_gemm_mma_sync(const Tensor& x, const Tensor* row_token, const Tenso
 // Benchmarks only (bench_cuda_ops "moe tile32"): grouped_gemm_mma_sync with tile_rows 32 and
 // kStore, in the tile shape `variant` (0 .. kGroupedGemmTile32Variants - 1; 0 is the one
 // grouped_gemm runs) instead of the default, to pick the decode shape on a new GPU; its name
-// ("cols x k, stages, warps") for the bench row.
+// ("cols x k, stages, warps") for the bench row. MINIINFER_MOE_TILE32=variant (read once) makes
+// grouped_gemm's own 32-row kStore launches (the model's decode GEMMs) take that shape too, to
+// time it end to end with `miniinfer bench`.
 inline constexpr int kGroupedGemmTile32Variants = 8;
 const char* grouped_gemm_tile32_variant_name(int variant);
 void grouped_gemm_tile32_variant(int variant, const Tensor& x, const Tensor& w,
