@@ -16,10 +16,13 @@
 // One tile shape per row tile (the Tile structs below), picked by grouped_gemm_tile_rows from the
 // step's rows per expert:
 //   16, 32 rows (decode): a few rows per expert; the kernel streams each active expert's weights
-//     once, so it is bound by memory. Small row tiles waste fewer MMAs, and TileK 64 with four
-//     stages keeps 48 KB of weights in flight per CTA. 16-row tiles take 64 columns, so that one
-//     token's 8 experts still spread over 192 CTAs (32 columns, six stages and two warps measured
-//     slower on the H200: 37 against 32 µs for gate_up at one token).
+//     once, so it is bound by memory. Small row tiles waste fewer MMAs, and TileK 64 with three
+//     or four stages keeps 32-48 KB of weights in flight per CTA. 16-row tiles take 64 columns,
+//     so that one token's 8 experts still spread over 192 CTAs (32 columns, six stages and two
+//     warps measured slower on the H200: 37 against 32 µs for gate_up at one token). 32-row
+//     tiles take three stages (69 KB of shared memory, three CTAs an SM instead of two): the
+//     fastest of eight shapes at 256 tokens of 30B-A3B (bench_cuda_ops "moe tile32" 256 on the
+//     H200: gate_up 263 against 287 µs with four stages, down 141 against 152).
 //   64, 128 rows (prefill): many rows per expert; bound by the tensor cores. Larger tiles reuse
 //     each loaded operand for more MMAs. On an sm_90 (H100/H200) tile 128 is the wgmma kernel of
 //     grouped_gemm_sm90.cu instead, at about three times mma.sync's rate.
@@ -72,7 +75,7 @@ struct Tile {
 };
 
 using Tile16 = Tile<16, 64, 64, 4, 1, 4>;
-using Tile32 = Tile<32, 128, 64, 4, 1, 4>;
+using Tile32 = Tile<32, 128, 64, 3, 1, 4>;
 using Tile64 = Tile<64, 128, 32, 3, 2, 2>;
 using Tile128 = Tile<128, 128, 32, 4, 2, 4>;
 
@@ -80,11 +83,11 @@ using Tile128 = Tile<128, 128, 32, 4, 2, 4>;
 // deeper or shallower rings, longer k runs per weight row (256 B instead of 128 B per row and
 // stage), narrower or wider column tiles (more CTAs, or more bytes per CTA).
 using Tile32Variants =
-    std::tuple<Tile32, Tile<32, 128, 64, 3, 1, 4>, Tile<32, 64, 128, 4, 1, 4>,
+    std::tuple<Tile32, Tile<32, 128, 64, 4, 1, 4>, Tile<32, 64, 128, 4, 1, 4>,
                Tile<32, 128, 128, 3, 1, 4>, Tile<32, 64, 64, 6, 1, 2>, Tile<32, 256, 64, 3, 1, 8>,
                Tile<32, 64, 64, 4, 1, 4>, Tile<32, 128, 32, 8, 1, 4>>;
-constexpr const char* kTile32VariantNames[] = {"128 cols x k64, 4 stages, 4 warps (default)",
-                                               "128 cols x k64, 3 stages, 4 warps",
+constexpr const char* kTile32VariantNames[] = {"128 cols x k64, 3 stages, 4 warps (default)",
+                                               "128 cols x k64, 4 stages, 4 warps",
                                                "64 cols x k128, 4 stages, 4 warps",
                                                "128 cols x k128, 3 stages, 4 warps",
                                                "64 cols x k64, 6 stages, 2 warps",
