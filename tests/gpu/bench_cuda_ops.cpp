@@ -488,6 +488,8 @@ void bench_sampling() {
 }  // namespace
 
 int main(int argc, char** argv) {
+    // A row at a time, so that a run cut short by a timeout still leaves the rows it measured.
+    std::setvbuf(stdout, nullptr, _IOLBF, 0);
     if (cuda::device_count() == 0) {
         std::printf("bench_cuda_ops: no CUDA device visible, nothing measured\n");
         return 0;

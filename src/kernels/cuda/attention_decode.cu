@@ -13,6 +13,10 @@
 // partial output and log-sum-exp (base 2) to the workspace and combine_kernel merges them. With
 // one split the output is written directly.
 //
+// GQA groups of 4 to 16 query heads a KV head take decode_mma_kernel instead: the group's heads
+// are the rows of one 16-row tensor-core tile (attention_tile.cuh: attend_narrow), since the
+// CUDA-core dot products above grow with the group. Same grid, splits and combine.
+//
 // An FP8 cache (uint8_t elements, e4m3 · scale) is read the same way with 8-byte loads: a lane
 // still holds 8 dims of a key, so the layout, the softmax and the merges are unchanged, and a
 // step reads half the bytes. Its scales are applied once per head (k_scale to q, v_scale to the

@@ -1,5 +1,6 @@
-// The FlashAttention-2 tile step that both tensor-core attention kernels run (the fa2 prefill,
-// attention_prefill.cu, and the flashinfer work kernel, attention_flashinfer.cu): one warp holds
+// The FlashAttention-2 tile step that the mma.sync attention kernels run (the fa2 prefill,
+// attention_prefill.cu; the fa2 decode for GQA groups of 4 to 16, attention_decode.cu; the
+// flashinfer work kernel, attention_flashinfer.cu): one warp holds
 // 16 "packed" query rows (row r: query token r / group, query head kv_head * group + r % group)
 // and meets one tile of keys staged in shared memory:
 //   load_q_fragments   Q of the thread's two rows as mma A fragments, loaded once
