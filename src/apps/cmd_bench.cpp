@@ -1,6 +1,7 @@
 // miniinfer bench: the standard offline workloads of BENCHMARKS.md, timed from the moment all
 // requests are submitted (model loaded, one warm-up request done) until the last token, with
 // the speed of light (SOL) for the same workload on the given hardware.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -48,11 +49,14 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o) {
         engine.add_request(Prompt::from_ids(w.prompts[i]), p);
         prompt_tokens += int64_t(w.prompts[i].size());
     }
-    int64_t output_tokens = 0;
+    int64_t output_tokens = 0, cached_tokens = 0;
     engine.reset_step_timing();
     while (engine.has_unfinished())
         for (const RequestOutput& out : engine.step())
-            if (out.finished) output_tokens += int64_t(out.token_ids.size());
+            if (out.finished) {
+                output_tokens += int64_t(out.token_ids.size());
+                cached_tokens += out.num_cached_tokens;
+            }
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     Json kernels = nullptr;
@@ -78,6 +82,7 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o) {
             {"overlap", engine.overlapping()},
             {"requests", w.prompts.size()},
             {"prompt_tokens", prompt_tokens},
+            {"cached_prompt_tokens", cached_tokens},  // found in the prefix cache
             {"output_tokens", output_tokens},
             {"seconds", seconds},
             {"output_tok_per_s", double(output_tokens) / seconds},
@@ -141,6 +146,7 @@ void run(const BenchOptions& o) {
     Json results = Json::array();
     for (const Workload& w : workloads) {
         double first = 0, later = 0;  // tok/s of the first run, sum of the others
+        int64_t first_cached = 0, later_cached = 0, prompt_tokens = 0;
         for (int64_t run_index = 1; run_index <= o.runs; ++run_index) {
             Json r = run_workload(engine, w, o);
             r["run"] = run_index;
@@ -157,14 +163,25 @@ void run(const BenchOptions& o) {
                     format_kernel_times(times, size_t(o.profile_top)).c_str());
             }
             (run_index == 1 ? first : later) += r["output_tok_per_s"].get<double>();
+            (run_index == 1 ? first_cached : later_cached) +=
+                r["cached_prompt_tokens"].get<int64_t>();
+            prompt_tokens = r["prompt_tokens"].get<int64_t>();
             results.push_back(r);
         }
-        // What a user's first batch sees, and what the engine does once warm (the repeats reuse
-        // the prefix cache: prompts already seen are not prefilled again).
-        if (o.runs > 1)
+        // What a user's first batch sees, and what the engine does once warm. The repeats reuse
+        // the prefix cache (prompts already seen are not prefilled again): how much of their
+        // prompts it held says how much of the difference is that (--no-prefix-caching: none).
+        if (o.runs > 1) {
+            const auto percent = [&](int64_t cached, int64_t runs) {
+                return 100.0 * double(cached) / double(std::max<int64_t>(prompt_tokens * runs, 1));
+            };
+            const std::string later_runs = o.runs == 2 ? "run 2" : fmt::format("runs 2-{}", o.runs);
             std::printf(
-                "| %s: first run %.0f tok/s, steady state %.0f tok/s (mean of runs 2-%lld) |\n",
-                w.name.c_str(), first, later / double(o.runs - 1), (long long)o.runs);
+                "| %s: first run %.0f tok/s, steady state %.0f tok/s (%s); prompt tokens from "
+                "the prefix cache: %.1f%% in run 1, %.1f%% in %s |\n",
+                w.name.c_str(), first, later / double(o.runs - 1), later_runs.c_str(),
+                percent(first_cached, 1), percent(later_cached, o.runs - 1), later_runs.c_str());
+        }
     }
     if (!o.json_out.empty()) {
         std::ofstream out(o.json_out);

@@ -152,7 +152,17 @@ def test_bench_runs_reports_first_run_and_steady_state(tmp_path):
     assert [r.split("|")[1].strip() for r in rows[:3]] == ["bs1 (run 1)", "bs1 (run 2)",
                                                            "bs1 (run 3)"]
     assert "first run" in rows[3] and "steady state" in rows[3], rows[3]
-    assert [r["run"] for r in json.loads(out_json.read_text())] == [1, 2, 3]
+    results = json.loads(out_json.read_text())
+    assert [r["run"] for r in results] == [1, 2, 3]
+    # The repeats find the prompt in the prefix cache (all but its last page's tokens).
+    assert results[0]["cached_prompt_tokens"] == 0, results[0]
+    assert 0 < results[1]["cached_prompt_tokens"] < results[1]["prompt_tokens"], results[1]
+    assert "prefix cache: 0.0% in run 1" in rows[3], rows[3]
+    code, out, err = run("bench", "--model", DEMO, "--workload", "bs1", "--runs", "2",
+                         "--no-prefix-caching")
+    assert code == 0, err
+    summary = [l for l in out.splitlines() if l.startswith("| bs1:")][0]
+    assert "0.0% in run 1, 0.0% in run 2 " in summary, summary
     code, _, err = run("bench", "--model", DEMO, "--runs", "0")
     assert code != 0 and "--runs" in err
 
