@@ -1,57 +1,101 @@
 #!/usr/bin/env bash
 # On a GPU machine, from the repository root with dist/gpu/ (scripts/package_gpu.sh) present:
 # runs every test binary (GPU tests included) and the CUDA op tests under compute-sanitizer,
-# then the standard benchmark with each attention backend, writing everything to one folder
-# ($OUT, else gpu-results/): summary.txt, tests.log, memcheck.log (every test_cuda_* binary),
-# bench-<backend>.txt/.json, bench-ops.txt (bench_cuda_ops), load.log, nvidia-smi.txt. Exit
-# status non-zero if anything failed.
-# DIST_DIR (default dist/gpu) picks another package; ONLY=pattern runs only matching binaries,
-# TESTS=0 none (with MEMCHECK=0 LOAD=0: the benchmarks alone);
-# BENCH=0 skips the benchmark, BACKENDS="fa2 flashinfer" picks the backends benched and
-# WORKLOADS="--workload bs1" the workloads (default: all six), BENCH_MODEL the model folder
-# (default bench/qwen3-0.6b; bench/qwen3-30b-a3b for the MoE shapes), BENCH_FLAGS more bench
-# flags (e.g. "--measure-gpu-idle --disable-overlap"), BENCH_ENVS more runs of each backend's
-# benchmark, one per VAR=VALUE setting given (e.g. "MINIINFER_PDL=0 MINIINFER_PREFILL_WGMMA=0":
-# bench-<backend>-<VAR>-<VALUE>.txt beside the default run). MEMCHECK=0 skips compute-sanitizer;
-# TEST_TIMEOUT (seconds, default 300) bounds each test binary. LOAD=0 skips the loader check:
-# a random Qwen3-0.6B-shaped checkpoint (tools/make_random_checkpoint.py, needs torch and
-# transformers) loaded for CUDA, whose logged peak host memory must stay below 1.5x its size.
+# then the CUDA op benchmarks and the standard benchmark with each attention backend, writing
+# everything to one folder ($OUT, else gpu-results/): summary.txt, tests.log, memcheck.log (every
+# test_cuda_* binary), bench-<model>-<backend>.txt/.json, bench-ops.txt (bench_cuda_ops),
+# profile-<model>.txt, load.log, nvidia-smi.txt. Exit status non-zero if anything failed.
+#
+# What runs (environment variables):
+#   DIST_DIR        the package (default dist/gpu)
+#   ONLY            test binaries whose names hold one of these words ("attention moe_model");
+#                   also skips the loader check and the op benchmarks unless OPS is given
+#   TESTS=0         no test binaries (with MEMCHECK=0 LOAD=0: the benchmarks alone)
+#   TEST_TIMEOUT    seconds for each test binary (default 300)
+#   MEMCHECK=0      no compute-sanitizer
+#   LOAD=0          no loader check (a random Qwen3-0.6B-shaped checkpoint from
+#                   tools/make_random_checkpoint.py, needs torch and transformers, loaded for
+#                   CUDA: its logged peak host memory must stay below 1.5x its size)
+#   OPS             bench_cuda_ops runs, separated by ";", each a filter and optionally ",TOKENS"
+#                   (the MoE ops' step size): "attention;moe tile32,256"; default one run of every
+#                   op, none with ONLY; OPS_ENVS more runs of each, one per VAR=VALUE
+#                   (bench-ops-<VAR>-<VALUE>.txt)
+#   BENCH=0         no `miniinfer bench`
+#   BENCH_MODELS    model folders (default bench/qwen3-0.6b; bench/qwen3-30b-a3b: the MoE shapes)
+#   BACKENDS        attention backends benched (default "fa2 flashinfer")
+#   WORKLOADS       bench flags naming the workloads (default all six)
+#   BENCH_FLAGS     more bench flags (e.g. "--measure-gpu-idle --disable-overlap")
+#   BENCH_ENVS      more runs of each benchmark, one per VAR=VALUE setting (e.g.
+#                   "MINIINFER_PDL=0 MINIINFER_PREFILL_WGMMA=0"): bench-<model>-<backend>-<VAR>-<VALUE>
+#   PROFILE=N       one more run per model with --profile-kernels N and MINIINFER_PDL=0 (with
+#                   programmatic dependent launch a kernel's time includes its wait for the one
+#                   before), of PROFILE_WORKLOADS (default "--workload balanced --workload bs1")
+#   PACK=1          also pack the folder into gpu-check.tar.gz beside it ($OUT/gpu-check.tar.gz
+#                   with $OUT/gpu-check/ as the folder): the device tool brings back 8 files
 set -uo pipefail
+if [[ "${PACK:-0}" == 1 ]]; then
+  pack_to=${OUT:-gpu-results}
+  export OUT="$pack_to/gpu-check"
+  trap 'tar -C "$pack_to" -czf "$pack_to/gpu-check.tar.gz" gpu-check' EXIT
+fi
 source "$(dirname "$0")/gpu_env.sh"
 nvidia-smi > "$out/nvidia-smi.txt" 2>&1
 status=0
 : > "$out/tests.log"
 : > "$out/summary.txt"
-for t in "$dist"/bin/test_*; do
-  name=$(basename "$t")
-  [[ "${TESTS:-1}" == 0 ]] && break
-  [[ -n "${ONLY:-}" && "$name" != *${ONLY}* ]] && continue
-  if timeout "${TEST_TIMEOUT:-300}" "$t" >> "$out/tests.log" 2>&1; then result=PASS; else result=FAIL; status=1; fi
-  echo "$result $name" | tee -a "$out/summary.txt"
-done
-echo "skipped lines in log: $(grep -c '^\[  SKIPPED \]' "$out/tests.log")" | tee -a "$out/summary.txt"
+note() { echo "$*" | tee -a "$out/summary.txt"; }
+wanted() {  # wanted NAME: whether ONLY is unset or one of its words is in NAME
+  [[ -z "${ONLY:-}" ]] && return 0
+  local word
+  for word in $ONLY; do [[ "$1" == *"$word"* ]] && return 0; done
+  return 1
+}
+if [[ "${TESTS:-1}" != 0 ]]; then
+  for t in "$dist"/bin/test_*; do
+    name=$(basename "$t")
+    wanted "$name" || continue
+    start=$SECONDS
+    if timeout "${TEST_TIMEOUT:-300}" "$t" >> "$out/tests.log" 2>&1; then result=PASS; else result=FAIL; status=1; fi
+    note "$result $name ($((SECONDS - start)) s)"
+  done
+  note "skipped lines in log: $(grep -c '^\[  SKIPPED \]' "$out/tests.log")"
+fi
 if [[ "${MEMCHECK:-1}" == 0 ]]; then
-  echo "memcheck skipped (MEMCHECK=0)" | tee -a "$out/summary.txt"
+  note "memcheck skipped (MEMCHECK=0)"
 elif command -v compute-sanitizer >/dev/null; then
   : > "$out/memcheck.log"
   for t in "$dist"/bin/test_cuda_*; do
     name=$(basename "$t")
-    [[ -n "${ONLY:-}" && "$name" != *${ONLY}* ]] && continue
+    wanted "$name" || continue
     if compute-sanitizer --tool memcheck --error-exitcode 1 "$t" >> "$out/memcheck.log" 2>&1; then
-      echo "PASS memcheck $name" | tee -a "$out/summary.txt"
+      note "PASS memcheck $name"
     else
-      echo "FAIL memcheck $name" | tee -a "$out/summary.txt"; status=1
+      note "FAIL memcheck $name"; status=1
     fi
   done
 else
-  echo "compute-sanitizer not found: memcheck not run" | tee -a "$out/summary.txt"
+  note "compute-sanitizer not found: memcheck not run"
 fi
-if [[ -x "$dist/bin/bench_cuda_ops" && -z "${ONLY:-}" ]]; then
-  if "$dist/bin/bench_cuda_ops" > "$out/bench-ops.txt" 2>&1; then
-    echo "PASS bench_cuda_ops (every CUDA op against the measured peaks: bench-ops.txt)" | tee -a "$out/summary.txt"
-  else
-    echo "FAIL bench_cuda_ops" | tee -a "$out/summary.txt"; status=1
-  fi
+# bench_cuda_ops: each ;-separated "filter[,tokens]" of OPS (default: one run of every op).
+ops_run() {  # ops_run FILE [VAR=VALUE]
+  local file=$1 setting=${2:-} run
+  local -a runs argv
+  IFS=';' read -r -a runs <<< "${OPS:-}"
+  : > "$out/$file"
+  for run in "${runs[@]}"; do
+    argv=("${run%%,*}")
+    [[ "$run" == *,* ]] && argv+=("${run#*,}")
+    if ! env $setting "$dist/bin/bench_cuda_ops" "${argv[@]}" >> "$out/$file" 2>&1; then
+      note "FAIL bench_cuda_ops $run${setting:+ with $setting}"; status=1
+    fi
+  done
+  [[ -z "${OPS:-}" ]] && ! env $setting "$dist/bin/bench_cuda_ops" > "$out/$file" 2>&1 &&
+    { note "FAIL bench_cuda_ops${setting:+ with $setting}"; status=1; }
+  note "bench_cuda_ops${OPS:+ $OPS}${setting:+ with $setting}: $file"
+}
+if [[ -x "$dist/bin/bench_cuda_ops" && ( -z "${ONLY:-}" || -n "${OPS:-}" ) ]]; then
+  ops_run bench-ops.txt
+  for setting in ${OPS_ENVS:-}; do ops_run "bench-ops-${setting/=/-}.txt" "$setting"; done
 fi
 if [[ "${LOAD:-1}" != 0 && -z "${ONLY:-}" ]]; then
   ckpt=${TMPDIR:-/tmp}/miniinfer-qwen3-0.6b-random
@@ -60,29 +104,42 @@ if [[ "${LOAD:-1}" != 0 && -z "${ONLY:-}" ]]; then
     size=$(du -cb "$ckpt"/*.safetensors | tail -1 | cut -f1)
     peak=$(grep -o 'peak host memory [0-9.]* GB' "$out/load.log" | head -1 | awk '{print $4}')
     verdict=$(awk -v p="$peak" -v s="$size" 'BEGIN { print (p != "" && p * 1e9 < 1.5 * s) ? "PASS" : "FAIL" }')
-    echo "$verdict load: peak host memory ${peak:-?} GB for a $(awk -v s="$size" 'BEGIN{printf "%.2f", s/1e9}') GB checkpoint (limit 1.5x)" | tee -a "$out/summary.txt"
+    note "$verdict load: peak host memory ${peak:-?} GB for a $(awk -v s="$size" 'BEGIN{printf "%.2f", s/1e9}') GB checkpoint (limit 1.5x)"
     grep -o 'loaded [0-9]* tensors.*' "$out/load.log" | head -1 | tee -a "$out/summary.txt"
     [ "$verdict" = PASS ] || status=1
   else
-    echo "FAIL load (see load.log)" | tee -a "$out/summary.txt"; status=1
+    note "FAIL load (see load.log)"; status=1
   fi
   rm -rf "$ckpt"
 fi
-# One benchmark run: bench_run BACKEND NAME [VAR=VALUE] writes bench-NAME.txt/.json.
+# One benchmark run: bench_run MODEL BACKEND NAME [VAR=VALUE] writes bench-NAME.txt/.json; the
+# summary gets its table rows.
 bench_run() {
-  local backend=$1 name=$2 setting=${3:-}
-  if env $setting "$dist/bin/miniinfer" bench --model "${BENCH_MODEL:-bench/qwen3-0.6b}" --load-format dummy --device cuda \
+  local model=$1 backend=$2 name=$3 setting=${4:-}
+  if env $setting "$dist/bin/miniinfer" bench --model "$model" --load-format dummy --device cuda \
       --attention-backend "$backend" ${WORKLOADS:---workload balanced --workload decode128 --workload decode256 --workload short256 --workload prefill256 --workload bs1} ${BENCH_FLAGS:-} --json "$out/bench-$name.json" > "$out/bench-$name.txt" 2>&1; then
-    echo "PASS bench $backend${setting:+ with $setting}" | tee -a "$out/summary.txt"
+    note "PASS bench $(basename "$model") $backend${setting:+ with $setting}"
+    grep -E '^\| [a-z]' "$out/bench-$name.txt" | grep -v '^| workload' | tee -a "$out/summary.txt"
   else
-    echo "FAIL bench $backend${setting:+ with $setting}" | tee -a "$out/summary.txt"; status=1
+    note "FAIL bench $(basename "$model") $backend${setting:+ with $setting}"; status=1
   fi
 }
 if [[ "${BENCH:-1}" != 0 && -z "${ONLY:-}" ]]; then
-  for backend in ${BACKENDS:-fa2 flashinfer}; do
-    bench_run "$backend" "$backend"
-    # Named VAR-VALUE: the device tool brings back no file with "=" in its name.
-    for setting in ${BENCH_ENVS:-}; do bench_run "$backend" "$backend-${setting/=/-}" "$setting"; done
+  for model in ${BENCH_MODELS:-${BENCH_MODEL:-bench/qwen3-0.6b}}; do
+    m=$(basename "$model")
+    for backend in ${BACKENDS:-fa2 flashinfer}; do
+      bench_run "$model" "$backend" "$m-$backend"
+      for setting in ${BENCH_ENVS:-}; do bench_run "$model" "$backend" "$m-$backend-${setting/=/-}" "$setting"; done
+    done
+    if [[ -n "${PROFILE:-}" ]]; then
+      if MINIINFER_PDL=0 "$dist/bin/miniinfer" bench --model "$model" --load-format dummy --device cuda \
+          ${PROFILE_WORKLOADS:---workload balanced --workload bs1} ${BENCH_FLAGS:-} \
+          --profile-kernels "$PROFILE" > "$out/profile-$m.txt" 2>&1; then
+        note "PASS profile $m (MINIINFER_PDL=0): profile-$m.txt"
+      else
+        note "FAIL profile $m"; status=1
+      fi
+    fi
   done
 fi
 exit $status
