@@ -57,6 +57,53 @@ static_assert(kBlockM == 64 && kThreads == 128, "one warpgroup: a wgmma m of 64 
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
+// The accumulator operands of a wgmma, four per n8 block j (mma.sync's accumulator layout).
+#define MI_WGMMA_D(j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
+// The two wgmmas below for the element type TYPE ("bf16" or "f16"), written once: A from
+// registers (a[4]), B from shared memory (b_desc), D accumulated (p is the constant 1), A and B
+// unscaled; the last immediate is B's layout (0: K-major, for K; 1: MN-major read transposed,
+// for V).
+#define MI_WGMMA_M64N64K16_RS(TYPE)                                                  \
+    asm volatile(                                                                    \
+        "{\n"                                                                        \
+        ".reg .pred p;\n"                                                            \
+        "setp.ne.b32 p, %37, 0;\n"                                                   \
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE                  \
+        " {"                                                                         \
+        "%0, %1, %2, %3, %4, %5, %6, %7, "                                           \
+        "%8, %9, %10, %11, %12, %13, %14, %15, "                                     \
+        "%16, %17, %18, %19, %20, %21, %22, %23, "                                   \
+        "%24, %25, %26, %27, %28, %29, %30, %31"                                     \
+        "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n"                                \
+        "}\n"                                                                        \
+        : MI_WGMMA_D(0), MI_WGMMA_D(1), MI_WGMMA_D(2), MI_WGMMA_D(3), MI_WGMMA_D(4), \
+          MI_WGMMA_D(5), MI_WGMMA_D(6), MI_WGMMA_D(7)                                \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1)            \
+        : "memory")
+#define MI_WGMMA_M64N128K16_RS_TB(TYPE)                                                   \
+    asm volatile(                                                                         \
+        "{\n"                                                                             \
+        ".reg .pred p;\n"                                                                 \
+        "setp.ne.b32 p, %69, 0;\n"                                                        \
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE                      \
+        " {"                                                                              \
+        "%0, %1, %2, %3, %4, %5, %6, %7, "                                                \
+        "%8, %9, %10, %11, %12, %13, %14, %15, "                                          \
+        "%16, %17, %18, %19, %20, %21, %22, %23, "                                        \
+        "%24, %25, %26, %27, %28, %29, %30, %31, "                                        \
+        "%32, %33, %34, %35, %36, %37, %38, %39, "                                        \
+        "%40, %41, %42, %43, %44, %45, %46, %47, "                                        \
+        "%48, %49, %50, %51, %52, %53, %54, %55, "                                        \
+        "%56, %57, %58, %59, %60, %61, %62, %63"                                          \
+        "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n"                                     \
+        "}\n"                                                                             \
+        : MI_WGMMA_D(0), MI_WGMMA_D(1), MI_WGMMA_D(2), MI_WGMMA_D(3), MI_WGMMA_D(4),      \
+          MI_WGMMA_D(5), MI_WGMMA_D(6), MI_WGMMA_D(7), MI_WGMMA_D(8), MI_WGMMA_D(9),      \
+          MI_WGMMA_D(10), MI_WGMMA_D(11), MI_WGMMA_D(12), MI_WGMMA_D(13), MI_WGMMA_D(14), \
+          MI_WGMMA_D(15)                                                                  \
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1)                 \
+        : "memory")
+
 // d[64 × 64] += a[64 × 16] · b: a in registers (the warp's rows as mma.sync's A fragment: a0
 // row gid, k 2 tig; a1 row gid + 8; a2, a3 the same at k + 8), b a K-major operand in shared
 // memory (descriptor b_desc); Elem (bf16 or f16) both operands' type. d[j][i]: n8 block j in
@@ -64,119 +111,24 @@ static_assert(kBlockM == 64 && kThreads == 128, "one warpgroup: a wgmma m of 64 
 template <typename Elem>
 __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[8][4], const uint32_t (&a)[4],
                                                    uint64_t b_desc) {
-    if constexpr (std::is_same_v<Elem, __half>) {
-        asm volatile(
-            "{\n"
-            ".reg .pred p;\n"
-            "setp.ne.b32 p, %37, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
-            "%0, %1, %2, %3, %4, %5, %6, %7, "
-            "%8, %9, %10, %11, %12, %13, %14, %15, "
-            "%16, %17, %18, %19, %20, %21, %22, %23, "
-            "%24, %25, %26, %27, %28, %29, %30, %31"
-            "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n"
-            "}\n"
-            : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),
-              "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),
-              "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),
-              "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-              "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),
-              "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
-              "+f"(d[7][2]), "+f"(d[7][3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1)
-            : "memory");
-    } else {
-        asm volatile(
-            "{\n"
-            ".reg .pred p;\n"
-            "setp.ne.b32 p, %37, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-            "%0, %1, %2, %3, %4, %5, %6, %7, "
-            "%8, %9, %10, %11, %12, %13, %14, %15, "
-            "%16, %17, %18, %19, %20, %21, %22, %23, "
-            "%24, %25, %26, %27, %28, %29, %30, %31"
-            "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n"
-            "}\n"
-            : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),
-              "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),
-              "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),
-              "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-              "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),
-              "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
-              "+f"(d[7][2]), "+f"(d[7][3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1)
-            : "memory");
-    }
+    if constexpr (std::is_same_v<Elem, __half>)
+        MI_WGMMA_M64N64K16_RS("f16");
+    else
+        MI_WGMMA_M64N64K16_RS("bf16");
 }
 
 // d[64 × 128] += a[64 × 16] · b as above, b an MN-major operand read transposed.
 template <typename Elem>
 __device__ __forceinline__ void wgmma_m64n128k16_rs_tb(float (&d)[16][4], const uint32_t (&a)[4],
                                                        uint64_t b_desc) {
-    if constexpr (std::is_same_v<Elem, __half>) {
-        asm volatile(
-            "{\n"
-            ".reg .pred p;\n"
-            "setp.ne.b32 p, %69, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
-            "%0, %1, %2, %3, %4, %5, %6, %7, "
-            "%8, %9, %10, %11, %12, %13, %14, %15, "
-            "%16, %17, %18, %19, %20, %21, %22, %23, "
-            "%24, %25, %26, %27, %28, %29, %30, %31, "
-            "%32, %33, %34, %35, %36, %37, %38, %39, "
-            "%40, %41, %42, %43, %44, %45, %46, %47, "
-            "%48, %49, %50, %51, %52, %53, %54, %55, "
-            "%56, %57, %58, %59, %60, %61, %62, %63"
-            "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n"
-            "}\n"
-            : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),
-              "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),
-              "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),
-              "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-              "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),
-              "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
-              "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]),
-              "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
-              "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]),
-              "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]),
-              "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]),
-              "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
-              "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1)
-            : "memory");
-    } else {
-        asm volatile(
-            "{\n"
-            ".reg .pred p;\n"
-            "setp.ne.b32 p, %69, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-            "%0, %1, %2, %3, %4, %5, %6, %7, "
-            "%8, %9, %10, %11, %12, %13, %14, %15, "
-            "%16, %17, %18, %19, %20, %21, %22, %23, "
-            "%24, %25, %26, %27, %28, %29, %30, %31, "
-            "%32, %33, %34, %35, %36, %37, %38, %39, "
-            "%40, %41, %42, %43, %44, %45, %46, %47, "
-            "%48, %49, %50, %51, %52, %53, %54, %55, "
-            "%56, %57, %58, %59, %60, %61, %62, %63"
-            "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n"
-            "}\n"
-            : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),
-              "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),
-              "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),
-              "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
-              "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]),
-              "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
-              "+f"(d[7][2]), "+f"(d[7][3]), "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]),
-              "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
-              "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]),
-              "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), "+f"(d[12][0]), "+f"(d[12][1]),
-              "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]),
-              "+f"(d[13][3]), "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
-              "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1)
-            : "memory");
-    }
+    if constexpr (std::is_same_v<Elem, __half>)
+        MI_WGMMA_M64N128K16_RS_TB("f16");
+    else
+        MI_WGMMA_M64N128K16_RS_TB("bf16");
 }
+#undef MI_WGMMA_M64N64K16_RS
+#undef MI_WGMMA_M64N128K16_RS_TB
+#undef MI_WGMMA_D
 
 // Keys [key_begin, key_begin + kBlockN) of one KV head, K and V, into the stage at shared
 // address `stage` (K tile, then V tile; each two 64-dim halves of kBlockN swizzled 128-byte
