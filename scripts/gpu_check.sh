@@ -27,6 +27,8 @@
 #   BENCH_FLAGS     more bench flags (e.g. "--measure-gpu-idle --disable-overlap")
 #   BENCH_ENVS      more runs of each benchmark, one per VAR=VALUE setting (e.g.
 #                   "MINIINFER_PDL=0 MINIINFER_PREFILL_WGMMA=0"): bench-<model>-<backend>-<VAR>-<VALUE>
+#   BENCH_FLAG_SETS more runs of each benchmark, one per ;-separated set of bench flags (e.g.
+#                   "--max-num-batched-tokens 4096;--max-num-batched-tokens 16384")
 #   PROFILE=N       one more run per model with --profile-kernels N and MINIINFER_PDL=0 (with
 #                   programmatic dependent launch a kernel's time includes its wait for the one
 #                   before), of PROFILE_WORKLOADS (default "--workload balanced --workload bs1")
@@ -112,16 +114,16 @@ if [[ "${LOAD:-1}" != 0 && -z "${ONLY:-}" ]]; then
   fi
   rm -rf "$ckpt"
 fi
-# One benchmark run: bench_run MODEL BACKEND NAME [VAR=VALUE] writes bench-NAME.txt/.json; the
-# summary gets its table rows.
+# One benchmark run: bench_run MODEL BACKEND NAME [VAR=VALUE] [FLAGS] writes
+# bench-NAME.txt/.json; the summary gets its table rows.
 bench_run() {
-  local model=$1 backend=$2 name=$3 setting=${4:-}
+  local model=$1 backend=$2 name=$3 setting=${4:-} flags=${5:-}
   if env $setting "$dist/bin/miniinfer" bench --model "$model" --load-format dummy --device cuda \
-      --attention-backend "$backend" ${WORKLOADS:---workload balanced --workload decode128 --workload decode256 --workload short256 --workload prefill256 --workload bs1} ${BENCH_FLAGS:-} --json "$out/bench-$name.json" > "$out/bench-$name.txt" 2>&1; then
-    note "PASS bench $(basename "$model") $backend${setting:+ with $setting}"
+      --attention-backend "$backend" ${WORKLOADS:---workload balanced --workload decode128 --workload decode256 --workload short256 --workload prefill256 --workload bs1} ${BENCH_FLAGS:-} $flags --json "$out/bench-$name.json" > "$out/bench-$name.txt" 2>&1; then
+    note "PASS bench $(basename "$model") $backend${setting:+ with $setting}${flags:+ with $flags}"
     grep -E '^\| [a-z]' "$out/bench-$name.txt" | grep -v '^| workload' | tee -a "$out/summary.txt"
   else
-    note "FAIL bench $(basename "$model") $backend${setting:+ with $setting}"; status=1
+    note "FAIL bench $(basename "$model") $backend${setting:+ with $setting}${flags:+ with $flags}"; status=1
   fi
 }
 if [[ "${BENCH:-1}" != 0 && -z "${ONLY:-}" ]]; then
@@ -130,6 +132,11 @@ if [[ "${BENCH:-1}" != 0 && -z "${ONLY:-}" ]]; then
     for backend in ${BACKENDS:-fa2 flashinfer}; do
       bench_run "$model" "$backend" "$m-$backend"
       for setting in ${BENCH_ENVS:-}; do bench_run "$model" "$backend" "$m-$backend-${setting/=/-}" "$setting"; done
+      IFS=';' read -r -a flag_sets <<< "${BENCH_FLAG_SETS:-}"
+      for flags in "${flag_sets[@]}"; do
+        tag=$(echo "$flags" | tr -s ' ' '-' | tr -cd 'A-Za-z0-9._-' | sed 's/^-*//')
+        bench_run "$model" "$backend" "$m-$backend-$tag" "" "$flags"
+      done
     done
     if [[ -n "${PROFILE:-}" ]]; then
       if MINIINFER_PDL=0 "$dist/bin/miniinfer" bench --model "$model" --load-format dummy --device cuda \

@@ -5,7 +5,11 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <numeric>
 #include <optional>
+#include <string>
+#include <unordered_set>
+#include <vector>
 
 #include "apps/bench_workloads.h"
 #include "apps/commands.h"
@@ -50,15 +54,33 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o) {
         prompt_tokens += int64_t(w.prompts[i].size());
     }
     int64_t output_tokens = 0, cached_tokens = 0;
+    // Time to first token of each request: all are submitted at `start`, so this is how long
+    // the scheduler's prefill order kept each waiting.
+    std::unordered_set<std::string> started;
+    std::vector<double> ttft_ms;
     engine.reset_step_timing();
     while (engine.has_unfinished())
-        for (const RequestOutput& out : engine.step())
+        for (const RequestOutput& out : engine.step()) {
+            if (!out.new_token_ids.empty() && started.insert(out.request_id).second)
+                ttft_ms.push_back(
+                    1000.0 * std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                                 .count());
             if (out.finished) {
                 output_tokens += int64_t(out.token_ids.size());
                 cached_tokens += out.num_cached_tokens;
             }
+        }
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::sort(ttft_ms.begin(), ttft_ms.end());
+    const auto ttft_quantile = [&](double q) {
+        return ttft_ms.empty() ? Json(nullptr)
+                               : Json(ttft_ms[size_t(q * double(ttft_ms.size() - 1) + 0.5)]);
+    };
+    const double ttft_mean =
+        ttft_ms.empty()
+            ? 0.0
+            : std::accumulate(ttft_ms.begin(), ttft_ms.end(), 0.0) / double(ttft_ms.size());
     Json kernels = nullptr;
     if (profiler) {
         kernels = Json::array();
@@ -88,6 +110,9 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o) {
             {"output_tok_per_s", double(output_tokens) / seconds},
             {"prompt_tok_per_s", double(prompt_tokens) / seconds},
             {"ms_per_output_token", 1000.0 * seconds / double(output_tokens)},
+            {"ttft_mean_ms", ttft_ms.empty() ? Json(nullptr) : Json(ttft_mean)},
+            {"ttft_p50_ms", ttft_quantile(0.5)},
+            {"ttft_p99_ms", ttft_quantile(0.99)},
             {"sol_tok_per_s", o.shows_sol(c) ? Json(double(output_tokens) / sol) : Json(nullptr)},
             {"percent_of_sol", o.shows_sol(c) ? Json(100.0 * sol / seconds) : Json(nullptr)},
             {"kernels", std::move(kernels)}};
@@ -110,6 +135,9 @@ void print_row(const Json& r, int64_t run_index, int64_t runs) {
                 r["output_tok_per_s"].get<double>(), sol.c_str());
     if (r["workload"] == "prefill256")
         std::printf(" prompt %.0f tok/s", r["prompt_tok_per_s"].get<double>());
+    if (!r["ttft_mean_ms"].is_null() && r["requests"].get<int64_t>() > 1)
+        std::printf(" (TTFT mean %.0f ms, p99 %.0f ms)", r["ttft_mean_ms"].get<double>(),
+                    r["ttft_p99_ms"].get<double>());
     if (r["workload"] == "bs1")
         std::printf(" %.3f ms/token", r["ms_per_output_token"].get<double>());
     if (!r["steps"].is_null() && r["steps"].get<int64_t>() > 0) {

@@ -143,6 +143,22 @@ def test_bench_on_the_cpu_shows_no_gpu_speed_of_light(tmp_path):
     assert "%" in [l for l in out.splitlines() if l.startswith("| bs1 ")][0]
 
 
+def test_bench_reports_time_to_first_token(tmp_path):
+    # A small balanced workload: three prompts submitted together, each waiting its turn.
+    prompts = tmp_path / "prompts.json"
+    prompts.write_text(json.dumps({"prompt_token_ids": [[1] * 40, [2] * 30, [3] * 20],
+                                   "max_tokens": [3, 4, 5]}))
+    out_json = tmp_path / "bench.json"
+    code, out, err = run("bench", "--model", DEMO, "--workload", "balanced", "--balanced-file",
+                         str(prompts), "--max-num-batched-tokens", "48", "--json", str(out_json))
+    assert code == 0, err
+    row = [l for l in out.splitlines() if l.startswith("| balanced ")][0]
+    assert "(TTFT mean" in row and "p99" in row, row
+    r = json.loads(out_json.read_text())[0]
+    assert 0 < r["ttft_p50_ms"] <= r["ttft_p99_ms"] <= 1000 * r["seconds"], r
+    assert r["ttft_mean_ms"] > 0, r
+
+
 def test_bench_runs_reports_first_run_and_steady_state(tmp_path):
     out_json = tmp_path / "bench.json"
     code, out, err = run("bench", "--model", DEMO, "--workload", "bs1", "--runs", "3", "--json",
