@@ -357,8 +357,7 @@ size_t partial_row_bytes(int64_t num_heads, int64_t head_dim) {
 struct Occupancy {
     int num_sms = 0, blocks_per_sm = 0;
 };
-// Above 48 KiB of dynamic shared memory the kernel is opted in here, once (not a stream operation,
-// so graph capture does not mind).
+// A kernel above 48 KiB of dynamic shared memory is opted into it here, once.
 template <auto Kernel>
 const Occupancy& decode_occupancy(size_t smem_bytes) {
     static const Occupancy occupancy = [smem_bytes] {
@@ -366,9 +365,7 @@ const Occupancy& decode_occupancy(size_t smem_bytes) {
         int device = 0;
         MI_CUDA_CHECK(cudaGetDevice(&device));
         MI_CUDA_CHECK(cudaDeviceGetAttribute(&o.num_sms, cudaDevAttrMultiProcessorCount, device));
-        if (smem_bytes > 48 * 1024)
-            MI_CUDA_CHECK(cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               int(smem_bytes)));
+        if (smem_bytes > 48 * 1024) allow_shared_memory<Kernel>(smem_bytes);
         MI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o.blocks_per_sm, Kernel,
                                                                     kThreads, smem_bytes));
         return o;

@@ -100,15 +100,7 @@ __global__ void __launch_bounds__(kThreads, 3)
 template <int kHeadDim, typename Cache>
 void launch_prefill(const AttentionLaunch& a, dim3 grid, cudaStream_t stream) {
     constexpr size_t kSmemBytes = 4 * kBlockN * (kHeadDim + 8) * sizeof(bf16);  // 2 stages x K, V
-    // Above 48 KiB dynamic shared memory must be opted into, once per kernel (not a stream
-    // operation, so graph capture does not mind).
-    static const bool configured = [] {
-        MI_CUDA_CHECK(cudaFuncSetAttribute(prefill_kernel<kHeadDim, Cache>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           int(kSmemBytes)));
-        return true;
-    }();
-    (void)configured;
+    allow_shared_memory<prefill_kernel<kHeadDim, Cache>>(kSmemBytes);
     launch_kernel(prefill_kernel<kHeadDim, Cache>, grid, kThreads, kSmemBytes, stream,
                   static_cast<const bf16*>(a.q), static_cast<const Cache*>(a.k_cache),
                   static_cast<const Cache*>(a.v_cache), a.k_scale, a.v_scale, a.query_start,

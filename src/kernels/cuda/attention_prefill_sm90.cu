@@ -367,12 +367,7 @@ __global__ void __launch_bounds__(kThreads, std::is_same_v<Cache, uint8_t> ? 2 :
 
 template <typename Cache>
 void launch_sm90(const AttentionLaunch& a, dim3 grid, cudaStream_t stream) {
-    static const bool configured = [] {
-        MI_CUDA_CHECK(cudaFuncSetAttribute(
-            prefill_sm90_kernel<Cache>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-        return true;
-    }();
-    (void)configured;
+    allow_shared_memory<prefill_sm90_kernel<Cache>>(kSmemBytes);
     launch_kernel(prefill_sm90_kernel<Cache>, grid, kThreads, kSmemBytes, stream,
                   static_cast<const bf16*>(a.q), static_cast<const Cache*>(a.k_cache),
                   static_cast<const Cache*>(a.v_cache), a.k_scale, a.v_scale, a.query_start,

@@ -242,6 +242,30 @@ __device__ __forceinline__ void accumulate_pv(const float (&s)[kKeys / 8][4], co
     }
 }
 
+// The tile step on one warp's 16 rows: S = Q·Kᵀ, the online softmax (keys past the rows'
+// limits masked when the tile reaches past min_limit, the smallest of them), O += P·V.
+template <int kHeadDim, int kKeys, bool kMayBeEmpty, typename Elem>
+__device__ __forceinline__ void attend_tile(const uint32_t (&q_frag)[kHeadDim / 16][4],
+                                            const Elem* k_tile, const Elem* v_tile, int key_begin,
+                                            int min_limit, const int (&limit)[2], float score_scale,
+                                            float (&o)[kHeadDim / 8][4], float (&row_max)[2],
+                                            float (&row_sum)[2]) {
+    float s[kKeys / 8][4];
+    qk_scores<kHeadDim, kKeys, Elem>(q_frag, k_tile, s);
+    online_softmax<kHeadDim, kKeys, kMayBeEmpty>(
+        s, row_max, row_sum, o, score_scale, key_begin + kKeys - 1 > min_limit, key_begin, limit);
+    accumulate_pv<kHeadDim, kKeys, Elem>(s, v_tile, o);
+}
+
+// o *= scale (an FP8 cache's v_scale, applied once after the loop).
+template <int kHeadDim>
+__device__ __forceinline__ void scale_o(float (&o)[kHeadDim / 8][4], float scale) {
+#pragma unroll
+    for (int dt = 0; dt < kHeadDim / 8; ++dt)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) o[dt][j] *= scale;
+}
+
 // Row r of a (sequence, KV head)'s packed rows as a row of a [num_tokens, num_heads, head_dim]
 // tensor: token q_begin + r / group, head kv_head * group + r % group.
 __device__ __forceinline__ int64_t packed_row_index(int q_begin, int r, int group, int num_heads,
@@ -350,20 +374,10 @@ __device__ __forceinline__ void attend_tiles(
         head_offset, int(threadIdx.x), [] { __syncthreads(); },
         [&](int key_begin, const Elem* k_tile, const Elem* v_tile) {
             if (!warp_active) return;
-            float s[kKeys / 8][4];
-            qk_scores<kHeadDim, kKeys, Elem>(q_frag, k_tile, s);
-            // Only tiles reaching past the smallest limit need the mask.
-            online_softmax<kHeadDim, kKeys, kMayBeEmpty>(s, row_max, row_sum, o, score_scale,
-                                                         key_begin + kKeys - 1 > min_limit,
-                                                         key_begin, row_limit);
-            accumulate_pv<kHeadDim, kKeys, Elem>(s, v_tile, o);
+            attend_tile<kHeadDim, kKeys, kMayBeEmpty>(q_frag, k_tile, v_tile, key_begin, min_limit,
+                                                      row_limit, score_scale, o, row_max, row_sum);
         });
-    if constexpr (kFp8) {
-#pragma unroll
-        for (int dt = 0; dt < kHeadDim / 8; ++dt)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) o[dt][j] *= v_scale;
-    }
+    if constexpr (kFp8) scale_o<kHeadDim>(o, v_scale);
 }
 
 // The narrow (decode) tile loop: the at most 16 packed rows [row_begin, num_rows) of one
@@ -414,18 +428,10 @@ __device__ __forceinline__ void attend_narrow(
         [&](int it) { return kv_begin + (warp + kWarps * it) * kSub; }, kv_end, page_size,
         page_shift, kv_row_stride, kv_head * kHeadDim, lane, [] { __syncwarp(); },
         [&](int key0, const Elem* kt, const Elem* vt) {
-            float sc[kSub / 8][4];
-            qk_scores<kHeadDim, kSub, Elem>(qf, kt, sc);
-            online_softmax<kHeadDim, kSub, true>(sc, mx, sm, acc, score_scale,
-                                                 key0 + kSub - 1 > min_limit, key0, limit);
-            accumulate_pv<kHeadDim, kSub, Elem>(sc, vt, acc);
+            attend_tile<kHeadDim, kSub, true>(qf, kt, vt, key0, min_limit, limit, score_scale, acc,
+                                              mx, sm);
         });
-    if constexpr (kFp8) {
-#pragma unroll
-        for (int dt = 0; dt < kHeadDim / 8; ++dt)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) acc[dt][j] *= v_scale;
-    }
+    if constexpr (kFp8) scale_o<kHeadDim>(acc, v_scale);
 
     // Merge the warps' states through shared memory (the K/V slices are free once every warp is
     // past its loop; its remaining cp.async groups are empty).

@@ -268,14 +268,7 @@ void launch(const Tensor& x, const Tensor* row_token, const Tensor& w, const Ten
     const int64_t row_tiles = (d.max_rows + T::kRows - 1) / T::kRows;
     const int64_t col_tiles = (d.n + T::kCols - 1) / T::kCols;
     MI_LAUNCH_CHECK(col_tiles <= 65535, "grouped_gemm: n too large for the grid");
-    // Above 48 KB a kernel must opt in to its dynamic shared memory, once per process.
-    static const bool opted_in = [] {
-        MI_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_kernel<T, kSiluMul>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           int(T::kSharedBytes)));
-        return true;
-    }();
-    (void)opted_in;
+    allow_shared_memory<grouped_gemm_kernel<T, kSiluMul>>(T::kSharedBytes);
     launch_kernel(grouped_gemm_kernel<T, kSiluMul>, dim3(unsigned(row_tiles), unsigned(col_tiles)),
                   T::kThreads, T::kSharedBytes, stream, x.data<__nv_bfloat16>(),
                   row_token ? row_token->data<int32_t>() : nullptr, w.data<__nv_bfloat16>(),

@@ -318,14 +318,7 @@ void launch(const Tensor& x, const Tensor* row_token, const Tensor& w, const Ten
     const int64_t row_tiles = (d.max_rows + kTileRows - 1) / kTileRows;
     const int64_t col_tiles = (d.n + kTileCols - 1) / kTileCols;
     MI_LAUNCH_CHECK(row_tiles <= 65535, "grouped_gemm_sm90: max_rows too large for the grid");
-    // Once per process: the ring is over the 48 KB a launch gets without asking.
-    static const bool smem_raised = [] {
-        MI_CUDA_CHECK(cudaFuncSetAttribute(grouped_gemm_sm90_kernel<kSiluMul>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           kSmemBytes));
-        return true;
-    }();
-    (void)smem_raised;
+    allow_shared_memory<grouped_gemm_sm90_kernel<kSiluMul>>(kSmemBytes);  // the ring: > 48 KB
     launch_kernel(grouped_gemm_sm90_kernel<kSiluMul>,
                   dim3(unsigned(col_tiles), unsigned(row_tiles)), kThreads, kSmemBytes, stream,
                   x.data<__nv_bfloat16>(), row_token ? row_token->data<int32_t>() : nullptr,

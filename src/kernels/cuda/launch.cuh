@@ -55,4 +55,16 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shar
     MI_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
 }
 
+// Lets Kernel launch with `bytes` of dynamic shared memory (above 48 KiB a kernel must opt in),
+// once per kernel and process. Not a stream operation, so graph capture does not mind.
+template <auto Kernel>
+void allow_shared_memory(size_t bytes) {
+    static const bool done = [bytes] {
+        MI_CUDA_CHECK(
+            cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+        return true;
+    }();
+    (void)done;
+}
+
 }  // namespace miniinfer::cuda
