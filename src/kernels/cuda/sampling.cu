@@ -32,7 +32,8 @@ namespace {
 
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
-constexpr int kUnroll = 4;   // loads in flight per thread per pass
+constexpr int kUnroll =
+    8;  // loads in flight per thread per pass (4 left passes waiting on latency)
 constexpr int kBins = 2048;  // 11-bit radix digits
 constexpr int kBinsPerThread = kBins / kThreads;
 constexpr unsigned kFull = 0xffffffffu;
@@ -260,13 +261,15 @@ __device__ int find_cut_bin(const T* hist, int num_bins, T target, double fracti
     return num_bins - 1 - r;
 }
 
-// The first token in id order at which the running sum of value(i) >= 0 exceeds the target:
+// The first token in id order at which the running sum of value_of(i, load(i)) >= 0 exceeds the
+// target:
 // fraction * (the total) when fraction >= 0, else absolute_target. The last token with a
 // positive value if rounding never gets there. Tiles of consecutive ids: warps sum whole tiles,
 // one thread per tile scans the sums, and one warp walks the tile that holds the crossing.
-template <typename Value>
-__device__ int first_crossing(int vocab, const Value& value, double fraction,
+template <typename Load, typename Value>
+__device__ int first_crossing(int vocab, const Load& load, const Value& value_of, double fraction,
                               double absolute_target, Scratch& s) {
+    const auto value = [&](int i) { return value_of(i, load(i)); };
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int tile_len = ((vocab + kMaxTiles - 1) / kMaxTiles + 31) / 32 * 32;
     const int num_tiles = (vocab + tile_len - 1) / tile_len;
@@ -276,9 +279,22 @@ __device__ int first_crossing(int vocab, const Value& value, double fraction,
         const int end = min((t + 1) * tile_len, vocab);
         double sum = 0.0;
         int last = -1;
-        for (int i = t * tile_len + lane; i < end; i += 32) {
-            const double v = value(i);
-            if (v > 0.0) sum += v, last = i;
+        // kUnroll of the lane's logits loaded at a time, so that the loads are in flight
+        // together (one at a time, a warp waited on each in turn), then their values summed in
+        // the same order as one by one.
+        for (int i0 = t * tile_len + lane; i0 < end; i0 += 32 * kUnroll) {
+            float x[kUnroll];
+#pragma unroll
+            for (int k = 0; k < kUnroll; ++k) {
+                const int i = i0 + 32 * k;
+                x[k] = i < end ? load(i) : 0.f;
+            }
+#pragma unroll
+            for (int k = 0; k < kUnroll; ++k) {
+                const int i = i0 + 32 * k;
+                const double v = i < end ? value_of(i, x[k]) : 0.0;
+                if (v > 0.0) sum += v, last = i;
+            }
         }
         sum = warp_sum(sum);
         last = warp_max(last);
@@ -377,9 +393,9 @@ __device__ Cut select_cut(int vocab, const Load& load, const InSet& in_set, cons
     if (need == num_equal) return {prefix, INT_MAX};
     // The need-th of them in id order: the first token where their running count exceeds need - 1.
     const int last_id = first_crossing(
-        vocab,
-        [&](int i) {
-            const uint32_t key = order_key(load(i));
+        vocab, load,
+        [&](int i, float x) {
+            const uint32_t key = order_key(x);
             return key == prefix && in_set(i, key) ? 1.0 : 0.0;
         },
         -1.0, double(need - 1), s);
@@ -391,11 +407,8 @@ __device__ Cut select_cut(int vocab, const Load& load, const InSet& in_set, cons
 template <typename Load, typename Kept, typename Weight>
 __device__ int draw(int vocab, const Load& load, const Kept& kept, const Weight& weight, float u,
                     Scratch& s) {
-    const auto value = [&](int i) {
-        const float x = load(i);
-        return kept(i, x) ? weight(x) : 0.0;
-    };
-    return first_crossing(vocab, value, double(u), 0.0, s);
+    const auto value_of = [&](int i, float x) { return kept(i, x) ? weight(x) : 0.0; };
+    return first_crossing(vocab, load, value_of, double(u), 0.0, s);
 }
 
 struct SampleArgs {
