@@ -17,11 +17,13 @@
 // are the rows of one 16-row tensor-core tile (attention_tile.cuh: attend_narrow), since the
 // CUDA-core dot products above grow with the group. Same grid, splits and combine.
 //
-// An FP8 cache (uint8_t elements, e4m3 · scale) is read the same way with 8-byte loads: a lane
-// still holds 8 dims of a key, so the layout, the softmax and the merges are unchanged, and a
-// step reads half the bytes. Its scales are applied once per head (k_scale to q, v_scale to the
-// output). It reaches about 2.4 TB/s of K/V against 4.2 TB/s from a bf16 cache (bench_cuda_ops,
-// H200): half the bytes in flight per load, and the widening through the conversion units.
+// An FP8 cache (uint8_t elements, e4m3 · scale) is read the same way, a step reading half the
+// bytes; its scales are applied once per head (k_scale to q, v_scale to the output). Per byte it
+// does twice the work of bf16 (the widening, and the same shuffles and softmax per key over half
+// the bytes), so it is bound by instructions: with 8 dims a lane (8-byte loads) it read about
+// 2.4 TB/s of K/V against 4.2 TB/s from a bf16 cache (bench_cuda_ops, H200). With up to two
+// heads a block a lane now holds 16 dims (one 16-byte load), so a key's dot product is summed
+// over 8 lanes instead of 16.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -61,16 +63,23 @@ __device__ __forceinline__ void bf16x8_to_float(const uint4& v, float (&f)[8]) {
     }
 }
 
-// Eight cache elements of one key row: the 16-byte vector of bf16 or the 8 bytes of e4m3 a lane
-// loads, and their fp32 values (e4m3 unscaled: the kernel applies the tensor's scales once, to
-// q and to the output).
-template <typename Cache>
-using CacheVec = std::conditional_t<std::is_same_v<Cache, uint8_t>, uint2, uint4>;
-__device__ __forceinline__ void cache_to_float(const uint4& v, float (&f)[8]) {
+// The kLaneDims cache elements of one key row a lane loads at once (8 bf16: 16 bytes; 8 or 16
+// e4m3: 8 or 16 bytes), and their fp32 values (e4m3 unscaled: the kernel applies the tensor's
+// scales once, to q and to the output).
+template <typename Cache, int kLaneDims>
+using LaneVec = std::conditional_t<sizeof(Cache) * kLaneDims == 16, uint4, uint2>;
+__device__ __forceinline__ void cache_to_float(const uint4& v, float (&f)[8]) {  // bf16
     bf16x8_to_float(v, f);
 }
-__device__ __forceinline__ void cache_to_float(const uint2& v, float (&f)[8]) {
+__device__ __forceinline__ void cache_to_float(const uint2& v, float (&f)[8]) {  // e4m3
     e4m3x8_to_float(v, 1.f, f);
+}
+__device__ __forceinline__ void cache_to_float(const uint4& v, float (&f)[16]) {  // e4m3
+    float lo[8], hi[8];
+    e4m3x8_to_float(make_uint2(v.x, v.y), 1.f, lo);
+    e4m3x8_to_float(make_uint2(v.z, v.w), 1.f, hi);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) f[e] = lo[e], f[8 + e] = hi[e];
 }
 
 // q: [num_tokens, num_heads, head_dim]; k_cache, v_cache: [num_pages, page_size, num_kv_heads,
@@ -90,13 +99,17 @@ __global__ void __launch_bounds__(kThreads)
                   float* __restrict__ partial_lse) {
     pdl_wait();
     pdl_trigger();
-    constexpr int kLanesPerKey = kHeadDim / 8;
+    constexpr bool kFp8 = std::is_same_v<Cache, uint8_t>;
+    // Dims a lane holds. From an FP8 cache with up to 2 heads, 16 (one 16-byte load): a key's dot
+    // product is then summed over half as many lanes, the per-key work (shuffles, softmax)
+    // spread over twice the bytes, since that kernel is bound by instructions, not bytes (8 dims
+    // a lane: 223 µs at 256 x 1024 keys, 2.4 TB/s; twice the keys in flight instead: 248 µs at
+    // 168 registers). With more heads 16 dims take too many registers (spills at 8).
+    constexpr int kLaneDims = kFp8 && kHeads <= 2 ? 16 : 8;
+    constexpr int kLanesPerKey = kHeadDim / kLaneDims;
     constexpr int kSlots = 32 / kLanesPerKey;  // keys a warp loads at once
     // Keys each lane group loads before computing: more bytes in flight where registers allow.
-    // (Twice as many from an FP8 cache, for as many bytes in flight, measured slower on the
-    // H200: 248 against 223 µs at 256 x 1024 keys, 168 registers instead of 128.)
-    constexpr bool kFp8 = std::is_same_v<Cache, uint8_t>;
-    constexpr int kKeysPerSlot = kHeads <= 2 ? 8 : 4;
+    constexpr int kKeysPerSlot = kHeads <= 2 && kLaneDims == 8 ? 8 : 4;
     constexpr int kWarpKeys = kSlots * kKeysPerSlot;
 
     const int seq = blockIdx.z, split = blockIdx.x;
@@ -117,37 +130,40 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t kv_row_stride = int64_t(num_kv_heads) * kHeadDim;
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int slot = lane / kLanesPerKey, dim0 = (lane % kLanesPerKey) * 8;
+    const int slot = lane / kLanesPerKey, dim0 = (lane % kLanesPerKey) * kLaneDims;
 
     // An FP8 cache's scales are applied once: k_scale to q, v_scale to the output.
     const float q_scale = kFp8 ? scale_log2 * k_scale : scale_log2;
     const float out_scale = kFp8 ? v_scale : 1.f;
-    float q_reg[kHeads][8];  // this lane's 8 dims of each head, pre-scaled for exp2
+    float q_reg[kHeads][kLaneDims];  // this lane's dims of each head, pre-scaled for exp2
 #pragma unroll
     for (int h = 0; h < kHeads; ++h) {
         if (h < num_block_heads) {
-            const uint4 raw = *reinterpret_cast<const uint4*>(
-                q + (int64_t(token) * num_heads + head_begin + h) * kHeadDim + dim0);
-            bf16x8_to_float(raw, q_reg[h]);
+            const bf16* q_row = q + (int64_t(token) * num_heads + head_begin + h) * kHeadDim + dim0;
 #pragma unroll
-            for (int e = 0; e < 8; ++e) q_reg[h][e] *= q_scale;
+            for (int c = 0; c < kLaneDims / 8; ++c) {
+                float f[8];
+                bf16x8_to_float(*reinterpret_cast<const uint4*>(q_row + 8 * c), f);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) q_reg[h][8 * c + e] = f[e] * q_scale;
+            }
         } else {
 #pragma unroll
-            for (int e = 0; e < 8; ++e) q_reg[h][e] = 0.f;
+            for (int e = 0; e < kLaneDims; ++e) q_reg[h][e] = 0.f;
         }
     }
 
-    float m[kHeads], l[kHeads], acc[kHeads][8];
+    float m[kHeads], l[kHeads], acc[kHeads][kLaneDims];
 #pragma unroll
     for (int h = 0; h < kHeads; ++h) {
         m[h] = -INFINITY;
         l[h] = 0.f;
 #pragma unroll
-        for (int e = 0; e < 8; ++e) acc[h][e] = 0.f;
+        for (int e = 0; e < kLaneDims; ++e) acc[h][e] = 0.f;
     }
 
     for (int base = key_begin + warp * kWarpKeys; base < key_end; base += kWarps * kWarpKeys) {
-        using Vec = CacheVec<Cache>;
+        using Vec = LaneVec<Cache, kLaneDims>;
         Vec k_raw[kKeysPerSlot], v_raw[kKeysPerSlot];
 #pragma unroll
         for (int i = 0; i < kKeysPerSlot; ++i) {
@@ -165,13 +181,13 @@ __global__ void __launch_bounds__(kThreads)
         float score[kHeads][kKeysPerSlot];
 #pragma unroll
         for (int i = 0; i < kKeysPerSlot; ++i) {
-            float k_val[8];
+            float k_val[kLaneDims];
             cache_to_float(k_raw[i], k_val);
 #pragma unroll
             for (int h = 0; h < kHeads; ++h) {
                 float dot = 0.f;
 #pragma unroll
-                for (int e = 0; e < 8; ++e) dot += q_reg[h][e] * k_val[e];
+                for (int e = 0; e < kLaneDims; ++e) dot += q_reg[h][e] * k_val[e];
                 score[h][i] = dot;
             }
         }
@@ -189,7 +205,7 @@ __global__ void __launch_bounds__(kThreads)
             const Rescale w = merge_weights(m[h], step_max);
             l[h] *= w.self;
 #pragma unroll
-            for (int e = 0; e < 8; ++e) acc[h][e] *= w.self;
+            for (int e = 0; e < kLaneDims; ++e) acc[h][e] *= w.self;
 #pragma unroll
             for (int i = 0; i < kKeysPerSlot; ++i)
                 score[h][i] = exp2f(score[h][i] - (m[h] == -INFINITY ? 0.f : m[h]));
@@ -198,12 +214,12 @@ __global__ void __launch_bounds__(kThreads)
         }
 #pragma unroll
         for (int i = 0; i < kKeysPerSlot; ++i) {
-            float v_val[8];
+            float v_val[kLaneDims];
             cache_to_float(v_raw[i], v_val);
 #pragma unroll
             for (int h = 0; h < kHeads; ++h)
 #pragma unroll
-                for (int e = 0; e < 8; ++e) acc[h][e] += score[h][i] * v_val[e];
+                for (int e = 0; e < kLaneDims; ++e) acc[h][e] += score[h][i] * v_val[e];
         }
     }
 
@@ -217,7 +233,7 @@ __global__ void __launch_bounds__(kThreads)
             const Rescale w = merge_weights(m[h], m_o);
             l[h] = l[h] * w.self + l_o * w.other;
 #pragma unroll
-            for (int e = 0; e < 8; ++e)
+            for (int e = 0; e < kLaneDims; ++e)
                 acc[h][e] =
                     acc[h][e] * w.self + __shfl_xor_sync(0xffffffffu, acc[h][e], offset) * w.other;
         }
@@ -230,7 +246,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int h = 0; h < kHeads; ++h) {
 #pragma unroll
-            for (int e = 0; e < 8; ++e) warp_acc[warp][h][dim0 + e] = acc[h][e];
+            for (int e = 0; e < kLaneDims; ++e) warp_acc[warp][h][dim0 + e] = acc[h][e];
             if (lane == 0) {
                 warp_m[warp][h] = m[h];
                 warp_l[warp][h] = l[h];
