@@ -113,30 +113,35 @@ void expect_gemm_close(const Tensor& y_host, const GemmReference& ref, int64_t k
 TEST(CudaGemm, MatchesDoubleReference) {
     REQUIRE_GPU();
     std::mt19937 rng(11);
-    cuda::Gemm gemm;
-    struct NK {
-        int64_t n, k;
-    };
-    for (int64_t m : {1, 7, 64, 300}) {
-        for (NK nk : {NK{64, 64}, NK{33, 17}, NK{1000, 515}, NK{2048, 1024}, NK{151, 4096}}) {
-            for (bool with_bias : {false, true}) {
-                const int64_t n = nk.n, k = nk.k;
-                Tensor x = random_bf16({m, k}, rng, 1.f);
-                Tensor w = random_bf16({n, k}, rng, 1.f / std::sqrt(float(k)));
-                Tensor bias = random_bf16({n}, rng, 1.f);
-                Tensor dx = cuda::to_device(x), dw = cuda::to_device(w),
-                       dbias = cuda::to_device(bias);
-                Tensor dy = cuda::device_tensor({m, n}, DType::kBF16);
-                // NaN-fill y: beta = 0 must not read it.
-                MI_CUDA_CHECK(cudaMemset(dy.raw(), 0xff, dy.nbytes()));
-                gemm.run(dx, dw, with_bias ? &dbias : nullptr, dy, nullptr);
-                sync();
-                char what[96];
-                std::snprintf(what, sizeof what, "m=%ld n=%ld k=%ld bias=%d", long(m), long(n),
-                              long(k), int(with_bias));
-                expect_gemm_close(cuda::to_host(dy),
-                                  gemm_reference(x, w, with_bias ? &bias : nullptr, m, n, k), k,
-                                  with_bias, what);
+    // Untuned (cuBLASLt's first candidate), and tuned (the fastest of its candidates, timed on
+    // these operands at their first call): any algorithm must give the same sums.
+    for (bool tune : {false, true}) {
+        SCOPED_TRACE(tune ? "tuned" : "untuned");
+        cuda::Gemm gemm(cuda::Gemm::kGemvMaxRows, tune);
+        struct NK {
+            int64_t n, k;
+        };
+        for (int64_t m : {1, 7, 64, 300}) {
+            for (NK nk : {NK{64, 64}, NK{33, 17}, NK{1000, 515}, NK{2048, 1024}, NK{151, 4096}}) {
+                for (bool with_bias : {false, true}) {
+                    const int64_t n = nk.n, k = nk.k;
+                    Tensor x = random_bf16({m, k}, rng, 1.f);
+                    Tensor w = random_bf16({n, k}, rng, 1.f / std::sqrt(float(k)));
+                    Tensor bias = random_bf16({n}, rng, 1.f);
+                    Tensor dx = cuda::to_device(x), dw = cuda::to_device(w),
+                           dbias = cuda::to_device(bias);
+                    Tensor dy = cuda::device_tensor({m, n}, DType::kBF16);
+                    // NaN-fill y: beta = 0 must not read it.
+                    MI_CUDA_CHECK(cudaMemset(dy.raw(), 0xff, dy.nbytes()));
+                    gemm.run(dx, dw, with_bias ? &dbias : nullptr, dy, nullptr);
+                    sync();
+                    char what[96];
+                    std::snprintf(what, sizeof what, "m=%ld n=%ld k=%ld bias=%d", long(m), long(n),
+                                  long(k), int(with_bias));
+                    expect_gemm_close(cuda::to_host(dy),
+                                      gemm_reference(x, w, with_bias ? &bias : nullptr, m, n, k), k,
+                                      with_bias, what);
+                }
             }
         }
     }

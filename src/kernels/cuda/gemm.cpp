@@ -11,11 +11,15 @@
 #include <cublasLt.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <unordered_map>
+#include <vector>
 
 #include "core/check.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
+#include "core/logging.h"
 #include "kernels/cuda/check_tensor.h"
 #include "kernels/cuda/gemv.h"
 
@@ -64,12 +68,21 @@ using OpDesc = std::unique_ptr<cublasLtMatmulDescOpaque_t, DescDeleter>;
 using Layout = std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter>;
 using Preference = std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, DescDeleter>;
 
-// Everything a cached call needs: descriptors built once, and the chosen algorithm.
+// Everything a cached call needs: descriptors built once, and the chosen algorithm (until the
+// shape is tuned, cuBLASLt's first candidate; the others wait in `candidates`).
 struct Plan {
     OpDesc op;
     Layout a, b, d;  // w, x, y (C = D)
     cublasLtMatmulAlgo_t algo{};
+    std::vector<cublasLtMatmulAlgo_t> candidates;
+    bool tuned = false;
 };
+
+bool capturing(cudaStream_t stream) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    MI_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+    return status != cudaStreamCaptureStatusNone;
+}
 
 Layout make_layout(uint64_t rows, uint64_t cols, int64_t ld, cudaDataType_t type = CUDA_R_16BF) {
     cublasLtMatrixLayout_t layout = nullptr;
@@ -98,10 +111,13 @@ struct Gemm::Impl {
     DeviceBuffer workspace{kWorkspaceBytes};
     std::unordered_map<Key, Plan, KeyHash> plans;
 
-    const Plan& plan_for(const Key& key);
+    Plan& plan_for(const Key& key);
+    // Times plan's candidates on these operands and keeps the fastest (Gemm::kTune... below).
+    void tune(Plan& plan, const Key& key, const void* x, const void* w, void* y,
+              cudaStream_t stream);
 };
 
-const Plan& Gemm::Impl::plan_for(const Key& key) {
+Plan& Gemm::Impl::plan_for(const Key& key) {
     if (auto it = plans.find(key); it != plans.end()) return it->second;
 
     Plan plan;
@@ -133,21 +149,71 @@ const Plan& Gemm::Impl::plan_for(const Key& key) {
     set_pref_attr(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_y);
     set_pref_attr(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_y);
 
-    cublasLtMatmulHeuristicResult_t result{};
+    cublasLtMatmulHeuristicResult_t results[Gemm::kTuneCandidates]{};
     int num_results = 0;
-    check_cublas(
-        cublasLtMatmulAlgoGetHeuristic(handle, op, plan.a.get(), plan.b.get(), plan.d.get(),
-                                       plan.d.get(), pref_raw, 1, &result, &num_results),
-        "cublasLtMatmulAlgoGetHeuristic");
+    check_cublas(cublasLtMatmulAlgoGetHeuristic(handle, op, plan.a.get(), plan.b.get(),
+                                                plan.d.get(), plan.d.get(), pref_raw,
+                                                Gemm::kTuneCandidates, results, &num_results),
+                 "cublasLtMatmulAlgoGetHeuristic");
     MI_CHECK(
         num_results > 0,
         "gemm: cuBLASLt has no algorithm for m={} n={} k={} bias={} (alignment x {} w {} y {})",
         key.m, key.n, key.k, key.has_bias, key.align_x, key.align_w, key.align_y);
-    plan.algo = result.algo;
+    plan.algo = results[0].algo;
+    for (int i = 1; i < num_results; ++i)
+        if (results[i].state == CUBLAS_STATUS_SUCCESS) plan.candidates.push_back(results[i].algo);
     return plans.emplace(key, std::move(plan)).first->second;
 }
 
-Gemm::Gemm(int64_t gemv_max_rows) : impl_(std::make_unique<Impl>()), gemv_max_rows_(gemv_max_rows) {
+void Gemm::Impl::tune(Plan& plan, const Key& key, const void* x, const void* w, void* y,
+                      cudaStream_t stream) {
+    plan.tuned = true;
+    std::vector<cublasLtMatmulAlgo_t> candidates = std::move(plan.candidates);
+    if (candidates.empty()) return;
+    candidates.insert(candidates.begin(), plan.algo);
+    cudaEvent_t start = nullptr, stop = nullptr;
+    MI_CUDA_CHECK(cudaEventCreate(&start));
+    MI_CUDA_CHECK(cudaEventCreate(&stop));
+    const float alpha = 1.f, beta = 0.f;
+    const auto launch = [&](const cublasLtMatmulAlgo_t& algo) {
+        return cublasLtMatmul(handle, plan.op.get(), &alpha, w, plan.a.get(), x, plan.b.get(),
+                              &beta, y, plan.d.get(), y, plan.d.get(), &algo, workspace.data(),
+                              kWorkspaceBytes, stream) == CUBLAS_STATUS_SUCCESS;
+    };
+    float first_ms = 0.f, best_ms = 0.f;
+    size_t best = 0;
+    for (size_t i = 0; i < candidates.size(); ++i) {
+        if (!launch(candidates[i])) continue;  // warm-up; an algorithm that fails is skipped
+        MI_CUDA_CHECK(cudaEventRecord(start, stream));
+        for (int r = 0; r < kTuneRepeats; ++r) launch(candidates[i]);
+        MI_CUDA_CHECK(cudaEventRecord(stop, stream));
+        MI_CUDA_CHECK(cudaEventSynchronize(stop));
+        float ms = 0.f;
+        MI_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+        if (i == 0) first_ms = best_ms = ms;
+        if (ms < best_ms) best_ms = ms, best = i;
+    }
+    MI_CUDA_CHECK(cudaEventDestroy(start));
+    MI_CUDA_CHECK(cudaEventDestroy(stop));
+    // Another algorithm only for a clear gain: timing noise should not decide.
+    const bool take = best != 0 && best_ms < kTuneMinGain * first_ms;
+    if (take) plan.algo = candidates[best];
+    MI_LOG_DEBUG("gemm m={} n={} k={}: candidate {} of {} ({:.1f} us; the first {:.1f} us)", key.m,
+                 key.n, key.k, take ? best : 0, candidates.size(),
+                 1000.f * (take ? best_ms : first_ms) / kTuneRepeats,
+                 1000.f * first_ms / kTuneRepeats);
+}
+
+bool Gemm::tune_from_env() {
+    static const bool tune = [] {
+        const char* v = std::getenv("MINIINFER_GEMM_TUNE");
+        return v != nullptr && std::strcmp(v, "1") == 0;
+    }();
+    return tune;
+}
+
+Gemm::Gemm(int64_t gemv_max_rows, bool tune)
+    : impl_(std::make_unique<Impl>()), gemv_max_rows_(gemv_max_rows), tune_(tune) {
     check_cublas(cublasLtCreate(&impl_->handle), "cublasLtCreate");
 }
 
@@ -191,8 +257,16 @@ void Gemm::run(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
                   alignment_of(x.raw()),
                   alignment_of(w.raw()),
                   alignment_of(y.raw())};
-    const Plan& plan = impl_->plan_for(key);
+    Plan& plan = impl_->plan_for(key);
     if (bias) set_op_attr(plan.op.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias->raw());
+    if (!plan.tuned) {
+        // Once per shape, and never inside a graph capture (the shape then keeps the first
+        // candidate for good: a graph and a later eager call must not differ in algorithm).
+        if (tune_ && m <= kTuneMaxRows && !capturing(stream))
+            impl_->tune(plan, key, x.raw(), w.raw(), y.raw(), stream);
+        plan.tuned = true;
+        plan.candidates.clear();
+    }
     const float alpha = 1.f, beta = 0.f;
     check_cublas(
         cublasLtMatmul(impl_->handle, plan.op.get(), &alpha, w.raw(), plan.a.get(), x.raw(),

@@ -23,16 +23,22 @@ namespace miniinfer::cuda {
 // rounding again: up to one extra half-ulp of |x·w| (tests/gpu/test_cuda_kernels.cpp).
 //
 // The algorithm is chosen once per (m, n, k, bias?, pointer alignment) with
-// cublasLtMatmulAlgoGetHeuristic and cached, with its descriptors, in the Gemm. Thread-compatible:
-// one Gemm per stream/thread. The Gemm owns its cuBLASLt handle and a 32 MiB workspace. Safe to
-// call during CUDA graph capture once the shape's algorithm is cached: a cached call allocates
-// nothing and never synchronises. Bad shapes/dtypes and cuBLASLt failures abort (MI_CHECK):
-// they are bugs in the caller, not user errors.
+// cublasLtMatmulAlgoGetHeuristic and cached, with its descriptors, in the Gemm: its first
+// candidate, or with tuning (MINIINFER_GEMM_TUNE=1, or the constructor's `tune`) the fastest of
+// its first kTuneCandidates, timed on the first call's own operands (kTuneRepeats launches each,
+// synchronising the stream) for m <= kTuneMaxRows (decode's shapes, met in the runner's eager
+// warm-up before the graphs are captured), taken only if kTuneMinGain times the first one's
+// time or faster. Tuning never happens inside a graph capture. Timing differs between
+// processes, so with tuning two runs may round differently (another algorithm's sum order).
+// Thread-compatible: one Gemm per stream/thread. The Gemm owns its cuBLASLt handle and a 32 MiB
+// workspace. Safe to call during CUDA graph capture once the shape's algorithm is cached: a cached
+// call allocates nothing and never synchronises. Bad shapes/dtypes and cuBLASLt failures abort
+// (MI_CHECK): they are bugs in the caller, not user errors.
 class Gemm {
   public:
     // gemv_max_rows: the largest m sent to the gemv kernel; 0 sends everything to cuBLASLt
     // (benchmarks and tests compare the two this way).
-    explicit Gemm(int64_t gemv_max_rows = kGemvMaxRows);
+    explicit Gemm(int64_t gemv_max_rows = kGemvMaxRows, bool tune = tune_from_env());
     ~Gemm();
     Gemm(const Gemm&) = delete;
     Gemm& operator=(const Gemm&) = delete;
@@ -40,6 +46,11 @@ class Gemm {
     void run(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, cudaStream_t stream);
 
     static constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+    static constexpr int kTuneCandidates = 8;
+    static constexpr int kTuneRepeats = 5;
+    static constexpr int64_t kTuneMaxRows = 512;
+    static constexpr float kTuneMinGain = 0.95f;
+    static bool tune_from_env();  // MINIINFER_GEMM_TUNE == "1", read once
     // Largest m sent to gemv by default. Measured on the H200 (test_cuda_gemv's BenchQwen3Shapes,
     // Qwen3-0.6B's four layer GEMMs): m=1 gemv 17.4 us vs cuBLASLt 30.0; m=4 25.6 vs 26.0;
     // m=8 31.3 vs 23.6. gemv's time grows with m (each row is another pass over x), so it only
@@ -50,6 +61,7 @@ class Gemm {
     struct Impl;
     std::unique_ptr<Impl> impl_;
     int64_t gemv_max_rows_;
+    bool tune_;
 };
 
 }  // namespace miniinfer::cuda
