@@ -75,6 +75,16 @@ inline std::vector<Seq> many_seqs() {
     return seqs;
 }
 inline const std::vector<Config> kManySeqsConfigs = {{16, 8, 128, 16}, {32, 4, 64, 24}};
+// Every sequence prefilling (fresh prompts and chunks after cached prefixes), 60 of them: more row
+// tiles than the GPU holds at once.
+inline std::vector<Seq> all_prefill_seqs() {
+    std::vector<Seq> seqs;
+    for (int i = 0; i < 60; ++i) {
+        const int q_len = 2 + (i * 53) % 190;
+        seqs.push_back({q_len, q_len + (i % 3 == 0 ? (i * 29) % 400 : 0)});
+    }
+    return seqs;
+}
 
 // One batch on the host: bf16 q and caches, i32 metadata. Cache slots no sequence owns (and
 // slots past a sequence's length) hold NaN: a kernel that reads them poisons its output.

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -250,6 +251,15 @@ TEST_P(CudaAttention, LongContextsSplitKv) {
         for (const std::vector<Seq>& seqs : kLongChunkBatches) expect_matches_cpu(cfg, seqs, rng);
 }
 
+// Every sequence prefilling, enough row tiles to fill the GPU: flashinfer hands it to the wgmma
+// prefill kernel on an H100 / H200
+// (CudaAttentionFlashInferPlan.AllPrefillBatchTakesTheHopperKernel).
+TEST_P(CudaAttention, AllPrefillBatch) {
+    REQUIRE_GPU();
+    std::mt19937 rng(18);
+    for (const Config& cfg : kManySeqsConfigs) expect_matches_cpu(cfg, all_prefill_seqs(), rng);
+}
+
 // More work than the GPU holds at once: no split, and flashinfer's persistent blocks each run
 // several items (CudaAttentionFlashInferPlan checks that the plan is indeed that).
 TEST_P(CudaAttention, ManySequences) {
@@ -401,6 +411,7 @@ namespace {
 
 struct PlanStats {
     int64_t items = 0, merges = 0, chunk = 0, ctas = 0;
+    bool hopper_prefill = false;
 };
 
 PlanStats plan_flashinfer(const Config& c, const std::vector<Seq>& seqs) {
@@ -414,7 +425,7 @@ PlanStats plan_flashinfer(const Config& c, const std::vector<Seq>& seqs) {
     attention.plan(query_start, seq_lens, nullptr);
     MI_CUDA_CHECK(cudaDeviceSynchronize());
     return {attention.planned_items(), attention.planned_merges(), attention.planned_chunk(),
-            attention.num_ctas()};
+            attention.num_ctas(), attention.planned_hopper_prefill()};
 }
 
 }  // namespace
@@ -432,6 +443,25 @@ TEST(CudaAttentionFlashInferPlan, LongDecodeIsChunked) {
     for (const Config& cfg : all_configs())
         EXPECT_GT(plan_flashinfer(cfg, kLongDecodeSeqs).chunk, 0)
             << "one long decode must be split; " << describe(cfg, kLongDecodeSeqs);
+}
+
+// A batch in which every sequence prefills, with row tiles enough to fill the grid: on an H100 /
+// H200 at head_dim 128 it goes to the wgmma prefill kernel (never with a decode row or a split);
+// and whichever kernel runs it, it matches the CPU (both backends, CudaAttention.AllPrefillBatch).
+TEST(CudaAttentionFlashInferPlan, AllPrefillBatchTakesTheHopperKernel) {
+    REQUIRE_GPU();
+    int device = 0, major = 0, minor = 0;
+    MI_CUDA_CHECK(cudaGetDevice(&device));
+    MI_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    MI_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    const char* wgmma = std::getenv("MINIINFER_PREFILL_WGMMA");
+    const bool hopper = major == 9 && minor == 0 && !(wgmma && std::string(wgmma) == "0");
+    for (const Config& cfg : kManySeqsConfigs) {
+        const PlanStats plan = plan_flashinfer(cfg, all_prefill_seqs());
+        EXPECT_EQ(plan.hopper_prefill, hopper && cfg.head_dim == 128) << describe(cfg);
+        EXPECT_FALSE(plan_flashinfer(cfg, many_seqs()).hopper_prefill) << "decode rows";
+        EXPECT_FALSE(plan_flashinfer(cfg, kLongChunkBatches[0]).hopper_prefill) << "decode row";
+    }
 }
 
 // Enough row tiles to fill the grid: no split, every item writes the output directly, and the

@@ -44,9 +44,7 @@ void check_attention_params(const AttentionParams& p) {
         "paged attention: bad max_query_len / max_seq_len bounds");
 }
 
-void paged_attention(const AttentionParams& p, void* workspace, size_t workspace_bytes,
-                     cudaStream_t stream) {
-    check_attention_params(p);
+AttentionLaunch make_attention_launch(const AttentionParams& p) {
     AttentionLaunch a{};
     a.num_tokens = p.q->size(0);
     a.num_heads = p.q->size(1);
@@ -58,8 +56,6 @@ void paged_attention(const AttentionParams& p, void* workspace, size_t workspace
     a.max_seq_len = p.max_seq_len;
     a.max_pages = p.block_table->size(1);
     a.scale = p.scale;
-    if (a.num_tokens == 0 || a.num_seqs == 0 || a.max_query_len == 0) return;
-
     a.q = p.q->raw();
     a.k_cache = p.k_cache->raw();
     a.v_cache = p.v_cache->raw();
@@ -70,7 +66,14 @@ void paged_attention(const AttentionParams& p, void* workspace, size_t workspace
     a.fp8_cache = p.k_cache->dtype() == DType::kU8;
     a.k_scale = p.k_scale;
     a.v_scale = p.v_scale;
+    return a;
+}
 
+void paged_attention(const AttentionParams& p, void* workspace, size_t workspace_bytes,
+                     cudaStream_t stream) {
+    check_attention_params(p);
+    const AttentionLaunch a = make_attention_launch(p);
+    if (a.num_tokens == 0 || a.num_seqs == 0 || a.max_query_len == 0) return;
     if (a.max_query_len == 1) {
         launch_attention_decode(a, workspace, workspace ? workspace_bytes : 0, stream);
     } else {

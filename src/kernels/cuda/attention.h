@@ -73,6 +73,11 @@ struct AttentionLaunch {
     bool fp8_cache = false;  // k_cache, v_cache hold e4m3 bytes, value = e4m3 · k_scale / v_scale
     float k_scale = 1.f, v_scale = 1.f;
 };
+// The launch arguments of p (checked by check_attention_params first); both backends build them
+// here.
+AttentionLaunch make_attention_launch(const AttentionParams& p);
+// Any batch with max_query_len > 1 (decode rows too): the wgmma kernel on an sm_90 device at
+// head_dim 128 (attention_prefill_sm90.h), else mma.sync.
 void launch_attention_prefill(const AttentionLaunch& a, cudaStream_t stream);
 // Plans the KV splits from the host-side bounds and the workspace size (it may be 0: no
 // splits), then launches the decode and, with splits, the combine kernel.

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/cuda/cuda_check.h"
+#include "kernels/cuda/attention_prefill_sm90.h"
 #include "kernels/cuda/attention_tile.cuh"
 #include "kernels/cuda/launch.cuh"
 
@@ -267,6 +268,9 @@ FlashInferAttention::FlashInferAttention(int64_t max_tokens, int64_t max_seqs, i
     const int blocks_per_sm =
         head_dim == 64 ? configure_and_occupancy<64>() : configure_and_occupancy<128>();
     num_ctas_ = int64_t(num_sms) * std::max(blocks_per_sm, 1);
+    AttentionLaunch shape{};
+    shape.head_dim = head_dim;
+    hopper_prefill_supported_ = attention_prefill_sm90_supported(shape);
     const int64_t group = num_heads / num_kv_heads;
     // Unsplit items: Σ_s ceil(q_len_s · group / 64) per KV head <= tokens · group / 64 + seqs.
     // A split plan has at most num_ctas_ items, all of them possibly chunks.
@@ -368,6 +372,10 @@ void FlashInferAttention::plan(std::span<const int32_t> query_start,
     }
     MI_LAUNCH_CHECK(int64_t(items.size()) <= max_items_ && partial_rows <= max_partial_rows_,
                     "flashinfer plan: the plan outgrew its workspace (a planner bug)");
+    bool all_prefill = num_seqs > 0;
+    for (int64_t s = 0; s < num_seqs; ++s)
+        all_prefill = all_prefill && query_start[size_t(s) + 1] - query_start[size_t(s)] > 1;
+    hopper_prefill_ = hopper_prefill_supported_ && all_prefill && chunk == 0;
 
     // Longest processing time first: each item, heaviest first, to the least loaded block.
     // Cost: its key tiles plus one for the fixed work (Q load, epilogue).
@@ -433,6 +441,12 @@ void FlashInferAttention::run(const AttentionParams& p, cudaStream_t stream) {
                     "flashinfer: k_cache/v_cache do not match the constructed page size / heads");
     MI_LAUNCH_CHECK(p.out->size(0) == p.q->size(0) && p.out->size(1) == num_heads_ * head_dim_,
                     "flashinfer: out must be [num_tokens, num_heads * head_dim]");
+    if (hopper_prefill_) {
+        const AttentionLaunch prefill = make_attention_launch(p);
+        if (prefill.num_tokens > 0 && prefill.max_query_len > 0)
+            launch_attention_prefill(prefill, stream);
+        return;
+    }
     LaunchArgs a{};
     a.q = static_cast<const bf16*>(p.q->raw());
     a.k_cache = p.k_cache->raw();

@@ -19,8 +19,14 @@
 // covering a whole row tile writes the output; a chunk writes (normalised partial output,
 // log-sum-exp) to the workspace and a merge kernel combines the chunks of each row tile.
 // Both grids are fixed at construction, so run() can be captured in a CUDA graph and replayed
-// after later plan() calls. The lead's AttentionParams bounds (num_seqs, max_*_len) are not used
-// by run(): the plan carries the shapes.
+// after later plan() calls.
+// On an sm_90 device (H100 / H200) at head_dim 128, a batch in which every sequence prefills
+// (more than one query row) and whose row tiles fill the grid without splitting goes to the fa2
+// backend's wgmma prefill kernel instead (attention_prefill_sm90.h, about twice the work
+// kernel's mma.sync rate), as FlashInfer dispatches prefill to FlashAttention-3 on Hopper;
+// batches with decode rows or few row tiles keep the planned items. Such batches are never
+// captured (graphs hold decode steps), so a replay never meets a plan of the other kind. The lead's
+// AttentionParams bounds (num_seqs, max_*_len) are not used by run(): the plan carries the shapes.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -57,6 +63,8 @@ class FlashInferAttention {
     int64_t planned_items() const { return planned_items_; }
     int64_t planned_merges() const { return planned_merges_; }
     int64_t planned_chunk() const { return planned_chunk_; }  // keys per chunk; 0: no split
+    // Whether run() hands this batch to the Hopper prefill kernel instead (see the top).
+    bool planned_hopper_prefill() const { return hopper_prefill_; }
 
   private:
     int64_t max_tokens_, max_seqs_, num_heads_, num_kv_heads_, head_dim_, page_size_;
@@ -70,6 +78,7 @@ class FlashInferAttention {
     DeviceBuffer partial_o_;    // f32 [max_partial_rows_, head_dim]
     DeviceBuffer partial_lse_;  // f32 [max_partial_rows_]
     int64_t planned_items_ = 0, planned_merges_ = 0, planned_chunk_ = 0;
+    bool hopper_prefill_supported_ = false, hopper_prefill_ = false;
 };
 
 }  // namespace miniinfer::cuda
