@@ -32,8 +32,7 @@ namespace {
 
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
-constexpr int kUnroll =
-    8;  // loads in flight per thread per pass (4 left passes waiting on latency)
+constexpr int kUnroll = 8;   // loads in flight per thread per pass
 constexpr int kBins = 2048;  // 11-bit radix digits
 constexpr int kBinsPerThread = kBins / kThreads;
 constexpr unsigned kFull = 0xffffffffu;
@@ -261,11 +260,10 @@ __device__ int find_cut_bin(const T* hist, int num_bins, T target, double fracti
     return num_bins - 1 - r;
 }
 
-// The first token in id order at which the running sum of value_of(i, load(i)) >= 0 exceeds the
-// target:
-// fraction * (the total) when fraction >= 0, else absolute_target. The last token with a
-// positive value if rounding never gets there. Tiles of consecutive ids: warps sum whole tiles,
-// one thread per tile scans the sums, and one warp walks the tile that holds the crossing.
+// The first token in id order at which the running sum of value_of(i, load(i)) >= 0 exceeds
+// the target: fraction * (the total) when fraction >= 0, else absolute_target. The last token
+// with a positive value if rounding never gets there. Tiles of consecutive ids: warps sum whole
+// tiles, one thread per tile scans the sums, and one warp walks the tile that holds the crossing.
 template <typename Load, typename Value>
 __device__ int first_crossing(int vocab, const Load& load, const Value& value_of, double fraction,
                               double absolute_target, Scratch& s) {
