@@ -25,8 +25,9 @@
 // backend's wgmma prefill kernel instead (attention_prefill_sm90.h, about twice the work
 // kernel's mma.sync rate), as FlashInfer dispatches prefill to FlashAttention-3 on Hopper;
 // batches with decode rows or few row tiles keep the planned items. Such batches are never
-// captured (graphs hold decode steps), so a replay never meets a plan of the other kind. The lead's
-// AttentionParams bounds (num_seqs, max_*_len) are not used by run(): the plan carries the shapes.
+// captured (graphs hold decode steps), so a replay never meets a plan of the other kind. The
+// AttentionParams bounds (num_seqs, max_*_len) are not used by run(), whose plan carries the
+// shapes, except for such a batch: the wgmma kernel's grid comes from them, as with fa2.
 #pragma once
 
 #include <cuda_runtime.h>
