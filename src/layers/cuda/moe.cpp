@@ -48,7 +48,8 @@ void grouped_experts(const Moe& m, const Tensor& x, const Tensor& ids, const Ten
         Tensor gate_up = rows(buf.gate_up, R);
         grouped_gemm(x, &row_token, m.experts_gate_up, buf.expert_offsets, tile,
                      GroupedGemmEpilogue::kStore, gate_up, st);
-        silu_mul(gate_up, act, st);
+        // Only the rows the permutation filled (expert_offsets[E]), not the worst case R.
+        silu_mul(gate_up, act, st, buf.expert_offsets.data<int32_t>() + m.num_experts());
     }
     grouped_gemm(act, nullptr, m.experts_down, buf.expert_offsets, tile,
                  GroupedGemmEpilogue::kStore, y_perm, st);
