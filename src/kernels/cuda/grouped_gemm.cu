@@ -75,7 +75,7 @@ struct Tile {
 };
 
 using Tile16 = Tile<16, 64, 64, 4, 1, 4>;
-using Tile32 = Tile<32, 128, 64, 3, 1, 4>;
+using Tile32 = Tile<32, 128, 64, 2, 1, 4>;
 using Tile64 = Tile<64, 128, 32, 3, 2, 2>;
 using Tile128 = Tile<128, 128, 32, 4, 2, 4>;
 
@@ -83,20 +83,22 @@ using Tile128 = Tile<128, 128, 32, 4, 2, 4>;
 // shallower or deeper rings (more or fewer CTAs an SM), longer k runs per weight row (256 B
 // instead of 128 B per row and stage), narrower or wider column tiles (more CTAs, or more bytes
 // per CTA), more warps to issue the loads. Measured on the H200 at 256 tokens of 30B-A3B
-// (gate_up + down, µs): 128 x k64 with 3 stages 404, 4 stages 439, 64 x k64 4 stages 430,
-// 256 x k64 3 stages 8 warps 433, 64 x k128 516; dropped after that sweep: 128 x k128 3 stages
-// 603, 128 x k32 8 stages 655, 64 x k64 6 stages 2 warps 758.
+// (gate_up + down, µs): 128 x k64 with 2 stages 379, 3 stages 404 (the default before), 8 warps
+// 406, 64 x k64 3 stages 430; dropped after those sweeps: 128 x k64 4 stages 438, 64 x k64 4
+// stages 430, 256 x k64 3 stages 8 warps 432, 64 x k128 516, 128 x k128 3 stages 603, 128 x k32
+// 8 stages 655, 64 x k64 6 stages 2 warps 758. Fewer stages (less shared memory, more CTAs an
+// SM) won each time.
 using Tile32Variants =
-    std::tuple<Tile32, Tile<32, 128, 64, 4, 1, 4>, Tile<32, 64, 128, 4, 1, 4>,
-               Tile<32, 128, 64, 2, 1, 4>, Tile<32, 64, 64, 3, 1, 4>, Tile<32, 256, 64, 3, 1, 8>,
-               Tile<32, 64, 64, 4, 1, 4>, Tile<32, 128, 64, 3, 1, 8>>;
-constexpr const char* kTile32VariantNames[] = {"128 cols x k64, 3 stages, 4 warps (default)",
-                                               "128 cols x k64, 4 stages, 4 warps",
-                                               "64 cols x k128, 4 stages, 4 warps",
-                                               "128 cols x k64, 2 stages, 4 warps",
+    std::tuple<Tile32, Tile<32, 128, 64, 3, 1, 4>, Tile<32, 128, 64, 2, 1, 8>,
+               Tile<32, 64, 64, 2, 1, 4>, Tile<32, 64, 64, 3, 1, 4>, Tile<32, 256, 64, 2, 1, 8>,
+               Tile<32, 128, 128, 2, 1, 4>, Tile<32, 128, 64, 3, 1, 8>>;
+constexpr const char* kTile32VariantNames[] = {"128 cols x k64, 2 stages, 4 warps (default)",
+                                               "128 cols x k64, 3 stages, 4 warps",
+                                               "128 cols x k64, 2 stages, 8 warps",
+                                               "64 cols x k64, 2 stages, 4 warps",
                                                "64 cols x k64, 3 stages, 4 warps",
-                                               "256 cols x k64, 3 stages, 8 warps",
-                                               "64 cols x k64, 4 stages, 4 warps",
+                                               "256 cols x k64, 2 stages, 8 warps",
+                                               "128 cols x k128, 2 stages, 4 warps",
                                                "128 cols x k64, 3 stages, 8 warps"};
 
 template <int N>
