@@ -19,7 +19,7 @@
 #   OPS             bench_cuda_ops runs, separated by ";", each a filter and optionally ",TOKENS"
 #                   (the MoE ops' step size): "attention;moe tile32,256"; default one run of every
 #                   op, none with ONLY; OPS_ENVS more runs of each, one per VAR=VALUE
-#                   (bench-ops-<VAR>-<VALUE>.txt)
+#                   (bench-ops-<VAR>-<VALUE>.txt); OPS=0 none
 #   BENCH=0         no `miniinfer bench`
 #   BENCH_MODELS    model folders (default bench/qwen3-0.6b; bench/qwen3-30b-a3b: the MoE shapes)
 #   BACKENDS        attention backends benched (default "fa2 flashinfer")
@@ -95,7 +95,7 @@ ops_run() {  # ops_run FILE [VAR=VALUE]
     { note "FAIL bench_cuda_ops${setting:+ with $setting}"; status=1; }
   note "bench_cuda_ops${OPS:+ $OPS}${setting:+ with $setting}: $file"
 }
-if [[ -x "$dist/bin/bench_cuda_ops" && ( -z "${ONLY:-}" || -n "${OPS:-}" ) ]]; then
+if [[ -x "$dist/bin/bench_cuda_ops" && "${OPS:-}" != 0 && ( -z "${ONLY:-}" || -n "${OPS:-}" ) ]]; then
   ops_run bench-ops.txt
   for setting in ${OPS_ENVS:-}; do ops_run "bench-ops-${setting/=/-}.txt" "$setting"; done
 fi

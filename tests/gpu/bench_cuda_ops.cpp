@@ -544,6 +544,15 @@ int main(int argc, char** argv) {
                 bench_attention(std::vector<int32_t>(kDecodeRows, 1),
                                 std::vector<int32_t>(kDecodeRows, 1024),
                                 "decode 256 seqs x 1024 keys", fp8, heads, kv_heads);
+        // Decode as the decode256 workload meets it (lengths spread over 128 .. 1148 keys, mean
+        // 638), and at batch 1 (the bs1 workload's middle), at 0.6B's and 30B-A3B's heads.
+        std::vector<int32_t> spread(kDecodeRows);
+        for (int64_t i = 0; i < kDecodeRows; ++i) spread[size_t(i)] = int32_t(128 + 4 * i);
+        for (auto [heads, kv_heads] : {std::pair<int64_t, int64_t>{16, 8}, {32, 4}}) {
+            bench_attention(std::vector<int32_t>(kDecodeRows, 1), spread,
+                            "decode 256 seqs x 128-1148 keys", false, heads, kv_heads);
+            bench_attention({1}, {384}, "decode 1 seq x 384 keys", false, heads, kv_heads);
+        }
     }
     bench_sampling();
     if (wanted_group("moe"))

@@ -50,7 +50,6 @@ constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMaxHeadsPerBlock = 8;
 constexpr int kMaxSplits = 64;
-constexpr int kMinKeysPerSplit = 128;  // below this a split's fixed cost outweighs its parallelism
 constexpr int64_t kMaxPartialRows = 2048;  // (token, split) pairs the workspace is sized for
 
 __device__ __forceinline__ void bf16x8_to_float(const uint4& v, float (&f)[8]) {
@@ -389,17 +388,36 @@ const Occupancy& decode_occupancy(size_t smem_bytes) {
     return occupancy;
 }
 
+// Keys a split takes at least: below this a split's fixed cost (its Q, the first loads' latency,
+// the merge) outweighs its parallelism. MINIINFER_DECODE_MIN_KEYS (read once) sets it, and
+// MINIINFER_DECODE_SPLITS forces a split count (both bounded as below), to time the choice.
+int env_int(const char* name, int fallback) {
+    const char* v = std::getenv(name);
+    const int i = v ? std::atoi(v) : 0;
+    return i > 0 ? i : fallback;
+}
+int min_keys_per_split() {
+    static const int keys = env_int("MINIINFER_DECODE_MIN_KEYS", 64);
+    return keys;
+}
+int forced_splits() {
+    static const int splits = env_int("MINIINFER_DECODE_SPLITS", 0);
+    return splits;
+}
+
 // How many blocks share each sequence's keys. The blocks of a decode step take about equally
 // long, so the GPU idles in a last wave that is only partly full: take the fewest splits whose
 // blocks fill whole waves to within 10% (or, below one wave, as many as allowed). Bounded by
-// kMinKeysPerSplit keys per split and by what the workspace holds; from host-side bounds only.
+// min_keys_per_split() keys a split and by what the workspace holds; from host-side bounds only.
 int plan_splits(const AttentionLaunch& a, int64_t blocks_per_split, const Occupancy& occupancy,
                 size_t workspace_bytes) {
-    int64_t max_splits =
-        std::min<int64_t>(kMaxSplits, (a.max_seq_len + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
+    const int64_t min_keys = min_keys_per_split();
+    int64_t max_splits = std::min<int64_t>(kMaxSplits, (a.max_seq_len + min_keys - 1) / min_keys);
     max_splits = std::min<int64_t>(
         max_splits, int64_t(workspace_bytes /
                             (size_t(a.num_tokens) * partial_row_bytes(a.num_heads, a.head_dim))));
+    if (forced_splits() > 0)
+        return int(std::max<int64_t>(1, std::min<int64_t>(forced_splits(), max_splits)));
     const double slots = double(std::max(occupancy.num_sms * occupancy.blocks_per_sm, 1));
     int64_t best = 1;
     double best_fill = 0;

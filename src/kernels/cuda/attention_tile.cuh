@@ -284,15 +284,16 @@ __device__ __forceinline__ int64_t packed_row_index(int q_begin, int r, int grou
 // in the space of the second stages (stage s: its K then its V rows, [2, kKeys, kHeadDim] bytes,
 // behind k_tiles for s = 0, behind v_tiles for s = 1), and each is widened into the first stages
 // as f16 (unscaled; TileElem) just before its step, which frees its raw stage for tile it + 2.
-// The tiles step() gets are TileElem<Cache>.
+// The tiles step() gets are TileElem<Cache>. started() runs once the first two tiles' loads
+// are issued, before the first wait: loads of its own (the decode loop's Q) then overlap them.
 template <int kHeadDim, int kKeys, int kThreads, typename Cache, class KeyOf, class Sync,
-          class Step>
+          class Step, class Started>
 __device__ __forceinline__ void kv_tile_ring(__nv_bfloat16* k_tiles, __nv_bfloat16* v_tiles,
                                              const Cache* k_cache, const Cache* v_cache,
                                              const int32_t* pages, int count, KeyOf key_of,
                                              int kv_end, int page_size, int page_shift,
                                              int64_t kv_row_stride, int head_offset, int t,
-                                             Sync sync, Step step) {
+                                             Sync sync, Step step, Started started) {
     constexpr int kTileElems = kKeys * (kHeadDim + 8);
     constexpr bool kFp8 = std::is_same_v<Cache, uint8_t>;
     // Where stage `stage`'s K and V land: the bf16 stages, or for FP8 the raw space behind them.
@@ -320,6 +321,7 @@ __device__ __forceinline__ void kv_tile_ring(__nv_bfloat16* k_tiles, __nv_bfloat
         if (stage < count) load(stage, key_of(stage));
         cp_async_commit();
     }
+    started();
     for (int it = 0; it < count; ++it) {
         cp_async_wait_all_but_one();  // K(it) and V(it) have landed
         sync();
@@ -376,7 +378,8 @@ __device__ __forceinline__ void attend_tiles(
             if (!warp_active) return;
             attend_tile<kHeadDim, kKeys, kMayBeEmpty>(q_frag, k_tile, v_tile, key_begin, min_limit,
                                                       row_limit, score_scale, o, row_max, row_sum);
-        });
+        },
+        [] {});
     if constexpr (kFp8) scale_o<kHeadDim>(o, v_scale);
 }
 
@@ -413,9 +416,7 @@ __device__ __forceinline__ void attend_narrow(
     // Keys past the range are masked like keys past a row's causal limit.
     const int min_limit = min(prefix_len + row_begin / group, kv_end - 1);
     int limit[2];
-    uint32_t qf[kHeadDim / 16][4];
-    load_q_fragments<kHeadDim, Elem>(q, q_begin, row_begin, num_rows, group, num_heads, kv_head,
-                                     prefix_len, kv_end - 1, qf, limit);
+    uint32_t qf[kHeadDim / 16][4];  // loaded once the ring's first K/V loads are on their way
     const int num_subs = (kv_end - kv_begin + kSub - 1) / kSub;
     const int my_subs = num_subs > warp ? (num_subs - warp + kWarps - 1) / kWarps : 0;
     float acc[kHeadDim / 8][4];
@@ -430,6 +431,10 @@ __device__ __forceinline__ void attend_narrow(
         [&](int key0, const Elem* kt, const Elem* vt) {
             attend_tile<kHeadDim, kSub, true>(qf, kt, vt, key0, min_limit, limit, score_scale, acc,
                                               mx, sm);
+        },
+        [&] {
+            load_q_fragments<kHeadDim, Elem>(q, q_begin, row_begin, num_rows, group, num_heads,
+                                             kv_head, prefix_len, kv_end - 1, qf, limit);
         });
     if constexpr (kFp8) scale_o<kHeadDim>(acc, v_scale);
 
