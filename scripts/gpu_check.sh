@@ -20,6 +20,11 @@
 #                   (the MoE ops' step size): "attention;moe tile32,256"; default one run of every
 #                   op, none with ONLY; OPS_ENVS more runs of each, one per VAR=VALUE
 #                   (bench-ops-<VAR>-<VALUE>.txt); OPS=0 none
+#   NCU             Nsight Compute on bench_cuda_ops kernels, ;-separated "KERNEL@FILTER[,TOKENS]"
+#                   (KERNEL: a regex of kernel names; FILTER, TOKENS: as in OPS), e.g.
+#                   "decode_mma@attention;grouped_gemm_kernel@moe tile32,256": ncu-<i>.txt with
+#                   the speed-of-light, memory, warp-state, occupancy and launch sections of one
+#                   launch (the fourth: past the warm-up), clocks left alone
 #   BENCH=0         no `miniinfer bench`
 #   BENCH_MODELS    model folders (default bench/qwen3-0.6b; bench/qwen3-30b-a3b: the MoE shapes)
 #   BACKENDS        attention backends benched (default "fa2 flashinfer")
@@ -98,6 +103,28 @@ ops_run() {  # ops_run FILE [VAR=VALUE]
 if [[ -x "$dist/bin/bench_cuda_ops" && "${OPS:-}" != 0 && ( -z "${ONLY:-}" || -n "${OPS:-}" ) ]]; then
   ops_run bench-ops.txt
   for setting in ${OPS_ENVS:-}; do ops_run "bench-ops-${setting/=/-}.txt" "$setting"; done
+fi
+if [[ -n "${NCU:-}" ]]; then
+  if command -v ncu >/dev/null; then
+    IFS=';' read -r -a ncu_runs <<< "$NCU"
+    i=0
+    for run in "${ncu_runs[@]}"; do
+      i=$((i + 1))
+      kernel=${run%%@*} ops=${run#*@}
+      argv=("${ops%%,*}")
+      [[ "$ops" == *,* ]] && argv+=("${ops#*,}")
+      if ncu --clock-control none --kernel-name "regex:$kernel" --launch-skip 3 --launch-count 1 \
+          --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+          --section Occupancy --section LaunchStats \
+          "$dist/bin/bench_cuda_ops" "${argv[@]}" > "$out/ncu-$i.txt" 2>&1; then
+        note "PASS ncu $run: ncu-$i.txt"
+      else
+        note "FAIL ncu $run (ncu-$i.txt)"; status=1
+      fi
+    done
+  else
+    note "ncu not found: NCU not run"
+  fi
 fi
 if [[ "${LOAD:-1}" != 0 && -z "${ONLY:-}" ]]; then
   ckpt=${TMPDIR:-/tmp}/miniinfer-qwen3-0.6b-random
