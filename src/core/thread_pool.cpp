@@ -1,8 +1,9 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
+
+#include "core/env.h"
 
 namespace miniinfer {
 
@@ -21,10 +22,7 @@ ThreadPool::~ThreadPool() {
 }
 
 ThreadPool& ThreadPool::global() {
-    static ThreadPool pool([] {
-        const char* env = std::getenv("MINIINFER_NUM_THREADS");
-        return env ? std::atoi(env) : 0;
-    }());
+    static ThreadPool pool(env_int("MINIINFER_NUM_THREADS", 0));
     return pool;
 }
 

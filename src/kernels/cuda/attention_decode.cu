@@ -28,11 +28,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "core/cuda/cuda_check.h"
+#include "core/env.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_tile.cuh"
 #include "kernels/cuda/kv_fp8.cuh"
@@ -356,10 +355,7 @@ constexpr size_t decode_mma_smem_bytes() {
 // Whether GQA groups of 4 to 16 take decode_mma_kernel: MINIINFER_DECODE_MMA not "0" (read once;
 // 0 keeps decode_kernel for every group).
 bool decode_mma_enabled() {
-    static const bool enabled = [] {
-        const char* v = std::getenv("MINIINFER_DECODE_MMA");
-        return v == nullptr || std::strcmp(v, "0") != 0;
-    }();
+    static const bool enabled = env_switch("MINIINFER_DECODE_MMA", true);
     return enabled;
 }
 
@@ -393,17 +389,12 @@ const Occupancy& decode_occupancy(size_t smem_bytes) {
 // the H200 (bs1: 0.6B 1.187 against 1.089 ms a token, 30B-A3B 3.670 against 3.566).
 // MINIINFER_DECODE_MIN_KEYS (read once) sets it, and MINIINFER_DECODE_SPLITS forces a split
 // count (both bounded as below), to time the choice.
-int env_int(const char* name, int fallback) {
-    const char* v = std::getenv(name);
-    const int i = v ? std::atoi(v) : 0;
-    return i > 0 ? i : fallback;
-}
 int min_keys_per_split() {
     static const int keys = env_int("MINIINFER_DECODE_MIN_KEYS", 128);
-    return keys;
+    return keys > 0 ? keys : 128;
 }
-int forced_splits() {
-    static const int splits = env_int("MINIINFER_DECODE_SPLITS", 0);
+int forced_splits() {  // 0: planned
+    static const int splits = std::max(env_int("MINIINFER_DECODE_SPLITS", 0), 0);
     return splits;
 }
 

@@ -30,11 +30,10 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <string_view>
 #include <type_traits>
 
 #include "core/cuda/cuda_check.h"
+#include "core/env.h"
 #include "kernels/cuda/attention_tile.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/wgmma.cuh"
@@ -381,8 +380,7 @@ void launch_sm90(const AttentionLaunch& a, dim3 grid, cudaStream_t stream) {
 
 bool attention_prefill_sm90_supported(const AttentionLaunch& a) {
     static const bool device_ok = [] {
-        const char* v = std::getenv("MINIINFER_PREFILL_WGMMA");
-        if (v && std::string_view(v) == "0") return false;
+        if (!env_switch("MINIINFER_PREFILL_WGMMA", true)) return false;
         int device = 0, major = 0, minor = 0;
         MI_CUDA_CHECK(cudaGetDevice(&device));
         MI_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));

@@ -11,14 +11,13 @@
 #include <cublasLt.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <unordered_map>
 #include <vector>
 
 #include "core/check.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
+#include "core/env.h"
 #include "core/logging.h"
 #include "kernels/cuda/check_tensor.h"
 #include "kernels/cuda/gemv.h"
@@ -167,7 +166,6 @@ Plan& Gemm::Impl::plan_for(const Key& key) {
 
 void Gemm::Impl::tune(Plan& plan, const Key& key, const void* x, const void* w, void* y,
                       cudaStream_t stream) {
-    plan.tuned = true;
     std::vector<cublasLtMatmulAlgo_t> candidates = std::move(plan.candidates);
     if (candidates.empty()) return;
     candidates.insert(candidates.begin(), plan.algo);
@@ -205,10 +203,7 @@ void Gemm::Impl::tune(Plan& plan, const Key& key, const void* x, const void* w, 
 }
 
 bool Gemm::tune_from_env() {
-    static const bool tune = [] {
-        const char* v = std::getenv("MINIINFER_GEMM_TUNE");
-        return v != nullptr && std::strcmp(v, "1") == 0;
-    }();
+    static const bool tune = env_int("MINIINFER_GEMM_TUNE", 0) == 1;
     return tune;
 }
 

@@ -44,12 +44,12 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <iterator>
 #include <tuple>
 #include <utility>
 
 #include "core/cuda/cuda_check.h"
+#include "core/env.h"
 #include "kernels/cuda/check_tensor.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_bf16.cuh"
@@ -316,8 +316,7 @@ void launch_tile32_variant(int variant, const Tensor& x, const Tensor* row_token
 // alone); -1 when unset or out of range.
 int tile32_variant_override() {
     static const int variant = [] {
-        const char* v = std::getenv("MINIINFER_MOE_TILE32");
-        const int i = v ? std::atoi(v) : -1;
+        const int i = env_int("MINIINFER_MOE_TILE32", -1);
         return i >= 0 && i < kGroupedGemmTile32Variants ? i : -1;
     }();
     return variant;

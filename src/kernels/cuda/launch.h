@@ -3,16 +3,13 @@
 #pragma once
 
 #include <atomic>
-#include <cstdlib>
-#include <string_view>
+
+#include "core/env.h"
 
 namespace miniinfer::cuda {
 
 inline std::atomic<bool>& pdl_switch() {
-    static std::atomic<bool> on = [] {
-        const char* v = std::getenv("MINIINFER_PDL");
-        return !(v && std::string_view(v) == "0");
-    }();
+    static std::atomic<bool> on = env_switch("MINIINFER_PDL", true);
     return on;
 }
 // Whether launch_kernel lets a kernel start before the previous one in its stream has finished.
