@@ -326,6 +326,32 @@ TEST_P(CudaAttention, GraphReplayAfterNewPlan) {
     }
 }
 
+// Decode under bounds far above the lengths, as a captured graph's (p.max_seq_len 4096): fa2's
+// grid then has many splits per sequence, and each sequence uses as many as the plan's lengths
+// ask (decode_split.h) while the rest write an empty log-sum-exp and leave. At 30B-A3B's heads
+// (group 8, the tensor-core decode) and 0.6B's (group 2), lengths 1 .. 1,149.
+TEST_P(CudaAttention, DecodeUnderBoundsFarAboveTheLengths) {
+    REQUIRE_GPU();
+    std::mt19937 rng(16);
+    for (const Config cfg : {Config{32, 4, 128, 16}, Config{16, 8, 128, 16}}) {
+        for (int num_seqs : {1, 3, 96}) {
+            std::vector<Seq> seqs;
+            for (int i = 0; i < num_seqs; ++i)
+                seqs.push_back({1, num_seqs == 1 ? 384 : 1 + (i * 12 + 1) % 1149});
+            Batch b = make_batch(cfg, seqs, rng);
+            b.max_seq_len = 4096;
+            DeviceBatch d(b);
+            auto backend =
+                cuda::make_attention_backend(GetParam(), shape_of(cfg, b.num_tokens, b.num_seqs));
+            backend->plan(host_span(b.query_start), host_span(b.seq_lens), nullptr);
+            d.poison_out();
+            backend->run(d.params(b), nullptr);
+            MI_CUDA_CHECK(cudaDeviceSynchronize());
+            expect_close(b, d.out_host(), "bound 4096, " + describe(cfg, seqs));
+        }
+    }
+}
+
 // Informative: decode HBM bandwidth at Qwen3-0.6B's shapes (16 heads, 8 KV heads, head_dim
 // 128, page 16), 256 sequences x 1024 keys: bytes of K and V read / time of run(), against
 // ~4.8 TB/s. plan() is host work outside the timing (the runner overlaps it with the previous

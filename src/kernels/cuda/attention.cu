@@ -66,6 +66,7 @@ AttentionLaunch make_attention_launch(const AttentionParams& p) {
     a.fp8_cache = p.k_cache->dtype() == DType::kU8;
     a.k_scale = p.k_scale;
     a.v_scale = p.v_scale;
+    a.decode_lengths = p.decode_lengths;
     return a;
 }
 

@@ -40,6 +40,12 @@ struct AttentionParams {
     Tensor* out;  // [num_tokens, num_heads * head_dim] bf16
     // An FP8 cache's per-tensor scales: element value = e4m3 · scale (ignored for bf16).
     float k_scale = 1.f, v_scale = 1.f;
+    // Optional, device [2]: the step's Σ seq_lens and its longest seq_len, as the device will
+    // hold them when the launch runs (the fa2 backend's plan() copies them). The decode then
+    // splits each sequence by these lengths (decode_split.h), not by the host-side bounds:
+    // what a captured graph needs to split each replay by its own lengths. nullptr: by the
+    // bounds.
+    const int32_t* decode_lengths = nullptr;
 };
 
 // The launchers' common validation of p (both backends): dtypes, ranks, contiguity, head_dim 64
@@ -72,6 +78,7 @@ struct AttentionLaunch {
     void* out;               // [num_tokens, num_heads * head_dim] bf16
     bool fp8_cache = false;  // k_cache, v_cache hold e4m3 bytes, value = e4m3 · k_scale / v_scale
     float k_scale = 1.f, v_scale = 1.f;
+    const int32_t* decode_lengths = nullptr;  // AttentionParams::decode_lengths
 };
 // The launch arguments of p (checked by check_attention_params first); both backends build them
 // here.
@@ -80,7 +87,8 @@ AttentionLaunch make_attention_launch(const AttentionParams& p);
 // head_dim 128 (attention_prefill_sm90.h), else mma.sync.
 void launch_attention_prefill(const AttentionLaunch& a, cudaStream_t stream);
 // Plans the KV splits from the host-side bounds and the workspace size (it may be 0: no
-// splits), then launches the decode and, with splits, the combine kernel.
+// splits) — each sequence's share of them from a.decode_lengths when given — then launches the
+// decode and, with splits, the combine kernel.
 void launch_attention_decode(const AttentionLaunch& a, void* workspace, size_t workspace_bytes,
                              cudaStream_t stream);
 

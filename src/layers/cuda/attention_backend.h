@@ -1,7 +1,8 @@
 // AttentionBackend: paged attention over a layer's KV pages, one interface for both backends.
 //
-//   fa2 (kernels/cuda/attention.h): FlashAttention-2's algorithm; needs no plan, only a
-//     workspace for the split-KV decode.
+//   fa2 (kernels/cuda/attention.h): FlashAttention-2's algorithm; a workspace for the
+//     split-KV decode, and a plan of two integers (the step's Σ seq_lens and longest seq_len,
+//     from which each decode block finds its keys: kernels/cuda/decode_split.h).
 //   flashinfer (kernels/cuda/attention_flashinfer.h): FlashInfer's plan/run design; plan()
 //     spreads the step's work over a fixed persistent grid.
 //

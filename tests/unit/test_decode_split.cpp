@@ -1,0 +1,80 @@
+// The fa2 decode's split choice (kernels/cuda/decode_split.h), a pure function the decode
+// kernels run on the device: checked here on the host, for the shapes the benchmarks meet.
+#include "kernels/cuda/decode_split.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <vector>
+
+namespace miniinfer::cuda {
+namespace {
+
+struct Case {
+    std::vector<int64_t> lens;
+    int64_t blocks_per_key, slots, max_splits, min_keys;
+};
+
+int64_t chunk_of(const Case& c) {
+    const int64_t total = std::accumulate(c.lens.begin(), c.lens.end(), int64_t(0));
+    const int64_t longest = *std::max_element(c.lens.begin(), c.lens.end());
+    return decode_chunk_keys(total, longest, c.blocks_per_key, c.slots, c.max_splits, c.min_keys);
+}
+
+// Blocks with keys: Σ ceil(len / chunk) per KV-head block.
+int64_t busy_blocks(const Case& c, int64_t chunk) {
+    int64_t n = 0;
+    for (int64_t len : c.lens) n += (len + chunk - 1) / chunk;
+    return n * c.blocks_per_key;
+}
+
+TEST(DecodeSplit, BatchThatFillsTheGpuIsNotSplit) {
+    // 30B-A3B decode256: 256 sequences of 128 .. 1148 keys, 4 KV heads, 3 blocks an SM on 132
+    // SMs, a grid of 3 splits (planned from a 4,096-key bound).
+    Case c{{}, 4, 396, 3, 128};
+    for (int i = 0; i < 256; ++i) c.lens.push_back(128 + 4 * i);
+    const int64_t chunk = chunk_of(c);
+    EXPECT_GE(chunk, 1148);
+    EXPECT_EQ(busy_blocks(c, chunk), 256 * 4);
+}
+
+TEST(DecodeSplit, BatchOneSplitsByMinKeys) {
+    // bs1 on the 0.6B: one sequence of 384 keys, 8 KV heads, 2,112 slots, 32 splits allowed.
+    const Case c{{384}, 8, 2112, 32, 128};
+    EXPECT_EQ(chunk_of(c), 128);  // 3 splits of 128 keys, not 24 of 16
+    EXPECT_EQ(busy_blocks(c, chunk_of(c)), 3 * 8);
+}
+
+TEST(DecodeSplit, MidBatchAboutOneWave) {
+    // 100 sequences of about 800 keys on 2,112 slots, 5 splits allowed.
+    Case c{{}, 8, 2112, 5, 128};
+    for (int i = 0; i < 100; ++i) c.lens.push_back(700 + 2 * i);
+    const int64_t chunk = chunk_of(c);
+    EXPECT_GT(busy_blocks(c, chunk), 100 * 8);                           // split, to fill the GPU
+    EXPECT_LE(busy_blocks(c, chunk), c.slots + 100 * c.blocks_per_key);  // about one wave
+}
+
+TEST(DecodeSplit, RandomBatchesFitTheGridInGranules) {
+    std::mt19937 rng(7);
+    for (int trial = 0; trial < 2000; ++trial) {
+        Case c{{},
+               std::uniform_int_distribution<int64_t>(1, 16)(rng),
+               std::uniform_int_distribution<int64_t>(1, 4096)(rng),
+               std::uniform_int_distribution<int64_t>(1, 64)(rng),
+               std::uniform_int_distribution<int64_t>(1, 256)(rng)};
+        const int n = std::uniform_int_distribution<int>(1, 300)(rng);
+        for (int i = 0; i < n; ++i)
+            c.lens.push_back(std::uniform_int_distribution<int64_t>(1, 40960)(rng));
+        const int64_t chunk = chunk_of(c);
+        EXPECT_EQ(chunk % kDecodeChunkGranule, 0);
+        EXPECT_GE(chunk, c.min_keys);
+        // Every key of every sequence lies in one of the grid's splits.
+        for (int64_t len : c.lens) EXPECT_LE((len + chunk - 1) / chunk, c.max_splits);
+    }
+}
+
+}  // namespace
+}  // namespace miniinfer::cuda
