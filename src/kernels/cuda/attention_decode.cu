@@ -370,7 +370,9 @@ __global__ void __launch_bounds__(kCombineWarps * 32)
 // 30B-A3B's group of 8 that kernel reads K/V at a third of the rate it reaches at a group of 2.
 // Same grid, splits and outputs as decode_kernel: a block owns (KV head, sequence, split) and
 // writes the output (one split) or its partial output and log-sum-exp for combine_kernel.
-template <int kHeadDim, typename Cache>
+// kHeadsAsColumns (groups of up to 8): attend_narrow_heads, the products transposed so that the
+// heads fill the mma's 8 columns instead of half of its 16 rows.
+template <int kHeadDim, typename Cache, bool kHeadsAsColumns>
 __global__ void __launch_bounds__(kThreads)
     decode_mma_kernel(const bf16* __restrict__ q, const Cache* __restrict__ k_cache,
                       const Cache* __restrict__ v_cache, float k_scale, float v_scale,
@@ -399,20 +401,28 @@ __global__ void __launch_bounds__(kThreads)
                         split] = -INFINITY;
         return;
     }
-    attend_narrow<kHeadDim, kWarps>(
-        smem, q, token, 0, group, group, num_heads, kv_head, seq_len - 1, key_begin, key_end,
-        k_cache, v_cache, k_scale, v_scale, block_table + int64_t(seq) * max_pages, page_size,
-        page_shift, int64_t(num_kv_heads) * kHeadDim, scale_log2,
-        [&](int, int r, int d, float a, float sum, float m) {
-            const int64_t row = packed_row_index(token, r, group, num_heads, kv_head);
-            if (num_splits == 1) {
-                out[row * kHeadDim + d] = __float2bfloat16(a / sum);
-            } else {
-                partial_o[(row * num_splits + split) * kHeadDim + d] = sum > 0.f ? a / sum : 0.f;
-                if (d == 0)
-                    partial_lse[row * num_splits + split] = sum > 0.f ? m + log2f(sum) : -INFINITY;
-            }
-        });
+    const auto store = [&](int, int r, int d, float a, float sum, float m) {
+        const int64_t row = packed_row_index(token, r, group, num_heads, kv_head);
+        if (num_splits == 1) {
+            out[row * kHeadDim + d] = __float2bfloat16(a / sum);
+        } else {
+            partial_o[(row * num_splits + split) * kHeadDim + d] = sum > 0.f ? a / sum : 0.f;
+            if (d == 0)
+                partial_lse[row * num_splits + split] = sum > 0.f ? m + log2f(sum) : -INFINITY;
+        }
+    };
+    const int32_t* pages = block_table + int64_t(seq) * max_pages;
+    const int64_t kv_row_stride = int64_t(num_kv_heads) * kHeadDim;
+    if constexpr (kHeadsAsColumns)
+        attend_narrow_heads<kHeadDim, kWarps>(smem, q, token, group, num_heads, kv_head,
+                                              seq_len - 1, key_begin, key_end, k_cache, v_cache,
+                                              k_scale, v_scale, pages, page_size, page_shift,
+                                              kv_row_stride, scale_log2, store);
+    else
+        attend_narrow<kHeadDim, kWarps>(smem, q, token, 0, group, group, num_heads, kv_head,
+                                        seq_len - 1, key_begin, key_end, k_cache, v_cache, k_scale,
+                                        v_scale, pages, page_size, page_shift, kv_row_stride,
+                                        scale_log2, store);
 }
 
 // decode_mma_kernel's dynamic shared memory: K then V slices of kWarps warps x 2 stages x 16 keys
@@ -422,10 +432,15 @@ constexpr size_t decode_mma_smem_bytes() {
     return 2 * kWarps * 2 * 16 * (kHeadDim + 8) * sizeof(bf16);
 }
 
-// Whether GQA groups of 4 to 16 take decode_mma_kernel: MINIINFER_DECODE_MMA not "0" (read once;
-// 0 keeps decode_kernel for every group).
+// Whether GQA groups of 4 to 16 take decode_mma_kernel: MINIINFER_DECODE_MMA not "0" (0 keeps
+// decode_kernel for every group).
 bool decode_mma_enabled() {
     static const bool enabled = env_switch("MINIINFER_DECODE_MMA", true);
+    return enabled;
+}
+// Whether groups of 4 to 8 take its heads-as-columns form: MINIINFER_DECODE_MMA_HEADS not "0".
+bool decode_mma_heads_enabled() {
+    static const bool enabled = env_switch("MINIINFER_DECODE_MMA_HEADS", true);
     return enabled;
 }
 
@@ -533,8 +548,11 @@ template <int kHeadDim, typename Cache>
 void launch_decode_group(const AttentionLaunch& a, void* workspace, size_t workspace_bytes,
                          cudaStream_t stream) {
     const int64_t group = a.num_heads / a.num_kv_heads;
+    if (group >= 4 && group <= 8 && decode_mma_enabled() && decode_mma_heads_enabled())
+        return launch_decode<decode_mma_kernel<kHeadDim, Cache, true>, Cache>(
+            a, 1, decode_mma_smem_bytes<kHeadDim>(), workspace, workspace_bytes, stream);
     if (group >= 4 && group <= 16 && decode_mma_enabled())
-        return launch_decode<decode_mma_kernel<kHeadDim, Cache>, Cache>(
+        return launch_decode<decode_mma_kernel<kHeadDim, Cache, false>, Cache>(
             a, 1, decode_mma_smem_bytes<kHeadDim>(), workspace, workspace_bytes, stream);
     if (group == 1)
         return launch_decode<decode_kernel<kHeadDim, 1, Cache>, Cache>(a, 1, 0, workspace,

@@ -18,6 +18,8 @@
 //                      the tile step above on each warp's 16 rows
 //   attend_narrow      the decode form of the loop: at most 16 packed rows, the block's warps
 //                      splitting the keys (each through its own ring), states merged at the end
+//   attend_narrow_heads  the same for one token's GQA group of at most 8 heads, the products
+//                      transposed (heads as the mma's 8 columns: half the mma work)
 //   finish_rows        the epilogue's common part: each row's softmax sum over its quad, rows
 //                      past the end skipped, 1 / sum handed to a store (store_o_bf16, store_o_f32)
 // Fragment layout (mma m16n8k16): a thread (gid = lane / 4, tig = lane % 4) holds rows gid and
@@ -475,6 +477,150 @@ __device__ __forceinline__ void attend_narrow(
             a_all += red_o[(w * 16 + local) * kHeadDim + d] * wt;
         }
         store(local, r, d, a_all, l_all, m_all);
+    }
+}
+
+// attend_narrow for one decode query token whose GQA group of at most 8 heads shares the KV
+// head, with the products transposed so that the heads are the mma's 8 columns instead of 8 of
+// 16 rows (half of which attend_narrow spends on padding): Sᵀ = K·Qᵀ (16 keys x 8 heads, K from
+// shared memory as the A operand, Qᵀ's fragments in registers), the online softmax per head
+// (column) over the keys (rows: a reduction over the lanes of one fragment column), then
+// Oᵀ = Vᵀ·Pᵀ (head_dim x 8 heads, Vᵀ through ldmatrix.trans, Pᵀ turned from accumulator into B
+// operand by movmatrix). Half the mma work and half the accumulator registers of attend_narrow
+// at the same bytes. Same contract as attend_narrow with row_begin 0 and num_rows = group <= 8
+// (one query token: every head's limit is prefix_len; the store's local == r); smem the same
+// (the merge takes kWarps x 8 x (kHeadDim + 6) floats).
+template <int kHeadDim, int kWarps, typename Cache, typename Store>
+__device__ __forceinline__ void attend_narrow_heads(
+    __nv_bfloat16* smem, const __nv_bfloat16* q, int q_begin, int group, int num_heads, int kv_head,
+    int prefix_len, int kv_begin, int kv_end, const Cache* k_cache, const Cache* v_cache,
+    float k_scale, float v_scale, const int32_t* pages, int page_size, int page_shift,
+    int64_t kv_row_stride, float scale_log2, Store&& store) {
+    constexpr int kSub = 16;  // keys per warp step
+    constexpr int kStride = kHeadDim + 8;
+    constexpr int kThreads = kWarps * 32;
+    constexpr int kMTiles = kHeadDim / 16;  // Oᵀ row tiles
+    using Elem = TileElem<Cache>;
+    constexpr bool kFp8 = std::is_same_v<Cache, uint8_t>;
+    const float score_scale = kFp8 ? scale_log2 * k_scale : scale_log2;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int gid = lane / 4, tig = lane % 4;
+    __nv_bfloat16* warp_k = smem + warp * 2 * kSub * kStride;  // [2, kSub, kStride]
+    __nv_bfloat16* warp_v = smem + (kWarps + warp) * 2 * kSub * kStride;
+    // The one query token sees keys up to prefix_len; past the range they are masked too.
+    const int last_key = min(prefix_len, kv_end - 1);
+    // Qᵀ as B fragments: load_q_fragments' rows gid (head gid) are exactly B's column gid
+    // (q_frag[kc][0]: dims kc * 16 + 2 tig, + 1; q_frag[kc][2]: the same + 8). Its rows gid + 8
+    // (past 8 heads) stay zero and unused.
+    int limit[2];
+    uint32_t qf[kHeadDim / 16][4];
+    const int num_subs = (kv_end - kv_begin + kSub - 1) / kSub;
+    const int my_subs = num_subs > warp ? (num_subs - warp + kWarps - 1) / kWarps : 0;
+    float acc[kMTiles][4];  // Oᵀ: dims mt * 16 + gid (+ 8) x heads 2 tig, 2 tig + 1
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
+    float mx[2] = {-INFINITY, -INFINITY}, sm[2] = {0.f, 0.f};  // heads 2 tig + j
+    kv_tile_ring<kHeadDim, kSub, 32>(
+        warp_k, warp_v, k_cache, v_cache, pages, my_subs,
+        [&](int it) { return kv_begin + (warp + kWarps * it) * kSub; }, kv_end, page_size,
+        page_shift, kv_row_stride, kv_head * kHeadDim, lane, [] { __syncwarp(); },
+        [&](int key0, const Elem* kt, const Elem* vt) {
+            // Sᵀ: s[0], s[1]: key gid, heads 2 tig, 2 tig + 1; s[2], s[3]: key gid + 8.
+            float s[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+            for (int kc = 0; kc < kHeadDim / 16; ++kc) {
+                uint32_t a[4];  // K rows lane % 16, dims kc * 16 + (lane / 16) * 8
+                ldmatrix_x4(a, kt + (lane % 16) * kStride + kc * 16 + (lane / 16) * 8);
+                mma_16816<Elem>(s, a, qf[kc][0], qf[kc][2]);
+            }
+            const bool need_mask = key0 + kSub - 1 > last_key;
+            float p[4];
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                float lo = s[j] * score_scale, hi = s[2 + j] * score_scale;
+                if (need_mask) {
+                    if (key0 + gid > last_key) lo = -INFINITY;
+                    if (key0 + gid + 8 > last_key) hi = -INFINITY;
+                }
+                float tile_max = fmaxf(mx[j], fmaxf(lo, hi));
+#pragma unroll
+                for (int o = 4; o < 32; o *= 2)  // over the 8 lanes of column 2 tig + j
+                    tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, o));
+                const float ref = tile_max == -INFINITY ? 0.f : tile_max;
+                const float correction = exp2f(mx[j] - ref);
+                mx[j] = tile_max;
+                p[j] = exp2f(lo - ref);
+                p[2 + j] = exp2f(hi - ref);
+                sm[j] = sm[j] * correction + p[j] + p[2 + j];
+#pragma unroll
+                for (int mt = 0; mt < kMTiles; ++mt) {
+                    acc[mt][j] *= correction;
+                    acc[mt][2 + j] *= correction;
+                }
+            }
+            // Pᵀ as B: keys 2 tig, 2 tig + 1 (and + 8) of head gid.
+            const uint32_t b0 = movmatrix_trans(pack_pair<Elem>(p[0], p[1]));
+            const uint32_t b1 = movmatrix_trans(pack_pair<Elem>(p[2], p[3]));
+#pragma unroll
+            for (int mt = 0; mt < kMTiles; ++mt) {
+                // Matrices (lane / 8): dims +0 / +8 ((lane / 8) & 1) x keys +0 / +8 (lane / 16),
+                // transposed: Vᵀ's a0 .. a3.
+                uint32_t a[4];
+                ldmatrix_x4_trans(a, vt + ((lane / 16) * 8 + lane % 8) * kStride + mt * 16 +
+                                         ((lane / 8) & 1) * 8);
+                mma_16816<Elem>(acc[mt], a, b0, b1);
+            }
+        },
+        [&] {
+            load_q_fragments<kHeadDim, Elem>(q, q_begin, 0, group, group, num_heads, kv_head,
+                                             prefix_len, last_key, qf, limit);
+        });
+    if constexpr (kFp8)
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) acc[mt][j] *= v_scale;
+
+    // Merge the warps' states through shared memory (as attend_narrow).
+    __syncthreads();
+    // [kWarps, 8, kOStride]: 4 floats of padding a row, so that the 4 heads a warp's lanes write
+    // at once (2 tig + j) fall in different banks.
+    constexpr int kOStride = kHeadDim + 4;
+    float* red_o = reinterpret_cast<float*>(smem);
+    float* red_m = red_o + kWarps * 8 * kOStride;  // [kWarps, 8]
+    float* red_l = red_m + kWarps * 8;             // [kWarps, 8]
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+        const int h = 2 * tig + j;
+        float sum = sm[j];
+#pragma unroll
+        for (int o = 4; o < 32; o *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        float* o_row = red_o + (warp * 8 + h) * kOStride;
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+            o_row[mt * 16 + gid] = acc[mt][j];
+            o_row[mt * 16 + gid + 8] = acc[mt][2 + j];
+        }
+        if (gid == 0) {
+            red_m[warp * 8 + h] = mx[j];
+            red_l[warp * 8 + h] = sum;
+        }
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < group * kHeadDim; idx += kThreads) {
+        const int r = idx / kHeadDim, d = idx % kHeadDim;
+        float m_all = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, red_m[w * 8 + r]);
+        const float ref = m_all == -INFINITY ? 0.f : m_all;
+        float l_all = 0.f, a_all = 0.f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+            const float wt = exp2f(red_m[w * 8 + r] - ref);
+            l_all += red_l[w * 8 + r] * wt;
+            a_all += red_o[(w * 8 + r) * kOStride + d] * wt;
+        }
+        store(r, r, d, a_all, l_all, m_all);
     }
 }
 

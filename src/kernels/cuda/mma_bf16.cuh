@@ -39,6 +39,15 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
                  : "r"(smem_u32(p)));
 }
 
+// The 8x8 matrix of 16-bit elements whose row (lane / 4) the lane holds as a pair (columns
+// 2 (lane % 4) and + 1), transposed: the lane then holds that pair of row (lane / 4) of the
+// transpose. Turns an mma accumulator (packed to pairs) into a B operand.
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t a) {
+    uint32_t d;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(d) : "r"(a));
+    return d;
+}
+
 // d[16x8] += a[16x16] · b[16x8], bf16 in, fp32 accumulate.
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                          uint32_t b1) {
