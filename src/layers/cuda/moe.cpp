@@ -1,5 +1,8 @@
 #include "layers/cuda/moe.h"
 
+#include <cstdlib>
+#include <string_view>
+
 #include "core/cuda/device_buffer.h"
 #include "kernels/cuda/grouped_gemm.h"
 #include "kernels/cuda/moe_gemv.h"
@@ -27,6 +30,17 @@ Moe::Buffers Moe::allocate_buffers(int64_t max_tokens) const {
 
 namespace {
 
+// MINIINFER_MOE_SILU_EPILOGUE=1 (read once): SiLU·mul in the gate_up GEMM's epilogue at the
+// 32-row tile too, to time it against the separate kernel end to end (measured slower with
+// the 3- and 4-stage tiles; not yet with the 2-stage one).
+bool silu_epilogue_at_tile32() {
+    static const bool on = [] {
+        const char* v = std::getenv("MINIINFER_MOE_SILU_EPILOGUE");
+        return v != nullptr && std::string_view(v) == "1";
+    }();
+    return on;
+}
+
 // The experts of many tokens: permute the (token, choice) pairs expert-contiguous, padded to the
 // step's row tile, then one grouped GEMM each for gate_up (reading x through the permutation)
 // and down, and the weighted combine back to token order.
@@ -41,7 +55,7 @@ void grouped_experts(const Moe& m, const Tensor& x, const Tensor& ids, const Ten
                 slot_row, st);
     // SiLU·mul in the GEMM's epilogue pays only at the smallest tile (bench_cuda_ops moe: at
     // larger tiles it slows the GEMM by more than the separate kernel costs).
-    if (tile == 16) {
+    if (tile == 16 || (tile == 32 && silu_epilogue_at_tile32())) {
         grouped_gemm(x, &row_token, m.experts_gate_up, buf.expert_offsets, tile,
                      GroupedGemmEpilogue::kSiluMul, act, st);
     } else {
