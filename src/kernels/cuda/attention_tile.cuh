@@ -385,6 +385,34 @@ __device__ __forceinline__ void attend_tiles(
     if constexpr (kFp8) scale_o<kHeadDim>(o, v_scale);
 }
 
+// The narrow loops' merge of their warps' softmax states: warp w left, for each of its up to
+// kRows rows, the unnormalised output (red_o [kWarps, kRows, o_stride] floats), the running max
+// and the softmax sum (red_m, red_l [kWarps, kRows]); for every row r = row_begin + local below
+// num_rows and dim d, store(local, r, d, acc, sum, max) of the merged state. Every thread of the
+// block calls it, after a barrier that makes the states visible.
+template <int kHeadDim, int kWarps, int kRows, typename Store>
+__device__ __forceinline__ void merge_warp_states(const float* red_o, const float* red_m,
+                                                  const float* red_l, int o_stride, int row_begin,
+                                                  int num_rows, Store& store) {
+    for (int idx = threadIdx.x; idx < kRows * kHeadDim; idx += kWarps * 32) {
+        const int local = idx / kHeadDim, d = idx % kHeadDim;
+        const int r = row_begin + local;
+        if (r >= num_rows) break;  // idx only grows
+        float m_all = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, red_m[w * kRows + local]);
+        const float ref = m_all == -INFINITY ? 0.f : m_all;
+        float l_all = 0.f, a_all = 0.f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+            const float wt = exp2f(red_m[w * kRows + local] - ref);
+            l_all += red_l[w * kRows + local] * wt;
+            a_all += red_o[(w * kRows + local) * o_stride + d] * wt;
+        }
+        store(local, r, d, a_all, l_all, m_all);
+    }
+}
+
 // The narrow (decode) tile loop: the at most 16 packed rows [row_begin, num_rows) of one
 // (sequence, KV head) against its keys [kv_begin, kv_end), the block's kWarps warps splitting the
 // keys instead of the rows: warp w walks every kWarps-th slice of 16 keys through its own
@@ -407,7 +435,6 @@ __device__ __forceinline__ void attend_narrow(
     int page_size, int page_shift, int64_t kv_row_stride, float scale_log2, Store&& store) {
     constexpr int kSub = 16;  // keys per warp step
     constexpr int kStride = kHeadDim + 8;
-    constexpr int kThreads = kWarps * 32;
     using Elem = TileElem<Cache>;
     constexpr bool kFp8 = std::is_same_v<Cache, uint8_t>;
     const float score_scale = kFp8 ? scale_log2 * k_scale : scale_log2;
@@ -461,23 +488,8 @@ __device__ __forceinline__ void attend_narrow(
         }
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < 16 * kHeadDim; idx += kThreads) {
-        const int local = idx / kHeadDim, d = idx % kHeadDim;
-        const int r = row_begin + local;
-        if (r >= num_rows) break;  // idx only grows
-        float m_all = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, red_m[w * 16 + local]);
-        const float ref = m_all == -INFINITY ? 0.f : m_all;
-        float l_all = 0.f, a_all = 0.f;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) {
-            const float wt = exp2f(red_m[w * 16 + local] - ref);
-            l_all += red_l[w * 16 + local] * wt;
-            a_all += red_o[(w * 16 + local) * kHeadDim + d] * wt;
-        }
-        store(local, r, d, a_all, l_all, m_all);
-    }
+    merge_warp_states<kHeadDim, kWarps, 16>(red_o, red_m, red_l, kHeadDim, row_begin, num_rows,
+                                            store);
 }
 
 // attend_narrow for one decode query token whose GQA group of at most 8 heads shares the KV
@@ -498,7 +510,6 @@ __device__ __forceinline__ void attend_narrow_heads(
     int64_t kv_row_stride, float scale_log2, Store&& store) {
     constexpr int kSub = 16;  // keys per warp step
     constexpr int kStride = kHeadDim + 8;
-    constexpr int kThreads = kWarps * 32;
     constexpr int kMTiles = kHeadDim / 16;  // Oᵀ row tiles
     using Elem = TileElem<Cache>;
     constexpr bool kFp8 = std::is_same_v<Cache, uint8_t>;
@@ -607,21 +618,7 @@ __device__ __forceinline__ void attend_narrow_heads(
         }
     }
     __syncthreads();
-    for (int idx = threadIdx.x; idx < group * kHeadDim; idx += kThreads) {
-        const int r = idx / kHeadDim, d = idx % kHeadDim;
-        float m_all = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, red_m[w * 8 + r]);
-        const float ref = m_all == -INFINITY ? 0.f : m_all;
-        float l_all = 0.f, a_all = 0.f;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) {
-            const float wt = exp2f(red_m[w * 8 + r] - ref);
-            l_all += red_l[w * 8 + r] * wt;
-            a_all += red_o[(w * 8 + r) * kOStride + d] * wt;
-        }
-        store(r, r, d, a_all, l_all, m_all);
-    }
+    merge_warp_states<kHeadDim, kWarps, 8>(red_o, red_m, red_l, kOStride, 0, group, store);
 }
 
 // The epilogue's common part for the thread's rows r0 + gid and r0 + gid + 8 (r0: the warp's
