@@ -449,8 +449,7 @@ bool decode_mma_heads_enabled() {
 // instructions at 72%, where tensor cores might do better: to be timed).
 int decode_mma_min_group() {
     static const int group = [] {
-        const char* v = std::getenv("MINIINFER_DECODE_MMA_MIN_GROUP");
-        const int g = v ? std::atoi(v) : 0;
+        const int g = env_int("MINIINFER_DECODE_MMA_MIN_GROUP", 4);
         return g >= 1 && g <= 4 ? g : 4;
     }();
     return group;

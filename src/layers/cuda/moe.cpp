@@ -1,9 +1,7 @@
 #include "layers/cuda/moe.h"
 
-#include <cstdlib>
-#include <string_view>
-
 #include "core/cuda/device_buffer.h"
+#include "core/env.h"
 #include "kernels/cuda/grouped_gemm.h"
 #include "kernels/cuda/moe_gemv.h"
 #include "kernels/cuda/moe_routing.h"
@@ -34,10 +32,7 @@ namespace {
 // 32-row tile too, to time it against the separate kernel end to end (measured slower with
 // the 3- and 4-stage tiles; not yet with the 2-stage one).
 bool silu_epilogue_at_tile32() {
-    static const bool on = [] {
-        const char* v = std::getenv("MINIINFER_MOE_SILU_EPILOGUE");
-        return v != nullptr && std::string_view(v) == "1";
-    }();
+    static const bool on = env_int("MINIINFER_MOE_SILU_EPILOGUE", 0) == 1;
     return on;
 }
 
