@@ -280,23 +280,15 @@ FlashInferAttention::FlashInferAttention(int64_t max_tokens, int64_t max_seqs, i
     plan_ints_ =
         size_t(kHeaderInts + num_ctas_ + 1 + max_items_ * kItemInts + num_ctas_ * kMergeInts);
     MI_LAUNCH_CHECK(plan_ints_ < (size_t(1) << 31), "flashinfer: plan too large");
-    MI_CUDA_CHECK(cudaMallocHost(&host_plan_, plan_ints_ * sizeof(int32_t)));
-    std::fill_n(host_plan_, plan_ints_, 0);
-    MI_CUDA_CHECK(cudaEventCreateWithFlags(&plan_copied_, cudaEventDisableTiming));
-    device_plan_ = DeviceBuffer(plan_ints_ * sizeof(int32_t));
+    plan_ = std::make_unique<PinnedUpload>(plan_ints_ * sizeof(int32_t));
+    std::fill_n(static_cast<int32_t*>(plan_->fill()), plan_ints_, 0);
     // An empty plan until the first plan(): run() then does nothing.
-    MI_CUDA_CHECK(cudaMemset(device_plan_.data(), 0, plan_ints_ * sizeof(int32_t)));
+    MI_CUDA_CHECK(cudaMemset(plan_->device(), 0, plan_ints_ * sizeof(int32_t)));
     partial_o_ = DeviceBuffer(size_t(max_partial_rows_) * size_t(head_dim) * sizeof(float));
     partial_lse_ = DeviceBuffer(size_t(max_partial_rows_) * sizeof(float));
 }
 
-FlashInferAttention::~FlashInferAttention() {
-    if (plan_copied_ != nullptr) {
-        cudaEventSynchronize(plan_copied_);  // the last copy may still read the pinned buffer
-        cudaEventDestroy(plan_copied_);
-    }
-    if (host_plan_ != nullptr) cudaFreeHost(host_plan_);
-}
+FlashInferAttention::~FlashInferAttention() = default;
 
 void FlashInferAttention::plan(std::span<const int32_t> query_start,
                                std::span<const int32_t> seq_lens, cudaStream_t stream) {
@@ -400,10 +392,10 @@ void FlashInferAttention::plan(std::span<const int32_t> query_start,
 
     // The previous plan's copy must have left the pinned buffer before it is overwritten (the
     // planning above overlapped it).
-    MI_CUDA_CHECK(cudaEventSynchronize(plan_copied_));
+    int32_t* host_plan = static_cast<int32_t*>(plan_->fill());
 
     // Write the plan: header, per-block index, items (heaviest first within a block), merges.
-    int32_t* indptr = host_plan_ + kHeaderInts;
+    int32_t* indptr = host_plan + kHeaderInts;
     indptr[0] = 0;
     for (int64_t b = 0; b < num_ctas_; ++b) indptr[b + 1] = indptr[b] + count[size_t(b) + 1];
     int32_t* item_out = indptr + num_ctas_ + 1;
@@ -416,15 +408,13 @@ void FlashInferAttention::plan(std::span<const int32_t> query_start,
     }
     const int64_t merge_offset = kHeaderInts + num_ctas_ + 1 + int64_t(items.size()) * kItemInts;
     const int64_t num_merges = int64_t(merges.size()) / kMergeInts;
-    std::copy(merges.begin(), merges.end(), host_plan_ + merge_offset);
+    std::copy(merges.begin(), merges.end(), host_plan + merge_offset);
     const size_t used = size_t(merge_offset) + merges.size();
-    host_plan_[0] = int32_t(items.size());
-    host_plan_[1] = int32_t(num_merges);
-    host_plan_[2] = int32_t(merge_offset);
-    host_plan_[3] = 0;
-    MI_CUDA_CHECK(cudaMemcpyAsync(device_plan_.data(), host_plan_, used * sizeof(int32_t),
-                                  cudaMemcpyHostToDevice, stream));
-    MI_CUDA_CHECK(cudaEventRecord(plan_copied_, stream));
+    host_plan[0] = int32_t(items.size());
+    host_plan[1] = int32_t(num_merges);
+    host_plan[2] = int32_t(merge_offset);
+    host_plan[3] = 0;
+    plan_->upload(used * sizeof(int32_t), stream);
     planned_items_ = int64_t(items.size());
     planned_merges_ = num_merges;
     planned_chunk_ = chunk;
@@ -456,7 +446,7 @@ void FlashInferAttention::run(const AttentionParams& p, cudaStream_t stream) {
     a.query_start = p.query_start->data<int32_t>();
     a.seq_lens = p.seq_lens->data<int32_t>();
     a.block_table = p.block_table->data<int32_t>();
-    a.plan = static_cast<const int32_t*>(device_plan_.data());
+    a.plan = static_cast<const int32_t*>(plan_->device());
     a.max_pages = int(p.block_table->size(1));
     a.num_heads = int(num_heads_);
     a.num_kv_heads = int(num_kv_heads_);

@@ -34,9 +34,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "core/cuda/device_buffer.h"
+#include "core/cuda/pinned_upload.h"
 #include "kernels/cuda/attention.h"
 
 namespace miniinfer::cuda {
@@ -69,15 +71,13 @@ class FlashInferAttention {
 
   private:
     int64_t max_tokens_, max_seqs_, num_heads_, num_kv_heads_, head_dim_, page_size_;
-    int64_t num_ctas_ = 0;          // fixed grid of the work kernel (and the merge kernel)
-    int64_t max_items_ = 0;         // capacity of the plan's item list
-    int64_t max_partial_rows_ = 0;  // capacity of the workspace, in (packed row) slots
-    size_t plan_ints_ = 0;          // capacity of the plan buffer, in int32
-    int32_t* host_plan_ = nullptr;  // pinned
-    cudaEvent_t plan_copied_ = nullptr;
-    DeviceBuffer device_plan_;  // int32 [plan_ints_]
-    DeviceBuffer partial_o_;    // f32 [max_partial_rows_, head_dim]
-    DeviceBuffer partial_lse_;  // f32 [max_partial_rows_]
+    int64_t num_ctas_ = 0;                // fixed grid of the work kernel (and the merge kernel)
+    int64_t max_items_ = 0;               // capacity of the plan's item list
+    int64_t max_partial_rows_ = 0;        // capacity of the workspace, in (packed row) slots
+    size_t plan_ints_ = 0;                // capacity of the plan buffer, in int32
+    std::unique_ptr<PinnedUpload> plan_;  // int32 [plan_ints_]
+    DeviceBuffer partial_o_;              // f32 [max_partial_rows_, head_dim]
+    DeviceBuffer partial_lse_;            // f32 [max_partial_rows_]
     int64_t planned_items_ = 0, planned_merges_ = 0, planned_chunk_ = 0;
     bool hopper_prefill_supported_ = false, hopper_prefill_ = false;
 };

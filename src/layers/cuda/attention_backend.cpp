@@ -4,8 +4,8 @@
 #include <climits>
 
 #include "core/check.h"
-#include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
+#include "core/cuda/pinned_upload.h"
 #include "kernels/cuda/attention_flashinfer.h"
 
 namespace miniinfer::cuda {
@@ -18,43 +18,28 @@ class Fa2Backend final : public AttentionBackend {
   public:
     explicit Fa2Backend(const AttentionShape& s)
         : workspace_(attention_workspace_bytes(s.max_tokens, s.num_heads, s.head_dim)),
-          device_lengths_(2 * sizeof(int32_t)) {
-        MI_CUDA_CHECK(cudaMallocHost(&host_lengths_, 2 * sizeof(int32_t)));
-        MI_CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
-    }
-    ~Fa2Backend() override {
-        cudaEventSynchronize(copied_);  // the last copy may still read the pinned buffer
-        cudaEventDestroy(copied_);
-        cudaFreeHost(host_lengths_);
-    }
-    Fa2Backend(const Fa2Backend&) = delete;
-    Fa2Backend& operator=(const Fa2Backend&) = delete;
+          lengths_(2 * sizeof(int32_t)) {}
     const char* name() const override { return "fa2"; }
     void plan(std::span<const int32_t>, std::span<const int32_t> seq_lens,
               cudaStream_t stream) override {
         int64_t total = 0;
         int32_t longest = 0;
         for (const int32_t len : seq_lens) total += len, longest = std::max(longest, len);
-        // The previous plan's copy must have left the pinned buffer.
-        MI_CUDA_CHECK(cudaEventSynchronize(copied_));
-        host_lengths_[0] = int32_t(std::min<int64_t>(total, INT32_MAX));
-        host_lengths_[1] = longest;
-        MI_CUDA_CHECK(cudaMemcpyAsync(device_lengths_.data(), host_lengths_, 2 * sizeof(int32_t),
-                                      cudaMemcpyHostToDevice, stream));
-        MI_CUDA_CHECK(cudaEventRecord(copied_, stream));
+        auto* host = static_cast<int32_t*>(lengths_.fill());
+        host[0] = int32_t(std::min<int64_t>(total, INT32_MAX));
+        host[1] = longest;
+        lengths_.upload(2 * sizeof(int32_t), stream);
         planned_ = true;
     }
     void run(const AttentionParams& p, cudaStream_t stream) override {
         AttentionParams q = p;
-        if (planned_) q.decode_lengths = static_cast<const int32_t*>(device_lengths_.data());
+        if (planned_) q.decode_lengths = static_cast<const int32_t*>(lengths_.device());
         paged_attention(q, workspace_.data(), workspace_.bytes(), stream);
     }
 
   private:
     DeviceBuffer workspace_;
-    DeviceBuffer device_lengths_;      // int32 [2]: Σ seq_lens, longest seq_len
-    int32_t* host_lengths_ = nullptr;  // pinned
-    cudaEvent_t copied_ = nullptr;
+    PinnedUpload lengths_;  // int32 [2]: Σ seq_lens, longest seq_len
     bool planned_ = false;  // run() without a plan() splits by the bounds
 };
 
