@@ -118,7 +118,7 @@ size_t QwenCudaModel::weight_bytes() const {
 
 void QwenCudaModel::allocate_activations(int64_t max_tokens, int64_t max_logits) {
     const int64_t H = config_.hidden_size, V = config_.vocab_size;
-    for (Tensor* t : {&hidden_, &residual_, &normed_, &attn_out_})
+    for (Tensor* t : {&hidden_, &residual_[0], &residual_[1], &normed_, &attn_out_})
         *t = cuda::device_tensor({max_tokens, H}, DType::kBF16);
     attention_buffers_ = layers_.at(0).attention.allocate_buffers(max_tokens);
     // One set of scratch per block kind, shared by the layers of that kind.
@@ -143,28 +143,33 @@ void QwenCudaModel::forward(const cuda::StepInputs& in, std::span<cuda::KvLayer>
     using cuda::rows;
     const cuda::Step step{.in = in, .stream = stream, .gemm = gemm_, .attention = attention};
     const int64_t n = in.num_tokens;
-    Tensor x = rows(hidden_, n), residual = rows(residual_, n), h = rows(normed_, n);
-    Tensor attn_out = rows(attn_out_, n);
+    Tensor x = rows(hidden_, n), h = rows(normed_, n), attn_out = rows(attn_out_, n);
+    Tensor residual[2] = {rows(residual_[0], n), rows(residual_[1], n)};
+    int cur = 0;  // residual[cur] is the stream
+    // The next norm's input: the stream plus `delta` (into the other buffer, which becomes the
+    // stream), or without delta the stream as it is.
+    const auto add_and_norm = [&](const cuda::RmsNorm& norm, const Tensor* delta) {
+        const cuda::AddRmsNorm a = norm.before(delta, residual[cur], &residual[1 - cur], h);
+        if (delta) cur = 1 - cur;
+        return a;
+    };
     if (comm_) {  // vocab-parallel: this rank's rows, zeros elsewhere, summed over the ranks
-        cuda::embedding_shard(in.token_ids, embed_, vocab_begin_, residual, stream);
-        comm_->all_reduce_sum(residual, stream);
+        cuda::embedding_shard(in.token_ids, embed_, vocab_begin_, residual[cur], stream);
+        comm_->all_reduce_sum(residual[cur], stream);
     } else {
-        cuda::embedding(in.token_ids, embed_, residual, stream);
+        cuda::embedding(in.token_ids, embed_, residual[cur], stream);
     }
     for (size_t l = 0; l < layers_.size(); ++l) {
         const Layer& layer = layers_[l];
         // The residual stream: layer 0 normalises the embedding; later layers add the MLP
         // output first.
-        if (l == 0)
-            layer.input_norm.forward(residual, nullptr, h, stream);
-        else
-            layer.input_norm.forward(x, &residual, h, stream);
-        layer.attention.forward(h, attn_out, kv[l], step, attention_buffers_);
-        layer.post_attention_norm.forward(attn_out, &residual, h, stream);
+        layer.attention.forward(add_and_norm(layer.input_norm, l == 0 ? nullptr : &x), attn_out,
+                                kv[l], step, attention_buffers_);
+        const cuda::AddRmsNorm post = add_and_norm(layer.post_attention_norm, &attn_out);
         if (layer.is_moe)
-            layer.moe.forward(h, x, step, moe_buffers_);
+            layer.moe.forward(post, x, step, moe_buffers_);
         else
-            layer.mlp.forward(h, x, step, mlp_buffers_);
+            layer.mlp.forward(post, x, step, mlp_buffers_);
     }
     const int64_t m = in.num_logits;
     if (m == 0) return;
@@ -172,7 +177,7 @@ void QwenCudaModel::forward(const cuda::StepInputs& in, std::span<cuda::KvLayer>
     Tensor last_x = rows(last_hidden_, m), last_res = rows(last_residual_, m);
     Tensor last_h = rows(last_normed_, m), logits = rows(logits_, m);
     cuda::gather_rows(x, in.logits_indices, last_x, stream);
-    cuda::gather_rows(residual, in.logits_indices, last_res, stream);
+    cuda::gather_rows(residual[cur], in.logits_indices, last_res, stream);
     final_norm_.forward(last_x, &last_res, last_h, stream);
     if (comm_) {  // vocab-parallel: this rank's columns, gathered from every rank, in order
         const int64_t world = comm_->world(), cols = config_.vocab_size / world;

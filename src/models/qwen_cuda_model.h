@@ -8,7 +8,10 @@
 // (attention_bias), Qwen3's per-head q/k RMSNorm (qk_norm), Qwen3-MoE's sparse layers
 // (is_moe_layer). The residual stream is carried in
 // its own buffer and added inside the next norm (add_rms_norm), so each layer reads: x (the
-// last block's output) and the residual; the norm adds them.
+// last block's output) and the residual; the norm adds them. Each norm writes the sum into the
+// other of two residual buffers (residual_[0], residual_[1]): a block's first linear layer may
+// run the norm inside its GEMV (Linear::forward with an AddRmsNorm), where every thread block
+// reads the old stream while one of them writes the new.
 #pragma once
 
 #include <vector>
@@ -58,7 +61,7 @@ class QwenCudaModel final : public CudaModel {
     cuda::RmsNorm final_norm_;
 
     // Activations for the largest step (allocate_activations).
-    Tensor hidden_, residual_, normed_, attn_out_;  // [max_tokens, hidden]
+    Tensor hidden_, residual_[2], normed_, attn_out_;  // [max_tokens, hidden]
     cuda::Attention::Buffers attention_buffers_;
     cuda::Mlp::Buffers mlp_buffers_;
     cuda::Moe::Buffers moe_buffers_;

@@ -188,6 +188,120 @@ TEST(CudaGemv, GemmDispatch) {
     }
 }
 
+// gemv_rms_norm (the residual add + RMSNorm inside the GEMV): block 0's residual_out is the
+// bf16 sum bit for bit (add_rms_norm's), its normed rows are within two bf16 roundings of the
+// norm computed in double from that sum (the fp32 sum of squares adds in another order than
+// add_rms_norm's, which is held to the same bound), and y is the GEMV of exactly those normed
+// rows (the double reference of the rows block 0 wrote, at gemv's tolerance: every block
+// normalises the same way). Every row count of one launch, n with a last block of idle warps, k
+// with k / 8 not a multiple of the block's threads, with and without delta and bias; through
+// Gemm::run_normed at m <= kGemvMaxRows the bits are the direct call's.
+TEST(CudaGemv, RmsNormInsideMatchesNormThenGemv) {
+    REQUIRE_GPU();
+    std::mt19937 rng(34);
+    cuda::Gemm gemm;
+    for (int64_t m : {1, 2, 3, 8}) {
+        for (int64_t k : {1024, 2056}) {
+            for (int64_t n : {5, 130, 1029}) {
+                for (bool with_delta : {true, false}) {
+                    const bool with_bias = n == 130;
+                    Tensor res = random_bf16({m, k}, rng, 2.f),
+                           delta = random_bf16({m, k}, rng, 1.f);
+                    Tensor nw = random_bf16({k}, rng, 1.f);
+                    Tensor w = random_bf16({n, k}, rng, 1.f / std::sqrt(float(k)));
+                    Tensor bias = random_bf16({n}, rng, 1.f);
+                    Tensor dres = cuda::to_device(res), ddelta = cuda::to_device(delta);
+                    Tensor dnw = cuda::to_device(nw), dw = cuda::to_device(w);
+                    Tensor dbias = cuda::to_device(bias);
+                    Tensor dres_out = cuda::device_tensor({m, k}, DType::kBF16);
+                    Tensor dnormed = cuda::device_tensor({m, k}, DType::kBF16);
+                    Tensor dy = cuda::device_tensor({m, n}, DType::kBF16);
+                    const cuda::AddRmsNorm in{.delta = with_delta ? &ddelta : nullptr,
+                                              .residual = &dres,
+                                              .residual_out = &dres_out,
+                                              .weight = &dnw,
+                                              .eps = 1e-6f,
+                                              .normed = &dnormed};
+                    char what[96];
+                    std::snprintf(what, sizeof what, "m=%ld k=%ld n=%ld delta=%d", long(m), long(k),
+                                  long(n), int(with_delta));
+                    ASSERT_TRUE(cuda::gemv_rms_norm_supported(in, dw, &dbias, dy)) << what;
+                    cuda::gemv_rms_norm(in, dw, with_bias ? &dbias : nullptr, dy, nullptr);
+                    sync_device();
+                    const Tensor normed = cuda::to_host(dnormed), y = cuda::to_host(dy);
+
+                    // The two-kernel form on the same inputs.
+                    Tensor dres_out2 = cuda::device_tensor({m, k}, DType::kBF16);
+                    Tensor dnormed2 = cuda::device_tensor({m, k}, DType::kBF16);
+                    cuda::AddRmsNorm two = in;
+                    two.residual_out = &dres_out2;
+                    two.normed = &dnormed2;
+                    cuda::add_rms_norm(two, nullptr);
+                    sync_device();
+                    if (with_delta) {
+                        EXPECT_TRUE(bitwise_equal(dres_out, dres_out2)) << what;
+                    }
+
+                    // The norm in double from the bf16 stream, against both kernels' rows.
+                    std::vector<float> sum(static_cast<size_t>(m * k)), nwf(static_cast<size_t>(k));
+                    copy_to_f32(with_delta ? cuda::to_host(dres_out2) : res, sum.data());
+                    copy_to_f32(nw, nwf.data());
+                    std::vector<double> normed_ref(size_t(m * k));
+                    for (int64_t r = 0; r < m; ++r) {
+                        double sq = 0;
+                        for (int64_t i = 0; i < k; ++i)
+                            sq += double(sum[size_t(r * k + i)]) * sum[size_t(r * k + i)];
+                        const double inv = 1.0 / std::sqrt(sq / double(k) + 1e-6);
+                        for (int64_t i = 0; i < k; ++i)
+                            normed_ref[size_t(r * k + i)] =
+                                sum[size_t(r * k + i)] * inv * nwf[size_t(i)];
+                    }
+                    // Two roundings (the normed value, then its product with the weight).
+                    const gpu_testing::Tolerance one_rounding{.atol = 1e-30,
+                                                              .rtol = 3 * kBf16HalfUlp};
+                    EXPECT_TRUE(
+                        all_close(gpu_testing::to_doubles(normed), normed_ref, one_rounding))
+                        << what << " (fused)";
+                    EXPECT_TRUE(all_close(gpu_testing::to_doubles(cuda::to_host(dnormed2)),
+                                          normed_ref, one_rounding))
+                        << what << " (add_rms_norm)";
+                    worst_error(y, reference(normed, w, with_bias ? &bias : nullptr, m, n, k), k,
+                                what);
+
+                    if (m <= cuda::Gemm::kGemvMaxRows) {  // the wrapper takes the fused kernel
+                        Tensor dy2 = cuda::device_tensor({m, n}, DType::kBF16);
+                        gemm.run_normed(in, dw, with_bias ? &dbias : nullptr, dy2, nullptr);
+                        sync_device();
+                        EXPECT_TRUE(bitwise_equal(dy2, y)) << what << ": run_normed did not fuse";
+                    }
+                }
+            }
+        }
+    }
+    // What run_normed relies on to fall back to two kernels.
+    Tensor r = cuda::device_tensor({1, 1024}, DType::kBF16),
+           d = cuda::device_tensor({1, 1024}, DType::kBF16);
+    Tensor nw = cuda::device_tensor({1024}, DType::kBF16),
+           out = cuda::device_tensor({1, 1024}, DType::kBF16);
+    Tensor w = cuda::device_tensor({8, 1024}, DType::kBF16),
+           y = cuda::device_tensor({1, 8}, DType::kBF16);
+    cuda::AddRmsNorm in{
+        .delta = &d, .residual = &r, .residual_out = &r, .weight = &nw, .normed = &out};
+    EXPECT_FALSE(cuda::gemv_rms_norm_supported(in, w, nullptr, y)) << "in place";
+    Tensor r2 = cuda::device_tensor({1, 1024}, DType::kBF16);
+    in.residual_out = &r2;
+    EXPECT_TRUE(cuda::gemv_rms_norm_supported(in, w, nullptr, y));
+    Tensor y32 = cuda::device_tensor({1, 8}, DType::kF32);
+    EXPECT_FALSE(cuda::gemv_rms_norm_supported(in, w, nullptr, y32)) << "f32 y";
+    Tensor big_r = cuda::device_tensor({8, 8192}, DType::kBF16);
+    Tensor big_w = cuda::device_tensor({8, 8192}, DType::kBF16),
+           big_nw = cuda::device_tensor({8192}, DType::kBF16);
+    Tensor big_y = cuda::device_tensor({8, 8}, DType::kBF16);
+    EXPECT_FALSE(cuda::gemv_rms_norm_supported(
+        {.residual = &big_r, .weight = &big_nw, .normed = nullptr}, big_w, nullptr, big_y))
+        << "128 KB of rows";
+}
+
 // f32 output (the LM head's logits): through gemv (m <= 2) and cuBLASLt (m > 2, or k % 8 != 0),
 // within the fp32 summation error alone — no bf16 rounding term, so a bf16 result would fail
 // (its rounding is ~2^-8 relative, far above the 2(k + 1) · 2^-24 · Σ|x·w| allowed here).

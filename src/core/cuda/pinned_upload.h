@@ -29,8 +29,8 @@ class PinnedUpload {
     }
     // Copies the pinned buffer's first `bytes` to device() on `stream` (asynchronous).
     void upload(size_t bytes, cudaStream_t stream) {
-        MI_CUDA_CHECK(cudaMemcpyAsync(device_.data(), host_.data, bytes, cudaMemcpyHostToDevice,
-                                      stream));
+        MI_CUDA_CHECK(
+            cudaMemcpyAsync(device_.data(), host_.data, bytes, cudaMemcpyHostToDevice, stream));
         copied_.record(stream);
     }
     void* device() const { return device_.data(); }

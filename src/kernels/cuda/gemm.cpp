@@ -202,6 +202,20 @@ void Gemm::Impl::tune(Plan& plan, const Key& key, const void* x, const void* w, 
                  1000.f * first_ms / kTuneRepeats);
 }
 
+void Gemm::run_normed(const AddRmsNorm& in, const Tensor& w, const Tensor* bias, Tensor& y,
+                      cudaStream_t stream) {
+    MI_CHECK(in.residual && in.normed, "gemm: a normed input needs its residual and normed rows");
+    static const bool fuse = env_switch("MINIINFER_NORM_IN_GEMV", true);
+    if (fuse && w.ndim() == 2 && w.size(1) > 0 &&
+        in.residual->numel() / w.size(1) <= gemv_max_rows_ &&
+        gemv_rms_norm_supported(in, w, bias, y)) {
+        gemv_rms_norm(in, w, bias, y, stream);
+        return;
+    }
+    add_rms_norm(in, stream);
+    run(*in.normed, w, bias, y, stream);
+}
+
 bool Gemm::tune_from_env() {
     static const bool tune = env_int("MINIINFER_GEMM_TUNE", 0) == 1;
     return tune;

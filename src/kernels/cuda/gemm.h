@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "core/tensor.h"
+#include "kernels/cuda/rms_norm.h"
 
 namespace miniinfer::cuda {
 
@@ -44,6 +45,13 @@ class Gemm {
     Gemm& operator=(const Gemm&) = delete;
 
     void run(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, cudaStream_t stream);
+    // y = *in.normed · wᵀ (+ bias) after the residual add + RMSNorm `in` (rms_norm.h; in.normed
+    // is required and written). Where run() would take gemv, the norm runs inside it
+    // (gemv_rms_norm: one kernel instead of two, which needs in.residual_out to be another
+    // buffer than in.residual); otherwise add_rms_norm, then run(). MINIINFER_NORM_IN_GEMV=0
+    // keeps the two kernels everywhere.
+    void run_normed(const AddRmsNorm& in, const Tensor& w, const Tensor* bias, Tensor& y,
+                    cudaStream_t stream);
 
     static constexpr size_t kWorkspaceBytes = size_t(32) << 20;
     static constexpr int kTuneCandidates = 8;

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "kernels/cuda/rms_norm.h"
 
 namespace miniinfer::cuda {
 
@@ -28,5 +29,19 @@ bool gemv_supported(const Tensor& x, const Tensor& w, const Tensor* bias, const 
 // cols_per_block: 0 picks by n; 1, 2 or 4 force a variant (benchmarks only).
 void gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, cudaStream_t stream,
           int cols_per_block = 0);
+
+// gemv with the residual add + RMSNorm before it fused in (one kernel instead of two at batch 1):
+// y = (in.weight * norm(in.residual + in.delta)) · wᵀ (+ bias), the norm's arithmetic as
+// add_rms_norm's (rms_norm.h) but for the order of the fp32 sum of squares. Every block
+// normalises the rows itself into shared memory; block 0 also writes in.residual_out and
+// in.normed (when given), so residual_out must be another buffer than residual (all blocks read
+// that). Rows: in.residual's; y bf16. Supported (else MI_LAUNCH_CHECK aborts): what gemv
+// accepts, at most kGemvRowsPerLaunch rows of at most kGemvNormMaxSharedBytes together, 16-byte
+// aligned norm operands of the rows' shape, weight [k].
+inline constexpr int64_t kGemvNormMaxSharedBytes = 64 << 10;
+bool gemv_rms_norm_supported(const AddRmsNorm& in, const Tensor& w, const Tensor* bias,
+                             const Tensor& y);
+void gemv_rms_norm(const AddRmsNorm& in, const Tensor& w, const Tensor* bias, Tensor& y,
+                   cudaStream_t stream);
 
 }  // namespace miniinfer::cuda

@@ -13,7 +13,7 @@ Attention::Buffers Attention::allocate_buffers(int64_t max_tokens) const {
         .out = device_tensor({max_tokens, num_heads * head_dim}, DType::kBF16)};
 }
 
-void Attention::forward(const Tensor& x, Tensor& y, KvLayer& kv, const Step& step,
+void Attention::forward(const AddRmsNorm& x, Tensor& y, KvLayer& kv, const Step& step,
                         Buffers& buf) const {
     const StepInputs& in = step.in;
     Tensor qkv_out = rows(buf.qkv, in.num_tokens), q = rows(buf.q, in.num_tokens);

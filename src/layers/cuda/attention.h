@@ -31,8 +31,10 @@ struct Attention {
     };
     Buffers allocate_buffers(int64_t max_tokens) const;
 
-    // y = attention(x) for the step's tokens; writes this step's K/V into kv.
-    void forward(const Tensor& x, Tensor& y, KvLayer& kv, const Step& step, Buffers& buf) const;
+    // y = attention(x) for the step's tokens, x the output of the norm `in` (run by qkv); writes
+    // this step's K/V into kv.
+    void forward(const AddRmsNorm& in, Tensor& y, KvLayer& kv, const Step& step,
+                 Buffers& buf) const;
 };
 
 }  // namespace miniinfer::cuda

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "core/tensor.h"
+#include "kernels/cuda/rms_norm.h"
 #include "layers/cuda/communicator.h"
 #include "layers/cuda/step.h"
 #include "layers/shard.h"
@@ -20,6 +21,9 @@ struct Linear {
 
     // y[n, out] = x[n, in] · weightᵀ (+ bias), summed over ranks for a row-parallel layer.
     void forward(const Tensor& x, Tensor& y, const Step& step) const;
+    // The same for x = *in.normed, after the residual add + RMSNorm `in` (RmsNorm::before),
+    // which runs inside the GEMV at small batches (Gemm::run_normed); *in.normed holds x after.
+    void forward(const AddRmsNorm& in, Tensor& y, const Step& step) const;
 };
 
 struct RmsNorm {
@@ -27,6 +31,12 @@ struct RmsNorm {
     float eps = 1e-6f;
     // out = norm(x); with a residual: residual += x first, then out = norm(residual).
     void forward(const Tensor& x, Tensor* residual, Tensor& out, cudaStream_t stream) const;
+    // This norm as the input of a block, run by the block's first linear layer: normed =
+    // norm(residual + *delta) with the sum stored to residual_out (another buffer than
+    // residual: blocks of a fused GEMV read residual while one of them writes the sum), or
+    // without delta normed = norm(residual).
+    AddRmsNorm before(const Tensor* delta, const Tensor& residual, Tensor* residual_out,
+                      Tensor& normed) const;
 };
 
 }  // namespace miniinfer::cuda

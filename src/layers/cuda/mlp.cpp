@@ -11,7 +11,7 @@ Mlp::Buffers Mlp::allocate_buffers(int64_t max_tokens) const {
             .act = device_tensor({max_tokens, inter}, DType::kBF16)};
 }
 
-void Mlp::forward(const Tensor& x, Tensor& y, const Step& step, Buffers& buf) const {
+void Mlp::forward(const AddRmsNorm& x, Tensor& y, const Step& step, Buffers& buf) const {
     Tensor gu = rows(buf.gate_up, step.in.num_tokens), act = rows(buf.act, step.in.num_tokens);
     gate_up.forward(x, gu, step);
     silu_mul(gu, act, step.stream);

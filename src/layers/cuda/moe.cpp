@@ -67,12 +67,13 @@ void grouped_experts(const Moe& m, const Tensor& x, const Tensor& ids, const Ten
 
 }  // namespace
 
-void Moe::forward(const Tensor& x, Tensor& y, const Step& step, Buffers& buf) const {
+void Moe::forward(const AddRmsNorm& in, Tensor& y, const Step& step, Buffers& buf) const {
     const int64_t n = step.in.num_tokens;
     const cudaStream_t st = step.stream;
     Tensor logits = rows(buf.logits, n), ids = rows(buf.topk_ids, n);
     Tensor weights = rows(buf.topk_weights, n);
-    router.forward(x, logits, step);
+    router.forward(in, logits, step);
+    const Tensor& x = *in.normed;
     moe_route(logits, top_k, renormalize, ids, weights, st);
     if (n * top_k <= kMoeGemvMaxPairs && moe_gemv_supported(experts_gate_up, experts_down)) {
         // A few tokens: stream the chosen experts' rows, no permutation (moe_gemv.h).
