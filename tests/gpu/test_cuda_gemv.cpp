@@ -200,7 +200,7 @@ TEST(CudaGemv, RmsNormInsideMatchesNormThenGemv) {
     REQUIRE_GPU();
     std::mt19937 rng(34);
     cuda::Gemm gemm;
-    for (int64_t m : {1, 2, 3, 8}) {
+    for (int64_t m : {1, 2, 3, 4}) {
         for (int64_t k : {1024, 2056}) {
             for (int64_t n : {5, 130, 1029}) {
                 for (bool with_delta : {true, false}) {
@@ -293,13 +293,66 @@ TEST(CudaGemv, RmsNormInsideMatchesNormThenGemv) {
     EXPECT_TRUE(cuda::gemv_rms_norm_supported(in, w, nullptr, y));
     Tensor y32 = cuda::device_tensor({1, 8}, DType::kF32);
     EXPECT_FALSE(cuda::gemv_rms_norm_supported(in, w, nullptr, y32)) << "f32 y";
-    Tensor big_r = cuda::device_tensor({8, 8192}, DType::kBF16);
-    Tensor big_w = cuda::device_tensor({8, 8192}, DType::kBF16),
-           big_nw = cuda::device_tensor({8192}, DType::kBF16);
-    Tensor big_y = cuda::device_tensor({8, 8}, DType::kBF16);
+    Tensor big_r = cuda::device_tensor({4, 8200}, DType::kBF16);
+    Tensor big_w = cuda::device_tensor({8, 8200}, DType::kBF16);
+    Tensor big_nw = cuda::device_tensor({8200}, DType::kBF16);
+    Tensor big_y = cuda::device_tensor({4, 8}, DType::kBF16);
     EXPECT_FALSE(cuda::gemv_rms_norm_supported(
         {.residual = &big_r, .weight = &big_nw, .normed = nullptr}, big_w, nullptr, big_y))
-        << "128 KB of rows";
+        << "rows past 64 KB";
+    Tensor five_r = cuda::device_tensor({5, 1024}, DType::kBF16);
+    Tensor five_y = cuda::device_tensor({5, 8}, DType::kBF16);
+    EXPECT_FALSE(cuda::gemv_rms_norm_supported(
+        {.residual = &five_r, .weight = &nw, .normed = nullptr}, w, nullptr, five_y))
+        << "5 rows";
+}
+
+// gemv_silu_mul (SiLU·mul inside the GEMV) gives the bits of silu_mul then gemv: the same
+// arithmetic on the same values, x read from shared memory instead of global. Through
+// Gemm::run_silu_mul at m <= kGemvMaxRows (act untouched) and above it (act written, cuBLASLt).
+TEST(CudaGemv, SiluMulInsideGivesTheBitsOfTwoKernels) {
+    REQUIRE_GPU();
+    std::mt19937 rng(35);
+    cuda::Gemm gemm;
+    for (int64_t m : {1, 2, 3, 4, 9}) {
+        for (int64_t k : {1024, 3072, 1032}) {
+            const int64_t n = k == 3072 ? 1024 : 257;
+            Tensor gate_up = cuda::to_device(random_bf16({m, 2 * k}, rng, 2.f));
+            Tensor w = cuda::to_device(random_bf16({n, k}, rng, 1.f / std::sqrt(float(k))));
+            Tensor bias = cuda::to_device(random_bf16({n}, rng, 1.f));
+            Tensor act = cuda::device_tensor({m, k}, DType::kBF16);
+            Tensor y_two = cuda::device_tensor({m, n}, DType::kBF16);
+            Tensor y_fused = cuda::device_tensor({m, n}, DType::kBF16);
+            char what[64];
+            std::snprintf(what, sizeof what, "m=%ld k=%ld", long(m), long(k));
+            cuda::silu_mul(gate_up, act, nullptr);
+            if (m <= cuda::kGemvFusedMaxRows) {
+                cuda::gemv(act, w, &bias, y_two, nullptr);
+                ASSERT_TRUE(cuda::gemv_silu_mul_supported(gate_up, w, &bias, y_fused)) << what;
+                cuda::gemv_silu_mul(gate_up, w, &bias, y_fused, nullptr);
+                sync_device();
+                EXPECT_TRUE(bitwise_equal(y_fused, y_two)) << what;
+            } else {
+                EXPECT_FALSE(cuda::gemv_silu_mul_supported(gate_up, w, &bias, y_fused)) << what;
+            }
+            // The wrapper: fused at m <= kGemvMaxRows (act left alone), else silu_mul + run().
+            cuda::Gemm reference_gemm;
+            reference_gemm.run(act, w, &bias, y_two, nullptr);
+            Tensor act2 = cuda::device_tensor({m, k}, DType::kBF16);
+            MI_CUDA_CHECK(cudaMemset(act2.raw(), 0, act2.nbytes()));
+            gemm.run_silu_mul(gate_up, act2, w, &bias, y_fused, nullptr);
+            sync_device();
+            EXPECT_TRUE(bitwise_equal(y_fused, y_two)) << what << " (run_silu_mul)";
+            if (m <= cuda::Gemm::kGemvMaxRows) {
+                const Tensor a = cuda::to_host(act2);
+                EXPECT_TRUE(std::all_of(a.data<uint16_t>(), a.data<uint16_t>() + m * k,
+                                        [](uint16_t v) { return v == 0; }))
+                    << what << ": run_silu_mul did not fuse";
+            } else {
+                EXPECT_TRUE(bitwise_equal(act2, act)) << what << ": act";
+            }
+        }
+    }
 }
 
 // f32 output (the LM head's logits): through gemv (m <= 2) and cuBLASLt (m > 2, or k % 8 != 0),

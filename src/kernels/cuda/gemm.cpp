@@ -21,6 +21,7 @@
 #include "core/logging.h"
 #include "kernels/cuda/check_tensor.h"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/silu_mul.h"
 
 namespace miniinfer::cuda {
 namespace {
@@ -202,11 +203,19 @@ void Gemm::Impl::tune(Plan& plan, const Key& key, const void* x, const void* w, 
                  1000.f * first_ms / kTuneRepeats);
 }
 
+namespace {
+
+bool fuse_into_gemv() {
+    static const bool fuse = env_switch("MINIINFER_FUSED_GEMV", true);
+    return fuse;
+}
+
+}  // namespace
+
 void Gemm::run_normed(const AddRmsNorm& in, const Tensor& w, const Tensor* bias, Tensor& y,
                       cudaStream_t stream) {
     MI_CHECK(in.residual && in.normed, "gemm: a normed input needs its residual and normed rows");
-    static const bool fuse = env_switch("MINIINFER_NORM_IN_GEMV", true);
-    if (fuse && w.ndim() == 2 && w.size(1) > 0 &&
+    if (fuse_into_gemv() && w.ndim() == 2 && w.size(1) > 0 &&
         in.residual->numel() / w.size(1) <= gemv_max_rows_ &&
         gemv_rms_norm_supported(in, w, bias, y)) {
         gemv_rms_norm(in, w, bias, y, stream);
@@ -214,6 +223,17 @@ void Gemm::run_normed(const AddRmsNorm& in, const Tensor& w, const Tensor* bias,
     }
     add_rms_norm(in, stream);
     run(*in.normed, w, bias, y, stream);
+}
+
+void Gemm::run_silu_mul(const Tensor& gate_up, Tensor& act, const Tensor& w, const Tensor* bias,
+                        Tensor& y, cudaStream_t stream) {
+    if (fuse_into_gemv() && gate_up.ndim() == 2 && gate_up.size(0) <= gemv_max_rows_ &&
+        gemv_silu_mul_supported(gate_up, w, bias, y)) {
+        gemv_silu_mul(gate_up, w, bias, y, stream);
+        return;
+    }
+    silu_mul(gate_up, act, stream);
+    run(act, w, bias, y, stream);
 }
 
 bool Gemm::tune_from_env() {

@@ -48,10 +48,15 @@ class Gemm {
     // y = *in.normed · wᵀ (+ bias) after the residual add + RMSNorm `in` (rms_norm.h; in.normed
     // is required and written). Where run() would take gemv, the norm runs inside it
     // (gemv_rms_norm: one kernel instead of two, which needs in.residual_out to be another
-    // buffer than in.residual); otherwise add_rms_norm, then run(). MINIINFER_NORM_IN_GEMV=0
-    // keeps the two kernels everywhere.
+    // buffer than in.residual); otherwise add_rms_norm, then run().
     void run_normed(const AddRmsNorm& in, const Tensor& w, const Tensor* bias, Tensor& y,
                     cudaStream_t stream);
+    // y = act · wᵀ (+ bias) with act = silu_mul(gate_up) (silu_mul.h, gate_up [m, 2k]): inside
+    // the gemv where run() would take it (gemv_silu_mul; act is then not written), otherwise
+    // silu_mul into act, then run().
+    // MINIINFER_FUSED_GEMV=0 keeps two kernels in both run_normed and run_silu_mul.
+    void run_silu_mul(const Tensor& gate_up, Tensor& act, const Tensor& w, const Tensor* bias,
+                      Tensor& y, cudaStream_t stream);
 
     static constexpr size_t kWorkspaceBytes = size_t(32) << 20;
     static constexpr int kTuneCandidates = 8;

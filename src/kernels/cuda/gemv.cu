@@ -19,7 +19,9 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <utility>
 
 #include "core/cuda/cuda_check.h"
 #include "kernels/cuda/check_tensor.h"
@@ -27,6 +29,7 @@
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/cuda/reduce.cuh"
+#include "kernels/cuda/silu_mul.cuh"
 
 namespace miniinfer::cuda {
 namespace {
@@ -49,17 +52,24 @@ __device__ __forceinline__ void store_out(float* y, float v) {
     *y = v;
 }
 
-// x: [kRows, k] bf16; w: [n, k] bf16; bias: [n] bf16 or null; y: [kRows, n] bf16 or f32 (Out).
-// k % 8 == 0 and x, w 16-byte aligned (checked by the launcher). Warp g of the grid owns
-// output columns [g * kCols, g * kCols + kCols) for every row.
-// The residual add + RMSNorm in front of gemv_rms_norm's GEMV (rms_norm.h's AddRmsNorm).
-struct NormArgs {
+// Where the kernel's x comes from: global memory, or a prologue that computes the rows into
+// shared memory from what the kernel before would have turned into x (one kernel fewer).
+enum class XFrom {
+    kGlobal,   // x itself
+    kRmsNorm,  // gemv_rms_norm: the residual add + RMSNorm (rms_norm.h's AddRmsNorm)
+    kSiluMul,  // gemv_silu_mul: SiLU(gate) · up of a [rows, 2k] gate_up (silu_mul.h)
+};
+
+struct PrologueArgs {
+    // kRmsNorm
     const __nv_bfloat16* delta;  // null: the residual is normalised as it is
     const __nv_bfloat16* residual;
     __nv_bfloat16* residual_out;  // residual + delta, stored by block 0
     const __nv_bfloat16* weight;  // [k]
     __nv_bfloat16* normed;        // the normed rows, stored by block 0; may be null
     float eps;
+    // kSiluMul
+    const __nv_bfloat16* gate_up;  // [rows, 2k]
 };
 
 // Eight bf16 sums a + b, each rounded once from fp32 (add_rms_norm's residual add).
@@ -80,7 +90,7 @@ __device__ __forceinline__ uint4 add_bf16x8(const uint4& a, const uint4& b) {
 // waiting for a separate norm kernel; block 0 also stores residual + delta and the normed rows.
 // Called by every thread of the block; ends with a barrier.
 template <int kRows>
-__device__ __forceinline__ void norm_rows_to_shared(const NormArgs& a, int k, uint4* x_s) {
+__device__ __forceinline__ void norm_rows_to_shared(const PrologueArgs& a, int k, uint4* x_s) {
     const int k_vecs = k / kVecElems;
     const bool writer = blockIdx.x == 0;
     const auto* residual = reinterpret_cast<const uint4*>(a.residual);
@@ -136,20 +146,48 @@ __device__ __forceinline__ void norm_rows_to_shared(const NormArgs& a, int k, ui
     __syncthreads();
 }
 
-// kNorm: x is not read; the block first normalises its rows into shared memory
-// (norm_rows_to_shared, kRows * k bf16 of dynamic shared memory) and multiplies those.
-template <int kRows, int kCols, typename Out, bool kNorm = false>
+// x_s[r][:] = silu_mul(gate_up[r]) for the block's kRows rows (k outputs of a [kRows, 2k]
+// gate_up), silu_mul's own arithmetic (silu_mul.cuh): the bits of silu_mul, then gemv. Called by
+// every thread of the block; ends with a barrier.
+template <int kRows>
+__device__ __forceinline__ void silu_mul_rows_to_shared(const __nv_bfloat16* gate_up, int k,
+                                                        uint4* x_s) {
+    const int k_vecs = k / kVecElems;
+    const auto* gu = reinterpret_cast<const uint4*>(gate_up);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+        for (int v = int(threadIdx.x); v < k_vecs; v += kThreads) {
+            const uint4 g = gu[int64_t(r) * 2 * k_vecs + v],
+                        u = gu[int64_t(r) * 2 * k_vecs + k_vecs + v];
+            const auto* gh = reinterpret_cast<const __nv_bfloat16*>(&g);
+            const auto* uh = reinterpret_cast<const __nv_bfloat16*>(&u);
+            uint4 out;
+            auto* oh = reinterpret_cast<__nv_bfloat16*>(&out);
+#pragma unroll
+            for (int j = 0; j < kVecElems; ++j) oh[j] = silu_mul_bf16(gh[j], uh[j]);
+            x_s[int64_t(r) * k_vecs + v] = out;
+        }
+    }
+    __syncthreads();
+}
+
+// x: [kRows, k] bf16 (kX == kGlobal; else not read: the prologue computes the rows into
+// kRows * k bf16 of dynamic shared memory); w: [n, k] bf16; bias: [n] bf16 or null; y: [kRows, n]
+// bf16 or f32 (Out). k % 8 == 0 and x, w 16-byte aligned (checked by the launcher). Warp g of the
+// grid owns output columns [g * kCols, g * kCols + kCols) for every row.
+template <int kRows, int kCols, typename Out, XFrom kX>
 __global__ void __launch_bounds__(kThreads)
     gemv_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
                 const __nv_bfloat16* __restrict__ bias, Out* __restrict__ y, int64_t n, int k,
-                NormArgs norm) {
+                PrologueArgs pro) {
+    constexpr bool kPrologue = kX != XFrom::kGlobal;
     constexpr int kValues = next_pow2(kRows * kCols);    // padded for the reduce-scatter
     constexpr int kUnroll = kCols >= 8 ? 1 : 8 / kCols;  // ~8 loads of w in flight per lane
     const int lane = int(threadIdx.x) % 32;
     const int64_t col0 = (int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32) * kCols;
-    // Whole warps leave (no shuffle partner is lost); with kNorm only after the norm's barriers.
+    // Whole warps leave (no shuffle partner is lost); with a prologue after its barriers.
     const bool active = col0 < n;
-    if (!kNorm && !active) return;
+    if (!kPrologue && !active) return;
     const int k_vecs = k / kVecElems;
 
     const uint4* w_rows[kCols];  // columns past n read row n - 1; their sums are dropped
@@ -175,11 +213,10 @@ __global__ void __launch_bounds__(kThreads)
     if (active) load_w(lane);
     pdl_wait();
     pdl_trigger();
-    extern __shared__ uint4 x_shared[];  // kNorm: [kRows][k_vecs]
-    if constexpr (kNorm) {
-        norm_rows_to_shared<kRows>(norm, k, x_shared);
-        if (!active) return;
-    }
+    extern __shared__ uint4 x_shared[];  // with a prologue: [kRows][k_vecs]
+    if constexpr (kX == XFrom::kRmsNorm) norm_rows_to_shared<kRows>(pro, k, x_shared);
+    if constexpr (kX == XFrom::kSiluMul) silu_mul_rows_to_shared<kRows>(pro.gate_up, k, x_shared);
+    if (kPrologue && !active) return;
 
     float acc[kRows * kCols] = {};  // acc[r * kCols + c]: row r of x times column c of the warp
     for (int base = lane; base < k_vecs; base += 32 * kUnroll) {
@@ -194,7 +231,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
             for (int r = 0; r < kRows; ++r) {
                 float x_f[8];
-                if constexpr (kNorm)
+                if constexpr (kPrologue)
                     unpack_bf16x8(x_shared[r * k_vecs + vec], x_f);
                 else
                     unpack_bf16x8(__ldg(x_vecs + int64_t(r) * k_vecs + vec), x_f);
@@ -231,21 +268,26 @@ __global__ void __launch_bounds__(kThreads)
 
 template <typename Out>
 using KernelFn = void (*)(const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, Out*,
-                          int64_t, int, NormArgs);
+                          int64_t, int, PrologueArgs);
 
-// Every compiled specialisation for one output type: [cols_per_block index (1, 2, 4)][rows - 1].
-template <typename Out, bool kNorm = false>
-constexpr KernelFn<Out> kKernels[3][kGemvRowsPerLaunch] = {
-    {gemv_kernel<1, 1, Out, kNorm>, gemv_kernel<2, 1, Out, kNorm>, gemv_kernel<3, 1, Out, kNorm>,
-     gemv_kernel<4, 1, Out, kNorm>, gemv_kernel<5, 1, Out, kNorm>, gemv_kernel<6, 1, Out, kNorm>,
-     gemv_kernel<7, 1, Out, kNorm>, gemv_kernel<8, 1, Out, kNorm>},
-    {gemv_kernel<1, 2, Out, kNorm>, gemv_kernel<2, 2, Out, kNorm>, gemv_kernel<3, 2, Out, kNorm>,
-     gemv_kernel<4, 2, Out, kNorm>, gemv_kernel<5, 2, Out, kNorm>, gemv_kernel<6, 2, Out, kNorm>,
-     gemv_kernel<7, 2, Out, kNorm>, gemv_kernel<8, 2, Out, kNorm>},
-    {gemv_kernel<1, 4, Out, kNorm>, gemv_kernel<2, 4, Out, kNorm>, gemv_kernel<3, 4, Out, kNorm>,
-     gemv_kernel<4, 4, Out, kNorm>, gemv_kernel<5, 4, Out, kNorm>, gemv_kernel<6, 4, Out, kNorm>,
-     gemv_kernel<7, 4, Out, kNorm>, gemv_kernel<8, 4, Out, kNorm>},
+template <typename Out, XFrom kX, int kCols, int... kRowsLess1>
+constexpr std::array<KernelFn<Out>, sizeof...(kRowsLess1)> by_rows(
+    std::integer_sequence<int, kRowsLess1...>) {
+    return {gemv_kernel<kRowsLess1 + 1, kCols, Out, kX>...};
+}
+
+// Every compiled specialisation for one output type and x source: [cols_per_block index (1, 2,
+// 4)][rows - 1], up to kMaxRows rows.
+template <typename Out, XFrom kX, int kMaxRows>
+constexpr std::array<std::array<KernelFn<Out>, kMaxRows>, 3> kKernels = {
+    by_rows<Out, kX, 1>(std::make_integer_sequence<int, kMaxRows>{}),
+    by_rows<Out, kX, 2>(std::make_integer_sequence<int, kMaxRows>{}),
+    by_rows<Out, kX, 4>(std::make_integer_sequence<int, kMaxRows>{}),
 };
+template <typename Out>
+constexpr const auto& kPlainKernels = kKernels<Out, XFrom::kGlobal, kGemvRowsPerLaunch>;
+template <XFrom kX>
+constexpr const auto& kFusedKernels = kKernels<__nv_bfloat16, kX, kGemvFusedMaxRows>;
 
 // Rows beyond one launch's kGemvRowsPerLaunch: further launches, each re-reading w.
 template <typename Out>
@@ -254,9 +296,9 @@ void launch_rows(const Tensor& x, const Tensor& w, const __nv_bfloat16* bias, Te
     const int64_t n = w.size(0), k = w.size(1), m = x.numel() / k;
     for (int64_t row0 = 0; row0 < m; row0 += kGemvRowsPerLaunch) {
         const int64_t rows = std::min(kGemvRowsPerLaunch, m - row0);
-        launch_kernel(kKernels<Out>[cols_idx][rows - 1], unsigned(blocks), kThreads, 0, stream,
+        launch_kernel(kPlainKernels<Out>[cols_idx][rows - 1], unsigned(blocks), kThreads, 0, stream,
                       x.data<__nv_bfloat16>() + row0 * k, w.data<__nv_bfloat16>(), bias,
-                      y.data<Out>() + row0 * n, n, int(k), NormArgs{});
+                      y.data<Out>() + row0 * n, n, int(k), PrologueArgs{});
         MI_CUDA_CHECK(cudaGetLastError());
     }
 }
@@ -313,15 +355,59 @@ void gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, cudaS
         launch_rows<__nv_bfloat16>(x, w, bias_ptr, y, cols_idx, blocks, stream);
 }
 
+namespace {
+
+// What both fused forms need besides their prologue's operands: m rows of k (the x that the
+// prologue computes) with w, bias and a bf16 y as gemv takes them, few enough rows, and room in
+// shared memory.
+bool fused_supported(int64_t m, int64_t k, const Tensor& w, const Tensor* bias, const Tensor& y) {
+    if (!is_cuda_tensor(w, DType::kBF16) || !is_cuda_tensor(y, DType::kBF16) || w.ndim() != 2)
+        return false;
+    const int64_t n = w.size(0);
+    if (k <= 0 || w.size(1) != k || k % kVecElems != 0 || !aligned16(w.raw())) return false;
+    if (m < 1 || m > kGemvFusedMaxRows || m * k * 2 > kGemvFusedMaxSharedBytes) return false;
+    if (y.numel() != m * n || y.ndim() < 1 || y.size(-1) != n) return false;
+    return !bias ||
+           (is_cuda_tensor(*bias, DType::kBF16) && bias->ndim() == 1 && bias->size(0) == n);
+}
+
+template <XFrom kX>
+void launch_fused(const Tensor& w, const Tensor* bias, Tensor& y, int64_t m,
+                  const PrologueArgs& args, cudaStream_t stream) {
+    const int64_t n = w.size(0), k = w.size(1);
+    if (n == 0) return;
+    const int cols = pick_cols(n);
+    const int cols_idx = cols == 1 ? 0 : cols == 2 ? 1 : 2;
+    const int64_t cols_per_cta = int64_t(cols) * kWarpsPerBlock;
+    const int64_t blocks = (n + cols_per_cta - 1) / cols_per_cta;
+    MI_LAUNCH_CHECK(blocks <= INT32_MAX, "gemv: n too large for the grid");
+    static const bool shared_allowed = [] {  // every specialisation, once
+        for (const auto& by_cols : kFusedKernels<kX>)
+            for (const KernelFn<__nv_bfloat16> f : by_cols)
+                MI_CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   int(kGemvFusedMaxSharedBytes)));
+        return true;
+    }();
+    (void)shared_allowed;
+    launch_kernel(kFusedKernels<kX>[cols_idx][m - 1], unsigned(blocks), kThreads, size_t(m * k * 2),
+                  stream, static_cast<const __nv_bfloat16*>(nullptr), w.data<__nv_bfloat16>(),
+                  bias ? bias->data<__nv_bfloat16>() : nullptr, y.data<__nv_bfloat16>(), n, int(k),
+                  args);
+    MI_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
 bool gemv_rms_norm_supported(const AddRmsNorm& in, const Tensor& w, const Tensor* bias,
                              const Tensor& y) {
     if (!in.residual || !in.weight || (in.delta && !in.residual_out)) return false;
     const Tensor& r = *in.residual;
-    if (!gemv_supported(r, w, bias, y) || y.dtype() != DType::kBF16) return false;
-    const int64_t k = w.size(1), m = r.numel() / k;
-    if (m < 1 || m > kGemvRowsPerLaunch || m * k * 2 > kGemvNormMaxSharedBytes) return false;
+    if (!is_cuda_tensor(r, DType::kBF16) || r.ndim() < 1 || w.ndim() != 2 ||
+        r.size(-1) != w.size(1) || !aligned16(r.raw()) ||
+        !fused_supported(r.numel() / std::max<int64_t>(w.size(1), 1), w.size(1), w, bias, y))
+        return false;
     if (!is_cuda_tensor(*in.weight, DType::kBF16) || in.weight->ndim() != 1 ||
-        in.weight->size(0) != k || !aligned16(in.weight->raw()))
+        in.weight->size(0) != w.size(1) || !aligned16(in.weight->raw()))
         return false;
     const auto same_rows = [&](const Tensor* t) {
         return is_cuda_tensor(*t, DType::kBF16) && t->shape() == r.shape() && aligned16(t->raw());
@@ -337,35 +423,37 @@ void gemv_rms_norm(const AddRmsNorm& in, const Tensor& w, const Tensor* bias, Te
                    cudaStream_t stream) {
     MI_LAUNCH_CHECK(gemv_rms_norm_supported(in, w, bias, y),
                     "gemv_rms_norm: operands as for gemv (y bf16) with the norm's rows as x, at "
-                    "most 8 rows whose bf16 values fit in 64 KB, weight [k], and residual_out "
+                    "most 4 rows whose bf16 values fit in 64 KB, weight [k], and residual_out "
                     "a third buffer besides residual and delta");
-    const int64_t n = w.size(0), k = w.size(1), m = in.residual->numel() / k;
-    if (n == 0) return;
-    const int cols = pick_cols(n);
-    const int cols_idx = cols == 1 ? 0 : cols == 2 ? 1 : 2;
-    const int64_t cols_per_cta = int64_t(cols) * kWarpsPerBlock;
-    const int64_t blocks = (n + cols_per_cta - 1) / cols_per_cta;
-    MI_LAUNCH_CHECK(blocks <= INT32_MAX, "gemv: n too large for the grid");
-    const KernelFn<__nv_bfloat16> kernel = kKernels<__nv_bfloat16, true>[cols_idx][m - 1];
-    static const bool shared_allowed = [] {  // every specialisation, once
-        for (const auto& by_rows : kKernels<__nv_bfloat16, true>)
-            for (const KernelFn<__nv_bfloat16> f : by_rows)
-                MI_CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   int(kGemvNormMaxSharedBytes)));
-        return true;
-    }();
-    (void)shared_allowed;
-    const NormArgs args{.delta = in.delta ? in.delta->data<__nv_bfloat16>() : nullptr,
-                        .residual = in.residual->data<__nv_bfloat16>(),
-                        .residual_out = in.delta ? in.residual_out->data<__nv_bfloat16>() : nullptr,
-                        .weight = in.weight->data<__nv_bfloat16>(),
-                        .normed = in.normed ? in.normed->data<__nv_bfloat16>() : nullptr,
-                        .eps = in.eps};
-    launch_kernel(kernel, unsigned(blocks), kThreads, size_t(m * k * 2), stream,
-                  static_cast<const __nv_bfloat16*>(nullptr), w.data<__nv_bfloat16>(),
-                  bias ? bias->data<__nv_bfloat16>() : nullptr, y.data<__nv_bfloat16>(), n, int(k),
-                  args);
-    MI_CUDA_CHECK(cudaGetLastError());
+    launch_fused<XFrom::kRmsNorm>(
+        w, bias, y, in.residual->numel() / w.size(1),
+        {.delta = in.delta ? in.delta->data<__nv_bfloat16>() : nullptr,
+         .residual = in.residual->data<__nv_bfloat16>(),
+         .residual_out = in.delta ? in.residual_out->data<__nv_bfloat16>() : nullptr,
+         .weight = in.weight->data<__nv_bfloat16>(),
+         .normed = in.normed ? in.normed->data<__nv_bfloat16>() : nullptr,
+         .eps = in.eps,
+         .gate_up = nullptr},
+        stream);
+}
+
+bool gemv_silu_mul_supported(const Tensor& gate_up, const Tensor& w, const Tensor* bias,
+                             const Tensor& y) {
+    if (!is_cuda_tensor(gate_up, DType::kBF16) || gate_up.ndim() != 2 || w.ndim() != 2 ||
+        gate_up.size(1) != 2 * w.size(1) || !aligned16(gate_up.raw()))
+        return false;
+    // k % 8 == 0 (fused_supported) keeps every 8-element vector of gate_up 16-byte aligned.
+    return fused_supported(gate_up.size(0), w.size(1), w, bias, y);
+}
+
+void gemv_silu_mul(const Tensor& gate_up, const Tensor& w, const Tensor* bias, Tensor& y,
+                   cudaStream_t stream) {
+    MI_LAUNCH_CHECK(gemv_silu_mul_supported(gate_up, w, bias, y),
+                    "gemv_silu_mul: gate_up [rows, 2k] bf16, 16-byte aligned, at most 4 rows of k "
+                    "fitting in 64 KB as bf16; w, bias, y (bf16) as for gemv");
+    PrologueArgs args{};
+    args.gate_up = gate_up.data<__nv_bfloat16>();
+    launch_fused<XFrom::kSiluMul>(w, bias, y, gate_up.size(0), args, stream);
 }
 
 }  // namespace miniinfer::cuda

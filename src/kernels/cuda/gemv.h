@@ -30,18 +30,29 @@ bool gemv_supported(const Tensor& x, const Tensor& w, const Tensor* bias, const 
 void gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, cudaStream_t stream,
           int cols_per_block = 0);
 
-// gemv with the residual add + RMSNorm before it fused in (one kernel instead of two at batch 1):
-// y = (in.weight * norm(in.residual + in.delta)) · wᵀ (+ bias), the norm's arithmetic as
-// add_rms_norm's (rms_norm.h) but for the order of the fp32 sum of squares. Every block
-// normalises the rows itself into shared memory; block 0 also writes in.residual_out and
-// in.normed (when given), so residual_out must be another buffer than residual (all blocks read
-// that). Rows: in.residual's; y bf16. Supported (else MI_LAUNCH_CHECK aborts): what gemv
-// accepts, at most kGemvRowsPerLaunch rows of at most kGemvNormMaxSharedBytes together, 16-byte
-// aligned norm operands of the rows' shape, weight [k].
-inline constexpr int64_t kGemvNormMaxSharedBytes = 64 << 10;
+// The two fused forms below: gemv with the kernel before it folded into a prologue, so that a
+// decode step at batch 1 or 2 launches one kernel instead of two. Every thread block computes the
+// x rows itself into shared memory (a few KB, read from L2) before multiplying them; at most
+// kGemvFusedMaxRows rows of at most kGemvFusedMaxSharedBytes as bf16, y bf16, w and bias as gemv
+// takes them. Operands the *_supported check refuses abort (MI_LAUNCH_CHECK).
+inline constexpr int64_t kGemvFusedMaxRows = 4;
+inline constexpr int64_t kGemvFusedMaxSharedBytes = 64 << 10;
+
+// y = (in.weight * norm(in.residual + in.delta)) · wᵀ (+ bias): the residual add + RMSNorm
+// (rms_norm.h) inside. Its arithmetic is add_rms_norm's but for the order of the fp32 sum of
+// squares. Block 0 also writes in.residual_out and in.normed (when given), so residual_out must
+// be another buffer than residual (all blocks read that). The rows: in.residual's, 16-byte
+// aligned like the norm's other operands; weight [k].
 bool gemv_rms_norm_supported(const AddRmsNorm& in, const Tensor& w, const Tensor* bias,
                              const Tensor& y);
 void gemv_rms_norm(const AddRmsNorm& in, const Tensor& w, const Tensor* bias, Tensor& y,
+                   cudaStream_t stream);
+
+// y = silu_mul(gate_up) · wᵀ (+ bias) with the SiLU·mul (silu_mul.h) inside: gate_up [m, 2k],
+// 16-byte aligned. The bits of silu_mul, then gemv; the act rows are not stored.
+bool gemv_silu_mul_supported(const Tensor& gate_up, const Tensor& w, const Tensor* bias,
+                             const Tensor& y);
+void gemv_silu_mul(const Tensor& gate_up, const Tensor& w, const Tensor* bias, Tensor& y,
                    cudaStream_t stream);
 
 }  // namespace miniinfer::cuda

@@ -5,18 +5,34 @@
 
 namespace miniinfer::cuda {
 
+namespace {
+
+// One GEMM of `l` under its shard rule: run(bias to add, or null), then a row-parallel layer's
+// all-reduce, whose bias only rank 0 adds.
+template <class Run>
+void sharded(const Linear& l, Tensor& y, const Step& step, Run&& run) {
+    const bool reduce = l.shard == Shard::kRow && l.comm != nullptr;
+    const bool add_bias = l.bias.defined() && (!reduce || l.comm->rank() == 0);
+    run(add_bias ? &l.bias : nullptr);
+    if (reduce) l.comm->all_reduce_sum(y, step.stream);
+}
+
+}  // namespace
+
 void Linear::forward(const Tensor& x, Tensor& y, const Step& step) const {
-    const bool reduce = shard == Shard::kRow && comm != nullptr;
-    const bool add_bias = bias.defined() && (!reduce || comm->rank() == 0);
-    step.gemm.run(x, weight, add_bias ? &bias : nullptr, y, step.stream);
-    if (reduce) comm->all_reduce_sum(y, step.stream);
+    sharded(*this, y, step, [&](const Tensor* b) { step.gemm.run(x, weight, b, y, step.stream); });
 }
 
 void Linear::forward(const AddRmsNorm& in, Tensor& y, const Step& step) const {
-    const bool reduce = shard == Shard::kRow && comm != nullptr;
-    const bool add_bias = bias.defined() && (!reduce || comm->rank() == 0);
-    step.gemm.run_normed(in, weight, add_bias ? &bias : nullptr, y, step.stream);
-    if (reduce) comm->all_reduce_sum(y, step.stream);
+    sharded(*this, y, step,
+            [&](const Tensor* b) { step.gemm.run_normed(in, weight, b, y, step.stream); });
+}
+
+void Linear::forward_silu_mul(const Tensor& gate_up, Tensor& act, Tensor& y,
+                              const Step& step) const {
+    sharded(*this, y, step, [&](const Tensor* b) {
+        step.gemm.run_silu_mul(gate_up, act, weight, b, y, step.stream);
+    });
 }
 
 AddRmsNorm RmsNorm::before(const Tensor* delta, const Tensor& residual, Tensor* residual_out,

@@ -24,6 +24,9 @@ struct Linear {
     // The same for x = *in.normed, after the residual add + RMSNorm `in` (RmsNorm::before),
     // which runs inside the GEMV at small batches (Gemm::run_normed); *in.normed holds x after.
     void forward(const AddRmsNorm& in, Tensor& y, const Step& step) const;
+    // The same for x = silu_mul(gate_up), into act first or, at small batches, inside the GEMV
+    // (Gemm::run_silu_mul; act is then left as it was).
+    void forward_silu_mul(const Tensor& gate_up, Tensor& act, Tensor& y, const Step& step) const;
 };
 
 struct RmsNorm {

@@ -1,7 +1,6 @@
 #include "layers/cuda/mlp.h"
 
 #include "core/cuda/device_buffer.h"
-#include "kernels/cuda/silu_mul.h"
 
 namespace miniinfer::cuda {
 
@@ -14,8 +13,7 @@ Mlp::Buffers Mlp::allocate_buffers(int64_t max_tokens) const {
 void Mlp::forward(const AddRmsNorm& x, Tensor& y, const Step& step, Buffers& buf) const {
     Tensor gu = rows(buf.gate_up, step.in.num_tokens), act = rows(buf.act, step.in.num_tokens);
     gate_up.forward(x, gu, step);
-    silu_mul(gu, act, step.stream);
-    down.forward(act, y, step);
+    down.forward_silu_mul(gu, act, y, step);
 }
 
 }  // namespace miniinfer::cuda
