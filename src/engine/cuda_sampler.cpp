@@ -4,6 +4,7 @@
 #include <deque>
 
 #include "core/check.h"
+#include "core/cuda/cuda_check.h"
 #include "core/cuda/pinned_buffer.h"
 #include "kernels/cuda/penalties.h"
 #include "kernels/cuda/sampling.h"
@@ -78,7 +79,10 @@ CudaSampler::CudaSampler(int64_t max_rows, int64_t vocab, int64_t max_model_len)
     for (auto& h : B.host_outputs)
         h = std::make_unique<cuda::PinnedBuffer>(
             size_t(S) * (8 + 8 * kMaxLogprobs + sizeof(cuda::RowSampling)));
-    B.sampling_workspace = cuda::DeviceBuffer(cuda::sampling_workspace_bytes(S, vocab));
+    B.sampling_workspace = cuda::DeviceBuffer(
+        std::max(cuda::sampling_workspace_bytes(S, vocab), cuda::argmax_workspace_bytes(S)));
+    // argmax's few-row path counts finished blocks there: zeros before its first call.
+    MI_CUDA_CHECK(cudaMemset(B.sampling_workspace.data(), 0, B.sampling_workspace.bytes()));
     B.penalties_workspace = cuda::DeviceBuffer(cuda::penalties_workspace_bytes(vocab));
     B.host_penalties = std::make_unique<cuda::PinnedBuffer>(penalty_bytes);
     B.dev_penalties = cuda::DeviceBuffer(penalty_bytes);
@@ -146,7 +150,9 @@ void CudaSampler::launch(const Tensor& raw_logits, std::span<const SamplerInput>
         const HostOutputs h(B.host_outputs[step.slot]->data, rows_n);
         Tensor tok = rows(B.tokens, rows_n);
         if (step.all_greedy) {
-            cuda::argmax(logits, tok, st);  // of the penalised logits, where penalties apply
+            // Of the penalised logits, where penalties apply.
+            cuda::argmax(logits, tok, st, B.sampling_workspace.data(),
+                         B.sampling_workspace.bytes());
         } else {
             for (int64_t i = 0; i < rows_n; ++i) {
                 const SamplerInput& r = rows_in[size_t(i)];

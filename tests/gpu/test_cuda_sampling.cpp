@@ -189,10 +189,14 @@ void compare(const Batch& b, Tally& tally) {
 
 }  // namespace
 
+// Both forms: one block a row, and (with a workspace, below kArgmaxSplitRows rows) rows spread
+// over blocks, called twice over the same workspace (the counts must be back at zero).
 TEST(CudaSampling, ArgmaxMatchesCpu) {
     REQUIRE_GPU();
     std::mt19937 rng(11);
-    for (int64_t rows : {1, 3, 256}) {
+    cuda::DeviceBuffer workspace(cuda::argmax_workspace_bytes(256));
+    MI_CUDA_CHECK(cudaMemset(workspace.data(), 0, workspace.bytes()));
+    for (int64_t rows : {1, 3, 15, 256}) {
         for (int64_t vocab : {1, 33, 151936}) {
             std::vector<float> x(static_cast<size_t>(rows * vocab));
             std::normal_distribution<float> normal(0.f, 4.f);
@@ -209,11 +213,18 @@ TEST(CudaSampling, ArgmaxMatchesCpu) {
             }
             Tensor logits = cuda::to_device(host_tensor(x.data(), {rows, vocab}, DType::kF32));
             Tensor tokens = cuda::device_tensor({rows}, DType::kI32);
-            cuda::argmax(logits, tokens, nullptr);
-            Tensor got = cuda::to_host(tokens);
-            for (int64_t r = 0; r < rows; ++r)
-                ASSERT_EQ(got.data<int32_t>()[r], want[size_t(r)])
-                    << "rows " << rows << " vocab " << vocab << " row " << r;
+            for (int call = 0; call < 3; ++call) {  // one block a row, then spread twice
+                MI_CUDA_CHECK(cudaMemset(tokens.raw(), 0xff, tokens.nbytes()));
+                if (call == 0)
+                    cuda::argmax(logits, tokens, nullptr);
+                else
+                    cuda::argmax(logits, tokens, nullptr, workspace.data(), workspace.bytes());
+                Tensor got = cuda::to_host(tokens);
+                for (int64_t r = 0; r < rows; ++r)
+                    ASSERT_EQ(got.data<int32_t>()[r], want[size_t(r)])
+                        << "rows " << rows << " vocab " << vocab << " row " << r << " call "
+                        << call;
+            }
         }
     }
 }
@@ -295,6 +306,22 @@ TEST(CudaSampling, StepTime) {
     gpu_testing::print_bench_row(
         "argmax", shape,
         gpu_testing::time_launch([&](cudaStream_t s) { cuda::argmax(logits, tokens, s); }), bytes);
+    {  // one row (batch 1): one block, and spread over blocks
+        cuda::DeviceBuffer ws(cuda::argmax_workspace_bytes(1));
+        MI_CUDA_CHECK(cudaMemset(ws.data(), 0, ws.bytes()));
+        Tensor one(logits.raw(), DType::kF32, {1, vocab}, Device::kCUDA);
+        Tensor one_token(tokens.raw(), DType::kI32, {1}, Device::kCUDA);
+        const double one_bytes = double(vocab * 4);
+        gpu_testing::print_bench_row(
+            "argmax, one block", "1 x 151936 f32",
+            gpu_testing::time_launch([&](cudaStream_t s) { cuda::argmax(one, one_token, s); }),
+            one_bytes);
+        gpu_testing::print_bench_row("argmax, spread", "1 x 151936 f32",
+                                     gpu_testing::time_launch([&](cudaStream_t s) {
+                                         cuda::argmax(one, one_token, s, ws.data(), ws.bytes());
+                                     }),
+                                     one_bytes);
+    }
     run("sample greedy", 0.f, 1.f);
     run("sample T=0.6 top_p=0.95", 0.6f, 0.95f);
     run("sample T=0.6", 0.6f, 1.f);

@@ -18,6 +18,7 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 
@@ -560,7 +561,52 @@ __global__ void __launch_bounds__(kThreads)
     if (threadIdx.x == 0) tokens[blockIdx.x] = best.idx;
 }
 
+// Few rows: grid (chunks, rows), block c of row r takes ids [c * chunk_len, ...). Each block
+// parks its (max, first id) in partials[r][c] and counts itself done in counts[r]; the row's
+// last block (the one that counts chunks) reads every partial, writes the token and resets the
+// count for the next call. The result is the single-block kernel's: "greater, or equal with a
+// lower id" picks the same winner in any order.
+constexpr int kArgmaxMaxChunks = 32;
+
+__global__ void __launch_bounds__(kThreads)
+    argmax_split_kernel(const float* logits, int vocab, int chunk_len, ArgMax* partials,
+                        unsigned* counts, int32_t* tokens) {
+    pdl_wait();
+    pdl_trigger();
+    __shared__ ArgMax slots[kWarps];
+    __shared__ bool last;
+    const int row = int(blockIdx.y), chunk = int(blockIdx.x), chunks = int(gridDim.x);
+    const int begin = chunk * chunk_len, len = max(0, min(chunk_len, vocab - begin));
+    const float* slice = logits + int64_t(row) * vocab + begin;
+    ArgMax best = {neg_inf(), INT_MAX};
+    for_each(
+        len, [slice](int i) { return __ldg(slice + i); },
+        [&](int i, bool valid, float x) {
+            if (valid) best.update(x, begin + i);
+        });
+    best = block_combine(best, slots);
+    ArgMax* row_partials = partials + int64_t(row) * kArgmaxMaxChunks;
+    if (threadIdx.x == 0) {
+        row_partials[chunk] = best;
+        __threadfence();  // the partial before the count that announces it
+        last = atomicAdd(&counts[row], 1u) == unsigned(chunks - 1);
+    }
+    __syncthreads();
+    if (!last || threadIdx.x != 0) return;
+    __threadfence();
+    ArgMax r = {neg_inf(), INT_MAX};
+    for (int c = 0; c < chunks; ++c)  // L2 reads: other blocks wrote them
+        r.update(__ldcg(&row_partials[c].value), __ldcg(&row_partials[c].idx));
+    tokens[row] = r.idx;
+    counts[row] = 0;
+}
+
 }  // namespace
+
+size_t argmax_workspace_bytes(int64_t rows) {
+    const int64_t split_rows = std::min<int64_t>(rows, kArgmaxSplitRows);
+    return size_t(split_rows) * (kArgmaxMaxChunks * sizeof(ArgMax) + sizeof(unsigned));
+}
 
 size_t sampling_workspace_bytes(int64_t, int64_t) {
     return 0;
@@ -615,7 +661,8 @@ void sample(const Tensor& logits, const Tensor& rows_params, const Tensor* raw_l
     MI_CUDA_CHECK(cudaGetLastError());
 }
 
-void argmax(const Tensor& logits, Tensor& tokens, cudaStream_t stream) {
+void argmax(const Tensor& logits, Tensor& tokens, cudaStream_t stream, void* workspace,
+            size_t workspace_bytes) {
     MI_LAUNCH_CHECK(is_cuda_tensor(logits, DType::kF32) && logits.ndim() == 2,
                     "argmax: logits must be a contiguous [rows, vocab] f32 CUDA tensor");
     const int64_t rows = logits.size(0), vocab = logits.size(1);
@@ -623,6 +670,21 @@ void argmax(const Tensor& logits, Tensor& tokens, cudaStream_t stream) {
     MI_LAUNCH_CHECK(is_cuda_tensor(tokens, DType::kI32) && tokens.numel() == rows,
                     "argmax: tokens must be [rows] i32 CUDA");
     if (rows == 0) return;
+    if (workspace && rows < kArgmaxSplitRows && workspace_bytes >= argmax_workspace_bytes(rows)) {
+        // About two blocks an SM across the rows, each at least one pass of the block's loads.
+        constexpr int64_t kMinChunk = int64_t(kThreads) * kUnroll;
+        const int64_t chunks = std::clamp<int64_t>(
+            std::min<int64_t>((264 + rows - 1) / rows, (vocab + kMinChunk - 1) / kMinChunk), 1,
+            kArgmaxMaxChunks);
+        const int64_t chunk_len = (vocab + chunks - 1) / chunks;
+        auto* partials = static_cast<ArgMax*>(workspace);
+        auto* counts = reinterpret_cast<unsigned*>(partials + rows * kArgmaxMaxChunks);
+        launch_kernel(argmax_split_kernel, dim3(unsigned(chunks), unsigned(rows)), kThreads, 0,
+                      stream, logits.data<float>(), int(vocab), int(chunk_len), partials, counts,
+                      tokens.data<int32_t>());
+        MI_CUDA_CHECK(cudaGetLastError());
+        return;
+    }
     launch_kernel(argmax_kernel, unsigned(rows), kThreads, 0, stream, logits.data<float>(),
                   int(vocab), tokens.data<int32_t>());
     MI_CUDA_CHECK(cudaGetLastError());
