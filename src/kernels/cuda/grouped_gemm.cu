@@ -58,15 +58,8 @@
 namespace miniinfer::cuda {
 namespace {
 
-// BulkW: the w tile arrives by Hopper bulk copies (one 2·TileK-byte request per weight row and
-// stage, completing on a shared-memory barrier) instead of 16-byte cp.async chunks: an eighth of
-// the load instructions and of the L2 requests. Only for n % TileCols == 0 and k % TileK == 0
-// (no tails to zero-fill); other shapes take the cp.async form (Tile::CpAsync).
-template <int TileRows, int TileCols, int TileK, int Stages, int WarpsM, int WarpsN,
-          bool BulkW = false>
+template <int TileRows, int TileCols, int TileK, int Stages, int WarpsM, int WarpsN>
 struct Tile {
-    using CpAsync = Tile<TileRows, TileCols, TileK, Stages, WarpsM, WarpsN, false>;
-    static constexpr bool kBulkW = BulkW;
     static constexpr int kRows = TileRows, kCols = TileCols, kK = TileK, kStages = Stages;
     static constexpr int kWarpsM = WarpsM, kWarpsN = WarpsN;
     static constexpr int kThreads = 32 * WarpsM * WarpsN;
@@ -76,12 +69,9 @@ struct Tile {
     static constexpr int kStride = TileK + 8;        // shared row stride in bf16
     static constexpr int kChunksPerRow = TileK / 8;  // 16-byte chunks per tile row
     static constexpr int kStageElems = (TileRows + TileCols) * kStride;  // x tile, then w tile
-    // The ring, then with BulkW one barrier per stage.
-    static constexpr size_t kSharedBytes =
-        size_t(Stages) * kStageElems * 2 + (BulkW ? 8 * Stages : 0);
+    static constexpr size_t kSharedBytes = size_t(Stages) * kStageElems * 2;
     static_assert(kWarpRows % 16 == 0 && kWarpCols % 16 == 0 && TileK % 16 == 0);
     static_assert(Stages >= 2 && kWarpsM * kWarpRows == TileRows);
-    static_assert(!BulkW || TileCols <= 32 * WarpsM * WarpsN, "one bulk copy per thread and stage");
 };
 
 using Tile16 = Tile<16, 64, 64, 4, 1, 4>;
@@ -97,20 +87,24 @@ using Tile128 = Tile<128, 128, 32, 4, 2, 4>;
 // 406, 64 x k64 3 stages 430; dropped after those sweeps: 128 x k64 4 stages 438, 64 x k64 4
 // stages 430, 256 x k64 3 stages 8 warps 432, 64 x k128 516, 128 x k128 3 stages 603, 128 x k32
 // 8 stages 655, 64 x k64 6 stages 2 warps 758. Fewer stages (less shared memory, more CTAs an
-// SM) won each time. Session 9 (same op): 128 x k64 2 stages 275 + 162 = 437, 64 x k64 3 stages
-// 483, 128 x k128 2 stages 498, 128 x k64 3 stages 8 warps 464 (the last three dropped). Nsight
-// Compute on the default's gate_up: DRAM 76% of peak, L2 93% busy, 51% of issue slots used
-// (the cp.async address arithmetic), 4 CTAs an SM by shared memory: hence the bulk-copy forms.
+// SM) won each time. Session 9, same op, one call: the default 237 + 133 = 370; the w tile by
+// Hopper bulk copies (cp.async.bulk, one 128- or 256-byte request per weight row and stage on a
+// shared-memory barrier, an eighth of the load instructions) 260 + 144 with 2 stages, 269 + 159
+// with 3, 261 + 145 at k128: slower, dropped. (Nsight Compute on the default's gate_up in another
+// call: DRAM 76% of peak, L2 93% busy, half the issue slots used, 4 CTAs an SM by shared
+// memory.)
 using Tile32Variants =
     std::tuple<Tile32, Tile<32, 128, 64, 3, 1, 4>, Tile<32, 128, 64, 2, 1, 8>,
-               Tile<32, 64, 64, 2, 1, 4>, Tile<32, 256, 64, 2, 1, 8>,
-               Tile<32, 128, 64, 2, 1, 4, true>, Tile<32, 128, 64, 3, 1, 4, true>,
-               Tile<32, 128, 128, 2, 1, 4, true>>;
-constexpr const char* kTile32VariantNames[] = {
-    "128 cols x k64, 2 stages, 4 warps (default)", "128 cols x k64, 3 stages, 4 warps",
-    "128 cols x k64, 2 stages, 8 warps",           "64 cols x k64, 2 stages, 4 warps",
-    "256 cols x k64, 2 stages, 8 warps",           "128 cols x k64, 2 stages, 4 warps, bulk w",
-    "128 cols x k64, 3 stages, 4 warps, bulk w",   "128 cols x k128, 2 stages, 4 warps, bulk w"};
+               Tile<32, 64, 64, 2, 1, 4>, Tile<32, 64, 64, 3, 1, 4>, Tile<32, 256, 64, 2, 1, 8>,
+               Tile<32, 128, 128, 2, 1, 4>, Tile<32, 128, 64, 3, 1, 8>>;
+constexpr const char* kTile32VariantNames[] = {"128 cols x k64, 2 stages, 4 warps (default)",
+                                               "128 cols x k64, 3 stages, 4 warps",
+                                               "128 cols x k64, 2 stages, 8 warps",
+                                               "64 cols x k64, 2 stages, 4 warps",
+                                               "64 cols x k64, 3 stages, 4 warps",
+                                               "256 cols x k64, 2 stages, 8 warps",
+                                               "128 cols x k128, 2 stages, 4 warps",
+                                               "128 cols x k64, 3 stages, 8 warps"};
 
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
@@ -220,29 +214,10 @@ __global__ void __launch_bounds__(T::kThreads)
     const int warp = int(threadIdx.x) / 32;
     const int warp_row = (warp / T::kWarpsN) * T::kWarpRows;
     const int warp_col = (warp % T::kWarpsN) * T::kWarpCols;
-    // kBulkW: w_full[slot] completes once the slot's w tile has landed (phase u for its u-th use).
-    auto* w_full = reinterpret_cast<uint64_t*>(smem + T::kStages * T::kStageElems);
-    if constexpr (T::kBulkW) {
-        if (threadIdx.x == 0) {
-            for (int st = 0; st < T::kStages; ++st) mbar_init(&w_full[st], 1);
-            mbar_init_fence();
-        }
-        __syncthreads();
-    }
     auto load_stage = [&](int slot, int k0) {
         __nv_bfloat16* stage = smem + slot * T::kStageElems;
         load_tile<T, T::kRows>(stage, x_row, w, k, k0);
-        if constexpr (T::kBulkW) {
-            // The slot was last read by ldmatrix (the generic proxy); order that before the
-            // bulk copies (the async proxy) overwrite it.
-            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-            if (threadIdx.x == 0) mbar_arrive_expect_tx(&w_full[slot], T::kCols * T::kK * 2);
-            if (int(threadIdx.x) < T::kCols)
-                bulk_copy_g2s(stage + (T::kRows + int(threadIdx.x)) * T::kStride,
-                              w_row(int(threadIdx.x)) + k0, T::kK * 2, &w_full[slot]);
-        } else {
-            load_tile<T, T::kCols>(stage + T::kRows * T::kStride, w_row, w, k, k0);
-        }
+        load_tile<T, T::kCols>(stage + T::kRows * T::kStride, w_row, w, k, k0);
     };
 
     float acc[T::kMTiles][T::kNTiles][4] = {};
@@ -255,8 +230,7 @@ __global__ void __launch_bounds__(T::kThreads)
     }
     for (int t = 0; t < num_k_tiles; ++t) {
         cp_async_wait<T::kStages - 2>();  // stage t has landed (this thread's part)
-        if constexpr (T::kBulkW) mbar_wait(&w_full[t % T::kStages], uint32_t(t / T::kStages) & 1u);
-        __syncthreads();  // everyone's part; and slot (t - 1) % Stages is free
+        __syncthreads();                  // everyone's part; and slot (t - 1) % Stages is free
         const int next = t + T::kStages - 1;
         if (next < num_k_tiles) load_stage(next % T::kStages, next * T::kK);
         cp_async_commit();
@@ -302,11 +276,6 @@ __global__ void __launch_bounds__(T::kThreads)
 template <class T, bool kSiluMul>
 void launch(const Tensor& x, const Tensor* row_token, const Tensor& w, const Tensor& expert_offsets,
             const GroupedGemmDims& d, Tensor& y, cudaStream_t stream) {
-    if constexpr (T::kBulkW) {
-        if (d.n % T::kCols != 0 || d.k % T::kK != 0)
-            return launch<typename T::CpAsync, kSiluMul>(x, row_token, w, expert_offsets, d, y,
-                                                         stream);
-    }
     const int64_t row_tiles = (d.max_rows + T::kRows - 1) / T::kRows;
     const int64_t col_tiles = (d.n + T::kCols - 1) / T::kCols;
     MI_LAUNCH_CHECK(col_tiles <= 65535, "grouped_gemm: n too large for the grid");
