@@ -14,6 +14,9 @@
 // kCols trades parallelism (small n wants many warps: kCols = 1) against fewer x re-reads.
 // Launched with programmatic dependent launch (launch.cuh), a warp issues its first loads of w
 // while the kernel that writes x is still finishing.
+// Two fused forms take the kernel before them in as a prologue (XFrom): gemv_rms_norm (the
+// residual add + RMSNorm) and gemv_silu_mul (SiLU·mul). Each block computes its few x rows into
+// shared memory from the previous op's inputs, then runs the same loop reading x from there.
 #include "kernels/cuda/gemv.h"
 
 #include <cuda_bf16.h>
@@ -311,6 +314,18 @@ int pick_cols(int64_t n) {
     return 1;
 }
 
+// The grid for n columns at cols (1, 2 or 4) a warp: the kernel tables' column index and blocks.
+struct Grid {
+    int cols_idx;
+    int64_t blocks;
+};
+Grid grid_for(int64_t n, int cols) {
+    const int64_t cols_per_cta = int64_t(cols) * kWarpsPerBlock;
+    const int64_t blocks = (n + cols_per_cta - 1) / cols_per_cta;
+    MI_LAUNCH_CHECK(blocks <= INT32_MAX, "gemv: n too large for the grid");
+    return {cols == 1 ? 0 : cols == 2 ? 1 : 2, blocks};
+}
+
 bool aligned16(const void* p) {
     return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
@@ -343,16 +358,12 @@ void gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, cudaS
     const int64_t n = w.size(0), k = w.size(1), m = x.numel() / k;
     if (m == 0 || n == 0) return;
 
-    const int cols = cols_per_block ? cols_per_block : pick_cols(n);
-    const int cols_idx = cols == 1 ? 0 : cols == 2 ? 1 : 2;
-    const int64_t cols_per_cta = int64_t(cols) * kWarpsPerBlock;
-    const int64_t blocks = (n + cols_per_cta - 1) / cols_per_cta;
-    MI_LAUNCH_CHECK(blocks <= INT32_MAX, "gemv: n too large for the grid");
+    const Grid g = grid_for(n, cols_per_block ? cols_per_block : pick_cols(n));
     const auto* bias_ptr = bias ? bias->data<__nv_bfloat16>() : nullptr;
     if (y.dtype() == DType::kF32)
-        launch_rows<float>(x, w, bias_ptr, y, cols_idx, blocks, stream);
+        launch_rows<float>(x, w, bias_ptr, y, g.cols_idx, g.blocks, stream);
     else
-        launch_rows<__nv_bfloat16>(x, w, bias_ptr, y, cols_idx, blocks, stream);
+        launch_rows<__nv_bfloat16>(x, w, bias_ptr, y, g.cols_idx, g.blocks, stream);
 }
 
 namespace {
@@ -376,11 +387,7 @@ void launch_fused(const Tensor& w, const Tensor* bias, Tensor& y, int64_t m,
                   const PrologueArgs& args, cudaStream_t stream) {
     const int64_t n = w.size(0), k = w.size(1);
     if (n == 0) return;
-    const int cols = pick_cols(n);
-    const int cols_idx = cols == 1 ? 0 : cols == 2 ? 1 : 2;
-    const int64_t cols_per_cta = int64_t(cols) * kWarpsPerBlock;
-    const int64_t blocks = (n + cols_per_cta - 1) / cols_per_cta;
-    MI_LAUNCH_CHECK(blocks <= INT32_MAX, "gemv: n too large for the grid");
+    const Grid g = grid_for(n, pick_cols(n));
     static const bool shared_allowed = [] {  // every specialisation, once
         for (const auto& by_cols : kFusedKernels<kX>)
             for (const KernelFn<__nv_bfloat16> f : by_cols)
@@ -389,10 +396,10 @@ void launch_fused(const Tensor& w, const Tensor* bias, Tensor& y, int64_t m,
         return true;
     }();
     (void)shared_allowed;
-    launch_kernel(kFusedKernels<kX>[cols_idx][m - 1], unsigned(blocks), kThreads, size_t(m * k * 2),
-                  stream, static_cast<const __nv_bfloat16*>(nullptr), w.data<__nv_bfloat16>(),
-                  bias ? bias->data<__nv_bfloat16>() : nullptr, y.data<__nv_bfloat16>(), n, int(k),
-                  args);
+    launch_kernel(kFusedKernels<kX>[g.cols_idx][m - 1], unsigned(g.blocks), kThreads,
+                  size_t(m * k * 2), stream, static_cast<const __nv_bfloat16*>(nullptr),
+                  w.data<__nv_bfloat16>(), bias ? bias->data<__nv_bfloat16>() : nullptr,
+                  y.data<__nv_bfloat16>(), n, int(k), args);
     MI_CUDA_CHECK(cudaGetLastError());
 }
 
