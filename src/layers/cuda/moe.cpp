@@ -1,7 +1,6 @@
 #include "layers/cuda/moe.h"
 
 #include "core/cuda/device_buffer.h"
-#include "core/env.h"
 #include "kernels/cuda/grouped_gemm.h"
 #include "kernels/cuda/moe_gemv.h"
 #include "kernels/cuda/moe_routing.h"
@@ -28,14 +27,6 @@ Moe::Buffers Moe::allocate_buffers(int64_t max_tokens) const {
 
 namespace {
 
-// MINIINFER_MOE_SILU_EPILOGUE=1 (read once): SiLU·mul in the gate_up GEMM's epilogue at the
-// 32-row tile too, to time it against the separate kernel end to end (measured slower with
-// the 3- and 4-stage tiles; not yet with the 2-stage one).
-bool silu_epilogue_at_tile32() {
-    static const bool on = env_int("MINIINFER_MOE_SILU_EPILOGUE", 0) == 1;
-    return on;
-}
-
 // The experts of many tokens: permute the (token, choice) pairs expert-contiguous, padded to the
 // step's row tile, then one grouped GEMM each for gate_up (reading x through the permutation)
 // and down, and the weighted combine back to token order.
@@ -49,8 +40,9 @@ void grouped_experts(const Moe& m, const Tensor& x, const Tensor& ids, const Ten
     moe_permute(ids, m.num_experts(), tile, buf.permute_workspace, buf.expert_offsets, row_token,
                 slot_row, st);
     // SiLU·mul in the GEMM's epilogue pays only at the smallest tile (bench_cuda_ops moe: at
-    // larger tiles it slows the GEMM by more than the separate kernel costs).
-    if (tile == 16 || (tile == 32 && silu_epilogue_at_tile32())) {
+    // larger tiles it slows the GEMM by more than the separate kernel costs; end to end at the
+    // 32-row tile the 30B-A3B's decode256 made 9,217 tok/s against 9,578 on the H200).
+    if (tile == 16) {
         grouped_gemm(x, &row_token, m.experts_gate_up, buf.expert_offsets, tile,
                      GroupedGemmEpilogue::kSiluMul, act, st);
     } else {
@@ -67,13 +59,13 @@ void grouped_experts(const Moe& m, const Tensor& x, const Tensor& ids, const Ten
 
 }  // namespace
 
-void Moe::forward(const AddRmsNorm& in, Tensor& y, const Step& step, Buffers& buf) const {
+void Moe::forward(const AddRmsNorm& input, Tensor& y, const Step& step, Buffers& buf) const {
     const int64_t n = step.in.num_tokens;
     const cudaStream_t st = step.stream;
     Tensor logits = rows(buf.logits, n), ids = rows(buf.topk_ids, n);
     Tensor weights = rows(buf.topk_weights, n);
-    router.forward(in, logits, step);
-    const Tensor& x = *in.normed;
+    router.forward(input, logits, step);
+    const Tensor& x = *input.normed;
     moe_route(logits, top_k, renormalize, ids, weights, st);
     if (n * top_k <= kMoeGemvMaxPairs && moe_gemv_supported(experts_gate_up, experts_down)) {
         // A few tokens: stream the chosen experts' rows, no permutation (moe_gemv.h).
