@@ -102,6 +102,13 @@ float Event::elapsed_ms(const Event& start, const Event& end) {
     return ms;
 }
 
+int sm_count() {
+    int device = 0, sms = 0;
+    MI_CUDA_CHECK(cudaGetDevice(&device));
+    MI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    return sms;
+}
+
 int device_count() {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {

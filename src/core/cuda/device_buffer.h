@@ -67,6 +67,8 @@ class Event {
 
 // Number of visible CUDA devices; 0 when there is no GPU or no driver (never throws).
 int device_count();
+// Streaming multiprocessors of the current device (aborts on a CUDA error).
+int sm_count();
 // Why device_count() is 0, in the runtime's words (e.g. "CUDA driver version is insufficient for
 // CUDA runtime version"); "" when a device is visible.
 std::string unavailable_reason();

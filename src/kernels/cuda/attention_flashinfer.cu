@@ -262,9 +262,7 @@ FlashInferAttention::FlashInferAttention(int64_t max_tokens, int64_t max_seqs, i
                     "flashinfer: num_heads must be a multiple of num_kv_heads");
     MI_LAUNCH_CHECK(max_tokens > 0 && max_seqs > 0 && page_size > 0,
                     "flashinfer: max_tokens, max_seqs and page_size must be positive");
-    int device = 0, num_sms = 0;
-    MI_CUDA_CHECK(cudaGetDevice(&device));
-    MI_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
+    const int num_sms = sm_count();
     const int blocks_per_sm =
         head_dim == 64 ? configure_and_occupancy<64>() : configure_and_occupancy<128>();
     num_ctas_ = int64_t(num_sms) * std::max(blocks_per_sm, 1);

@@ -32,6 +32,7 @@
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/cuda/reduce.cuh"
+#include "kernels/cuda/rms_norm.cuh"
 #include "kernels/cuda/silu_mul.cuh"
 
 namespace miniinfer::cuda {
@@ -75,20 +76,20 @@ struct PrologueArgs {
     const __nv_bfloat16* gate_up;  // [rows, 2k]
 };
 
-// Eight bf16 sums a + b, each rounded once from fp32 (add_rms_norm's residual add).
-__device__ __forceinline__ uint4 add_bf16x8(const uint4& a, const uint4& b) {
-    float fa[8], fb[8];
-    unpack_bf16x8(a, fa);
-    unpack_bf16x8(b, fb);
-    uint32_t out[4];
+// Eight bf16 residual adds (rms_norm.cuh: add_residual) of delta vector d and residual vector r.
+__device__ __forceinline__ uint4 add_residual_x8(const uint4& d, const uint4& r) {
+    float fd[8], fr[8];
+    unpack_bf16x8(d, fd);
+    unpack_bf16x8(r, fr);
+    uint4 out;
+    auto* o = reinterpret_cast<__nv_bfloat16*>(&out);
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-        out[i] = pack_bf16(fa[2 * i] + fb[2 * i], fa[2 * i + 1] + fb[2 * i + 1]);
-    return make_uint4(out[0], out[1], out[2], out[3]);
+    for (int j = 0; j < 8; ++j) o[j] = add_residual(fd[j], fr[j]);
+    return out;
 }
 
 // x_s[r][:] = weight * norm(residual[r] + delta[r]) for the block's kRows rows of k, with
-// add_rms_norm's rounding points (rms_norm.cu; only the order of the fp32 sum of squares
+// add_rms_norm's rounding points (rms_norm.cuh; only the order of the fp32 sum of squares
 // differs). Every block computes the rows itself (they are a few KB, read from L2) rather than
 // waiting for a separate norm kernel; block 0 also stores residual + delta and the normed rows.
 // Called by every thread of the block; ends with a barrier.
@@ -104,7 +105,7 @@ __device__ __forceinline__ void norm_rows_to_shared(const PrologueArgs& a, int k
             const int64_t at = int64_t(r) * k_vecs + v;
             uint4 sum = residual[at];
             if (a.delta) {
-                sum = add_bf16x8(reinterpret_cast<const uint4*>(a.delta)[at], sum);
+                sum = add_residual_x8(reinterpret_cast<const uint4*>(a.delta)[at], sum);
                 if (writer) reinterpret_cast<uint4*>(a.residual_out)[at] = sum;
             }
             x_s[at] = sum;
@@ -134,14 +135,10 @@ __device__ __forceinline__ void norm_rows_to_shared(const PrologueArgs& a, int k
             float f[8], g[8];
             unpack_bf16x8(x_s[at], f);
             unpack_bf16x8(__ldg(weight + v), g);
-            uint32_t out[4];
+            uint4 normed;
+            auto* o = reinterpret_cast<__nv_bfloat16*>(&normed);
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const float n0 = __bfloat162float(__float2bfloat16(f[2 * i] * inv_rms));
-                const float n1 = __bfloat162float(__float2bfloat16(f[2 * i + 1] * inv_rms));
-                out[i] = pack_bf16(n0 * g[2 * i], n1 * g[2 * i + 1]);
-            }
-            const uint4 normed = make_uint4(out[0], out[1], out[2], out[3]);
+            for (int j = 0; j < 8; ++j) o[j] = rms_normed(f[j], inv_rms, g[j]);
             x_s[at] = normed;
             if (writer && a.normed) reinterpret_cast<uint4*>(a.normed)[at] = normed;
         }

@@ -3,8 +3,8 @@
 //   residual_out = residual + x (stored in bf16, as a bf16 model's residual stream is; in place
 //   or into the other of two buffers);
 //   out = w * bf16(residual_out / sqrt(mean(residual_out²) + eps))
-// The rounding points follow Hugging Face's Qwen2RMSNorm on bf16 tensors. One block per row:
-// a row (hidden_size ≤ a few thousand) fits in registers across the block's threads.
+// The rounding points (rms_norm.cuh) follow Hugging Face's Qwen2RMSNorm on bf16 tensors. One block
+// per row: a row (hidden_size ≤ a few thousand) fits in registers across the block's threads.
 #include "kernels/cuda/rms_norm.h"
 
 #include <cuda_bf16.h>
@@ -13,6 +13,7 @@
 #include "kernels/cuda/check_tensor.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/reduce.cuh"
+#include "kernels/cuda/rms_norm.cuh"
 
 namespace miniinfer::cuda {
 namespace {
@@ -33,7 +34,7 @@ __global__ void add_rms_norm_kernel(const __nv_bfloat16* __restrict__ x,
     for (int i = threadIdx.x; i < dim; i += kThreads) {
         float v = __bfloat162float(x[base + i]);
         if (residual) {
-            const __nv_bfloat16 r = __float2bfloat16(v + __bfloat162float(residual[base + i]));
+            const __nv_bfloat16 r = add_residual(v, __bfloat162float(residual[base + i]));
             residual_out[base + i] = r;
             v = __bfloat162float(r);
         }
@@ -42,8 +43,7 @@ __global__ void add_rms_norm_kernel(const __nv_bfloat16* __restrict__ x,
     const float inv_rms = rsqrtf(block_sum<kThreads>(sum_sq) / float(dim) + eps);
     for (int i = threadIdx.x; i < dim; i += kThreads) {
         const float v = __bfloat162float(residual ? residual_out[base + i] : x[base + i]);
-        const float normed = __bfloat162float(__float2bfloat16(v * inv_rms));
-        out[base + i] = __float2bfloat16(normed * __bfloat162float(w[i]));
+        out[base + i] = rms_normed(v, inv_rms, __bfloat162float(w[i]));
     }
 }
 

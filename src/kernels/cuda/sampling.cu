@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/device_buffer.h"
 #include "kernels/cuda/check_tensor.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/reduce.cuh"
@@ -673,9 +674,11 @@ void argmax(const Tensor& logits, Tensor& tokens, cudaStream_t stream, void* wor
     if (workspace && rows < kArgmaxSplitRows && workspace_bytes >= argmax_workspace_bytes(rows)) {
         // About two blocks an SM across the rows, each at least one pass of the block's loads.
         constexpr int64_t kMinChunk = int64_t(kThreads) * kUnroll;
-        const int64_t chunks = std::clamp<int64_t>(
-            std::min<int64_t>((264 + rows - 1) / rows, (vocab + kMinChunk - 1) / kMinChunk), 1,
-            kArgmaxMaxChunks);
+        static const int64_t blocks_wanted = 2 * int64_t(sm_count());
+        const int64_t chunks =
+            std::clamp<int64_t>(std::min<int64_t>((blocks_wanted + rows - 1) / rows,
+                                                  (vocab + kMinChunk - 1) / kMinChunk),
+                                1, kArgmaxMaxChunks);
         const int64_t chunk_len = (vocab + chunks - 1) / chunks;
         auto* partials = static_cast<ArgMax*>(workspace);
         auto* counts = reinterpret_cast<unsigned*>(partials + rows * kArgmaxMaxChunks);

@@ -13,12 +13,12 @@ Attention::Buffers Attention::allocate_buffers(int64_t max_tokens) const {
         .out = device_tensor({max_tokens, num_heads * head_dim}, DType::kBF16)};
 }
 
-void Attention::forward(const AddRmsNorm& x, Tensor& y, KvLayer& kv, const Step& step,
+void Attention::forward(const AddRmsNorm& input, Tensor& y, KvLayer& kv, const Step& step,
                         Buffers& buf) const {
     const StepInputs& in = step.in;
     Tensor qkv_out = rows(buf.qkv, in.num_tokens), q = rows(buf.q, in.num_tokens);
     Tensor out = rows(buf.out, in.num_tokens);
-    qkv.forward(x, qkv_out, step);
+    qkv.forward(input, qkv_out, step);
     qk_norm_rope_store(qkv_out, q_norm.defined() ? &q_norm : nullptr,
                        k_norm.defined() ? &k_norm : nullptr, eps, in.positions, inv_freq, in.slots,
                        num_heads, num_kv_heads, head_dim, q, kv.k, kv.v, step.stream, kv.k_scale,

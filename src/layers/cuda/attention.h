@@ -31,9 +31,9 @@ struct Attention {
     };
     Buffers allocate_buffers(int64_t max_tokens) const;
 
-    // y = attention(x) for the step's tokens, x the output of the norm `in` (run by qkv); writes
-    // this step's K/V into kv.
-    void forward(const AddRmsNorm& in, Tensor& y, KvLayer& kv, const Step& step,
+    // y = attention(x) for the step's tokens, x the output of the norm `input` (run by qkv);
+    // writes this step's K/V into kv.
+    void forward(const AddRmsNorm& input, Tensor& y, KvLayer& kv, const Step& step,
                  Buffers& buf) const;
 };
 

@@ -10,9 +10,9 @@ Mlp::Buffers Mlp::allocate_buffers(int64_t max_tokens) const {
             .act = device_tensor({max_tokens, inter}, DType::kBF16)};
 }
 
-void Mlp::forward(const AddRmsNorm& x, Tensor& y, const Step& step, Buffers& buf) const {
+void Mlp::forward(const AddRmsNorm& input, Tensor& y, const Step& step, Buffers& buf) const {
     Tensor gu = rows(buf.gate_up, step.in.num_tokens), act = rows(buf.act, step.in.num_tokens);
-    gate_up.forward(x, gu, step);
+    gate_up.forward(input, gu, step);
     down.forward_silu_mul(gu, act, y, step);
 }
 

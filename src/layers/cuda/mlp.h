@@ -20,8 +20,8 @@ struct Mlp {
     };
     Buffers allocate_buffers(int64_t max_tokens) const;
 
-    // y = mlp(x), x the output of the norm `in` (run by gate_up).
-    void forward(const AddRmsNorm& in, Tensor& y, const Step& step, Buffers& buf) const;
+    // y = mlp(x), x the output of the norm `input` (run by gate_up).
+    void forward(const AddRmsNorm& input, Tensor& y, const Step& step, Buffers& buf) const;
 };
 
 }  // namespace miniinfer::cuda

@@ -47,8 +47,9 @@ struct Moe {
     };
     Buffers allocate_buffers(int64_t max_tokens) const;
 
-    // y = moe(x), x the output of the norm `in` (run by the router; the experts read *in.normed).
-    void forward(const AddRmsNorm& in, Tensor& y, const Step& step, Buffers& buf) const;
+    // y = moe(x), x the output of the norm `input` (run by the router; the experts read
+    // *input.normed).
+    void forward(const AddRmsNorm& input, Tensor& y, const Step& step, Buffers& buf) const;
 };
 
 }  // namespace miniinfer::cuda
