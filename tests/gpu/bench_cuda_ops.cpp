@@ -21,7 +21,6 @@
 #include "core/cuda/device_buffer.h"
 #include "gpu_testing.h"
 #include "kernels/cuda/attention.h"
-#include "kernels/cuda/attention_flashinfer.h"
 #include "kernels/cuda/cast.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gather_rows.h"
@@ -35,6 +34,7 @@
 #include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/sampling.h"
 #include "kernels/cuda/silu_mul.h"
+#include "layers/cuda/attention_backend.h"
 
 using namespace miniinfer;
 using gpu_testing::LaunchTiming;
@@ -246,22 +246,18 @@ void bench_attention(const std::vector<int32_t>& q_lens, const std::vector<int32
                                   &d_seq_lens, &d_table,  num_seqs, max_q,
                                   max_seq,     0.088388f, &out};
     const double bytes = kv_bytes + 2.0 * double(tokens * heads * kHeadDim) * kBf16;
-    if (wanted("attention fa2")) {
-        const size_t ws_bytes = cuda::attention_workspace_bytes(tokens, heads, kHeadDim);
-        cuda::DeviceBuffer workspace(std::max<size_t>(ws_bytes, 1));
-        print_bench_row(fp8 ? "attention fa2 fp8" : "attention fa2", shape,
-                        time_launch([&](cudaStream_t s) {
-                            cuda::paged_attention(p, workspace.data(), ws_bytes, s);
-                        }),
-                        bytes, flops);
-    }
-    if (wanted("attention flashinfer")) {  // run() only: plan() is the CPU's, once per step
-        cuda::FlashInferAttention fi(tokens, num_seqs, heads, kv_heads, kHeadDim, kPageSize);
+    // Both backends as the runner drives them: plan() (the CPU's, once per step, outside the
+    // timing; fa2's uploads the lengths its splits follow and the longest-first order), run().
+    for (const char* name : {"fa2", "flashinfer"}) {
+        const std::string row = std::string("attention ") + name + (fp8 ? " fp8" : "");
+        if (!wanted(std::string("attention ") + name)) continue;
+        auto backend = cuda::make_attention_backend(
+            name, {tokens, num_seqs, heads, kv_heads, kHeadDim, kPageSize});
         cuda::Stream stream;
-        fi.plan(query_start, seq_lens, stream.get());
+        backend->plan(query_start, seq_lens, stream.get());
         stream.synchronize();
-        print_bench_row(fp8 ? "attention flashinfer fp8" : "attention flashinfer", shape,
-                        time_launch([&](cudaStream_t s) { fi.run(p, s); }), bytes, flops);
+        print_bench_row(row, shape, time_launch([&](cudaStream_t s) { backend->run(p, s); }), bytes,
+                        flops);
     }
 }
 
@@ -544,8 +540,9 @@ int main(int argc, char** argv) {
                 bench_attention(std::vector<int32_t>(kDecodeRows, 1),
                                 std::vector<int32_t>(kDecodeRows, 1024),
                                 "decode 256 seqs x 1024 keys", fp8, heads, kv_heads);
-        // Decode as the decode256 workload meets it (lengths spread over 128 .. 1148 keys, mean
-        // 638), and at batch 1 (the bs1 workload's middle), at 0.6B's and 30B-A3B's heads.
+        // Decode over lengths spread as a balanced batch has them (128 .. 1148 keys, mean 638;
+        // decode256's sequences all have one length at a time, the rows above), and at batch 1
+        // (the bs1 workload's middle), at 0.6B's and 30B-A3B's heads.
         std::vector<int32_t> spread(kDecodeRows);
         for (int64_t i = 0; i < kDecodeRows; ++i) spread[size_t(i)] = int32_t(128 + 4 * i);
         for (auto [heads, kv_heads] : {std::pair<int64_t, int64_t>{16, 8}, {32, 4}}) {

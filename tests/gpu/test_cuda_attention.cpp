@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -425,6 +426,63 @@ TEST(CudaAttentionFa2, DecodeWithSmallerOrNoWorkspace) {
         expect_close(b, d.out_host(),
                      "workspace " + std::to_string(bytes) + " of " + std::to_string(full) +
                          " bytes, " + describe(cfg, seqs));
+    }
+}
+
+// The order in which the decode takes the sequences (AttentionParams::decode_order; the fa2
+// backend's plan lists them longest first) changes which block runs which sequence, never an
+// output bit: with and without splits (a long and a short batch), the tensor-core decode (group
+// 8) and the CUDA-core one (group 2), the outputs under a reversed and a shuffled order equal
+// those in batch order bit for bit, and the batch-order ones match the CPU.
+TEST(CudaAttentionFa2, DecodeOrderDoesNotChangeTheOutput) {
+    REQUIRE_GPU();
+    std::mt19937 rng(22);
+    for (const Config cfg : {Config{32, 4, 128, 16}, Config{16, 8, 128, 16}}) {
+        for (int num_seqs : {24, 300}) {
+            std::vector<Seq> seqs;
+            for (int i = 0; i < num_seqs; ++i) seqs.push_back({1, 1 + (i * 37 + 5) % 1500});
+            const Batch b = make_batch(cfg, seqs, rng);
+            DeviceBatch d(b);
+            const size_t bytes =
+                cuda::attention_workspace_bytes(b.num_tokens, cfg.num_heads, cfg.head_dim);
+            cuda::DeviceBuffer workspace(bytes);
+            Tensor lengths = Tensor::zeros({2}, DType::kI32);
+            for (const Seq& s : seqs) {
+                lengths.data<int32_t>()[0] += s.seq_len;
+                lengths.data<int32_t>()[1] = std::max(lengths.data<int32_t>()[1], s.seq_len);
+            }
+            const Tensor lengths_dev = cuda::to_device(lengths);
+            const auto run = [&](const std::vector<int32_t>* order) {
+                Tensor order_dev;
+                cuda::AttentionParams p = d.params(b);
+                p.decode_lengths = lengths_dev.data<int32_t>();
+                if (order) {
+                    Tensor host = Tensor::zeros({int64_t(order->size())}, DType::kI32);
+                    std::copy(order->begin(), order->end(), host.data<int32_t>());
+                    order_dev = cuda::to_device(host);
+                    p.decode_order = order_dev.data<int32_t>();
+                }
+                d.poison_out();
+                cuda::paged_attention(p, workspace.data(), bytes, nullptr);
+                return d.out_host();
+            };
+            const Tensor plain = run(nullptr);
+            expect_close(b, plain, "batch order, " + describe(cfg, seqs));
+            std::vector<int32_t> reversed(static_cast<size_t>(num_seqs));
+            std::iota(reversed.rbegin(), reversed.rend(), 0);
+            std::vector<int32_t> shuffled = reversed;
+            std::shuffle(shuffled.begin(), shuffled.end(), rng);
+            for (const auto* order : {&reversed, &shuffled}) {
+                const Tensor out = run(order);
+                ASSERT_EQ(out.numel(), plain.numel());
+                int64_t differ = 0;
+                for (int64_t i = 0; i < out.numel(); ++i)
+                    differ += std::memcmp(out.data<float>() + i, plain.data<float>() + i,
+                                          sizeof(float)) != 0;
+                EXPECT_EQ(differ, 0) << (order == &reversed ? "reversed" : "shuffled") << " order, "
+                                     << describe(cfg, seqs);
+            }
+        }
     }
 }
 

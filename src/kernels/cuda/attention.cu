@@ -67,6 +67,7 @@ AttentionLaunch make_attention_launch(const AttentionParams& p) {
     a.k_scale = p.k_scale;
     a.v_scale = p.v_scale;
     a.decode_lengths = p.decode_lengths;
+    a.decode_order = p.decode_order;
     return a;
 }
 

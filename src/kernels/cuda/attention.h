@@ -46,6 +46,11 @@ struct AttentionParams {
     // what a captured graph needs to split each replay by its own lengths. nullptr: by the
     // bounds.
     const int32_t* decode_lengths = nullptr;
+    // Optional, device [num_seqs]: the order in which the decode takes the sequences (a
+    // permutation of 0 .. num_seqs - 1; the fa2 backend's plan() lists them longest first, so
+    // the longest blocks start in the first wave and the short ones fill the last). Changes no
+    // output bit. nullptr: in batch order.
+    const int32_t* decode_order = nullptr;
 };
 
 // The launchers' common validation of p (both backends): dtypes, ranks, contiguity, head_dim 64
@@ -79,6 +84,7 @@ struct AttentionLaunch {
     bool fp8_cache = false;  // k_cache, v_cache hold e4m3 bytes, value = e4m3 · k_scale / v_scale
     float k_scale = 1.f, v_scale = 1.f;
     const int32_t* decode_lengths = nullptr;  // AttentionParams::decode_lengths
+    const int32_t* decode_order = nullptr;    // AttentionParams::decode_order
 };
 // The launch arguments of p (checked by check_attention_params first); both backends build them
 // here.

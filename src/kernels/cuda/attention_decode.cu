@@ -16,6 +16,10 @@
 // every sequence takes chunks of one size chosen from them (decode_split.h) and uses only as
 // many of its blocks as its length needs: a graph captured at a bound of 4,096 keys no longer
 // cuts a 384-key sequence into 24 splits of 16 keys, nor splits a batch that fills the GPU.
+// Given an order (AttentionLaunch::decode_order, the fa2 plan's longest first), grid row y
+// takes sequence order[y]: the GPU starts blocks in grid order, so the longest start first and
+// the shortest fill the last wave's gaps, instead of a long sequence late in the batch running
+// alone at the end.
 //
 // GQA groups of 4 to 16 query heads a KV head take decode_mma_kernel instead: the group's heads
 // are the rows of one 16-row tensor-core tile (attention_tile.cuh: attend_narrow), since the
@@ -86,12 +90,18 @@ __device__ __forceinline__ void cache_to_float(const uint4& v, float (&f)[16]) {
     for (int e = 0; e < 8; ++e) f[e] = lo[e], f[8 + e] = hi[e];
 }
 
-// How a decode block finds its keys (decode_split.h): lengths (device [2]: the step's Σ seq_lens
-// and longest seq_len) give every sequence chunks of one size; without them a sequence's keys
-// are cut into num_splits equal parts. blocks_per_key: blocks per (sequence, split).
+// How a decode block finds its sequence and keys (decode_split.h): lengths (device [2]: the
+// step's Σ seq_lens and longest seq_len) give every sequence chunks of one size; without them a
+// sequence's keys are cut into num_splits equal parts. order (device [num_seqs], or nullptr:
+// batch order) maps the grid's sequence index to the batch's. blocks_per_key: blocks per
+// (sequence, split).
 struct DecodeSplitArgs {
     const int32_t* lengths;
+    const int32_t* order;
     int slots, min_keys, blocks_per_key;
+
+    // The sequence of grid row y (blockIdx.y).
+    __device__ __forceinline__ int seq(int y) const { return order != nullptr ? order[y] : y; }
 };
 
 // Keys [x, y) of a sequence of seq_len keys for split `split` of num_splits; x >= seq_len: none.
@@ -141,7 +151,7 @@ __global__ void __launch_bounds__(kThreads)
     constexpr int kKeysPerSlot = kHeads <= 2 && kLaneDims == 8 ? 8 : 4;
     constexpr int kWarpKeys = kSlots * kKeysPerSlot;
 
-    const int seq = blockIdx.y, split = blockIdx.z;
+    const int seq = ds.seq(blockIdx.y), split = blockIdx.z;
     const int head_chunks = (num_heads / num_kv_heads + kHeads - 1) / kHeads;
     const int kv_head = blockIdx.x / head_chunks;
     const int group = num_heads / num_kv_heads;
@@ -386,7 +396,7 @@ __global__ void __launch_bounds__(kThreads)
     pdl_trigger();
     extern __shared__ __align__(16) unsigned char smem_bytes[];  // decode_mma_smem_bytes
     bf16* smem = reinterpret_cast<bf16*>(smem_bytes);
-    const int seq = blockIdx.y, split = blockIdx.z, kv_head = blockIdx.x;
+    const int seq = ds.seq(blockIdx.y), split = blockIdx.z, kv_head = blockIdx.x;
     const int token = query_start[seq];
     if (query_start[seq + 1] == token) return;  // no query row this step
     const int seq_len = seq_lens[seq];
@@ -515,7 +525,7 @@ void launch_decode(const AttentionLaunch& a, int64_t head_chunks, size_t smem_by
     const Occupancy& occupancy = decode_occupancy<Kernel>(smem_bytes);
     const int64_t blocks_per_key = a.num_kv_heads * head_chunks;
     const int num_splits = plan_splits(a, a.num_seqs * blocks_per_key, occupancy, workspace_bytes);
-    const DecodeSplitArgs ds{num_splits > 1 ? a.decode_lengths : nullptr,
+    const DecodeSplitArgs ds{num_splits > 1 ? a.decode_lengths : nullptr, a.decode_order,
                              std::max(occupancy.num_sms * occupancy.blocks_per_sm, 1),
                              min_keys_per_split(), int(blocks_per_key)};
     const dim3 grid(unsigned(blocks_per_key), unsigned(a.num_seqs), unsigned(num_splits));

@@ -92,7 +92,9 @@ using Tile128 = Tile<128, 128, 32, 4, 2, 4>;
 // shared-memory barrier, an eighth of the load instructions) 260 + 144 with 2 stages, 269 + 159
 // with 3, 261 + 145 at k128: slower, dropped. (Nsight Compute on the default's gate_up in another
 // call: DRAM 76% of peak, L2 93% busy, half the issue slots used, 4 CTAs an SM by shared
-// memory.)
+// memory.) Session 10: rows stored dense with their 16-byte chunks XOR-permuted by the row
+// instead of padded (41 KB a CTA, five CTAs an SM instead of four) made 254 + 138, and the
+// 30B-A3B's decode256 9,218 tok/s against 9,584: more CTAs an SM do not help past four, dropped.
 using Tile32Variants =
     std::tuple<Tile32, Tile<32, 128, 64, 3, 1, 4>, Tile<32, 128, 64, 2, 1, 8>,
                Tile<32, 64, 64, 2, 1, 4>, Tile<32, 64, 64, 3, 1, 4>, Tile<32, 256, 64, 2, 1, 8>,

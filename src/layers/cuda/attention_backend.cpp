@@ -2,45 +2,71 @@
 
 #include <algorithm>
 #include <climits>
+#include <numeric>
 
 #include "core/check.h"
 #include "core/cuda/device_buffer.h"
 #include "core/cuda/pinned_upload.h"
+#include "core/env.h"
 #include "kernels/cuda/attention_flashinfer.h"
 
 namespace miniinfer::cuda {
 namespace {
 
-// fa2's plan is two integers: the step's Σ seq_lens and longest seq_len, copied to the device
-// for the decode's split choice (attention.h: AttentionParams::decode_lengths), so that a
-// replayed graph splits by the replay's lengths.
+// fa2's plan: the step's Σ seq_lens and longest seq_len, copied to the device for the decode's
+// split choice (attention.h: AttentionParams::decode_lengths), so that a replayed graph splits by
+// the replay's lengths; and from kOrderMinSeqs sequences on the order in which the decode takes
+// them, longest first (AttentionParams::decode_order). MINIINFER_DECODE_ORDER=0 keeps batch
+// order.
 class Fa2Backend final : public AttentionBackend {
   public:
     explicit Fa2Backend(const AttentionShape& s)
         : workspace_(attention_workspace_bytes(s.max_tokens, s.num_heads, s.head_dim)),
-          lengths_(2 * sizeof(int32_t)) {}
+          table_(size_t(2 + s.max_seqs) * sizeof(int32_t)),
+          max_seqs_(s.max_seqs) {}
     const char* name() const override { return "fa2"; }
     void plan(std::span<const int32_t>, std::span<const int32_t> seq_lens,
               cudaStream_t stream) override {
         int64_t total = 0;
         int32_t longest = 0;
         for (const int32_t len : seq_lens) total += len, longest = std::max(longest, len);
-        auto* host = static_cast<int32_t*>(lengths_.fill());
+        auto* host = static_cast<int32_t*>(table_.fill());
         host[0] = int32_t(std::min<int64_t>(total, INT32_MAX));
         host[1] = longest;
-        lengths_.upload(2 * sizeof(int32_t), stream);
+        const auto n = int64_t(seq_lens.size());
+        ordered_ = order_enabled() && n >= kOrderMinSeqs && n <= max_seqs_;
+        planned_seqs_ = n;
+        if (ordered_) {
+            int32_t* order = host + 2;
+            std::iota(order, order + n, 0);
+            std::stable_sort(order, order + n,
+                             [&](int32_t a, int32_t b) { return seq_lens[a] > seq_lens[b]; });
+        }
+        table_.upload(size_t(2 + (ordered_ ? n : 0)) * sizeof(int32_t), stream);
         planned_ = true;
     }
     void run(const AttentionParams& p, cudaStream_t stream) override {
         AttentionParams q = p;
-        if (planned_) q.decode_lengths = static_cast<const int32_t*>(lengths_.device());
+        if (planned_) q.decode_lengths = static_cast<const int32_t*>(table_.device());
+        if (ordered_ && p.num_seqs == planned_seqs_)
+            q.decode_order = static_cast<const int32_t*>(table_.device()) + 2;
         paged_attention(q, workspace_.data(), workspace_.bytes(), stream);
     }
 
   private:
+    // Below this many sequences the grid holds few blocks per SM and the order changes little.
+    static constexpr int64_t kOrderMinSeqs = 16;
+    static bool order_enabled() {
+        static const bool enabled = env_switch("MINIINFER_DECODE_ORDER", true);
+        return enabled;
+    }
+
     DeviceBuffer workspace_;
-    PinnedUpload lengths_;  // int32 [2]: Σ seq_lens, longest seq_len
+    PinnedUpload table_;  // int32 [2 + max_seqs]: Σ seq_lens, longest seq_len, the order
+    int64_t max_seqs_;
     bool planned_ = false;  // run() without a plan() splits by the bounds
+    bool ordered_ = false;  // the table holds an order for this step
+    int64_t planned_seqs_ = 0;
 };
 
 class FlashInferBackend final : public AttentionBackend {
