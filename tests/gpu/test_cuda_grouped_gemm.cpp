@@ -534,6 +534,62 @@ TEST(CudaGroupedGemm, FusedGatherAndSiluMatchUnfused) {
     }
 }
 
+// GroupedGemmRows::kPermuted (the down projection): x already permuted, row_token marking the
+// padding rows with -1. Those rows of x are never read: with garbage in them (random values
+// instead of zeros) every kernel writes the bits the plain call writes for zero padding rows.
+// Ragged segments, one expert owning every row, decode-like routings, every row tile.
+TEST(CudaGroupedGemm, PermutedRowsSkipPadding) {
+    REQUIRE_GPU();
+    std::mt19937 rng(9);
+    for (const Variant& v : variants()) {
+        std::vector<Routing> routings;
+        for (int64_t tokens : {1, 3, 17, 300})
+            routings.push_back(route_tokens(tokens, 8, 64, v, rng));
+        std::vector<int64_t> counts(16);
+        for (auto& c : counts) c = rng() % 3 == 0 ? 0 : int64_t(rng() % 150);
+        routings.push_back(pad_to_tiles(counts, v));
+        std::vector<int64_t> one(16, 0);
+        one[7] = 333;
+        routings.push_back(pad_to_tiles(one, v));
+        for (const Routing& routing : routings) {
+            const int64_t n = 200, k = 136, max_rows = routing.padded_rows() + v.tile;
+            const uint64_t seed = rng();
+            const Tensor x = make_x(routing, max_rows, k, seed);
+            Tensor garbage = uniform_bf16({max_rows, k}, seed + 7, 4.f);
+            Tensor marks = Tensor::zeros({max_rows}, DType::kI32);
+            std::fill(marks.data<int32_t>(), marks.data<int32_t>() + max_rows, -1);
+            for (size_t e = 0; e < routing.counts.size(); ++e) {
+                for (int64_t r = routing.offsets[e]; r < routing.offsets[e] + routing.counts[e];
+                     ++r) {
+                    marks.data<int32_t>()[r] = int32_t(rng() % 1000);  // any token: not used
+                    std::copy(x.data<uint16_t>() + r * k, x.data<uint16_t>() + (r + 1) * k,
+                              garbage.data<uint16_t>() + r * k);
+                }
+            }
+            const Tensor w = uniform_bf16({int64_t(routing.counts.size()), n, k}, seed + 1, 0.05f);
+            const Tensor dw = cuda::to_device(w),
+                         doffsets = cuda::to_device(offsets_tensor(routing));
+            const Tensor dx = cuda::to_device(x), dgarbage = cuda::to_device(garbage);
+            const Tensor dmarks = cuda::to_device(marks);
+            Tensor want = sentinel_tensor({max_rows, n}), got = sentinel_tensor({max_rows, n});
+            run_variant(v, dx, nullptr, dw, doffsets, cuda::GroupedGemmEpilogue::kStore, want,
+                        nullptr);
+            if (v.wgmma)
+                cuda::grouped_gemm_sm90(dgarbage, &dmarks, dw, doffsets,
+                                        cuda::GroupedGemmEpilogue::kStore, got, nullptr,
+                                        cuda::GroupedGemmRows::kPermuted);
+            else
+                cuda::grouped_gemm_mma_sync(dgarbage, &dmarks, dw, doffsets, v.tile,
+                                            cuda::GroupedGemmEpilogue::kStore, got, nullptr,
+                                            cuda::GroupedGemmRows::kPermuted);
+            MI_CUDA_CHECK(cudaDeviceSynchronize());
+            expect_fused_equal(
+                got, want, routing.padded_rows(),
+                "kPermuted " + describe(int64_t(routing.counts.size()), n, k, routing));
+        }
+    }
+}
+
 // Qwen3-30B-A3B's gate_up (n 1536, k 2048, E 128, top 8) fused, through grouped_gemm with the
 // tile it picks, as cuda::Moe runs it: 1, 64, 256 and 2048 tokens.
 TEST(CudaGroupedGemm, FusedQwen3MoE30BGateUp) {

@@ -95,6 +95,10 @@ __device__ __forceinline__ void cache_to_float(const uint4& v, float (&f)[16]) {
 // sequence's keys are cut into num_splits equal parts. order (device [num_seqs], or nullptr:
 // batch order) maps the grid's sequence index to the batch's. blocks_per_key: blocks per
 // (sequence, split).
+__device__ __forceinline__ void prefetch_l1(const void* p) {
+    asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p));
+}
+
 struct DecodeSplitArgs {
     const int32_t* lengths;
     const int32_t* order;
@@ -136,8 +140,6 @@ __global__ void __launch_bounds__(kThreads)
                   int num_kv_heads, int page_size, int page_shift, float scale_log2, int num_splits,
                   DecodeSplitArgs ds, bf16* __restrict__ out, float* __restrict__ partial_o,
                   float* __restrict__ partial_lse) {
-    pdl_wait();
-    pdl_trigger();
     constexpr bool kFp8 = std::is_same_v<Cache, uint8_t>;
     // Dims a lane holds. From an FP8 cache with up to 2 heads, 16 (one 16-byte load): a key's dot
     // product is then summed over half as many lanes, the per-key work (shuffles, softmax)
@@ -157,12 +159,18 @@ __global__ void __launch_bounds__(kThreads)
     const int group = num_heads / num_kv_heads;
     const int head_begin = kv_head * group + (blockIdx.x % head_chunks) * kHeads;
     const int num_block_heads = min(kHeads, kv_head * group + group - head_begin);
+    // The step's lengths and tables before waiting (launch.cuh: only copies write them).
     const int token = query_start[seq];
     if (query_start[seq + 1] == token) return;  // no query row this step
     const int seq_len = seq_lens[seq];
     // Splits cover whole warp steps of keys; trailing splits of a short sequence may be empty.
     const int2 range = split_range<kWarpKeys>(ds, seq_len, split, num_splits);
     const int key_begin = range.x, key_end = range.y;
+    // The block table's line of the first keys into L1 meanwhile (the loops read their pages).
+    if (threadIdx.x == 0 && key_begin < key_end)
+        prefetch_l1(block_table + int64_t(seq) * max_pages + key_begin / page_size);
+    pdl_wait();
+    pdl_trigger();
     if (key_begin >= key_end) {  // only a split past the first can be empty
         if (int(threadIdx.x) < num_block_heads)
             partial_lse[(int64_t(token) * num_heads + head_begin + threadIdx.x) * num_splits +
@@ -392,11 +400,10 @@ __global__ void __launch_bounds__(kThreads)
                       int num_kv_heads, int page_size, int page_shift, float scale_log2,
                       int num_splits, DecodeSplitArgs ds, bf16* __restrict__ out,
                       float* __restrict__ partial_o, float* __restrict__ partial_lse) {
-    pdl_wait();
-    pdl_trigger();
     extern __shared__ __align__(16) unsigned char smem_bytes[];  // decode_mma_smem_bytes
     bf16* smem = reinterpret_cast<bf16*>(smem_bytes);
     const int seq = ds.seq(blockIdx.y), split = blockIdx.z, kv_head = blockIdx.x;
+    // The step's lengths and tables before waiting (launch.cuh: only copies write them).
     const int token = query_start[seq];
     if (query_start[seq + 1] == token) return;  // no query row this step
     const int seq_len = seq_lens[seq];
@@ -405,6 +412,11 @@ __global__ void __launch_bounds__(kThreads)
     constexpr int kBlockKeys = kWarps * 16;
     const int2 range = split_range<kBlockKeys>(ds, seq_len, split, num_splits);
     const int key_begin = range.x, key_end = range.y;
+    // The block table's line of the first keys into L1 meanwhile (the loops read their pages).
+    if (threadIdx.x == 0 && key_begin < key_end)
+        prefetch_l1(block_table + int64_t(seq) * max_pages + key_begin / page_size);
+    pdl_wait();
+    pdl_trigger();
     if (key_begin >= key_end) {  // only a split past the first can be empty
         if (int(threadIdx.x) < group)
             partial_lse[packed_row_index(token, threadIdx.x, group, num_heads, kv_head) *
@@ -490,6 +502,13 @@ int forced_splits() {  // 0: planned
     static const int splits = std::max(env_int("MINIINFER_DECODE_SPLITS", 0), 0);
     return splits;
 }
+// MINIINFER_DECODE_WAVE=0 drops decode_chunk_keys' one-wave term (the chunk is then the longest
+// sequence over the grid's splits, or min_keys): with MINIINFER_DECODE_SPLITS, equal splits of
+// every sequence, to time them against the planned chunk.
+bool wave_term_enabled() {
+    static const bool enabled = env_switch("MINIINFER_DECODE_WAVE", true);
+    return enabled;
+}
 
 // How many blocks share each sequence's keys. The blocks of a decode step take about equally
 // long, so the GPU idles in a last wave that is only partly full: take the fewest splits whose
@@ -525,9 +544,10 @@ void launch_decode(const AttentionLaunch& a, int64_t head_chunks, size_t smem_by
     const Occupancy& occupancy = decode_occupancy<Kernel>(smem_bytes);
     const int64_t blocks_per_key = a.num_kv_heads * head_chunks;
     const int num_splits = plan_splits(a, a.num_seqs * blocks_per_key, occupancy, workspace_bytes);
-    const DecodeSplitArgs ds{num_splits > 1 ? a.decode_lengths : nullptr, a.decode_order,
-                             std::max(occupancy.num_sms * occupancy.blocks_per_sm, 1),
-                             min_keys_per_split(), int(blocks_per_key)};
+    const DecodeSplitArgs ds{
+        num_splits > 1 ? a.decode_lengths : nullptr, a.decode_order,
+        wave_term_enabled() ? std::max(occupancy.num_sms * occupancy.blocks_per_sm, 1) : 1 << 30,
+        min_keys_per_split(), int(blocks_per_key)};
     const dim3 grid(unsigned(blocks_per_key), unsigned(a.num_seqs), unsigned(num_splits));
     auto* partial_o = static_cast<float*>(workspace);
     float* partial_lse =

@@ -31,6 +31,13 @@ int64_t grouped_gemm_tile_rows(int64_t routed_rows, int64_t num_experts);
 //             [max_rows, n] round trip through memory
 enum class GroupedGemmEpilogue { kStore, kSiluMul };
 
+// What row_token (when given) says about x:
+//   kGather    x is token-ordered and row r reads x[row_token[r]] (the gather fused into the GEMM)
+//   kPermuted  x is already permuted [max_rows, k] and row r reads x[r]; row_token only marks
+//              the padding rows (-1), which are never read (zeros): the down projection, whose
+//              act rows are padding wherever row_token is -1
+enum class GroupedGemmRows { kGather, kPermuted };
+
 // For each expert e and each permuted row r in [expert_offsets[e], expert_offsets[e + 1]):
 //   p[r, :] = x_row(r) · w[e]ᵀ   (bf16 products, fp32 sums), written as `epilogue` says
 //   x, row_token:   where row r's activations come from, one of
@@ -40,6 +47,9 @@ enum class GroupedGemmEpilogue { kStore, kSiluMul };
 //                     [num_tokens, k] bf16 and x_row(r) = x[row_token[r]], zeros where
 //                     row_token[r] is -1 (the gather fused into the GEMM's row loads; values
 //                     trusted, in [-1, num_tokens))
+//                   - row_token with rows kPermuted: x is [max_rows, k], x_row(r) = x[r], and
+//                     zeros where row_token[r] is -1 (those rows of x are not read)
+//                   Rows that are zeros cost no load: the kernels zero them once in shared memory.
 //   w:              [num_experts, n, k] bf16, each expert's weight in nn.Linear layout [n, k]
 //   expert_offsets: [num_experts + 1] i32 on the device, non-decreasing, offsets[0] == 0,
 //                   every offset a multiple of tile_rows, offsets[E] <= max_rows
@@ -58,13 +68,14 @@ enum class GroupedGemmEpilogue { kStore, kSiluMul };
 // offsets and row_token the graph finds on the device.
 void grouped_gemm(const Tensor& x, const Tensor* row_token, const Tensor& w,
                   const Tensor& expert_offsets, int64_t tile_rows, GroupedGemmEpilogue epilogue,
-                  Tensor& y, cudaStream_t stream);
+                  Tensor& y, cudaStream_t stream, GroupedGemmRows rows = GroupedGemmRows::kGather);
 
 // grouped_gemm on mma.sync whatever the device (grouped_gemm's kernel for tiles 16 to 64, and
 // for 128 off sm_90); tests run it on the H200 too.
 void grouped_gemm_mma_sync(const Tensor& x, const Tensor* row_token, const Tensor& w,
                            const Tensor& expert_offsets, int64_t tile_rows,
-                           GroupedGemmEpilogue epilogue, Tensor& y, cudaStream_t stream);
+                           GroupedGemmEpilogue epilogue, Tensor& y, cudaStream_t stream,
+                           GroupedGemmRows rows = GroupedGemmRows::kGather);
 
 // Benchmarks only (bench_cuda_ops "moe tile32"): grouped_gemm_mma_sync with tile_rows 32 and
 // kStore, in the tile shape `variant` (0 .. kGroupedGemmTile32Variants - 1; 0 is the one
@@ -95,12 +106,13 @@ bool grouped_gemm_sm90_supported();
 // the last bf16 bit. No allocation, no host synchronisation: graph-capturable.
 void grouped_gemm_sm90(const Tensor& x, const Tensor* row_token, const Tensor& w,
                        const Tensor& expert_offsets, GroupedGemmEpilogue epilogue, Tensor& y,
-                       cudaStream_t stream);
+                       cudaStream_t stream, GroupedGemmRows rows = GroupedGemmRows::kGather);
 
 // The sizes of one grouped GEMM call after its launcher's checks (check_grouped_gemm, shared by
 // both kernels' launchers): p is [max_rows, n], y [max_rows, y_cols].
 struct GroupedGemmDims {
     int64_t num_experts, n, k, max_rows, y_cols;
+    bool gather = true;  // GroupedGemmRows::kGather
 };
 
 // Checks grouped_gemm's contract on its operands (shapes, dtypes, multiples of 8, 16-byte
@@ -108,6 +120,7 @@ struct GroupedGemmDims {
 // A failure aborts as MI_LAUNCH_CHECK.
 GroupedGemmDims check_grouped_gemm(const Tensor& x, const Tensor* row_token, const Tensor& w,
                                    const Tensor& expert_offsets, GroupedGemmEpilogue epilogue,
-                                   const Tensor& y, int64_t y_align);
+                                   const Tensor& y, int64_t y_align,
+                                   GroupedGemmRows rows = GroupedGemmRows::kGather);
 
 }  // namespace miniinfer::cuda

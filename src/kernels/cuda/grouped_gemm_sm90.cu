@@ -39,7 +39,8 @@
 // Tails: rows past max_rows, columns past n and k past its end are zero-filled by cp.async
 // (src-size 0) and never stored, so any n, k that are multiples of 8 work.
 // Fused gather (row_token given): a thread loads the same 4 x rows of the tile every k tile, so it
-// looks their row_token entries up once and keeps the 4 row pointers in registers.
+// looks their row_token entries up once and keeps the 4 row pointers in registers (with
+// GroupedGemmRows::kPermuted its own rows, row_token only marking the padding).
 // Fused SiLU (kSiluMul): the w tile's rows interleave gate and up in blocks of 8 (rows 16 j ..
 // 16 j + 7 gate columns c0 + 8 j .., rows 16 j + 8 .. 16 j + 15 the up columns, c0 the CTA's first
 // output column), so the accumulator's n8 blocks 2 j' and 2 j' + 1 are gate and up of the same
@@ -201,7 +202,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                              const int32_t* __restrict__ row_token,
                              const __nv_bfloat16* __restrict__ w,
                              const int32_t* __restrict__ offsets, __nv_bfloat16* __restrict__ y,
-                             int num_experts, int max_rows, int n, int k) {
+                             int num_experts, int max_rows, int n, int k, bool gather) {
     pdl_wait();
     pdl_trigger();
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -217,7 +218,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int i = 0; i < kXRowsPerThread; ++i) {
         const int r = row0 + my_row + i * kRowStep;
-        const int src = r >= max_rows ? -1 : row_token ? row_token[r] : r;
+        const int token = r >= max_rows ? -1 : row_token ? row_token[r] : r;
+        const int src = gather || token < 0 ? token : r;  // kPermuted: row_token marks padding
         rows.x[i] = src < 0 ? nullptr : x + int64_t(src) * k;
     }
     const int expert = find_expert(offsets, num_experts, row0);
@@ -323,7 +325,7 @@ void launch(const Tensor& x, const Tensor* row_token, const Tensor& w, const Ten
                   dim3(unsigned(col_tiles), unsigned(row_tiles)), kThreads, kSmemBytes, stream,
                   x.data<__nv_bfloat16>(), row_token ? row_token->data<int32_t>() : nullptr,
                   w.data<__nv_bfloat16>(), expert_offsets.data<int32_t>(), y.data<__nv_bfloat16>(),
-                  int(d.num_experts), int(d.max_rows), int(d.n), int(d.k));
+                  int(d.num_experts), int(d.max_rows), int(d.n), int(d.k), d.gather);
     MI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -339,8 +341,9 @@ bool grouped_gemm_sm90_supported() {
 
 void grouped_gemm_sm90(const Tensor& x, const Tensor* row_token, const Tensor& w,
                        const Tensor& expert_offsets, GroupedGemmEpilogue epilogue, Tensor& y,
-                       cudaStream_t stream) {
-    const GroupedGemmDims d = check_grouped_gemm(x, row_token, w, expert_offsets, epilogue, y, 16);
+                       cudaStream_t stream, GroupedGemmRows rows) {
+    const GroupedGemmDims d =
+        check_grouped_gemm(x, row_token, w, expert_offsets, epilogue, y, 16, rows);
     MI_LAUNCH_CHECK(grouped_gemm_sm90_supported(),
                     "grouped_gemm_sm90: needs an sm_90 device (wgmma is sm_90a only)");
     if (d.max_rows == 0) return;

@@ -52,8 +52,9 @@ void grouped_experts(const Moe& m, const Tensor& x, const Tensor& ids, const Ten
         // Only the rows the permutation filled (expert_offsets[E]), not the worst case R.
         silu_mul(gate_up, act, st, buf.expert_offsets.data<int32_t>() + m.num_experts());
     }
-    grouped_gemm(act, nullptr, m.experts_down, buf.expert_offsets, tile,
-                 GroupedGemmEpilogue::kStore, y_perm, st);
+    // act's padding rows (row_token -1) are not read: the GEMM zeroes them in shared memory.
+    grouped_gemm(act, &row_token, m.experts_down, buf.expert_offsets, tile,
+                 GroupedGemmEpilogue::kStore, y_perm, st, GroupedGemmRows::kPermuted);
     moe_combine(y_perm, slot_row, weights, y, st);
 }
 
