@@ -383,6 +383,14 @@ void bench_moe(int64_t tokens) {
                                                GroupedGemmEpilogue::kStore, y_perm, s);
                         }),
                         down_bytes, 2.0 * routed * double(kMoeInter * kMoeHidden));
+    // As cuda::Moe runs it: row_token marks act's padding rows, which are then not loaded.
+    if (wanted("moe grouped"))
+        print_bench_row("moe grouped down, padding marked", tiled, time_launch([&](cudaStream_t s) {
+                            cuda::grouped_gemm(act, &row_token, down_w, offsets, tile,
+                                               GroupedGemmEpilogue::kStore, y_perm, s,
+                                               cuda::GroupedGemmRows::kPermuted);
+                        }),
+                        down_bytes, 2.0 * routed * double(kMoeInter * kMoeHidden));
     // The 32-row tile's shapes against each other (grouped_gemm_tile32_variant), gate_up and
     // down, where grouped_gemm_tile_rows picks 32 rows.
     if (wanted("moe tile32") && tile == 32) {

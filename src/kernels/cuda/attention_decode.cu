@@ -502,13 +502,6 @@ int forced_splits() {  // 0: planned
     static const int splits = std::max(env_int("MINIINFER_DECODE_SPLITS", 0), 0);
     return splits;
 }
-// MINIINFER_DECODE_WAVE=0 drops decode_chunk_keys' one-wave term (the chunk is then the longest
-// sequence over the grid's splits, or min_keys): with MINIINFER_DECODE_SPLITS, equal splits of
-// every sequence, to time them against the planned chunk.
-bool wave_term_enabled() {
-    static const bool enabled = env_switch("MINIINFER_DECODE_WAVE", true);
-    return enabled;
-}
 
 // How many blocks share each sequence's keys. The blocks of a decode step take about equally
 // long, so the GPU idles in a last wave that is only partly full: take the fewest splits whose
@@ -544,10 +537,9 @@ void launch_decode(const AttentionLaunch& a, int64_t head_chunks, size_t smem_by
     const Occupancy& occupancy = decode_occupancy<Kernel>(smem_bytes);
     const int64_t blocks_per_key = a.num_kv_heads * head_chunks;
     const int num_splits = plan_splits(a, a.num_seqs * blocks_per_key, occupancy, workspace_bytes);
-    const DecodeSplitArgs ds{
-        num_splits > 1 ? a.decode_lengths : nullptr, a.decode_order,
-        wave_term_enabled() ? std::max(occupancy.num_sms * occupancy.blocks_per_sm, 1) : 1 << 30,
-        min_keys_per_split(), int(blocks_per_key)};
+    const DecodeSplitArgs ds{num_splits > 1 ? a.decode_lengths : nullptr, a.decode_order,
+                             std::max(occupancy.num_sms * occupancy.blocks_per_sm, 1),
+                             min_keys_per_split(), int(blocks_per_key)};
     const dim3 grid(unsigned(blocks_per_key), unsigned(a.num_seqs), unsigned(num_splits));
     auto* partial_o = static_cast<float*>(workspace);
     float* partial_lse =

@@ -135,12 +135,13 @@ __device__ __forceinline__ int find_expert(const int32_t* offsets, int num_exper
 // kSkipNull: rows with a null row_ptr are left alone (zeroed once by the caller).
 template <class T, int Rows, bool kSkipNull, class RowPtr>
 __device__ __forceinline__ void load_tile(__nv_bfloat16* dst, RowPtr row_ptr,
-                                          const __nv_bfloat16* any, int k, int k0) {
+                                          const __nv_bfloat16* any, int k, int k0,
+                                          bool skip = true) {
 #pragma unroll
     for (int c = int(threadIdx.x); c < Rows * T::kChunksPerRow; c += T::kThreads) {
         const int r = c / T::kChunksPerRow, kk = (c % T::kChunksPerRow) * 8;
         const __nv_bfloat16* src = row_ptr(r);
-        if (kSkipNull && src == nullptr) continue;
+        if (kSkipNull && skip && src == nullptr) continue;
         const bool valid = src != nullptr && k0 + kk < k;
         cp_async_16(dst + r * T::kStride + kk, valid ? src + k0 + kk : any, valid);
     }
@@ -189,7 +190,7 @@ __global__ void __launch_bounds__(T::kThreads)
     grouped_gemm_kernel(const __nv_bfloat16* __restrict__ x, const int32_t* __restrict__ row_token,
                         const __nv_bfloat16* __restrict__ w, const int32_t* __restrict__ offsets,
                         __nv_bfloat16* __restrict__ y, int num_experts, int max_rows, int n, int k,
-                        bool gather) {
+                        bool gather, bool skip_zero_rows) {
     pdl_wait();
     pdl_trigger();
     const int row0 = int(blockIdx.x) * T::kRows;
@@ -210,7 +211,7 @@ __global__ void __launch_bounds__(T::kThreads)
         const int slot = c / (T::kRows * T::kChunksPerRow),
                   rest = c % (T::kRows * T::kChunksPerRow);
         const int r = rest / T::kChunksPerRow, chunk = rest % T::kChunksPerRow;
-        if (src_row[r] < 0)
+        if (skip_zero_rows && src_row[r] < 0)
             *reinterpret_cast<uint4*>(smem + slot * T::kStageElems + r * T::kStride + chunk * 8) =
                 make_uint4(0, 0, 0, 0);
     }
@@ -236,7 +237,7 @@ __global__ void __launch_bounds__(T::kThreads)
     const int warp_col = (warp % T::kWarpsN) * T::kWarpCols;
     auto load_stage = [&](int slot, int k0) {
         __nv_bfloat16* stage = smem + slot * T::kStageElems;
-        load_tile<T, T::kRows, true>(stage, x_row, w, k, k0);
+        load_tile<T, T::kRows, true>(stage, x_row, w, k, k0, skip_zero_rows);
         load_tile<T, T::kCols, false>(stage + T::kRows * T::kStride, w_row, w, k, k0);
     };
 
@@ -293,6 +294,12 @@ __global__ void __launch_bounds__(T::kThreads)
     }
 }
 
+// MINIINFER_MOE_SKIP_PADDING=0: zero rows loaded by zero-filling copies, as before (timing).
+bool skip_zero_rows() {
+    static const bool skip = env_switch("MINIINFER_MOE_SKIP_PADDING", true);
+    return skip;
+}
+
 template <class T, bool kSiluMul>
 void launch(const Tensor& x, const Tensor* row_token, const Tensor& w, const Tensor& expert_offsets,
             const GroupedGemmDims& d, Tensor& y, cudaStream_t stream) {
@@ -304,7 +311,7 @@ void launch(const Tensor& x, const Tensor* row_token, const Tensor& w, const Ten
                   T::kThreads, T::kSharedBytes, stream, x.data<__nv_bfloat16>(),
                   row_token ? row_token->data<int32_t>() : nullptr, w.data<__nv_bfloat16>(),
                   expert_offsets.data<int32_t>(), y.data<__nv_bfloat16>(), int(d.num_experts),
-                  int(d.max_rows), int(d.n), int(d.k), d.gather);
+                  int(d.max_rows), int(d.n), int(d.k), d.gather, skip_zero_rows());
     MI_CUDA_CHECK(cudaGetLastError());
 }
 
