@@ -429,6 +429,20 @@ TEST(CudaAttentionFa2, DecodeWithSmallerOrNoWorkspace) {
     }
 }
 
+namespace {
+
+// AttentionParams::decode_lengths of a decode batch, on the device: Σ seq_len, longest seq_len.
+Tensor decode_lengths(const std::vector<Seq>& seqs) {
+    Tensor lengths = Tensor::zeros({2}, DType::kI32);
+    for (const Seq& s : seqs) {
+        lengths.data<int32_t>()[0] += s.seq_len;
+        lengths.data<int32_t>()[1] = std::max(lengths.data<int32_t>()[1], s.seq_len);
+    }
+    return cuda::to_device(lengths);
+}
+
+}  // namespace
+
 // The order in which the decode takes the sequences (AttentionParams::decode_order; the fa2
 // backend's plan lists them longest first) changes which block runs which sequence, never an
 // output bit: with and without splits (a long and a short batch), the tensor-core decode (group
@@ -446,12 +460,7 @@ TEST(CudaAttentionFa2, DecodeOrderDoesNotChangeTheOutput) {
             const size_t bytes =
                 cuda::attention_workspace_bytes(b.num_tokens, cfg.num_heads, cfg.head_dim);
             cuda::DeviceBuffer workspace(bytes);
-            Tensor lengths = Tensor::zeros({2}, DType::kI32);
-            for (const Seq& s : seqs) {
-                lengths.data<int32_t>()[0] += s.seq_len;
-                lengths.data<int32_t>()[1] = std::max(lengths.data<int32_t>()[1], s.seq_len);
-            }
-            const Tensor lengths_dev = cuda::to_device(lengths);
+            const Tensor lengths_dev = decode_lengths(seqs);
             const auto run = [&](const std::vector<int32_t>* order) {
                 Tensor order_dev;
                 cuda::AttentionParams p = d.params(b);
@@ -481,6 +490,58 @@ TEST(CudaAttentionFa2, DecodeOrderDoesNotChangeTheOutput) {
                                           sizeof(float)) != 0;
                 EXPECT_EQ(differ, 0) << (order == &reversed ? "reversed" : "shuffled") << " order, "
                                      << describe(cfg, seqs);
+            }
+        }
+    }
+}
+
+// The split-KV combine inside the decode launch (AttentionParams::decode_counters): the last
+// block of each (sequence, KV head) merges its splits with the combine kernel's arithmetic, so
+// the output is the separate combine's bit for bit; the counters are left zero, so a second
+// launch (as a graph replay) gives the same bits again. GQA groups 1, 2 (decode_kernel), 8
+// (heads as the mma's columns) and 16 (attend_narrow), head_dim 64 and 128, batches with many
+// splits, empty trailing splits and none.
+TEST(CudaAttentionFa2, FusedCombineGivesTheSeparateCombinesBits) {
+    REQUIRE_GPU();
+    std::mt19937 rng(23);
+    const Config configs[] = {
+        {16, 16, 128, 16}, {16, 8, 128, 16}, {32, 4, 128, 16}, {32, 2, 64, 16}, {16, 8, 64, 24}};
+    const std::vector<std::vector<Seq>> batches = {
+        {{1, 3000}}, {{1, 2100}, {1, 1}, {1, 130}, {1, 777}}, {{1, 384}}, [] {
+            std::vector<Seq> many;
+            for (int i = 0; i < 40; ++i) many.push_back({1, 1 + (i * 53 + 11) % 1700});
+            return many;
+        }()};
+    for (const Config& cfg : configs) {
+        for (const std::vector<Seq>& seqs : batches) {
+            const Batch b = make_batch(cfg, seqs, rng);
+            DeviceBatch d(b);
+            const size_t bytes =
+                cuda::attention_workspace_bytes(b.num_tokens, cfg.num_heads, cfg.head_dim);
+            cuda::DeviceBuffer workspace(bytes);
+            const Tensor lengths = decode_lengths(seqs);
+            Tensor counters = cuda::device_tensor({b.num_tokens * cfg.num_heads}, DType::kI32);
+            const auto run = [&](bool fused) {
+                cuda::AttentionParams p = d.params(b);
+                p.decode_lengths = lengths.data<int32_t>();
+                if (fused) p.decode_counters = counters.data<int32_t>();
+                d.poison_out();
+                cuda::paged_attention(p, workspace.data(), bytes, nullptr);
+                return d.out_host();
+            };
+            const std::string what = describe(cfg, seqs);
+            const Tensor separate = run(false);
+            expect_close(b, separate, "separate combine, " + what);
+            for (int launch = 0; launch < 2; ++launch) {
+                const Tensor fused = run(true);
+                EXPECT_EQ(std::memcmp(fused.data<float>(), separate.data<float>(),
+                                      size_t(separate.numel()) * sizeof(float)),
+                          0)
+                    << "fused combine, launch " << launch << ", " << what;
+                const Tensor left = cuda::to_host(counters);
+                EXPECT_EQ(std::count(left.data<int32_t>(), left.data<int32_t>() + left.numel(), 0),
+                          left.numel())
+                    << "counters not re-armed after launch " << launch << ", " << what;
             }
         }
     }

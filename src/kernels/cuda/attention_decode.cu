@@ -123,6 +123,93 @@ __device__ __forceinline__ int2 split_range(const DecodeSplitArgs& ds, int seq_l
     return make_int2(begin, min(seq_len, begin + split_len));
 }
 
+// Merges the splits of each (token, head): out = Σ 2^(lse_s - M) o_s / Σ 2^(lse_s - M).
+// partial_o: [rows, num_splits, head_dim]; partial_lse: [rows, num_splits]; out: [rows, head_dim].
+// A warp per row: its lanes read the (at most kMaxSplits) log-sum-exps at once, then each lane
+// sums its kHeadDim / 32 dims over the live splits, all of a pass's loads issued together (a
+// thread per dim walking the splits one dependent load at a time made it latency-bound: 11 µs
+// for 8,192 rows of 3 splits on the H200, 3x its bytes). kFromL2: loads that skip L1, for rows
+// other blocks of the same launch wrote (merge_if_last).
+template <int kHeadDim, bool kFromL2>
+__device__ __forceinline__ void combine_row(const float* __restrict__ partial_o,
+                                            const float* __restrict__ partial_lse, int num_splits,
+                                            int64_t row, bf16* __restrict__ out) {
+    static_assert(kMaxSplits <= 64 && kHeadDim % 64 == 0);
+    constexpr int kDims = kHeadDim / 32;  // 2 or 4 a lane
+    using Vec = std::conditional_t<kDims == 4, float4, float2>;
+    const auto load = [](const auto* p) { return kFromL2 ? __ldcg(p) : *p; };
+    const int lane = threadIdx.x % 32;
+    const float* lse = partial_lse + row * num_splits;
+    // Split s's log-sum-exp in lane s % 32 of lse_lo (s < 32) or lse_hi.
+    const float lse_lo = lane < num_splits ? load(lse + lane) : -INFINITY;
+    const float lse_hi = lane + 32 < num_splits ? load(lse + lane + 32) : -INFINITY;
+    const float m = warp_max(fmaxf(lse_lo, lse_hi));  // > -inf: split 0 always has keys
+    const float w_lo = lse_lo == -INFINITY ? 0.f : exp2f(lse_lo - m);
+    const float w_hi = lse_hi == -INFINITY ? 0.f : exp2f(lse_hi - m);
+    const float sum = warp_sum(w_lo + w_hi);
+    const float* o = partial_o + row * num_splits * kHeadDim + lane * kDims;
+    float a[kDims] = {};
+    constexpr int kUnroll = 4;
+    for (int s0 = 0; s0 < num_splits; s0 += kUnroll) {
+        float w[kUnroll];
+        Vec v[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            const int s = s0 + u;
+            // Every lane takes the same weight: the branch below is uniform.
+            w[u] = __shfl_sync(0xffffffffu, s < 32 ? w_lo : w_hi, s % 32);
+            if (s < num_splits && w[u] > 0.f)  // an empty split's o may be anything
+                v[u] = load(reinterpret_cast<const Vec*>(o + int64_t(s) * kHeadDim));
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            if (s0 + u >= num_splits || w[u] == 0.f) continue;
+            const float* f = reinterpret_cast<const float*>(&v[u]);
+#pragma unroll
+            for (int e = 0; e < kDims; ++e) a[e] += w[u] * f[e];
+        }
+    }
+    bf16* out_row = out + row * kHeadDim + lane * kDims;
+#pragma unroll
+    for (int e = 0; e < kDims; ++e) out_row[e] = __float2bfloat16(a[e] / sum);
+}
+
+// grid: ceil(rows / kCombineWarps) blocks of kCombineWarps warps, a warp per row.
+constexpr int kCombineWarps = 4;
+template <int kHeadDim>
+__global__ void __launch_bounds__(kCombineWarps * 32)
+    combine_kernel(const float* __restrict__ partial_o, const float* __restrict__ partial_lse,
+                   int num_splits, int64_t rows, bf16* __restrict__ out) {
+    pdl_wait();
+    pdl_trigger();
+    const int64_t row = int64_t(blockIdx.x) * kCombineWarps + threadIdx.x / 32;
+    if (row >= rows) return;  // whole warp
+    combine_row<kHeadDim, false>(partial_o, partial_lse, num_splits, row, out);
+}
+
+// The combine inside the decode launch (counters given, AttentionParams::decode_counters): once
+// its partial rows [row0, row0 + rows) are written, each of the num_splits blocks of a (token,
+// block column) counts itself in; the last to arrive merges those rows' splits as combine_kernel
+// would (the same function, so the same bits) and re-arms the counter for the next launch.
+// Called by every thread of the block, empty splits included.
+template <int kHeadDim>
+__device__ __forceinline__ void merge_if_last(int32_t* counter, const float* partial_o,
+                                              const float* partial_lse, int num_splits,
+                                              int64_t row0, int rows, bf16* out) {
+    __shared__ bool last;
+    __syncthreads();  // every thread's partial rows are written
+    if (threadIdx.x == 0) {
+        __threadfence();  // ... and visible to whichever block merges
+        last = atomicAdd(counter, 1) == num_splits - 1;
+        if (last) *counter = 0;  // every block of this count has arrived
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int r = int(threadIdx.x) / 32; r < rows; r += kWarps)
+        combine_row<kHeadDim, true>(partial_o, partial_lse, num_splits, row0 + r, out);
+}
+
 // q: [num_tokens, num_heads, head_dim]; k_cache, v_cache: [num_pages, page_size, num_kv_heads,
 // head_dim] of Cache (bf16, or e4m3 bytes scaled by k_scale / v_scale); query_start: [num_seqs +
 // 1]; seq_lens: [num_seqs]; block_table: [num_seqs, max_pages]; out: [num_tokens, num_heads,
@@ -139,7 +226,7 @@ __global__ void __launch_bounds__(kThreads)
                   const int32_t* __restrict__ block_table, int max_pages, int num_heads,
                   int num_kv_heads, int page_size, int page_shift, float scale_log2, int num_splits,
                   DecodeSplitArgs ds, bf16* __restrict__ out, float* __restrict__ partial_o,
-                  float* __restrict__ partial_lse) {
+                  float* __restrict__ partial_lse, int32_t* __restrict__ counters) {
     constexpr bool kFp8 = std::is_same_v<Cache, uint8_t>;
     // Dims a lane holds. From an FP8 cache with up to 2 heads, 16 (one 16-byte load): a key's dot
     // product is then summed over half as many lanes, the per-key work (shuffles, softmax)
@@ -171,10 +258,15 @@ __global__ void __launch_bounds__(kThreads)
         prefetch_l1(block_table + int64_t(seq) * max_pages + key_begin / page_size);
     pdl_wait();
     pdl_trigger();
+    // With counters (fused combine) the block's rows merge in the launch: merge_if_last.
+    const int64_t row0 = int64_t(token) * num_heads + head_begin;
+    int32_t* counter = counters ? counters + int64_t(token) * gridDim.x + blockIdx.x : nullptr;
     if (key_begin >= key_end) {  // only a split past the first can be empty
         if (int(threadIdx.x) < num_block_heads)
-            partial_lse[(int64_t(token) * num_heads + head_begin + threadIdx.x) * num_splits +
-                        split] = -INFINITY;
+            partial_lse[(row0 + threadIdx.x) * num_splits + split] = -INFINITY;
+        if (counter)
+            merge_if_last<kHeadDim>(counter, partial_o, partial_lse, num_splits, row0,
+                                    num_block_heads, out);
         return;
     }
     const int32_t* pages = block_table + int64_t(seq) * max_pages;
@@ -326,60 +418,9 @@ __global__ void __launch_bounds__(kThreads)
                 partial_lse[row * num_splits + split] = sum > 0.f ? m_all + log2f(sum) : -INFINITY;
         }
     }
-}
-
-// Merges the splits of each (token, head): out = Σ 2^(lse_s - M) o_s / Σ 2^(lse_s - M).
-// partial_o: [rows, num_splits, head_dim]; partial_lse: [rows, num_splits]; out: [rows, head_dim].
-// A warp per row: its lanes read the (at most kMaxSplits) log-sum-exps at once, then each lane
-// sums its kHeadDim / 32 dims over the live splits, all of a pass's loads issued together (a
-// thread per dim walking the splits one dependent load at a time made it latency-bound: 11 µs
-// for 8,192 rows of 3 splits on the H200, 3x its bytes). grid: ceil(rows / kCombineWarps).
-constexpr int kCombineWarps = 4;
-template <int kHeadDim>
-__global__ void __launch_bounds__(kCombineWarps * 32)
-    combine_kernel(const float* __restrict__ partial_o, const float* __restrict__ partial_lse,
-                   int num_splits, int64_t rows, bf16* __restrict__ out) {
-    static_assert(kMaxSplits <= 64 && kHeadDim % 64 == 0);
-    constexpr int kDims = kHeadDim / 32;  // 2 or 4 a lane
-    using Vec = std::conditional_t<kDims == 4, float4, float2>;
-    pdl_wait();
-    pdl_trigger();
-    const int lane = threadIdx.x % 32;
-    const int64_t row = int64_t(blockIdx.x) * kCombineWarps + threadIdx.x / 32;
-    if (row >= rows) return;  // whole warp
-    const float* lse = partial_lse + row * num_splits;
-    // Split s's log-sum-exp in lane s % 32 of lse_lo (s < 32) or lse_hi.
-    const float lse_lo = lane < num_splits ? lse[lane] : -INFINITY;
-    const float lse_hi = lane + 32 < num_splits ? lse[lane + 32] : -INFINITY;
-    const float m = warp_max(fmaxf(lse_lo, lse_hi));  // > -inf: split 0 always has keys
-    const float w_lo = lse_lo == -INFINITY ? 0.f : exp2f(lse_lo - m);
-    const float w_hi = lse_hi == -INFINITY ? 0.f : exp2f(lse_hi - m);
-    const float sum = warp_sum(w_lo + w_hi);
-    const float* o = partial_o + row * num_splits * kHeadDim + lane * kDims;
-    float a[kDims] = {};
-    constexpr int kUnroll = 4;
-    for (int s0 = 0; s0 < num_splits; s0 += kUnroll) {
-        float w[kUnroll];
-        Vec v[kUnroll];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-            const int s = s0 + u;
-            // Every lane takes the same weight: the branch below is uniform.
-            w[u] = __shfl_sync(0xffffffffu, s < 32 ? w_lo : w_hi, s % 32);
-            if (s < num_splits && w[u] > 0.f)  // an empty split's o may be anything
-                v[u] = *reinterpret_cast<const Vec*>(o + int64_t(s) * kHeadDim);
-        }
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-            if (s0 + u >= num_splits || w[u] == 0.f) continue;
-            const float* f = reinterpret_cast<const float*>(&v[u]);
-#pragma unroll
-            for (int e = 0; e < kDims; ++e) a[e] += w[u] * f[e];
-        }
-    }
-    bf16* out_row = out + row * kHeadDim + lane * kDims;
-#pragma unroll
-    for (int e = 0; e < kDims; ++e) out_row[e] = __float2bfloat16(a[e] / sum);
+    if (counter)
+        merge_if_last<kHeadDim>(counter, partial_o, partial_lse, num_splits, row0, num_block_heads,
+                                out);
 }
 
 // Decode for GQA groups of 4 to 16 query heads a KV head (Qwen3-4B/8B 4, 14B 5, 30B-A3B and
@@ -399,7 +440,8 @@ __global__ void __launch_bounds__(kThreads)
                       const int32_t* __restrict__ block_table, int max_pages, int num_heads,
                       int num_kv_heads, int page_size, int page_shift, float scale_log2,
                       int num_splits, DecodeSplitArgs ds, bf16* __restrict__ out,
-                      float* __restrict__ partial_o, float* __restrict__ partial_lse) {
+                      float* __restrict__ partial_o, float* __restrict__ partial_lse,
+                      int32_t* __restrict__ counters) {
     extern __shared__ __align__(16) unsigned char smem_bytes[];  // decode_mma_smem_bytes
     bf16* smem = reinterpret_cast<bf16*>(smem_bytes);
     const int seq = ds.seq(blockIdx.y), split = blockIdx.z, kv_head = blockIdx.x;
@@ -417,11 +459,13 @@ __global__ void __launch_bounds__(kThreads)
         prefetch_l1(block_table + int64_t(seq) * max_pages + key_begin / page_size);
     pdl_wait();
     pdl_trigger();
+    const int64_t row0 = packed_row_index(token, 0, group, num_heads, kv_head);  // + r < group
+    int32_t* counter = counters ? counters + int64_t(token) * gridDim.x + blockIdx.x : nullptr;
     if (key_begin >= key_end) {  // only a split past the first can be empty
         if (int(threadIdx.x) < group)
-            partial_lse[packed_row_index(token, threadIdx.x, group, num_heads, kv_head) *
-                            num_splits +
-                        split] = -INFINITY;
+            partial_lse[(row0 + threadIdx.x) * num_splits + split] = -INFINITY;
+        if (counter)
+            merge_if_last<kHeadDim>(counter, partial_o, partial_lse, num_splits, row0, group, out);
         return;
     }
     const auto store = [&](int, int r, int d, float a, float sum, float m) {
@@ -446,6 +490,8 @@ __global__ void __launch_bounds__(kThreads)
                                         seq_len - 1, key_begin, key_end, k_cache, v_cache, k_scale,
                                         v_scale, pages, page_size, page_shift, kv_row_stride,
                                         scale_log2, store);
+    if (counter)
+        merge_if_last<kHeadDim>(counter, partial_o, partial_lse, num_splits, row0, group, out);
 }
 
 // decode_mma_kernel's dynamic shared memory: K then V slices of kWarps warps x 2 stages x 16 keys
@@ -541,6 +587,8 @@ void launch_decode(const AttentionLaunch& a, int64_t head_chunks, size_t smem_by
                              std::max(occupancy.num_sms * occupancy.blocks_per_sm, 1),
                              min_keys_per_split(), int(blocks_per_key)};
     const dim3 grid(unsigned(blocks_per_key), unsigned(a.num_seqs), unsigned(num_splits));
+    // The combine in the same launch when the caller gave counters (AttentionParams).
+    int32_t* counters = num_splits > 1 ? a.decode_counters : nullptr;
     auto* partial_o = static_cast<float*>(workspace);
     float* partial_lse =
         num_splits > 1 ? partial_o + a.num_tokens * a.num_heads * num_splits * a.head_dim : nullptr;
@@ -549,9 +597,9 @@ void launch_decode(const AttentionLaunch& a, int64_t head_chunks, size_t smem_by
                   a.k_scale, a.v_scale, a.query_start, a.seq_lens, a.block_table, int(a.max_pages),
                   int(a.num_heads), int(a.num_kv_heads), int(a.page_size),
                   page_shift_of(a.page_size), a.scale * 1.4426950408889634f, num_splits, ds,
-                  static_cast<bf16*>(a.out), partial_o, partial_lse);
+                  static_cast<bf16*>(a.out), partial_o, partial_lse, counters);
     MI_CUDA_CHECK(cudaGetLastError());
-    if (num_splits > 1) {
+    if (num_splits > 1 && counters == nullptr) {
         const int64_t rows = a.num_tokens * a.num_heads;
         const auto combine =
             a.head_dim == 128 ? combine_kernel<128> : combine_kernel<64>;  // the two head_dims
