@@ -197,9 +197,9 @@ __device__ __forceinline__ void merge_if_last(int32_t* counter, const float* par
                                               const float* partial_lse, int num_splits,
                                               int64_t row0, int rows, bf16* out) {
     __shared__ bool last;
-    __syncthreads();  // every thread's partial rows are written
+    __threadfence();  // this thread's partial rows visible to whichever block merges
+    __syncthreads();  // ... every thread's
     if (threadIdx.x == 0) {
-        __threadfence();  // ... and visible to whichever block merges
         last = atomicAdd(counter, 1) == num_splits - 1;
         if (last) *counter = 0;  // every block of this count has arrived
     }
