@@ -90,15 +90,16 @@ __device__ __forceinline__ void cache_to_float(const uint4& v, float (&f)[16]) {
     for (int e = 0; e < 8; ++e) f[e] = lo[e], f[8 + e] = hi[e];
 }
 
+// Brings the 128-byte line of p into this SM's L1 (no register written, nothing waited for).
+__device__ __forceinline__ void prefetch_l1(const void* p) {
+    asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p));
+}
+
 // How a decode block finds its sequence and keys (decode_split.h): lengths (device [2]: the
 // step's Σ seq_lens and longest seq_len) give every sequence chunks of one size; without them a
 // sequence's keys are cut into num_splits equal parts. order (device [num_seqs], or nullptr:
 // batch order) maps the grid's sequence index to the batch's. blocks_per_key: blocks per
 // (sequence, split).
-__device__ __forceinline__ void prefetch_l1(const void* p) {
-    asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p));
-}
-
 struct DecodeSplitArgs {
     const int32_t* lengths;
     const int32_t* order;
