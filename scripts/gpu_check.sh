@@ -9,7 +9,9 @@
 # What runs (environment variables):
 #   DIST_DIR        the package (default dist/gpu)
 #   ONLY            test binaries whose names hold one of these words ("attention moe_model");
-#                   also skips the loader check and the op benchmarks unless OPS is given
+#                   also skips the loader check, the op benchmarks unless OPS is given and
+#                   `miniinfer bench` unless BENCH=1 is (GTEST_FILTER, read by every test binary,
+#                   narrows the tests further: GTEST_FILTER='*Decode*:*Moe*')
 #   TESTS=0         no test binaries (with MEMCHECK=0 LOAD=0: the benchmarks alone)
 #   TEST_TIMEOUT    seconds for each test binary (default 300)
 #   MEMCHECK=0      no compute-sanitizer
@@ -25,7 +27,7 @@
 #                   "decode_mma@attention;grouped_gemm_kernel@moe tile32,256": ncu-<i>.txt with
 #                   the speed-of-light, memory, warp-state, occupancy and launch sections of one
 #                   launch (the fourth: past the warm-up), clocks left alone
-#   BENCH=0         no `miniinfer bench`
+#   BENCH=0         no `miniinfer bench`; BENCH=1 runs it with ONLY too
 #   BENCH_MODELS    model folders (default bench/qwen3-0.6b; bench/qwen3-30b-a3b: the MoE shapes)
 #   BACKENDS        attention backends benched (default "fa2 flashinfer")
 #   WORKLOADS       bench flags naming the workloads (default all six)
@@ -153,7 +155,7 @@ bench_run() {
     note "FAIL bench $(basename "$model") $backend${setting:+ with $setting}${flags:+ with $flags}"; status=1
   fi
 }
-if [[ "${BENCH:-1}" != 0 && -z "${ONLY:-}" ]]; then
+if [[ "${BENCH:-}" == 1 || ( "${BENCH:-1}" != 0 && -z "${ONLY:-}" ) ]]; then
   for model in ${BENCH_MODELS:-${BENCH_MODEL:-bench/qwen3-0.6b}}; do
     m=$(basename "$model")
     for backend in ${BACKENDS:-fa2 flashinfer}; do
