@@ -447,14 +447,17 @@ Tensor decode_lengths(const std::vector<Seq>& seqs) {
 // backend's plan lists them longest first) changes which block runs which sequence, never an
 // output bit: with and without splits (a long and a short batch), the tensor-core decode (group
 // 8) and the CUDA-core one (group 2), the outputs under a reversed and a shuffled order equal
-// those in batch order bit for bit, and the batch-order ones match the CPU.
+// those in batch order bit for bit, and the long batch's match the CPU.
 TEST(CudaAttentionFa2, DecodeOrderDoesNotChangeTheOutput) {
     REQUIRE_GPU();
     std::mt19937 rng(22);
     for (const Config cfg : {Config{32, 4, 128, 16}, Config{16, 8, 128, 16}}) {
         for (int num_seqs : {24, 300}) {
+            // 24 long sequences (split) and 300 short ones (mostly one split each); the cache's
+            // random values are most of the test's time, so the long ones are few.
             std::vector<Seq> seqs;
-            for (int i = 0; i < num_seqs; ++i) seqs.push_back({1, 1 + (i * 37 + 5) % 1500});
+            for (int i = 0; i < num_seqs; ++i)
+                seqs.push_back({1, 1 + (i * 37 + 5) % (num_seqs == 24 ? 1500 : 400)});
             const Batch b = make_batch(cfg, seqs, rng);
             DeviceBatch d(b);
             const size_t bytes =
@@ -476,7 +479,7 @@ TEST(CudaAttentionFa2, DecodeOrderDoesNotChangeTheOutput) {
                 return d.out_host();
             };
             const Tensor plain = run(nullptr);
-            expect_close(b, plain, "batch order, " + describe(cfg, seqs));
+            if (num_seqs == 24) expect_close(b, plain, "batch order, " + describe(cfg, seqs));
             std::vector<int32_t> reversed(static_cast<size_t>(num_seqs));
             std::iota(reversed.rbegin(), reversed.rend(), 0);
             std::vector<int32_t> shuffled = reversed;
@@ -509,7 +512,7 @@ TEST(CudaAttentionFa2, FusedCombineGivesTheSeparateCombinesBits) {
     const std::vector<std::vector<Seq>> batches = {
         {{1, 3000}}, {{1, 2100}, {1, 1}, {1, 130}, {1, 777}}, {{1, 384}}, [] {
             std::vector<Seq> many;
-            for (int i = 0; i < 40; ++i) many.push_back({1, 1 + (i * 53 + 11) % 1700});
+            for (int i = 0; i < 40; ++i) many.push_back({1, 1 + (i * 53 + 11) % 600});
             return many;
         }()};
     for (const Config& cfg : configs) {
