@@ -19,7 +19,10 @@
 // Given an order (AttentionLaunch::decode_order, the fa2 plan's longest first), grid row y
 // takes sequence order[y]: the GPU starts blocks in grid order, so the longest start first and
 // the shortest fill the last wave's gaps, instead of a long sequence late in the batch running
-// alone at the end.
+// alone at the end. Given counters (AttentionLaunch::decode_counters), the splits merge inside
+// the launch instead: the last block of each (sequence, KV head) to finish runs the combine's
+// per-row merge on its rows (merge_if_last), and no combine kernel is launched. The kernels read
+// the lengths, order and block table before the PDL wait (launch.cuh): only copies write them.
 //
 // GQA groups of 4 to 16 query heads a KV head take decode_mma_kernel instead: the group's heads
 // are the rows of one 16-row tensor-core tile (attention_tile.cuh: attend_narrow), since the
