@@ -99,10 +99,14 @@ using Tile128 = Tile<128, 128, 32, 4, 2, 4>;
 // memory.) Session 10: rows stored dense with their 16-byte chunks XOR-permuted by the row
 // instead of padded (41 KB a CTA, five CTAs an SM instead of four) made 254 + 138, and the
 // 30B-A3B's decode256 9,218 tok/s against 9,584: more CTAs an SM do not help past four, dropped.
+// The last two shapes, one CTA an SM with 256-byte runs of each weight row a stage (157 KB),
+// are the shape vLLM's tuned Triton configuration picks for this GEMM at 256 tokens on the H200
+// (not yet timed here).
 using Tile32Variants =
     std::tuple<Tile32, Tile<32, 128, 64, 3, 1, 4>, Tile<32, 128, 64, 2, 1, 8>,
                Tile<32, 64, 64, 2, 1, 4>, Tile<32, 64, 64, 3, 1, 4>, Tile<32, 256, 64, 2, 1, 8>,
-               Tile<32, 128, 128, 2, 1, 4>, Tile<32, 128, 64, 3, 1, 8>>;
+               Tile<32, 128, 128, 2, 1, 4>, Tile<32, 128, 64, 3, 1, 8>, Tile<32, 256, 128, 2, 1, 4>,
+               Tile<32, 256, 128, 2, 1, 8>>;
 constexpr const char* kTile32VariantNames[] = {"128 cols x k64, 2 stages, 4 warps (default)",
                                                "128 cols x k64, 3 stages, 4 warps",
                                                "128 cols x k64, 2 stages, 8 warps",
@@ -110,7 +114,9 @@ constexpr const char* kTile32VariantNames[] = {"128 cols x k64, 2 stages, 4 warp
                                                "64 cols x k64, 3 stages, 4 warps",
                                                "256 cols x k64, 2 stages, 8 warps",
                                                "128 cols x k128, 2 stages, 4 warps",
-                                               "128 cols x k64, 3 stages, 8 warps"};
+                                               "128 cols x k64, 3 stages, 8 warps",
+                                               "256 cols x k128, 2 stages, 4 warps",
+                                               "256 cols x k128, 2 stages, 8 warps"};
 
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {

@@ -83,7 +83,7 @@ void grouped_gemm_mma_sync(const Tensor& x, const Tensor* row_token, const Tenso
 // ("cols x k, stages, warps") for the bench row. MINIINFER_MOE_TILE32=variant (read once) makes
 // grouped_gemm's own 32-row kStore launches (the model's decode GEMMs) take that shape too, to
 // time it end to end with `miniinfer bench`.
-inline constexpr int kGroupedGemmTile32Variants = 8;
+inline constexpr int kGroupedGemmTile32Variants = 10;
 const char* grouped_gemm_tile32_variant_name(int variant);
 void grouped_gemm_tile32_variant(int variant, const Tensor& x, const Tensor& w,
                                  const Tensor& expert_offsets, Tensor& y, cudaStream_t stream);
