@@ -391,19 +391,24 @@ void bench_moe(int64_t tokens) {
                                                cuda::GroupedGemmRows::kPermuted);
                         }),
                         down_bytes, 2.0 * routed * double(kMoeInter * kMoeHidden));
-    // The 32-row tile's shapes against each other (grouped_gemm_tile32_variant), gate_up and
-    // down, where grouped_gemm_tile_rows picks 32 rows.
-    if (wanted("moe tile32") && tile == 32) {
-        for (int v = 0; v < cuda::kGroupedGemmTile32Variants; ++v) {
-            const std::string variant = tiled + ", " + cuda::grouped_gemm_tile32_variant_name(v);
-            print_bench_row("moe tile32 gate_up", variant, time_launch([&](cudaStream_t s) {
-                                cuda::grouped_gemm_tile32_variant(v, x_perm, gate_up_w, offsets,
-                                                                  gate_up, s);
+    // The row tile's shapes against each other (grouped_gemm_variant), gate_up and down, where
+    // grouped_gemm_tile_rows picks 16 or 32 rows ("moe tile16", "moe tile32"); the 16-row
+    // gate_up with SiLU·mul in its epilogue, as cuda::Moe runs it.
+    const std::string tile_op = "moe tile" + std::to_string(tile);
+    if (wanted(tile_op)) {
+        const auto gate_up_epilogue =
+            tile == 16 ? GroupedGemmEpilogue::kSiluMul : GroupedGemmEpilogue::kStore;
+        Tensor& gate_up_out = tile == 16 ? act : gate_up;
+        for (int v = 0; v < cuda::grouped_gemm_num_variants(tile); ++v) {
+            const std::string variant = tiled + ", " + cuda::grouped_gemm_variant_name(tile, v);
+            print_bench_row(tile_op + " gate_up", variant, time_launch([&](cudaStream_t s) {
+                                cuda::grouped_gemm_variant(tile, v, x_perm, gate_up_w, offsets,
+                                                           gate_up_epilogue, gate_up_out, s);
                             }),
                             gate_up_bytes, 2.0 * routed * double(2 * kMoeInter * kMoeHidden));
-            print_bench_row("moe tile32 down", variant, time_launch([&](cudaStream_t s) {
-                                cuda::grouped_gemm_tile32_variant(v, act, down_w, offsets, y_perm,
-                                                                  s);
+            print_bench_row(tile_op + " down", variant, time_launch([&](cudaStream_t s) {
+                                cuda::grouped_gemm_variant(tile, v, act, down_w, offsets,
+                                                           GroupedGemmEpilogue::kStore, y_perm, s);
                             }),
                             down_bytes, 2.0 * routed * double(kMoeInter * kMoeHidden));
         }

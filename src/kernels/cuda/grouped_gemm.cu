@@ -83,7 +83,7 @@ using Tile32 = Tile<32, 128, 64, 2, 1, 4>;
 using Tile64 = Tile<64, 128, 32, 3, 2, 2>;
 using Tile128 = Tile<128, 128, 32, 4, 2, 4>;
 
-// The 32-row shapes benchmarked against Tile32 at decode sizes (grouped_gemm_tile32_variant):
+// The 32-row shapes benchmarked against Tile32 at decode sizes (grouped_gemm_variant):
 // shallower or deeper rings (more or fewer CTAs an SM), longer k runs per weight row (256 B
 // instead of 128 B per row and stage), narrower or wider column tiles (more CTAs, or more bytes
 // per CTA), more warps to issue the loads. Measured on the H200 at 256 tokens of 30B-A3B
@@ -117,6 +117,18 @@ constexpr const char* kTile32VariantNames[] = {"128 cols x k64, 2 stages, 4 warp
                                                "128 cols x k64, 3 stages, 8 warps",
                                                "256 cols x k128, 2 stages, 4 warps",
                                                "256 cols x k128, 2 stages, 8 warps"};
+
+// The 16-row shapes benchmarked against Tile16 (5 to ~64 tokens of 30B-A3B, where its gate_up
+// also applies SiLU·mul): fewer stages, longer k runs, wider column tiles — among them the shapes
+// vLLM's tuned H200 configuration picks at 16 to 128 tokens (64 x k256 and 64 x k128, 2 stages;
+// 128 x k128; 256 x k128 with 8 warps). Not yet timed here.
+using Tile16Variants = std::tuple<Tile16, Tile<16, 64, 64, 2, 1, 4>, Tile<16, 64, 128, 2, 1, 4>,
+                                  Tile<16, 64, 256, 2, 1, 4>, Tile<16, 128, 128, 2, 1, 4>,
+                                  Tile<16, 256, 128, 2, 1, 8>>;
+constexpr const char* kTile16VariantNames[] = {
+    "64 cols x k64, 4 stages, 4 warps (default)", "64 cols x k64, 2 stages, 4 warps",
+    "64 cols x k128, 2 stages, 4 warps",          "64 cols x k256, 2 stages, 4 warps",
+    "128 cols x k128, 2 stages, 4 warps",         "256 cols x k128, 2 stages, 8 warps"};
 
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
@@ -336,28 +348,40 @@ bool aligned(const void* p, uintptr_t bytes) {
     return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
 
-// The 32-row shape `variant` of Tile32Variants with the kStore epilogue.
-void launch_tile32_variant(int variant, const Tensor& x, const Tensor* row_token, const Tensor& w,
-                           const Tensor& expert_offsets, const GroupedGemmDims& d, Tensor& y,
-                           cudaStream_t stream) {
+// Shape `variant` of Variants (Tile16Variants or Tile32Variants), epilogue as asked (kSiluMul
+// only where kWithSiluMul: the 32-row shapes are compiled for kStore alone).
+template <class Variants, bool kWithSiluMul>
+void launch_variant(int variant, const Tensor& x, const Tensor* row_token, const Tensor& w,
+                    const Tensor& expert_offsets, GroupedGemmEpilogue epilogue,
+                    const GroupedGemmDims& d, Tensor& y, cudaStream_t stream) {
     [&]<size_t... I>(std::index_sequence<I...>) {
-        ((int(I) == variant ? launch<std::tuple_element_t<I, Tile32Variants>, false>(
-                                  x, row_token, w, expert_offsets, d, y, stream)
+        const auto one = [&]<class T>() {
+            if constexpr (kWithSiluMul)
+                launch_tile<T>(x, row_token, w, expert_offsets, epilogue, d, y, stream);
+            else
+                launch<T, false>(x, row_token, w, expert_offsets, d, y, stream);
+        };
+        ((int(I) == variant ? one.template operator()<std::tuple_element_t<I, Variants>>()
                             : void()),
          ...);
     }
-    (std::make_index_sequence<kGroupedGemmTile32Variants>{});
+    (std::make_index_sequence<std::tuple_size_v<Variants>>{});
 }
 
-// MINIINFER_MOE_TILE32=v (read once): the model's 32-row kStore GEMMs in shape v of
-// Tile32Variants instead of Tile32, to time a shape end to end (bench_cuda_ops times them
-// alone); -1 when unset or out of range.
-int tile32_variant_override() {
-    static const int variant = [] {
-        const int i = env_int("MINIINFER_MOE_TILE32", -1);
-        return i >= 0 && i < kGroupedGemmTile32Variants ? i : -1;
+// MINIINFER_MOE_TILE16=v / MINIINFER_MOE_TILE32=v (read once): the model's GEMMs of that row
+// tile in shape v of its variants instead of the default (the 16-row ones with either epilogue,
+// the 32-row ones with kStore), to time a shape end to end (bench_cuda_ops times them alone);
+// -1 when unset or out of range.
+int variant_override(int64_t tile_rows) {
+    static const int tile16 = [] {
+        const int i = env_int("MINIINFER_MOE_TILE16", -1);
+        return i >= 0 && i < int(std::tuple_size_v<Tile16Variants>) ? i : -1;
     }();
-    return variant;
+    static const int tile32 = [] {
+        const int i = env_int("MINIINFER_MOE_TILE32", -1);
+        return i >= 0 && i < int(std::tuple_size_v<Tile32Variants>) ? i : -1;
+    }();
+    return tile_rows == 16 ? tile16 : tile_rows == 32 ? tile32 : -1;
 }
 
 }  // namespace
@@ -412,11 +436,14 @@ void grouped_gemm_mma_sync(const Tensor& x, const Tensor* row_token, const Tenso
     if (d.max_rows == 0) return;
     switch (tile_rows) {
         case 16:
+            if (variant_override(16) >= 0)
+                return launch_variant<Tile16Variants, true>(variant_override(16), x, row_token, w,
+                                                            expert_offsets, epilogue, d, y, stream);
             return launch_tile<Tile16>(x, row_token, w, expert_offsets, epilogue, d, y, stream);
         case 32:
-            if (epilogue == GroupedGemmEpilogue::kStore && tile32_variant_override() >= 0)
-                return launch_tile32_variant(tile32_variant_override(), x, row_token, w,
-                                             expert_offsets, d, y, stream);
+            if (epilogue == GroupedGemmEpilogue::kStore && variant_override(32) >= 0)
+                return launch_variant<Tile32Variants, false>(
+                    variant_override(32), x, row_token, w, expert_offsets, epilogue, d, y, stream);
             return launch_tile<Tile32>(x, row_token, w, expert_offsets, epilogue, d, y, stream);
         case 64:
             return launch_tile<Tile64>(x, row_token, w, expert_offsets, epilogue, d, y, stream);
@@ -427,21 +454,34 @@ void grouped_gemm_mma_sync(const Tensor& x, const Tensor* row_token, const Tenso
     }
 }
 
-const char* grouped_gemm_tile32_variant_name(int variant) {
-    static_assert(std::size(kTile32VariantNames) == kGroupedGemmTile32Variants &&
-                  std::tuple_size_v<Tile32Variants> == kGroupedGemmTile32Variants);
-    MI_LAUNCH_CHECK(variant >= 0 && variant < kGroupedGemmTile32Variants,
-                    "grouped_gemm_tile32_variant: no such variant");
-    return kTile32VariantNames[variant];
+int grouped_gemm_num_variants(int64_t tile_rows) {
+    static_assert(std::size(kTile16VariantNames) == std::tuple_size_v<Tile16Variants> &&
+                  std::size(kTile32VariantNames) == std::tuple_size_v<Tile32Variants>);
+    return tile_rows == 16   ? int(std::tuple_size_v<Tile16Variants>)
+           : tile_rows == 32 ? int(std::tuple_size_v<Tile32Variants>)
+                             : 0;
 }
 
-void grouped_gemm_tile32_variant(int variant, const Tensor& x, const Tensor& w,
-                                 const Tensor& expert_offsets, Tensor& y, cudaStream_t stream) {
-    const GroupedGemmDims d =
-        check_grouped_gemm(x, nullptr, w, expert_offsets, GroupedGemmEpilogue::kStore, y, 4);
-    grouped_gemm_tile32_variant_name(variant);  // checks the index
+const char* grouped_gemm_variant_name(int64_t tile_rows, int variant) {
+    MI_LAUNCH_CHECK(variant >= 0 && variant < grouped_gemm_num_variants(tile_rows),
+                    "grouped_gemm_variant: no such variant");
+    return tile_rows == 16 ? kTile16VariantNames[variant] : kTile32VariantNames[variant];
+}
+
+void grouped_gemm_variant(int64_t tile_rows, int variant, const Tensor& x, const Tensor& w,
+                          const Tensor& expert_offsets, GroupedGemmEpilogue epilogue, Tensor& y,
+                          cudaStream_t stream) {
+    grouped_gemm_variant_name(tile_rows, variant);  // checks the tile and the index
+    MI_LAUNCH_CHECK(tile_rows == 16 || epilogue == GroupedGemmEpilogue::kStore,
+                    "grouped_gemm_variant: the 32-row shapes take kStore only");
+    const GroupedGemmDims d = check_grouped_gemm(x, nullptr, w, expert_offsets, epilogue, y, 4);
     if (d.max_rows == 0) return;
-    launch_tile32_variant(variant, x, nullptr, w, expert_offsets, d, y, stream);
+    if (tile_rows == 16)
+        launch_variant<Tile16Variants, true>(variant, x, nullptr, w, expert_offsets, epilogue, d, y,
+                                             stream);
+    else
+        launch_variant<Tile32Variants, false>(variant, x, nullptr, w, expert_offsets, epilogue, d,
+                                              y, stream);
 }
 
 void grouped_gemm(const Tensor& x, const Tensor* row_token, const Tensor& w,

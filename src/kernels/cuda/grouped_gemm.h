@@ -77,16 +77,19 @@ void grouped_gemm_mma_sync(const Tensor& x, const Tensor* row_token, const Tenso
                            GroupedGemmEpilogue epilogue, Tensor& y, cudaStream_t stream,
                            GroupedGemmRows rows = GroupedGemmRows::kGather);
 
-// Benchmarks only (bench_cuda_ops "moe tile32"): grouped_gemm_mma_sync with tile_rows 32 and
-// kStore, in the tile shape `variant` (0 .. kGroupedGemmTile32Variants - 1; 0 is the one
-// grouped_gemm runs) instead of the default, to pick the decode shape on a new GPU; its name
-// ("cols x k, stages, warps") for the bench row. MINIINFER_MOE_TILE32=variant (read once) makes
-// grouped_gemm's own 32-row kStore launches (the model's decode GEMMs) take that shape too, to
-// time it end to end with `miniinfer bench`.
-inline constexpr int kGroupedGemmTile32Variants = 10;
-const char* grouped_gemm_tile32_variant_name(int variant);
-void grouped_gemm_tile32_variant(int variant, const Tensor& x, const Tensor& w,
-                                 const Tensor& expert_offsets, Tensor& y, cudaStream_t stream);
+// Benchmarks only (bench_cuda_ops "moe tile16" / "moe tile32"): grouped_gemm_mma_sync with
+// tile_rows 16 or 32 in the tile shape `variant` (0 .. grouped_gemm_num_variants(tile_rows) - 1;
+// 0 is the one grouped_gemm runs) instead of the default, to pick the decode shapes on a new
+// GPU; grouped_gemm_variant_name: its name ("cols x k, stages, warps") for the bench row. The
+// 16-row shapes take either epilogue, the 32-row ones kStore. MINIINFER_MOE_TILE16=variant and
+// MINIINFER_MOE_TILE32=variant (read once) make grouped_gemm's own launches of that tile (the
+// model's decode GEMMs; at 32 rows its kStore ones) take that shape too, to time it end to end
+// with `miniinfer bench`.
+int grouped_gemm_num_variants(int64_t tile_rows);  // 0 for tiles without variants
+const char* grouped_gemm_variant_name(int64_t tile_rows, int variant);
+void grouped_gemm_variant(int64_t tile_rows, int variant, const Tensor& x, const Tensor& w,
+                          const Tensor& expert_offsets, GroupedGemmEpilogue epilogue, Tensor& y,
+                          cudaStream_t stream);
 
 // The row tile of grouped_gemm_sm90: its segments must be padded to 128 rows (offsets multiples
 // of it).
