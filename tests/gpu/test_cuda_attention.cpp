@@ -14,7 +14,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -431,15 +430,40 @@ TEST(CudaAttentionFa2, DecodeWithSmallerOrNoWorkspace) {
 
 namespace {
 
-// AttentionParams::decode_lengths of a decode batch, on the device: Σ seq_len, longest seq_len.
-Tensor decode_lengths(const std::vector<Seq>& seqs) {
-    Tensor lengths = Tensor::zeros({2}, DType::kI32);
-    for (const Seq& s : seqs) {
-        lengths.data<int32_t>()[0] += s.seq_len;
-        lengths.data<int32_t>()[1] = std::max(lengths.data<int32_t>()[1], s.seq_len);
+// A decode batch through paged_attention itself (no backend), split by its own lengths as the
+// fa2 backend splits it (AttentionParams::decode_lengths: Σ seq_len, longest seq_len, on the
+// device); run(adjust) lets a test set the other plan fields first.
+struct PlannedDecode {
+    explicit PlannedDecode(const Batch& batch)
+        : b(batch),
+          d(batch),
+          bytes(cuda::attention_workspace_bytes(batch.num_tokens, batch.cfg.num_heads,
+                                                batch.cfg.head_dim)),
+          workspace(bytes) {
+        Tensor host = Tensor::zeros({2}, DType::kI32);
+        for (const int32_t len : host_span(batch.seq_lens)) {
+            host.data<int32_t>()[0] += len;
+            host.data<int32_t>()[1] = std::max(host.data<int32_t>()[1], len);
+        }
+        lengths = cuda::to_device(host);
     }
-    return cuda::to_device(lengths);
-}
+    // The output (host f32) after adjust(params) and one launch.
+    template <typename Adjust>
+    Tensor run(const Adjust& adjust) {
+        cuda::AttentionParams p = d.params(b);
+        p.decode_lengths = lengths.data<int32_t>();
+        adjust(p);
+        d.poison_out();
+        cuda::paged_attention(p, workspace.data(), bytes, nullptr);
+        return d.out_host();
+    }
+
+    const Batch& b;
+    DeviceBatch d;
+    size_t bytes;
+    cuda::DeviceBuffer workspace;
+    Tensor lengths;
+};
 
 }  // namespace
 
@@ -459,24 +483,17 @@ TEST(CudaAttentionFa2, DecodeOrderDoesNotChangeTheOutput) {
             for (int i = 0; i < num_seqs; ++i)
                 seqs.push_back({1, 1 + (i * 37 + 5) % (num_seqs == 24 ? 1500 : 400)});
             const Batch b = make_batch(cfg, seqs, rng);
-            DeviceBatch d(b);
-            const size_t bytes =
-                cuda::attention_workspace_bytes(b.num_tokens, cfg.num_heads, cfg.head_dim);
-            cuda::DeviceBuffer workspace(bytes);
-            const Tensor lengths_dev = decode_lengths(seqs);
+            PlannedDecode decode(b);
             const auto run = [&](const std::vector<int32_t>* order) {
                 Tensor order_dev;
-                cuda::AttentionParams p = d.params(b);
-                p.decode_lengths = lengths_dev.data<int32_t>();
                 if (order) {
                     Tensor host = Tensor::zeros({int64_t(order->size())}, DType::kI32);
                     std::copy(order->begin(), order->end(), host.data<int32_t>());
                     order_dev = cuda::to_device(host);
-                    p.decode_order = order_dev.data<int32_t>();
                 }
-                d.poison_out();
-                cuda::paged_attention(p, workspace.data(), bytes, nullptr);
-                return d.out_host();
+                return decode.run([&](cuda::AttentionParams& p) {
+                    if (order) p.decode_order = order_dev.data<int32_t>();
+                });
             };
             const Tensor plain = run(nullptr);
             if (num_seqs == 24) expect_close(b, plain, "batch order, " + describe(cfg, seqs));
@@ -484,16 +501,10 @@ TEST(CudaAttentionFa2, DecodeOrderDoesNotChangeTheOutput) {
             std::iota(reversed.rbegin(), reversed.rend(), 0);
             std::vector<int32_t> shuffled = reversed;
             std::shuffle(shuffled.begin(), shuffled.end(), rng);
-            for (const auto* order : {&reversed, &shuffled}) {
-                const Tensor out = run(order);
-                ASSERT_EQ(out.numel(), plain.numel());
-                int64_t differ = 0;
-                for (int64_t i = 0; i < out.numel(); ++i)
-                    differ += std::memcmp(out.data<float>() + i, plain.data<float>() + i,
-                                          sizeof(float)) != 0;
-                EXPECT_EQ(differ, 0) << (order == &reversed ? "reversed" : "shuffled") << " order, "
-                                     << describe(cfg, seqs);
-            }
+            for (const auto* order : {&reversed, &shuffled})
+                EXPECT_TRUE(gpu_testing::bitwise_equal(run(order), plain))
+                    << (order == &reversed ? "reversed" : "shuffled") << " order, "
+                    << describe(cfg, seqs);
         }
     }
 }
@@ -518,28 +529,18 @@ TEST(CudaAttentionFa2, FusedCombineGivesTheSeparateCombinesBits) {
     for (const Config& cfg : configs) {
         for (const std::vector<Seq>& seqs : batches) {
             const Batch b = make_batch(cfg, seqs, rng);
-            DeviceBatch d(b);
-            const size_t bytes =
-                cuda::attention_workspace_bytes(b.num_tokens, cfg.num_heads, cfg.head_dim);
-            cuda::DeviceBuffer workspace(bytes);
-            const Tensor lengths = decode_lengths(seqs);
+            PlannedDecode decode(b);
             Tensor counters = cuda::device_tensor({b.num_tokens * cfg.num_heads}, DType::kI32);
             const auto run = [&](bool fused) {
-                cuda::AttentionParams p = d.params(b);
-                p.decode_lengths = lengths.data<int32_t>();
-                if (fused) p.decode_counters = counters.data<int32_t>();
-                d.poison_out();
-                cuda::paged_attention(p, workspace.data(), bytes, nullptr);
-                return d.out_host();
+                return decode.run([&](cuda::AttentionParams& p) {
+                    if (fused) p.decode_counters = counters.data<int32_t>();
+                });
             };
             const std::string what = describe(cfg, seqs);
             const Tensor separate = run(false);
             expect_close(b, separate, "separate combine, " + what);
             for (int launch = 0; launch < 2; ++launch) {
-                const Tensor fused = run(true);
-                EXPECT_EQ(std::memcmp(fused.data<float>(), separate.data<float>(),
-                                      size_t(separate.numel()) * sizeof(float)),
-                          0)
+                EXPECT_TRUE(gpu_testing::bitwise_equal(run(true), separate))
                     << "fused combine, launch " << launch << ", " << what;
                 const Tensor left = cuda::to_host(counters);
                 EXPECT_EQ(std::count(left.data<int32_t>(), left.data<int32_t>() + left.numel(), 0),

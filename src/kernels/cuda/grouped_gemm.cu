@@ -150,16 +150,15 @@ __device__ __forceinline__ int find_expert(const int32_t* offsets, int num_exper
 // One k step of a [Rows, TileK] operand tile into shared memory (row stride T::kStride): tile row
 // r from global row row_ptr(r) (k contiguous bf16), zeros where row_ptr(r) is null and past k.
 // `any` is any valid global address (what a zero-filling cp.async names but does not read).
-// kSkipNull: rows with a null row_ptr are left alone (zeroed once by the caller).
-template <class T, int Rows, bool kSkipNull, class RowPtr>
+// skip_null: rows with a null row_ptr are left alone (zeroed once by the caller).
+template <class T, int Rows, class RowPtr>
 __device__ __forceinline__ void load_tile(__nv_bfloat16* dst, RowPtr row_ptr,
-                                          const __nv_bfloat16* any, int k, int k0,
-                                          bool skip = true) {
+                                          const __nv_bfloat16* any, int k, int k0, bool skip_null) {
 #pragma unroll
     for (int c = int(threadIdx.x); c < Rows * T::kChunksPerRow; c += T::kThreads) {
         const int r = c / T::kChunksPerRow, kk = (c % T::kChunksPerRow) * 8;
         const __nv_bfloat16* src = row_ptr(r);
-        if (kSkipNull && skip && src == nullptr) continue;
+        if (skip_null && src == nullptr) continue;
         const bool valid = src != nullptr && k0 + kk < k;
         cp_async_16(dst + r * T::kStride + kk, valid ? src + k0 + kk : any, valid);
     }
@@ -255,8 +254,8 @@ __global__ void __launch_bounds__(T::kThreads)
     const int warp_col = (warp % T::kWarpsN) * T::kWarpCols;
     auto load_stage = [&](int slot, int k0) {
         __nv_bfloat16* stage = smem + slot * T::kStageElems;
-        load_tile<T, T::kRows, true>(stage, x_row, w, k, k0, skip_zero_rows);
-        load_tile<T, T::kCols, false>(stage + T::kRows * T::kStride, w_row, w, k, k0);
+        load_tile<T, T::kRows>(stage, x_row, w, k, k0, skip_zero_rows);
+        load_tile<T, T::kCols>(stage + T::kRows * T::kStride, w_row, w, k, k0, false);
     };
 
     float acc[T::kMTiles][T::kNTiles][4] = {};
@@ -312,7 +311,8 @@ __global__ void __launch_bounds__(T::kThreads)
     }
 }
 
-// MINIINFER_MOE_SKIP_PADDING=0: zero rows loaded by zero-filling copies, as before (timing).
+// MINIINFER_MOE_SKIP_PADDING=0: zero rows loaded by zero-filling copies, and kPermuted's padding
+// marks ignored (its x rows read as they are), as before (timing).
 bool skip_zero_rows() {
     static const bool skip = env_switch("MINIINFER_MOE_SKIP_PADDING", true);
     return skip;
@@ -431,6 +431,7 @@ void grouped_gemm_mma_sync(const Tensor& x, const Tensor* row_token, const Tenso
                            const Tensor& expert_offsets, int64_t tile_rows,
                            GroupedGemmEpilogue epilogue, Tensor& y, cudaStream_t stream,
                            GroupedGemmRows rows) {
+    if (rows == GroupedGemmRows::kPermuted && !skip_zero_rows()) row_token = nullptr;
     const GroupedGemmDims d =
         check_grouped_gemm(x, row_token, w, expert_offsets, epilogue, y, 4, rows);
     if (d.max_rows == 0) return;

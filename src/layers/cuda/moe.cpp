@@ -1,7 +1,6 @@
 #include "layers/cuda/moe.h"
 
 #include "core/cuda/device_buffer.h"
-#include "core/env.h"
 #include "kernels/cuda/grouped_gemm.h"
 #include "kernels/cuda/moe_gemv.h"
 #include "kernels/cuda/moe_routing.h"
@@ -54,8 +53,7 @@ void grouped_experts(const Moe& m, const Tensor& x, const Tensor& ids, const Ten
         silu_mul(gate_up, act, st, buf.expert_offsets.data<int32_t>() + m.num_experts());
     }
     // act's padding rows (row_token -1) are not read: the GEMM zeroes them in shared memory.
-    static const bool marked = env_switch("MINIINFER_MOE_SKIP_PADDING", true);
-    grouped_gemm(act, marked ? &row_token : nullptr, m.experts_down, buf.expert_offsets, tile,
+    grouped_gemm(act, &row_token, m.experts_down, buf.expert_offsets, tile,
                  GroupedGemmEpilogue::kStore, y_perm, st, GroupedGemmRows::kPermuted);
     moe_combine(y_perm, slot_row, weights, y, st);
 }
