@@ -454,14 +454,18 @@ void bench_sampling() {
         print_bench_row("argmax", shape,
                         time_launch([&](cudaStream_t s) { cuda::argmax(logits, tokens, s); }),
                         logit_bytes);
-    if (wanted("sample")) {
+    // Temperature alone is the balanced workload's sampling; top_p adds a radix select.
+    for (const float top_p : {1.f, 0.95f}) {
+        const std::string name =
+            top_p < 1.f ? "sample T=0.6 top_p=0.95" : std::string("sample T=0.6");
+        if (!wanted(name)) continue;
         std::vector<cuda::RowSampling> params(static_cast<size_t>(rows));
-        for (size_t r = 0; r < params.size(); ++r) params[r] = {0.6f, 0, 0.95f, 0.f, r, 3, 0, 0};
+        for (size_t r = 0; r < params.size(); ++r) params[r] = {0.6f, 0, top_p, 0.f, r, 3, 0, 0};
         Tensor d_params =
             cuda::device_tensor({int64_t(rows * sizeof(cuda::RowSampling))}, DType::kU8);
         MI_CUDA_CHECK(
             cudaMemcpy(d_params.raw(), params.data(), d_params.nbytes(), cudaMemcpyHostToDevice));
-        print_bench_row("sample T=0.6 top_p=0.95", shape, time_launch([&](cudaStream_t s) {
+        print_bench_row(name, shape, time_launch([&](cudaStream_t s) {
                             cuda::sample(logits, d_params, nullptr, 0, tokens, logprobs, nullptr,
                                          nullptr, nullptr, 0, s);
                         }),

@@ -53,7 +53,10 @@ struct Batch {
     bool bf16_raw = false;  // logits on the bf16 grid (what a bf16 LM head gives: more ties)
 };
 
-Batch random_batch(int64_t rows, int64_t vocab, bool penalties, bool bf16_raw, std::mt19937& rng) {
+// plain: temperature alone (no top_k, top_p, min_p, penalties, masks or top logprobs), the rows
+// the sampling kernel takes in one pass.
+Batch random_batch(int64_t rows, int64_t vocab, bool penalties, bool bf16_raw, std::mt19937& rng,
+                   bool plain = false) {
     Batch b;
     b.rows = rows, b.vocab = vocab, b.penalties = penalties, b.bf16_raw = bf16_raw;
     b.logits.resize(size_t(rows * vocab));
@@ -76,6 +79,10 @@ Batch random_batch(int64_t rows, int64_t vocab, bool penalties, bool bf16_raw, s
         p.top_p = double(pick(rng, {1.f, 1.f, 0.95f, 0.7f, 0.3f}));
         p.min_p = double(pick(rng, {0.f, 0.f, 0.f, 0.05f, 0.3f}));
         if (unit(rng) < 0.6f) p.logprobs = pick<int64_t>(rng, {0, 1, 3, 5});
+        if (plain) {
+            p.top_k = 0, p.top_p = 1.0, p.min_p = 0.0;
+            if (p.logprobs) p.logprobs = 0;
+        }
         row.seed = (uint64_t(rng()) << 32) | rng();
         // Ids drawn half from the row's 64 best tokens, so penalties and masking change the answer.
         std::vector<int32_t> order(static_cast<size_t>(vocab));
@@ -94,7 +101,7 @@ Batch random_batch(int64_t rows, int64_t vocab, bool penalties, bool bf16_raw, s
             p.presence_penalty = double(pick(rng, {0.f, 0.5f, -0.5f}));
             p.frequency_penalty = double(pick(rng, {0.f, 0.25f, 1.5f}));
         }
-        if (unit(rng) < 0.3f) {
+        if (unit(rng) < 0.3f && !plain) {
             // Masking matters: the EOS is this row's best token until it is masked.
             p.min_tokens = int64_t(row.output.size()) + 1;
             x[vocab - 1] = x[order[0]] + 1.f;
@@ -269,6 +276,31 @@ TEST(CudaSampling, SampleMatchesCpu) {
                             (long long)shape.rows, (long long)shape.vocab, int(penalties),
                             int(bf16_raw), (long long)(tally.mismatches - before));
             }
+        }
+    }
+    std::printf("tokens equal on %lld of %lld rows\n", (long long)(tally.rows - tally.mismatches),
+                (long long)tally.rows);
+    EXPECT_GE(double(tally.rows - tally.mismatches), 0.995 * double(tally.rows));
+}
+
+// Rows of temperature alone take the kernel's one-pass path (tiles scaled by their own maximum);
+// the same tolerance as above. 262,144 ids is the largest vocabulary that path takes, one more
+// goes the general way.
+TEST(CudaSampling, PlainRowsMatchCpu) {
+    REQUIRE_GPU();
+    std::mt19937 rng(21);
+    Tally tally;
+    for (auto [rows, vocab] : {std::pair<int64_t, int64_t>{256, 151936},
+                               {64, 1000},
+                               {5, 33},
+                               {3, 262144},
+                               {2, 262145}}) {
+        for (bool bf16_raw : {false, true}) {  // bf16 values: many exact ties
+            const Batch b = random_batch(rows, vocab, false, bf16_raw, rng, true);
+            const int64_t before = tally.mismatches;
+            compare(b, tally);
+            std::printf("rows %lld vocab %lld bf16 values %d: %lld mismatches\n", (long long)rows,
+                        (long long)vocab, int(bf16_raw), (long long)(tally.mismatches - before));
         }
     }
     std::printf("tokens equal on %lld of %lld rows\n", (long long)(tally.rows - tally.mismatches),

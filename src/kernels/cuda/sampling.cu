@@ -14,6 +14,14 @@
 // The row stays in global memory (151,936 floats do not fit in shared memory) and each pass
 // re-reads it. Penalised rows arrive penalised (penalties.cu); their logprobs come from the
 // raw logits, which the runner still holds in bf16.
+//
+// A plain row (temperature alone: no top_k, top_p, min_p, penalties or top logprobs, the
+// balanced workload's rows) takes one pass instead of two (sample_plain_row): warps own tiles
+// of consecutive ids held in registers, and each tile keeps its own maximum m_t, the f32
+// log-sum-exp and the f64 weight sum relative to m_t. Once the row's maximum M is known, the
+// tile sums are scaled by exp((m_t - M) / T) and the draw walks one tile with the CPU's own
+// weights exp((x - M) / T). The scaling moves a sum by about 1e-16 relative, as the order of
+// the sums does.
 #include "kernels/cuda/sampling.h"
 
 #include <cuda_bf16.h>
@@ -24,6 +32,7 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
+#include "core/env.h"
 #include "kernels/cuda/check_tensor.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/reduce.cuh"
@@ -130,6 +139,8 @@ struct Scratch {
     int num_gathered;
     int gather_id[kMaxTopLogprobs];
     uint32_t gather_key[kMaxTopLogprobs];
+    float tile_max[kMaxTiles];  // sample_plain_row's per-tile maximum and f32 exp sum
+    float tile_exp_sum[kMaxTiles];
 };
 
 // Every thread gets the combination of all threads' values (in a fixed order).
@@ -422,6 +433,7 @@ struct SampleArgs {
     float* logprobs;      // [rows]
     int32_t* top_ids;     // [rows, max_logprobs] or null
     float* top_logprobs;  // [rows, max_logprobs] or null
+    bool one_pass;        // plain rows through sample_plain_row (MINIINFER_SAMPLE_ONE_PASS=0: not)
 };
 
 // The row's num_top best raw logprobs, best first, ties by lower id.
@@ -455,6 +467,127 @@ __device__ void write_top_logprobs(const SampleArgs& a, const Load& load, int64_
     }
 }
 
+// Values a lane holds of one tile in sample_plain_row: tiles of up to 32 * 16 ids, so rows of
+// up to kMaxTiles * 512 = 262,144 ids take the one-pass path.
+constexpr int kPlainPerLane = 16;
+constexpr int kPlainMaxVocab = kMaxTiles * 32 * kPlainPerLane;
+
+// Whether the row is plain: the weights exp((x - max) / T) of every token decide it alone.
+__device__ bool is_plain(const RowSampling& p, int vocab, bool separate_raw, int num_top) {
+    const bool cuts = (p.top_k > 0 && p.top_k < vocab) || p.top_p < 1.f || p.min_p > 0.f;
+    return !separate_raw && num_top == 0 && vocab <= kPlainMaxVocab &&
+           (p.temperature == 0.f || !cuts);
+}
+
+// A plain row in one pass (see the top of the file). Returns the token; writes the
+// log-softmax normaliser for its logprob.
+__device__ int sample_plain_row(const float* x_row, int vocab, const RowSampling& p,
+                                LogSoftmax& log_softmax, Scratch& s) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int tile_len = ((vocab + kMaxTiles - 1) / kMaxTiles + 31) / 32 * 32;
+    const int per_lane = tile_len / 32;
+    const int num_tiles = (vocab + tile_len - 1) / tile_len;
+    const bool sampled = p.temperature != 0.f;
+    const double inv_t = sampled ? 1.0 / double(p.temperature) : 0.0;
+    for (int t = warp; t < num_tiles; t += kWarps) {
+        const int begin = t * tile_len;
+        float x[kPlainPerLane];
+        float m = neg_inf();
+        int arg = INT_MAX;
+#pragma unroll
+        for (int k = 0; k < kPlainPerLane; ++k) {
+            const int i = begin + 32 * k + lane;
+            x[k] = k < per_lane && i < vocab ? __ldg(x_row + i) : neg_inf();
+            if (x[k] > m) m = x[k], arg = i;  // ids rise with k: the first of equal values
+        }
+        ArgMax best = {m, arg};
+        for (int o = 16; o > 0; o /= 2) best = combine(best, shfl_xor(best, o));
+        float exp_sum = 0.f;
+        double weight_sum = 0.0;
+        if (best.value != neg_inf()) {
+#pragma unroll
+            for (int k = 0; k < kPlainPerLane; ++k) {
+                if (x[k] == neg_inf()) continue;
+                exp_sum += expf(x[k] - best.value);
+                if (sampled) weight_sum += exp((double(x[k]) - double(best.value)) * inv_t);
+            }
+        }
+        exp_sum = warp_sum(exp_sum);
+        weight_sum = warp_sum(weight_sum);
+        if (lane == 0) {
+            s.tile_max[t] = best.value;
+            s.tile_last[t] = best.idx;  // the tile's argmax
+            s.tile_exp_sum[t] = exp_sum;
+            s.tile_sum[t] = weight_sum;
+        }
+    }
+    __syncthreads();
+    // The row's maximum and first argmax: tiles in id order, ties to the lower id.
+    const int t = threadIdx.x;
+    ArgMax best =
+        t < num_tiles ? ArgMax{s.tile_max[t], s.tile_last[t]} : ArgMax{neg_inf(), INT_MAX};
+    best = block_combine(best, s.argmax_slots);
+    const float max_logit = best.value;
+    const float tile_max = t < num_tiles ? s.tile_max[t] : neg_inf();
+    const bool live = tile_max != neg_inf();
+    float exp_sum = live ? s.tile_exp_sum[t] * expf(tile_max - max_logit) : 0.f;
+    for (int o = 16; o > 0; o /= 2) exp_sum += __shfl_xor_sync(kFull, exp_sum, o);
+    __syncthreads();  // slots may still be read by block_combine
+    if (lane == 0) s.u_slots[warp] = __float_as_uint(exp_sum);
+    __syncthreads();
+    float row_exp_sum = 0.f;
+    for (int w = 0; w < kWarps; ++w) row_exp_sum += __uint_as_float(s.u_slots[w]);
+    log_softmax = {max_logit, logf(row_exp_sum)};
+    if (!sampled) return best.idx;
+
+    // The draw: the tile where the running weight first exceeds u * total, then its token.
+    const double v =
+        live ? s.tile_sum[t] * exp((double(tile_max) - double(max_logit)) * inv_t) : 0.0;
+    double total;
+    const double excl = block_exclusive_sum(v, s.d_slots, total);
+    const double target = double(philox_uniform(p.seed, uint64_t(p.step))) * total;
+    if (t == 0) s.pick_tile = INT_MAX;
+    __syncthreads();
+    if (v > 0.0 && excl + v > target) atomicMin(&s.pick_tile, t);
+    __syncthreads();
+    int pick = s.pick_tile;
+    // Rounding kept the target out of reach: the last tile with weight, walked to its end.
+    if (pick == INT_MAX) {
+        __syncthreads();  // every thread has read pick_tile
+        if (t == 0) s.pick_tile = -1;
+        __syncthreads();
+        if (v > 0.0) atomicMax(&s.pick_tile, t);
+        __syncthreads();
+        pick = s.pick_tile;
+        if (pick < 0) return best.idx;  // no weight anywhere: only with NaN logits
+    }
+    if (t == pick) s.rem_d = excl + v > target ? target - excl : INFINITY;
+    __syncthreads();
+    if (warp == 0) {
+        const double rem = s.rem_d, max_d = double(max_logit), temperature = p.temperature;
+        const int end = min((pick + 1) * tile_len, vocab);
+        double carry = 0.0;
+        int found = -1, last_positive = best.idx;  // the maximum's weight is 1: never 0
+        for (int base = pick * tile_len; base < end; base += 32) {
+            const int i = base + lane;
+            // The CPU's weight of token i, bit for bit.
+            const double w = i < end ? exp((double(__ldg(x_row + i)) - max_d) / temperature) : 0.0;
+            const double incl = warp_inclusive_sum(w);
+            const unsigned hit = __ballot_sync(kFull, w > 0.0 && carry + incl > rem);
+            if (hit) {
+                found = base + __ffs(hit) - 1;
+                break;
+            }
+            const unsigned positive = __ballot_sync(kFull, w > 0.0);
+            if (positive) last_positive = base + 31 - __clz(int(positive));
+            carry += __shfl_sync(kFull, incl, 31);
+        }
+        if (lane == 0) s.result = found >= 0 ? found : last_positive;
+    }
+    __syncthreads();
+    return s.result;
+}
+
 __global__ void __launch_bounds__(kThreads, 2) sample_kernel(SampleArgs a) {
     pdl_wait();
     pdl_trigger();
@@ -475,6 +608,21 @@ __global__ void __launch_bounds__(kThreads, 2) sample_kernel(SampleArgs a) {
         return a.raw_bf16 ? __bfloat162float(raw_bf16[i]) : __ldg(raw_f32 + i);
     };
 
+    const int num_top = a.max_logprobs > 0 ? min(min(p.num_logprobs, a.max_logprobs), vocab) : 0;
+    for (int j = num_top + int(threadIdx.x); j < a.max_logprobs; j += kThreads) {
+        a.top_ids[row * a.max_logprobs + j] = -1;
+        a.top_logprobs[row * a.max_logprobs + j] = neg_inf();
+    }
+    if (a.one_pass && is_plain(p, vocab, separate_raw, num_top)) {
+        LogSoftmax log_softmax;
+        const int token = sample_plain_row(x_row, vocab, p, log_softmax, s);
+        if (threadIdx.x == 0) {
+            a.tokens[row] = token;
+            a.logprobs[row] = log_softmax(x_row[token]);
+        }
+        return;
+    }
+
     // Raw logits: log-softmax normaliser and argmax (the greedy token when they are unpenalised).
     ArgMax best = {neg_inf(), INT_MAX};
     LogSumExp lse = {neg_inf(), 0.f};
@@ -485,14 +633,7 @@ __global__ void __launch_bounds__(kThreads, 2) sample_kernel(SampleArgs a) {
     lse = block_combine(lse, s.lse_slots);
     const LogSoftmax log_softmax = {lse.m, logf(lse.s)};
 
-    if (a.max_logprobs > 0) {
-        const int num_top = min(min(p.num_logprobs, a.max_logprobs), vocab);
-        for (int j = num_top + int(threadIdx.x); j < a.max_logprobs; j += kThreads) {
-            a.top_ids[row * a.max_logprobs + j] = -1;
-            a.top_logprobs[row * a.max_logprobs + j] = neg_inf();
-        }
-        if (num_top > 0) write_top_logprobs(a, raw, row, num_top, log_softmax, s);
-    }
+    if (num_top > 0) write_top_logprobs(a, raw, row, num_top, log_softmax, s);
 
     if (separate_raw) {  // the penalised row's own maximum
         best = {neg_inf(), INT_MAX};
@@ -646,6 +787,7 @@ void sample(const Tensor& logits, const Tensor& rows_params, const Tensor* raw_l
                         "sample: top_logprobs must be [rows, max_logprobs] f32 CUDA");
     }
     if (rows == 0) return;
+    static const bool one_pass = env_int("MINIINFER_SAMPLE_ONE_PASS", 1) != 0;
     const SampleArgs args = {
         logits.data<float>(),
         int(vocab),
@@ -657,6 +799,7 @@ void sample(const Tensor& logits, const Tensor& rows_params, const Tensor* raw_l
         logprobs.data<float>(),
         max_logprobs > 0 ? top_ids->data<int32_t>() : nullptr,
         max_logprobs > 0 ? top_logprobs->data<float>() : nullptr,
+        one_pass,
     };
     launch_kernel(sample_kernel, unsigned(rows), kThreads, 0, stream, args);
     MI_CUDA_CHECK(cudaGetLastError());
