@@ -78,7 +78,7 @@ struct Tile {
     static_assert(Stages >= 2 && kWarpsM * kWarpRows == TileRows);
 };
 
-using Tile16 = Tile<16, 64, 64, 4, 1, 4>;
+using Tile16 = Tile<16, 64, 128, 2, 1, 4>;
 using Tile32 = Tile<32, 128, 64, 2, 1, 4>;
 using Tile64 = Tile<64, 128, 32, 3, 2, 2>;
 using Tile128 = Tile<128, 128, 32, 4, 2, 4>;
@@ -100,8 +100,9 @@ using Tile128 = Tile<128, 128, 32, 4, 2, 4>;
 // instead of padded (41 KB a CTA, five CTAs an SM instead of four) made 254 + 138, and the
 // 30B-A3B's decode256 9,218 tok/s against 9,584: more CTAs an SM do not help past four, dropped.
 // The last two shapes, one CTA an SM with 256-byte runs of each weight row a stage (157 KB),
-// are the shape vLLM's tuned Triton configuration picks for this GEMM at 256 tokens on the H200
-// (not yet timed here).
+// are the shape vLLM's tuned Triton configuration picks for this GEMM at 256 tokens on the H200.
+// Session 11, one call (gate_up + down, µs): the default 247 + 138, 8 warps 248 + 137, 256 x k64
+// 8 warps 248 + 139, 128 x k128 299 + 160, 256 x k128 4 warps 347 + 193, 8 warps 296 + 163.
 using Tile32Variants =
     std::tuple<Tile32, Tile<32, 128, 64, 3, 1, 4>, Tile<32, 128, 64, 2, 1, 8>,
                Tile<32, 64, 64, 2, 1, 4>, Tile<32, 64, 64, 3, 1, 4>, Tile<32, 256, 64, 2, 1, 8>,
@@ -121,13 +122,16 @@ constexpr const char* kTile32VariantNames[] = {"128 cols x k64, 2 stages, 4 warp
 // The 16-row shapes benchmarked against Tile16 (5 to ~64 tokens of 30B-A3B, where its gate_up
 // also applies SiLU·mul): fewer stages, longer k runs, wider column tiles — among them the shapes
 // vLLM's tuned H200 configuration picks at 16 to 128 tokens (64 x k256 and 64 x k128, 2 stages;
-// 128 x k128; 256 x k128 with 8 warps). Not yet timed here.
-using Tile16Variants = std::tuple<Tile16, Tile<16, 64, 64, 2, 1, 4>, Tile<16, 64, 128, 2, 1, 4>,
+// 128 x k128; 256 x k128 with 8 warps). Session 11 on the H200 (bench_cuda_ops "moe tile16" 32,
+// gate_up + down, µs): 64 x k128 with 2 stages 206 + 112, now the default; 64 x k64 with 4
+// stages (the default before) 230 + 119, with 2 stages 235 + 112; 64 x k256 293 + 136; 128 x
+// k128 253 + 126; 256 x k128 with 8 warps 260 + 128.
+using Tile16Variants = std::tuple<Tile16, Tile<16, 64, 64, 4, 1, 4>, Tile<16, 64, 64, 2, 1, 4>,
                                   Tile<16, 64, 256, 2, 1, 4>, Tile<16, 128, 128, 2, 1, 4>,
                                   Tile<16, 256, 128, 2, 1, 8>>;
 constexpr const char* kTile16VariantNames[] = {
-    "64 cols x k64, 4 stages, 4 warps (default)", "64 cols x k64, 2 stages, 4 warps",
-    "64 cols x k128, 2 stages, 4 warps",          "64 cols x k256, 2 stages, 4 warps",
+    "64 cols x k128, 2 stages, 4 warps (default)", "64 cols x k64, 4 stages, 4 warps",
+    "64 cols x k64, 2 stages, 4 warps",           "64 cols x k256, 2 stages, 4 warps",
     "128 cols x k128, 2 stages, 4 warps",         "256 cols x k128, 2 stages, 8 warps"};
 
 template <int N>
