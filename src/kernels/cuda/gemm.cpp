@@ -11,7 +11,6 @@
 #include <cublasLt.h>
 
 #include <algorithm>
-#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -105,26 +104,6 @@ void set_pref_attr(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttr
                  "cublasLtMatmulPreferenceSetAttribute");
 }
 
-// MINIINFER_GEMM_TUNE=2: tuning times more of cuBLASLt's candidates and their split-K variants.
-bool wide_search() {
-    static const bool wide = env_int("MINIINFER_GEMM_TUNE", 0) == 2;
-    return wide;
-}
-
-// "algo 21 tile 18 stages 9 split-k 4": what the tuner's log names a candidate by.
-std::string describe(const cublasLtMatmulAlgo_t& algo) {
-    int32_t id = 0, tile = 0, stages = 0, splits = 0;
-    size_t written = 0;
-    cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_ID, &id, sizeof(id), &written);
-    cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile),
-                                         &written);
-    cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages,
-                                         sizeof(stages), &written);
-    cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
-                                         sizeof(splits), &written);
-    return fmt::format("algo {} tile {} stages {} split-k {}", id, tile, stages, splits);
-}
-
 }  // namespace
 
 struct Gemm::Impl {
@@ -136,7 +115,6 @@ struct Gemm::Impl {
     // Times plan's candidates on these operands and keeps the fastest (Gemm::kTune... below).
     void tune(Plan& plan, const Key& key, const void* x, const void* w, void* y,
               cudaStream_t stream);
-    void add_split_k_variants(Plan& plan);
 };
 
 Plan& Gemm::Impl::plan_for(const Key& key) {
@@ -171,12 +149,11 @@ Plan& Gemm::Impl::plan_for(const Key& key) {
     set_pref_attr(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_y);
     set_pref_attr(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_y);
 
-    const int wanted = wide_search() ? Gemm::kWideCandidates : Gemm::kTuneCandidates;
-    std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(wanted));
+    cublasLtMatmulHeuristicResult_t results[Gemm::kTuneCandidates]{};
     int num_results = 0;
     check_cublas(cublasLtMatmulAlgoGetHeuristic(handle, op, plan.a.get(), plan.b.get(),
-                                                plan.d.get(), plan.d.get(), pref_raw, wanted,
-                                                results.data(), &num_results),
+                                                plan.d.get(), plan.d.get(), pref_raw,
+                                                Gemm::kTuneCandidates, results, &num_results),
                  "cublasLtMatmulAlgoGetHeuristic");
     MI_CHECK(
         num_results > 0,
@@ -185,49 +162,8 @@ Plan& Gemm::Impl::plan_for(const Key& key) {
     plan.algo = results[0].algo;
     for (int i = 1; i < num_results; ++i)
         if (results[i].state == CUBLAS_STATUS_SUCCESS) plan.candidates.push_back(results[i].algo);
-    if (wide_search()) add_split_k_variants(plan);
     return plans.emplace(key, std::move(plan)).first->second;
 }
-
-// The wide search's extra candidates: each heuristic candidate that supports split-K, again
-// with its k split 2, 4, 8 and 16 ways (fp32 partial sums in the workspace), where
-// cublasLtMatmulAlgoCheck accepts it. Decode's GEMMs have few row tiles (256 rows x 1,024
-// columns is 16 tiles of 128 x 128 for 132 SMs), so splitting k is how they fill the GPU.
-void Gemm::Impl::add_split_k_variants(Plan& plan) {
-    std::vector<cublasLtMatmulAlgo_t> base = plan.candidates;
-    base.insert(base.begin(), plan.algo);
-    for (const cublasLtMatmulAlgo_t& algo : base) {
-        int32_t supported = 0;
-        size_t written = 0;
-        if (cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &supported,
-                                              sizeof(supported), &written) !=
-                CUBLAS_STATUS_SUCCESS ||
-            !supported)
-            continue;
-        int32_t current = 1;
-        cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &current,
-                                             sizeof(current), &written);
-        for (const int32_t splits : {2, 4, 8, 16}) {
-            if (splits == current) continue;
-            cublasLtMatmulAlgo_t variant = algo;
-            const uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-            if (cublasLtMatmulAlgoConfigSetAttribute(&variant, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
-                                                     &splits, sizeof(splits)) !=
-                    CUBLAS_STATUS_SUCCESS ||
-                cublasLtMatmulAlgoConfigSetAttribute(
-                    &variant, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme)) !=
-                    CUBLAS_STATUS_SUCCESS)
-                continue;
-            cublasLtMatmulHeuristicResult_t check{};
-            if (cublasLtMatmulAlgoCheck(handle, plan.op.get(), plan.a.get(), plan.b.get(),
-                                        plan.d.get(), plan.d.get(), &variant, &check) ==
-                    CUBLAS_STATUS_SUCCESS &&
-                check.workspaceSize <= kWorkspaceBytes)
-                plan.candidates.push_back(variant);
-        }
-    }
-}
-
 
 void Gemm::Impl::tune(Plan& plan, const Key& key, const void* x, const void* w, void* y,
                       cudaStream_t stream) {
@@ -261,12 +197,6 @@ void Gemm::Impl::tune(Plan& plan, const Key& key, const void* x, const void* w, 
     // Another algorithm only for a clear gain: timing noise should not decide.
     const bool take = best != 0 && best_ms < kTuneMinGain * first_ms;
     if (take) plan.algo = candidates[best];
-    if (wide_search())
-        MI_LOG_INFO("gemm m={} n={} k={}: {:.1f} us with {} (the heuristic's first: {:.1f} us, "
-                    "{}; {} candidates)",
-                    key.m, key.n, key.k, 1000.f * (take ? best_ms : first_ms) / kTuneRepeats,
-                    describe(plan.algo), 1000.f * first_ms / kTuneRepeats,
-                    describe(candidates[0]), candidates.size());
     MI_LOG_DEBUG("gemm m={} n={} k={}: candidate {} of {} ({:.1f} us; the first {:.1f} us)", key.m,
                  key.n, key.k, take ? best : 0, candidates.size(),
                  1000.f * (take ? best_ms : first_ms) / kTuneRepeats,
@@ -307,7 +237,7 @@ void Gemm::run_silu_mul(const Tensor& gate_up, Tensor& act, const Tensor& w, con
 }
 
 bool Gemm::tune_from_env() {
-    static const bool tune = env_int("MINIINFER_GEMM_TUNE", 0) >= 1;
+    static const bool tune = env_int("MINIINFER_GEMM_TUNE", 0) == 1;
     return tune;
 }
 

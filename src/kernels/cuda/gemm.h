@@ -60,11 +60,10 @@ class Gemm {
 
     static constexpr size_t kWorkspaceBytes = size_t(32) << 20;
     static constexpr int kTuneCandidates = 8;
-    static constexpr int kWideCandidates = 32;  // MINIINFER_GEMM_TUNE=2 (gemm.cpp)
     static constexpr int kTuneRepeats = 5;
     static constexpr int64_t kTuneMaxRows = 512;
     static constexpr float kTuneMinGain = 0.95f;
-    static bool tune_from_env();  // MINIINFER_GEMM_TUNE 1 or 2, read once
+    static bool tune_from_env();  // MINIINFER_GEMM_TUNE == "1", read once
     // Largest m sent to gemv by default. Measured on the H200 (test_cuda_gemv's BenchQwen3Shapes,
     // Qwen3-0.6B's four layer GEMMs): m=1 gemv 17.4 us vs cuBLASLt 30.0; m=4 25.6 vs 26.0;
     // m=8 31.3 vs 23.6. gemv's time grows with m (each row is another pass over x), so it only

@@ -103,11 +103,14 @@ using Tile128 = Tile<128, 128, 32, 4, 2, 4>;
 // are the shape vLLM's tuned Triton configuration picks for this GEMM at 256 tokens on the H200.
 // Session 11, one call (gate_up + down, µs): the default 247 + 138, 8 warps 248 + 137, 256 x k64
 // 8 warps 248 + 139, 128 x k128 299 + 160, 256 x k128 4 warps 347 + 193, 8 warps 296 + 163.
+// The last three: the 16-row tile's winning shape (64 x k128, 256-byte runs of each weight row a
+// stage, 4 CTAs an SM) at 32 rows.
 using Tile32Variants =
     std::tuple<Tile32, Tile<32, 128, 64, 3, 1, 4>, Tile<32, 128, 64, 2, 1, 8>,
                Tile<32, 64, 64, 2, 1, 4>, Tile<32, 64, 64, 3, 1, 4>, Tile<32, 256, 64, 2, 1, 8>,
                Tile<32, 128, 128, 2, 1, 4>, Tile<32, 128, 64, 3, 1, 8>, Tile<32, 256, 128, 2, 1, 4>,
-               Tile<32, 256, 128, 2, 1, 8>>;
+               Tile<32, 256, 128, 2, 1, 8>, Tile<32, 64, 128, 2, 1, 4>, Tile<32, 64, 128, 3, 1, 4>,
+               Tile<32, 64, 128, 2, 2, 2>>;
 constexpr const char* kTile32VariantNames[] = {"128 cols x k64, 2 stages, 4 warps (default)",
                                                "128 cols x k64, 3 stages, 4 warps",
                                                "128 cols x k64, 2 stages, 8 warps",
@@ -117,7 +120,10 @@ constexpr const char* kTile32VariantNames[] = {"128 cols x k64, 2 stages, 4 warp
                                                "128 cols x k128, 2 stages, 4 warps",
                                                "128 cols x k64, 3 stages, 8 warps",
                                                "256 cols x k128, 2 stages, 4 warps",
-                                               "256 cols x k128, 2 stages, 8 warps"};
+                                               "256 cols x k128, 2 stages, 8 warps",
+                                               "64 cols x k128, 2 stages, 4 warps",
+                                               "64 cols x k128, 3 stages, 4 warps",
+                                               "64 cols x k128, 2 stages, 2x2 warps"};
 
 // The 16-row shapes benchmarked against Tile16 (5 to ~64 tokens of 30B-A3B, where its gate_up
 // also applies SiLU·mul): fewer stages, longer k runs, wider column tiles — among them the shapes
@@ -129,10 +135,12 @@ constexpr const char* kTile32VariantNames[] = {"128 cols x k64, 2 stages, 4 warp
 using Tile16Variants = std::tuple<Tile16, Tile<16, 64, 64, 4, 1, 4>, Tile<16, 64, 64, 2, 1, 4>,
                                   Tile<16, 64, 256, 2, 1, 4>, Tile<16, 128, 128, 2, 1, 4>,
                                   Tile<16, 256, 128, 2, 1, 8>>;
-constexpr const char* kTile16VariantNames[] = {
-    "64 cols x k128, 2 stages, 4 warps (default)", "64 cols x k64, 4 stages, 4 warps",
-    "64 cols x k64, 2 stages, 4 warps",           "64 cols x k256, 2 stages, 4 warps",
-    "128 cols x k128, 2 stages, 4 warps",         "256 cols x k128, 2 stages, 8 warps"};
+constexpr const char* kTile16VariantNames[] = {"64 cols x k128, 2 stages, 4 warps (default)",
+                                               "64 cols x k64, 4 stages, 4 warps",
+                                               "64 cols x k64, 2 stages, 4 warps",
+                                               "64 cols x k256, 2 stages, 4 warps",
+                                               "128 cols x k128, 2 stages, 4 warps",
+                                               "256 cols x k128, 2 stages, 8 warps"};
 
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
