@@ -454,13 +454,17 @@ void bench_sampling() {
         print_bench_row("argmax", shape,
                         time_launch([&](cudaStream_t s) { cuda::argmax(logits, tokens, s); }),
                         logit_bytes);
-    // Temperature alone is the balanced workload's sampling; top_p adds a radix select.
-    for (const float top_p : {1.f, 0.95f}) {
-        const std::string name =
-            top_p < 1.f ? "sample T=0.6 top_p=0.95" : std::string("sample T=0.6");
+    // Temperature alone is the balanced workload's sampling; top_p adds a radix select; top_k 20
+    // with top_p 0.95 is what Qwen3's generation_config.json asks for.
+    for (const auto& [top_k, top_p] :
+         {std::pair<int32_t, float>{0, 1.f}, {0, 0.95f}, {20, 0.95f}}) {
+        const std::string name = "sample T=0.6" +
+                                 (top_k > 0 ? " top_k=" + std::to_string(top_k) : std::string()) +
+                                 (top_p < 1.f ? std::string(" top_p=0.95") : std::string());
         if (!wanted(name)) continue;
         std::vector<cuda::RowSampling> params(static_cast<size_t>(rows));
-        for (size_t r = 0; r < params.size(); ++r) params[r] = {0.6f, 0, top_p, 0.f, r, 3, 0, 0};
+        for (size_t r = 0; r < params.size(); ++r)
+            params[r] = {0.6f, top_k, top_p, 0.f, r, 3, 0, 0};
         Tensor d_params =
             cuda::device_tensor({int64_t(rows * sizeof(cuda::RowSampling))}, DType::kU8);
         MI_CUDA_CHECK(

@@ -53,10 +53,15 @@ struct Batch {
     bool bf16_raw = false;  // logits on the bf16 grid (what a bf16 LM head gives: more ties)
 };
 
-// plain: temperature alone (no top_k, top_p, min_p, penalties, masks or top logprobs), the rows
-// the sampling kernel takes in one pass.
+// What random_batch draws: any parameters; kPlain: temperature alone (no top_k, top_p, min_p,
+// penalties, masks or top logprobs), the rows the sampling kernel takes in one pass; kSmallTopK:
+// a top_k of 1 to 256 with any top_p and min_p and no penalties, masks or top logprobs, the rows
+// it takes in two passes.
+enum class Rows { kAny, kPlain, kSmallTopK };
+
 Batch random_batch(int64_t rows, int64_t vocab, bool penalties, bool bf16_raw, std::mt19937& rng,
-                   bool plain = false) {
+                   Rows kind = Rows::kAny) {
+    const bool plain = kind != Rows::kAny;
     Batch b;
     b.rows = rows, b.vocab = vocab, b.penalties = penalties, b.bf16_raw = bf16_raw;
     b.logits.resize(size_t(rows * vocab));
@@ -82,6 +87,12 @@ Batch random_batch(int64_t rows, int64_t vocab, bool penalties, bool bf16_raw, s
         if (plain) {
             p.top_k = 0, p.top_p = 1.0, p.min_p = 0.0;
             if (p.logprobs) p.logprobs = 0;
+        }
+        if (kind == Rows::kSmallTopK) {
+            if (p.temperature == 0.0) p.temperature = 0.6;
+            p.top_k = pick<int64_t>(rng, {1, 3, 20, 20, 40, 256});
+            p.top_p = double(pick(rng, {1.f, 0.95f, 0.95f, 0.7f, 0.3f}));
+            p.min_p = double(pick(rng, {0.f, 0.f, 0.05f, 0.3f}));
         }
         row.seed = (uint64_t(rng()) << 32) | rng();
         // Ids drawn half from the row's 64 best tokens, so penalties and masking change the answer.
@@ -296,7 +307,30 @@ TEST(CudaSampling, PlainRowsMatchCpu) {
                                {3, 262144},
                                {2, 262145}}) {
         for (bool bf16_raw : {false, true}) {  // bf16 values: many exact ties
-            const Batch b = random_batch(rows, vocab, false, bf16_raw, rng, true);
+            const Batch b = random_batch(rows, vocab, false, bf16_raw, rng, Rows::kPlain);
+            const int64_t before = tally.mismatches;
+            compare(b, tally);
+            std::printf("rows %lld vocab %lld bf16 values %d: %lld mismatches\n", (long long)rows,
+                        (long long)vocab, int(bf16_raw), (long long)(tally.mismatches - before));
+        }
+    }
+    std::printf("tokens equal on %lld of %lld rows\n", (long long)(tally.rows - tally.mismatches),
+                (long long)tally.rows);
+    EXPECT_GE(double(tally.rows - tally.mismatches), 0.995 * double(tally.rows));
+}
+
+// Rows with a top_k of at most 256 (Qwen3's generation_config.json asks for 20, top_p 0.95) take
+// the kernel's two-pass path: candidates at or above a threshold, sorted and cut on the GPU, the
+// CPU's sums in its own order. A vocabulary of 33 has too few tiles for most of them (the general
+// path), bf16 values many ties at the threshold.
+TEST(CudaSampling, SmallTopKRowsMatchCpu) {
+    REQUIRE_GPU();
+    std::mt19937 rng(22);
+    Tally tally;
+    for (auto [rows, vocab] :
+         {std::pair<int64_t, int64_t>{256, 151936}, {64, 1000}, {5, 33}, {3, 262144}}) {
+        for (bool bf16_raw : {false, true}) {
+            const Batch b = random_batch(rows, vocab, false, bf16_raw, rng, Rows::kSmallTopK);
             const int64_t before = tally.mismatches;
             compare(b, tally);
             std::printf("rows %lld vocab %lld bf16 values %d: %lld mismatches\n", (long long)rows,
@@ -358,5 +392,6 @@ TEST(CudaSampling, StepTime) {
     run("sample T=0.6 top_p=0.95", 0.6f, 0.95f);
     run("sample T=0.6", 0.6f, 1.f);
     run("sample T=0.6 top_k=50", 0.6f, 1.f, 50);
+    run("sample T=0.6 top_k=20 top_p=0.95", 0.6f, 0.95f, 20);  // Qwen3's generation_config.json
     MI_CUDA_CHECK(cudaDeviceSynchronize());
 }

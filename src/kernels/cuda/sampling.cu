@@ -22,6 +22,13 @@
 // tile sums are scaled by exp((m_t - M) / T) and the draw walks one tile with the CPU's own
 // weights exp((x - M) / T). The scaling moves a sum by about 1e-16 relative, as the order of
 // the sums does.
+//
+// A row with a small top_k (at most 256: Qwen3's generation_config.json asks for 20, with top_p
+// 0.95), with or without top_p and min_p, takes two passes (sample_top_k_row): the same tiles,
+// then every token at or above the top_k-th largest tile maximum (at least top_k tokens reach
+// it) gathered into shared memory, sorted, cut by top_k, min_p and top_p and drawn in id order
+// with the CPU's own sums in the CPU's own order. Too many candidates (many equal logits) send the
+// row down the general path.
 #include "kernels/cuda/sampling.h"
 
 #include <cuda_bf16.h>
@@ -49,6 +56,8 @@ constexpr int kBinsPerThread = kBins / kThreads;
 constexpr unsigned kFull = 0xffffffffu;
 constexpr int kMaxTopLogprobs = 32;
 constexpr int kMaxTiles = kThreads;  // id-order searches: one tile per thread
+constexpr int kMaxTopK = 256;        // the largest top_k sample_top_k_row takes
+constexpr int kMaxCandidates = kBins;
 
 __device__ __forceinline__ float neg_inf() {
     return __int_as_float(int(0xff800000u));
@@ -123,7 +132,10 @@ struct LogSoftmax {
 
 struct Scratch {
     uint32_t count[kBins];  // histogram of the current radix level
-    double mass[kBins];
+    union {
+        double mass[kBins];
+        uint64_t candidates[kMaxCandidates];  // sample_top_k_row: (key, ~id), sorted descending
+    };
     ArgMax argmax_slots[kWarps];
     LogSumExp lse_slots[kWarps];
     uint32_t u_slots[kWarps];
@@ -139,8 +151,12 @@ struct Scratch {
     int num_gathered;
     int gather_id[kMaxTopLogprobs];
     uint32_t gather_key[kMaxTopLogprobs];
-    float tile_max[kMaxTiles];  // sample_plain_row's per-tile maximum and f32 exp sum
+    float tile_max[kMaxTiles];  // row_tiles' per-tile maximum and f32 exp sum
     float tile_exp_sum[kMaxTiles];
+    uint32_t threshold_key;  // sample_top_k_row: its candidates, their count, the kept set
+    int num_candidates, num_kept;
+    double kept_weight[kMaxTopK];  // in id order
+    int32_t kept_id[kMaxTopK];
 };
 
 // Every thread gets the combination of all threads' values (in a fixed order).
@@ -479,16 +495,15 @@ __device__ bool is_plain(const RowSampling& p, int vocab, bool separate_raw, int
            (p.temperature == 0.f || !cuts);
 }
 
-// A plain row in one pass (see the top of the file). Returns the token; writes the
-// log-softmax normaliser for its logprob.
-__device__ int sample_plain_row(const float* x_row, int vocab, const RowSampling& p,
-                                LogSoftmax& log_softmax, Scratch& s) {
+// The row's tiles (see the top of the file): every tile's maximum, first argmax, f32 exp sum
+// and, with inv_t > 0, f64 weight sum relative to its maximum into the scratch; returns the
+// row's maximum and first argmax and writes the log-softmax normaliser.
+__device__ ArgMax row_tiles(const float* x_row, int vocab, double inv_t, LogSoftmax& log_softmax,
+                            Scratch& s) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int tile_len = ((vocab + kMaxTiles - 1) / kMaxTiles + 31) / 32 * 32;
     const int per_lane = tile_len / 32;
     const int num_tiles = (vocab + tile_len - 1) / tile_len;
-    const bool sampled = p.temperature != 0.f;
-    const double inv_t = sampled ? 1.0 / double(p.temperature) : 0.0;
     for (int t = warp; t < num_tiles; t += kWarps) {
         const int begin = t * tile_len;
         float x[kPlainPerLane];
@@ -509,7 +524,7 @@ __device__ int sample_plain_row(const float* x_row, int vocab, const RowSampling
             for (int k = 0; k < kPlainPerLane; ++k) {
                 if (x[k] == neg_inf()) continue;
                 exp_sum += expf(x[k] - best.value);
-                if (sampled) weight_sum += exp((double(x[k]) - double(best.value)) * inv_t);
+                if (inv_t > 0.0) weight_sum += exp((double(x[k]) - double(best.value)) * inv_t);
             }
         }
         exp_sum = warp_sum(exp_sum);
@@ -527,17 +542,32 @@ __device__ int sample_plain_row(const float* x_row, int vocab, const RowSampling
     ArgMax best =
         t < num_tiles ? ArgMax{s.tile_max[t], s.tile_last[t]} : ArgMax{neg_inf(), INT_MAX};
     best = block_combine(best, s.argmax_slots);
-    const float max_logit = best.value;
     const float tile_max = t < num_tiles ? s.tile_max[t] : neg_inf();
-    const bool live = tile_max != neg_inf();
-    float exp_sum = live ? s.tile_exp_sum[t] * expf(tile_max - max_logit) : 0.f;
+    float exp_sum = tile_max != neg_inf() ? s.tile_exp_sum[t] * expf(tile_max - best.value) : 0.f;
     for (int o = 16; o > 0; o /= 2) exp_sum += __shfl_xor_sync(kFull, exp_sum, o);
     __syncthreads();  // slots may still be read by block_combine
     if (lane == 0) s.u_slots[warp] = __float_as_uint(exp_sum);
     __syncthreads();
     float row_exp_sum = 0.f;
     for (int w = 0; w < kWarps; ++w) row_exp_sum += __uint_as_float(s.u_slots[w]);
-    log_softmax = {max_logit, logf(row_exp_sum)};
+    log_softmax = {best.value, logf(row_exp_sum)};
+    return best;
+}
+
+// A plain row in one pass (see the top of the file). Returns the token; writes the
+// log-softmax normaliser for its logprob.
+__device__ int sample_plain_row(const float* x_row, int vocab, const RowSampling& p,
+                                LogSoftmax& log_softmax, Scratch& s) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int tile_len = ((vocab + kMaxTiles - 1) / kMaxTiles + 31) / 32 * 32;
+    const int num_tiles = (vocab + tile_len - 1) / tile_len;
+    const bool sampled = p.temperature != 0.f;
+    const double inv_t = sampled ? 1.0 / double(p.temperature) : 0.0;
+    const ArgMax best = row_tiles(x_row, vocab, inv_t, log_softmax, s);
+    const float max_logit = best.value;
+    const int t = threadIdx.x;
+    const float tile_max = t < num_tiles ? s.tile_max[t] : neg_inf();
+    const bool live = tile_max != neg_inf();
     if (!sampled) return best.idx;
 
     // The draw: the tile where the running weight first exceeds u * total, then its token.
@@ -588,6 +618,124 @@ __device__ int sample_plain_row(const float* x_row, int vocab, const RowSampling
     return s.result;
 }
 
+// Whether the row takes sample_top_k_row: a top_k of at most kMaxTopK (as Qwen3's
+// generation_config.json asks for, 20), with or without top_p and min_p; no penalties or top
+// logprobs.
+__device__ bool is_small_top_k(const RowSampling& p, int vocab, bool separate_raw, int num_top) {
+    return !separate_raw && num_top == 0 && vocab <= kPlainMaxVocab && p.temperature != 0.f &&
+           p.top_k > 0 && p.top_k <= kMaxTopK && p.top_k < vocab;
+}
+
+// A row with a small top_k in two passes: row_tiles, then the tokens at or above a threshold
+// that at least top_k tokens reach (the top_k-th largest tile maximum: top_k tiles hold a token
+// that high) gathered as candidates, sorted (key desc, id asc) and cut by top_k, min_p and
+// top_p exactly as the CPU does, then drawn in id order: the CPU's own sums in its own order.
+// Returns -1, before any output, when more than kMaxCandidates tokens reach the threshold (many
+// equal logits): the caller then takes the general path.
+__device__ int sample_top_k_row(const float* x_row, int vocab, const RowSampling& p,
+                                LogSoftmax& log_softmax, Scratch& s) {
+    const int tile_len = ((vocab + kMaxTiles - 1) / kMaxTiles + 31) / 32 * 32;
+    const int num_tiles = (vocab + tile_len - 1) / tile_len;
+    const int top_k = p.top_k;
+    if (top_k > num_tiles) return -1;           // uniform
+    if (threadIdx.x == 0) s.threshold_key = 0;  // every token, should NaNs leave no rank top_k - 1
+    const ArgMax best = row_tiles(x_row, vocab, 0.0, log_softmax, s);
+    const int t = threadIdx.x;
+    if (t == 0) s.num_candidates = 0, s.num_kept = top_k;
+    if (t < num_tiles) {  // the tile maximum of rank top_k - 1 (value desc, tile asc)
+        const float m = s.tile_max[t];
+        int rank = 0;
+        for (int u = 0; u < num_tiles; ++u) {
+            const float mu = s.tile_max[u];
+            rank += mu > m || (mu == m && u < t);
+        }
+        if (rank == top_k - 1) s.threshold_key = order_key(m);
+    }
+    __syncthreads();
+    const uint32_t threshold = s.threshold_key;
+    for_each(
+        vocab, [x_row](int i) { return __ldg(x_row + i); },
+        [&](int i, bool valid, float x) {
+            const uint32_t key = order_key(x);
+            if (valid && key >= threshold) {
+                const int slot = atomicAdd(&s.num_candidates, 1);
+                if (slot < kMaxCandidates)
+                    s.candidates[slot] = uint64_t(key) << 32 | uint32_t(~uint32_t(i));
+            }
+        });
+    __syncthreads();
+    const int num_candidates = s.num_candidates;
+    if (num_candidates > kMaxCandidates) return -1;  // uniform
+    // Bitonic sort, descending, over a power of two padded with zeros (below every candidate).
+    int size = 1;
+    while (size < num_candidates) size *= 2;
+    for (int i = num_candidates + t; i < size; i += kThreads) s.candidates[i] = 0;
+    __syncthreads();
+    for (int k = 2; k <= size; k *= 2) {
+        for (int j = k / 2; j > 0; j /= 2) {
+            for (int i = t; i < size; i += kThreads) {
+                const int l = i ^ j;
+                if (l > i) {
+                    const uint64_t a = s.candidates[i], b = s.candidates[l];
+                    if ((a < b) == ((i & k) == 0)) s.candidates[i] = b, s.candidates[l] = a;
+                }
+            }
+            __syncthreads();
+        }
+    }
+    // The CPU's weights of the best top_k; the kept set ends at the first that is 0 or under min_p.
+    const double max_logit = best.value, temperature = p.temperature;
+    const int first = min(top_k, num_candidates);
+    if (t < first) {
+        const double w =
+            exp((double(key_value(uint32_t(s.candidates[t] >> 32))) - max_logit) / temperature);
+        s.tile_sum[t] = w;
+        if (!(w > 0.0) || w < double(p.min_p)) atomicMin(&s.num_kept, t);
+    }
+    __syncthreads();
+    if (t == 0) {
+        int keep = min(s.num_kept, first);
+        if (p.top_p < 1.f) {  // the CPU's top_p: sums in the sorted order
+            double total = 0.0;
+            for (int j = 0; j < keep; ++j) total += s.tile_sum[j];
+            double cum = 0.0;
+            for (int j = 0; j < keep; ++j) {
+                cum += s.tile_sum[j];
+                if (cum >= double(p.top_p) * total) {
+                    keep = j + 1;
+                    break;
+                }
+            }
+        }
+        s.num_kept = keep;
+    }
+    __syncthreads();
+    const int keep = s.num_kept;
+    if (t < keep) {  // the kept set in id order
+        const uint32_t id = ~uint32_t(s.candidates[t]);
+        int rank = 0;
+        for (int j = 0; j < keep; ++j) rank += ~uint32_t(s.candidates[j]) < id;
+        s.kept_id[rank] = int32_t(id);
+        s.kept_weight[rank] = s.tile_sum[t];
+    }
+    __syncthreads();
+    if (t == 0) {  // the CPU's draw: total and walk in id order
+        double total = 0.0;
+        for (int j = 0; j < keep; ++j) total += s.kept_weight[j];
+        const double target = double(philox_uniform(p.seed, uint64_t(p.step))) * total;
+        int token = best.idx;
+        double cum = 0.0;
+        for (int j = 0; j < keep; ++j) {
+            token = s.kept_id[j];
+            cum += s.kept_weight[j];
+            if (cum > target) break;
+        }
+        s.result = token;
+    }
+    __syncthreads();
+    return s.result;
+}
+
 __global__ void __launch_bounds__(kThreads, 2) sample_kernel(SampleArgs a) {
     pdl_wait();
     pdl_trigger();
@@ -613,14 +761,21 @@ __global__ void __launch_bounds__(kThreads, 2) sample_kernel(SampleArgs a) {
         a.top_ids[row * a.max_logprobs + j] = -1;
         a.top_logprobs[row * a.max_logprobs + j] = neg_inf();
     }
-    if (a.one_pass && is_plain(p, vocab, separate_raw, num_top)) {
+    if (a.one_pass) {
         LogSoftmax log_softmax;
-        const int token = sample_plain_row(x_row, vocab, p, log_softmax, s);
-        if (threadIdx.x == 0) {
-            a.tokens[row] = token;
-            a.logprobs[row] = log_softmax(x_row[token]);
+        int token = -1;
+        if (is_plain(p, vocab, separate_raw, num_top))
+            token = sample_plain_row(x_row, vocab, p, log_softmax, s);
+        else if (is_small_top_k(p, vocab, separate_raw, num_top))
+            token = sample_top_k_row(x_row, vocab, p, log_softmax, s);
+        if (token >= 0) {
+            if (threadIdx.x == 0) {
+                a.tokens[row] = token;
+                a.logprobs[row] = log_softmax(x_row[token]);
+            }
+            return;
         }
-        return;
+        __syncthreads();  // the scratch is reused below
     }
 
     // Raw logits: log-softmax normaliser and argmax (the greedy token when they are unpenalised).
