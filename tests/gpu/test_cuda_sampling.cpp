@@ -16,6 +16,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/cuda/cuda_check.h"
@@ -53,10 +54,10 @@ struct Batch {
     bool bf16_raw = false;  // logits on the bf16 grid (what a bf16 LM head gives: more ties)
 };
 
-// What random_batch draws: any parameters; kPlain: temperature alone (no top_k, top_p, min_p,
-// penalties, masks or top logprobs), the rows the sampling kernel takes in one pass; kSmallTopK:
-// a top_k of 1 to 256 with any top_p and min_p and no penalties, masks or top logprobs, the rows
-// it takes in two passes.
+// What random_batch draws: any parameters; kPlain: temperature alone (no top_k, top_p, min_p or
+// top logprobs), the rows the sampling kernel takes in one pass; kSmallTopK: a top_k of 1 to 256
+// with any top_p and min_p and no top logprobs, the rows it takes in two passes. Penalties and
+// masks as the arguments and the draws decide, for every kind.
 enum class Rows { kAny, kPlain, kSmallTopK };
 
 Batch random_batch(int64_t rows, int64_t vocab, bool penalties, bool bf16_raw, std::mt19937& rng,
@@ -112,7 +113,7 @@ Batch random_batch(int64_t rows, int64_t vocab, bool penalties, bool bf16_raw, s
             p.presence_penalty = double(pick(rng, {0.f, 0.5f, -0.5f}));
             p.frequency_penalty = double(pick(rng, {0.f, 0.25f, 1.5f}));
         }
-        if (unit(rng) < 0.3f && !plain) {
+        if (unit(rng) < 0.3f) {
             // Masking matters: the EOS is this row's best token until it is masked.
             p.min_tokens = int64_t(row.output.size()) + 1;
             x[vocab - 1] = x[order[0]] + 1.f;
@@ -294,24 +295,23 @@ TEST(CudaSampling, SampleMatchesCpu) {
     EXPECT_GE(double(tally.rows - tally.mismatches), 0.995 * double(tally.rows));
 }
 
-// Rows of temperature alone take the kernel's one-pass path (tiles scaled by their own maximum);
-// the same tolerance as above. 262,144 ids is the largest vocabulary that path takes, one more
-// goes the general way.
-TEST(CudaSampling, PlainRowsMatchCpu) {
-    REQUIRE_GPU();
-    std::mt19937 rng(21);
+// Random batches of one kind of row, with and without penalties and masks (a penalised row's
+// logprob takes one more pass, over its raw logits) and with bf16 values (many exact ties),
+// against the CPU sampler, with SampleMatchesCpu's tolerance.
+void expect_rows_match_cpu(Rows kind, uint32_t seed,
+                           std::initializer_list<std::pair<int64_t, int64_t>> shapes) {
+    std::mt19937 rng(seed);
     Tally tally;
-    for (auto [rows, vocab] : {std::pair<int64_t, int64_t>{256, 151936},
-                               {64, 1000},
-                               {5, 33},
-                               {3, 262144},
-                               {2, 262145}}) {
-        for (bool bf16_raw : {false, true}) {  // bf16 values: many exact ties
-            const Batch b = random_batch(rows, vocab, false, bf16_raw, rng, Rows::kPlain);
-            const int64_t before = tally.mismatches;
-            compare(b, tally);
-            std::printf("rows %lld vocab %lld bf16 values %d: %lld mismatches\n", (long long)rows,
-                        (long long)vocab, int(bf16_raw), (long long)(tally.mismatches - before));
+    for (auto [rows, vocab] : shapes) {
+        for (bool penalties : {false, true}) {
+            for (bool bf16_raw : {false, true}) {
+                const Batch b = random_batch(rows, vocab, penalties, bf16_raw, rng, kind);
+                const int64_t before = tally.mismatches;
+                compare(b, tally);
+                std::printf("rows %lld vocab %lld penalties %d bf16 %d: %lld mismatches\n",
+                            (long long)rows, (long long)vocab, int(penalties), int(bf16_raw),
+                            (long long)(tally.mismatches - before));
+            }
         }
     }
     std::printf("tokens equal on %lld of %lld rows\n", (long long)(tally.rows - tally.mismatches),
@@ -319,27 +319,21 @@ TEST(CudaSampling, PlainRowsMatchCpu) {
     EXPECT_GE(double(tally.rows - tally.mismatches), 0.995 * double(tally.rows));
 }
 
-// Rows with a top_k of at most 256 (Qwen3's generation_config.json asks for 20, top_p 0.95) take
-// the kernel's two-pass path: candidates at or above a threshold, sorted and cut on the GPU, the
-// CPU's sums in its own order. A vocabulary of 33 has too few tiles for most of them (the general
-// path), bf16 values many ties at the threshold.
+// Rows of temperature alone take the kernel's one-pass path (tiles scaled by their own maximum).
+// 262,144 ids is the largest vocabulary that path takes, one more goes the general way.
+TEST(CudaSampling, PlainRowsMatchCpu) {
+    REQUIRE_GPU();
+    expect_rows_match_cpu(Rows::kPlain, 21,
+                          {{256, 151936}, {64, 1000}, {5, 33}, {3, 262144}, {2, 262145}});
+}
+
+// Rows with a top_k of at most 256 (Qwen3's generation_config.json asks for 20 with top_p 0.95,
+// Qwen2.5's also for a repetition penalty) take the kernel's two-pass path: candidates at or above
+// a threshold, sorted and cut on the GPU, the CPU's sums in its own order. A vocabulary of 33 has
+// too few tiles for most of them (the general path).
 TEST(CudaSampling, SmallTopKRowsMatchCpu) {
     REQUIRE_GPU();
-    std::mt19937 rng(22);
-    Tally tally;
-    for (auto [rows, vocab] :
-         {std::pair<int64_t, int64_t>{256, 151936}, {64, 1000}, {5, 33}, {3, 262144}}) {
-        for (bool bf16_raw : {false, true}) {
-            const Batch b = random_batch(rows, vocab, false, bf16_raw, rng, Rows::kSmallTopK);
-            const int64_t before = tally.mismatches;
-            compare(b, tally);
-            std::printf("rows %lld vocab %lld bf16 values %d: %lld mismatches\n", (long long)rows,
-                        (long long)vocab, int(bf16_raw), (long long)(tally.mismatches - before));
-        }
-    }
-    std::printf("tokens equal on %lld of %lld rows\n", (long long)(tally.rows - tally.mismatches),
-                (long long)tally.rows);
-    EXPECT_GE(double(tally.rows - tally.mismatches), 0.995 * double(tally.rows));
+    expect_rows_match_cpu(Rows::kSmallTopK, 22, {{256, 151936}, {64, 1000}, {5, 33}, {3, 262144}});
 }
 
 // Informative: one step for 256 rows of Qwen's vocabulary, each kernel's f32 logits read once

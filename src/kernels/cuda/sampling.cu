@@ -15,8 +15,8 @@
 // re-reads it. Penalised rows arrive penalised (penalties.cu); their logprobs come from the
 // raw logits, which the runner still holds in bf16.
 //
-// A plain row (temperature alone: no top_k, top_p, min_p, penalties or top logprobs, the
-// balanced workload's rows) takes one pass instead of two (sample_plain_row): warps own tiles
+// A plain row (temperature alone: no top_k, top_p, min_p or top logprobs, the balanced
+// workload's rows) takes one pass instead of two (sample_plain_row): warps own tiles
 // of consecutive ids held in registers, and each tile keeps its own maximum m_t, the f32
 // log-sum-exp and the f64 weight sum relative to m_t. Once the row's maximum M is known, the
 // tile sums are scaled by exp((m_t - M) / T) and the draw walks one tile with the CPU's own
@@ -28,7 +28,8 @@
 // then every token at or above the top_k-th largest tile maximum (at least top_k tokens reach
 // it) gathered into shared memory, sorted, cut by top_k, min_p and top_p and drawn in id order
 // with the CPU's own sums in the CPU's own order. Too many candidates (many equal logits) send the
-// row down the general path.
+// row down the general path. A penalised row on either path takes one more pass, over its raw
+// logits, for its logprob.
 #include "kernels/cuda/sampling.h"
 
 #include <cuda_bf16.h>
@@ -488,11 +489,11 @@ __device__ void write_top_logprobs(const SampleArgs& a, const Load& load, int64_
 constexpr int kPlainPerLane = 16;
 constexpr int kPlainMaxVocab = kMaxTiles * 32 * kPlainPerLane;
 
-// Whether the row is plain: the weights exp((x - max) / T) of every token decide it alone.
-__device__ bool is_plain(const RowSampling& p, int vocab, bool separate_raw, int num_top) {
+// Whether the row is plain: the weights exp((x - max) / T) of every token decide it alone
+// (penalties, applied before, included).
+__device__ bool is_plain(const RowSampling& p, int vocab, int num_top) {
     const bool cuts = (p.top_k > 0 && p.top_k < vocab) || p.top_p < 1.f || p.min_p > 0.f;
-    return !separate_raw && num_top == 0 && vocab <= kPlainMaxVocab &&
-           (p.temperature == 0.f || !cuts);
+    return num_top == 0 && vocab <= kPlainMaxVocab && (p.temperature == 0.f || !cuts);
 }
 
 // The row's tiles (see the top of the file): every tile's maximum, first argmax, f32 exp sum
@@ -618,12 +619,11 @@ __device__ int sample_plain_row(const float* x_row, int vocab, const RowSampling
     return s.result;
 }
 
-// Whether the row takes sample_top_k_row: a top_k of at most kMaxTopK (as Qwen3's
-// generation_config.json asks for, 20), with or without top_p and min_p; no penalties or top
-// logprobs.
-__device__ bool is_small_top_k(const RowSampling& p, int vocab, bool separate_raw, int num_top) {
-    return !separate_raw && num_top == 0 && vocab <= kPlainMaxVocab && p.temperature != 0.f &&
-           p.top_k > 0 && p.top_k <= kMaxTopK && p.top_k < vocab;
+// Whether the row takes sample_top_k_row: a top_k of at most kMaxTopK (Qwen3's and Qwen2.5's
+// generation_config.json ask for 20), with or without top_p, min_p and penalties; no top logprobs.
+__device__ bool is_small_top_k(const RowSampling& p, int vocab, int num_top) {
+    return num_top == 0 && vocab <= kPlainMaxVocab && p.temperature != 0.f && p.top_k > 0 &&
+           p.top_k <= kMaxTopK && p.top_k < vocab;
 }
 
 // A row with a small top_k in two passes: row_tiles, then the tokens at or above a threshold
@@ -764,14 +764,22 @@ __global__ void __launch_bounds__(kThreads, 2) sample_kernel(SampleArgs a) {
     if (a.one_pass) {
         LogSoftmax log_softmax;
         int token = -1;
-        if (is_plain(p, vocab, separate_raw, num_top))
+        if (is_plain(p, vocab, num_top))
             token = sample_plain_row(x_row, vocab, p, log_softmax, s);
-        else if (is_small_top_k(p, vocab, separate_raw, num_top))
+        else if (is_small_top_k(p, vocab, num_top))
             token = sample_top_k_row(x_row, vocab, p, log_softmax, s);
         if (token >= 0) {
+            if (separate_raw) {  // a penalised row's logprob: from its raw logits, another pass
+                LogSumExp lse = {neg_inf(), 0.f};
+                for_each(vocab, raw, [&](int, bool valid, float x) {
+                    if (valid) lse.update(x);
+                });
+                lse = block_combine(lse, s.lse_slots);
+                log_softmax = {lse.m, logf(lse.s)};
+            }
             if (threadIdx.x == 0) {
                 a.tokens[row] = token;
-                a.logprobs[row] = log_softmax(x_row[token]);
+                a.logprobs[row] = log_softmax(raw(token));
             }
             return;
         }
