@@ -29,7 +29,9 @@ TEST(CudaOps, AddRmsNormMatchesCpu) {
     REQUIRE_GPU();
     std::mt19937 rng(2);
     for (int64_t rows : {1, 7, 64}) {
-        for (int64_t dim : {32, 128, 1000, 4096}) {
+        // 1004 (not a multiple of 8) and 9000 (over 8,192) take the scalar kernel, the others
+        // the vector one at each of its block shapes.
+        for (int64_t dim : {32, 128, 1000, 1004, 2048, 4096, 8192, 9000}) {
             Tensor x = random_bf16({rows, dim}, rng, 2.f), res = random_bf16({rows, dim}, rng, 2.f);
             Tensor w = random_bf16({dim}, rng, 1.f);
             Tensor dx = cuda::to_device(x), dres = cuda::to_device(res), dw = cuda::to_device(w);

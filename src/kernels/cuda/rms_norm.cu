@@ -5,12 +5,23 @@
 //   out = w * bf16(residual_out / sqrt(mean(residual_out²) + eps))
 // The rounding points (rms_norm.cuh) follow Hugging Face's Qwen2RMSNorm on bf16 tensors. One block
 // per row: a row (hidden_size ≤ a few thousand) fits in registers across the block's threads.
+//
+// Rows of up to 8,192 elements, a multiple of 8, with 16-byte aligned tensors take
+// add_rms_norm_vec_kernel: each thread holds kVecs 16-byte vectors of the row in registers (no
+// second read of the row), and loads its weights before the PDL wait (only copies write them).
+// At decode sizes the kernel is latency-bound: on the H200 the scalar kernel took 4.1 µs a call
+// for 256 rows of 1,024 (0.6B balanced profile), for 2 MB of traffic. Others take the scalar
+// add_rms_norm_kernel.
 #include "kernels/cuda/rms_norm.h"
 
 #include <cuda_bf16.h>
 
+#include <cstdint>
+
 #include "core/cuda/cuda_check.h"
+#include "core/env.h"
 #include "kernels/cuda/check_tensor.h"
+#include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/reduce.cuh"
 #include "kernels/cuda/rms_norm.cuh"
@@ -19,6 +30,72 @@ namespace miniinfer::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kVecElems = 8;  // bf16 in a 16-byte vector
+
+// As add_rms_norm_kernel with the row in registers: thread t holds vectors t + j * kBlock (j <
+// kVecs) of its row; dim % 8 == 0, dim <= 8 * kVecs * kBlock, pointers 16-byte aligned.
+template <int kBlock, int kVecs>
+__global__ void __launch_bounds__(kBlock)
+    add_rms_norm_vec_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* residual,
+                            __nv_bfloat16* residual_out, const __nv_bfloat16* __restrict__ w,
+                            int dim, float eps, __nv_bfloat16* __restrict__ out) {
+    const int num_vecs = dim / kVecElems;
+    const auto* w_vecs = reinterpret_cast<const uint4*>(w);
+    uint4 w_reg[kVecs];
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+        const int v = int(threadIdx.x) + j * kBlock;
+        w_reg[j] = v < num_vecs ? __ldg(w_vecs + v) : uint4{};
+    }
+    pdl_wait();
+    pdl_trigger();
+    const int64_t row = int64_t(blockIdx.x) * num_vecs;
+    const auto* x_vecs = reinterpret_cast<const uint4*>(x) + row;
+    uint4 vals[kVecs] = {};
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+        const int v = int(threadIdx.x) + j * kBlock;
+        if (v >= num_vecs) continue;
+        vals[j] = x_vecs[v];
+        if (residual) {
+            float fx[8], fr[8];
+            unpack_bf16x8(vals[j], fx);
+            unpack_bf16x8(reinterpret_cast<const uint4*>(residual)[row + v], fr);
+            auto* o = reinterpret_cast<__nv_bfloat16*>(&vals[j]);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) o[e] = add_residual(fx[e], fr[e]);
+            reinterpret_cast<uint4*>(residual_out)[row + v] = vals[j];
+        }
+    }
+    float sum_sq = 0.f;
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+        if (int(threadIdx.x) + j * kBlock >= num_vecs) continue;
+        float f[8];
+        unpack_bf16x8(vals[j], f);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) sum_sq += f[e] * f[e];
+    }
+    const float inv_rms = rsqrtf(block_sum<kBlock>(sum_sq) / float(dim) + eps);
+    auto* out_vecs = reinterpret_cast<uint4*>(out) + row;
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+        const int v = int(threadIdx.x) + j * kBlock;
+        if (v >= num_vecs) continue;
+        float f[8], g[8];
+        unpack_bf16x8(vals[j], f);
+        unpack_bf16x8(w_reg[j], g);
+        uint4 normed;
+        auto* o = reinterpret_cast<__nv_bfloat16*>(&normed);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) o[e] = rms_normed(f[e], inv_rms, g[e]);
+        out_vecs[v] = normed;
+    }
+}
+
+bool aligned16(const void* p) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 // x, out: [rows, dim]; residual: [rows, dim] or null (then out = norm(x)); with it,
 // residual_out = residual + x (residual_out may be residual: each element is read, then written,
@@ -51,8 +128,25 @@ void launch(const __nv_bfloat16* x, const __nv_bfloat16* residual, __nv_bfloat16
             const __nv_bfloat16* w, int64_t rows, int64_t dim, float eps, __nv_bfloat16* out,
             cudaStream_t stream) {
     if (rows == 0) return;
-    launch_kernel(add_rms_norm_kernel, unsigned(rows), kThreads, 0, stream, x, residual,
-                  residual_out, w, int(dim), eps, out);
+    static const bool vec_allowed = env_switch("MINIINFER_NORM_VEC", true);  // 0: for comparisons
+    const bool vec = vec_allowed && dim % kVecElems == 0 && aligned16(x) && aligned16(w) &&
+                     aligned16(out) &&
+                     (!residual || (aligned16(residual) && aligned16(residual_out)));
+    const int64_t vecs = dim / kVecElems;
+    const auto run = [&](auto kernel, int block) {
+        launch_kernel(kernel, unsigned(rows), block, 0, stream, x, residual, residual_out, w,
+                      int(dim), eps, out);
+    };
+    if (vec && vecs <= 128)
+        run(add_rms_norm_vec_kernel<128, 1>, 128);
+    else if (vec && vecs <= 256)
+        run(add_rms_norm_vec_kernel<256, 1>, 256);
+    else if (vec && vecs <= 512)
+        run(add_rms_norm_vec_kernel<256, 2>, 256);
+    else if (vec && vecs <= 1024)
+        run(add_rms_norm_vec_kernel<256, 4>, 256);
+    else
+        run(add_rms_norm_kernel, kThreads);
     MI_CUDA_CHECK(cudaGetLastError());
 }
 
