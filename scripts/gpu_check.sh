@@ -12,6 +12,9 @@
 #                   also skips the loader check, the op benchmarks unless OPS is given and
 #                   `miniinfer bench` unless BENCH=1 is (GTEST_FILTER, read by every test binary,
 #                   narrows the tests further: GTEST_FILTER='*Decode*:*Moe*')
+#   FILTERS         a gtest filter for some binaries alone, ;-separated NAME=FILTER pairs
+#                   ("test_cuda_attention=*Decode*;test_cuda_grouped_gemm=-*Bench*"), over
+#                   GTEST_FILTER for those
 #   TESTS=0         no test binaries (with MEMCHECK=0 LOAD=0: the benchmarks alone)
 #   TEST_TIMEOUT    seconds for each test binary (default 300)
 #   MEMCHECK=0      no compute-sanitizer
@@ -59,13 +62,20 @@ wanted() {  # wanted NAME: whether ONLY is unset or one of its words is in NAME
   for word in $ONLY; do [[ "$1" == *"$word"* ]] && return 0; done
   return 1
 }
+test_filter() {  # test_filter NAME: NAME's filter in FILTERS ("name=filter;..."), if any
+  local pair
+  IFS=';' read -ra pairs <<< "${FILTERS:-}"
+  for pair in "${pairs[@]}"; do [[ "${pair%%=*}" == "$1" ]] && { echo "${pair#*=}"; return; }; done
+}
 if [[ "${TESTS:-1}" != 0 ]]; then
   for t in "$dist"/bin/test_*; do
     name=$(basename "$t")
     wanted "$name" || continue
     start=$SECONDS
-    if timeout "${TEST_TIMEOUT:-300}" "$t" >> "$out/tests.log" 2>&1; then result=PASS; else result=FAIL; status=1; fi
-    note "$result $name ($((SECONDS - start)) s)"
+    filter=$(test_filter "$name")
+    if env ${filter:+GTEST_FILTER="$filter"} timeout "${TEST_TIMEOUT:-300}" "$t" >> "$out/tests.log" 2>&1; then
+      result=PASS; else result=FAIL; status=1; fi
+    note "$result $name${filter:+ ($filter)} ($((SECONDS - start)) s)"
   done
   note "skipped lines in log: $(grep -c '^\[  SKIPPED \]' "$out/tests.log")"
 fi
