@@ -40,6 +40,10 @@ size_t sampling_workspace_bytes(int64_t rows, int64_t vocab);
 // logits) and, if max_logprobs > 0 (at most 32), top_ids: [rows, max_logprobs] i32 /
 // top_logprobs: [rows, max_logprobs] f32, the row's min(num_logprobs, max_logprobs) best raw
 // logprobs first (ties by lower id), then -1 / -inf. No host sync, no allocation.
+// Cost (sampling.cu, 256 rows of 151,936 on the H200): a row at a temperature alone ~150 µs for
+// all, one pass over its logits; with a top_k of up to 256 (and any top_p, min_p) ~130 µs, two;
+// other rows (top_p alone, top logprobs) ~775 µs, the general radix-select path. A penalised row
+// adds a pass over its raw logits.
 void sample(const Tensor& logits, const Tensor& rows_params, const Tensor* raw_logits,
             int64_t max_logprobs, Tensor& tokens, Tensor& logprobs, Tensor* top_ids,
             Tensor* top_logprobs, void* workspace, size_t workspace_bytes, cudaStream_t stream);
