@@ -17,6 +17,11 @@ namespace miniinfer::cuda {
 
 constexpr int64_t kAnySize = -1;  // in a shape pattern: any size in that dimension
 
+// Whether p is 16-byte aligned (what a kernel's 16-byte vector loads need).
+inline bool aligned16(const void* p) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
 // True when t is a contiguous CUDA tensor of `dtype` (for conditions that combine this with
 // others, such as gemv_supported).
 bool is_cuda_tensor(const Tensor& t, DType dtype);

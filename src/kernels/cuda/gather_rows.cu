@@ -27,10 +27,6 @@ __global__ void gather_rows_kernel(const Vec* __restrict__ x, const int32_t* __r
     for (int64_t i = threadIdx.x; i < row_vecs; i += kThreads) dst[i] = src[i];
 }
 
-bool aligned16(const void* p) {
-    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
-
 }  // namespace
 
 void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out, cudaStream_t stream) {

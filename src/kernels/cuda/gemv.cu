@@ -76,18 +76,6 @@ struct PrologueArgs {
     const __nv_bfloat16* gate_up;  // [rows, 2k]
 };
 
-// Eight bf16 residual adds (rms_norm.cuh: add_residual) of delta vector d and residual vector r.
-__device__ __forceinline__ uint4 add_residual_x8(const uint4& d, const uint4& r) {
-    float fd[8], fr[8];
-    unpack_bf16x8(d, fd);
-    unpack_bf16x8(r, fr);
-    uint4 out;
-    auto* o = reinterpret_cast<__nv_bfloat16*>(&out);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) o[j] = add_residual(fd[j], fr[j]);
-    return out;
-}
-
 // x_s[r][:] = weight * norm(residual[r] + delta[r]) for the block's kRows rows of k, with
 // add_rms_norm's rounding points (rms_norm.cuh; only the order of the fp32 sum of squares
 // differs). Every block computes the rows itself (they are a few KB, read from L2) rather than
@@ -132,13 +120,7 @@ __device__ __forceinline__ void norm_rows_to_shared(const PrologueArgs& a, int k
         const float inv_rms = rsqrtf(total / float(k) + a.eps);
         for (int v = int(threadIdx.x); v < k_vecs; v += kThreads) {  // this thread's own vectors
             const int64_t at = int64_t(r) * k_vecs + v;
-            float f[8], g[8];
-            unpack_bf16x8(x_s[at], f);
-            unpack_bf16x8(__ldg(weight + v), g);
-            uint4 normed;
-            auto* o = reinterpret_cast<__nv_bfloat16*>(&normed);
-#pragma unroll
-            for (int j = 0; j < 8; ++j) o[j] = rms_normed(f[j], inv_rms, g[j]);
+            const uint4 normed = rms_normed_x8(x_s[at], inv_rms, __ldg(weight + v));
             x_s[at] = normed;
             if (writer && a.normed) reinterpret_cast<uint4*>(a.normed)[at] = normed;
         }
@@ -321,10 +303,6 @@ Grid grid_for(int64_t n, int cols) {
     const int64_t blocks = (n + cols_per_cta - 1) / cols_per_cta;
     MI_LAUNCH_CHECK(blocks <= INT32_MAX, "gemv: n too large for the grid");
     return {cols == 1 ? 0 : cols == 2 ? 1 : 2, blocks};
-}
-
-bool aligned16(const void* p) {
-    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
 }  // namespace

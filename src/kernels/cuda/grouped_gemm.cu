@@ -48,9 +48,10 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
-#include <iterator>
+#include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "core/cuda/cuda_check.h"
 #include "core/env.h"
@@ -99,48 +100,43 @@ using Tile128 = Tile<128, 128, 32, 4, 2, 4>;
 // memory.) Session 10: rows stored dense with their 16-byte chunks XOR-permuted by the row
 // instead of padded (41 KB a CTA, five CTAs an SM instead of four) made 254 + 138, and the
 // 30B-A3B's decode256 9,218 tok/s against 9,584: more CTAs an SM do not help past four, dropped.
-// The last two shapes, one CTA an SM with 256-byte runs of each weight row a stage (157 KB),
-// are the shape vLLM's tuned Triton configuration picks for this GEMM at 256 tokens on the H200.
-// Session 11, one call (gate_up + down, µs): the default 247 + 138, 8 warps 248 + 137, 256 x k64
-// 8 warps 248 + 139, 128 x k128 299 + 160, 256 x k128 4 warps 347 + 193, 8 warps 296 + 163.
-// The last three: the 16-row tile's winning shape (64 x k128, 256-byte runs of each weight row a
-// stage, 4 CTAs an SM) at 32 rows.
+// Then, one CTA an SM with 256-byte runs of each weight row a stage (157 KB): the shape vLLM's
+// tuned Triton configuration picks for this GEMM at 256 tokens on the H200. Session 11, one call
+// (gate_up + down, µs): the default 247 + 138, 8 warps 248 + 137, 256 x k64 8 warps 248 + 139;
+// dropped after it: 128 x k128 299 + 160, vLLM's 256 x k128 347 + 193 (4 warps) and 296 + 163 (8
+// warps), 64 x k64 3 stages 281 + 148, and the 16-row tile's winner at 32 rows, 64 x k128: 271 +
+// 149 (2 stages), 344 + 190 (3), 271 + 149 (2 x 2 warps).
 using Tile32Variants =
     std::tuple<Tile32, Tile<32, 128, 64, 3, 1, 4>, Tile<32, 128, 64, 2, 1, 8>,
-               Tile<32, 64, 64, 2, 1, 4>, Tile<32, 64, 64, 3, 1, 4>, Tile<32, 256, 64, 2, 1, 8>,
-               Tile<32, 128, 128, 2, 1, 4>, Tile<32, 128, 64, 3, 1, 8>, Tile<32, 256, 128, 2, 1, 4>,
-               Tile<32, 256, 128, 2, 1, 8>, Tile<32, 64, 128, 2, 1, 4>, Tile<32, 64, 128, 3, 1, 4>,
-               Tile<32, 64, 128, 2, 2, 2>>;
-constexpr const char* kTile32VariantNames[] = {"128 cols x k64, 2 stages, 4 warps (default)",
-                                               "128 cols x k64, 3 stages, 4 warps",
-                                               "128 cols x k64, 2 stages, 8 warps",
-                                               "64 cols x k64, 2 stages, 4 warps",
-                                               "64 cols x k64, 3 stages, 4 warps",
-                                               "256 cols x k64, 2 stages, 8 warps",
-                                               "128 cols x k128, 2 stages, 4 warps",
-                                               "128 cols x k64, 3 stages, 8 warps",
-                                               "256 cols x k128, 2 stages, 4 warps",
-                                               "256 cols x k128, 2 stages, 8 warps",
-                                               "64 cols x k128, 2 stages, 4 warps",
-                                               "64 cols x k128, 3 stages, 4 warps",
-                                               "64 cols x k128, 2 stages, 2x2 warps"};
+               Tile<32, 64, 64, 2, 1, 4>, Tile<32, 256, 64, 2, 1, 8>, Tile<32, 128, 64, 3, 1, 8>>;
 
 // The 16-row shapes benchmarked against Tile16 (5 to ~64 tokens of 30B-A3B, where its gate_up
 // also applies SiLU·mul): fewer stages, longer k runs, wider column tiles — among them the shapes
-// vLLM's tuned H200 configuration picks at 16 to 128 tokens (64 x k256 and 64 x k128, 2 stages;
-// 128 x k128; 256 x k128 with 8 warps). Session 11 on the H200 (bench_cuda_ops "moe tile16" 32,
-// gate_up + down, µs): 64 x k128 with 2 stages 206 + 112, now the default; 64 x k64 with 4
-// stages (the default before) 230 + 119, with 2 stages 235 + 112; 64 x k256 293 + 136; 128 x
-// k128 253 + 126; 256 x k128 with 8 warps 260 + 128.
-using Tile16Variants = std::tuple<Tile16, Tile<16, 64, 64, 4, 1, 4>, Tile<16, 64, 64, 2, 1, 4>,
-                                  Tile<16, 64, 256, 2, 1, 4>, Tile<16, 128, 128, 2, 1, 4>,
-                                  Tile<16, 256, 128, 2, 1, 8>>;
-constexpr const char* kTile16VariantNames[] = {"64 cols x k128, 2 stages, 4 warps (default)",
-                                               "64 cols x k64, 4 stages, 4 warps",
-                                               "64 cols x k64, 2 stages, 4 warps",
-                                               "64 cols x k256, 2 stages, 4 warps",
-                                               "128 cols x k128, 2 stages, 4 warps",
-                                               "256 cols x k128, 2 stages, 8 warps"};
+// vLLM's tuned H200 configuration picks at 16 to 128 tokens. Session 11 on the H200
+// (bench_cuda_ops "moe tile16" 32, gate_up + down, µs): 64 x k128 with 2 stages 206 + 112, now
+// the default; 64 x k64 with 4 stages (the default before) 230 + 119, with 2 stages 235 + 112;
+// dropped after it: 64 x k256 293 + 136, 128 x k128 253 + 126, 256 x k128 with 8 warps 260 + 128
+// (also slowest at 8 and 64 tokens).
+using Tile16Variants = std::tuple<Tile16, Tile<16, 64, 64, 4, 1, 4>, Tile<16, 64, 64, 2, 1, 4>>;
+
+// "128 cols x k64, 2 stages, 4 warps (default)": a variant's name for bench rows, from its shape.
+template <class Variants>
+const char* variant_name(int variant) {
+    static const std::vector<std::string> names = []<size_t... I>(std::index_sequence<I...>) {
+        const auto name = []<class T>() {
+            return std::to_string(T::kCols) + " cols x k" + std::to_string(T::kK) + ", " +
+                   std::to_string(T::kStages) + " stages, " +
+                   (T::kWarpsM > 1 ? std::to_string(T::kWarpsM) + "x" : std::string()) +
+                   std::to_string(T::kWarpsN) + " warps";
+        };
+        std::vector<std::string> v = {
+            name.template operator()<std::tuple_element_t<I, Variants>>()...};
+        v[0] += " (default)";
+        return v;
+    }
+    (std::make_index_sequence<std::tuple_size_v<Variants>>{});
+    return names[size_t(variant)].c_str();
+}
 
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
@@ -468,8 +464,6 @@ void grouped_gemm_mma_sync(const Tensor& x, const Tensor* row_token, const Tenso
 }
 
 int grouped_gemm_num_variants(int64_t tile_rows) {
-    static_assert(std::size(kTile16VariantNames) == std::tuple_size_v<Tile16Variants> &&
-                  std::size(kTile32VariantNames) == std::tuple_size_v<Tile32Variants>);
     return tile_rows == 16   ? int(std::tuple_size_v<Tile16Variants>)
            : tile_rows == 32 ? int(std::tuple_size_v<Tile32Variants>)
                              : 0;
@@ -478,7 +472,8 @@ int grouped_gemm_num_variants(int64_t tile_rows) {
 const char* grouped_gemm_variant_name(int64_t tile_rows, int variant) {
     MI_LAUNCH_CHECK(variant >= 0 && variant < grouped_gemm_num_variants(tile_rows),
                     "grouped_gemm_variant: no such variant");
-    return tile_rows == 16 ? kTile16VariantNames[variant] : kTile32VariantNames[variant];
+    return tile_rows == 16 ? variant_name<Tile16Variants>(variant)
+                           : variant_name<Tile32Variants>(variant);
 }
 
 void grouped_gemm_variant(int64_t tile_rows, int variant, const Tensor& x, const Tensor& w,

@@ -123,10 +123,6 @@ __global__ void __launch_bounds__(kThreads)
     if (lane == 0) out[t * hidden + c] = __float2bfloat16_rn(sum);
 }
 
-bool aligned16(const void* p) {
-    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
-
 unsigned blocks_for(int64_t warps) {
     const int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
     MI_LAUNCH_CHECK(blocks <= INT32_MAX, "moe_gemv: too many outputs for the grid");

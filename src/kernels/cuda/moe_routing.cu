@@ -22,10 +22,6 @@
 namespace miniinfer::cuda {
 namespace {
 
-bool aligned16(const void* p) {
-    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
-
 template <int kVec>
 struct alignas(2 * kVec) BF16Vec {
     __nv_bfloat16 v[kVec];

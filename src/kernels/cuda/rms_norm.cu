@@ -21,7 +21,6 @@
 #include "core/cuda/cuda_check.h"
 #include "core/env.h"
 #include "kernels/cuda/check_tensor.h"
-#include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/reduce.cuh"
 #include "kernels/cuda/rms_norm.cuh"
@@ -58,12 +57,7 @@ __global__ void __launch_bounds__(kBlock)
         if (v >= num_vecs) continue;
         vals[j] = x_vecs[v];
         if (residual) {
-            float fx[8], fr[8];
-            unpack_bf16x8(vals[j], fx);
-            unpack_bf16x8(reinterpret_cast<const uint4*>(residual)[row + v], fr);
-            auto* o = reinterpret_cast<__nv_bfloat16*>(&vals[j]);
-#pragma unroll
-            for (int e = 0; e < 8; ++e) o[e] = add_residual(fx[e], fr[e]);
+            vals[j] = add_residual_x8(vals[j], reinterpret_cast<const uint4*>(residual)[row + v]);
             reinterpret_cast<uint4*>(residual_out)[row + v] = vals[j];
         }
     }
@@ -81,20 +75,8 @@ __global__ void __launch_bounds__(kBlock)
 #pragma unroll
     for (int j = 0; j < kVecs; ++j) {
         const int v = int(threadIdx.x) + j * kBlock;
-        if (v >= num_vecs) continue;
-        float f[8], g[8];
-        unpack_bf16x8(vals[j], f);
-        unpack_bf16x8(w_reg[j], g);
-        uint4 normed;
-        auto* o = reinterpret_cast<__nv_bfloat16*>(&normed);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) o[e] = rms_normed(f[e], inv_rms, g[e]);
-        out_vecs[v] = normed;
+        if (v < num_vecs) out_vecs[v] = rms_normed_x8(vals[j], inv_rms, w_reg[j]);
     }
-}
-
-bool aligned16(const void* p) {
-    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
 // x, out: [rows, dim]; residual: [rows, dim] or null (then out = norm(x)); with it,

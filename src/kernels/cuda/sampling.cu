@@ -290,6 +290,35 @@ __device__ int find_cut_bin(const T* hist, int num_bins, T target, double fracti
     return num_bins - 1 - r;
 }
 
+// A row cut into at most kMaxTiles tiles of consecutive ids, each a whole number of warp rows.
+struct TileGrid {
+    int len, count;
+};
+__device__ __forceinline__ TileGrid tile_grid(int vocab) {
+    const int len = ((vocab + kMaxTiles - 1) / kMaxTiles + 31) / 32 * 32;
+    return {len, (vocab + len - 1) / len};
+}
+
+// One warp's walk of ids [begin, end): the first whose running sum of value(i) (positive values
+// only) exceeds rem; else the last with a positive value; else `none`. Every lane returns it.
+template <typename Value>
+__device__ int walk_tile(int begin, int end, const Value& value, double rem, int none) {
+    const int lane = threadIdx.x % 32;
+    double carry = 0.0;
+    int last_positive = none;
+    for (int base = begin; base < end; base += 32) {
+        const int i = base + lane;
+        const double v = i < end ? value(i) : 0.0;
+        const double incl = warp_inclusive_sum(v);
+        const unsigned hit = __ballot_sync(kFull, v > 0.0 && carry + incl > rem);
+        if (hit) return base + __ffs(hit) - 1;
+        const unsigned positive = __ballot_sync(kFull, v > 0.0);
+        if (positive) last_positive = base + 31 - __clz(int(positive));
+        carry += __shfl_sync(kFull, incl, 31);
+    }
+    return last_positive;
+}
+
 // The first token in id order at which the running sum of value_of(i, load(i)) >= 0 exceeds
 // the target: fraction * (the total) when fraction >= 0, else absolute_target. The last token
 // with a positive value if rounding never gets there. Tiles of consecutive ids: warps sum whole
@@ -299,8 +328,7 @@ __device__ int first_crossing(int vocab, const Load& load, const Value& value_of
                               double absolute_target, Scratch& s) {
     const auto value = [&](int i) { return value_of(i, load(i)); };
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int tile_len = ((vocab + kMaxTiles - 1) / kMaxTiles + 31) / 32 * 32;
-    const int num_tiles = (vocab + tile_len - 1) / tile_len;
+    const auto [tile_len, num_tiles] = tile_grid(vocab);
     __syncthreads();  // the slots below may still be read from a previous call
     if (threadIdx.x == 0) s.pick_tile = INT_MAX, s.result = -1;
     for (int t = warp; t < num_tiles; t += kWarps) {
@@ -342,21 +370,8 @@ __device__ int first_crossing(int vocab, const Load& load, const Value& value_of
     if (t == pick) s.rem_d = target - excl;
     __syncthreads();
     if (warp == 0) {
-        const double rem = s.rem_d;
-        const int end = min((pick + 1) * tile_len, vocab);
-        double carry = 0.0;
-        int found = s.tile_last[pick];
-        for (int base = pick * tile_len; base < end; base += 32) {
-            const int i = base + lane;
-            const double vi = i < end ? value(i) : 0.0;
-            const double incl = warp_inclusive_sum(vi);
-            const unsigned hit = __ballot_sync(kFull, vi > 0.0 && carry + incl > rem);
-            if (hit) {
-                found = base + __ffs(hit) - 1;
-                break;
-            }
-            carry += __shfl_sync(kFull, incl, 31);
-        }
+        const int found = walk_tile(pick * tile_len, min((pick + 1) * tile_len, vocab), value,
+                                    s.rem_d, s.tile_last[pick]);
         __syncwarp();
         if (lane == 0) s.result = found;
     }
@@ -502,9 +517,8 @@ __device__ bool is_plain(const RowSampling& p, int vocab, int num_top) {
 __device__ ArgMax row_tiles(const float* x_row, int vocab, double inv_t, LogSoftmax& log_softmax,
                             Scratch& s) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int tile_len = ((vocab + kMaxTiles - 1) / kMaxTiles + 31) / 32 * 32;
+    const auto [tile_len, num_tiles] = tile_grid(vocab);
     const int per_lane = tile_len / 32;
-    const int num_tiles = (vocab + tile_len - 1) / tile_len;
     for (int t = warp; t < num_tiles; t += kWarps) {
         const int begin = t * tile_len;
         float x[kPlainPerLane];
@@ -559,9 +573,7 @@ __device__ ArgMax row_tiles(const float* x_row, int vocab, double inv_t, LogSoft
 // log-softmax normaliser for its logprob.
 __device__ int sample_plain_row(const float* x_row, int vocab, const RowSampling& p,
                                 LogSoftmax& log_softmax, Scratch& s) {
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int tile_len = ((vocab + kMaxTiles - 1) / kMaxTiles + 31) / 32 * 32;
-    const int num_tiles = (vocab + tile_len - 1) / tile_len;
+    const auto [tile_len, num_tiles] = tile_grid(vocab);
     const bool sampled = p.temperature != 0.f;
     const double inv_t = sampled ? 1.0 / double(p.temperature) : 0.0;
     const ArgMax best = row_tiles(x_row, vocab, inv_t, log_softmax, s);
@@ -594,26 +606,16 @@ __device__ int sample_plain_row(const float* x_row, int vocab, const RowSampling
     }
     if (t == pick) s.rem_d = excl + v > target ? target - excl : INFINITY;
     __syncthreads();
-    if (warp == 0) {
-        const double rem = s.rem_d, max_d = double(max_logit), temperature = p.temperature;
-        const int end = min((pick + 1) * tile_len, vocab);
-        double carry = 0.0;
-        int found = -1, last_positive = best.idx;  // the maximum's weight is 1: never 0
-        for (int base = pick * tile_len; base < end; base += 32) {
-            const int i = base + lane;
-            // The CPU's weight of token i, bit for bit.
-            const double w = i < end ? exp((double(__ldg(x_row + i)) - max_d) / temperature) : 0.0;
-            const double incl = warp_inclusive_sum(w);
-            const unsigned hit = __ballot_sync(kFull, w > 0.0 && carry + incl > rem);
-            if (hit) {
-                found = base + __ffs(hit) - 1;
-                break;
-            }
-            const unsigned positive = __ballot_sync(kFull, w > 0.0);
-            if (positive) last_positive = base + 31 - __clz(int(positive));
-            carry += __shfl_sync(kFull, incl, 31);
-        }
-        if (lane == 0) s.result = found >= 0 ? found : last_positive;
+    if (threadIdx.x < 32) {
+        const double max_d = double(max_logit), temperature = p.temperature;
+        // The CPU's weight of token i, bit for bit. Without a positive one in the tile: the
+        // maximum, whose weight is 1.
+        const auto weight = [&](int i) {
+            return exp((double(__ldg(x_row + i)) - max_d) / temperature);
+        };
+        const int found = walk_tile(pick * tile_len, min((pick + 1) * tile_len, vocab), weight,
+                                    s.rem_d, best.idx);
+        if (threadIdx.x == 0) s.result = found;
     }
     __syncthreads();
     return s.result;
@@ -634,8 +636,7 @@ __device__ bool is_small_top_k(const RowSampling& p, int vocab, int num_top) {
 // equal logits): the caller then takes the general path.
 __device__ int sample_top_k_row(const float* x_row, int vocab, const RowSampling& p,
                                 LogSoftmax& log_softmax, Scratch& s) {
-    const int tile_len = ((vocab + kMaxTiles - 1) / kMaxTiles + 31) / 32 * 32;
-    const int num_tiles = (vocab + tile_len - 1) / tile_len;
+    const int num_tiles = tile_grid(vocab).count;
     const int top_k = p.top_k;
     if (top_k > num_tiles) return -1;           // uniform
     if (threadIdx.x == 0) s.threshold_key = 0;  // every token, should NaNs leave no rank top_k - 1

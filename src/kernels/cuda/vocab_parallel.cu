@@ -42,10 +42,6 @@ __global__ void interleave_kernel(const Vec* __restrict__ gathered, int64_t rows
     for (int64_t j = threadIdx.x; j < col_vecs; j += kThreads) dst[j] = src[j];
 }
 
-bool aligned16(const void* p) {
-    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
-
 }  // namespace
 
 void embedding_shard(const Tensor& ids, const Tensor& table, int64_t vocab_begin, Tensor& out,

@@ -19,7 +19,7 @@ namespace {
 // them, longest first (AttentionParams::decode_order). MINIINFER_DECODE_ORDER=0 keeps batch
 // order. MINIINFER_DECODE_FUSED_COMBINE=1 gives the decode its counters
 // (AttentionParams::decode_counters): split decodes merge in their own launch, no combine kernel
-// (off by default: not yet timed on a GPU).
+// (off by default: on the H200 it made nothing faster, bench/RESULTS.md session 11).
 class Fa2Backend final : public AttentionBackend {
   public:
     explicit Fa2Backend(const AttentionShape& s)
