@@ -119,18 +119,20 @@ using Tile32Variants =
 // (also slowest at 8 and 64 tokens).
 using Tile16Variants = std::tuple<Tile16, Tile<16, 64, 64, 4, 1, 4>, Tile<16, 64, 64, 2, 1, 4>>;
 
-// "128 cols x k64, 2 stages, 4 warps (default)": a variant's name for bench rows, from its shape.
+// "128 cols x k64, 2 stages, 4 warps": a tile shape's name for bench rows.
+template <class T>
+std::string shape_name() {
+    return std::to_string(T::kCols) + " cols x k" + std::to_string(T::kK) + ", " +
+           std::to_string(T::kStages) + " stages, " +
+           (T::kWarpsM > 1 ? std::to_string(T::kWarpsM) + "x" : std::string()) +
+           std::to_string(T::kWarpsN) + " warps";
+}
+
+// Variant `variant`'s name, the first marked "(default)".
 template <class Variants>
 const char* variant_name(int variant) {
     static const std::vector<std::string> names = []<size_t... I>(std::index_sequence<I...>) {
-        const auto name = []<class T>() {
-            return std::to_string(T::kCols) + " cols x k" + std::to_string(T::kK) + ", " +
-                   std::to_string(T::kStages) + " stages, " +
-                   (T::kWarpsM > 1 ? std::to_string(T::kWarpsM) + "x" : std::string()) +
-                   std::to_string(T::kWarpsN) + " warps";
-        };
-        std::vector<std::string> v = {
-            name.template operator()<std::tuple_element_t<I, Variants>>()...};
+        std::vector<std::string> v = {shape_name<std::tuple_element_t<I, Variants>>()...};
         v[0] += " (default)";
         return v;
     }
