@@ -24,8 +24,8 @@ __device__ inline bool is_plain(const RowSampling& p, int vocab, int num_top) {
 // The row's tiles (see the top of the file): every tile's maximum, first argmax, f32 exp sum
 // and, with inv_t > 0, f64 weight sum relative to its maximum into the scratch; returns the
 // row's maximum and first argmax and writes the log-softmax normaliser.
-__device__ inline ArgMax row_tiles(const float* x_row, int vocab, double inv_t, LogSoftmax& log_softmax,
-                            Scratch& s) {
+__device__ inline ArgMax row_tiles(const float* x_row, int vocab, double inv_t,
+                                   LogSoftmax& log_softmax, Scratch& s) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const auto [tile_len, num_tiles] = tile_grid(vocab);
     const int per_lane = tile_len / 32;
@@ -82,7 +82,7 @@ __device__ inline ArgMax row_tiles(const float* x_row, int vocab, double inv_t, 
 // A plain row in one pass (see the top of the file). Returns the token; writes the
 // log-softmax normaliser for its logprob.
 __device__ inline int sample_plain_row(const float* x_row, int vocab, const RowSampling& p,
-                                LogSoftmax& log_softmax, Scratch& s) {
+                                       LogSoftmax& log_softmax, Scratch& s) {
     const auto [tile_len, num_tiles] = tile_grid(vocab);
     const bool sampled = p.temperature != 0.f;
     const double inv_t = sampled ? 1.0 / double(p.temperature) : 0.0;
@@ -145,7 +145,7 @@ __device__ inline bool is_small_top_k(const RowSampling& p, int vocab, int num_t
 // Returns -1, before any output, when more than kMaxCandidates tokens reach the threshold (many
 // equal logits): the caller then takes the general path.
 __device__ inline int sample_top_k_row(const float* x_row, int vocab, const RowSampling& p,
-                                LogSoftmax& log_softmax, Scratch& s) {
+                                       LogSoftmax& log_softmax, Scratch& s) {
     const int num_tiles = tile_grid(vocab).count;
     const int top_k = p.top_k;
     if (top_k > num_tiles) return -1;           // uniform
