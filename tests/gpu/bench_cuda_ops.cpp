@@ -212,7 +212,7 @@ void bench_dense(int64_t m) {
                                   {"down", kHidden, kInter},
                                   {"30b qkv", (32 + 2 * 4) * 128, 2048},
                                   {"30b o_proj", 2048, 32 * 128}};
-    static cuda::Gemm gemm(0, false, 0);  // cuBLASLt alone
+    static cuda::Gemm gemm(0);
     for (const Shape3& g : kShapes) {
         Tensor x = random_device_bf16({m, g.k}), w = random_device_bf16({1, g.n, g.k}, 0.02f);
         Tensor w2 = w.view({g.n, g.k});

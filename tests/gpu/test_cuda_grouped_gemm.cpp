@@ -672,7 +672,7 @@ TEST(CudaGroupedGemm, BenchQwen3MoE30B) {
     if (gpu_testing::instrumented()) GTEST_SKIP() << "timing means nothing when instrumented";
     std::mt19937 rng(5);
     gpu_testing::print_bench_header();
-    cuda::Gemm dense(cuda::Gemm::kGemvMaxRows, false, 0);  // cuBLASLt
+    cuda::Gemm dense;
     for (auto [n, k, name] :
          {std::tuple<int64_t, int64_t, const char*>{1536, 2048, "gate_up"}, {2048, 768, "down"}}) {
         const int64_t num_experts = 128;
