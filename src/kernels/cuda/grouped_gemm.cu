@@ -45,10 +45,8 @@
 // directly. The CTA covers TileCols / 2 output columns.
 #include "kernels/cuda/grouped_gemm.h"
 
-#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <tuple>
@@ -56,7 +54,6 @@
 #include <vector>
 
 #include "core/cuda/cuda_check.h"
-#include "core/cuda/device_buffer.h"
 #include "core/env.h"
 #include "kernels/cuda/check_tensor.h"
 #include "kernels/cuda/launch.cuh"
@@ -210,83 +207,19 @@ __device__ __forceinline__ void mma_stage(const __nv_bfloat16* a_tile, const __n
     }
 }
 
-// Split k: the blocks of a cluster (gridDim.z of them, one per split) hold the fp32 sums of their
-// k tiles for the same row and column tile. Each stages its sums in its shared memory; block s
-// then adds up its share of the tile's outputs over the cluster's blocks in block order (through
-// distributed shared memory: a fixed order, so the same bits every run) and stores them as the
-// one-block epilogue would (bf16 of the sum; kSiluMul: silu_mul_pack of the gate and up sums).
-template <class T, bool kSiluMul>
-__device__ __forceinline__ void cluster_reduce(const float (&acc)[T::kMTiles][T::kNTiles][4],
-                                               __nv_bfloat16* smem, int warp_row, int warp_col,
-                                               int row0, int out0, int max_rows, int n,
-                                               __nv_bfloat16* __restrict__ y) {
-    constexpr int kStride = T::kCols + 8;  // floats per staged row
-    static_assert(size_t(T::kRows) * kStride * 4 <= T::kSharedBytes);
-    cp_async_wait<0>();  // only empty groups are left, but the ring is reused
-    __syncthreads();
-    float* sums = reinterpret_cast<float*>(smem);
-    const int lane = int(threadIdx.x) % 32, gid = lane / 4, tig = lane % 4;
-#pragma unroll
-    for (int mt = 0; mt < T::kMTiles; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < T::kNTiles; ++nt)
-#pragma unroll
-            for (int half = 0; half < 2; ++half)
-                *reinterpret_cast<float2*>(
-                    sums + (warp_row + mt * 16 + gid + half * 8) * kStride + warp_col + nt * 8 +
-                    2 * tig) = make_float2(acc[mt][nt][2 * half], acc[mt][nt][2 * half + 1]);
-    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    cluster.sync();  // every block's sums staged and visible to the cluster
-    const int splits = int(cluster.num_blocks()), rank = int(cluster.block_rank());
-    constexpr int kOutCols = kSiluMul ? T::kCols / 2 : T::kCols;
-    const int y_cols = kSiluMul ? n / 2 : n;
-    const auto sum_at = [&](int offset) {  // Σ over the blocks, in block order
-        float2 total = *cluster.map_shared_rank(reinterpret_cast<float2*>(sums + offset), 0);
-        for (int s = 1; s < splits; ++s) {
-            const float2 v = *cluster.map_shared_rank(reinterpret_cast<float2*>(sums + offset), s);
-            total.x += v.x;
-            total.y += v.y;
-        }
-        return total;
-    };
-    for (int p = rank * T::kThreads + int(threadIdx.x); p < T::kRows * kOutCols / 2;
-         p += splits * T::kThreads) {
-        const int r = p / (kOutCols / 2), c = p % (kOutCols / 2) * 2;  // output column pair
-        const int row = row0 + r, col = out0 + c;
-        if (row >= max_rows || col >= y_cols) continue;
-        uint32_t packed;
-        if constexpr (kSiluMul) {  // gate and up interleaved in blocks of 8 (see the top)
-            const int gate = (c / 8) * 16 + c % 8;
-            const float2 g = sum_at(r * kStride + gate), u = sum_at(r * kStride + gate + 8);
-            packed = silu_mul_pack(g.x, g.y, u.x, u.y);
-        } else {
-            const float2 v = sum_at(r * kStride + c);
-            packed = pack_bf16(v.x, v.y);
-        }
-        *reinterpret_cast<uint32_t*>(y + int64_t(row) * y_cols + col) = packed;
-    }
-    cluster.sync();  // no block leaves while another still reads its shared memory
-}
-
 // x: [max_rows, k], or [num_tokens, k] with row_token: [max_rows]; w: [num_experts, n, k];
 // offsets: [num_experts + 1]; y: [max_rows, n], or [max_rows, n / 2] with kSiluMul. bf16 but
 // offsets and row_token (i32). Grid: (row tiles, column tiles of n); T::kSharedBytes of dynamic
 // shared memory. n, k multiples of 8 (n of 16 with kSiluMul), x and w 16-byte aligned (the
 // launcher checks); offsets tile-aligned, row_token in [-1, num_tokens) (trusted).
-// dense (decode_gemm): one expert and no offsets or row_token; its weights are no earlier
-// kernel's output, so the first stages' weight loads go out before the PDL wait.
-// Split k (gridDim.z > 1, launched in clusters of gridDim.z blocks along z): block z sums k tiles
-// [z · per, (z + 1) · per) of the row and column tile, and cluster_reduce adds the blocks' sums.
 template <class T, bool kSiluMul>
 __global__ void __launch_bounds__(T::kThreads)
     grouped_gemm_kernel(const __nv_bfloat16* __restrict__ x, const int32_t* __restrict__ row_token,
                         const __nv_bfloat16* __restrict__ w, const int32_t* __restrict__ offsets,
                         __nv_bfloat16* __restrict__ y, int num_experts, int max_rows, int n, int k,
-                        bool gather, bool skip_zero_rows, bool dense) {
-    if (!dense) {
-        pdl_wait();
-        pdl_trigger();
-    }
+                        bool gather, bool skip_zero_rows) {
+    pdl_wait();
+    pdl_trigger();
     const int row0 = int(blockIdx.x) * T::kRows;
     __shared__ int32_t src_row[T::kRows];  // the x row of each tile row; -1: zeros
     if (int(threadIdx.x) < T::kRows) {
@@ -294,13 +227,8 @@ __global__ void __launch_bounds__(T::kThreads)
         const int token = r >= max_rows ? -1 : row_token ? row_token[r] : r;
         src_row[threadIdx.x] = gather || token < 0 ? token : r;
     }
-    int expert = 0;
-    if (dense) {
-        __syncthreads();  // publishes src_row
-    } else {
-        expert = find_expert<T::kThreads>(offsets, num_experts, row0);  // + publishes src_row
-        if (expert >= num_experts) return;  // the whole CTA: past the last segment
-    }
+    const int expert = find_expert<T::kThreads>(offsets, num_experts, row0);  // + publishes src_row
+    if (expert >= num_experts) return;  // the whole CTA: past the last segment
 
     extern __shared__ __align__(16) __nv_bfloat16 smem[];  // [Stages][x tile; w tile]
     // Rows of zeros (padding) are zeroed once in every slot of the ring and never loaded: at
@@ -334,52 +262,28 @@ __global__ void __launch_bounds__(T::kThreads)
     const int warp = int(threadIdx.x) / 32;
     const int warp_row = (warp / T::kWarpsN) * T::kWarpRows;
     const int warp_col = (warp % T::kWarpsN) * T::kWarpCols;
-    const auto load_x = [&](int slot, int k0) {
-        load_tile<T, T::kRows>(smem + slot * T::kStageElems, x_row, w, k, k0, skip_zero_rows);
-    };
-    const auto load_w = [&](int slot, int k0) {
-        load_tile<T, T::kCols>(smem + slot * T::kStageElems + T::kRows * T::kStride, w_row, w, k,
-                               k0, false);
+    auto load_stage = [&](int slot, int k0) {
+        __nv_bfloat16* stage = smem + slot * T::kStageElems;
+        load_tile<T, T::kRows>(stage, x_row, w, k, k0, skip_zero_rows);
+        load_tile<T, T::kCols>(stage + T::kRows * T::kStride, w_row, w, k, k0, false);
     };
 
     float acc[T::kMTiles][T::kNTiles][4] = {};
-    // This block's k tiles [t_begin, t_end): all of them, or its split's share.
-    const int all_k_tiles = (k + T::kK - 1) / T::kK;
-    const int per_split = (all_k_tiles + int(gridDim.z) - 1) / int(gridDim.z);
-    const int t_begin = int(blockIdx.z) * per_split;
-    const int num_k_tiles = max(0, min(all_k_tiles, t_begin + per_split) - t_begin);
-    const int k_begin = t_begin * T::kK;
-    if (dense) {  // the weights of the first stages, then wait (their copies join group 0)
-#pragma unroll
-        for (int st = 0; st < T::kStages - 1; ++st)
-            if (st < num_k_tiles) load_w(st, k_begin + st * T::kK);
-        pdl_wait();
-        pdl_trigger();
-    }
+    const int num_k_tiles = (k + T::kK - 1) / T::kK;
     // Every stage commits a group, empty or not, so that the wait below counts uniformly.
 #pragma unroll
     for (int st = 0; st < T::kStages - 1; ++st) {
-        if (st < num_k_tiles) {
-            load_x(st, k_begin + st * T::kK);
-            if (!dense) load_w(st, k_begin + st * T::kK);
-        }
+        if (st < num_k_tiles) load_stage(st, st * T::kK);
         cp_async_commit();
     }
     for (int t = 0; t < num_k_tiles; ++t) {
         cp_async_wait<T::kStages - 2>();  // stage t has landed (this thread's part)
         __syncthreads();                  // everyone's part; and slot (t - 1) % Stages is free
         const int next = t + T::kStages - 1;
-        if (next < num_k_tiles) {
-            load_x(next % T::kStages, k_begin + next * T::kK);
-            load_w(next % T::kStages, k_begin + next * T::kK);
-        }
+        if (next < num_k_tiles) load_stage(next % T::kStages, next * T::kK);
         cp_async_commit();
         const __nv_bfloat16* stage = smem + (t % T::kStages) * T::kStageElems;
         mma_stage<T>(stage, stage + T::kRows * T::kStride, warp_row, warp_col, acc);
-    }
-    if (gridDim.z > 1) {
-        cluster_reduce<T, kSiluMul>(acc, smem, warp_row, warp_col, row0, out0, max_rows, n, y);
-        return;
     }
 
     // Fragment layout: the thread holds rows gid and gid + 8, columns 2 tig and 2 tig + 1 of
@@ -424,23 +328,18 @@ bool skip_zero_rows() {
     return skip;
 }
 
-// offsets: the device's expert offsets, or null with `dense` (decode_gemm: one expert). splits:
-// blocks a row and column tile's k is split over (one cluster; cluster_reduce).
 template <class T, bool kSiluMul>
-void launch(const Tensor& x, const Tensor* row_token, const Tensor& w, const int32_t* offsets,
-            const GroupedGemmDims& d, Tensor& y, cudaStream_t stream, int splits = 1,
-            bool dense = false) {
+void launch(const Tensor& x, const Tensor* row_token, const Tensor& w, const Tensor& expert_offsets,
+            const GroupedGemmDims& d, Tensor& y, cudaStream_t stream) {
     const int64_t row_tiles = (d.max_rows + T::kRows - 1) / T::kRows;
     const int64_t col_tiles = (d.n + T::kCols - 1) / T::kCols;
     MI_LAUNCH_CHECK(col_tiles <= 65535, "grouped_gemm: n too large for the grid");
     allow_shared_memory<grouped_gemm_kernel<T, kSiluMul>>(T::kSharedBytes);
-    launch_kernel_clustered(
-        grouped_gemm_kernel<T, kSiluMul>,
-        dim3(unsigned(row_tiles), unsigned(col_tiles), unsigned(splits)),
-        dim3(1, 1, unsigned(splits)), T::kThreads, T::kSharedBytes, stream,
-        x.data<__nv_bfloat16>(), row_token ? row_token->data<int32_t>() : nullptr,
-        w.data<__nv_bfloat16>(), offsets, y.data<__nv_bfloat16>(), int(d.num_experts),
-        int(d.max_rows), int(d.n), int(d.k), d.gather, skip_zero_rows(), dense);
+    launch_kernel(grouped_gemm_kernel<T, kSiluMul>, dim3(unsigned(row_tiles), unsigned(col_tiles)),
+                  T::kThreads, T::kSharedBytes, stream, x.data<__nv_bfloat16>(),
+                  row_token ? row_token->data<int32_t>() : nullptr, w.data<__nv_bfloat16>(),
+                  expert_offsets.data<int32_t>(), y.data<__nv_bfloat16>(), int(d.num_experts),
+                  int(d.max_rows), int(d.n), int(d.k), d.gather, skip_zero_rows());
     MI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -450,19 +349,9 @@ void launch_tile(const Tensor& x, const Tensor* row_token, const Tensor& w,
                  const Tensor& expert_offsets, GroupedGemmEpilogue epilogue,
                  const GroupedGemmDims& d, Tensor& y, cudaStream_t stream) {
     if (epilogue == GroupedGemmEpilogue::kSiluMul)
-        launch<T, true>(x, row_token, w, expert_offsets.data<int32_t>(), d, y, stream);
+        launch<T, true>(x, row_token, w, expert_offsets, d, y, stream);
     else
-        launch<T, false>(x, row_token, w, expert_offsets.data<int32_t>(), d, y, stream);
-}
-
-// decode_gemm's launch: one expert (w3 [1, n, k]), no offsets, k over `splits` blocks.
-template <class T>
-void launch_dense(const Tensor& x, const Tensor& w3, GroupedGemmEpilogue epilogue,
-                  const GroupedGemmDims& d, Tensor& y, cudaStream_t stream, int splits) {
-    if (epilogue == GroupedGemmEpilogue::kSiluMul)
-        launch<T, true>(x, nullptr, w3, nullptr, d, y, stream, splits, true);
-    else
-        launch<T, false>(x, nullptr, w3, nullptr, d, y, stream, splits, true);
+        launch<T, false>(x, row_token, w, expert_offsets, d, y, stream);
 }
 
 bool aligned(const void* p, uintptr_t bytes) {
@@ -480,7 +369,7 @@ void launch_variant(int variant, const Tensor& x, const Tensor* row_token, const
             if constexpr (kWithSiluMul)
                 launch_tile<T>(x, row_token, w, expert_offsets, epilogue, d, y, stream);
             else
-                launch<T, false>(x, row_token, w, expert_offsets.data<int32_t>(), d, y, stream);
+                launch<T, false>(x, row_token, w, expert_offsets, d, y, stream);
         };
         ((int(I) == variant ? one.template operator()<std::tuple_element_t<I, Variants>>()
                             : void()),
@@ -519,8 +408,7 @@ int64_t grouped_gemm_tile_rows(int64_t routed_rows, int64_t num_experts) {
 
 GroupedGemmDims check_grouped_gemm(const Tensor& x, const Tensor* row_token, const Tensor& w,
                                    const Tensor& expert_offsets, GroupedGemmEpilogue epilogue,
-                                   const Tensor& y, int64_t y_align, GroupedGemmRows rows,
-                                   bool offsets) {
+                                   const Tensor& y, int64_t y_align, GroupedGemmRows rows) {
     check_cuda_tensor(w, DType::kBF16, "grouped_gemm: w", {kAnySize, kAnySize, kAnySize});
     const int64_t num_experts = w.size(0), n = w.size(1), k = w.size(2);
     check_cuda_tensor(x, DType::kBF16, "grouped_gemm: x", {kAnySize, k});
@@ -531,9 +419,8 @@ GroupedGemmDims check_grouped_gemm(const Tensor& x, const Tensor* row_token, con
         MI_LAUNCH_CHECK(rows == GroupedGemmRows::kGather || x.size(0) >= max_rows,
                         "grouped_gemm: kPermuted needs x with a row for every row of row_token");
     }
-    if (offsets)
-        check_cuda_tensor(expert_offsets, DType::kI32, "grouped_gemm: expert_offsets",
-                          {num_experts + 1});
+    check_cuda_tensor(expert_offsets, DType::kI32, "grouped_gemm: expert_offsets",
+                      {num_experts + 1});
     const bool silu_mul = epilogue == GroupedGemmEpilogue::kSiluMul;
     const int64_t y_cols = silu_mul ? n / 2 : n;
     check_cuda_tensor(y, DType::kBF16, "grouped_gemm: y", {max_rows, y_cols});
@@ -605,41 +492,6 @@ void grouped_gemm_variant(int64_t tile_rows, int variant, const Tensor& x, const
     else
         launch_variant<Tile32Variants, false>(variant, x, nullptr, w, expert_offsets, epilogue, d,
                                               y, stream);
-}
-
-DecodeGemmPlan decode_gemm_plan(int64_t m, int64_t n, int64_t k) {
-    const int64_t tile = m <= 16 ? 16 : m <= 32 ? 32 : 64;
-    const int64_t cols = tile == 16 ? Tile16::kCols : tile == 32 ? Tile32::kCols : Tile64::kCols;
-    const int64_t tile_k = tile == 16 ? Tile16::kK : tile == 32 ? Tile32::kK : Tile64::kK;
-    const int64_t blocks = (m + tile - 1) / tile * ((n + cols - 1) / cols);
-    const int64_t k_tiles = (k + tile_k - 1) / tile_k;
-    // Enough blocks for two an SM, each split at least two k tiles, clusters of at most 8.
-    const int64_t want = (2 * int64_t(sm_count()) + blocks - 1) / blocks;
-    const int64_t splits = std::clamp<int64_t>(std::min(want, k_tiles / 2), 1, kDecodeGemmMaxSplits);
-    return {tile, int(splits)};
-}
-
-void decode_gemm(const Tensor& x, const Tensor& w, GroupedGemmEpilogue epilogue, Tensor& y,
-                 cudaStream_t stream, DecodeGemmPlan plan) {
-    check_cuda_tensor(w, DType::kBF16, "decode_gemm: w", {kAnySize, kAnySize});
-    const int64_t n = w.size(0), k = w.size(1);
-    const Tensor w3 = w.view({1, n, k});
-    const GroupedGemmDims d = check_grouped_gemm(x, nullptr, w3, w3, epilogue, y, 4,
-                                                 GroupedGemmRows::kGather, /*offsets=*/false);
-    if (d.max_rows == 0) return;
-    if (plan.tile_rows == 0) plan = decode_gemm_plan(d.max_rows, n, k);
-    MI_LAUNCH_CHECK(plan.splits >= 1 && plan.splits <= kDecodeGemmMaxSplits,
-                    "decode_gemm: splits must be 1 to kDecodeGemmMaxSplits");
-    switch (plan.tile_rows) {
-        case 16:
-            return launch_dense<Tile16>(x, w3, epilogue, d, y, stream, plan.splits);
-        case 32:
-            return launch_dense<Tile32>(x, w3, epilogue, d, y, stream, plan.splits);
-        case 64:
-            return launch_dense<Tile64>(x, w3, epilogue, d, y, stream, plan.splits);
-        default:
-            MI_LAUNCH_CHECK(false, "decode_gemm: tile_rows must be 16, 32 or 64");
-    }
 }
 
 void grouped_gemm(const Tensor& x, const Tensor* row_token, const Tensor& w,

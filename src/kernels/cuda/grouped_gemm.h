@@ -121,34 +121,9 @@ struct GroupedGemmDims {
 // Checks grouped_gemm's contract on its operands (shapes, dtypes, multiples of 8, 16-byte
 // alignment of x and w, y_align-byte alignment of y, sizes within int32) and returns the sizes.
 // A failure aborts as MI_LAUNCH_CHECK.
-// offsets false: expert_offsets is not checked (decode_gemm has none).
 GroupedGemmDims check_grouped_gemm(const Tensor& x, const Tensor* row_token, const Tensor& w,
                                    const Tensor& expert_offsets, GroupedGemmEpilogue epilogue,
                                    const Tensor& y, int64_t y_align,
-                                   GroupedGemmRows rows = GroupedGemmRows::kGather,
-                                   bool offsets = true);
-
-// A dense y = x · wᵀ of decode size (cuda::Gemm's path for 3 to Gemm::kTileMaxRows rows, gemm.h)
-// on grouped_gemm's mma.sync kernel as one expert: x [m, k], w [n, k], y [m, n] (kStore) or
-// [m, n / 2] (kSiluMul, w's gate rows then up rows), bf16, n and k multiples of 8 (n of 16 for
-// kSiluMul), x and w 16-byte aligned, y 4-byte aligned (checked: MI_LAUNCH_CHECK).
-//   - one expert alone gives the grid only n / 64 or n / 128 column tiles (16 to 96 blocks at
-//     Qwen3-0.6B's shapes): measured 2-4x slower than cuBLASLt that way. So k is split over
-//     `splits` blocks of one thread-block cluster, which add their fp32 sums in block order through
-//     distributed shared memory (the same bits every run; another order than splits = 1), enough
-//     blocks for two an SM;
-//   - the weights of the first stages are loaded before the PDL wait (no earlier kernel writes
-//     them).
-// plan: the row tile (16, 32, 64) and splits (1 to kDecodeGemmMaxSplits), decode_gemm_plan's
-// unless given (benchmarks). Needs sm_90 for splits > 1 (clusters). No allocation, no host
-// synchronisation: graph-capturable.
-inline constexpr int kDecodeGemmMaxSplits = 8;
-struct DecodeGemmPlan {
-    int64_t tile_rows = 0;  // 0: decode_gemm_plan's
-    int splits = 1;
-};
-DecodeGemmPlan decode_gemm_plan(int64_t m, int64_t n, int64_t k);
-void decode_gemm(const Tensor& x, const Tensor& w, GroupedGemmEpilogue epilogue, Tensor& y,
-                 cudaStream_t stream, DecodeGemmPlan plan = {});
+                                   GroupedGemmRows rows = GroupedGemmRows::kGather);
 
 }  // namespace miniinfer::cuda
