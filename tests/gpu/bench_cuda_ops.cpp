@@ -196,86 +196,6 @@ void bench_gemv(int64_t m, const GemmShape& g, DType out = DType::kBF16) {
                     2.0 * double(m) * double(g.n) * double(g.k));
 }
 
-// Dense decode-size GEMMs (0.6B's four layer GEMMs, 30B-A3B's attention projections) through
-// cuBLASLt against the grouped GEMM's mma.sync tiles run as one expert ("dense m16" and so on:
-// offsets [0, m rounded up to the tile]; rows past m read as zeros and are not stored), each
-// tile's shape variants, the 128-row wgmma kernel, and gate_up with SiLU·mul in the epilogue
-// against cuBLASLt + silu_mul.
-void bench_dense(int64_t m) {
-    struct Shape3 {
-        const char* name;
-        int64_t n, k;
-    };
-    constexpr Shape3 kShapes[] = {{"qkv", (kHeads + 2 * kKvHeads) * kHeadDim, kHidden},
-                                  {"o_proj", kHidden, kHeads * kHeadDim},
-                                  {"gate_up", 2 * kInter, kHidden},
-                                  {"down", kHidden, kInter},
-                                  {"30b qkv", (32 + 2 * 4) * 128, 2048},
-                                  {"30b o_proj", 2048, 32 * 128}};
-    static cuda::Gemm gemm(0);
-    for (const Shape3& g : kShapes) {
-        Tensor x = random_device_bf16({m, g.k}), w = random_device_bf16({1, g.n, g.k}, 0.02f);
-        Tensor w2 = w.view({g.n, g.k});
-        Tensor y = cuda::device_tensor({m, g.n}, DType::kBF16);
-        const double bytes = double(m * g.k + g.n * g.k + m * g.n) * kBf16;
-        const double flops = 2.0 * double(m) * double(g.n) * double(g.k);
-        const std::string shape = dims({m, g.n, g.k});
-        const std::string op = std::string("dense ") + g.name;
-        if (!wanted(op)) continue;
-        print_bench_row(op + " cublaslt", shape,
-                        time_launch([&](cudaStream_t s) { gemm.run(x, w2, nullptr, y, s); }), bytes,
-                        flops);
-        for (int64_t tile : {16, 32, 64, 128}) {
-            const int32_t padded = int32_t((m + tile - 1) / tile * tile);
-            Tensor offsets = device_i32({0, padded});
-            const std::string tiled = op + " tile" + std::to_string(tile);
-            if (tile == 128 && cuda::grouped_gemm_sm90_supported())
-                print_bench_row(tiled + " wgmma", shape, time_launch([&](cudaStream_t s) {
-                                    cuda::grouped_gemm_sm90(x, nullptr, w, offsets,
-                                                            cuda::GroupedGemmEpilogue::kStore, y,
-                                                            s);
-                                }),
-                                bytes, flops);
-            if (cuda::grouped_gemm_num_variants(tile) == 0) {
-                print_bench_row(tiled, shape, time_launch([&](cudaStream_t s) {
-                                    cuda::grouped_gemm_mma_sync(x, nullptr, w, offsets, tile,
-                                                                cuda::GroupedGemmEpilogue::kStore,
-                                                                y, s);
-                                }),
-                                bytes, flops);
-                continue;
-            }
-            for (int v = 0; v < cuda::grouped_gemm_num_variants(tile); ++v)
-                print_bench_row(tiled + ", " + cuda::grouped_gemm_variant_name(tile, v), shape,
-                                time_launch([&](cudaStream_t s) {
-                                    cuda::grouped_gemm_variant(tile, v, x, w, offsets,
-                                                               cuda::GroupedGemmEpilogue::kStore,
-                                                               y, s);
-                                }),
-                                bytes, flops);
-        }
-        if (std::string(g.name) == "gate_up") {
-            Tensor act = cuda::device_tensor({m, g.n / 2}, DType::kBF16);
-            print_bench_row(op + " cublaslt + silu_mul", shape, time_launch([&](cudaStream_t s) {
-                                gemm.run(x, w2, nullptr, y, s);
-                                cuda::silu_mul(y, act, s);
-                            }),
-                            bytes, flops);
-            for (int64_t tile : {16, 32, 64}) {
-                const int32_t padded = int32_t((m + tile - 1) / tile * tile);
-                Tensor offsets = device_i32({0, padded});
-                print_bench_row(op + " tile" + std::to_string(tile) + " silu_mul", shape,
-                                time_launch([&](cudaStream_t s) {
-                                    cuda::grouped_gemm_mma_sync(
-                                        x, nullptr, w, offsets, tile,
-                                        cuda::GroupedGemmEpilogue::kSiluMul, act, s);
-                                }),
-                                bytes, flops);
-            }
-        }
-    }
-}
-
 // Attention over a paged cache with pages in order. seq_lens: each sequence's context after
 // this step; q_lens: its new tokens.
 // fp8: an FP8 KV cache (e4m3 bytes, --kv-cache-dtype fp8), half the K/V bytes. heads, kv_heads:
@@ -652,8 +572,6 @@ int main(int argc, char** argv) {
             bench_attention({1}, {384}, "decode 1 seq x 384 keys", false, heads, kv_heads);
         }
     }
-    if (wanted_group("dense"))
-        for (int64_t m : {4, 8, 16, 32, 64, 96, 128, 192, 256}) bench_dense(m);
     bench_sampling();
     if (wanted_group("moe"))
         for (int64_t tokens : moe_tokens) bench_moe(tokens);
