@@ -196,59 +196,6 @@ void bench_gemv(int64_t m, const GemmShape& g, DType out = DType::kBF16) {
                     2.0 * double(m) * double(g.n) * double(g.k));
 }
 
-// Dense decode-size GEMMs (0.6B's four layer GEMMs, 30B-A3B's attention projections): cuBLASLt
-// against decode_gemm (grouped_gemm.h) with its own plan ("auto") and with every column tile and
-// split count, and gate_up with SiLU·mul in decode_gemm's epilogue against cuBLASLt + silu_mul.
-void bench_dense(int64_t m) {
-    struct Shape3 {
-        const char* name;
-        int64_t n, k;
-    };
-    constexpr Shape3 kShapes[] = {{"qkv", (kHeads + 2 * kKvHeads) * kHeadDim, kHidden},
-                                  {"o_proj", kHidden, kHeads * kHeadDim},
-                                  {"gate_up", 2 * kInter, kHidden},
-                                  {"down", kHidden, kInter},
-                                  {"30b qkv", (32 + 2 * 4) * 128, 2048},
-                                  {"30b o_proj", 2048, 32 * 128}};
-    static cuda::Gemm gemm(0, false, 0);  // cuBLASLt alone
-    for (const Shape3& g : kShapes) {
-        const std::string op = std::string("dense ") + g.name;
-        if (!wanted(op)) continue;
-        Tensor x = random_device_bf16({m, g.k}), w = random_device_bf16({g.n, g.k}, 0.02f);
-        Tensor y = cuda::device_tensor({m, g.n}, DType::kBF16);
-        const double bytes = double(m * g.k + g.n * g.k + m * g.n) * kBf16;
-        const double flops = 2.0 * double(m) * double(g.n) * double(g.k);
-        const std::string shape = dims({m, g.n, g.k});
-        const auto row = [&](const std::string& name, cuda::GroupedGemmEpilogue epilogue,
-                             Tensor& out, cuda::DecodeGemmPlan plan) {
-            print_bench_row(name, shape, time_launch([&](cudaStream_t s) {
-                                cuda::decode_gemm(x, w, epilogue, out, s, plan);
-                            }),
-                            bytes, flops);
-        };
-        print_bench_row(op + " cublaslt", shape,
-                        time_launch([&](cudaStream_t s) { gemm.run(x, w, nullptr, y, s); }), bytes,
-                        flops);
-        const cuda::DecodeGemmPlan plan = cuda::decode_gemm_plan(m, g.n, g.k);
-        row(op + " auto (cols" + std::to_string(plan.cols) + " x" + std::to_string(plan.splits) +
-                ")",
-            cuda::GroupedGemmEpilogue::kStore, y, {});
-        for (int64_t cols : {64, 128, 256})
-            for (int splits : {1, 2, 4, 8})
-                row(op + " cols" + std::to_string(cols) + " x" + std::to_string(splits),
-                    cuda::GroupedGemmEpilogue::kStore, y, {cols, splits});
-        if (std::string(g.name) == "gate_up") {
-            Tensor act = cuda::device_tensor({m, g.n / 2}, DType::kBF16);
-            print_bench_row(op + " cublaslt + silu_mul", shape, time_launch([&](cudaStream_t s) {
-                                gemm.run(x, w, nullptr, y, s);
-                                cuda::silu_mul(y, act, s);
-                            }),
-                            bytes, flops);
-            row(op + " auto silu_mul", cuda::GroupedGemmEpilogue::kSiluMul, act, {});
-        }
-    }
-}
-
 // Attention over a paged cache with pages in order. seq_lens: each sequence's context after
 // this step; q_lens: its new tokens.
 // fp8: an FP8 KV cache (e4m3 bytes, --kv-cache-dtype fp8), half the K/V bytes. heads, kv_heads:
@@ -625,8 +572,6 @@ int main(int argc, char** argv) {
             bench_attention({1}, {384}, "decode 1 seq x 384 keys", false, heads, kv_heads);
         }
     }
-    if (wanted_group("dense"))
-        for (int64_t m : {8, 32, 64, 128, 256}) bench_dense(m);
     bench_sampling();
     if (wanted_group("moe"))
         for (int64_t tokens : moe_tokens) bench_moe(tokens);

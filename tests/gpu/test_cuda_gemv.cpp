@@ -159,7 +159,7 @@ TEST(CudaGemv, GemmDispatch) {
     REQUIRE_GPU();
     std::mt19937 rng(32);
     cuda::Gemm gemm;  // default crossover
-    cuda::Gemm cublas_only(0, false, 0);
+    cuda::Gemm cublas_only(0);
     for (int64_t m : {1, 4, 8, 9, 24}) {
         for (int64_t k : {1024, 17}) {  // 17: gemv refuses, cuBLASLt runs even at m = 1
             const int64_t n = 515;
@@ -492,7 +492,7 @@ TEST(CudaGemv, BenchQwen3Shapes) {
                                  {"lm_head", 151936, 1024}};
     const int64_t max_m = 16;
     std::mt19937 rng(34);
-    cuda::Gemm cublas(0, false, 0);
+    cuda::Gemm cublas(0);
     cuda::Stream stream;
     cuda::Event start(true), end(true);
     std::printf("gemv bench (measured copy peak %.0f GB/s); us per call, GB/s\n",

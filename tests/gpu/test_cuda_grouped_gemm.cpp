@@ -662,60 +662,6 @@ TEST(CudaGroupedGemm, FusedGraphReplayReadsDeviceRouting) {
     }
 }
 
-// decode_gemm (one expert, k split over a cluster) with every column tile and split count, rows
-// that fill no tile, k that is no multiple of the tile's k step (so splits get ragged or no k tiles):
-// kStore against the double reference (check_result's tolerance) and nothing written past m;
-// a second run bit for bit the first (the splits add in a fixed order); kSiluMul bit for bit
-// kStore followed by silu_mul under the same plan; and the default plan (decode_gemm_plan).
-TEST(CudaGroupedGemm, DecodeGemmEveryPlan) {
-    REQUIRE_GPU();
-    if (!cuda::grouped_gemm_sm90_supported()) GTEST_SKIP() << "decode_gemm needs an sm_90 device";
-    struct Case {
-        int64_t m, n, k;
-    };
-    std::mt19937 rng(21);
-    for (const Case c : {Case{1, 192, 1024}, Case{5, 256, 200}, Case{16, 128, 3072},
-                         Case{33, 384, 1024}, Case{64, 1024, 520}, Case{100, 256, 2048}}) {
-        // x's m rows, and 3 rows of zeros under them for check_result (which checks that y's
-        // rows from m on keep the sentinel).
-        Tensor x = uniform_bf16({c.m + 3, c.k}, uint64_t(c.m * 7 + c.k), 1.f);
-        std::fill(x.data<uint16_t>() + c.m * c.k, x.data<uint16_t>() + (c.m + 3) * c.k,
-                  uint16_t(0));
-        const Tensor w = uniform_bf16({1, c.n, c.k}, uint64_t(c.n + c.k), 0.05f);
-        const Tensor dx_all = cuda::to_device(x), dw = cuda::to_device(w);
-        const Tensor dx = gpu_testing::offset_view(dx_all, 0, {c.m, c.k});
-        const Tensor dw2 = dw.view({c.n, c.k});
-        const Routing routing{.counts = {c.m}, .offsets = {0, int32_t(c.m)}, .tile = 1};
-        for (int64_t cols : {0, 64, 128, 256}) {
-            for (int splits : {1, 2, 3, 8}) {
-                if (cols == 0 && splits > 1) continue;  // 0: the default plan
-                const cuda::DecodeGemmPlan plan{cols, splits};
-                const std::string what = "m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) +
-                                         " k=" + std::to_string(c.k) + " cols " +
-                                         std::to_string(cols) + " x" + std::to_string(splits);
-                Tensor dy = cuda::device_tensor({c.m + 3, c.n}, DType::kBF16);
-                MI_CUDA_CHECK(cudaMemset(dy.raw(), 0x7f, dy.nbytes()));
-                Tensor y_m = gpu_testing::offset_view(dy, 0, {c.m, c.n});
-                cuda::decode_gemm(dx, dw2, cuda::GroupedGemmEpilogue::kStore, y_m, nullptr, plan);
-                MI_CUDA_CHECK(cudaDeviceSynchronize());
-                check_result(x, w, routing, dy, int64_t(1) << 26, rng, what);
-                const Tensor first = gpu_testing::download(y_m);
-                cuda::decode_gemm(dx, dw2, cuda::GroupedGemmEpilogue::kStore, y_m, nullptr, plan);
-                MI_CUDA_CHECK(cudaDeviceSynchronize());
-                EXPECT_TRUE(bitwise_equal(gpu_testing::download(y_m), first)) << what << ": not reproducible";
-                if (c.n % 16 != 0) continue;
-                Tensor act = cuda::device_tensor({c.m, c.n / 2}, DType::kBF16);
-                Tensor act_ref = cuda::device_tensor({c.m, c.n / 2}, DType::kBF16);
-                cuda::decode_gemm(dx, dw2, cuda::GroupedGemmEpilogue::kSiluMul, act, nullptr, plan);
-                cuda::silu_mul(y_m, act_ref, nullptr);
-                MI_CUDA_CHECK(cudaDeviceSynchronize());
-                EXPECT_TRUE(bitwise_equal(cuda::to_host(act), cuda::to_host(act_ref)))
-                    << what << ": kSiluMul differs from kStore + silu_mul";
-            }
-        }
-    }
-}
-
 // Informative only, never asserted: µs, GB/s (weights of the experts with rows, x's padded rows
 // and y's) and TFLOP/s of useful rows (2 · real rows · n · k) at the 30B shapes, top 8 of 128
 // experts, for steps of 1, 256 (decode), 2048 and 8192 tokens (prefill), with every row tile
@@ -726,7 +672,7 @@ TEST(CudaGroupedGemm, BenchQwen3MoE30B) {
     if (gpu_testing::instrumented()) GTEST_SKIP() << "timing means nothing when instrumented";
     std::mt19937 rng(5);
     gpu_testing::print_bench_header();
-    cuda::Gemm dense(cuda::Gemm::kGemvMaxRows, false, 0);  // cuBLASLt
+    cuda::Gemm dense;
     for (auto [n, k, name] :
          {std::tuple<int64_t, int64_t, const char*>{1536, 2048, "gate_up"}, {2048, 768, "down"}}) {
         const int64_t num_experts = 128;

@@ -21,7 +21,6 @@
 #include "core/logging.h"
 #include "kernels/cuda/check_tensor.h"
 #include "kernels/cuda/gemv.h"
-#include "kernels/cuda/grouped_gemm.h"
 #include "kernels/cuda/silu_mul.h"
 
 namespace miniinfer::cuda {
@@ -211,11 +210,6 @@ bool fuse_into_gemv() {
     return fuse;
 }
 
-bool tiles_enabled() {
-    static const bool on = env_switch("MINIINFER_GEMM_TILES", true);
-    return on;
-}
-
 }  // namespace
 
 void Gemm::run_normed(const AddRmsNorm& in, const Tensor& w, const Tensor* bias, Tensor& y,
@@ -242,50 +236,13 @@ void Gemm::run_silu_mul(const Tensor& gate_up, Tensor& act, const Tensor& w, con
     run(act, w, bias, y, stream);
 }
 
-bool Gemm::tiles_take(int64_t m) const {
-    static const bool sm90 = grouped_gemm_sm90_supported();
-    return tiles_enabled() && sm90 && m > gemv_max_rows_ && m <= tile_max_rows_;
-}
-
-bool Gemm::tiles_take_operands(const Tensor& x, const Tensor& w, const Tensor* bias,
-                               const Tensor& y, bool silu_mul) const {
-    if (bias || w.ndim() != 2 || y.dtype() != DType::kBF16 || w.size(1) == 0) return false;
-    const int64_t n = w.size(0), k = w.size(1), m = x.numel() / k;
-    return tiles_take(m) && n % (silu_mul ? 16 : 8) == 0 && k % 8 == 0 &&
-           aligned16(x.raw()) && aligned16(w.raw()) && aligned16(y.raw());
-}
-
-void Gemm::run_tiles(const Tensor& x, const Tensor& w, Tensor& y, bool silu_mul,
-                     cudaStream_t stream) {
-    const int64_t n = w.size(0), k = w.size(1), m = x.numel() / k;
-    Tensor y2 = y.view({m, silu_mul ? n / 2 : n});
-    decode_gemm(x.view({m, k}), w,
-                silu_mul ? GroupedGemmEpilogue::kSiluMul : GroupedGemmEpilogue::kStore, y2,
-                stream);
-}
-
-bool Gemm::run_normed_silu_mul(const AddRmsNorm& in, const Tensor& w, const Tensor* bias,
-                               Tensor& act, cudaStream_t stream) {
-    MI_CHECK(in.residual && in.normed, "gemm: a normed input needs its residual and normed rows");
-    if (!tiles_take_operands(*in.normed, w, bias, act, true)) return false;
-    const int64_t m = in.normed->numel() / w.size(1);
-    MI_CHECK(act.numel() == m * (w.size(0) / 2), "gemm: act {} must hold [{}, {}]",
-             act.describe(), m, w.size(0) / 2);
-    add_rms_norm(in, stream);
-    run_tiles(*in.normed, w, act, true, stream);
-    return true;
-}
-
 bool Gemm::tune_from_env() {
     static const bool tune = env_int("MINIINFER_GEMM_TUNE", 0) == 1;
     return tune;
 }
 
-Gemm::Gemm(int64_t gemv_max_rows, bool tune, int64_t tile_max_rows)
-    : impl_(std::make_unique<Impl>()),
-      gemv_max_rows_(gemv_max_rows),
-      tune_(tune),
-      tile_max_rows_(tile_max_rows) {
+Gemm::Gemm(int64_t gemv_max_rows, bool tune)
+    : impl_(std::make_unique<Impl>()), gemv_max_rows_(gemv_max_rows), tune_(tune) {
     check_cublas(cublasLtCreate(&impl_->handle), "cublasLtCreate");
 }
 
@@ -318,10 +275,6 @@ void Gemm::run(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
     // GEMM is just a read of w (test_cuda_gemv's BenchQwen3Shapes compares the two).
     if (m <= gemv_max_rows_ && gemv_supported(x, w, bias, y)) {
         gemv(x, w, bias, y, stream);
-        return;
-    }
-    if (tiles_take_operands(x, w, bias, y, false)) {
-        run_tiles(x, w, y, false, stream);
         return;
     }
 

@@ -14,14 +14,8 @@ namespace miniinfer::cuda {
 // y[m, n] = x[m, k] · w[n, k]ᵀ (+ bias[n]): bf16 in and out, fp32 accumulation.
 // m ≤ gemv_max_rows (decode at small batch) with operands gemv_supported() accepts (k % 8 == 0,
 // x and w 16-byte aligned) runs the bandwidth-bound gemv kernel (kernels/cuda/gemv.h): one bf16
-// rounding of the fp32 sum plus bias, no workspace, no algorithm cache.
-// Decode-size m (up to kTileMaxRows) on an sm_90 device, without a bias, with bf16 y, n and k
-// multiples of 8 and x, w, y 16-byte aligned, runs decode_gemm (grouped_gemm.h: the MoE's wgmma
-// kernel as one expert, narrower column tiles, k split over a thread-block cluster): one bf16
-// rounding of the fp32 sum (added over the splits in a fixed order), graph-capturable, and
-// SiLU·mul can ride in its epilogue (run_normed_silu_mul). cuBLASLt measured about 9-11 µs a
-// call at these sizes on the H200 whatever the rows (bench/RESULTS.md). MINIINFER_GEMM_TILES=0
-// sends these shapes to cuBLASLt too. Everything else runs through cuBLASLt, as follows.
+// rounding of the fp32 sum plus bias, no workspace, no algorithm cache. Everything else runs
+// through cuBLASLt, as follows.
 // x may have any rank with k as its last dimension (m = x.numel() / k); y holds m * n elements.
 // All tensors are contiguous bf16 CUDA tensors, except that y may be f32 (without a bias): the
 // fp32 sums as they are, for the LM head's logits. y must not alias x, w or bias.
@@ -43,11 +37,9 @@ namespace miniinfer::cuda {
 // (MI_CHECK): they are bugs in the caller, not user errors.
 class Gemm {
   public:
-    // gemv_max_rows: the largest m sent to the gemv kernel; tile_max_rows: the largest m of the
-    // row-tile path. 0 and 0 send everything to cuBLASLt (benchmarks and tests compare the
-    // paths this way).
-    explicit Gemm(int64_t gemv_max_rows = kGemvMaxRows, bool tune = tune_from_env(),
-                  int64_t tile_max_rows = kTileMaxRows);
+    // gemv_max_rows: the largest m sent to the gemv kernel; 0 sends everything to cuBLASLt
+    // (benchmarks and tests compare the two this way).
+    explicit Gemm(int64_t gemv_max_rows = kGemvMaxRows, bool tune = tune_from_env());
     ~Gemm();
     Gemm(const Gemm&) = delete;
     Gemm& operator=(const Gemm&) = delete;
@@ -65,16 +57,6 @@ class Gemm {
     // MINIINFER_FUSED_GEMV=0 keeps two kernels in both run_normed and run_silu_mul.
     void run_silu_mul(const Tensor& gate_up, Tensor& act, const Tensor& w, const Tensor* bias,
                       Tensor& y, cudaStream_t stream);
-    // act = silu_mul(*in.normed · wᵀ) after the norm `in`, with w [2 · inter, k] (gate rows, then
-    // up rows) and act [m, inter], where the GEMM takes the row-tile path (above): add_rms_norm,
-    // then one GEMM with SiLU·mul in its epilogue (the [m, 2 · inter] gate_up is never written).
-    // Returns false and does nothing otherwise (a bias, m outside the tiles' range, shapes they
-    // do not take): the caller then runs run_normed and run_silu_mul.
-    bool run_normed_silu_mul(const AddRmsNorm& in, const Tensor& w, const Tensor* bias,
-                             Tensor& act, cudaStream_t stream);
-    // Whether m rows may take the row-tile path (not gemv's, at most tile_max_rows, and not
-    // MINIINFER_GEMM_TILES=0); the operands must suit it too.
-    bool tiles_take(int64_t m) const;
 
     static constexpr size_t kWorkspaceBytes = size_t(32) << 20;
     static constexpr int kTuneCandidates = 8;
@@ -87,21 +69,12 @@ class Gemm {
     // m=8 31.3 vs 23.6. gemv's time grows with m (each row is another pass over x), so it only
     // pays for the smallest batches.
     static constexpr int64_t kGemvMaxRows = 2;
-    // Largest m of the row-tile path (measured on the H200: bench_cuda_ops "dense").
-    static constexpr int64_t kTileMaxRows = 256;
 
   private:
-    // Whether the row-tile path takes y = x · wᵀ (+ bias) with this epilogue, and running it.
-    bool tiles_take_operands(const Tensor& x, const Tensor& w, const Tensor* bias,
-                             const Tensor& y, bool silu_mul) const;
-    void run_tiles(const Tensor& x, const Tensor& w, Tensor& y, bool silu_mul,
-                   cudaStream_t stream);
-
     struct Impl;
     std::unique_ptr<Impl> impl_;
     int64_t gemv_max_rows_;
     bool tune_;
-    int64_t tile_max_rows_;
 };
 
 }  // namespace miniinfer::cuda

@@ -408,8 +408,7 @@ int64_t grouped_gemm_tile_rows(int64_t routed_rows, int64_t num_experts) {
 
 GroupedGemmDims check_grouped_gemm(const Tensor& x, const Tensor* row_token, const Tensor& w,
                                    const Tensor& expert_offsets, GroupedGemmEpilogue epilogue,
-                                   const Tensor& y, int64_t y_align, GroupedGemmRows rows,
-                                   bool offsets) {
+                                   const Tensor& y, int64_t y_align, GroupedGemmRows rows) {
     check_cuda_tensor(w, DType::kBF16, "grouped_gemm: w", {kAnySize, kAnySize, kAnySize});
     const int64_t num_experts = w.size(0), n = w.size(1), k = w.size(2);
     check_cuda_tensor(x, DType::kBF16, "grouped_gemm: x", {kAnySize, k});
@@ -420,9 +419,8 @@ GroupedGemmDims check_grouped_gemm(const Tensor& x, const Tensor* row_token, con
         MI_LAUNCH_CHECK(rows == GroupedGemmRows::kGather || x.size(0) >= max_rows,
                         "grouped_gemm: kPermuted needs x with a row for every row of row_token");
     }
-    if (offsets)
-        check_cuda_tensor(expert_offsets, DType::kI32, "grouped_gemm: expert_offsets",
-                          {num_experts + 1});
+    check_cuda_tensor(expert_offsets, DType::kI32, "grouped_gemm: expert_offsets",
+                      {num_experts + 1});
     const bool silu_mul = epilogue == GroupedGemmEpilogue::kSiluMul;
     const int64_t y_cols = silu_mul ? n / 2 : n;
     check_cuda_tensor(y, DType::kBF16, "grouped_gemm: y", {max_rows, y_cols});

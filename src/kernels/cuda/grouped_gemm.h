@@ -121,32 +121,9 @@ struct GroupedGemmDims {
 // Checks grouped_gemm's contract on its operands (shapes, dtypes, multiples of 8, 16-byte
 // alignment of x and w, y_align-byte alignment of y, sizes within int32) and returns the sizes.
 // A failure aborts as MI_LAUNCH_CHECK.
-// offsets false: expert_offsets is not checked (decode_gemm has none).
 GroupedGemmDims check_grouped_gemm(const Tensor& x, const Tensor* row_token, const Tensor& w,
                                    const Tensor& expert_offsets, GroupedGemmEpilogue epilogue,
                                    const Tensor& y, int64_t y_align,
-                                   GroupedGemmRows rows = GroupedGemmRows::kGather,
-                                   bool offsets = true);
-
-// A dense y = x · wᵀ of decode size (cuda::Gemm's path for 3 to Gemm::kTileMaxRows rows, gemm.h)
-// on grouped_gemm_sm90's wgmma kernel as one expert: x [m, k], w [n, k], y [m, n] (kStore) or
-// [m, n / 2] (kSiluMul, w's gate rows then up rows), bf16, n and k multiples of 8 (n of 16 for
-// kSiluMul), x, w and y 16-byte aligned (checked: MI_LAUNCH_CHECK); an sm_90 device.
-//   - one expert alone would give the grid n / 256 column tiles × a row tile or two (16 to 48
-//     blocks at Qwen3-0.6B's shapes): the plan takes column tiles of 128 or 64 and splits k over
-//     `splits` blocks of one thread-block cluster, which add their fp32 sums in block order
-//     through distributed shared memory (the same bits every run; another order than 1 split);
-//   - the weights of the first stages are loaded before the PDL wait (no earlier kernel writes
-//     them).
-// plan: the column tile (64, 128, 256) and splits (1 to kDecodeGemmMaxSplits), decode_gemm_plan's
-// unless given (benchmarks). No allocation, no host synchronisation: graph-capturable.
-inline constexpr int kDecodeGemmMaxSplits = 8;
-struct DecodeGemmPlan {
-    int64_t cols = 0;  // 0: decode_gemm_plan's
-    int splits = 1;
-};
-DecodeGemmPlan decode_gemm_plan(int64_t m, int64_t n, int64_t k);
-void decode_gemm(const Tensor& x, const Tensor& w, GroupedGemmEpilogue epilogue, Tensor& y,
-                 cudaStream_t stream, DecodeGemmPlan plan = {});
+                                   GroupedGemmRows rows = GroupedGemmRows::kGather);
 
 }  // namespace miniinfer::cuda

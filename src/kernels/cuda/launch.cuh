@@ -42,37 +42,20 @@ __device__ __forceinline__ void pdl_trigger() {
 // kernel<<<grid, block, shared_bytes, stream>>>(args...), with programmatic stream
 // serialisation allowed (see above). The arguments are converted to the kernel's parameter
 // types as a <<<>>> launch converts them.
-// cluster: thread-block cluster dimensions (sm_90; the grid a multiple of them), or all 1: none.
 template <typename... Params, typename... Args>
-void launch_kernel_clustered(void (*kernel)(Params...), dim3 grid, dim3 cluster, dim3 block,
-                             size_t shared_bytes, cudaStream_t stream, Args&&... args) {
-    cudaLaunchAttribute attributes[2]{};
-    unsigned num_attributes = 0;
-    if (pdl_enabled()) {
-        attributes[num_attributes].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attributes[num_attributes++].val.programmaticStreamSerializationAllowed = 1;
-    }
-    if (cluster.x * cluster.y * cluster.z > 1) {
-        attributes[num_attributes].id = cudaLaunchAttributeClusterDimension;
-        attributes[num_attributes].val.clusterDim.x = cluster.x;
-        attributes[num_attributes].val.clusterDim.y = cluster.y;
-        attributes[num_attributes++].val.clusterDim.z = cluster.z;
-    }
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
+                   cudaStream_t stream, Args&&... args) {
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
     cudaLaunchConfig_t config{};
     config.gridDim = grid;
     config.blockDim = block;
     config.dynamicSmemBytes = shared_bytes;
     config.stream = stream;
-    config.attrs = attributes;
-    config.numAttrs = num_attributes;
+    config.attrs = &attribute;
+    config.numAttrs = pdl_enabled() ? 1 : 0;
     MI_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
-}
-
-template <typename... Params, typename... Args>
-void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
-                   cudaStream_t stream, Args&&... args) {
-    launch_kernel_clustered(kernel, grid, dim3(1, 1, 1), block, shared_bytes, stream,
-                            std::forward<Args>(args)...);
 }
 
 // Lets Kernel launch with `bytes` of dynamic shared memory (above 48 KiB a kernel must opt in),

@@ -35,12 +35,6 @@ void Linear::forward_silu_mul(const Tensor& gate_up, Tensor& act, Tensor& y,
     });
 }
 
-bool Linear::forward_normed_silu_mul(const AddRmsNorm& in, Tensor& act, const Step& step) const {
-    if (shard == Shard::kRow && comm != nullptr) return false;  // SiLU must follow the sum
-    return step.gemm.run_normed_silu_mul(in, weight, bias.defined() ? &bias : nullptr, act,
-                                         step.stream);
-}
-
 AddRmsNorm RmsNorm::before(const Tensor* delta, const Tensor& residual, Tensor* residual_out,
                            Tensor& normed) const {
     return {.delta = delta,

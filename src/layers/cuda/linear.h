@@ -27,11 +27,6 @@ struct Linear {
     // The same for x = silu_mul(gate_up), into act first or, at small batches, inside the GEMV
     // (Gemm::run_silu_mul; act is then left as it was).
     void forward_silu_mul(const Tensor& gate_up, Tensor& act, Tensor& y, const Step& step) const;
-    // act = silu_mul(x · weightᵀ) for x = *in.normed after the norm `in`, a gate_up layer's
-    // output through SiLU·mul, in one GEMM where the Gemm fuses it (Gemm::run_normed_silu_mul).
-    // Returns false and does nothing where it does not: then forward(in, ...) and the next
-    // layer's forward_silu_mul.
-    bool forward_normed_silu_mul(const AddRmsNorm& in, Tensor& act, const Step& step) const;
 };
 
 struct RmsNorm {

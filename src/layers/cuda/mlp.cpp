@@ -12,10 +12,6 @@ Mlp::Buffers Mlp::allocate_buffers(int64_t max_tokens) const {
 
 void Mlp::forward(const AddRmsNorm& input, Tensor& y, const Step& step, Buffers& buf) const {
     Tensor gu = rows(buf.gate_up, step.in.num_tokens), act = rows(buf.act, step.in.num_tokens);
-    if (gate_up.forward_normed_silu_mul(input, act, step)) {  // SiLU·mul in the GEMM's epilogue
-        down.forward(act, y, step);
-        return;
-    }
     gate_up.forward(input, gu, step);
     down.forward_silu_mul(gu, act, y, step);
 }
