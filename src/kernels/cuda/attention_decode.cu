@@ -222,7 +222,9 @@ __device__ __forceinline__ void merge_if_last(int32_t* counter, const float* par
 // head_chunks, num_seqs, num_splits): split-major, so that the blocks a short sequence leaves
 // empty come last, into the last wave's idle SMs; kHeads: query heads per block. A block with no
 // keys writes its rows' log-sum-exp as -inf (combine_kernel skips it) and leaves.
-template <int kHeadDim, int kHeads, typename Cache>
+// kHalfPv (an FP8 cache only): each step's P·V in f16 (fp8 pairs widened to f16x2 in one
+// instruction, HFMA2), added to the fp32 accumulators once per step; see the V loop below.
+template <int kHeadDim, int kHeads, typename Cache, bool kHalfPv = false>
 __global__ void __launch_bounds__(kThreads)
     decode_kernel(const bf16* __restrict__ q, const Cache* __restrict__ k_cache,
                   const Cache* __restrict__ v_cache, float k_scale, float v_scale,
@@ -359,14 +361,49 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
             for (int i = 0; i < kKeysPerSlot; ++i) l[h] += score[h][i];
         }
-#pragma unroll
-        for (int i = 0; i < kKeysPerSlot; ++i) {
-            float v_val[kLaneDims];
-            cache_to_float(v_raw[i], v_val);
+        if constexpr (kFp8 && kHalfPv) {
+            // This step's P·V in f16: p in [0, 1] and e4m3 values (at most 448 unscaled) make
+            // products and sums of kKeysPerSlot of them (at most 1,792) that f16 holds, each
+            // rounded to 11 bits against e4m3's 4; the fp32 accumulators take the step's sum.
+            // Widening a pair to f16x2 is one instruction against three to fp32, and one HFMA2
+            // does two products.
+            __half2 part[kHeads][kLaneDims / 2];
 #pragma unroll
             for (int h = 0; h < kHeads; ++h)
 #pragma unroll
-                for (int e = 0; e < kLaneDims; ++e) acc[h][e] += score[h][i] * v_val[e];
+                for (int j = 0; j < kLaneDims / 2; ++j) part[h][j] = __float2half2_rn(0.f);
+#pragma unroll
+            for (int i = 0; i < kKeysPerSlot; ++i) {
+                uint4 v16[kLaneDims / 8];  // kLaneDims f16, 8 to a vector
+                const uint2* v8 = reinterpret_cast<const uint2*>(&v_raw[i]);
+#pragma unroll
+                for (int c = 0; c < kLaneDims / 8; ++c) v16[c] = e4m3x8_to_f16x8(v8[c]);
+                const __half2* v2 = reinterpret_cast<const __half2*>(v16);
+#pragma unroll
+                for (int h = 0; h < kHeads; ++h) {
+                    const __half2 p = __float2half2_rn(score[h][i]);
+#pragma unroll
+                    for (int j = 0; j < kLaneDims / 2; ++j) part[h][j] = __hfma2(p, v2[j], part[h][j]);
+                }
+            }
+#pragma unroll
+            for (int h = 0; h < kHeads; ++h)
+#pragma unroll
+                for (int j = 0; j < kLaneDims / 2; ++j) {
+                    const float2 f = __half22float2(part[h][j]);
+                    acc[h][2 * j] += f.x;
+                    acc[h][2 * j + 1] += f.y;
+                }
+        } else {
+#pragma unroll
+            for (int i = 0; i < kKeysPerSlot; ++i) {
+                float v_val[kLaneDims];
+                cache_to_float(v_raw[i], v_val);
+#pragma unroll
+                for (int h = 0; h < kHeads; ++h)
+#pragma unroll
+                    for (int e = 0; e < kLaneDims; ++e) acc[h][e] += score[h][i] * v_val[e];
+            }
         }
     }
 
@@ -516,6 +553,17 @@ bool decode_mma_heads_enabled() {
     static const bool enabled = env_switch("MINIINFER_DECODE_MMA_HEADS", true);
     return enabled;
 }
+// Whether groups of 1 to 3 take the heads-as-columns form too: MINIINFER_DECODE_MMA_SMALL "1".
+bool decode_mma_small_enabled() {
+    static const bool enabled = env_switch("MINIINFER_DECODE_MMA_SMALL", false);
+    return enabled;
+}
+// Whether decode_kernel on an FP8 cache runs P·V in f16 steps (kHalfPv):
+// MINIINFER_DECODE_HALF_PV not "0".
+bool decode_half_pv_enabled() {
+    static const bool enabled = env_switch("MINIINFER_DECODE_HALF_PV", true);
+    return enabled;
+}
 size_t partial_row_bytes(int64_t num_heads, int64_t head_dim) {
     return size_t(num_heads) * size_t(head_dim + 1) * sizeof(float);
 }
@@ -614,6 +662,25 @@ void launch_decode(const AttentionLaunch& a, int64_t head_chunks, size_t smem_by
     }
 }
 
+// The smallest decode_kernel instance that holds the group (groups above 8 are split into
+// chunks of 8).
+template <int kHeadDim, typename Cache, bool kHalfPv>
+void launch_decode_cuda_cores(const AttentionLaunch& a, int64_t group, void* workspace,
+                              size_t workspace_bytes, cudaStream_t stream) {
+    if (group == 1)
+        return launch_decode<decode_kernel<kHeadDim, 1, Cache, kHalfPv>, Cache>(
+            a, 1, 0, workspace, workspace_bytes, stream);
+    if (group == 2)
+        return launch_decode<decode_kernel<kHeadDim, 2, Cache, kHalfPv>, Cache>(
+            a, 1, 0, workspace, workspace_bytes, stream);
+    if (group <= 4)
+        return launch_decode<decode_kernel<kHeadDim, 4, Cache, kHalfPv>, Cache>(
+            a, 1, 0, workspace, workspace_bytes, stream);
+    const int64_t head_chunks = (group + kMaxHeadsPerBlock - 1) / kMaxHeadsPerBlock;
+    return launch_decode<decode_kernel<kHeadDim, kMaxHeadsPerBlock, Cache, kHalfPv>, Cache>(
+        a, head_chunks, 0, workspace, workspace_bytes, stream);
+}
+
 // The kernel for the GQA group: decode_mma_kernel for groups of 4 to 16, else the smallest
 // decode_kernel instance that holds the group (groups above 8 are split into chunks of 8).
 template <int kHeadDim, typename Cache>
@@ -622,24 +689,21 @@ void launch_decode_group(const AttentionLaunch& a, void* workspace, size_t works
     const int64_t group = a.num_heads / a.num_kv_heads;
     // Groups of 1 to 3 keep decode_kernel: at the 0.6B's group of 2 the tensor-core form made
     // decode256 35,837 tok/s against 41,788 (bf16) and 41,695 against 53,155 (FP8) on the H200.
+    if (group < 4 && decode_mma_small_enabled())
+        return launch_decode<decode_mma_kernel<kHeadDim, Cache, true>, Cache>(
+            a, 1, decode_mma_smem_bytes<kHeadDim>(), workspace, workspace_bytes, stream);
     if (group >= 4 && group <= 8 && decode_mma_enabled() && decode_mma_heads_enabled())
         return launch_decode<decode_mma_kernel<kHeadDim, Cache, true>, Cache>(
             a, 1, decode_mma_smem_bytes<kHeadDim>(), workspace, workspace_bytes, stream);
     if (group >= 4 && group <= 16 && decode_mma_enabled())
         return launch_decode<decode_mma_kernel<kHeadDim, Cache, false>, Cache>(
             a, 1, decode_mma_smem_bytes<kHeadDim>(), workspace, workspace_bytes, stream);
-    if (group == 1)
-        return launch_decode<decode_kernel<kHeadDim, 1, Cache>, Cache>(a, 1, 0, workspace,
-                                                                       workspace_bytes, stream);
-    if (group == 2)
-        return launch_decode<decode_kernel<kHeadDim, 2, Cache>, Cache>(a, 1, 0, workspace,
-                                                                       workspace_bytes, stream);
-    if (group <= 4)
-        return launch_decode<decode_kernel<kHeadDim, 4, Cache>, Cache>(a, 1, 0, workspace,
-                                                                       workspace_bytes, stream);
-    const int64_t head_chunks = (group + kMaxHeadsPerBlock - 1) / kMaxHeadsPerBlock;
-    return launch_decode<decode_kernel<kHeadDim, kMaxHeadsPerBlock, Cache>, Cache>(
-        a, head_chunks, 0, workspace, workspace_bytes, stream);
+    if constexpr (std::is_same_v<Cache, uint8_t>)
+        if (decode_half_pv_enabled())
+            return launch_decode_cuda_cores<kHeadDim, Cache, true>(a, group, workspace,
+                                                                   workspace_bytes, stream);
+    return launch_decode_cuda_cores<kHeadDim, Cache, false>(a, group, workspace, workspace_bytes,
+                                                            stream);
 }
 
 template <int kHeadDim>
