@@ -509,48 +509,6 @@ TEST(CudaAttentionFa2, DecodeOrderDoesNotChangeTheOutput) {
     }
 }
 
-// The split-KV combine inside the decode launch (AttentionParams::decode_counters): the last
-// block of each (sequence, KV head) merges its splits with the combine kernel's arithmetic, so
-// the output is the separate combine's bit for bit; the counters are left zero, so a second
-// launch (as a graph replay) gives the same bits again. GQA groups 1, 2 (decode_kernel), 8
-// (heads as the mma's columns) and 16 (attend_narrow), head_dim 64 and 128, batches with many
-// splits, empty trailing splits and none.
-TEST(CudaAttentionFa2, FusedCombineGivesTheSeparateCombinesBits) {
-    REQUIRE_GPU();
-    std::mt19937 rng(23);
-    const Config configs[] = {
-        {16, 16, 128, 16}, {16, 8, 128, 16}, {32, 4, 128, 16}, {32, 2, 64, 16}, {16, 8, 64, 24}};
-    const std::vector<std::vector<Seq>> batches = {
-        {{1, 3000}}, {{1, 2100}, {1, 1}, {1, 130}, {1, 777}}, {{1, 384}}, [] {
-            std::vector<Seq> many;
-            for (int i = 0; i < 40; ++i) many.push_back({1, 1 + (i * 53 + 11) % 600});
-            return many;
-        }()};
-    for (const Config& cfg : configs) {
-        for (const std::vector<Seq>& seqs : batches) {
-            const Batch b = make_batch(cfg, seqs, rng);
-            PlannedDecode decode(b);
-            Tensor counters = cuda::device_tensor({b.num_tokens * cfg.num_heads}, DType::kI32);
-            const auto run = [&](bool fused) {
-                return decode.run([&](cuda::AttentionParams& p) {
-                    if (fused) p.decode_counters = counters.data<int32_t>();
-                });
-            };
-            const std::string what = describe(cfg, seqs);
-            const Tensor separate = run(false);
-            expect_close(b, separate, "separate combine, " + what);
-            for (int launch = 0; launch < 2; ++launch) {
-                EXPECT_TRUE(gpu_testing::bitwise_equal(run(true), separate))
-                    << "fused combine, launch " << launch << ", " << what;
-                const Tensor left = cuda::to_host(counters);
-                EXPECT_EQ(std::count(left.data<int32_t>(), left.data<int32_t>() + left.numel(), 0),
-                          left.numel())
-                    << "counters not re-armed after launch " << launch << ", " << what;
-            }
-        }
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // flashinfer only: what the planner decides (FlashInferAttention's introspection). The plan
 // depends on the lengths and the shape only; CudaAttention/flashinfer runs these same lengths

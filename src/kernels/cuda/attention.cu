@@ -68,7 +68,6 @@ AttentionLaunch make_attention_launch(const AttentionParams& p) {
     a.v_scale = p.v_scale;
     a.decode_lengths = p.decode_lengths;
     a.decode_order = p.decode_order;
-    a.decode_counters = p.decode_counters;
     return a;
 }
 

@@ -51,12 +51,6 @@ struct AttentionParams {
     // the longest blocks start in the first wave and the short ones fill the last). Changes no
     // output bit. nullptr: in batch order.
     const int32_t* decode_order = nullptr;
-    // Optional, device [num_tokens * num_heads] int32, all zero (and left so): with it a split
-    // decode merges its splits in the same launch, the last block of each (sequence, KV head)
-    // to finish merging them (the same arithmetic as the separate combine kernel, so the same
-    // bits), and no combine kernel runs. nullptr: the combine kernel. Launches that share the
-    // counters must not run concurrently.
-    int32_t* decode_counters = nullptr;
 };
 
 // The launchers' common validation of p (both backends): dtypes, ranks, contiguity, head_dim 64
@@ -91,7 +85,6 @@ struct AttentionLaunch {
     float k_scale = 1.f, v_scale = 1.f;
     const int32_t* decode_lengths = nullptr;  // AttentionParams::decode_lengths
     const int32_t* decode_order = nullptr;    // AttentionParams::decode_order
-    int32_t* decode_counters = nullptr;       // AttentionParams::decode_counters
 };
 // The launch arguments of p (checked by check_attention_params first); both backends build them
 // here.

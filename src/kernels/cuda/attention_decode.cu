@@ -19,10 +19,10 @@
 // Given an order (AttentionLaunch::decode_order, the fa2 plan's longest first), grid row y
 // takes sequence order[y]: the GPU starts blocks in grid order, so the longest start first and
 // the shortest fill the last wave's gaps, instead of a long sequence late in the batch running
-// alone at the end. Given counters (AttentionLaunch::decode_counters), the splits merge inside
-// the launch instead: the last block of each (sequence, KV head) to finish runs the combine's
-// per-row merge on its rows (merge_if_last), and no combine kernel is launched. The kernels read
-// the lengths, order and block table before the PDL wait (launch.cuh): only copies write them.
+// alone at the end. The kernels read the lengths, order and block table before the PDL wait
+// (launch.cuh): only copies write them. (Merging the splits inside the decode launch, the last
+// block of each (sequence, KV head) combining them, measured no faster on the H200 twice and was
+// removed, session 12.)
 //
 // GQA groups of 4 to 16 query heads a KV head take decode_mma_kernel instead: the group's heads
 // are the rows of one 16-row tensor-core tile (attention_tile.cuh: attend_narrow), since the
@@ -34,7 +34,9 @@
 // the bytes), so it is bound by instructions: with 8 dims a lane (8-byte loads) it read about
 // 2.4 TB/s of K/V against 4.2 TB/s from a bf16 cache (bench_cuda_ops, H200). With up to two
 // heads a block a lane now holds 16 dims (one 16-byte load), so a key's dot product is summed
-// over 8 lanes instead of 16.
+// over 8 lanes instead of 16; and each step's P·V runs in f16 (kHalfPv: e4m3 pairs widen to
+// f16x2 in one instruction, HFMA2 does two products), added to the fp32 accumulators once a
+// step: 168.5 µs at 256 x 1024 keys, 76% of the copy rate, against 175.3.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -132,21 +134,19 @@ __device__ __forceinline__ int2 split_range(const DecodeSplitArgs& ds, int seq_l
 // A warp per row: its lanes read the (at most kMaxSplits) log-sum-exps at once, then each lane
 // sums its kHeadDim / 32 dims over the live splits, all of a pass's loads issued together (a
 // thread per dim walking the splits one dependent load at a time made it latency-bound: 11 µs
-// for 8,192 rows of 3 splits on the H200, 3x its bytes). kFromL2: loads that skip L1, for rows
-// other blocks of the same launch wrote (merge_if_last).
-template <int kHeadDim, bool kFromL2>
+// for 8,192 rows of 3 splits on the H200, 3x its bytes).
+template <int kHeadDim>
 __device__ __forceinline__ void combine_row(const float* __restrict__ partial_o,
                                             const float* __restrict__ partial_lse, int num_splits,
                                             int64_t row, bf16* __restrict__ out) {
     static_assert(kMaxSplits <= 64 && kHeadDim % 64 == 0);
     constexpr int kDims = kHeadDim / 32;  // 2 or 4 a lane
     using Vec = std::conditional_t<kDims == 4, float4, float2>;
-    const auto load = [](const auto* p) { return kFromL2 ? __ldcg(p) : *p; };
     const int lane = threadIdx.x % 32;
     const float* lse = partial_lse + row * num_splits;
     // Split s's log-sum-exp in lane s % 32 of lse_lo (s < 32) or lse_hi.
-    const float lse_lo = lane < num_splits ? load(lse + lane) : -INFINITY;
-    const float lse_hi = lane + 32 < num_splits ? load(lse + lane + 32) : -INFINITY;
+    const float lse_lo = lane < num_splits ? lse[lane] : -INFINITY;
+    const float lse_hi = lane + 32 < num_splits ? lse[lane + 32] : -INFINITY;
     const float m = warp_max(fmaxf(lse_lo, lse_hi));  // > -inf: split 0 always has keys
     const float w_lo = lse_lo == -INFINITY ? 0.f : exp2f(lse_lo - m);
     const float w_hi = lse_hi == -INFINITY ? 0.f : exp2f(lse_hi - m);
@@ -163,7 +163,7 @@ __device__ __forceinline__ void combine_row(const float* __restrict__ partial_o,
             // Every lane takes the same weight: the branch below is uniform.
             w[u] = __shfl_sync(0xffffffffu, s < 32 ? w_lo : w_hi, s % 32);
             if (s < num_splits && w[u] > 0.f)  // an empty split's o may be anything
-                v[u] = load(reinterpret_cast<const Vec*>(o + int64_t(s) * kHeadDim));
+                v[u] = *reinterpret_cast<const Vec*>(o + int64_t(s) * kHeadDim);
         }
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
@@ -188,30 +188,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32)
     pdl_trigger();
     const int64_t row = int64_t(blockIdx.x) * kCombineWarps + threadIdx.x / 32;
     if (row >= rows) return;  // whole warp
-    combine_row<kHeadDim, false>(partial_o, partial_lse, num_splits, row, out);
-}
-
-// The combine inside the decode launch (counters given, AttentionParams::decode_counters): once
-// its partial rows [row0, row0 + rows) are written, each of the num_splits blocks of a (token,
-// block column) counts itself in; the last to arrive merges those rows' splits as combine_kernel
-// would (the same function, so the same bits) and re-arms the counter for the next launch.
-// Called by every thread of the block, empty splits included.
-template <int kHeadDim>
-__device__ __forceinline__ void merge_if_last(int32_t* counter, const float* partial_o,
-                                              const float* partial_lse, int num_splits,
-                                              int64_t row0, int rows, bf16* out) {
-    __shared__ bool last;
-    __threadfence();  // this thread's partial rows visible to whichever block merges
-    __syncthreads();  // ... every thread's
-    if (threadIdx.x == 0) {
-        last = atomicAdd(counter, 1) == num_splits - 1;
-        if (last) *counter = 0;  // every block of this count has arrived
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    for (int r = int(threadIdx.x) / 32; r < rows; r += kWarps)
-        combine_row<kHeadDim, true>(partial_o, partial_lse, num_splits, row0 + r, out);
+    combine_row<kHeadDim>(partial_o, partial_lse, num_splits, row, out);
 }
 
 // q: [num_tokens, num_heads, head_dim]; k_cache, v_cache: [num_pages, page_size, num_kv_heads,
@@ -232,7 +209,7 @@ __global__ void __launch_bounds__(kThreads)
                   const int32_t* __restrict__ block_table, int max_pages, int num_heads,
                   int num_kv_heads, int page_size, int page_shift, float scale_log2, int num_splits,
                   DecodeSplitArgs ds, bf16* __restrict__ out, float* __restrict__ partial_o,
-                  float* __restrict__ partial_lse, int32_t* __restrict__ counters) {
+                  float* __restrict__ partial_lse) {
     constexpr bool kFp8 = std::is_same_v<Cache, uint8_t>;
     // Dims a lane holds. From an FP8 cache with up to 2 heads, 16 (one 16-byte load): a key's dot
     // product is then summed over half as many lanes, the per-key work (shuffles, softmax)
@@ -264,15 +241,10 @@ __global__ void __launch_bounds__(kThreads)
         prefetch_l1(block_table + int64_t(seq) * max_pages + key_begin / page_size);
     pdl_wait();
     pdl_trigger();
-    // With counters (fused combine) the block's rows merge in the launch: merge_if_last.
     const int64_t row0 = int64_t(token) * num_heads + head_begin;
-    int32_t* counter = counters ? counters + int64_t(token) * gridDim.x + blockIdx.x : nullptr;
     if (key_begin >= key_end) {  // only a split past the first can be empty
         if (int(threadIdx.x) < num_block_heads)
             partial_lse[(row0 + threadIdx.x) * num_splits + split] = -INFINITY;
-        if (counter)
-            merge_if_last<kHeadDim>(counter, partial_o, partial_lse, num_splits, row0,
-                                    num_block_heads, out);
         return;
     }
     const int32_t* pages = block_table + int64_t(seq) * max_pages;
@@ -353,8 +325,13 @@ __global__ void __launch_bounds__(kThreads)
             }
             const Rescale w = merge_weights(m[h], step_max);
             l[h] *= w.self;
+            // An FP8 step is bound by instructions: skip the rescale when the maximum held
+            // (w.self is then exactly 1, so the bits are the same), as it does after the first
+            // steps for most lanes.
+            if (!kFp8 || w.self != 1.f) {
 #pragma unroll
-            for (int e = 0; e < kLaneDims; ++e) acc[h][e] *= w.self;
+                for (int e = 0; e < kLaneDims; ++e) acc[h][e] *= w.self;
+            }
 #pragma unroll
             for (int i = 0; i < kKeysPerSlot; ++i)
                 score[h][i] = exp2f(score[h][i] - (m[h] == -INFINITY ? 0.f : m[h]));
@@ -459,9 +436,6 @@ __global__ void __launch_bounds__(kThreads)
                 partial_lse[row * num_splits + split] = sum > 0.f ? m_all + log2f(sum) : -INFINITY;
         }
     }
-    if (counter)
-        merge_if_last<kHeadDim>(counter, partial_o, partial_lse, num_splits, row0, num_block_heads,
-                                out);
 }
 
 // Decode for GQA groups of 4 to 16 query heads a KV head (Qwen3-4B/8B 4, 14B 5, 30B-A3B and
@@ -481,8 +455,7 @@ __global__ void __launch_bounds__(kThreads)
                       const int32_t* __restrict__ block_table, int max_pages, int num_heads,
                       int num_kv_heads, int page_size, int page_shift, float scale_log2,
                       int num_splits, DecodeSplitArgs ds, bf16* __restrict__ out,
-                      float* __restrict__ partial_o, float* __restrict__ partial_lse,
-                      int32_t* __restrict__ counters) {
+                      float* __restrict__ partial_o, float* __restrict__ partial_lse) {
     extern __shared__ __align__(16) unsigned char smem_bytes[];  // decode_mma_smem_bytes
     bf16* smem = reinterpret_cast<bf16*>(smem_bytes);
     const int seq = ds.seq(blockIdx.y), split = blockIdx.z, kv_head = blockIdx.x;
@@ -501,12 +474,9 @@ __global__ void __launch_bounds__(kThreads)
     pdl_wait();
     pdl_trigger();
     const int64_t row0 = packed_row_index(token, 0, group, num_heads, kv_head);  // + r < group
-    int32_t* counter = counters ? counters + int64_t(token) * gridDim.x + blockIdx.x : nullptr;
     if (key_begin >= key_end) {  // only a split past the first can be empty
         if (int(threadIdx.x) < group)
             partial_lse[(row0 + threadIdx.x) * num_splits + split] = -INFINITY;
-        if (counter)
-            merge_if_last<kHeadDim>(counter, partial_o, partial_lse, num_splits, row0, group, out);
         return;
     }
     const auto store = [&](int, int r, int d, float a, float sum, float m) {
@@ -531,8 +501,6 @@ __global__ void __launch_bounds__(kThreads)
                                         seq_len - 1, key_begin, key_end, k_cache, v_cache, k_scale,
                                         v_scale, pages, page_size, page_shift, kv_row_stride,
                                         scale_log2, store);
-    if (counter)
-        merge_if_last<kHeadDim>(counter, partial_o, partial_lse, num_splits, row0, group, out);
 }
 
 // decode_mma_kernel's dynamic shared memory: K then V slices of kWarps warps x 2 stages x 16 keys
@@ -551,11 +519,6 @@ bool decode_mma_enabled() {
 // Whether groups of 4 to 8 take its heads-as-columns form: MINIINFER_DECODE_MMA_HEADS not "0".
 bool decode_mma_heads_enabled() {
     static const bool enabled = env_switch("MINIINFER_DECODE_MMA_HEADS", true);
-    return enabled;
-}
-// Whether groups of 1 to 3 take the heads-as-columns form too: MINIINFER_DECODE_MMA_SMALL "1".
-bool decode_mma_small_enabled() {
-    static const bool enabled = env_switch("MINIINFER_DECODE_MMA_SMALL", false);
     return enabled;
 }
 // Whether decode_kernel on an FP8 cache runs P·V in f16 steps (kHalfPv):
@@ -639,8 +602,6 @@ void launch_decode(const AttentionLaunch& a, int64_t head_chunks, size_t smem_by
                              std::max(occupancy.num_sms * occupancy.blocks_per_sm, 1),
                              min_keys_per_split(), int(blocks_per_key)};
     const dim3 grid(unsigned(blocks_per_key), unsigned(a.num_seqs), unsigned(num_splits));
-    // The combine in the same launch when the caller gave counters (AttentionParams).
-    int32_t* counters = num_splits > 1 ? a.decode_counters : nullptr;
     auto* partial_o = static_cast<float*>(workspace);
     float* partial_lse =
         num_splits > 1 ? partial_o + a.num_tokens * a.num_heads * num_splits * a.head_dim : nullptr;
@@ -649,9 +610,9 @@ void launch_decode(const AttentionLaunch& a, int64_t head_chunks, size_t smem_by
                   a.k_scale, a.v_scale, a.query_start, a.seq_lens, a.block_table, int(a.max_pages),
                   int(a.num_heads), int(a.num_kv_heads), int(a.page_size),
                   page_shift_of(a.page_size), a.scale * 1.4426950408889634f, num_splits, ds,
-                  static_cast<bf16*>(a.out), partial_o, partial_lse, counters);
+                  static_cast<bf16*>(a.out), partial_o, partial_lse);
     MI_CUDA_CHECK(cudaGetLastError());
-    if (num_splits > 1 && counters == nullptr) {
+    if (num_splits > 1) {
         const int64_t rows = a.num_tokens * a.num_heads;
         const auto combine =
             a.head_dim == 128 ? combine_kernel<128> : combine_kernel<64>;  // the two head_dims
@@ -688,10 +649,8 @@ void launch_decode_group(const AttentionLaunch& a, void* workspace, size_t works
                          cudaStream_t stream) {
     const int64_t group = a.num_heads / a.num_kv_heads;
     // Groups of 1 to 3 keep decode_kernel: at the 0.6B's group of 2 the tensor-core form made
-    // decode256 35,837 tok/s against 41,788 (bf16) and 41,695 against 53,155 (FP8) on the H200.
-    if (group < 4 && decode_mma_small_enabled())
-        return launch_decode<decode_mma_kernel<kHeadDim, Cache, true>, Cache>(
-            a, 1, decode_mma_smem_bytes<kHeadDim>(), workspace, workspace_bytes, stream);
+    // decode256 35,837 tok/s against 41,788 (bf16) and 41,695 against 53,155 (FP8) on the H200;
+    // its heads-as-columns form 41,955 against 55,370 (FP8, session 12).
     if (group >= 4 && group <= 8 && decode_mma_enabled() && decode_mma_heads_enabled())
         return launch_decode<decode_mma_kernel<kHeadDim, Cache, true>, Cache>(
             a, 1, decode_mma_smem_bytes<kHeadDim>(), workspace, workspace_bytes, stream);

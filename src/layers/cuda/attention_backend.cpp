@@ -17,17 +17,12 @@ namespace {
 // split choice (attention.h: AttentionParams::decode_lengths), so that a replayed graph splits by
 // the replay's lengths; and from kOrderMinSeqs sequences on the order in which the decode takes
 // them, longest first (AttentionParams::decode_order). MINIINFER_DECODE_ORDER=0 keeps batch
-// order. MINIINFER_DECODE_FUSED_COMBINE=1 gives the decode its counters
-// (AttentionParams::decode_counters): split decodes merge in their own launch, no combine kernel
-// (off by default: on the H200 it made nothing faster, bench/RESULTS.md session 11).
+// order.
 class Fa2Backend final : public AttentionBackend {
   public:
     explicit Fa2Backend(const AttentionShape& s)
         : workspace_(attention_workspace_bytes(s.max_tokens, s.num_heads, s.head_dim)),
           table_(size_t(2 + s.max_seqs) * sizeof(int32_t)),
-          counters_(fused_combine_enabled()
-                        ? device_tensor({s.max_tokens * s.num_heads}, DType::kI32)
-                        : Tensor()),
           max_seqs_(s.max_seqs) {}
     const char* name() const override { return "fa2"; }
     void plan(std::span<const int32_t>, std::span<const int32_t> seq_lens,
@@ -53,7 +48,6 @@ class Fa2Backend final : public AttentionBackend {
     void run(const AttentionParams& p, cudaStream_t stream) override {
         AttentionParams q = p;
         if (planned_) q.decode_lengths = static_cast<const int32_t*>(table_.device());
-        if (counters_.numel() > 0) q.decode_counters = counters_.data<int32_t>();
         if (ordered_ && p.num_seqs == planned_seqs_)
             q.decode_order = static_cast<const int32_t*>(table_.device()) + 2;
         paged_attention(q, workspace_.data(), workspace_.bytes(), stream);
@@ -66,14 +60,9 @@ class Fa2Backend final : public AttentionBackend {
         static const bool enabled = env_switch("MINIINFER_DECODE_ORDER", true);
         return enabled;
     }
-    static bool fused_combine_enabled() {
-        static const bool enabled = env_switch("MINIINFER_DECODE_FUSED_COMBINE", false);
-        return enabled;
-    }
 
     DeviceBuffer workspace_;
     PinnedUpload table_;  // int32 [2 + max_seqs]: Σ seq_lens, longest seq_len, the order
-    Tensor counters_;     // int32 [max_tokens * num_heads] zeros (fused combine), or empty
     int64_t max_seqs_;
     bool planned_ = false;  // run() without a plan() splits by the bounds
     bool ordered_ = false;  // the table holds an order for this step
