@@ -360,7 +360,8 @@ __global__ void __launch_bounds__(kThreads)
                 for (int h = 0; h < kHeads; ++h) {
                     const __half2 p = __float2half2_rn(score[h][i]);
 #pragma unroll
-                    for (int j = 0; j < kLaneDims / 2; ++j) part[h][j] = __hfma2(p, v2[j], part[h][j]);
+                    for (int j = 0; j < kLaneDims / 2; ++j)
+                        part[h][j] = __hfma2(p, v2[j], part[h][j]);
                 }
             }
 #pragma unroll
