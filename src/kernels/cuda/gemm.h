@@ -15,7 +15,9 @@ namespace miniinfer::cuda {
 // m ≤ gemv_max_rows (decode at small batch) with operands gemv_supported() accepts (k % 8 == 0,
 // x and w 16-byte aligned) runs the bandwidth-bound gemv kernel (kernels/cuda/gemv.h): one bf16
 // rounding of the fp32 sum plus bias, no workspace, no algorithm cache. Everything else runs
-// through cuBLASLt, as follows.
+// through cuBLASLt, as follows. (Decode-size GEMMs of our own, 3 to 256 rows, were tried on the
+// H200 in session 12: the MoE's mma.sync tiles and its wgmma kernel run as one expert, with k
+// split over thread-block clusters; each stayed 5-40% behind cuBLASLt, bench/RESULTS.md.)
 // x may have any rank with k as its last dimension (m = x.numel() / k); y holds m * n elements.
 // All tensors are contiguous bf16 CUDA tensors, except that y may be f32 (without a bias): the
 // fp32 sums as they are, for the LM head's logits. y must not alias x, w or bias.
