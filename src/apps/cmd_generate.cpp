@@ -1,4 +1,4 @@
-// miniinfer generate --model DIR (--prompt TEXT ... | --input FILE.jsonl) [sampling flags]
+// miniinfer generate --model DIR (--prompt TEXT ... | --input FILE.jsonl | --input -) [sampling flags]
 // Runs every prompt through the engine at once and writes one JSON line per prompt, in input
 // order, to --output or stdout. A bad prompt gets an "error" line; the others still run.
 #include <unistd.h>
@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <future>
+#include <iostream>
 
 #include "apps/commands.h"
 #include "apps/engine_options.h"
@@ -34,23 +35,31 @@ struct Job {
     std::string error;
 };
 
+// The --prompt values, then the --input lines ("-": standard input). Read before the model
+// loads, so that a missing file or an empty input fails at once.
 std::vector<Json> read_inputs(const GenerateOptions& o) {
     std::vector<Json> lines;
     for (const auto& p : o.prompts) lines.push_back({{"prompt", p}});
     if (!o.input.empty()) {
-        std::ifstream in(o.input);
-        if (!in) fail("{}: cannot open", o.input);
+        std::ifstream file;
+        if (o.input != "-") {
+            file.open(o.input);
+            if (!file) fail("{}: cannot open", o.input);
+        }
+        std::istream& in = o.input == "-" ? std::cin : file;
+        const std::string name = o.input == "-" ? "standard input" : o.input;
         std::string line;
         for (int n = 1; std::getline(in, line); ++n) {
             if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
             try {
-                lines.push_back(parse_untrusted_json(line, fmt::format("{} line {}", o.input, n)));
+                lines.push_back(parse_untrusted_json(line, fmt::format("{} line {}", name, n)));
             } catch (const Error& e) {
                 lines.push_back(Json{{"__error", e.what()}});
             }
         }
     }
-    if (lines.empty()) fail("nothing to generate: give --prompt TEXT or --input FILE.jsonl");
+    if (lines.empty())
+        fail("nothing to generate: give --prompt TEXT or --input FILE.jsonl (- for standard input)");
     return lines;
 }
 
@@ -209,6 +218,14 @@ void run_in_pipeline(PipelineClient& client, const std::vector<Job>& jobs,
 void run(const GenerateOptions& o, const Json& sampling_flags) {
     const EngineConfig config = o.engine.resolve();
     if (run_as_worker_node(config)) return;
+    // The inputs and the output file first: a run must not load a model (a minute for a large
+    // one) or generate everything only to find it has nothing to read or nowhere to write.
+    const std::vector<Json> inputs = read_inputs(o);
+    std::ofstream file;
+    if (!o.output.empty()) {
+        file.open(o.output);
+        if (!file) fail("{}: cannot write", o.output);
+    }
     std::unique_ptr<LLMEngine> engine;
     std::unique_ptr<PipelineClient> pipeline;
     if (config.use_multiprocess)
@@ -224,8 +241,7 @@ void run(const GenerateOptions& o, const Json& sampling_flags) {
         if (o.chat) throw;
     }
     std::vector<Job> jobs;
-    for (const Json& line : read_inputs(o))
-        jobs.push_back(make_job(line, base, o, chat ? &*chat : nullptr));
+    for (const Json& line : inputs) jobs.push_back(make_job(line, base, o, chat ? &*chat : nullptr));
 
     std::vector<RequestOutput> results(jobs.size());
     if (pipeline)
@@ -233,11 +249,6 @@ void run(const GenerateOptions& o, const Json& sampling_flags) {
     else
         run_in_process(*engine, jobs, results);
 
-    std::ofstream file;
-    if (!o.output.empty()) {
-        file.open(o.output);
-        if (!file) fail("{}: cannot write", o.output);
-    }
     size_t num_errors = 0;
     for (size_t i = 0; i < jobs.size(); ++i) {
         num_errors += results[i].error.empty() ? 0 : 1;
@@ -266,9 +277,9 @@ void add_generate(CLI::App& app) {
     add_multiprocess_option(*cmd, opts->engine);
     cmd->add_option("--prompt", opts->prompts, "A prompt (repeatable)");
     cmd->add_option("--input", opts->input,
-                    "JSON lines: {\"prompt\": ...}, {\"messages\": [...]} or "
-                    "{\"prompt_token_ids\": [...]}, each "
-                    "with optional sampling fields");
+                    "JSON lines (- for standard input): {\"prompt\": ...}, {\"messages\": "
+                    "[...]} or {\"prompt_token_ids\": [...]}, each with optional sampling "
+                    "fields");
     cmd->add_option("--output", opts->output, "Write JSON lines here instead of stdout");
     cmd->add_flag("--chat", opts->chat,
                   "Wrap each --prompt / \"prompt\" in the model's chat template as a user message");

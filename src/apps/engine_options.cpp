@@ -55,7 +55,8 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool positional_model) 
                    "CUDA attention: auto | fa2 | flashinfer")
         ->capture_default_str();
     cmd.add_option("--kv-cache-dtype", o.config.kv_cache_dtype,
-                   "auto | fp8 (e4m3, scale 1.0; CPU only so far)")
+                   "auto | fp8 (K/V stored as e4m3, half the cache memory: the checkpoint's "
+                   "k_scale/v_scale, else 1.0; CPU and CUDA)")
         ->capture_default_str();
     cmd.add_flag("--enforce-eager", o.config.enforce_eager,
                  "CUDA: no graphs, every step launched kernel by kernel");

@@ -70,8 +70,27 @@ def test_seeded_sampling_repeats():
 def test_bad_engine_options():
     code, _, err = run("generate", "--model", DEMO, "--prompt", "x", "--device", "tpu")
     assert code == 1 and "device 'tpu'" in err
+
+
+def test_input_from_standard_input():
+    stdin = json.dumps({"prompt_token_ids": REF["prompts"][2]["ids"], "temperature": 0, "max_tokens": 6,
+                        "ignore_eos": True}) + "\n\nnot json\n"
+    code, out, err = run("generate", "--model", DEMO, "--input", "-", stdin=stdin)
+    assert code == 1 and "1 of 2 requests failed" in err, err
+    r = lines(out)
+    assert r[0]["token_ids"] == REF["prompts"][2]["greedy"][:6]
+    assert "standard input line 3" in r[1]["error"]
+
+
+def test_nothing_to_read_or_nowhere_to_write_fails_before_the_model_loads(tmp_path):
+    # "engine ready" is logged once the model is loaded: these must fail before that.
     code, _, err = run("generate", "--model", DEMO)
-    assert code == 1 and "nothing to generate" in err
+    assert code == 1 and "nothing to generate" in err and "engine ready" not in err
+    code, _, err = run("generate", "--model", DEMO, "--input", str(tmp_path / "missing.jsonl"))
+    assert code == 1 and "cannot open" in err and "engine ready" not in err
+    code, _, err = run("generate", "--model", DEMO, "--prompt", "x",
+                       "--output", str(tmp_path / "no" / "such" / "dir.jsonl"))
+    assert code == 1 and "cannot write" in err and "engine ready" not in err
 
 
 def test_generation_config_flag(tmp_path):
