@@ -1,5 +1,5 @@
-// miniinfer generate --model DIR (--prompt TEXT ... | --input FILE.jsonl | --input -) [sampling flags]
-// Runs every prompt through the engine at once and writes one JSON line per prompt, in input
+// miniinfer generate --model DIR (--prompt TEXT ... | --input FILE.jsonl | --input -) [sampling
+// flags] Runs every prompt through the engine at once and writes one JSON line per prompt, in input
 // order, to --output or stdout. A bad prompt gets an "error" line; the others still run.
 #include <unistd.h>
 
@@ -59,7 +59,8 @@ std::vector<Json> read_inputs(const GenerateOptions& o) {
         }
     }
     if (lines.empty())
-        fail("nothing to generate: give --prompt TEXT or --input FILE.jsonl (- for standard input)");
+        fail(
+            "nothing to generate: give --prompt TEXT or --input FILE.jsonl (- for standard input)");
     return lines;
 }
 
@@ -241,7 +242,8 @@ void run(const GenerateOptions& o, const Json& sampling_flags) {
         if (o.chat) throw;
     }
     std::vector<Job> jobs;
-    for (const Json& line : inputs) jobs.push_back(make_job(line, base, o, chat ? &*chat : nullptr));
+    for (const Json& line : inputs)
+        jobs.push_back(make_job(line, base, o, chat ? &*chat : nullptr));
 
     std::vector<RequestOutput> results(jobs.size());
     if (pipeline)
