@@ -159,6 +159,12 @@ void run(const BenchOptions& o) {
     if (o.profile_top > 0 && config.device != "cuda")
         fail("--profile-kernels records GPU kernels: it needs --device cuda");
     if (run_as_worker_node(config)) return;
+    // The --json file before the model loads and the workloads run (minutes), not after.
+    std::ofstream json_file;
+    if (!o.json_out.empty()) {
+        json_file.open(o.json_out);
+        if (!json_file) fail("{}: cannot write", o.json_out);
+    }
     LLMEngine engine(config);
     // Warm-up: one short request through every code path the runs use.
     SamplingParams warm;
@@ -211,10 +217,9 @@ void run(const BenchOptions& o) {
                 percent(first_cached, 1), percent(later_cached, o.runs - 1), later_runs.c_str());
         }
     }
-    if (!o.json_out.empty()) {
-        std::ofstream out(o.json_out);
-        if (!out) fail("{}: cannot write", o.json_out);
-        out << results.dump(2) << "\n";
+    if (json_file.is_open()) {
+        json_file << results.dump(2) << "\n";
+        if (!json_file.flush()) fail("{}: cannot write", o.json_out);
     }
 }
 

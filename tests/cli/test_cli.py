@@ -141,6 +141,11 @@ def test_bench_on_the_cpu_shows_no_gpu_speed_of_light(tmp_path):
     code, out, err = run("bench", "--model", DEMO, "--workload", "bs1", "--hbm-bytes-per-s", "1e11")
     assert code == 0, err
     assert "%" in [l for l in out.splitlines() if l.startswith("| bs1 ")][0]
+    # An unwritable --json fails before the model loads, not after the runs.
+    code, out, err = run("bench", "--model", DEMO, "--workload", "bs1", "--json",
+                         str(tmp_path / "no" / "such" / "dir.json"))
+    assert_clean_error(code, err, "cannot write")
+    assert "engine ready" not in err and "| bs1 " not in out
 
 
 def test_bench_reports_time_to_first_token(tmp_path):
