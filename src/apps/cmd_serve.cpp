@@ -5,12 +5,16 @@
 // down), then the engine stops (with --use-multiprocess: its processes are stopped and reaped
 // and the socket directory removed) and the exit status is 0. A second signal exits at once
 // (children killed, socket directory removed).
+#include <netdb.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -54,6 +58,35 @@ void raise_open_file_limit(ServerOptions& server) {
     }
 }
 
+// Fails (as the server's own bind would, later) when host:port cannot be bound now: another
+// server holds it or the address is not this machine's. Checked before the model loads, which
+// takes a minute for a large one; the port is free again when this returns (the server binds it
+// for good once the engine is ready). Port 0 (any free port) is not checked.
+void check_port_is_free(const std::string& host, int port) {
+    if (port == 0) return;
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    addrinfo* found = nullptr;
+    const std::string service = std::to_string(port);
+    if (const int rc = getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0)
+        fail("cannot listen on {}:{}: {}", host, port, gai_strerror(rc));
+    std::string why = "no address";
+    bool bound = false;
+    for (addrinfo* a = found; a != nullptr && !bound; a = a->ai_next) {
+        const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+        if (fd < 0) continue;
+        const int yes = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);  // as the server's socket
+        bound = bind(fd, a->ai_addr, a->ai_addrlen) == 0;
+        if (!bound) why = std::strerror(errno);
+        close(fd);
+    }
+    freeaddrinfo(found);
+    if (!bound) fail("cannot listen on {}:{}: {}", host, port, why);
+}
+
 void run(ServeOptions o) {
     if (o.server.api_key.empty())
         if (const char* key = std::getenv("MINIINFER_API_KEY")) o.server.api_key = key;
@@ -81,6 +114,7 @@ void run(ServeOptions o) {
     std::signal(SIGPIPE, SIG_IGN);  // a client that went away is a failed write, not a crash
 
     ModelConfig::load(model_dir);  // a wrong directory is the first thing to say, not a warning
+    check_port_is_free(o.server.host, o.server.port);
     std::optional<ChatTemplate> chat;
     try {
         chat = o.chat_template.empty() ? ChatTemplate::load(model_dir)

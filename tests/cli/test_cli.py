@@ -131,6 +131,18 @@ def test_serve_a_missing_directory_says_so_first():
     assert_clean_error(code, err, "/nonexistent/model", "not a directory")  # no template warning
 
 
+def test_serve_on_a_taken_port_fails_before_the_model_loads():
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        code, _, err = run("serve", DEMO, "--host", "127.0.0.1", "--port", str(port))
+    assert_clean_error(code, err, f"cannot listen on 127.0.0.1:{port}", "in use")
+    code, _, err = run("serve", DEMO, "--host", "no-such-host.invalid", "--port", "8123")
+    assert_clean_error(code, err, "cannot listen on no-such-host.invalid:8123")
+
+
 def test_bench_on_the_cpu_shows_no_gpu_speed_of_light(tmp_path):
     out_json = tmp_path / "bench.json"
     code, out, err = run("bench", "--model", DEMO, "--workload", "bs1", "--json", str(out_json))
