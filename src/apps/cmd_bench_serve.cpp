@@ -130,7 +130,9 @@ RequestResult send_request(const ServeBenchOptions& o, const Json& body) {
     };
     httplib::Result res = client.send(req);
     r.latency = std::chrono::duration<double>(Clock::now() - start).count();
-    if (r.error.empty() && !res) r.error = "connection: " + httplib::to_string(res.error());
+    if (r.error.empty() && !res)
+        r.error = fmt::format("connection to {}:{} failed ({})", o.host, o.port,
+                              httplib::to_string(res.error()));
     if (r.error.empty() && status != 200) r.error = fmt::format("HTTP {}: {}", status, error_body);
     if (r.error.empty() && num_chunks == 0) r.error = "no chunk with choices in the stream";
     if (r.error.empty() && !done) r.error = "the stream ended without data: [DONE]";
@@ -197,6 +199,11 @@ void run(const ServeBenchOptions& o) {
             ? make_random_workload(o.num_prompts, o.input_len, o.output_len, o.seed)
             : make_bench_workload(o.workload, o.balanced_file);
     const size_t n = w.prompts.size();
+    std::ofstream json_file;  // opened now: an unwritable --json fails before the run
+    if (!o.json_out.empty()) {
+        json_file.open(o.json_out);
+        if (!json_file) fail("{}: cannot write", o.json_out);
+    }
     std::vector<Json> bodies(n);
     for (size_t i = 0; i < n; ++i) {
         bodies[i] = {{"prompt", w.prompts[i]},
@@ -273,11 +280,13 @@ void run(const ServeBenchOptions& o) {
     if (!errors.empty())
         std::fprintf(stderr, "%zu requests failed; the first: %s\n", errors.size(),
                      errors[0].c_str());
-    if (!o.json_out.empty()) {
-        std::ofstream out(o.json_out);
-        if (!out) fail("{}: cannot write", o.json_out);
-        out << j.dump(2) << "\n";
+    if (json_file.is_open()) {
+        json_file << j.dump(2) << "\n";
+        if (!json_file.flush()) fail("{}: cannot write", o.json_out);
     }
+    if (completed == 0 && errors[0].starts_with("connection to "))
+        fail("all {} requests failed: nothing answers at {}:{} (is the server running?)", n,
+             o.host, o.port);
     if (completed == 0) fail("all {} requests failed", n);
 }
 

@@ -206,4 +206,10 @@ def test_bad_options(server_factory, tmp_path):
     assert s.bodies == []
     p = subprocess.run([BIN, "bench-serve", "--port", "1", "--workload", "random", "--num-prompts", "1"],
                        capture_output=True, text=True, timeout=60)
-    assert p.returncode == 1 and "connection" in p.stderr
+    assert p.returncode == 1 and "nothing answers at 127.0.0.1:1 (is the server running?)" in p.stderr, p.stderr
+    assert "connection to 127.0.0.1:1 failed" in p.stderr, p.stderr
+    p = subprocess.run([BIN, "bench-serve", "--port", str(s.server_address[1]), "--workload", "random",
+                        "--num-prompts", "1", "--json", str(tmp_path / "no" / "such" / "dir.json")],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 1 and "cannot write" in p.stderr, p.stderr
+    assert s.bodies == []  # nothing was sent
