@@ -285,8 +285,8 @@ void run(const ServeBenchOptions& o) {
         if (!json_file.flush()) fail("{}: cannot write", o.json_out);
     }
     if (completed == 0 && errors[0].starts_with("connection to "))
-        fail("all {} requests failed: nothing answers at {}:{} (is the server running?)", n,
-             o.host, o.port);
+        fail("all {} requests failed: nothing answers at {}:{} (is the server running?)", n, o.host,
+             o.port);
     if (completed == 0) fail("all {} requests failed", n);
 }
 
