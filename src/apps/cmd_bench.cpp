@@ -159,12 +159,7 @@ void run(const BenchOptions& o) {
     if (o.profile_top > 0 && config.device != "cuda")
         fail("--profile-kernels records GPU kernels: it needs --device cuda");
     if (run_as_worker_node(config)) return;
-    // The --json file before the model loads and the workloads run (minutes), not after.
-    std::ofstream json_file;
-    if (!o.json_out.empty()) {
-        json_file.open(o.json_out);
-        if (!json_file) fail("{}: cannot write", o.json_out);
-    }
+    std::ofstream json_file = open_output_file(o.json_out);
     LLMEngine engine(config);
     // Warm-up: one short request through every code path the runs use.
     SamplingParams warm;

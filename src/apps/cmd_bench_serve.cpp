@@ -41,6 +41,7 @@ struct ServeBenchOptions {
 
 struct RequestResult {
     bool success = false;
+    bool unanswered = false;  // no HTTP response at all (nothing listening, connection refused)
     std::string error;
     double ttft = 0, latency = 0;  // seconds
     int64_t output_tokens = 0;
@@ -130,9 +131,11 @@ RequestResult send_request(const ServeBenchOptions& o, const Json& body) {
     };
     httplib::Result res = client.send(req);
     r.latency = std::chrono::duration<double>(Clock::now() - start).count();
-    if (r.error.empty() && !res)
+    if (r.error.empty() && !res) {
+        r.unanswered = status == 0;
         r.error = fmt::format("connection to {}:{} failed ({})", o.host, o.port,
                               httplib::to_string(res.error()));
+    }
     if (r.error.empty() && status != 200) r.error = fmt::format("HTTP {}: {}", status, error_body);
     if (r.error.empty() && num_chunks == 0) r.error = "no chunk with choices in the stream";
     if (r.error.empty() && !done) r.error = "the stream ended without data: [DONE]";
@@ -199,11 +202,7 @@ void run(const ServeBenchOptions& o) {
             ? make_random_workload(o.num_prompts, o.input_len, o.output_len, o.seed)
             : make_bench_workload(o.workload, o.balanced_file);
     const size_t n = w.prompts.size();
-    std::ofstream json_file;  // opened now: an unwritable --json fails before the run
-    if (!o.json_out.empty()) {
-        json_file.open(o.json_out);
-        if (!json_file) fail("{}: cannot write", o.json_out);
-    }
+    std::ofstream json_file = open_output_file(o.json_out);
     std::vector<Json> bodies(n);
     for (size_t i = 0; i < n; ++i) {
         bodies[i] = {{"prompt", w.prompts[i]},
@@ -284,7 +283,9 @@ void run(const ServeBenchOptions& o) {
         json_file << j.dump(2) << "\n";
         if (!json_file.flush()) fail("{}: cannot write", o.json_out);
     }
-    if (completed == 0 && errors[0].starts_with("connection to "))
+    const bool none_answered = std::all_of(results.begin(), results.end(),
+                                           [](const RequestResult& r) { return r.unanswered; });
+    if (n > 0 && none_answered)
         fail("all {} requests failed: nothing answers at {}:{} (is the server running?)", n, o.host,
              o.port);
     if (completed == 0) fail("all {} requests failed", n);

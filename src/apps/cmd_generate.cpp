@@ -1,5 +1,6 @@
-// miniinfer generate --model DIR (--prompt TEXT ... | --input FILE.jsonl | --input -) [sampling
-// flags] Runs every prompt through the engine at once and writes one JSON line per prompt, in input
+// miniinfer generate --model DIR (--prompt TEXT ... | --input FILE.jsonl | --input -)
+//                    [sampling flags]
+// Runs every prompt through the engine at once and writes one JSON line per prompt, in input
 // order, to --output or stdout. A bad prompt gets an "error" line; the others still run.
 #include <unistd.h>
 
@@ -222,11 +223,7 @@ void run(const GenerateOptions& o, const Json& sampling_flags) {
     // The inputs and the output file first: a run must not load a model (a minute for a large
     // one) or generate everything only to find it has nothing to read or nowhere to write.
     const std::vector<Json> inputs = read_inputs(o);
-    std::ofstream file;
-    if (!o.output.empty()) {
-        file.open(o.output);
-        if (!file) fail("{}: cannot write", o.output);
-    }
+    std::ofstream file = open_output_file(o.output);
     std::unique_ptr<LLMEngine> engine;
     std::unique_ptr<PipelineClient> pipeline;
     if (config.use_multiprocess)

@@ -4,9 +4,23 @@
 
 #include <CLI/CLI.hpp>
 
+#include <fstream>
 #include <string>
 
+#include "core/check.h"
+
 namespace miniinfer::apps {
+
+// An output file (--output, --json) opened for writing when the command starts: a path that
+// cannot be written fails before the command loads a model or does its work, not after. An empty
+// path gives a closed stream (nothing to write).
+inline std::ofstream open_output_file(const std::string& path) {
+    std::ofstream file;
+    if (path.empty()) return file;
+    file.open(path);
+    if (!file) fail("{}: cannot write", path);
+    return file;
+}
 
 void add_inspect(CLI::App& app);  // miniinfer inspect --model DIR [--json]
 void add_logits(CLI::App& app);   // miniinfer logits --model DIR --ids 1,2,3 [--top 5]
