@@ -95,20 +95,26 @@ __device__ __forceinline__ void cache_to_float(const uint4& v, float (&f)[16]) {
     for (int e = 0; e < 8; ++e) f[e] = lo[e], f[8 + e] = hi[e];
 }
 
-// Brings the 128-byte line of p into this SM's L1 (no register written, nothing waited for).
+// Brings the 128-byte line of p into this SM's L1, or into L2 (no register written, nothing
+// waited for).
 __device__ __forceinline__ void prefetch_l1(const void* p) {
     asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p));
+}
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
 }
 
 // How a decode block finds its sequence and keys (decode_split.h): lengths (device [2]: the
 // step's Σ seq_lens and longest seq_len) give every sequence chunks of one size; without them a
 // sequence's keys are cut into num_splits equal parts. order (device [num_seqs], or nullptr:
 // batch order) maps the grid's sequence index to the batch's. blocks_per_key: blocks per
-// (sequence, split).
+// (sequence, split). prefetch: decode_kernel brings its first keys into L2 before the PDL wait
+// (MINIINFER_DECODE_PREFETCH=0 turns it off, for comparisons).
 struct DecodeSplitArgs {
     const int32_t* lengths;
     const int32_t* order;
     int slots, min_keys, blocks_per_key;
+    bool prefetch;
 
     // The sequence of grid row y (blockIdx.y).
     __device__ __forceinline__ int seq(int y) const { return order != nullptr ? order[y] : y; }
@@ -191,6 +197,13 @@ __global__ void __launch_bounds__(kCombineWarps * 32)
     combine_row<kHeadDim>(partial_o, partial_lse, num_splits, row, out);
 }
 
+// How much of decode_kernel's arithmetic on an FP8 cache runs in f16 (MINIINFER_DECODE_HALF).
+enum class HalfMath {
+    kNone,  // fp32 (a bf16 cache always)
+    kPv,    // P·V: each step's products summed in f16, added to the fp32 accumulators
+    kQkPv,  // and q·k: each lane's partial dot over its 16 dims in f16, then fp32
+};
+
 // q: [num_tokens, num_heads, head_dim]; k_cache, v_cache: [num_pages, page_size, num_kv_heads,
 // head_dim] of Cache (bf16, or e4m3 bytes scaled by k_scale / v_scale); query_start: [num_seqs +
 // 1]; seq_lens: [num_seqs]; block_table: [num_seqs, max_pages]; out: [num_tokens, num_heads,
@@ -199,9 +212,11 @@ __global__ void __launch_bounds__(kCombineWarps * 32)
 // head_chunks, num_seqs, num_splits): split-major, so that the blocks a short sequence leaves
 // empty come last, into the last wave's idle SMs; kHeads: query heads per block. A block with no
 // keys writes its rows' log-sum-exp as -inf (combine_kernel skips it) and leaves.
-// kHalfPv (an FP8 cache only): each step's P·V in f16 (fp8 pairs widened to f16x2 in one
-// instruction, HFMA2), added to the fp32 accumulators once per step; see the V loop below.
-template <int kHeadDim, int kHeads, typename Cache, bool kHalfPv = false>
+// kHalf (an FP8 cache only): which products run in f16 (HalfMath; e4m3 pairs widen to f16x2 in
+// one instruction, HFMA2 does two products); see the K and V loops below.
+// Before the PDL wait a block brings its first step's K/V into L2, so that those loads overlap
+// the tail of the kernel before (the q/k norm, RoPE and KV store) instead of following it.
+template <int kHeadDim, int kHeads, typename Cache, HalfMath kHalf = HalfMath::kNone>
 __global__ void __launch_bounds__(kThreads)
     decode_kernel(const bf16* __restrict__ q, const Cache* __restrict__ k_cache,
                   const Cache* __restrict__ v_cache, float k_scale, float v_scale,
@@ -211,6 +226,8 @@ __global__ void __launch_bounds__(kThreads)
                   DecodeSplitArgs ds, bf16* __restrict__ out, float* __restrict__ partial_o,
                   float* __restrict__ partial_lse) {
     constexpr bool kFp8 = std::is_same_v<Cache, uint8_t>;
+    static_assert(kFp8 || kHalf == HalfMath::kNone, "a bf16 cache is read in fp32");
+    constexpr bool kHalfQk = kHalf == HalfMath::kQkPv, kHalfPv = kHalf != HalfMath::kNone;
     // Dims a lane holds. From an FP8 cache with up to 2 heads, 16 (one 16-byte load): a key's dot
     // product is then summed over half as many lanes, the per-key work (shuffles, softmax)
     // spread over twice the bytes, since that kernel is bound by instructions, not bytes (8 dims
@@ -222,6 +239,9 @@ __global__ void __launch_bounds__(kThreads)
     // Keys each lane group loads before computing: more bytes in flight where registers allow.
     constexpr int kKeysPerSlot = kHeads <= 2 && kLaneDims == 8 ? 8 : 4;
     constexpr int kWarpKeys = kSlots * kKeysPerSlot;
+    // f16 q·k: q is stored divided by 16 (exact: a power of two) so that a lane's partial dot
+    // stays far below f16's 65,504 (|q| · 448 · 16 terms), and the sum is multiplied back.
+    constexpr float kQkHalfScale = 16.f;
 
     const int seq = ds.seq(blockIdx.y), split = blockIdx.z;
     const int head_chunks = (num_heads / num_kv_heads + kHeads - 1) / kHeads;
@@ -236,9 +256,45 @@ __global__ void __launch_bounds__(kThreads)
     // Splits cover whole warp steps of keys; trailing splits of a short sequence may be empty.
     const int2 range = split_range<kWarpKeys>(ds, seq_len, split, num_splits);
     const int key_begin = range.x, key_end = range.y;
-    // The block table's line of the first keys into L1 meanwhile (the loops read their pages).
-    if (threadIdx.x == 0 && key_begin < key_end)
-        prefetch_l1(block_table + int64_t(seq) * max_pages + key_begin / page_size);
+    const int32_t* pages = block_table + int64_t(seq) * max_pages;
+    const int64_t kv_row_stride = int64_t(num_kv_heads) * kHeadDim;
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int slot = lane / kLanesPerKey, dim0 = (lane % kLanesPerKey) * kLaneDims;
+
+    // A step's keys of this lane: kKeysPerSlot consecutive ones from a multiple of kKeysPerSlot
+    // (split_range cuts at whole warp steps), so when pages hold a multiple of kKeysPerSlot they
+    // share one page: one block-table lookup a step instead of one a key. offsets[i]: key i's
+    // elements in either cache, or -1 past key_end.
+    const bool slot_in_one_page = page_size % kKeysPerSlot == 0;
+    auto key_offsets = [&](int base, int64_t (&offsets)[kKeysPerSlot]) {
+        const int first = base + slot * kKeysPerSlot;
+        const int64_t first_row =
+            slot_in_one_page && first < key_end ? cache_row(pages, first, page_size, page_shift)
+                                                : 0;
+#pragma unroll
+        for (int i = 0; i < kKeysPerSlot; ++i) {
+            const int key = first + i;
+            const int64_t row =
+                slot_in_one_page ? first_row + i : cache_row(pages, key, page_size, page_shift);
+            offsets[i] = key < key_end ? row * kv_row_stride + kv_head * kHeadDim + dim0 : -1;
+        }
+    };
+    // The first step's K/V lines into L2 before waiting, so that its loads after the wait find
+    // them there: no registers are held across it, and the newest key's lines, which the kernel
+    // before writes, stay coherent in L2 (only L1 could hold a stale copy).
+    const int first_base = key_begin + warp * kWarpKeys;
+    if (ds.prefetch && first_base < key_end) {
+        int64_t offsets[kKeysPerSlot];
+        key_offsets(first_base, offsets);
+#pragma unroll
+        for (int i = 0; i < kKeysPerSlot; ++i) {
+            if (offsets[i] >= 0) {
+                prefetch_l2(k_cache + offsets[i]);
+                prefetch_l2(v_cache + offsets[i]);
+            }
+        }
+    }
     pdl_wait();
     pdl_trigger();
     const int64_t row0 = int64_t(token) * num_heads + head_begin;
@@ -247,16 +303,14 @@ __global__ void __launch_bounds__(kThreads)
             partial_lse[(row0 + threadIdx.x) * num_splits + split] = -INFINITY;
         return;
     }
-    const int32_t* pages = block_table + int64_t(seq) * max_pages;
-    const int64_t kv_row_stride = int64_t(num_kv_heads) * kHeadDim;
-
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int slot = lane / kLanesPerKey, dim0 = (lane % kLanesPerKey) * kLaneDims;
 
     // An FP8 cache's scales are applied once: k_scale to q, v_scale to the output.
     const float q_scale = kFp8 ? scale_log2 * k_scale : scale_log2;
     const float out_scale = kFp8 ? v_scale : 1.f;
-    float q_reg[kHeads][kLaneDims];  // this lane's dims of each head, pre-scaled for exp2
+    // This lane's dims of each head, pre-scaled for exp2: fp32, or f16 pairs (kHalfQk, also
+    // divided by kQkHalfScale).
+    float q_reg[kHeads][kLaneDims];
+    __half2 q_half[kHeads][kLaneDims / 2];
 #pragma unroll
     for (int h = 0; h < kHeads; ++h) {
         if (h < num_block_heads) {
@@ -272,6 +326,12 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
             for (int e = 0; e < kLaneDims; ++e) q_reg[h][e] = 0.f;
         }
+        if constexpr (kHalfQk) {
+#pragma unroll
+            for (int j = 0; j < kLaneDims / 2; ++j)
+                q_half[h][j] = __floats2half2_rn(q_reg[h][2 * j] / kQkHalfScale,
+                                                 q_reg[h][2 * j + 1] / kQkHalfScale);
+        }
     }
 
     float m[kHeads], l[kHeads], acc[kHeads][kLaneDims];
@@ -283,18 +343,16 @@ __global__ void __launch_bounds__(kThreads)
         for (int e = 0; e < kLaneDims; ++e) acc[h][e] = 0.f;
     }
 
-    for (int base = key_begin + warp * kWarpKeys; base < key_end; base += kWarps * kWarpKeys) {
+    for (int base = first_base; base < key_end; base += kWarps * kWarpKeys) {
         using Vec = LaneVec<Cache, kLaneDims>;
         Vec k_raw[kKeysPerSlot], v_raw[kKeysPerSlot];
+        int64_t offsets[kKeysPerSlot];
+        key_offsets(base, offsets);
 #pragma unroll
         for (int i = 0; i < kKeysPerSlot; ++i) {
-            const int key = base + slot * kKeysPerSlot + i;
-            if (key < key_end) {
-                const int64_t offset =
-                    cache_row(pages, key, page_size, page_shift) * kv_row_stride +
-                    kv_head * kHeadDim + dim0;
-                k_raw[i] = __ldg(reinterpret_cast<const Vec*>(k_cache + offset));
-                v_raw[i] = __ldg(reinterpret_cast<const Vec*>(v_cache + offset));
+            if (offsets[i] >= 0) {
+                k_raw[i] = __ldg(reinterpret_cast<const Vec*>(k_cache + offsets[i]));
+                v_raw[i] = __ldg(reinterpret_cast<const Vec*>(v_cache + offsets[i]));
             } else {
                 k_raw[i] = v_raw[i] = Vec{};
             }
@@ -302,14 +360,32 @@ __global__ void __launch_bounds__(kThreads)
         float score[kHeads][kKeysPerSlot];
 #pragma unroll
         for (int i = 0; i < kKeysPerSlot; ++i) {
-            float k_val[kLaneDims];
-            cache_to_float(k_raw[i], k_val);
+            if constexpr (kHalfQk) {
+                // e4m3 pairs widen to f16 exactly; each head's 16 products in two f16 chains of
+                // 8 (rounded to 11 bits, against e4m3's 4), summed in fp32.
+                uint4 k16[kLaneDims / 8];
+                const uint2* k8 = reinterpret_cast<const uint2*>(&k_raw[i]);
 #pragma unroll
-            for (int h = 0; h < kHeads; ++h) {
-                float dot = 0.f;
+                for (int c = 0; c < kLaneDims / 8; ++c) k16[c] = e4m3x8_to_f16x8(k8[c]);
+                const __half2* k2 = reinterpret_cast<const __half2*>(k16);
 #pragma unroll
-                for (int e = 0; e < kLaneDims; ++e) dot += q_reg[h][e] * k_val[e];
-                score[h][i] = dot;
+                for (int h = 0; h < kHeads; ++h) {
+                    __half2 dot = __hmul2(q_half[h][0], k2[0]);
+#pragma unroll
+                    for (int j = 1; j < kLaneDims / 2; ++j) dot = __hfma2(q_half[h][j], k2[j], dot);
+                    const float2 f = __half22float2(dot);
+                    score[h][i] = (f.x + f.y) * kQkHalfScale;
+                }
+            } else {
+                float k_val[kLaneDims];
+                cache_to_float(k_raw[i], k_val);
+#pragma unroll
+                for (int h = 0; h < kHeads; ++h) {
+                    float dot = 0.f;
+#pragma unroll
+                    for (int e = 0; e < kLaneDims; ++e) dot += q_reg[h][e] * k_val[e];
+                    score[h][i] = dot;
+                }
             }
         }
         // Sum each key's partial dots over its lane group (aligned, so xor stays inside it).
@@ -338,7 +414,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
             for (int i = 0; i < kKeysPerSlot; ++i) l[h] += score[h][i];
         }
-        if constexpr (kFp8 && kHalfPv) {
+        if constexpr (kHalfPv) {
             // This step's P·V in f16: p in [0, 1] and e4m3 values (at most 448 unscaled) make
             // products and sums of kKeysPerSlot of them (at most 1,792) that f16 holds, each
             // rounded to 11 bits against e4m3's 4; the fp32 accumulators take the step's sum.
@@ -522,10 +598,19 @@ bool decode_mma_heads_enabled() {
     static const bool enabled = env_switch("MINIINFER_DECODE_MMA_HEADS", true);
     return enabled;
 }
-// Whether decode_kernel on an FP8 cache runs P·V in f16 steps (kHalfPv):
-// MINIINFER_DECODE_HALF_PV not "0".
-bool decode_half_pv_enabled() {
-    static const bool enabled = env_switch("MINIINFER_DECODE_HALF_PV", true);
+// What decode_kernel on an FP8 cache multiplies in f16: MINIINFER_DECODE_HALF 0 (nothing),
+// 1 (P·V), 2 (q·k and P·V; the default).
+HalfMath decode_half_math() {
+    static const HalfMath math = [] {
+        const int v = env_int("MINIINFER_DECODE_HALF", 2);
+        return v <= 0 ? HalfMath::kNone : v == 1 ? HalfMath::kPv : HalfMath::kQkPv;
+    }();
+    return math;
+}
+// Whether decode_kernel prefetches its first keys before the PDL wait:
+// MINIINFER_DECODE_PREFETCH not "0".
+bool decode_prefetch_enabled() {
+    static const bool enabled = env_switch("MINIINFER_DECODE_PREFETCH", true);
     return enabled;
 }
 size_t partial_row_bytes(int64_t num_heads, int64_t head_dim) {
@@ -601,7 +686,7 @@ void launch_decode(const AttentionLaunch& a, int64_t head_chunks, size_t smem_by
     const int num_splits = plan_splits(a, a.num_seqs * blocks_per_key, occupancy, workspace_bytes);
     const DecodeSplitArgs ds{num_splits > 1 ? a.decode_lengths : nullptr, a.decode_order,
                              std::max(occupancy.num_sms * occupancy.blocks_per_sm, 1),
-                             min_keys_per_split(), int(blocks_per_key)};
+                             min_keys_per_split(), int(blocks_per_key), decode_prefetch_enabled()};
     const dim3 grid(unsigned(blocks_per_key), unsigned(a.num_seqs), unsigned(num_splits));
     auto* partial_o = static_cast<float*>(workspace);
     float* partial_lse =
@@ -626,20 +711,20 @@ void launch_decode(const AttentionLaunch& a, int64_t head_chunks, size_t smem_by
 
 // The smallest decode_kernel instance that holds the group (groups above 8 are split into
 // chunks of 8).
-template <int kHeadDim, typename Cache, bool kHalfPv>
+template <int kHeadDim, typename Cache, HalfMath kHalf>
 void launch_decode_cuda_cores(const AttentionLaunch& a, int64_t group, void* workspace,
                               size_t workspace_bytes, cudaStream_t stream) {
     if (group == 1)
-        return launch_decode<decode_kernel<kHeadDim, 1, Cache, kHalfPv>, Cache>(
+        return launch_decode<decode_kernel<kHeadDim, 1, Cache, kHalf>, Cache>(
             a, 1, 0, workspace, workspace_bytes, stream);
     if (group == 2)
-        return launch_decode<decode_kernel<kHeadDim, 2, Cache, kHalfPv>, Cache>(
+        return launch_decode<decode_kernel<kHeadDim, 2, Cache, kHalf>, Cache>(
             a, 1, 0, workspace, workspace_bytes, stream);
     if (group <= 4)
-        return launch_decode<decode_kernel<kHeadDim, 4, Cache, kHalfPv>, Cache>(
+        return launch_decode<decode_kernel<kHeadDim, 4, Cache, kHalf>, Cache>(
             a, 1, 0, workspace, workspace_bytes, stream);
     const int64_t head_chunks = (group + kMaxHeadsPerBlock - 1) / kMaxHeadsPerBlock;
-    return launch_decode<decode_kernel<kHeadDim, kMaxHeadsPerBlock, Cache, kHalfPv>, Cache>(
+    return launch_decode<decode_kernel<kHeadDim, kMaxHeadsPerBlock, Cache, kHalf>, Cache>(
         a, head_chunks, 0, workspace, workspace_bytes, stream);
 }
 
@@ -658,12 +743,16 @@ void launch_decode_group(const AttentionLaunch& a, void* workspace, size_t works
     if (group >= 4 && group <= 16 && decode_mma_enabled())
         return launch_decode<decode_mma_kernel<kHeadDim, Cache, false>, Cache>(
             a, 1, decode_mma_smem_bytes<kHeadDim>(), workspace, workspace_bytes, stream);
-    if constexpr (std::is_same_v<Cache, uint8_t>)
-        if (decode_half_pv_enabled())
-            return launch_decode_cuda_cores<kHeadDim, Cache, true>(a, group, workspace,
-                                                                   workspace_bytes, stream);
-    return launch_decode_cuda_cores<kHeadDim, Cache, false>(a, group, workspace, workspace_bytes,
-                                                            stream);
+    if constexpr (std::is_same_v<Cache, uint8_t>) {
+        if (decode_half_math() == HalfMath::kQkPv)
+            return launch_decode_cuda_cores<kHeadDim, Cache, HalfMath::kQkPv>(
+                a, group, workspace, workspace_bytes, stream);
+        if (decode_half_math() == HalfMath::kPv)
+            return launch_decode_cuda_cores<kHeadDim, Cache, HalfMath::kPv>(
+                a, group, workspace, workspace_bytes, stream);
+    }
+    return launch_decode_cuda_cores<kHeadDim, Cache, HalfMath::kNone>(a, group, workspace,
+                                                                      workspace_bytes, stream);
 }
 
 template <int kHeadDim>
