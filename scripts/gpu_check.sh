@@ -39,9 +39,10 @@
 #                   "MINIINFER_PDL=0 MINIINFER_PREFILL_WGMMA=0"): bench-<model>-<backend>-<VAR>-<VALUE>
 #   BENCH_FLAG_SETS more runs of each benchmark, one per ;-separated set of bench flags (e.g.
 #                   "--max-num-batched-tokens 4096;--max-num-batched-tokens 16384")
-#   PROFILE=N       one more run per model with --profile-kernels N and MINIINFER_PDL=0 (with
-#                   programmatic dependent launch a kernel's time includes its wait for the one
-#                   before), of PROFILE_WORKLOADS (default "--workload balanced --workload bs1")
+#   PROFILE=N       one more run per model with --profile-kernels N, of PROFILE_WORKLOADS (default
+#                   "--workload balanced --workload bs1"); with programmatic dependent launch a
+#                   kernel's duration includes its wait for the one before, its exposed time does
+#                   not; PROFILE_ENVS="MINIINFER_PDL=0" for durations of kernels run apart
 #   PACK=1          also pack the folder into gpu-check.tar.gz beside it ($OUT/gpu-check.tar.gz
 #                   with $OUT/gpu-check/ as the folder): the device tool brings back 8 files
 set -uo pipefail
@@ -178,10 +179,10 @@ if [[ "${BENCH:-}" == 1 || ( "${BENCH:-1}" != 0 && -z "${ONLY:-}" ) ]]; then
       done
     done
     if [[ -n "${PROFILE:-}" ]]; then
-      if MINIINFER_PDL=0 "$dist/bin/miniinfer" bench --model "$model" --load-format dummy --device cuda \
+      if env ${PROFILE_ENVS:-} "$dist/bin/miniinfer" bench --model "$model" --load-format dummy --device cuda \
           ${PROFILE_WORKLOADS:---workload balanced --workload bs1} ${BENCH_FLAGS:-} \
           --profile-kernels "$PROFILE" > "$out/profile-$m.txt" 2>&1; then
-        note "PASS profile $m (MINIINFER_PDL=0): profile-$m.txt"
+        note "PASS profile $m${PROFILE_ENVS:+ with $PROFILE_ENVS}: profile-$m.txt"
       else
         note "FAIL profile $m"; status=1
       fi

@@ -85,7 +85,10 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o) {
     if (profiler) {
         kernels = Json::array();
         for (const KernelTime& k : profiler->stop())
-            kernels.push_back({{"name", k.name}, {"calls", k.calls}, {"total_us", k.total_us}});
+            kernels.push_back({{"name", k.name},
+                               {"calls", k.calls},
+                               {"total_us", k.total_us},
+                               {"exposed_us", k.exposed_us}});
     }
     const double sol = sol_seconds(w, engine.model_config(), engine.config().max_num_seqs,
                                    o.hardware, engine.config().fp8_kv_cache() ? 1.0 : 2.0);
@@ -184,7 +187,7 @@ void run(const BenchOptions& o) {
                 std::vector<KernelTime> times;
                 for (const Json& k : r["kernels"])
                     times.push_back({k["name"].get<std::string>(), k["calls"].get<int64_t>(),
-                                     k["total_us"].get<double>()});
+                                     k["total_us"].get<double>(), k["exposed_us"].get<double>()});
                 std::printf(
                     "\nKernels of %s (run %lld; with CUPTI recording, the run's wall time "
                     "above is not the benchmark's): %s\n",

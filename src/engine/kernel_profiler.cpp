@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <utility>
 
 #include "core/check.h"
 
@@ -70,9 +71,9 @@ void check(CUptiResult r, const char* what) {
     fail("CUPTI: {} failed: {}", what, message);
 }
 
-// What the completed buffers add up to, by mangled name (CUPTI calls back on its own thread).
+// The completed buffers' kernels (CUPTI calls back on its own thread).
 std::mutex g_mutex;
-std::map<std::string, KernelTime> g_times;
+std::vector<KernelRecord> g_records;
 bool g_active = false;
 
 constexpr size_t kBufferBytes = size_t(8) << 20;
@@ -91,9 +92,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
             record->kind != CUPTI_ACTIVITY_KIND_KERNEL)
             continue;
         const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
-        KernelTime& t = g_times[k->name ? k->name : "?"];
-        t.calls += 1;
-        t.total_us += double(k->end - k->start) / 1000.0;
+        g_records.push_back({k->name ? k->name : "?", k->streamId, k->start, k->end});
     }
     std::free(buffer);
 }
@@ -106,7 +105,7 @@ KernelProfiler::KernelProfiler() {
         std::lock_guard<std::mutex> lock(g_mutex);
         if (g_active) fail("KernelProfiler: one profiler at a time");
         g_active = true;
-        g_times.clear();
+        g_records.clear();
     }
     static const bool registered = [&] {
         check(c.register_callbacks(buffer_requested, buffer_completed),
@@ -134,17 +133,15 @@ std::vector<KernelTime> KernelProfiler::stop() {
     check(c.flush_all(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED), "cuptiActivityFlushAll");
     std::lock_guard<std::mutex> lock(g_mutex);
     g_active = false;
-    std::map<std::string, KernelTime> by_short;  // variants with one short name added up
-    for (const auto& [mangled, t] : g_times) {
-        KernelTime& s = by_short[kernel_display_name(mangled)];
-        s.calls += t.calls;
-        s.total_us += t.total_us;
+    std::vector<KernelRecord> records = std::move(g_records);
+    g_records.clear();
+    std::map<std::string, std::string> short_names;  // variants with one short name added up
+    for (KernelRecord& r : records) {
+        auto [at, fresh] = short_names.try_emplace(r.name);
+        if (fresh) at->second = kernel_display_name(r.name);
+        r.name = at->second;
     }
-    std::vector<KernelTime> out;
-    for (auto& [name, t] : by_short) out.push_back({name, t.calls, t.total_us});
-    std::sort(out.begin(), out.end(),
-              [](const KernelTime& a, const KernelTime& b) { return a.total_us > b.total_us; });
-    return out;
+    return sum_kernel_records(std::move(records));
 }
 
 #else  // no CUDA in this build
@@ -158,6 +155,30 @@ std::vector<KernelTime> KernelProfiler::stop() {
 }
 
 #endif
+
+std::vector<KernelTime> sum_kernel_records(std::vector<KernelRecord> records) {
+    std::sort(records.begin(), records.end(), [](const KernelRecord& a, const KernelRecord& b) {
+        return a.stream != b.stream ? a.stream < b.stream : a.start_ns < b.start_ns;
+    });
+    std::map<std::string, KernelTime> by_name;
+    uint64_t stream_end = 0;  // the latest end so far on the record's stream
+    for (size_t i = 0; i < records.size(); ++i) {
+        const KernelRecord& r = records[i];
+        if (i == 0 || records[i - 1].stream != r.stream) stream_end = 0;
+        const uint64_t from = std::max(r.start_ns, stream_end);
+        stream_end = std::max(stream_end, r.end_ns);
+        KernelTime& t = by_name[r.name];
+        t.name = r.name;
+        t.calls += 1;
+        t.total_us += double(r.end_ns - r.start_ns) / 1000.0;
+        t.exposed_us += r.end_ns > from ? double(r.end_ns - from) / 1000.0 : 0.0;
+    }
+    std::vector<KernelTime> out;
+    for (auto& [name, t] : by_name) out.push_back(std::move(t));
+    std::sort(out.begin(), out.end(),
+              [](const KernelTime& a, const KernelTime& b) { return a.total_us > b.total_us; });
+    return out;
+}
 
 std::string kernel_display_name(const std::string& mangled) {
     int status = 0;
@@ -184,28 +205,38 @@ std::string kernel_display_name(const std::string& mangled) {
 }
 
 std::string format_kernel_times(const std::vector<KernelTime>& times, size_t top) {
-    double total = 0;
+    double total = 0, exposed = 0;
     int64_t calls = 0;
     for (const KernelTime& t : times) {
         total += t.total_us;
+        exposed += t.exposed_us;
         calls += t.calls;
     }
-    std::string out =
-        fmt::format("{} kernel launches, {:.1f} ms of kernel time\n", calls, total / 1000.0);
-    out += "| kernel | calls | total ms | % of kernel time | mean us |\n|---|---|---|---|---|\n";
-    double rest = total;
+    std::string out = fmt::format(
+        "{} kernel launches, {:.1f} ms of kernel time, {:.1f} ms of it exposed (not overlapped "
+        "by the kernel before)\n",
+        calls, total / 1000.0, exposed / 1000.0);
+    out +=
+        "| kernel | calls | total ms | % of kernel time | mean us | exposed ms | % of exposed | "
+        "mean exposed us |\n|---|---|---|---|---|---|---|---|\n";
+    const auto share = [](double part, double whole) { return 100.0 * part / std::max(whole, 1e-9); };
+    double rest = total, rest_exposed = exposed;
     int64_t rest_calls = calls;
     for (size_t i = 0; i < times.size() && i < top; ++i) {
         const KernelTime& t = times[i];
-        out += fmt::format("| {} | {} | {:.2f} | {:.1f}% | {:.1f} |\n", t.name, t.calls,
-                           t.total_us / 1000.0, 100.0 * t.total_us / std::max(total, 1e-9),
-                           t.total_us / double(std::max<int64_t>(t.calls, 1)));
+        const double n = double(std::max<int64_t>(t.calls, 1));
+        out += fmt::format("| {} | {} | {:.2f} | {:.1f}% | {:.1f} | {:.2f} | {:.1f}% | {:.1f} |\n",
+                           t.name, t.calls, t.total_us / 1000.0, share(t.total_us, total),
+                           t.total_us / n, t.exposed_us / 1000.0, share(t.exposed_us, exposed),
+                           t.exposed_us / n);
         rest -= t.total_us;
+        rest_exposed -= t.exposed_us;
         rest_calls -= t.calls;
     }
     if (times.size() > top)
-        out += fmt::format("| ({} others) | {} | {:.2f} | {:.1f}% | |\n", times.size() - top,
-                           rest_calls, rest / 1000.0, 100.0 * rest / std::max(total, 1e-9));
+        out += fmt::format("| ({} others) | {} | {:.2f} | {:.1f}% | | {:.2f} | {:.1f}% | |\n",
+                           times.size() - top, rest_calls, rest / 1000.0, share(rest, total),
+                           rest_exposed / 1000.0, share(rest_exposed, exposed));
     return out;
 }
 

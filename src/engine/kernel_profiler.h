@@ -1,6 +1,10 @@
 // KernelProfiler: the GPU time of every kernel the process runs, summed by kernel, from CUPTI's
 // activity records (CUDA graph replays included) — where a step's time goes, for `miniinfer
-// bench --profile-kernels`. CUPTI (libcupti.so, part of the CUDA toolkit) is loaded when a
+// bench --profile-kernels`. Two sums a kernel: its duration (start to end), and its exposed
+// time, the part of it its stream waited for: with programmatic dependent launch a kernel
+// starts before the one before it ends and its duration includes that overlap, so durations
+// add up to more than the stream's time; exposed times do not (they and the gaps between
+// kernels make up the stream's span). CUPTI (libcupti.so, part of the CUDA toolkit) is loaded when a
 // profiler starts, so neither the binary nor a run without the flag needs it. Recording adds
 // host cost to every launch: the wall time of a profiled run is not the benchmark's; the
 // kernels' own durations are what it is for.
@@ -15,8 +19,22 @@ namespace miniinfer {
 struct KernelTime {
     std::string name;  // demangled, namespaces and parameter list left out
     int64_t calls = 0;
-    double total_us = 0;
+    double total_us = 0;    // durations
+    double exposed_us = 0;  // from the later of its start and the previous kernel's end
 };
+
+// One kernel execution as CUPTI records it (ns timestamps).
+struct KernelRecord {
+    std::string name;
+    uint32_t stream = 0;
+    uint64_t start_ns = 0, end_ns = 0;
+};
+
+// The records summed by name (as given: the caller shortens names), with each kernel's exposed
+// time: max(0, end - max(start, the latest end of the kernels that started before it on its
+// stream)).
+// Unordered input; most total duration first.
+std::vector<KernelTime> sum_kernel_records(std::vector<KernelRecord> records);
 
 class KernelProfiler {
   public:
@@ -41,7 +59,8 @@ class KernelProfiler {
 std::string kernel_display_name(const std::string& mangled);
 
 // A Markdown table of the `top` kernels with the most time: calls, total ms, share of all the
-// kernels' time, mean µs; then one line with the rest.
+// kernels' time, mean µs, exposed ms and its share of all exposed time, mean exposed µs; then
+// one line with the rest.
 std::string format_kernel_times(const std::vector<KernelTime>& times, size_t top);
 
 }  // namespace miniinfer
