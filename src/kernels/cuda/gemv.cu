@@ -131,23 +131,37 @@ __device__ __forceinline__ void norm_rows_to_shared(const PrologueArgs& a, int k
 // x_s[r][:] = silu_mul(gate_up[r]) for the block's kRows rows (k outputs of a [kRows, 2k]
 // gate_up), silu_mul's own arithmetic (silu_mul.cuh): the bits of silu_mul, then gemv. Called by
 // every thread of the block; ends with a barrier.
-template <int kRows>
+template <int kRows, int kBatch>
 __device__ __forceinline__ void silu_mul_rows_to_shared(const __nv_bfloat16* gate_up, int k,
                                                         uint4* x_s) {
     const int k_vecs = k / kVecElems;
     const auto* gu = reinterpret_cast<const uint4*>(gate_up);
+    // A thread's vectors kBatch at a time, all of a batch's loads issued before any is used: one
+    // L2 round trip a batch instead of one a vector (a row of 3,072 is 3 vectors a thread).
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-        for (int v = int(threadIdx.x); v < k_vecs; v += kThreads) {
-            const uint4 g = gu[int64_t(r) * 2 * k_vecs + v],
-                        u = gu[int64_t(r) * 2 * k_vecs + k_vecs + v];
-            const auto* gh = reinterpret_cast<const __nv_bfloat16*>(&g);
-            const auto* uh = reinterpret_cast<const __nv_bfloat16*>(&u);
-            uint4 out;
-            auto* oh = reinterpret_cast<__nv_bfloat16*>(&out);
+        for (int v0 = int(threadIdx.x); v0 < k_vecs; v0 += kBatch * kThreads) {
+            uint4 g[kBatch], u[kBatch];
 #pragma unroll
-            for (int j = 0; j < kVecElems; ++j) oh[j] = silu_mul_bf16(gh[j], uh[j]);
-            x_s[int64_t(r) * k_vecs + v] = out;
+            for (int b = 0; b < kBatch; ++b) {
+                const int v = v0 + b * kThreads;
+                if (v < k_vecs) {
+                    g[b] = gu[int64_t(r) * 2 * k_vecs + v];
+                    u[b] = gu[int64_t(r) * 2 * k_vecs + k_vecs + v];
+                }
+            }
+#pragma unroll
+            for (int b = 0; b < kBatch; ++b) {
+                const int v = v0 + b * kThreads;
+                if (v >= k_vecs) break;
+                const auto* gh = reinterpret_cast<const __nv_bfloat16*>(&g[b]);
+                const auto* uh = reinterpret_cast<const __nv_bfloat16*>(&u[b]);
+                uint4 out;
+                auto* oh = reinterpret_cast<__nv_bfloat16*>(&out);
+#pragma unroll
+                for (int j = 0; j < kVecElems; ++j) oh[j] = silu_mul_bf16(gh[j], uh[j]);
+                x_s[int64_t(r) * k_vecs + v] = out;
+            }
         }
     }
     __syncthreads();
@@ -164,7 +178,11 @@ __global__ void __launch_bounds__(kThreads)
                 PrologueArgs pro) {
     constexpr bool kPrologue = kX != XFrom::kGlobal;
     constexpr int kValues = next_pow2(kRows * kCols);    // padded for the reduce-scatter
-    constexpr int kUnroll = kCols >= 8 ? 1 : 8 / kCols;  // ~8 loads of w in flight per lane
+    // Loads of w in flight per lane: 8, or 16 at one column a warp and one or two rows, so that
+    // a whole row of w up to 4,096 wide (the 0.6B's down projection: 3,072) is loaded before the
+    // PDL wait. (16 everywhere doubles the wider kernels' registers: half the blocks an SM.)
+    constexpr int kInFlight = kCols == 1 && kRows <= 2 ? 16 : 8;
+    constexpr int kUnroll = kCols >= kInFlight ? 1 : kInFlight / kCols;
     const int lane = int(threadIdx.x) % 32;
     const int64_t col0 = (int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32) * kCols;
     // Whole warps leave (no shuffle partner is lost); with a prologue after its barriers.
@@ -197,7 +215,10 @@ __global__ void __launch_bounds__(kThreads)
     pdl_trigger();
     extern __shared__ uint4 x_shared[];  // with a prologue: [kRows][k_vecs]
     if constexpr (kX == XFrom::kRmsNorm) norm_rows_to_shared<kRows>(pro, k, x_shared);
-    if constexpr (kX == XFrom::kSiluMul) silu_mul_rows_to_shared<kRows>(pro.gate_up, k, x_shared);
+    // The batch's registers add to the w loads held across the prologue: 4 at one column a warp
+    // (a 3,072-wide row in one batch), else 2.
+    if constexpr (kX == XFrom::kSiluMul)
+        silu_mul_rows_to_shared<kRows, kCols == 1 ? 4 : 2>(pro.gate_up, k, x_shared);
     if (kPrologue && !active) return;
 
     float acc[kRows * kCols] = {};  // acc[r * kCols + c]: row r of x times column c of the warp
