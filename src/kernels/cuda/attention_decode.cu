@@ -202,7 +202,6 @@ enum class HalfMath {
     kNone,  // fp32 (a bf16 cache always)
     kPv,    // P·V: each step's products summed in f16, added to the fp32 accumulators
     kQkPv,  // and q·k: each lane's partial dot over its 16 dims in f16, then fp32
-    kQkPv2,  // as kQkPv, the P·V sums in f16 over two steps before they join the fp32 ones
 };
 
 // q: [num_tokens, num_heads, head_dim]; k_cache, v_cache: [num_pages, page_size, num_kv_heads,
@@ -228,9 +227,7 @@ __global__ void __launch_bounds__(kThreads)
                   float* __restrict__ partial_lse) {
     constexpr bool kFp8 = std::is_same_v<Cache, uint8_t>;
     static_assert(kFp8 || kHalf == HalfMath::kNone, "a bf16 cache is read in fp32");
-    constexpr bool kHalfQk = kHalf == HalfMath::kQkPv || kHalf == HalfMath::kQkPv2;
-    constexpr bool kHalfPv = kHalf != HalfMath::kNone;
-    constexpr int kPvSteps = kHalf == HalfMath::kQkPv2 ? 2 : 1;  // steps an f16 P·V sum spans
+    constexpr bool kHalfQk = kHalf == HalfMath::kQkPv, kHalfPv = kHalf != HalfMath::kNone;
     // Dims a lane holds. From an FP8 cache with up to 2 heads, 16 (one 16-byte load): a key's dot
     // product is then summed over half as many lanes, the per-key work (shuffles, softmax)
     // spread over twice the bytes, since that kernel is bound by instructions, not bytes (8 dims
@@ -346,24 +343,6 @@ __global__ void __launch_bounds__(kThreads)
         for (int e = 0; e < kLaneDims; ++e) acc[h][e] = 0.f;
     }
 
-    // kHalfPv: the f16 P·V sums of the last steps (fewer than kPvSteps), not yet in acc.
-    __half2 part[kHeads][kLaneDims / 2];
-    const auto flush_part = [&](int h) {
-#pragma unroll
-        for (int j = 0; j < kLaneDims / 2; ++j) {
-            const float2 f = __half22float2(part[h][j]);
-            acc[h][2 * j] += f.x;
-            acc[h][2 * j + 1] += f.y;
-            part[h][j] = __float2half2_rn(0.f);
-        }
-    };
-    if constexpr (kHalfPv) {
-#pragma unroll
-        for (int h = 0; h < kHeads; ++h)
-#pragma unroll
-            for (int j = 0; j < kLaneDims / 2; ++j) part[h][j] = __float2half2_rn(0.f);
-    }
-    int pending_steps = 0;
     for (int base = first_base; base < key_end; base += kWarps * kWarpKeys) {
         using Vec = LaneVec<Cache, kLaneDims>;
         Vec k_raw[kKeysPerSlot], v_raw[kKeysPerSlot];
@@ -426,7 +405,6 @@ __global__ void __launch_bounds__(kThreads)
             // (w.self is then exactly 1, so the bits are the same), as it does after the first
             // steps for most lanes.
             if (!kFp8 || w.self != 1.f) {
-                if constexpr (kPvSteps > 1) flush_part(h);  // its terms take the old maximum
 #pragma unroll
                 for (int e = 0; e < kLaneDims; ++e) acc[h][e] *= w.self;
             }
@@ -438,10 +416,15 @@ __global__ void __launch_bounds__(kThreads)
         }
         if constexpr (kHalfPv) {
             // This step's P·V in f16: p in [0, 1] and e4m3 values (at most 448 unscaled) make
-            // products and sums of kPvSteps x kKeysPerSlot of them (at most 3,584) that f16
-            // holds, each rounded to 11 bits against e4m3's 4; the fp32 accumulators take the sum
-            // every kPvSteps steps, and before a rescale. Widening a pair to f16x2 is one
-            // instruction against three to fp32, and one HFMA2 does two products.
+            // products and sums of kKeysPerSlot of them (at most 1,792) that f16 holds, each
+            // rounded to 11 bits against e4m3's 4; the fp32 accumulators take the step's sum.
+            // Widening a pair to f16x2 is one instruction against three to fp32, and one HFMA2
+            // does two products.
+            __half2 part[kHeads][kLaneDims / 2];
+#pragma unroll
+            for (int h = 0; h < kHeads; ++h)
+#pragma unroll
+                for (int j = 0; j < kLaneDims / 2; ++j) part[h][j] = __float2half2_rn(0.f);
 #pragma unroll
             for (int i = 0; i < kKeysPerSlot; ++i) {
                 uint4 v16[kLaneDims / 8];  // kLaneDims f16, 8 to a vector
@@ -457,11 +440,14 @@ __global__ void __launch_bounds__(kThreads)
                         part[h][j] = __hfma2(p, v2[j], part[h][j]);
                 }
             }
-            if (++pending_steps == kPvSteps) {
-                pending_steps = 0;
 #pragma unroll
-                for (int h = 0; h < kHeads; ++h) flush_part(h);
-            }
+            for (int h = 0; h < kHeads; ++h)
+#pragma unroll
+                for (int j = 0; j < kLaneDims / 2; ++j) {
+                    const float2 f = __half22float2(part[h][j]);
+                    acc[h][2 * j] += f.x;
+                    acc[h][2 * j + 1] += f.y;
+                }
         } else {
 #pragma unroll
             for (int i = 0; i < kKeysPerSlot; ++i) {
@@ -472,13 +458,6 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
                     for (int e = 0; e < kLaneDims; ++e) acc[h][e] += score[h][i] * v_val[e];
             }
-        }
-    }
-
-    if constexpr (kPvSteps > 1) {
-        if (pending_steps > 0) {
-#pragma unroll
-            for (int h = 0; h < kHeads; ++h) flush_part(h);
         }
     }
 
@@ -620,19 +599,11 @@ bool decode_mma_heads_enabled() {
     return enabled;
 }
 // What decode_kernel on an FP8 cache multiplies in f16: MINIINFER_DECODE_HALF 0 (nothing),
-// 1 (P·V), 2 (q·k and P·V), 3 (q·k and P·V summed over two steps; the default).
+// 1 (P·V), 2 (q·k and P·V; the default).
 HalfMath decode_half_math() {
     static const HalfMath math = [] {
-        switch (env_int("MINIINFER_DECODE_HALF", 3)) {
-            case 0:
-                return HalfMath::kNone;
-            case 1:
-                return HalfMath::kPv;
-            case 2:
-                return HalfMath::kQkPv;
-            default:
-                return HalfMath::kQkPv2;
-        }
+        const int v = env_int("MINIINFER_DECODE_HALF", 2);
+        return v <= 0 ? HalfMath::kNone : v == 1 ? HalfMath::kPv : HalfMath::kQkPv;
     }();
     return math;
 }
@@ -773,9 +744,6 @@ void launch_decode_group(const AttentionLaunch& a, void* workspace, size_t works
         return launch_decode<decode_mma_kernel<kHeadDim, Cache, false>, Cache>(
             a, 1, decode_mma_smem_bytes<kHeadDim>(), workspace, workspace_bytes, stream);
     if constexpr (std::is_same_v<Cache, uint8_t>) {
-        if (decode_half_math() == HalfMath::kQkPv2)
-            return launch_decode_cuda_cores<kHeadDim, Cache, HalfMath::kQkPv2>(
-                a, group, workspace, workspace_bytes, stream);
         if (decode_half_math() == HalfMath::kQkPv)
             return launch_decode_cuda_cores<kHeadDim, Cache, HalfMath::kQkPv>(
                 a, group, workspace, workspace_bytes, stream);
