@@ -189,11 +189,7 @@ constexpr int kCombineWarps = 4;
 template <int kHeadDim>
 __global__ void __launch_bounds__(kCombineWarps * 32)
     combine_kernel(const float* __restrict__ partial_o, const float* __restrict__ partial_lse,
-                   int num_splits, int64_t rows, bf16* __restrict__ out, bool early_trigger) {
-    // early_trigger: the next kernel may start while the decode kernel still runs, since it
-    // waits for this one, which finishes after the decode kernel: a small-batch o_proj GEMV
-    // then loads its weights during the attention instead of after it.
-    if (early_trigger) pdl_trigger();
+                   int num_splits, int64_t rows, bf16* __restrict__ out) {
     pdl_wait();
     pdl_trigger();
     const int64_t row = int64_t(blockIdx.x) * kCombineWarps + threadIdx.x / 32;
@@ -220,8 +216,7 @@ enum class HalfMath {
 // one instruction, HFMA2 does two products); see the K and V loops below.
 // Before the PDL wait a block brings its first step's K/V into L2, so that those loads overlap
 // the tail of the kernel before (the q/k norm, RoPE and KV store) instead of following it.
-template <int kHeadDim, int kHeads, typename Cache, HalfMath kHalf = HalfMath::kNone,
-          bool kScatter = false>
+template <int kHeadDim, int kHeads, typename Cache, HalfMath kHalf = HalfMath::kNone>
 __global__ void __launch_bounds__(kThreads)
     decode_kernel(const bf16* __restrict__ q, const Cache* __restrict__ k_cache,
                   const Cache* __restrict__ v_cache, float k_scale, float v_scale,
@@ -244,9 +239,6 @@ __global__ void __launch_bounds__(kThreads)
     // Keys each lane group loads before computing: more bytes in flight where registers allow.
     constexpr int kKeysPerSlot = kHeads <= 2 && kLaneDims == 8 ? 8 : 4;
     constexpr int kWarpKeys = kSlots * kKeysPerSlot;
-    // kScatter: the step's scores reduce-scattered over a key's lanes (one a lane), where they
-    // fit exactly (an FP8 cache, two heads, head_dim 128: 8 scores over 8 lanes).
-    constexpr bool kScatterScores = kScatter && kHeads * kKeysPerSlot == kLanesPerKey;
     // f16 q·k: q is stored divided by 16 (exact: a power of two) so that a lane's partial dot
     // stays far below f16's 65,504 (|q| · 448 · 16 terms), and the sum is multiplied back.
     constexpr float kQkHalfScale = 16.f;
@@ -275,11 +267,11 @@ __global__ void __launch_bounds__(kThreads)
     // share one page: one block-table lookup a step instead of one a key. offsets[i]: key i's
     // elements in either cache, or -1 past key_end.
     const bool slot_in_one_page = page_size % kKeysPerSlot == 0;
-    auto key_offsets = [&](int base, int64_t(&offsets)[kKeysPerSlot]) {
+    auto key_offsets = [&](int base, int64_t (&offsets)[kKeysPerSlot]) {
         const int first = base + slot * kKeysPerSlot;
-        const int64_t first_row = slot_in_one_page && first < key_end
-                                      ? cache_row(pages, first, page_size, page_shift)
-                                      : 0;
+        const int64_t first_row =
+            slot_in_one_page && first < key_end ? cache_row(pages, first, page_size, page_shift)
+                                                : 0;
 #pragma unroll
         for (int i = 0; i < kKeysPerSlot; ++i) {
             const int key = first + i;
@@ -288,17 +280,13 @@ __global__ void __launch_bounds__(kThreads)
             offsets[i] = key < key_end ? row * kv_row_stride + kv_head * kHeadDim + dim0 : -1;
         }
     };
-    // The first steps' K/V lines into L2 before waiting, so that their loads after the wait find
+    // The first step's K/V lines into L2 before waiting, so that its loads after the wait find
     // them there: no registers are held across it, and the newest key's lines, which the kernel
     // before writes, stay coherent in L2 (only L1 could hold a stale copy).
     const int first_base = key_begin + warp * kWarpKeys;
-    constexpr int kPrefetchSteps = 2;  // a split of 128 keys at batch 1: all of it
-#pragma unroll
-    for (int step = 0; step < kPrefetchSteps; ++step) {
-        const int base = first_base + step * kWarps * kWarpKeys;
-        if (!ds.prefetch || base >= key_end) break;
+    if (ds.prefetch && first_base < key_end) {
         int64_t offsets[kKeysPerSlot];
-        key_offsets(base, offsets);
+        key_offsets(first_base, offsets);
 #pragma unroll
         for (int i = 0; i < kKeysPerSlot; ++i) {
             if (offsets[i] >= 0) {
@@ -400,69 +388,31 @@ __global__ void __launch_bounds__(kThreads)
                 }
             }
         }
-        if constexpr (kScatterScores) {
-            // Each lane of a key's group ends with one (head, key) score of the step (value g =
-            // lane % kLanesPerKey: head g / kKeysPerSlot, key g % kKeysPerSlot), takes its
-            // softmax term alone and sends it to the group for P·V: ~1 shuffle a value to sum
-            // instead of log2 kLanesPerKey, and one exp2 a lane instead of one a value.
-            float v[kLanesPerKey];
-#pragma unroll
-            for (int h = 0; h < kHeads; ++h)
-#pragma unroll
-                for (int i = 0; i < kKeysPerSlot; ++i) v[h * kKeysPerSlot + i] = score[h][i];
-            warp_reduce_scatter<kLanesPerKey, kLanesPerKey>(v, lane);
-            const int g = lane % kLanesPerKey, own_head = g / kKeysPerSlot;
-            const float own =
-                base + slot * kKeysPerSlot + g % kKeysPerSlot < key_end ? v[0] : -INFINITY;
-            const float head_max = warp_max<kKeysPerSlot>(own);  // over the head's lanes
-            float own_m = 0.f;
-#pragma unroll
-            for (int h = 0; h < kHeads; ++h) {
-                const float step_max =
-                    __shfl_sync(kFullWarpMask, head_max, h * kKeysPerSlot, kLanesPerKey);
-                const Rescale w = merge_weights(m[h], step_max);
-                l[h] *= w.self;       // this lane's share of l: its own terms
-                if (w.self != 1.f) {  // as below: the same bits when the maximum held
-#pragma unroll
-                    for (int e = 0; e < kLaneDims; ++e) acc[h][e] *= w.self;
-                }
-                if (h == own_head) own_m = m[h] == -INFINITY ? 0.f : m[h];
-            }
-            const float p = exp2f(own - own_m);
-#pragma unroll
-            for (int h = 0; h < kHeads; ++h) {
-                if (h == own_head) l[h] += p;
-#pragma unroll
-                for (int i = 0; i < kKeysPerSlot; ++i)
-                    score[h][i] = __shfl_sync(kFullWarpMask, p, h * kKeysPerSlot + i, kLanesPerKey);
-            }
-        } else {
-            // Sum each key's partial dots over its lane group (aligned, so xor stays inside it).
-            warp_sum_each<kLanesPerKey>(score);
+        // Sum each key's partial dots over its lane group (aligned, so xor stays inside it).
+        warp_sum_each<kLanesPerKey>(score);
 
 #pragma unroll
-            for (int h = 0; h < kHeads; ++h) {
-                float step_max = -INFINITY;
+        for (int h = 0; h < kHeads; ++h) {
+            float step_max = -INFINITY;
 #pragma unroll
-                for (int i = 0; i < kKeysPerSlot; ++i) {
-                    if (base + slot * kKeysPerSlot + i >= key_end) score[h][i] = -INFINITY;
-                    step_max = fmaxf(step_max, score[h][i]);
-                }
-                const Rescale w = merge_weights(m[h], step_max);
-                l[h] *= w.self;
-                // An FP8 step is bound by instructions: skip the rescale when the maximum held
-                // (w.self is then exactly 1, so the bits are the same), as it does after the first
-                // steps for most lanes.
-                if (!kFp8 || w.self != 1.f) {
-#pragma unroll
-                    for (int e = 0; e < kLaneDims; ++e) acc[h][e] *= w.self;
-                }
-#pragma unroll
-                for (int i = 0; i < kKeysPerSlot; ++i)
-                    score[h][i] = exp2f(score[h][i] - (m[h] == -INFINITY ? 0.f : m[h]));
-#pragma unroll
-                for (int i = 0; i < kKeysPerSlot; ++i) l[h] += score[h][i];
+            for (int i = 0; i < kKeysPerSlot; ++i) {
+                if (base + slot * kKeysPerSlot + i >= key_end) score[h][i] = -INFINITY;
+                step_max = fmaxf(step_max, score[h][i]);
             }
+            const Rescale w = merge_weights(m[h], step_max);
+            l[h] *= w.self;
+            // An FP8 step is bound by instructions: skip the rescale when the maximum held
+            // (w.self is then exactly 1, so the bits are the same), as it does after the first
+            // steps for most lanes.
+            if (!kFp8 || w.self != 1.f) {
+#pragma unroll
+                for (int e = 0; e < kLaneDims; ++e) acc[h][e] *= w.self;
+            }
+#pragma unroll
+            for (int i = 0; i < kKeysPerSlot; ++i)
+                score[h][i] = exp2f(score[h][i] - (m[h] == -INFINITY ? 0.f : m[h]));
+#pragma unroll
+            for (int i = 0; i < kKeysPerSlot; ++i) l[h] += score[h][i];
         }
         if constexpr (kHalfPv) {
             // This step's P·V in f16: p in [0, 1] and e4m3 values (at most 448 unscaled) make
@@ -509,11 +459,6 @@ __global__ void __launch_bounds__(kThreads)
                     for (int e = 0; e < kLaneDims; ++e) acc[h][e] += score[h][i] * v_val[e];
             }
         }
-    }
-
-    if constexpr (kScatterScores) {  // each lane held its own terms' share of l
-#pragma unroll
-        for (int h = 0; h < kHeads; ++h) l[h] = warp_sum<kLanesPerKey>(l[h]);
     }
 
     // Merge the slots of a warp (lanes with the same dims, kLanesPerKey apart).
@@ -662,18 +607,6 @@ HalfMath decode_half_math() {
     }();
     return math;
 }
-// Whether the split-KV combine lets the next kernel start before it waits for the decode
-// kernel (combine_kernel's early_trigger): MINIINFER_COMBINE_EARLY_TRIGGER not "0".
-bool combine_early_trigger_enabled() {
-    static const bool enabled = env_switch("MINIINFER_COMBINE_EARLY_TRIGGER", true);
-    return enabled;
-}
-// Whether decode_kernel on an FP8 cache reduce-scatters a step's scores where they fit (kScatter):
-// MINIINFER_DECODE_SCATTER not "0".
-bool decode_scatter_enabled() {
-    static const bool enabled = env_switch("MINIINFER_DECODE_SCATTER", true);
-    return enabled;
-}
 // Whether decode_kernel prefetches its first keys before the PDL wait:
 // MINIINFER_DECODE_PREFETCH not "0".
 bool decode_prefetch_enabled() {
@@ -751,12 +684,9 @@ void launch_decode(const AttentionLaunch& a, int64_t head_chunks, size_t smem_by
     const Occupancy& occupancy = decode_occupancy<Kernel>(smem_bytes);
     const int64_t blocks_per_key = a.num_kv_heads * head_chunks;
     const int num_splits = plan_splits(a, a.num_seqs * blocks_per_key, occupancy, workspace_bytes);
-    const DecodeSplitArgs ds{num_splits > 1 ? a.decode_lengths : nullptr,
-                             a.decode_order,
+    const DecodeSplitArgs ds{num_splits > 1 ? a.decode_lengths : nullptr, a.decode_order,
                              std::max(occupancy.num_sms * occupancy.blocks_per_sm, 1),
-                             min_keys_per_split(),
-                             int(blocks_per_key),
-                             decode_prefetch_enabled()};
+                             min_keys_per_split(), int(blocks_per_key), decode_prefetch_enabled()};
     const dim3 grid(unsigned(blocks_per_key), unsigned(a.num_seqs), unsigned(num_splits));
     auto* partial_o = static_cast<float*>(workspace);
     float* partial_lse =
@@ -774,7 +704,7 @@ void launch_decode(const AttentionLaunch& a, int64_t head_chunks, size_t smem_by
             a.head_dim == 128 ? combine_kernel<128> : combine_kernel<64>;  // the two head_dims
         launch_kernel(combine, unsigned((rows + kCombineWarps - 1) / kCombineWarps),
                       kCombineWarps * 32, 0, stream, partial_o, partial_lse, num_splits, rows,
-                      static_cast<bf16*>(a.out), combine_early_trigger_enabled());
+                      static_cast<bf16*>(a.out));
         MI_CUDA_CHECK(cudaGetLastError());
     }
 }
@@ -787,14 +717,9 @@ void launch_decode_cuda_cores(const AttentionLaunch& a, int64_t group, void* wor
     if (group == 1)
         return launch_decode<decode_kernel<kHeadDim, 1, Cache, kHalf>, Cache>(
             a, 1, 0, workspace, workspace_bytes, stream);
-    if (group == 2) {
-        if constexpr (std::is_same_v<Cache, uint8_t> && kHalf == HalfMath::kQkPv)
-            if (decode_scatter_enabled())
-                return launch_decode<decode_kernel<kHeadDim, 2, Cache, kHalf, true>, Cache>(
-                    a, 1, 0, workspace, workspace_bytes, stream);
+    if (group == 2)
         return launch_decode<decode_kernel<kHeadDim, 2, Cache, kHalf>, Cache>(
             a, 1, 0, workspace, workspace_bytes, stream);
-    }
     if (group <= 4)
         return launch_decode<decode_kernel<kHeadDim, 4, Cache, kHalf>, Cache>(
             a, 1, 0, workspace, workspace_bytes, stream);

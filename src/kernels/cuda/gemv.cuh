@@ -27,6 +27,32 @@ __device__ __forceinline__ void unpack_bf16x8(const uint4& v, float (&out)[8]) {
     }
 }
 
+// Sums kValues fp32 values across the warp's 32 lanes (kValues a power of two ≤ 32). At each
+// step a lane keeps half of its values and trades the other half with its partner, so the step
+// costs half the values' shuffles; once one value is left, plain xor steps finish. Afterwards
+// lane L holds the full sum of value L >> (5 - log2 kValues) in v[0].
+template <int kValues>
+__device__ __forceinline__ void warp_reduce_scatter(float (&v)[kValues], int lane) {
+    static_assert(kValues >= 1 && kValues <= 32 && (kValues & (kValues - 1)) == 0);
+#pragma unroll
+    for (int step = 0; step < 5; ++step) {
+        const int offset = 16 >> step;
+        const int count = kValues >> step;  // values still held (compile time after unrolling)
+        if (count >= 2) {
+            const int half = count / 2;
+            const bool upper = (lane & offset) != 0;
+#pragma unroll
+            for (int i = 0; i < half; ++i) {
+                const float send = upper ? v[i] : v[i + half];
+                const float keep = upper ? v[i + half] : v[i];
+                v[i] = keep + __shfl_xor_sync(0xffffffffu, send, offset);
+            }
+        } else {
+            v[0] += __shfl_xor_sync(0xffffffffu, v[0], offset);
+        }
+    }
+}
+
 // Sums each of kValues fp32 values across the warp's 32 lanes; every lane ends with every sum.
 template <int kValues>
 __device__ __forceinline__ void warp_all_reduce(float (&v)[kValues]) {

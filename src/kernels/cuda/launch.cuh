@@ -6,11 +6,10 @@
 // bulk of a batch-1 decode step's ~290 kernels), and lets a kernel start loading what no earlier
 // kernel writes (gemv: the weights) before it waits.
 // The rule every kernel here follows: nothing that an earlier kernel may write (or still read) is
-// touched before pdl_wait(); pdl_trigger() right after it (the split-KV combine triggers before
-// it: the kernel after it waits for it, hence for the decode kernel before it too). The step's
-// inputs that only host-to-device copies write (query_start, seq_lens, block tables, an attention
-// plan's tables) count as never written: a copy finishes before the step's first kernel starts, so
-// the decode kernels read them, and find their keys, before waiting. A kernel launched without the
+// touched before pdl_wait(); pdl_trigger() right after it. The step's inputs that only
+// host-to-device copies write (query_start, seq_lens, block tables, an attention plan's tables)
+// count as never written: a copy finishes before the step's first kernel starts, so the decode
+// kernels read them, and find their keys, before waiting. A kernel launched without the
 // attribute (a cuBLASLt GEMM, an NCCL collective, a copy) simply runs after its predecessor, and
 // pdl_wait() in a kernel launched after one returns at once. Captured into CUDA graphs as
 // programmatic edges. MINIINFER_PDL=0 in the environment launches every kernel plainly

@@ -7,9 +7,6 @@
 //   warp_sum_each<kWidth>        warp_sum of every element of a [R][C] array, offsets outermost:
 //                                the shuffles of different elements are independent, so they
 //                                overlap (the decode kernel's per-key dot products)
-//   warp_reduce_scatter<kValues, kWidth>  sums kValues values over groups of kWidth lanes, each
-//                                lane ending with one of the sums (gemv's columns, the decode
-//                                kernel's keys): about one shuffle a value instead of log2 kWidth
 //   quad_sum / quad_max          over the 4 lanes of an mma.sync m16n8k16 fragment row (lanes
 //                                4g .. 4g + 3), offsets 1 then 2 (the attention kernels' order)
 //   block_sum<kThreads>          over a whole block of kThreads threads (a multiple of 32)
@@ -48,34 +45,6 @@ __device__ __forceinline__ void warp_sum_each(float (&v)[R][C]) {
         for (int r = 0; r < R; ++r)
 #pragma unroll
             for (int c = 0; c < C; ++c) v[r][c] += __shfl_xor_sync(kFullWarpMask, v[r][c], offset);
-}
-
-// Sums kValues fp32 values over each group of kWidth consecutive lanes (both powers of two,
-// kValues <= kWidth <= 32). At each step a lane keeps half of its values and trades the other
-// half with its partner, so the step costs half the values' shuffles; once one value is left,
-// plain xor steps finish. Afterwards lane L holds, in v[0], the group's full sum of value
-// (L % kWidth) >> (log2 kWidth - log2 kValues): with kValues == kWidth, value L % kWidth.
-template <int kValues, int kWidth = 32>
-__device__ __forceinline__ void warp_reduce_scatter(float (&v)[kValues], int lane) {
-    static_assert(kValues >= 1 && kValues <= kWidth && (kValues & (kValues - 1)) == 0);
-    static_assert(kWidth <= 32 && (kWidth & (kWidth - 1)) == 0);
-#pragma unroll
-    for (int step = 0; (kWidth >> step) > 1; ++step) {
-        const int offset = (kWidth / 2) >> step;
-        const int count = kValues >> step;  // values still held (compile time after unrolling)
-        if (count >= 2) {
-            const int half = count / 2;
-            const bool upper = (lane & offset) != 0;
-#pragma unroll
-            for (int i = 0; i < half; ++i) {
-                const float send = upper ? v[i] : v[i + half];
-                const float keep = upper ? v[i + half] : v[i];
-                v[i] = keep + __shfl_xor_sync(kFullWarpMask, send, offset);
-            }
-        } else {
-            v[0] += __shfl_xor_sync(kFullWarpMask, v[0], offset);
-        }
-    }
 }
 
 __device__ __forceinline__ float quad_sum(float v) {
