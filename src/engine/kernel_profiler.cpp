@@ -219,7 +219,9 @@ std::string format_kernel_times(const std::vector<KernelTime>& times, size_t top
     out +=
         "| kernel | calls | total ms | % of kernel time | mean us | exposed ms | % of exposed | "
         "mean exposed us |\n|---|---|---|---|---|---|---|---|\n";
-    const auto share = [](double part, double whole) { return 100.0 * part / std::max(whole, 1e-9); };
+    const auto share = [](double part, double whole) {
+        return 100.0 * part / std::max(whole, 1e-9);
+    };
     double rest = total, rest_exposed = exposed;
     int64_t rest_calls = calls;
     for (size_t i = 0; i < times.size() && i < top; ++i) {

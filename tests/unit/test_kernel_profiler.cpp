@@ -30,9 +30,9 @@ TEST(KernelProfiler, TableShowsTheTopKernelsAndTheRest) {
     EXPECT_NE(table.find("356 kernel launches, 10.0 ms of kernel time, 5.0 ms of it exposed"),
               std::string::npos)
         << table;
-    EXPECT_NE(
-        table.find("| gemv_kernel<1, 1, float> | 300 | 6.00 | 60.0% | 20.0 | 3.00 | 60.0% | 10.0 |"),
-        std::string::npos)
+    EXPECT_NE(table.find(
+                  "| gemv_kernel<1, 1, float> | 300 | 6.00 | 60.0% | 20.0 | 3.00 | 60.0% | 10.0 |"),
+              std::string::npos)
         << table;
     EXPECT_NE(table.find("| decode_kernel<128, 2, __nv_bfloat16> | 28 | 3.00 | 30.0% | 107.1 | "
                          "1.50 | 30.0% | 53.6 |"),
@@ -51,12 +51,12 @@ TEST(KernelProfiler, TableShowsTheTopKernelsAndTheRest) {
 // are apart; the input's order does not matter.
 TEST(KernelProfiler, ExposedTimeCountsOnlyWhatTheStreamWaitsFor) {
     const std::vector<KernelRecord> records = {
-        {"b", 1, 1'500, 4'000},   // starts 500 ns before a ends: 2,000 exposed of 2,500
-        {"a", 1, 0, 2'000},       // first on its stream: all of it
-        {"a", 1, 5'000, 6'000},   // after a 1,000 ns gap: its own 1,000
-        {"c", 1, 5'200, 5'900},   // inside the one before: none exposed
-        {"c", 1, 5'950, 6'500},   // counts from a's end (6,000), not c's: 500
-        {"b", 2, 1'000, 2'000},   // another stream: all of it
+        {"b", 1, 1'500, 4'000},  // starts 500 ns before a ends: 2,000 exposed of 2,500
+        {"a", 1, 0, 2'000},      // first on its stream: all of it
+        {"a", 1, 5'000, 6'000},  // after a 1,000 ns gap: its own 1,000
+        {"c", 1, 5'200, 5'900},  // inside the one before: none exposed
+        {"c", 1, 5'950, 6'500},  // counts from a's end (6,000), not c's: 500
+        {"b", 2, 1'000, 2'000},  // another stream: all of it
     };
     const std::vector<KernelTime> times = sum_kernel_records(records);
     ASSERT_EQ(times.size(), 3u);

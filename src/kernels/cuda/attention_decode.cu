@@ -34,9 +34,12 @@
 // the bytes), so it is bound by instructions: with 8 dims a lane (8-byte loads) it read about
 // 2.4 TB/s of K/V against 4.2 TB/s from a bf16 cache (bench_cuda_ops, H200). With up to two
 // heads a block a lane now holds 16 dims (one 16-byte load), so a key's dot product is summed
-// over 8 lanes instead of 16; and each step's P·V runs in f16 (kHalfPv: e4m3 pairs widen to
+// over 8 lanes instead of 16; each step's P·V runs in f16 (HalfMath::kPv: e4m3 pairs widen to
 // f16x2 in one instruction, HFMA2 does two products), added to the fp32 accumulators once a
-// step: 168.5 µs at 256 x 1024 keys, 76% of the copy rate, against 175.3.
+// step: 168.5 µs at 256 x 1024 keys, 76% of the copy rate, against 175.3; with one block-table
+// lookup a lane step instead of one a key, 155.2 µs; and with each lane's 16-dim part of q·k in
+// f16 too (kQkPv), 150.9 µs, 85%. (Summing P·V in f16 over two steps, 188 µs, and
+// reduce-scattering a step's scores over a key's lanes, 152.2, were slower or no faster.)
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -95,26 +98,20 @@ __device__ __forceinline__ void cache_to_float(const uint4& v, float (&f)[16]) {
     for (int e = 0; e < 8; ++e) f[e] = lo[e], f[8 + e] = hi[e];
 }
 
-// Brings the 128-byte line of p into this SM's L1, or into L2 (no register written, nothing
-// waited for).
+// Brings the 128-byte line of p into this SM's L1 (no register written, nothing waited for).
 __device__ __forceinline__ void prefetch_l1(const void* p) {
     asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p));
-}
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
 }
 
 // How a decode block finds its sequence and keys (decode_split.h): lengths (device [2]: the
 // step's Σ seq_lens and longest seq_len) give every sequence chunks of one size; without them a
 // sequence's keys are cut into num_splits equal parts. order (device [num_seqs], or nullptr:
 // batch order) maps the grid's sequence index to the batch's. blocks_per_key: blocks per
-// (sequence, split). prefetch: decode_kernel brings its first keys into L2 before the PDL wait
-// (MINIINFER_DECODE_PREFETCH=0 turns it off, for comparisons).
+// (sequence, split).
 struct DecodeSplitArgs {
     const int32_t* lengths;
     const int32_t* order;
     int slots, min_keys, blocks_per_key;
-    bool prefetch;
 
     // The sequence of grid row y (blockIdx.y).
     __device__ __forceinline__ int seq(int y) const { return order != nullptr ? order[y] : y; }
@@ -214,8 +211,6 @@ enum class HalfMath {
 // keys writes its rows' log-sum-exp as -inf (combine_kernel skips it) and leaves.
 // kHalf (an FP8 cache only): which products run in f16 (HalfMath; e4m3 pairs widen to f16x2 in
 // one instruction, HFMA2 does two products); see the K and V loops below.
-// Before the PDL wait a block brings its first step's K/V into L2, so that those loads overlap
-// the tail of the kernel before (the q/k norm, RoPE and KV store) instead of following it.
 template <int kHeadDim, int kHeads, typename Cache, HalfMath kHalf = HalfMath::kNone>
 __global__ void __launch_bounds__(kThreads)
     decode_kernel(const bf16* __restrict__ q, const Cache* __restrict__ k_cache,
@@ -267,11 +262,11 @@ __global__ void __launch_bounds__(kThreads)
     // share one page: one block-table lookup a step instead of one a key. offsets[i]: key i's
     // elements in either cache, or -1 past key_end.
     const bool slot_in_one_page = page_size % kKeysPerSlot == 0;
-    auto key_offsets = [&](int base, int64_t (&offsets)[kKeysPerSlot]) {
+    auto key_offsets = [&](int base, int64_t(&offsets)[kKeysPerSlot]) {
         const int first = base + slot * kKeysPerSlot;
-        const int64_t first_row =
-            slot_in_one_page && first < key_end ? cache_row(pages, first, page_size, page_shift)
-                                                : 0;
+        const int64_t first_row = slot_in_one_page && first < key_end
+                                      ? cache_row(pages, first, page_size, page_shift)
+                                      : 0;
 #pragma unroll
         for (int i = 0; i < kKeysPerSlot; ++i) {
             const int key = first + i;
@@ -280,21 +275,9 @@ __global__ void __launch_bounds__(kThreads)
             offsets[i] = key < key_end ? row * kv_row_stride + kv_head * kHeadDim + dim0 : -1;
         }
     };
-    // The first step's K/V lines into L2 before waiting, so that its loads after the wait find
-    // them there: no registers are held across it, and the newest key's lines, which the kernel
-    // before writes, stay coherent in L2 (only L1 could hold a stale copy).
     const int first_base = key_begin + warp * kWarpKeys;
-    if (ds.prefetch && first_base < key_end) {
-        int64_t offsets[kKeysPerSlot];
-        key_offsets(first_base, offsets);
-#pragma unroll
-        for (int i = 0; i < kKeysPerSlot; ++i) {
-            if (offsets[i] >= 0) {
-                prefetch_l2(k_cache + offsets[i]);
-                prefetch_l2(v_cache + offsets[i]);
-            }
-        }
-    }
+    // The block table's line of the first keys into L1 meanwhile (the loops read their pages).
+    if (threadIdx.x == 0 && key_begin < key_end) prefetch_l1(pages + key_begin / page_size);
     pdl_wait();
     pdl_trigger();
     const int64_t row0 = int64_t(token) * num_heads + head_begin;
@@ -607,12 +590,6 @@ HalfMath decode_half_math() {
     }();
     return math;
 }
-// Whether decode_kernel prefetches its first keys before the PDL wait:
-// MINIINFER_DECODE_PREFETCH not "0".
-bool decode_prefetch_enabled() {
-    static const bool enabled = env_switch("MINIINFER_DECODE_PREFETCH", true);
-    return enabled;
-}
 size_t partial_row_bytes(int64_t num_heads, int64_t head_dim) {
     return size_t(num_heads) * size_t(head_dim + 1) * sizeof(float);
 }
@@ -686,7 +663,7 @@ void launch_decode(const AttentionLaunch& a, int64_t head_chunks, size_t smem_by
     const int num_splits = plan_splits(a, a.num_seqs * blocks_per_key, occupancy, workspace_bytes);
     const DecodeSplitArgs ds{num_splits > 1 ? a.decode_lengths : nullptr, a.decode_order,
                              std::max(occupancy.num_sms * occupancy.blocks_per_sm, 1),
-                             min_keys_per_split(), int(blocks_per_key), decode_prefetch_enabled()};
+                             min_keys_per_split(), int(blocks_per_key)};
     const dim3 grid(unsigned(blocks_per_key), unsigned(a.num_seqs), unsigned(num_splits));
     auto* partial_o = static_cast<float*>(workspace);
     float* partial_lse =

@@ -177,7 +177,7 @@ __global__ void __launch_bounds__(kThreads)
                 const __nv_bfloat16* __restrict__ bias, Out* __restrict__ y, int64_t n, int k,
                 PrologueArgs pro) {
     constexpr bool kPrologue = kX != XFrom::kGlobal;
-    constexpr int kValues = next_pow2(kRows * kCols);    // padded for the reduce-scatter
+    constexpr int kValues = next_pow2(kRows * kCols);  // padded for the reduce-scatter
     // Loads of w in flight per lane: 8, or 16 at one column a warp and one or two rows, so that
     // a whole row of w up to 4,096 wide (the 0.6B's down projection: 3,072) is loaded before the
     // PDL wait. (16 everywhere doubles the wider kernels' registers: half the blocks an SM.)
