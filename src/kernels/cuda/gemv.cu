@@ -17,6 +17,8 @@
 // Two fused forms take the kernel before them in as a prologue (XFrom): gemv_rms_norm (the
 // residual add + RMSNorm) and gemv_silu_mul (SiLU·mul). Each block computes its few x rows into
 // shared memory from the previous op's inputs, then runs the same loop reading x from there.
+// gemv itself at 1-4 rows (bf16 y) copies x there the same way (XFrom::kCopy): read inside the
+// loop, each vector of x cost an L2 round trip after the FMAs before it.
 #include "kernels/cuda/gemv.h"
 
 #include <cuda_bf16.h>
@@ -27,6 +29,7 @@
 #include <utility>
 
 #include "core/cuda/cuda_check.h"
+#include "core/env.h"
 #include "kernels/cuda/check_tensor.h"
 #include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/launch.cuh"
@@ -59,12 +62,15 @@ __device__ __forceinline__ void store_out(float* y, float v) {
 // Where the kernel's x comes from: global memory, or a prologue that computes the rows into
 // shared memory from what the kernel before would have turned into x (one kernel fewer).
 enum class XFrom {
-    kGlobal,   // x itself
+    kGlobal,   // x itself, read in the loop
     kRmsNorm,  // gemv_rms_norm: the residual add + RMSNorm (rms_norm.h's AddRmsNorm)
     kSiluMul,  // gemv_silu_mul: SiLU(gate) · up of a [rows, 2k] gate_up (silu_mul.h)
+    kCopy,     // x itself, copied into shared memory first (gemv at 1-4 rows, bf16 y)
 };
 
 struct PrologueArgs {
+    // kCopy
+    const __nv_bfloat16* x;  // [rows, k]
     // kRmsNorm
     const __nv_bfloat16* delta;  // null: the residual is normalised as it is
     const __nv_bfloat16* residual;
@@ -124,6 +130,27 @@ __device__ __forceinline__ void norm_rows_to_shared(const PrologueArgs& a, int k
             x_s[at] = normed;
             if (writer && a.normed) reinterpret_cast<uint4*>(a.normed)[at] = normed;
         }
+    }
+    __syncthreads();
+}
+
+// x_s = the block's kRows rows of x, kBatch 16-byte loads a thread issued at once: one L2 round
+// trip for a row of up to kBatch x 1,024 values, where the loop's own loads of x (one vector
+// at a time after its FMAs) cost one round trip each — 5.5 µs of a 0.6B o_proj's exposed time
+// at batch 1 on the H200. Called by every thread of the block; ends with a barrier.
+template <int kRows>
+__device__ __forceinline__ void copy_rows_to_shared(const __nv_bfloat16* x, int k, uint4* x_s) {
+    constexpr int kBatch = 2;
+    const int vecs = kRows * (k / kVecElems);
+    const auto* src = reinterpret_cast<const uint4*>(x);
+    for (int v0 = int(threadIdx.x); v0 < vecs; v0 += kBatch * kThreads) {
+        uint4 t[kBatch];
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b)
+            if (v0 + b * kThreads < vecs) t[b] = src[v0 + b * kThreads];
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b)
+            if (v0 + b * kThreads < vecs) x_s[v0 + b * kThreads] = t[b];
     }
     __syncthreads();
 }
@@ -214,6 +241,7 @@ __global__ void __launch_bounds__(kThreads)
     pdl_wait();
     pdl_trigger();
     extern __shared__ uint4 x_shared[];  // with a prologue: [kRows][k_vecs]
+    if constexpr (kX == XFrom::kCopy) copy_rows_to_shared<kRows>(pro.x, k, x_shared);
     if constexpr (kX == XFrom::kRmsNorm) norm_rows_to_shared<kRows>(pro, k, x_shared);
     // The batch's registers add to the w loads held across the prologue: 4 at one column a warp
     // (a 3,072-wide row in one batch), else 2.
@@ -306,6 +334,13 @@ void launch_rows(const Tensor& x, const Tensor& w, const __nv_bfloat16* bias, Te
     }
 }
 
+// Whether gemv() at 1-4 rows with a bf16 y copies x into shared memory first (XFrom::kCopy):
+// MINIINFER_GEMV_COPY_X not "0".
+bool gemv_copy_x_enabled() {
+    static const bool enabled = env_switch("MINIINFER_GEMV_COPY_X", true);
+    return enabled;
+}
+
 // Columns per warp by n: small n (the 1024-wide o_proj and down of a 0.6B model) needs one column
 // per warp for enough warps in flight; wide n (lm_head) can share x reads over more.
 int pick_cols(int64_t n) {
@@ -325,44 +360,6 @@ Grid grid_for(int64_t n, int cols) {
     MI_LAUNCH_CHECK(blocks <= INT32_MAX, "gemv: n too large for the grid");
     return {cols == 1 ? 0 : cols == 2 ? 1 : 2, blocks};
 }
-
-}  // namespace
-
-bool gemv_supported(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y) {
-    if (!is_cuda_tensor(x, DType::kBF16) || !is_cuda_tensor(w, DType::kBF16) ||
-        !(is_cuda_tensor(y, DType::kBF16) || is_cuda_tensor(y, DType::kF32)) || w.ndim() != 2)
-        return false;
-    const int64_t n = w.size(0), k = w.size(1);
-    if (k <= 0 || k % kVecElems != 0 || k > INT32_MAX || x.ndim() < 1 || x.size(-1) != k)
-        return false;
-    if (!aligned16(x.raw()) || !aligned16(w.raw())) return false;
-    const int64_t m = x.numel() / k;
-    if (y.numel() != m * n || y.ndim() < 1 || y.size(-1) != n) return false;
-    return !bias ||
-           (is_cuda_tensor(*bias, DType::kBF16) && bias->ndim() == 1 && bias->size(0) == n);
-}
-
-void gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, cudaStream_t stream,
-          int cols_per_block) {
-    MI_LAUNCH_CHECK(
-        gemv_supported(x, w, bias, y),
-        "gemv: operands must be contiguous bf16 CUDA tensors (y bf16 or f32), w [n, k] with "
-        "k % 8 == 0, x [.., k] and w 16-byte aligned, y [.., n] with m * n elements, bias [n]");
-    MI_LAUNCH_CHECK(
-        cols_per_block == 0 || cols_per_block == 1 || cols_per_block == 2 || cols_per_block == 4,
-        "gemv: cols_per_block must be 0 (auto), 1, 2 or 4");
-    const int64_t n = w.size(0), k = w.size(1), m = x.numel() / k;
-    if (m == 0 || n == 0) return;
-
-    const Grid g = grid_for(n, cols_per_block ? cols_per_block : pick_cols(n));
-    const auto* bias_ptr = bias ? bias->data<__nv_bfloat16>() : nullptr;
-    if (y.dtype() == DType::kF32)
-        launch_rows<float>(x, w, bias_ptr, y, g.cols_idx, g.blocks, stream);
-    else
-        launch_rows<__nv_bfloat16>(x, w, bias_ptr, y, g.cols_idx, g.blocks, stream);
-}
-
-namespace {
 
 // What both fused forms need besides their prologue's operands: m rows of k (the x that the
 // prologue computes) with w, bias and a bf16 y as gemv takes them, few enough rows, and room in
@@ -400,6 +397,47 @@ void launch_fused(const Tensor& w, const Tensor* bias, Tensor& y, int64_t m,
 }
 
 }  // namespace
+
+bool gemv_supported(const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& y) {
+    if (!is_cuda_tensor(x, DType::kBF16) || !is_cuda_tensor(w, DType::kBF16) ||
+        !(is_cuda_tensor(y, DType::kBF16) || is_cuda_tensor(y, DType::kF32)) || w.ndim() != 2)
+        return false;
+    const int64_t n = w.size(0), k = w.size(1);
+    if (k <= 0 || k % kVecElems != 0 || k > INT32_MAX || x.ndim() < 1 || x.size(-1) != k)
+        return false;
+    if (!aligned16(x.raw()) || !aligned16(w.raw())) return false;
+    const int64_t m = x.numel() / k;
+    if (y.numel() != m * n || y.ndim() < 1 || y.size(-1) != n) return false;
+    return !bias ||
+           (is_cuda_tensor(*bias, DType::kBF16) && bias->ndim() == 1 && bias->size(0) == n);
+}
+
+void gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, cudaStream_t stream,
+          int cols_per_block) {
+    MI_LAUNCH_CHECK(
+        gemv_supported(x, w, bias, y),
+        "gemv: operands must be contiguous bf16 CUDA tensors (y bf16 or f32), w [n, k] with "
+        "k % 8 == 0, x [.., k] and w 16-byte aligned, y [.., n] with m * n elements, bias [n]");
+    MI_LAUNCH_CHECK(
+        cols_per_block == 0 || cols_per_block == 1 || cols_per_block == 2 || cols_per_block == 4,
+        "gemv: cols_per_block must be 0 (auto), 1, 2 or 4");
+    const int64_t n = w.size(0), k = w.size(1), m = x.numel() / k;
+    if (m == 0 || n == 0) return;
+
+    // A few rows for a bf16 y: x through shared memory (XFrom::kCopy), one round trip for it.
+    if (cols_per_block == 0 && gemv_copy_x_enabled() && y.dtype() == DType::kBF16 &&
+        fused_supported(m, k, w, bias, y)) {
+        PrologueArgs args{};
+        args.x = x.data<__nv_bfloat16>();
+        return launch_fused<XFrom::kCopy>(w, bias, y, m, args, stream);
+    }
+    const Grid g = grid_for(n, cols_per_block ? cols_per_block : pick_cols(n));
+    const auto* bias_ptr = bias ? bias->data<__nv_bfloat16>() : nullptr;
+    if (y.dtype() == DType::kF32)
+        launch_rows<float>(x, w, bias_ptr, y, g.cols_idx, g.blocks, stream);
+    else
+        launch_rows<__nv_bfloat16>(x, w, bias_ptr, y, g.cols_idx, g.blocks, stream);
+}
 
 bool gemv_rms_norm_supported(const AddRmsNorm& in, const Tensor& w, const Tensor* bias,
                              const Tensor& y) {

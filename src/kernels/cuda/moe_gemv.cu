@@ -10,8 +10,8 @@
 //   - down: warp (token t, column c) dots each choice's activation row with its expert's down row
 //     c, rounds each to bf16 (as the grouped path's y_perm), and adds them weighted in choice
 //     order (moe_combine's sum): the combine costs nothing extra and needs no atomics.
-// Lanes stride the reduction dimension in 16-byte vectors with ~8 weight loads in flight each;
-// the x rows are tiny and come from L1.
+// Lanes stride the reduction dimension in 16-byte vectors with ~8 weight loads in flight each,
+// issued with their x vectors (tiny rows, from L1 after the first warp of an SM).
 #include "kernels/cuda/moe_gemv.h"
 
 #include <cuda_bf16.h>
@@ -33,20 +33,23 @@ constexpr int kThreads = 32 * kWarpsPerBlock;
 constexpr int kVecElems = 8;  // bf16 per 16-byte load
 
 // acc[i] += this lane's share of x[i] · w[i] for kRows (x row, weight row) pairs of k_vecs 16-byte
-// vectors each: lane L takes vectors L, L + 32, ...; all loads of one round are issued before any
-// is used.
+// vectors each: lane L takes vectors L, L + 32, ...; all loads of one round, of w and of x, are
+// issued before any is used (x loaded inside the multiply loop costs a round trip a vector).
 template <int kRows>
 __device__ __forceinline__ void partial_dots(const uint4* const (&x)[kRows],
                                              const uint4* const (&w)[kRows], int k_vecs, int lane,
                                              float (&acc)[kRows]) {
     constexpr int kUnroll = kRows >= 8 ? 1 : 8 / kRows;
     for (int base = lane; base < k_vecs; base += 32 * kUnroll) {
-        uint4 w_vec[kUnroll][kRows];
+        uint4 w_vec[kUnroll][kRows], x_vec[kUnroll][kRows];
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
             if (base + 32 * u < k_vecs) {
 #pragma unroll
-                for (int i = 0; i < kRows; ++i) w_vec[u][i] = load_streaming(w[i] + base + 32 * u);
+                for (int i = 0; i < kRows; ++i) {
+                    w_vec[u][i] = load_streaming(w[i] + base + 32 * u);
+                    x_vec[u][i] = __ldg(x[i] + base + 32 * u);
+                }
             }
         }
 #pragma unroll
@@ -57,7 +60,7 @@ __device__ __forceinline__ void partial_dots(const uint4* const (&x)[kRows],
             for (int i = 0; i < kRows; ++i) {
                 float w_f[8], x_f[8];
                 unpack_bf16x8(w_vec[u][i], w_f);
-                unpack_bf16x8(__ldg(x[i] + vec), x_f);
+                unpack_bf16x8(x_vec[u][i], x_f);
 #pragma unroll
                 for (int q = 0; q < 8; ++q) acc[i] = fmaf(x_f[q], w_f[q], acc[i]);
             }
