@@ -20,7 +20,6 @@
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
-#include "core/env.h"
 #include "kernels/cuda/check_tensor.h"
 #include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/launch.cuh"
@@ -34,24 +33,23 @@ constexpr int kThreads = 32 * kWarpsPerBlock;
 constexpr int kVecElems = 8;  // bf16 per 16-byte load
 
 // acc[i] += this lane's share of x[i] · w[i] for kRows (x row, weight row) pairs of k_vecs 16-byte
-// vectors each: lane L takes vectors L, L + 32, ...; all loads of one round, kInFlight of w and
-// their vectors of x, are issued before any is used (x loaded inside the multiply loop costs a
-// round trip a vector). kOneX: every x[i] is x[0] (gate and up rows of one token), loaded once.
-template <int kRows, int kInFlight, bool kOneX>
+// vectors each: lane L takes vectors L, L + 32, ...; all loads of one round, of w and of x, are
+// issued before any is used (x loaded inside the multiply loop costs a round trip a vector).
+template <int kRows>
 __device__ __forceinline__ void partial_dots(const uint4* const (&x)[kRows],
                                              const uint4* const (&w)[kRows], int k_vecs, int lane,
                                              float (&acc)[kRows]) {
-    constexpr int kUnroll = kRows >= kInFlight ? 1 : kInFlight / kRows;
-    constexpr int kXRows = kOneX ? 1 : kRows;
+    constexpr int kUnroll = kRows >= 8 ? 1 : 8 / kRows;
     for (int base = lane; base < k_vecs; base += 32 * kUnroll) {
-        uint4 w_vec[kUnroll][kRows], x_vec[kUnroll][kXRows];
+        uint4 w_vec[kUnroll][kRows], x_vec[kUnroll][kRows];
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
             if (base + 32 * u < k_vecs) {
 #pragma unroll
-                for (int i = 0; i < kRows; ++i) w_vec[u][i] = load_streaming(w[i] + base + 32 * u);
-#pragma unroll
-                for (int i = 0; i < kXRows; ++i) x_vec[u][i] = __ldg(x[i] + base + 32 * u);
+                for (int i = 0; i < kRows; ++i) {
+                    w_vec[u][i] = load_streaming(w[i] + base + 32 * u);
+                    x_vec[u][i] = __ldg(x[i] + base + 32 * u);
+                }
             }
         }
 #pragma unroll
@@ -62,7 +60,7 @@ __device__ __forceinline__ void partial_dots(const uint4* const (&x)[kRows],
             for (int i = 0; i < kRows; ++i) {
                 float w_f[8], x_f[8];
                 unpack_bf16x8(w_vec[u][i], w_f);
-                unpack_bf16x8(x_vec[u][kOneX ? 0 : i], x_f);
+                unpack_bf16x8(x_vec[u][i], x_f);
 #pragma unroll
                 for (int q = 0; q < 8; ++q) acc[i] = fmaf(x_f[q], w_f[q], acc[i]);
             }
@@ -70,15 +68,7 @@ __device__ __forceinline__ void partial_dots(const uint4* const (&x)[kRows],
     }
 }
 
-// gate_up's weight loads in flight a lane: 16 (a 2,048-wide gate and up row pair in one round),
-// or 8 with MINIINFER_MOE_GEMV_WIDE=0.
-bool moe_gemv_wide() {
-    static const bool wide = env_switch("MINIINFER_MOE_GEMV_WIDE", true);
-    return wide;
-}
-
 // Warp (p, i) of pairs × inter; see the file comment.
-template <int kInFlight>
 __global__ void __launch_bounds__(kThreads)
     gate_up_silu_kernel(const __nv_bfloat16* __restrict__ x, const int32_t* __restrict__ topk_ids,
                         const __nv_bfloat16* __restrict__ w, __nv_bfloat16* __restrict__ act,
@@ -95,7 +85,7 @@ __global__ void __launch_bounds__(kThreads)
     const uint4* const ws[2] = {reinterpret_cast<const uint4*>(w_e + i * hidden),
                                 reinterpret_cast<const uint4*>(w_e + (inter + i) * hidden)};
     float acc[2] = {};
-    partial_dots<2, kInFlight, true>(xs, ws, int(hidden / kVecElems), lane, acc);
+    partial_dots<2>(xs, ws, int(hidden / kVecElems), lane, acc);
     warp_all_reduce(acc);
     if (lane == 0)
         act[p * inter + i] =
@@ -103,7 +93,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Warp (t, c) of n × hidden, kPass choices at a time (kPass divides top_k); see the file comment.
-template <int kPass, int kInFlight>
+template <int kPass>
 __global__ void __launch_bounds__(kThreads)
     down_combine_kernel(const __nv_bfloat16* __restrict__ act, const int32_t* __restrict__ topk_ids,
                         const float* __restrict__ topk_weights, const __nv_bfloat16* __restrict__ w,
@@ -126,7 +116,7 @@ __global__ void __launch_bounds__(kThreads)
             ws[q] = reinterpret_cast<const uint4*>(w + (topk_ids[pair] * hidden + c) * inter);
         }
         float acc[kPass] = {};
-        partial_dots<kPass, kInFlight, false>(xs, ws, int(inter / kVecElems), lane, acc);
+        partial_dots<kPass>(xs, ws, int(inter / kVecElems), lane, acc);
         warp_all_reduce(acc);
 #pragma unroll
         for (int q = 0; q < kPass; ++q)
@@ -170,10 +160,9 @@ void moe_gemv_gate_up_silu(const Tensor& x, const Tensor& topk_ids, const Tensor
                     "moe_gemv_gate_up_silu: w [E, 2 * inter, hidden] with hidden % 8 == 0, x and "
                     "w 16-byte aligned, act with at least n * k rows");
     if (pairs == 0) return;
-    launch_kernel(moe_gemv_wide() ? gate_up_silu_kernel<16> : gate_up_silu_kernel<8>,
-                  blocks_for(pairs * inter), kThreads, 0, stream, x.data<__nv_bfloat16>(),
-                  topk_ids.data<int32_t>(), w.data<__nv_bfloat16>(), act.data<__nv_bfloat16>(),
-                  pairs, int(top_k), inter, hidden);
+    launch_kernel(gate_up_silu_kernel, blocks_for(pairs * inter), kThreads, 0, stream,
+                  x.data<__nv_bfloat16>(), topk_ids.data<int32_t>(), w.data<__nv_bfloat16>(),
+                  act.data<__nv_bfloat16>(), pairs, int(top_k), inter, hidden);
     MI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -200,19 +189,18 @@ void moe_gemv_down_combine(const Tensor& act, const Tensor& topk_ids, const Tens
     const unsigned blocks = blocks_for(n * hidden);
     const int k = int(top_k);
     // The widest pass that divides k: every weight row is read once, all in one round when k <= 8.
-    // (16 loads in flight there instead of 8 take 168 registers: three blocks an SM.)
     if (top_k % 8 == 0)
-        launch_kernel(down_combine_kernel<8, 8>, blocks, kThreads, 0, stream, a, ids, weights, wd,
-                      o, n, k, hidden, inter);
+        launch_kernel(down_combine_kernel<8>, blocks, kThreads, 0, stream, a, ids, weights, wd, o,
+                      n, k, hidden, inter);
     else if (top_k % 4 == 0)
-        launch_kernel(down_combine_kernel<4, 8>, blocks, kThreads, 0, stream, a, ids, weights, wd,
-                      o, n, k, hidden, inter);
+        launch_kernel(down_combine_kernel<4>, blocks, kThreads, 0, stream, a, ids, weights, wd, o,
+                      n, k, hidden, inter);
     else if (top_k % 2 == 0)
-        launch_kernel(down_combine_kernel<2, 8>, blocks, kThreads, 0, stream, a, ids, weights, wd,
-                      o, n, k, hidden, inter);
+        launch_kernel(down_combine_kernel<2>, blocks, kThreads, 0, stream, a, ids, weights, wd, o,
+                      n, k, hidden, inter);
     else
-        launch_kernel(down_combine_kernel<1, 8>, blocks, kThreads, 0, stream, a, ids, weights, wd,
-                      o, n, k, hidden, inter);
+        launch_kernel(down_combine_kernel<1>, blocks, kThreads, 0, stream, a, ids, weights, wd, o,
+                      n, k, hidden, inter);
     MI_CUDA_CHECK(cudaGetLastError());
 }
 
