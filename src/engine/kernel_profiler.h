@@ -4,10 +4,10 @@
 // time, the part of it its stream waited for: with programmatic dependent launch a kernel
 // starts before the one before it ends and its duration includes that overlap, so durations
 // add up to more than the stream's time; exposed times do not (they and the gaps between
-// kernels make up the stream's span). CUPTI (libcupti.so, part of the CUDA toolkit) is loaded when
-// a profiler starts, so neither the binary nor a run without the flag needs it. Recording adds host
-// cost to every launch: the wall time of a profiled run is not the benchmark's; the kernels' own
-// durations are what it is for.
+// kernels make up the stream's span). CUPTI (libcupti.so, part of the CUDA toolkit) is loaded
+// when a profiler starts, so neither the binary nor a run without the flag needs it. Recording
+// adds host cost to every launch: the wall time of a profiled run is not the benchmark's; the
+// kernels' own times are what it is for.
 #pragma once
 
 #include <cstdint>
@@ -32,8 +32,7 @@ struct KernelRecord {
 
 // The records summed by name (as given: the caller shortens names), with each kernel's exposed
 // time: max(0, end - max(start, the latest end of the kernels that started before it on its
-// stream)).
-// Unordered input; most total duration first.
+// stream)). Unordered input; most total duration first.
 std::vector<KernelTime> sum_kernel_records(std::vector<KernelRecord> records);
 
 class KernelProfiler {

@@ -259,23 +259,8 @@ __global__ void __launch_bounds__(kThreads)
 
     // A step's keys of this lane: kKeysPerSlot consecutive ones from a multiple of kKeysPerSlot
     // (split_range cuts at whole warp steps), so when pages hold a multiple of kKeysPerSlot they
-    // share one page: one block-table lookup a step instead of one a key. offsets[i]: key i's
-    // elements in either cache, or -1 past key_end.
+    // share one page: one block-table lookup a step instead of one a key.
     const bool slot_in_one_page = page_size % kKeysPerSlot == 0;
-    auto key_offsets = [&](int base, int64_t(&offsets)[kKeysPerSlot]) {
-        const int first = base + slot * kKeysPerSlot;
-        const int64_t first_row = slot_in_one_page && first < key_end
-                                      ? cache_row(pages, first, page_size, page_shift)
-                                      : 0;
-#pragma unroll
-        for (int i = 0; i < kKeysPerSlot; ++i) {
-            const int key = first + i;
-            const int64_t row =
-                slot_in_one_page ? first_row + i : cache_row(pages, key, page_size, page_shift);
-            offsets[i] = key < key_end ? row * kv_row_stride + kv_head * kHeadDim + dim0 : -1;
-        }
-    };
-    const int first_base = key_begin + warp * kWarpKeys;
     // The block table's line of the first keys into L1 meanwhile (the loops read their pages).
     if (threadIdx.x == 0 && key_begin < key_end) prefetch_l1(pages + key_begin / page_size);
     pdl_wait();
@@ -326,16 +311,22 @@ __global__ void __launch_bounds__(kThreads)
         for (int e = 0; e < kLaneDims; ++e) acc[h][e] = 0.f;
     }
 
-    for (int base = first_base; base < key_end; base += kWarps * kWarpKeys) {
+    for (int base = key_begin + warp * kWarpKeys; base < key_end; base += kWarps * kWarpKeys) {
         using Vec = LaneVec<Cache, kLaneDims>;
         Vec k_raw[kKeysPerSlot], v_raw[kKeysPerSlot];
-        int64_t offsets[kKeysPerSlot];
-        key_offsets(base, offsets);
+        const int first = base + slot * kKeysPerSlot;
+        const int64_t first_row = slot_in_one_page && first < key_end
+                                      ? cache_row(pages, first, page_size, page_shift)
+                                      : 0;
 #pragma unroll
         for (int i = 0; i < kKeysPerSlot; ++i) {
-            if (offsets[i] >= 0) {
-                k_raw[i] = __ldg(reinterpret_cast<const Vec*>(k_cache + offsets[i]));
-                v_raw[i] = __ldg(reinterpret_cast<const Vec*>(v_cache + offsets[i]));
+            const int key = first + i;
+            if (key < key_end) {
+                const int64_t row =
+                    slot_in_one_page ? first_row + i : cache_row(pages, key, page_size, page_shift);
+                const int64_t offset = row * kv_row_stride + kv_head * kHeadDim + dim0;
+                k_raw[i] = __ldg(reinterpret_cast<const Vec*>(k_cache + offset));
+                v_raw[i] = __ldg(reinterpret_cast<const Vec*>(v_cache + offset));
             } else {
                 k_raw[i] = v_raw[i] = Vec{};
             }
