@@ -605,13 +605,16 @@ const Occupancy& decode_occupancy(size_t smem_bytes) {
 }
 
 // Keys a split takes at least: below this a split's fixed cost (its Q, the first loads' latency,
-// the merge, the combine) outweighs its parallelism. 64 instead of 128 made batch 1 slower on
-// the H200 (bs1: 0.6B 1.187 against 1.089 ms a token, 30B-A3B 3.670 against 3.566).
+// the merge, the combine) outweighs its parallelism. Measured at batch 1 on the H200 (bs1, ms a
+// token): session 3, 128 against 64 keys, 0.6B 1.089 / 1.187, 30B-A3B 3.566 / 3.670; session 14,
+// with the PDL chain and the decode kernels of since, 64 against 128: 0.6B 0.762 / 0.791,
+// 30B-A3B 2.715 / 2.823 (256: 0.864, one split: 0.920 on the 0.6B).
 // MINIINFER_DECODE_MIN_KEYS (read once) sets it, and MINIINFER_DECODE_SPLITS forces a split
 // count (both bounded as below), to time the choice.
+constexpr int kDefaultMinKeys = 64;
 int min_keys_per_split() {
-    static const int keys = env_int("MINIINFER_DECODE_MIN_KEYS", 128);
-    return keys > 0 ? keys : 128;
+    static const int keys = env_int("MINIINFER_DECODE_MIN_KEYS", kDefaultMinKeys);
+    return keys > 0 ? keys : kDefaultMinKeys;
 }
 int forced_splits() {  // 0: planned
     static const int splits = std::max(env_int("MINIINFER_DECODE_SPLITS", 0), 0);
