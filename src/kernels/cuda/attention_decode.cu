@@ -134,49 +134,46 @@ __device__ __forceinline__ int2 split_range(const DecodeSplitArgs& ds, int seq_l
 
 // Merges the splits of each (token, head): out = Σ 2^(lse_s - M) o_s / Σ 2^(lse_s - M).
 // partial_o: [rows, num_splits, head_dim]; partial_lse: [rows, num_splits]; out: [rows, head_dim].
-// A warp per row: its lanes read the (at most kMaxSplits) log-sum-exps at once and, with them,
-// each lane its kHeadDim / 32 dims of the first kUnroll splits' outputs (an empty split's are
-// loaded too and not used: no load waits for the weights); later splits kUnroll at a time, all
-// of a pass's loads issued together. (A thread per dim walking the splits one dependent load at
-// a time made it latency-bound: 11 µs for 8,192 rows of 3 splits on the H200, 3x its bytes.)
+// A warp per row: its lanes read the (at most kMaxSplits) log-sum-exps at once, then each lane
+// sums its kHeadDim / 32 dims over the live splits, all of a pass's loads issued together (a
+// thread per dim walking the splits one dependent load at a time made it latency-bound: 11 µs
+// for 8,192 rows of 3 splits on the H200, 3x its bytes).
 template <int kHeadDim>
 __device__ __forceinline__ void combine_row(const float* __restrict__ partial_o,
                                             const float* __restrict__ partial_lse, int num_splits,
                                             int64_t row, bf16* __restrict__ out) {
     static_assert(kMaxSplits <= 64 && kHeadDim % 64 == 0);
     constexpr int kDims = kHeadDim / 32;  // 2 or 4 a lane
-    constexpr int kUnroll = 8;
     using Vec = std::conditional_t<kDims == 4, float4, float2>;
     const int lane = threadIdx.x % 32;
     const float* lse = partial_lse + row * num_splits;
-    const float* o = partial_o + row * num_splits * kHeadDim + lane * kDims;
-    Vec v[kUnroll];
-    auto load_pass = [&](int s0) {
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
-            if (s0 + u < num_splits)
-                v[u] = *reinterpret_cast<const Vec*>(o + int64_t(s0 + u) * kHeadDim);
-    };
     // Split s's log-sum-exp in lane s % 32 of lse_lo (s < 32) or lse_hi.
     const float lse_lo = lane < num_splits ? lse[lane] : -INFINITY;
     const float lse_hi = lane + 32 < num_splits ? lse[lane + 32] : -INFINITY;
-    load_pass(0);
     const float m = warp_max(fmaxf(lse_lo, lse_hi));  // > -inf: split 0 always has keys
     const float w_lo = lse_lo == -INFINITY ? 0.f : exp2f(lse_lo - m);
     const float w_hi = lse_hi == -INFINITY ? 0.f : exp2f(lse_hi - m);
     const float sum = warp_sum(w_lo + w_hi);
+    const float* o = partial_o + row * num_splits * kHeadDim + lane * kDims;
     float a[kDims] = {};
+    constexpr int kUnroll = 4;
     for (int s0 = 0; s0 < num_splits; s0 += kUnroll) {
-        if (s0 > 0) load_pass(s0);
+        float w[kUnroll];
+        Vec v[kUnroll];
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
             const int s = s0 + u;
             // Every lane takes the same weight: the branch below is uniform.
-            const float w = __shfl_sync(0xffffffffu, s < 32 ? w_lo : w_hi, s % 32);
-            if (s >= num_splits || w == 0.f) continue;  // an empty split's o may be anything
+            w[u] = __shfl_sync(0xffffffffu, s < 32 ? w_lo : w_hi, s % 32);
+            if (s < num_splits && w[u] > 0.f)  // an empty split's o may be anything
+                v[u] = *reinterpret_cast<const Vec*>(o + int64_t(s) * kHeadDim);
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+            if (s0 + u >= num_splits || w[u] == 0.f) continue;
             const float* f = reinterpret_cast<const float*>(&v[u]);
 #pragma unroll
-            for (int e = 0; e < kDims; ++e) a[e] += w * f[e];
+            for (int e = 0; e < kDims; ++e) a[e] += w[u] * f[e];
         }
     }
     bf16* out_row = out + row * kHeadDim + lane * kDims;
