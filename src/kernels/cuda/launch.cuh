@@ -9,7 +9,10 @@
 // touched before pdl_wait(); pdl_trigger() right after it. The step's inputs that only
 // host-to-device copies write (query_start, seq_lens, block tables, an attention plan's tables)
 // count as never written: a copy finishes before the step's first kernel starts, so the decode
-// kernels read them, and find their keys, before waiting. A kernel launched without the
+// kernels read them, and find their keys, before waiting. Nor is the output of the kernel two
+// launches back still being written: the kernel in between waited for it before triggering this
+// one (moe_gemv's down reads moe_route's choices before waiting for gate_up). A kernel launched
+// without the
 // attribute (a cuBLASLt GEMM, an NCCL collective, a copy) simply runs after its predecessor, and
 // pdl_wait() in a kernel launched after one returns at once. Captured into CUDA graphs as
 // programmatic edges. MINIINFER_PDL=0 in the environment launches every kernel plainly
