@@ -12,10 +12,9 @@
 // kernels read them, and find their keys, before waiting. Nor is the output of the kernel two
 // launches back still being written: the kernel in between waited for it before triggering this
 // one (moe_gemv's down reads moe_route's choices before waiting for gate_up). A kernel launched
-// without the
-// attribute (a cuBLASLt GEMM, an NCCL collective, a copy) simply runs after its predecessor, and
-// pdl_wait() in a kernel launched after one returns at once. Captured into CUDA graphs as
-// programmatic edges. MINIINFER_PDL=0 in the environment launches every kernel plainly
+// without the attribute (a cuBLASLt GEMM, an NCCL collective, a copy) simply runs after its
+// predecessor, and pdl_wait() in a kernel launched after one returns at once. Captured into CUDA
+// graphs as programmatic edges. MINIINFER_PDL=0 in the environment launches every kernel plainly
 // (launch.h: pdl_enabled).
 #pragma once
 
