@@ -26,6 +26,7 @@
 #include "gpu_testing.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_flashinfer.h"
+#include "kernels/cuda/qk_norm_rope.h"
 #include "layers/cuda/attention_backend.h"
 #include "paged_attention_testing.h"
 
@@ -114,6 +115,14 @@ Fp8Batch to_fp8(const Batch& b, float k_scale, float v_scale) {
     convert(b.k_cache, k_scale, f.k_bytes, f.dequantized.k_cache);
     convert(b.v_cache, v_scale, f.v_bytes, f.dequantized.v_cache);
     return f;
+}
+
+// e4m3 bytes (host u8) as the bf16 values they stand for at scale (exact; NaN codes stay NaN).
+Tensor to_fp8_values(const Tensor& bytes, float scale) {
+    Tensor values = Tensor::zeros(bytes.shape(), DType::kBF16);
+    for (int64_t i = 0; i < bytes.numel(); ++i)
+        values.data<uint16_t>()[i] = f32_to_bf16(e4m3_to_f32(bytes.data<uint8_t>()[i]) * scale);
+    return values;
 }
 
 // A backend on an FP8 cache against the CPU on the same values; the scales are powers of two
@@ -505,6 +514,102 @@ TEST(CudaAttentionFa2, DecodeOrderDoesNotChangeTheOutput) {
                 EXPECT_TRUE(gpu_testing::bitwise_equal(run(order), plain))
                     << (order == &reversed ? "reversed" : "shuffled") << " order, "
                     << describe(cfg, seqs);
+        }
+    }
+}
+
+// The decode doing the QKV step itself (AttentionParams::qkv_step) against the separate step
+// (qk_norm_rope_store, then the decode on its q and cache): the cache gets the same bits, and the
+// output matches the CPU reference on the separate step's q and cache. The q argument holds NaN,
+// so a decode that read it fails. Every decode kernel: CUDA cores (groups 1, 2), tensor cores
+// with heads as columns (4, 8) and as rows (16); head_dim 64 and 128; bf16 and FP8 caches;
+// with and without the per-head norm (Qwen2); lengths where the new key is alone in its block
+// (1, 65, 129: a split of 64 keys starting at it), just past a page, and long enough to split.
+TEST(CudaAttentionFa2, DecodeQkvStepMatchesTheSeparateStep) {
+    REQUIRE_GPU();
+    std::mt19937 rng(23);
+    const std::vector<Seq> seqs = {{1, 1},   {1, 2},   {1, 17},   {1, 65},  {1, 129},
+                                   {1, 300}, {1, 999}, {1, 3000}, {1, 4033}};
+    const float eps = 1e-6f;
+    for (const Config cfg : {Config{16, 8, 128, 16}, Config{32, 4, 128, 16}, Config{16, 4, 128, 64},
+                             Config{32, 2, 128, 16}, Config{14, 2, 64, 24}, Config{8, 8, 64, 16}}) {
+        const Batch plain = make_batch(cfg, seqs, rng);
+        const int64_t H = cfg.num_heads, KV = cfg.num_kv_heads, D = cfg.head_dim;
+        const int64_t T = plain.num_tokens;  // one a sequence
+        Tensor positions = Tensor::zeros({T}, DType::kI32), slots = Tensor::zeros({T}, DType::kI32);
+        for (int64_t t = 0; t < T; ++t) {
+            const int32_t last = plain.seq_lens.data<int32_t>()[t] - 1;
+            const int32_t page =
+                plain.block_table
+                    .data<int32_t>()[t * plain.block_table.size(1) + last / cfg.page_size];
+            positions.data<int32_t>()[t] = last;
+            slots.data<int32_t>()[t] = page * int32_t(cfg.page_size) + last % cfg.page_size;
+        }
+        Tensor inv_freq = Tensor::zeros({D / 2}, DType::kF32);
+        for (int64_t i = 0; i < D / 2; ++i)
+            inv_freq.data<float>()[i] = float(1.0 / std::pow(1e6, double(2 * i) / double(D)));
+        const Tensor qkv =
+            cuda::to_device(gpu_testing::random_bf16({T, (H + 2 * KV) * D}, rng, 2.f));
+        const Tensor q_norm = cuda::to_device(gpu_testing::random_bf16({D}, rng, 1.f));
+        const Tensor k_norm = cuda::to_device(gpu_testing::random_bf16({D}, rng, 1.f));
+        const Tensor d_positions = cuda::to_device(positions), d_slots = cuda::to_device(slots);
+        const Tensor d_inv_freq = cuda::to_device(inv_freq);
+        for (const bool fp8 : {false, true}) {
+            const bool norm = D == 128;  // head_dim 64: Qwen2's rotary alone
+            const float k_scale = fp8 ? 0.5f : 1.f, v_scale = fp8 ? 2.f : 1.f;
+            const Fp8Batch quantized = to_fp8(plain, k_scale, v_scale);
+            const Tensor& k_host = fp8 ? quantized.k_bytes : plain.k_cache;
+            const Tensor& v_host = fp8 ? quantized.v_bytes : plain.v_cache;
+            const std::string what = describe(cfg, seqs) + (fp8 ? " fp8" : " bf16");
+            PlannedDecode decode(plain);
+            const auto run = [&](bool in_decode, Tensor& q, Tensor& k, Tensor& v) {
+                const cuda::DecodeQkvStep step{.qkv = &qkv,
+                                               .q_norm = norm ? &q_norm : nullptr,
+                                               .k_norm = norm ? &k_norm : nullptr,
+                                               .eps = eps,
+                                               .positions = &d_positions,
+                                               .inv_freq = &d_inv_freq,
+                                               .slot_mapping = &d_slots};
+                if (!in_decode)
+                    cuda::qk_norm_rope_store(qkv, step.q_norm, step.k_norm, eps, d_positions,
+                                             d_inv_freq, d_slots, H, KV, D, q, k, v, nullptr,
+                                             k_scale, v_scale);
+                decode.d.q = std::move(q);
+                decode.d.k = std::move(k);
+                decode.d.v = std::move(v);
+                Tensor out = decode.run([&](cuda::AttentionParams& p) {
+                    p.k_scale = k_scale;
+                    p.v_scale = v_scale;
+                    if (in_decode) p.qkv_step = &step;
+                });
+                q = std::move(decode.d.q);
+                k = std::move(decode.d.k);
+                v = std::move(decode.d.v);
+                return out;
+            };
+            Tensor q_sep = cuda::device_tensor({T, H, D}, DType::kBF16);
+            Tensor k_sep = cuda::to_device(k_host), v_sep = cuda::to_device(v_host);
+            const Tensor out_sep = run(false, q_sep, k_sep, v_sep);
+            Tensor q_nan = cuda::device_tensor({T, H, D}, DType::kBF16);
+            MI_CUDA_CHECK(cudaMemset(q_nan.raw(), 0xFF, q_nan.nbytes()));
+            Tensor k_own = cuda::to_device(k_host), v_own = cuda::to_device(v_host);
+            const Tensor out_own = run(true, q_nan, k_own, v_own);
+            EXPECT_TRUE(gpu_testing::bitwise_equal(cuda::to_host(k_own), cuda::to_host(k_sep)))
+                << "K cache, " << what;
+            EXPECT_TRUE(gpu_testing::bitwise_equal(cuda::to_host(v_own), cuda::to_host(v_sep)))
+                << "V cache, " << what;
+            // The CPU reference on the separate step's q and cache (an FP8 cache's values in bf16).
+            Batch ref = plain;
+            ref.q = cuda::to_host(q_sep);
+            if (fp8) {
+                ref.k_cache = to_fp8_values(cuda::to_host(k_sep), k_scale);
+                ref.v_cache = to_fp8_values(cuda::to_host(v_sep), v_scale);
+            } else {
+                ref.k_cache = cuda::to_host(k_sep);
+                ref.v_cache = cuda::to_host(v_sep);
+            }
+            expect_close(ref, out_sep, "separate step, " + what);
+            expect_close(ref, out_own, "qkv_step, " + what);
         }
     }
 }

@@ -42,6 +42,25 @@ void check_attention_params(const AttentionParams& p) {
     MI_LAUNCH_CHECK(
         p.max_query_len >= 0 && p.max_query_len <= num_tokens && p.max_seq_len >= p.max_query_len,
         "paged attention: bad max_query_len / max_seq_len bounds");
+    if (const DecodeQkvStep* f = p.qkv_step) {
+        MI_LAUNCH_CHECK(p.max_query_len <= 1, "paged attention: qkv_step is for decode steps only");
+        check_cuda_tensor(f->qkv, DType::kBF16, "paged attention: qkv_step.qkv",
+                          {num_tokens, (num_heads + 2 * num_kv_heads) * head_dim});
+        MI_LAUNCH_CHECK((f->q_norm == nullptr) == (f->k_norm == nullptr),
+                        "paged attention: qkv_step needs both norms or neither");
+        if (f->q_norm) {
+            check_cuda_tensor(f->q_norm, DType::kBF16, "paged attention: qkv_step.q_norm",
+                              {head_dim});
+            check_cuda_tensor(f->k_norm, DType::kBF16, "paged attention: qkv_step.k_norm",
+                              {head_dim});
+        }
+        check_cuda_tensor(f->positions, DType::kI32, "paged attention: qkv_step.positions",
+                          {num_tokens});
+        check_cuda_tensor(f->inv_freq, DType::kF32, "paged attention: qkv_step.inv_freq",
+                          {head_dim / 2});
+        check_cuda_tensor(f->slot_mapping, DType::kI32, "paged attention: qkv_step.slot_mapping",
+                          {num_tokens});
+    }
 }
 
 AttentionLaunch make_attention_launch(const AttentionParams& p) {
@@ -68,6 +87,17 @@ AttentionLaunch make_attention_launch(const AttentionParams& p) {
     a.v_scale = p.v_scale;
     a.decode_lengths = p.decode_lengths;
     a.decode_order = p.decode_order;
+    if (const DecodeQkvStep* f = p.qkv_step) {
+        a.qkv_step = {.qkv = f->qkv->raw(),
+                      .q_norm = f->q_norm ? f->q_norm->raw() : nullptr,
+                      .k_norm = f->k_norm ? f->k_norm->raw() : nullptr,
+                      .eps = f->eps,
+                      .positions = f->positions->data<int32_t>(),
+                      .inv_freq = f->inv_freq->data<float>(),
+                      .slot_mapping = f->slot_mapping->data<int32_t>(),
+                      .k_inv_scale = 1.f / p.k_scale,
+                      .v_inv_scale = 1.f / p.v_scale};
+    }
     return a;
 }
 

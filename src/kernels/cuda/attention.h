@@ -28,6 +28,19 @@
 
 namespace miniinfer::cuda {
 
+// The step between the QKV GEMM and attention (qk_norm_rope.h: q/k per-head RMSNorm, rotary,
+// the K/V store), for an fa2 decode that does it itself (AttentionParams::qkv_step). Shapes as
+// qk_norm_rope_store takes them; tensors on the device.
+struct DecodeQkvStep {
+    const Tensor* qkv;           // [num_tokens, (num_heads + 2 * num_kv_heads) * head_dim] bf16
+    const Tensor* q_norm;        // [head_dim] bf16, or null with k_norm (Qwen2: no norm)
+    const Tensor* k_norm;        // [head_dim] bf16, or null
+    float eps;                   // the norms' epsilon
+    const Tensor* positions;     // [num_tokens] i32
+    const Tensor* inv_freq;      // [head_dim / 2] f32
+    const Tensor* slot_mapping;  // [num_tokens] i32: where each token's K/V goes
+};
+
 struct AttentionParams {
     const Tensor* q;            // [num_tokens, num_heads, head_dim] bf16
     const Tensor* k_cache;      // [num_pages, page_size, num_kv_heads, head_dim] bf16, or u8
@@ -51,6 +64,14 @@ struct AttentionParams {
     // the longest blocks start in the first wave and the short ones fill the last). Changes no
     // output bit. nullptr: in batch order.
     const int32_t* decode_order = nullptr;
+    // Optional, decode steps only (max_query_len 1; paged_attention checks it): the decode does
+    // qk_norm_rope_store's work itself instead of reading q and a cache that already holds the
+    // step's K/V. Every block normalises and rotates its query heads from qkv; the block whose
+    // split holds a sequence's last key computes that key's K and V, stores them in the cache
+    // (the same bits qk_norm_rope_store writes) and adds the key to its softmax from shared
+    // memory. p.q is then only a shape (not read). One kernel fewer a layer; summation order
+    // differs from the separate step's, so outputs may differ in the last bits.
+    const DecodeQkvStep* qkv_step = nullptr;
 };
 
 // The launchers' common validation of p (both backends): dtypes, ranks, contiguity, head_dim 64
@@ -85,6 +106,18 @@ struct AttentionLaunch {
     float k_scale = 1.f, v_scale = 1.f;
     const int32_t* decode_lengths = nullptr;  // AttentionParams::decode_lengths
     const int32_t* decode_order = nullptr;    // AttentionParams::decode_order
+    // AttentionParams::qkv_step as pointers (qkv null: none); inverse scales as qk_norm_rope_store
+    // computes them.
+    struct QkvStep {
+        const void* qkv = nullptr;  // bf16
+        const void* q_norm = nullptr;
+        const void* k_norm = nullptr;
+        float eps = 0.f;
+        const int32_t* positions = nullptr;
+        const float* inv_freq = nullptr;
+        const int32_t* slot_mapping = nullptr;
+        float k_inv_scale = 1.f, v_inv_scale = 1.f;
+    } qkv_step;
 };
 // The launch arguments of p (checked by check_attention_params first); both backends build them
 // here.

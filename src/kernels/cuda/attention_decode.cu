@@ -56,6 +56,7 @@
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/cuda/paged_kv.cuh"
+#include "kernels/cuda/qk_norm_rope.cuh"
 #include "kernels/cuda/reduce.cuh"
 
 namespace miniinfer::cuda {
@@ -130,6 +131,79 @@ __device__ __forceinline__ int2 split_range(const DecodeSplitArgs& ds, int seq_l
             : ((seq_len + num_splits - 1) / num_splits + kGranule - 1) / kGranule * kGranule;
     const int begin = split * split_len;
     return make_int2(begin, min(seq_len, begin + split_len));
+}
+
+// AttentionLaunch::qkv_step for the kernels (qkv null: q and the cache are ready).
+struct QkvStepArgs {
+    const bf16* qkv;  // [num_tokens, num_heads + 2 * num_kv_heads, head_dim]
+    const bf16* q_norm;
+    const bf16* k_norm;
+    float eps;
+    const int32_t* positions;
+    const float* inv_freq;
+    const int32_t* slot_mapping;
+    float k_inv_scale, v_inv_scale;
+};
+
+// What qkv_step leaves in shared memory: the block's query heads, normalised and rotated (bf16,
+// as qk_norm_rope_store writes q), and in the block that holds its sequence's last key, that
+// key's K and V as the cache holds them (qk_norm_rope.cuh: store_cache's values; an FP8 cache's
+// unscaled) and each head's score for it.
+template <int kHeadDim, int kHeads>
+struct QkvStepShared {
+    bf16 q[kHeads][kHeadDim];
+    float k[kHeadDim], v[kHeadDim];
+    float score[kHeads];
+};
+
+// A decode block's share of qk_norm_rope_store (AttentionParams::qkv_step), after the PDL wait:
+// the warps take the block's num_block_heads query heads (from head_begin) and, when new_key (the
+// block's split holds the last key), the new token's K and V heads of kv_head, one head a warp
+// at a time (norm_rope_head), q into s.q, K and V into the cache at the token's slot and into
+// s.k, s.v. Then, after a block barrier, s.score[h] = (q_h · k) · score_scale for the new key.
+// Every thread calls it; s.q may be read after it returns, s.score after one more barrier.
+template <int kHeadDim, int kHeads, typename Cache>
+__device__ __forceinline__ void qkv_step(const QkvStepArgs& f, int token, int num_heads,
+                                         int num_kv_heads, int head_begin, int num_block_heads,
+                                         int kv_head, bool new_key, float score_scale,
+                                         Cache* k_cache, Cache* v_cache,
+                                         QkvStepShared<kHeadDim, kHeads>& s) {
+    constexpr int kPerLane = kHeadDim / 32;
+    const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+    const bf16* row = f.qkv + int64_t(token) * (num_heads + 2 * num_kv_heads) * kHeadDim;
+    const float pos = float(f.positions[token]);
+    const int tasks = num_block_heads + (new_key ? 2 : 0);
+    for (int t = warp; t < tasks; t += kWarps) {
+        float x[kPerLane];
+        if (t < num_block_heads) {
+            norm_rope_head<kHeadDim>(row + int64_t(head_begin + t) * kHeadDim, f.q_norm, f.eps, pos,
+                                     f.inv_freq, true, x);
+#pragma unroll
+            for (int j = 0; j < kPerLane; ++j) s.q[t][lane + 32 * j] = __float2bfloat16(x[j]);
+        } else {
+            const bool is_k = t == num_block_heads;  // then V
+            const int head = num_heads + (is_k ? 0 : num_kv_heads) + kv_head;
+            norm_rope_head<kHeadDim>(row + int64_t(head) * kHeadDim, is_k ? f.k_norm : nullptr,
+                                     f.eps, pos, f.inv_freq, is_k, x);
+            Cache* dst = (is_k ? k_cache : v_cache) +
+                         (int64_t(f.slot_mapping[token]) * num_kv_heads + kv_head) * kHeadDim;
+            float* kept = is_k ? s.k : s.v;
+            const float inv_scale = is_k ? f.k_inv_scale : f.v_inv_scale;
+#pragma unroll
+            for (int j = 0; j < kPerLane; ++j)
+                kept[lane + 32 * j] = store_cache(dst + lane + 32 * j, x[j], inv_scale);
+        }
+    }
+    __syncthreads();
+    if (!new_key) return;
+    for (int h = warp; h < num_block_heads; h += kWarps) {
+        float dot = 0.f;
+#pragma unroll
+        for (int j = 0; j < kPerLane; ++j)
+            dot += __bfloat162float(s.q[h][lane + 32 * j]) * s.k[lane + 32 * j];
+        dot = warp_sum(dot);
+        if (lane == 0) s.score[h] = dot * score_scale;
+    }
 }
 
 // Merges the splits of each (token, head): out = Σ 2^(lse_s - M) o_s / Σ 2^(lse_s - M).
@@ -218,8 +292,8 @@ __global__ void __launch_bounds__(kThreads)
                   const int32_t* __restrict__ query_start, const int32_t* __restrict__ seq_lens,
                   const int32_t* __restrict__ block_table, int max_pages, int num_heads,
                   int num_kv_heads, int page_size, int page_shift, float scale_log2, int num_splits,
-                  DecodeSplitArgs ds, bf16* __restrict__ out, float* __restrict__ partial_o,
-                  float* __restrict__ partial_lse) {
+                  DecodeSplitArgs ds, QkvStepArgs fq, bf16* __restrict__ out,
+                  float* __restrict__ partial_o, float* __restrict__ partial_lse) {
     constexpr bool kFp8 = std::is_same_v<Cache, uint8_t>;
     static_assert(kFp8 || kHalf == HalfMath::kNone, "a bf16 cache is read in fp32");
     constexpr bool kHalfQk = kHalf == HalfMath::kQkPv, kHalfPv = kHalf != HalfMath::kNone;
@@ -250,7 +324,11 @@ __global__ void __launch_bounds__(kThreads)
     const int seq_len = seq_lens[seq];
     // Splits cover whole warp steps of keys; trailing splits of a short sequence may be empty.
     const int2 range = split_range<kWarpKeys>(ds, seq_len, split, num_splits);
-    const int key_begin = range.x, key_end = range.y;
+    const bool has_keys = range.x < range.y;
+    // With the QKV step, the block holding the last key (the step's own) takes it from shared
+    // memory (qkv_step): its loop stops before it.
+    const bool new_key = fq.qkv != nullptr && has_keys && range.y == seq_len;
+    const int key_begin = range.x, key_end = new_key ? seq_len - 1 : range.y;
     const int32_t* pages = block_table + int64_t(seq) * max_pages;
     const int64_t kv_row_stride = int64_t(num_kv_heads) * kHeadDim;
 
@@ -266,7 +344,7 @@ __global__ void __launch_bounds__(kThreads)
     pdl_wait();
     pdl_trigger();
     const int64_t row0 = int64_t(token) * num_heads + head_begin;
-    if (key_begin >= key_end) {  // only a split past the first can be empty
+    if (!has_keys) {  // only a split past the first can be empty
         if (int(threadIdx.x) < num_block_heads)
             partial_lse[(row0 + threadIdx.x) * num_splits + split] = -INFINITY;
         return;
@@ -275,6 +353,11 @@ __global__ void __launch_bounds__(kThreads)
     // An FP8 cache's scales are applied once: k_scale to q, v_scale to the output.
     const float q_scale = kFp8 ? scale_log2 * k_scale : scale_log2;
     const float out_scale = kFp8 ? v_scale : 1.f;
+    __shared__ __align__(16) QkvStepShared<kHeadDim, kHeads> qs;
+    if (fq.qkv != nullptr)
+        qkv_step<kHeadDim>(fq, token, num_heads, num_kv_heads, head_begin, num_block_heads, kv_head,
+                           new_key, q_scale, const_cast<Cache*>(k_cache),
+                           const_cast<Cache*>(v_cache), qs);
     // This lane's dims of each head, pre-scaled for exp2: fp32, or f16 pairs (kHalfQk, also
     // divided by kQkHalfScale).
     float q_reg[kHeads][kLaneDims];
@@ -282,7 +365,10 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int h = 0; h < kHeads; ++h) {
         if (h < num_block_heads) {
-            const bf16* q_row = q + (int64_t(token) * num_heads + head_begin + h) * kHeadDim + dim0;
+            const bf16* q_row =
+                fq.qkv != nullptr
+                    ? &qs.q[h][dim0]
+                    : q + (int64_t(token) * num_heads + head_begin + h) * kHeadDim + dim0;
 #pragma unroll
             for (int c = 0; c < kLaneDims / 8; ++c) {
                 float f[8];
@@ -470,12 +556,18 @@ __global__ void __launch_bounds__(kThreads)
         const int h = idx / kHeadDim, d = idx % kHeadDim;
         float m_all = -INFINITY;
         for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, warp_m[w][h]);
+        if (new_key) m_all = fmaxf(m_all, qs.score[h]);
         const float ref = m_all == -INFINITY ? 0.f : m_all;
         float sum = 0.f, a = 0.f;
         for (int w = 0; w < kWarps; ++w) {
             const float weight = exp2f(warp_m[w][h] - ref);
             sum += warp_l[w][h] * weight;
             a += warp_acc[w][h][d] * weight;
+        }
+        if (new_key) {  // the step's own key, as one more warp's state
+            const float weight = exp2f(qs.score[h] - ref);
+            sum += weight;
+            a += qs.v[d] * weight;
         }
         const int64_t row = int64_t(token) * num_heads + head_begin + h;  // (token, head)
         if (num_splits == 1) {
@@ -505,8 +597,9 @@ __global__ void __launch_bounds__(kThreads)
                       const int32_t* __restrict__ query_start, const int32_t* __restrict__ seq_lens,
                       const int32_t* __restrict__ block_table, int max_pages, int num_heads,
                       int num_kv_heads, int page_size, int page_shift, float scale_log2,
-                      int num_splits, DecodeSplitArgs ds, bf16* __restrict__ out,
+                      int num_splits, DecodeSplitArgs ds, QkvStepArgs fq, bf16* __restrict__ out,
                       float* __restrict__ partial_o, float* __restrict__ partial_lse) {
+    constexpr bool kFp8 = std::is_same_v<Cache, uint8_t>;
     extern __shared__ __align__(16) unsigned char smem_bytes[];  // decode_mma_smem_bytes
     bf16* smem = reinterpret_cast<bf16*>(smem_bytes);
     const int seq = ds.seq(blockIdx.y), split = blockIdx.z, kv_head = blockIdx.x;
@@ -518,19 +611,34 @@ __global__ void __launch_bounds__(kThreads)
     // Splits cover whole block steps (kWarps slices of 16 keys); trailing splits may be empty.
     constexpr int kBlockKeys = kWarps * 16;
     const int2 range = split_range<kBlockKeys>(ds, seq_len, split, num_splits);
-    const int key_begin = range.x, key_end = range.y;
+    const bool has_keys = range.x < range.y;
+    // As decode_kernel: with the QKV step the block holding the last key adds it at the end.
+    const bool new_key = fq.qkv != nullptr && has_keys && range.y == seq_len;
+    const int key_begin = range.x, key_end = new_key ? seq_len - 1 : range.y;
     // The block table's line of the first keys into L1 meanwhile (the loops read their pages).
     if (threadIdx.x == 0 && key_begin < key_end)
         prefetch_l1(block_table + int64_t(seq) * max_pages + key_begin / page_size);
     pdl_wait();
     pdl_trigger();
     const int64_t row0 = packed_row_index(token, 0, group, num_heads, kv_head);  // + r < group
-    if (key_begin >= key_end) {  // only a split past the first can be empty
+    if (!has_keys) {  // only a split past the first can be empty
         if (int(threadIdx.x) < group)
             partial_lse[(row0 + threadIdx.x) * num_splits + split] = -INFINITY;
         return;
     }
+    __shared__ __align__(16) QkvStepShared<kHeadDim, 16> qs;  // groups of up to 16
+    if (fq.qkv != nullptr)
+        qkv_step<kHeadDim>(fq, token, num_heads, num_kv_heads, kv_head * group, group, kv_head,
+                           new_key, kFp8 ? scale_log2 * k_scale : scale_log2,
+                           const_cast<Cache*>(k_cache), const_cast<Cache*>(v_cache), qs);
     const auto store = [&](int, int r, int d, float a, float sum, float m) {
+        if (new_key) {  // the step's own key (v_scale applied, as attend_narrow's a has it)
+            const float s = qs.score[r], m_new = fmaxf(m, s);
+            const float w_old = exp2f(m - m_new), w_new = exp2f(s - m_new);  // m may be -inf
+            a = a * w_old + qs.v[d] * (kFp8 ? v_scale : 1.f) * w_new;
+            sum = sum * w_old + w_new;
+            m = m_new;
+        }
         const int64_t row = packed_row_index(token, r, group, num_heads, kv_head);
         if (num_splits == 1) {
             out[row * kHeadDim + d] = __float2bfloat16(a / sum);
@@ -542,16 +650,21 @@ __global__ void __launch_bounds__(kThreads)
     };
     const int32_t* pages = block_table + int64_t(seq) * max_pages;
     const int64_t kv_row_stride = int64_t(num_kv_heads) * kHeadDim;
+    // q's rows: the token's in q, or (QKV step) the group's heads alone in qs.q.
+    const bool own_q = fq.qkv != nullptr;
+    const bf16* q_rows = own_q ? &qs.q[0][0] : q;
+    const int q_token = own_q ? 0 : token, q_heads = own_q ? group : num_heads;
+    const int q_kv_head = own_q ? 0 : kv_head;
     if constexpr (kHeadsAsColumns)
-        attend_narrow_heads<kHeadDim, kWarps>(smem, q, token, group, num_heads, kv_head,
-                                              seq_len - 1, key_begin, key_end, k_cache, v_cache,
-                                              k_scale, v_scale, pages, page_size, page_shift,
-                                              kv_row_stride, scale_log2, store);
+        attend_narrow_heads<kHeadDim, kWarps>(smem, q_rows, q_token, group, q_heads, q_kv_head,
+                                              kv_head, seq_len - 1, key_begin, key_end, k_cache,
+                                              v_cache, k_scale, v_scale, pages, page_size,
+                                              page_shift, kv_row_stride, scale_log2, store);
     else
-        attend_narrow<kHeadDim, kWarps>(smem, q, token, 0, group, group, num_heads, kv_head,
-                                        seq_len - 1, key_begin, key_end, k_cache, v_cache, k_scale,
-                                        v_scale, pages, page_size, page_shift, kv_row_stride,
-                                        scale_log2, store);
+        attend_narrow<kHeadDim, kWarps>(smem, q_rows, q_token, 0, group, group, q_heads, q_kv_head,
+                                        kv_head, seq_len - 1, key_begin, key_end, k_cache, v_cache,
+                                        k_scale, v_scale, pages, page_size, page_shift,
+                                        kv_row_stride, scale_log2, store);
 }
 
 // decode_mma_kernel's dynamic shared memory: K then V slices of kWarps warps x 2 stages x 16 keys
@@ -667,6 +780,11 @@ void launch_decode(const AttentionLaunch& a, int64_t head_chunks, size_t smem_by
                   a.k_scale, a.v_scale, a.query_start, a.seq_lens, a.block_table, int(a.max_pages),
                   int(a.num_heads), int(a.num_kv_heads), int(a.page_size),
                   page_shift_of(a.page_size), a.scale * 1.4426950408889634f, num_splits, ds,
+                  QkvStepArgs{static_cast<const bf16*>(a.qkv_step.qkv),
+                              static_cast<const bf16*>(a.qkv_step.q_norm),
+                              static_cast<const bf16*>(a.qkv_step.k_norm), a.qkv_step.eps,
+                              a.qkv_step.positions, a.qkv_step.inv_freq, a.qkv_step.slot_mapping,
+                              a.qkv_step.k_inv_scale, a.qkv_step.v_inv_scale},
                   static_cast<bf16*>(a.out), partial_o, partial_lse);
     MI_CUDA_CHECK(cudaGetLastError());
     if (num_splits > 1) {

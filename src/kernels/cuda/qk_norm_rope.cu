@@ -2,10 +2,9 @@
 // output row, so that q, k and v make one trip through memory between the GEMM and attention.
 //
 // One warp per (token, head): a head of head_dim ≤ 256 bf16 fits in registers as kPerLane
-// values per lane, element i = lane + 32 * j. With that layout the rotary partner of element
-// j (i + head_dim / 2) is element j + kPerLane / 2 of the same lane, so rotation needs no
-// shuffles and the only cross-lane step is the norm's sum of squares. Loads and stores are
-// coalesced 64-byte rows per j.
+// values per lane, element i = lane + 32 * j (qk_norm_rope.cuh: norm_rope_head, which the fa2
+// decode kernels share when they do this step themselves). Loads and stores are coalesced
+// 64-byte rows per j.
 #include "kernels/cuda/qk_norm_rope.h"
 
 #include <cuda_bf16.h>
@@ -14,26 +13,13 @@
 
 #include "core/cuda/cuda_check.h"
 #include "kernels/cuda/check_tensor.h"
-#include "kernels/cuda/kv_fp8.cuh"
 #include "kernels/cuda/launch.cuh"
-#include "kernels/cuda/reduce.cuh"
+#include "kernels/cuda/qk_norm_rope.cuh"
 
 namespace miniinfer::cuda {
 namespace {
 
 constexpr int kWarps = 4;  // heads per block
-
-__device__ __forceinline__ float round_bf16(float v) {
-    return __bfloat162float(__float2bfloat16(v));
-}
-
-// A K or V element into the cache: bf16 (one rounding), or e4m3 of x / scale (an FP8 cache).
-__device__ __forceinline__ void store_cache(__nv_bfloat16* dst, float x, float) {
-    *dst = __float2bfloat16(x);
-}
-__device__ __forceinline__ void store_cache(uint8_t* dst, float x, float inv_scale) {
-    *dst = to_e4m3(x, inv_scale);
-}
 
 // qkv: [n, num_heads + 2 * num_kv_heads, kHeadDim]; q_norm, k_norm: [kHeadDim] or null;
 // positions, slot_mapping: [n]; inv_freq: [kHeadDim / 2];
@@ -48,7 +34,7 @@ __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_store_kernel(
     Cache* __restrict__ v_cache, float k_inv_scale, float v_inv_scale) {
     pdl_wait();
     pdl_trigger();
-    constexpr int kPerLane = kHeadDim / 32, kHalf = kPerLane / 2;
+    constexpr int kPerLane = kHeadDim / 32;
     const int total_heads = num_heads + 2 * num_kv_heads;
     const int t = blockIdx.x, lane = threadIdx.x % 32;
     const int head = blockIdx.y * kWarps + threadIdx.x / 32;
@@ -68,30 +54,10 @@ __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_store_kernel(
         return;
     }
 
-    float x[kPerLane];
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) x[j] = __bfloat162float(src[lane + 32 * j]);
-
     const bool is_q = head < num_heads;
-    if (const __nv_bfloat16* w = is_q ? q_norm : k_norm) {
-        float sum_sq = 0.f;
-#pragma unroll
-        for (int j = 0; j < kPerLane; ++j) sum_sq += x[j] * x[j];
-        const float inv_rms = rsqrtf(warp_sum(sum_sq) / float(kHeadDim) + eps);
-#pragma unroll
-        for (int j = 0; j < kPerLane; ++j)
-            x[j] = round_bf16(round_bf16(x[j] * inv_rms) * __bfloat162float(w[lane + 32 * j]));
-    }
-
-    const float pos = float(positions[t]);
-#pragma unroll
-    for (int j = 0; j < kHalf; ++j) {
-        float sin_a, cos_a;
-        sincosf(pos * inv_freq[lane + 32 * j], &sin_a, &cos_a);
-        const float a = x[j], b = x[j + kHalf];
-        x[j] = a * cos_a - b * sin_a;
-        x[j + kHalf] = b * cos_a + a * sin_a;
-    }
+    float x[kPerLane];
+    norm_rope_head<kHeadDim>(src, is_q ? q_norm : k_norm, eps, float(positions[t]), inv_freq, true,
+                             x);
 
     if (is_q) {
         __nv_bfloat16* dst = q_out + (int64_t(t) * num_heads + head) * kHeadDim;

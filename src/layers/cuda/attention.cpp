@@ -19,10 +19,22 @@ void Attention::forward(const AddRmsNorm& input, Tensor& y, KvLayer& kv, const S
     Tensor qkv_out = rows(buf.qkv, in.num_tokens), q = rows(buf.q, in.num_tokens);
     Tensor out = rows(buf.out, in.num_tokens);
     qkv.forward(input, qkv_out, step);
-    qk_norm_rope_store(qkv_out, q_norm.defined() ? &q_norm : nullptr,
-                       k_norm.defined() ? &k_norm : nullptr, eps, in.positions, inv_freq, in.slots,
-                       num_heads, num_kv_heads, head_dim, q, kv.k, kv.v, step.stream, kv.k_scale,
-                       kv.v_scale);
+    const Tensor* qn = q_norm.defined() ? &q_norm : nullptr;
+    const Tensor* kn = k_norm.defined() ? &k_norm : nullptr;
+    // A decode step on a backend that can: the decode kernel normalises, rotates and stores
+    // itself (AttentionParams::qkv_step), one kernel fewer.
+    const bool in_decode = in.max_query_len == 1 && step.attention.decode_takes_qkv_step();
+    const DecodeQkvStep qkv_step{.qkv = &qkv_out,
+                                 .q_norm = qn,
+                                 .k_norm = kn,
+                                 .eps = eps,
+                                 .positions = &in.positions,
+                                 .inv_freq = &inv_freq,
+                                 .slot_mapping = &in.slots};
+    if (!in_decode)
+        qk_norm_rope_store(qkv_out, qn, kn, eps, in.positions, inv_freq, in.slots, num_heads,
+                           num_kv_heads, head_dim, q, kv.k, kv.v, step.stream, kv.k_scale,
+                           kv.v_scale);
     const AttentionParams params{.q = &q,
                                  .k_cache = &kv.k,
                                  .v_cache = &kv.v,
@@ -35,7 +47,8 @@ void Attention::forward(const AddRmsNorm& input, Tensor& y, KvLayer& kv, const S
                                  .scale = scale,
                                  .out = &out,
                                  .k_scale = kv.k_scale,
-                                 .v_scale = kv.v_scale};
+                                 .v_scale = kv.v_scale,
+                                 .qkv_step = in_decode ? &qkv_step : nullptr};
     step.attention.run(params, step.stream);
     o_proj.forward(out, y, step);
 }

@@ -1,7 +1,8 @@
 // The attention block on the GPU, Qwen2 / Qwen3 style:
 //
 //   QKV GEMM (column-parallel) -> per-head q/k RMSNorm (Qwen3) + rotary + K/V stored into the
-//   layer's pages (one fused kernel) -> paged attention (the step's backend) -> O projection
+//   layer's pages (one fused kernel; on decode steps inside the fa2 decode kernel instead:
+//   AttentionParams::qkv_step) -> paged attention (the step's backend) -> O projection
 //   (row-parallel)
 //
 // Heads are this rank's: num_heads / world query heads and num_kv_heads / world KV heads.

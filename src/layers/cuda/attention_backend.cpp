@@ -52,6 +52,10 @@ class Fa2Backend final : public AttentionBackend {
             q.decode_order = static_cast<const int32_t*>(table_.device()) + 2;
         paged_attention(q, workspace_.data(), workspace_.bytes(), stream);
     }
+    bool decode_takes_qkv_step() const override {
+        static const bool enabled = env_switch("MINIINFER_DECODE_QKV", true);
+        return enabled;
+    }
 
   private:
     // Below this many sequences the grid holds few blocks per SM and the order changes little.
