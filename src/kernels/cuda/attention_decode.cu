@@ -157,11 +157,13 @@ struct QkvStepShared {
 };
 
 // A decode block's share of qk_norm_rope_store (AttentionParams::qkv_step), after the PDL wait:
-// the warps take the block's num_block_heads query heads (from head_begin) and, when new_key (the
-// block's split holds the last key), the new token's K and V heads of kv_head, one head a warp
-// at a time (norm_rope_head), q into s.q, K and V into the cache at the token's slot and into
-// s.k, s.v. Then, after a block barrier, s.score[h] = (q_h · k) · score_scale for the new key.
-// Every thread calls it; s.q may be read after it returns, s.score after one more barrier.
+// the block's num_block_heads query heads (from head_begin) and, when new_key (the block's split
+// holds the last key), the new token's K and V heads of kv_head are dealt to the warps, q into
+// s.q, K and V into the cache at the token's slot and into s.k, s.v. A warp loads all of its
+// heads before working on any (one round trip for up to kTasks heads: the 30B-A3B's 8 query
+// heads and K, V are 3 a warp) and computes the rotary angles once. Then, after a block barrier,
+// s.score[h] = (q_h · k) · score_scale for the new key. Every thread calls it; s.q may be read
+// after it returns, s.score after one more barrier.
 template <int kHeadDim, int kHeads, typename Cache>
 __device__ __forceinline__ void qkv_step(const QkvStepArgs& f, int token, int num_heads,
                                          int num_kv_heads, int head_begin, int num_block_heads,
@@ -169,29 +171,48 @@ __device__ __forceinline__ void qkv_step(const QkvStepArgs& f, int token, int nu
                                          Cache* k_cache, Cache* v_cache,
                                          QkvStepShared<kHeadDim, kHeads>& s) {
     constexpr int kPerLane = kHeadDim / 32;
+    constexpr int kTasks = (kHeads + 2 + kWarps - 1) / kWarps;  // heads a warp takes at most
     const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
     const bf16* row = f.qkv + int64_t(token) * (num_heads + 2 * num_kv_heads) * kHeadDim;
-    const float pos = float(f.positions[token]);
-    const int tasks = num_block_heads + (new_key ? 2 : 0);
-    for (int t = warp; t < tasks; t += kWarps) {
-        float x[kPerLane];
-        if (t < num_block_heads) {
-            norm_rope_head<kHeadDim>(row + int64_t(head_begin + t) * kHeadDim, f.q_norm, f.eps, pos,
-                                     f.inv_freq, true, x);
+    const int tasks = num_block_heads + (new_key ? 2 : 0);  // q heads, then K, then V
+    // Task t's head in the row.
+    const auto head_of = [&](int t) {
+        return t < num_block_heads ? head_begin + t
+                                   : num_heads + (t == num_block_heads ? 0 : num_kv_heads) + kv_head;
+    };
+    float x[kTasks][kPerLane];
 #pragma unroll
-            for (int j = 0; j < kPerLane; ++j) s.q[t][lane + 32 * j] = __float2bfloat16(x[j]);
-        } else {
-            const bool is_k = t == num_block_heads;  // then V
-            const int head = num_heads + (is_k ? 0 : num_kv_heads) + kv_head;
-            norm_rope_head<kHeadDim>(row + int64_t(head) * kHeadDim, is_k ? f.k_norm : nullptr,
-                                     f.eps, pos, f.inv_freq, is_k, x);
+    for (int i = 0; i < kTasks; ++i) {
+        const int t = warp + i * kWarps;
+        if (t < tasks) load_head<kHeadDim>(row + int64_t(head_of(t)) * kHeadDim, x[i]);
+    }
+    if (warp < tasks) {
+        const RopeAngles<kHeadDim> angles =
+            rope_angles<kHeadDim>(float(f.positions[token]), f.inv_freq);
+#pragma unroll
+        for (int i = 0; i < kTasks; ++i) {
+            const int t = warp + i * kWarps;
+            if (t >= tasks) break;
+            if (t < num_block_heads) {
+                if (f.q_norm) norm_head<kHeadDim>(f.q_norm, f.eps, x[i]);
+                rotate_head<kHeadDim>(angles, x[i]);
+#pragma unroll
+                for (int j = 0; j < kPerLane; ++j)
+                    s.q[t][lane + 32 * j] = __float2bfloat16(x[i][j]);
+                continue;
+            }
+            const bool is_k = t == num_block_heads;  // then V, stored as it is
+            if (is_k) {
+                if (f.k_norm) norm_head<kHeadDim>(f.k_norm, f.eps, x[i]);
+                rotate_head<kHeadDim>(angles, x[i]);
+            }
             Cache* dst = (is_k ? k_cache : v_cache) +
                          (int64_t(f.slot_mapping[token]) * num_kv_heads + kv_head) * kHeadDim;
             float* kept = is_k ? s.k : s.v;
             const float inv_scale = is_k ? f.k_inv_scale : f.v_inv_scale;
 #pragma unroll
             for (int j = 0; j < kPerLane; ++j)
-                kept[lane + 32 * j] = store_cache(dst + lane + 32 * j, x[j], inv_scale);
+                kept[lane + 32 * j] = store_cache(dst + lane + 32 * j, x[i][j], inv_scale);
         }
     }
     __syncthreads();

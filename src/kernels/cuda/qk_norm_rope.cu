@@ -2,9 +2,9 @@
 // output row, so that q, k and v make one trip through memory between the GEMM and attention.
 //
 // One warp per (token, head): a head of head_dim ≤ 256 bf16 fits in registers as kPerLane
-// values per lane, element i = lane + 32 * j (qk_norm_rope.cuh: norm_rope_head, which the fa2
-// decode kernels share when they do this step themselves). Loads and stores are coalesced
-// 64-byte rows per j.
+// values per lane, element i = lane + 32 * j (qk_norm_rope.cuh, whose pieces the fa2 decode
+// kernels share when they do this step themselves). Loads and stores are coalesced 64-byte rows
+// per j.
 #include "kernels/cuda/qk_norm_rope.h"
 
 #include <cuda_bf16.h>
@@ -56,8 +56,9 @@ __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_store_kernel(
 
     const bool is_q = head < num_heads;
     float x[kPerLane];
-    norm_rope_head<kHeadDim>(src, is_q ? q_norm : k_norm, eps, float(positions[t]), inv_freq, true,
-                             x);
+    load_head<kHeadDim>(src, x);
+    if (const __nv_bfloat16* w = is_q ? q_norm : k_norm) norm_head<kHeadDim>(w, eps, x);
+    rotate_head<kHeadDim>(rope_angles<kHeadDim>(float(positions[t]), inv_freq), x);
 
     if (is_q) {
         __nv_bfloat16* dst = q_out + (int64_t(t) * num_heads + head) * kHeadDim;

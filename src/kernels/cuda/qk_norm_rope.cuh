@@ -17,36 +17,59 @@ __device__ __forceinline__ float round_bf16(float v) {
     return __bfloat162float(__float2bfloat16(v));
 }
 
-// x[j] = element lane + 32 j of head src (kHeadDim bf16), normalised with weight w (null: Qwen2,
-// no norm) and rotated to position pos (inv_freq: [kHeadDim / 2]) when rotate. With that layout
-// the rotary partner of element j (i + kHeadDim / 2) is element j + kPerLane / 2 of the same
-// lane: rotation needs no shuffles, the norm's sum of squares one warp sum. Every lane of the
-// warp calls it.
+// The pieces below work on one head held by one warp: x[j] is element lane + 32 j of the head
+// (kHeadDim / 32 a lane). With that layout the rotary partner of element j (i + kHeadDim / 2) is
+// element j + kPerLane / 2 of the same lane: rotation needs no shuffles, the norm's sum of
+// squares one warp sum. Every lane of the warp calls them.
+
 template <int kHeadDim>
-__device__ __forceinline__ void norm_rope_head(const __nv_bfloat16* src, const __nv_bfloat16* w,
-                                               float eps, float pos, const float* inv_freq,
-                                               bool rotate, float (&x)[kHeadDim / 32]) {
-    constexpr int kPerLane = kHeadDim / 32, kHalf = kPerLane / 2;
+__device__ __forceinline__ void load_head(const __nv_bfloat16* src, float (&x)[kHeadDim / 32]) {
     const int lane = int(threadIdx.x) % 32;
 #pragma unroll
-    for (int j = 0; j < kPerLane; ++j) x[j] = __bfloat162float(src[lane + 32 * j]);
-    if (w) {
-        float sum_sq = 0.f;
+    for (int j = 0; j < kHeadDim / 32; ++j) x[j] = __bfloat162float(src[lane + 32 * j]);
+}
+
+// Qwen3's per-head RMSNorm with weight w (Hugging Face's rounding on bf16: the norm in fp32,
+// the normalised value rounded to bf16, times the weight, rounded again).
+template <int kHeadDim>
+__device__ __forceinline__ void norm_head(const __nv_bfloat16* w, float eps,
+                                          float (&x)[kHeadDim / 32]) {
+    constexpr int kPerLane = kHeadDim / 32;
+    const int lane = int(threadIdx.x) % 32;
+    float sum_sq = 0.f;
 #pragma unroll
-        for (int j = 0; j < kPerLane; ++j) sum_sq += x[j] * x[j];
-        const float inv_rms = rsqrtf(warp_sum(sum_sq) / float(kHeadDim) + eps);
+    for (int j = 0; j < kPerLane; ++j) sum_sq += x[j] * x[j];
+    const float inv_rms = rsqrtf(warp_sum(sum_sq) / float(kHeadDim) + eps);
 #pragma unroll
-        for (int j = 0; j < kPerLane; ++j)
-            x[j] = round_bf16(round_bf16(x[j] * inv_rms) * __bfloat162float(w[lane + 32 * j]));
-    }
-    if (!rotate) return;
+    for (int j = 0; j < kPerLane; ++j)
+        x[j] = round_bf16(round_bf16(x[j] * inv_rms) * __bfloat162float(w[lane + 32 * j]));
+}
+
+// The lane's rotary angles at position pos (inv_freq: [kHeadDim / 2]): the same for every head
+// of a token, so a warp with several heads computes them once.
+template <int kHeadDim>
+struct RopeAngles {
+    float sin[kHeadDim / 64], cos[kHeadDim / 64];
+};
+template <int kHeadDim>
+__device__ __forceinline__ RopeAngles<kHeadDim> rope_angles(float pos, const float* inv_freq) {
+    const int lane = int(threadIdx.x) % 32;
+    RopeAngles<kHeadDim> a;
+#pragma unroll
+    for (int j = 0; j < kHeadDim / 64; ++j) sincosf(pos * inv_freq[lane + 32 * j], &a.sin[j], &a.cos[j]);
+    return a;
+}
+
+// NeoX rotary: the two halves of the head rotate together, in fp32.
+template <int kHeadDim>
+__device__ __forceinline__ void rotate_head(const RopeAngles<kHeadDim>& a,
+                                            float (&x)[kHeadDim / 32]) {
+    constexpr int kHalf = kHeadDim / 64;
 #pragma unroll
     for (int j = 0; j < kHalf; ++j) {
-        float sin_a, cos_a;
-        sincosf(pos * inv_freq[lane + 32 * j], &sin_a, &cos_a);
-        const float a = x[j], b = x[j + kHalf];
-        x[j] = a * cos_a - b * sin_a;
-        x[j + kHalf] = b * cos_a + a * sin_a;
+        const float lo = x[j], hi = x[j + kHalf];
+        x[j] = lo * a.cos[j] - hi * a.sin[j];
+        x[j + kHalf] = hi * a.cos[j] + lo * a.sin[j];
     }
 }
 

@@ -23,7 +23,8 @@ void Attention::forward(const AddRmsNorm& input, Tensor& y, KvLayer& kv, const S
     const Tensor* kn = k_norm.defined() ? &k_norm : nullptr;
     // A decode step on a backend that can: the decode kernel normalises, rotates and stores
     // itself (AttentionParams::qkv_step), one kernel fewer.
-    const bool in_decode = in.max_query_len == 1 && step.attention.decode_takes_qkv_step();
+    const bool in_decode =
+        in.max_query_len == 1 && step.attention.decode_takes_qkv_step(in.num_seqs);
     const DecodeQkvStep qkv_step{.qkv = &qkv_out,
                                  .q_norm = qn,
                                  .k_norm = kn,

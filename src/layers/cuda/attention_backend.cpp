@@ -52,14 +52,19 @@ class Fa2Backend final : public AttentionBackend {
             q.decode_order = static_cast<const int32_t*>(table_.device()) + 2;
         paged_attention(q, workspace_.data(), workspace_.bytes(), stream);
     }
-    bool decode_takes_qkv_step() const override {
-        static const bool enabled = env_switch("MINIINFER_DECODE_QKV", true);
-        return enabled;
+    // Up to kQkvStepMaxSeqs sequences (MINIINFER_DECODE_QKV_MAX_SEQS; 0: never). The step in
+    // the decode removes a kernel boundary, worth most at batch 1 (0.6B bs1 on the H200: 0.741
+    // against 0.773 ms a token); in a large batch it delays every block's first K/V loads by its
+    // own latency (decode256: 40,407 against 40,854 tok/s).
+    bool decode_takes_qkv_step(int64_t num_seqs) const override {
+        static const int64_t max_seqs = env_int("MINIINFER_DECODE_QKV_MAX_SEQS", kQkvStepMaxSeqs);
+        return num_seqs <= max_seqs;
     }
 
   private:
     // Below this many sequences the grid holds few blocks per SM and the order changes little.
     static constexpr int64_t kOrderMinSeqs = 16;
+    static constexpr int kQkvStepMaxSeqs = 32;
     static bool order_enabled() {
         static const bool enabled = env_switch("MINIINFER_DECODE_ORDER", true);
         return enabled;

@@ -37,10 +37,10 @@ class AttentionBackend {
                       cudaStream_t stream) = 0;
     // Device side: p.out = attention(p.q, the pages of p.k_cache / p.v_cache).
     virtual void run(const AttentionParams& p, cudaStream_t stream) = 0;
-    // Whether run() takes AttentionParams::qkv_step on decode steps (the q/k norm, rotary and
-    // K/V store inside the decode kernel: one kernel fewer a layer). fa2 does unless
-    // MINIINFER_DECODE_QKV=0; flashinfer does not.
-    virtual bool decode_takes_qkv_step() const { return false; }
+    // Whether run() takes AttentionParams::qkv_step on a decode step of num_seqs sequences (the
+    // q/k norm, rotary and K/V store inside the decode kernel: one kernel fewer a layer).
+    // flashinfer never does; fa2 for small batches (Fa2Backend says why).
+    virtual bool decode_takes_qkv_step(int64_t /*num_seqs*/) const { return false; }
 };
 
 // "fa2", "flashinfer", or "auto" (fa2: faster on the H200 so far). Throws Error for any other.
