@@ -177,9 +177,8 @@ __device__ __forceinline__ void qkv_step(const QkvStepArgs& f, int token, int nu
     const int tasks = num_block_heads + (new_key ? 2 : 0);  // q heads, then K, then V
     // Task t's head in the row.
     const auto head_of = [&](int t) {
-        return t < num_block_heads
-                   ? head_begin + t
-                   : num_heads + (t == num_block_heads ? 0 : num_kv_heads) + kv_head;
+        return t < num_block_heads ? head_begin + t
+                                   : num_heads + (t == num_block_heads ? 0 : num_kv_heads) + kv_head;
     };
     float x[kTasks][kPerLane];
 #pragma unroll

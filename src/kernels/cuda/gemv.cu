@@ -34,8 +34,6 @@
 #include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_bf16.cuh"
-#include "kernels/cuda/moe_route.cuh"
-#include "kernels/cuda/moe_routing.h"
 #include "kernels/cuda/reduce.cuh"
 #include "kernels/cuda/rms_norm.cuh"
 #include "kernels/cuda/silu_mul.cuh"
@@ -199,14 +197,12 @@ __device__ __forceinline__ void silu_mul_rows_to_shared(const __nv_bfloat16* gat
 // x: [kRows, k] bf16 (kX == kGlobal; else not read: the prologue computes the rows into
 // kRows * k bf16 of dynamic shared memory); w: [n, k] bf16; bias: [n] bf16 or null; y: [kRows, n]
 // bf16 or f32 (Out). k % 8 == 0 and x, w 16-byte aligned (checked by the launcher). Warp g of the
-// grid owns output columns [g * kCols, g * kCols + kCols) for every row. The kernels' body: a
-// thread returns from it once its part is stored (or it has none).
+// grid owns output columns [g * kCols, g * kCols + kCols) for every row.
 template <int kRows, int kCols, typename Out, XFrom kX>
-__device__ __forceinline__ void gemv_block(const __nv_bfloat16* __restrict__ x,
-                                           const __nv_bfloat16* __restrict__ w,
-                                           const __nv_bfloat16* __restrict__ bias,
-                                           Out* __restrict__ y, int64_t n, int k,
-                                           const PrologueArgs& pro) {
+__global__ void __launch_bounds__(kThreads)
+    gemv_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
+                const __nv_bfloat16* __restrict__ bias, Out* __restrict__ y, int64_t n, int k,
+                PrologueArgs pro) {
     constexpr bool kPrologue = kX != XFrom::kGlobal;
     constexpr int kValues = next_pow2(kRows * kCols);  // padded for the reduce-scatter
     // Loads of w in flight per lane: 8, or 16 at one column a warp and one or two rows, so that
@@ -299,49 +295,6 @@ __device__ __forceinline__ void gemv_block(const __nv_bfloat16* __restrict__ x,
     if (r >= kRows || col >= n) return;
     if (bias) sum += __bfloat162float(bias[col]);
     store_out(y + int64_t(r) * n + col, sum);
-}
-
-template <int kRows, int kCols, typename Out, XFrom kX>
-__global__ void __launch_bounds__(kThreads)
-    gemv_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
-                const __nv_bfloat16* __restrict__ bias, Out* __restrict__ y, int64_t n, int k,
-                PrologueArgs pro) {
-    gemv_block<kRows, kCols, Out, kX>(x, w, bias, y, n, k, pro);
-}
-
-// gemv_rms_norm_route's routing: moe_route's arguments and the blocks' finish counter.
-struct RouteArgs {
-    int top_k;
-    bool renormalize;
-    int32_t* topk_ids;    // [kRows, top_k]
-    float* topk_weights;  // [kRows, top_k]
-    unsigned* finished;   // 0 between launches
-};
-
-// The router's gemv_rms_norm (one column a warp; logits [kRows, E], E = n) and moe_route in the
-// block that finishes last: every thread makes its logits visible device-wide, the block counts
-// itself done, and the block that brings the count to gridDim.x routes row w in warp w (kPerLane
-// registers of logits a lane, moe_route.cuh), then sets the count back to 0 for the next launch
-// (a replayed graph's too). The next kernel's PDL wait covers the whole grid, the last block's
-// choices included.
-template <int kRows, int kPerLane>
-__global__ void __launch_bounds__(kThreads)
-    gemv_rms_norm_route_kernel(const __nv_bfloat16* __restrict__ w, __nv_bfloat16* logits,
-                               int64_t n, int k, PrologueArgs pro, RouteArgs route) {
-    gemv_block<kRows, 1, __nv_bfloat16, XFrom::kRmsNorm>(nullptr, w, nullptr, logits, n, k, pro);
-    __threadfence();
-    __syncthreads();
-    __shared__ bool last;
-    if (threadIdx.x == 0) last = atomicAdd(route.finished, 1u) == gridDim.x - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();  // the other blocks' logits, seen through L2 (route_token's loads)
-    const int warp = int(threadIdx.x) / 32;
-    if (warp < kRows)
-        route_token<kPerLane>(logits + warp * n, int(n), route.top_k, route.renormalize,
-                              route.topk_ids + warp * route.top_k,
-                              route.topk_weights + warp * route.top_k);
-    if (threadIdx.x == 0) *route.finished = 0u;
 }
 
 template <typename Out>
@@ -512,81 +465,22 @@ bool gemv_rms_norm_supported(const AddRmsNorm& in, const Tensor& w, const Tensor
     return !in.normed || (same_rows(in.normed) && in.normed->raw() != r.raw());
 }
 
-namespace {
-PrologueArgs norm_prologue(const AddRmsNorm& in) {
-    return {.delta = in.delta ? in.delta->data<__nv_bfloat16>() : nullptr,
-            .residual = in.residual->data<__nv_bfloat16>(),
-            .residual_out = in.delta ? in.residual_out->data<__nv_bfloat16>() : nullptr,
-            .weight = in.weight->data<__nv_bfloat16>(),
-            .normed = in.normed ? in.normed->data<__nv_bfloat16>() : nullptr,
-            .eps = in.eps,
-            .gate_up = nullptr};
-}
-}  // namespace
-
 void gemv_rms_norm(const AddRmsNorm& in, const Tensor& w, const Tensor* bias, Tensor& y,
                    cudaStream_t stream) {
     MI_LAUNCH_CHECK(gemv_rms_norm_supported(in, w, bias, y),
                     "gemv_rms_norm: operands as for gemv (y bf16) with the norm's rows as x, at "
                     "most 4 rows whose bf16 values fit in 64 KB, weight [k], and residual_out "
                     "a third buffer besides residual and delta");
-    launch_fused<XFrom::kRmsNorm>(w, bias, y, in.residual->numel() / w.size(1), norm_prologue(in),
-                                  stream);
-}
-
-bool gemv_rms_norm_route_supported(const AddRmsNorm& in, const Tensor& w, const Tensor& logits,
-                                   int64_t top_k) {
-    if (!gemv_rms_norm_supported(in, w, nullptr, logits)) return false;
-    const int64_t num_experts = w.size(0);
-    return num_experts >= 1 && num_experts <= kMoeMaxExperts && top_k >= 1 &&
-           top_k <= std::min(num_experts, kMoeMaxTopK);
-}
-
-namespace {
-template <int kRows, int... kPerLane>
-constexpr std::array<void (*)(const __nv_bfloat16*, __nv_bfloat16*, int64_t, int, PrologueArgs,
-                              RouteArgs),
-                     sizeof...(kPerLane)>
-route_kernels(std::integer_sequence<int, kPerLane...>) {
-    return {gemv_rms_norm_route_kernel<kRows, kPerLane>...};
-}
-// [rows - 1][log2(registers of logits a lane)]: 1, 2, 4, 8 (E up to 32, 64, 128, 256).
-using Lanes = std::integer_sequence<int, 1, 2, 4, 8>;
-constexpr std::array<
-    std::array<
-        void (*)(const __nv_bfloat16*, __nv_bfloat16*, int64_t, int, PrologueArgs, RouteArgs), 4>,
-    kGemvFusedMaxRows>
-    kRouteKernels = {route_kernels<1>(Lanes{}), route_kernels<2>(Lanes{}),
-                     route_kernels<3>(Lanes{}), route_kernels<4>(Lanes{})};
-}  // namespace
-
-void gemv_rms_norm_route(const AddRmsNorm& in, const Tensor& w, Tensor& logits, int64_t top_k,
-                         bool renormalize, Tensor& topk_ids, Tensor& topk_weights, Tensor& finished,
-                         cudaStream_t stream) {
-    MI_LAUNCH_CHECK(gemv_rms_norm_route_supported(in, w, logits, top_k),
-                    "gemv_rms_norm_route: operands as for gemv_rms_norm without a bias, 1 to "
-                    "kMoeMaxExperts rows of w (experts), top_k in [1, min(E, kMoeMaxTopK)]");
-    const int64_t n = w.size(0), k = w.size(1), m = in.residual->numel() / k;
-    check_cuda_tensor(topk_ids, DType::kI32, "gemv_rms_norm_route: topk_ids", {m, top_k});
-    check_cuda_tensor(topk_weights, DType::kF32, "gemv_rms_norm_route: topk_weights", {m, top_k});
-    check_cuda_tensor(finished, DType::kI32, "gemv_rms_norm_route: finished", {1});
-    const int lanes_idx = n <= 32 ? 0 : n <= 64 ? 1 : n <= 128 ? 2 : 3;
-    static const bool shared_allowed = [] {  // every specialisation, once
-        for (const auto& by_lanes : kRouteKernels)
-            for (const auto f : by_lanes)
-                MI_CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   int(kGemvFusedMaxSharedBytes)));
-        return true;
-    }();
-    (void)shared_allowed;
-    const Grid g = grid_for(n, 1);
-    launch_kernel(
-        kRouteKernels[size_t(m - 1)][size_t(lanes_idx)], unsigned(g.blocks), kThreads,
-        size_t(m * k * 2), stream, w.data<__nv_bfloat16>(), logits.data<__nv_bfloat16>(), n, int(k),
-        norm_prologue(in),
-        RouteArgs{int(top_k), renormalize, topk_ids.data<int32_t>(), topk_weights.data<float>(),
-                  reinterpret_cast<unsigned*>(finished.data<int32_t>())});
-    MI_CUDA_CHECK(cudaGetLastError());
+    launch_fused<XFrom::kRmsNorm>(
+        w, bias, y, in.residual->numel() / w.size(1),
+        {.delta = in.delta ? in.delta->data<__nv_bfloat16>() : nullptr,
+         .residual = in.residual->data<__nv_bfloat16>(),
+         .residual_out = in.delta ? in.residual_out->data<__nv_bfloat16>() : nullptr,
+         .weight = in.weight->data<__nv_bfloat16>(),
+         .normed = in.normed ? in.normed->data<__nv_bfloat16>() : nullptr,
+         .eps = in.eps,
+         .gate_up = nullptr},
+        stream);
 }
 
 bool gemv_silu_mul_supported(const Tensor& gate_up, const Tensor& w, const Tensor* bias,

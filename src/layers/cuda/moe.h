@@ -9,9 +9,7 @@
 //   ranks)
 //
 // Up to kMoeGemvMaxPairs (token, choice) pairs (decode at small batch) take a shorter path:
-// router, top-k, then two gemv-style kernels straight from the choices (moe_gemv.h). Where the
-// router runs as a gemv (a batch of 1 or 2), the top-k runs in its last block
-// (gemv_rms_norm_route): three kernels a layer.
+// router, top-k, then two gemv-style kernels straight from the choices (moe_gemv.h).
 //
 // Every size comes from the host-side token count and the config, none from the routing, so a
 // decode step with this block can be captured in a CUDA graph. The combine adds each token's k
@@ -46,7 +44,6 @@ struct Moe {
         Tensor gate_up;                 // [max_rows, 2 * inter] bf16: gate_up when not fused
         Tensor act;                     // [max_rows, inter] bf16: SiLU(gate) * up per row
         Tensor y_perm;                  // [max_rows, hidden] bf16: the down projection per row
-        Tensor route_finished;          // [1] i32: gemv_rms_norm_route's counter, 0 between
     };
     Buffers allocate_buffers(int64_t max_tokens) const;
 
