@@ -71,8 +71,15 @@ struct AttentionParams {
     // (the same bits qk_norm_rope_store writes) and adds the key to its softmax from shared
     // memory. p.q is then only a shape (not read). One kernel fewer a layer; summation order
     // differs from the separate step's, so outputs may differ in the last bits.
+    // Only where decode_takes_qkv_step says so.
     const DecodeQkvStep* qkv_step = nullptr;
 };
+
+// Whether the decode of num_heads query heads over num_kv_heads KV heads takes
+// AttentionParams::qkv_step: the CUDA-core decode's GQA groups (1 to 3, or every group with
+// MINIINFER_DECODE_MMA=0), not the tensor-core decode of groups 4 to 16, where it measured
+// slower on the H200 (30B-A3B bs1 2.759 against 2.677 ms a token).
+bool decode_takes_qkv_step(int64_t num_heads, int64_t num_kv_heads);
 
 // The launchers' common validation of p (both backends): dtypes, ranks, contiguity, head_dim 64
 // or 128, K/V shapes, GQA ratio, the lengths against num_seqs, out's shape and the host-side

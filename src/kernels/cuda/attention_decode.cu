@@ -177,8 +177,9 @@ __device__ __forceinline__ void qkv_step(const QkvStepArgs& f, int token, int nu
     const int tasks = num_block_heads + (new_key ? 2 : 0);  // q heads, then K, then V
     // Task t's head in the row.
     const auto head_of = [&](int t) {
-        return t < num_block_heads ? head_begin + t
-                                   : num_heads + (t == num_block_heads ? 0 : num_kv_heads) + kv_head;
+        return t < num_block_heads
+                   ? head_begin + t
+                   : num_heads + (t == num_block_heads ? 0 : num_kv_heads) + kv_head;
     };
     float x[kTasks][kPerLane];
 #pragma unroll
@@ -610,7 +611,9 @@ __global__ void __launch_bounds__(kThreads)
 // Same grid, splits and outputs as decode_kernel: a block owns (KV head, sequence, split) and
 // writes the output (one split) or its partial output and log-sum-exp for combine_kernel.
 // kHeadsAsColumns (groups of up to 8): attend_narrow_heads, the products transposed so that the
-// heads fill the mma's 8 columns instead of half of its 16 rows.
+// heads fill the mma's 8 columns instead of half of its 16 rows. The QKV step is decode_kernel's
+// alone (decode_takes_qkv_step): fq is always null here (launch_decode passes both kernels the
+// same arguments).
 template <int kHeadDim, typename Cache, bool kHeadsAsColumns>
 __global__ void __launch_bounds__(kThreads)
     decode_mma_kernel(const bf16* __restrict__ q, const Cache* __restrict__ k_cache,
@@ -618,9 +621,9 @@ __global__ void __launch_bounds__(kThreads)
                       const int32_t* __restrict__ query_start, const int32_t* __restrict__ seq_lens,
                       const int32_t* __restrict__ block_table, int max_pages, int num_heads,
                       int num_kv_heads, int page_size, int page_shift, float scale_log2,
-                      int num_splits, DecodeSplitArgs ds, QkvStepArgs fq, bf16* __restrict__ out,
-                      float* __restrict__ partial_o, float* __restrict__ partial_lse) {
-    constexpr bool kFp8 = std::is_same_v<Cache, uint8_t>;
+                      int num_splits, DecodeSplitArgs ds, QkvStepArgs /*fq*/,
+                      bf16* __restrict__ out, float* __restrict__ partial_o,
+                      float* __restrict__ partial_lse) {
     extern __shared__ __align__(16) unsigned char smem_bytes[];  // decode_mma_smem_bytes
     bf16* smem = reinterpret_cast<bf16*>(smem_bytes);
     const int seq = ds.seq(blockIdx.y), split = blockIdx.z, kv_head = blockIdx.x;
@@ -632,34 +635,19 @@ __global__ void __launch_bounds__(kThreads)
     // Splits cover whole block steps (kWarps slices of 16 keys); trailing splits may be empty.
     constexpr int kBlockKeys = kWarps * 16;
     const int2 range = split_range<kBlockKeys>(ds, seq_len, split, num_splits);
-    const bool has_keys = range.x < range.y;
-    // As decode_kernel: with the QKV step the block holding the last key adds it at the end.
-    const bool new_key = fq.qkv != nullptr && has_keys && range.y == seq_len;
-    const int key_begin = range.x, key_end = new_key ? seq_len - 1 : range.y;
+    const int key_begin = range.x, key_end = range.y;
     // The block table's line of the first keys into L1 meanwhile (the loops read their pages).
     if (threadIdx.x == 0 && key_begin < key_end)
         prefetch_l1(block_table + int64_t(seq) * max_pages + key_begin / page_size);
     pdl_wait();
     pdl_trigger();
     const int64_t row0 = packed_row_index(token, 0, group, num_heads, kv_head);  // + r < group
-    if (!has_keys) {  // only a split past the first can be empty
+    if (key_begin >= key_end) {  // only a split past the first can be empty
         if (int(threadIdx.x) < group)
             partial_lse[(row0 + threadIdx.x) * num_splits + split] = -INFINITY;
         return;
     }
-    __shared__ __align__(16) QkvStepShared<kHeadDim, 16> qs;  // groups of up to 16
-    if (fq.qkv != nullptr)
-        qkv_step<kHeadDim>(fq, token, num_heads, num_kv_heads, kv_head * group, group, kv_head,
-                           new_key, kFp8 ? scale_log2 * k_scale : scale_log2,
-                           const_cast<Cache*>(k_cache), const_cast<Cache*>(v_cache), qs);
     const auto store = [&](int, int r, int d, float a, float sum, float m) {
-        if (new_key) {  // the step's own key (v_scale applied, as attend_narrow's a has it)
-            const float s = qs.score[r], m_new = fmaxf(m, s);
-            const float w_old = exp2f(m - m_new), w_new = exp2f(s - m_new);  // m may be -inf
-            a = a * w_old + qs.v[d] * (kFp8 ? v_scale : 1.f) * w_new;
-            sum = sum * w_old + w_new;
-            m = m_new;
-        }
         const int64_t row = packed_row_index(token, r, group, num_heads, kv_head);
         if (num_splits == 1) {
             out[row * kHeadDim + d] = __float2bfloat16(a / sum);
@@ -671,21 +659,16 @@ __global__ void __launch_bounds__(kThreads)
     };
     const int32_t* pages = block_table + int64_t(seq) * max_pages;
     const int64_t kv_row_stride = int64_t(num_kv_heads) * kHeadDim;
-    // q's rows: the token's in q, or (QKV step) the group's heads alone in qs.q.
-    const bool own_q = fq.qkv != nullptr;
-    const bf16* q_rows = own_q ? &qs.q[0][0] : q;
-    const int q_token = own_q ? 0 : token, q_heads = own_q ? group : num_heads;
-    const int q_kv_head = own_q ? 0 : kv_head;
     if constexpr (kHeadsAsColumns)
-        attend_narrow_heads<kHeadDim, kWarps>(smem, q_rows, q_token, group, q_heads, q_kv_head,
-                                              kv_head, seq_len - 1, key_begin, key_end, k_cache,
-                                              v_cache, k_scale, v_scale, pages, page_size,
-                                              page_shift, kv_row_stride, scale_log2, store);
+        attend_narrow_heads<kHeadDim, kWarps>(smem, q, token, group, num_heads, kv_head,
+                                              seq_len - 1, key_begin, key_end, k_cache, v_cache,
+                                              k_scale, v_scale, pages, page_size, page_shift,
+                                              kv_row_stride, scale_log2, store);
     else
-        attend_narrow<kHeadDim, kWarps>(smem, q_rows, q_token, 0, group, group, q_heads, q_kv_head,
-                                        kv_head, seq_len - 1, key_begin, key_end, k_cache, v_cache,
-                                        k_scale, v_scale, pages, page_size, page_shift,
-                                        kv_row_stride, scale_log2, store);
+        attend_narrow<kHeadDim, kWarps>(smem, q, token, 0, group, group, num_heads, kv_head,
+                                        seq_len - 1, key_begin, key_end, k_cache, v_cache, k_scale,
+                                        v_scale, pages, page_size, page_shift, kv_row_stride,
+                                        scale_log2, store);
 }
 
 // decode_mma_kernel's dynamic shared memory: K then V slices of kWarps warps x 2 stages x 16 keys
@@ -840,10 +823,18 @@ void launch_decode_cuda_cores(const AttentionLaunch& a, int64_t group, void* wor
 
 // The kernel for the GQA group: decode_mma_kernel for groups of 4 to 16, else the smallest
 // decode_kernel instance that holds the group (groups above 8 are split into chunks of 8).
+// Whether GQA groups of this size take decode_mma_kernel (launch_decode_group's rule).
+bool group_takes_mma(int64_t group) {
+    return group >= 4 && group <= 16 && decode_mma_enabled();
+}
+
 template <int kHeadDim, typename Cache>
 void launch_decode_group(const AttentionLaunch& a, void* workspace, size_t workspace_bytes,
                          cudaStream_t stream) {
     const int64_t group = a.num_heads / a.num_kv_heads;
+    MI_LAUNCH_CHECK(a.qkv_step.qkv == nullptr || !group_takes_mma(group),
+                    "attention decode: qkv_step with a GQA group of 4 to 16 (see "
+                    "decode_takes_qkv_step)");
     // Groups of 1 to 3 keep decode_kernel: at the 0.6B's group of 2 the tensor-core form made
     // decode256 35,837 tok/s against 41,788 (bf16) and 41,695 against 53,155 (FP8) on the H200;
     // its heads-as-columns form 41,955 against 55,370 (FP8, session 12).
@@ -875,6 +866,10 @@ void launch_decode_head_dim(const AttentionLaunch& a, void* workspace, size_t wo
 }
 
 }  // namespace
+
+bool decode_takes_qkv_step(int64_t num_heads, int64_t num_kv_heads) {
+    return num_kv_heads > 0 && !group_takes_mma(num_heads / num_kv_heads);
+}
 
 size_t attention_workspace_bytes(int64_t max_tokens, int64_t num_heads, int64_t head_dim) {
     const int64_t rows = std::min<int64_t>(max_tokens * kMaxSplits, kMaxPartialRows);

@@ -100,9 +100,9 @@ __global__ void __launch_bounds__(kThreads, 3)
             // Narrow item (decode: up to 16 packed rows): the 4 warps share the same 16 rows
             // and split the keys instead (attention_tile.cuh: attend_narrow).
             attend_narrow<kHeadDim, kWarps>(
-                k_tiles, q, q_begin, row_begin, num_rows, group, num_heads, kv_head, kv_head,
-                prefix_len, kv_begin, kv_end, k_cache, v_cache, k_scale, v_scale, pages, page_size,
-                page_shift, kv_row_stride, scale_log2,
+                k_tiles, q, q_begin, row_begin, num_rows, group, num_heads, kv_head, prefix_len,
+                kv_begin, kv_end, k_cache, v_cache, k_scale, v_scale, pages, page_size, page_shift,
+                kv_row_stride, scale_log2,
                 [&](int local, int r, int d, float a_all, float l_all, float m_all) {
                     if (partial_base < 0) {
                         out[packed_row_index(q_begin, r, group, num_heads, kv_head) * kHeadDim +

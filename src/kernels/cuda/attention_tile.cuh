@@ -423,16 +423,14 @@ __device__ __forceinline__ void merge_warp_states(const float* red_o, const floa
 // x (kHeadDim + 2) floats). Then store(local, r, d, acc, sum, max) for every packed row r below
 // num_rows (local = r - row_begin) and dim d: the row's unnormalised output at d (v_scale
 // applied), its softmax sum (0: the row saw no key) and running max (base 2). prefix_len: the
-// sequence's cached keys before its first query token. q, q_begin, num_heads, q_kv_head: where
-// the query rows are (load_q_fragments' q, q_begin, num_heads, kv_head; q_kv_head is kv_head
-// unless q holds only this group's heads). Every thread of the block calls it; it
+// sequence's cached keys before its first query token. Every thread of the block calls it; it
 // holds block barriers and leaves shared memory in use by the merge (a caller that reuses it
 // needs a barrier first). Cache: bf16 or uint8_t (FP8: k_scale on the scores, v_scale on the
 // output).
 template <int kHeadDim, int kWarps, typename Cache, typename Store>
 __device__ __forceinline__ void attend_narrow(
     __nv_bfloat16* smem, const __nv_bfloat16* q, int q_begin, int row_begin, int num_rows,
-    int group, int num_heads, int q_kv_head, int kv_head, int prefix_len, int kv_begin, int kv_end,
+    int group, int num_heads, int kv_head, int prefix_len, int kv_begin, int kv_end,
     const Cache* k_cache, const Cache* v_cache, float k_scale, float v_scale, const int32_t* pages,
     int page_size, int page_shift, int64_t kv_row_stride, float scale_log2, Store&& store) {
     constexpr int kSub = 16;  // keys per warp step
@@ -465,7 +463,7 @@ __device__ __forceinline__ void attend_narrow(
         },
         [&] {
             load_q_fragments<kHeadDim, Elem>(q, q_begin, row_begin, num_rows, group, num_heads,
-                                             q_kv_head, prefix_len, kv_end - 1, qf, limit);
+                                             kv_head, prefix_len, kv_end - 1, qf, limit);
         });
     if constexpr (kFp8) scale_o<kHeadDim>(acc, v_scale);
 
@@ -506,10 +504,10 @@ __device__ __forceinline__ void attend_narrow(
 // (the merge takes kWarps x 8 x (kHeadDim + 6) floats).
 template <int kHeadDim, int kWarps, typename Cache, typename Store>
 __device__ __forceinline__ void attend_narrow_heads(
-    __nv_bfloat16* smem, const __nv_bfloat16* q, int q_begin, int group, int num_heads,
-    int q_kv_head, int kv_head, int prefix_len, int kv_begin, int kv_end, const Cache* k_cache,
-    const Cache* v_cache, float k_scale, float v_scale, const int32_t* pages, int page_size,
-    int page_shift, int64_t kv_row_stride, float scale_log2, Store&& store) {
+    __nv_bfloat16* smem, const __nv_bfloat16* q, int q_begin, int group, int num_heads, int kv_head,
+    int prefix_len, int kv_begin, int kv_end, const Cache* k_cache, const Cache* v_cache,
+    float k_scale, float v_scale, const int32_t* pages, int page_size, int page_shift,
+    int64_t kv_row_stride, float scale_log2, Store&& store) {
     constexpr int kSub = 16;  // keys per warp step
     constexpr int kStride = kHeadDim + 8;
     constexpr int kMTiles = kHeadDim / 16;  // Oᵀ row tiles
@@ -585,7 +583,7 @@ __device__ __forceinline__ void attend_narrow_heads(
             }
         },
         [&] {
-            load_q_fragments<kHeadDim, Elem>(q, q_begin, 0, group, group, num_heads, q_kv_head,
+            load_q_fragments<kHeadDim, Elem>(q, q_begin, 0, group, group, num_heads, kv_head,
                                              prefix_len, last_key, qf, limit);
         });
     if constexpr (kFp8)

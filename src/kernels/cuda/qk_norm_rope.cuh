@@ -56,7 +56,8 @@ __device__ __forceinline__ RopeAngles<kHeadDim> rope_angles(float pos, const flo
     const int lane = int(threadIdx.x) % 32;
     RopeAngles<kHeadDim> a;
 #pragma unroll
-    for (int j = 0; j < kHeadDim / 64; ++j) sincosf(pos * inv_freq[lane + 32 * j], &a.sin[j], &a.cos[j]);
+    for (int j = 0; j < kHeadDim / 64; ++j)
+        sincosf(pos * inv_freq[lane + 32 * j], &a.sin[j], &a.cos[j]);
     return a;
 }
 
