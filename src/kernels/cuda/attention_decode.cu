@@ -99,13 +99,9 @@ __device__ __forceinline__ void cache_to_float(const uint4& v, float (&f)[16]) {
     for (int e = 0; e < 8; ++e) f[e] = lo[e], f[8 + e] = hi[e];
 }
 
-// Brings the 128-byte line of p into this SM's L1, or into L2 (no register written, nothing
-// waited for).
+// Brings the 128-byte line of p into this SM's L1 (no register written, nothing waited for).
 __device__ __forceinline__ void prefetch_l1(const void* p) {
     asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p));
-}
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
 }
 
 // How a decode block finds its sequence and keys (decode_split.h): lengths (device [2]: the
@@ -380,22 +376,10 @@ __global__ void __launch_bounds__(kThreads)
     const float q_scale = kFp8 ? scale_log2 * k_scale : scale_log2;
     const float out_scale = kFp8 ? v_scale : 1.f;
     __shared__ __align__(16) QkvStepShared<kHeadDim, kHeads> qs;
-    if (fq.qkv != nullptr) {
-        // The loop's first step of K/V on its way into L2 while the QKV step runs.
-        const int first = key_begin + warp * kWarpKeys + slot * kKeysPerSlot;
-#pragma unroll
-        for (int i = 0; i < kKeysPerSlot; ++i) {
-            if (first + i >= key_end) break;
-            const int64_t offset =
-                cache_row(pages, first + i, page_size, page_shift) * kv_row_stride +
-                kv_head * kHeadDim + dim0;
-            prefetch_l2(k_cache + offset);
-            prefetch_l2(v_cache + offset);
-        }
+    if (fq.qkv != nullptr)
         qkv_step<kHeadDim>(fq, token, num_heads, num_kv_heads, head_begin, num_block_heads, kv_head,
                            new_key, q_scale, const_cast<Cache*>(k_cache),
                            const_cast<Cache*>(v_cache), qs);
-    }
     // This lane's dims of each head, pre-scaled for exp2: fp32, or f16 pairs (kHalfQk, also
     // divided by kQkHalfScale).
     float q_reg[kHeads][kLaneDims];
