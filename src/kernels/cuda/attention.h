@@ -70,8 +70,8 @@ struct AttentionParams {
     // split holds a sequence's last key computes that key's K and V, stores them in the cache
     // (the same bits qk_norm_rope_store writes) and adds the key to its softmax from shared
     // memory. p.q is then only a shape (not read). One kernel fewer a layer; summation order
-    // differs from the separate step's, so outputs may differ in the last bits.
-    // Only where decode_takes_qkv_step says so.
+    // differs from the separate step's, so outputs may differ in the last bits. Only for heads
+    // that decode_takes_qkv_step accepts (checked).
     const DecodeQkvStep* qkv_step = nullptr;
 };
 

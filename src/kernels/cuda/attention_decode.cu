@@ -159,11 +159,11 @@ struct QkvStepShared {
 // A decode block's share of qk_norm_rope_store (AttentionParams::qkv_step), after the PDL wait:
 // the block's num_block_heads query heads (from head_begin) and, when new_key (the block's split
 // holds the last key), the new token's K and V heads of kv_head are dealt to the warps, q into
-// s.q, K and V into the cache at the token's slot and into s.k, s.v. A warp loads all of its
-// heads before working on any (one round trip for up to kTasks heads: the 30B-A3B's 8 query
-// heads and K, V are 3 a warp) and computes the rotary angles once. Then, after a block barrier,
-// s.score[h] = (q_h · k) · score_scale for the new key. Every thread calls it; s.q may be read
-// after it returns, s.score after one more barrier.
+// s.q, K and V into the cache at the token's slot and into s.k, s.v (a group split into head
+// chunks has one such block a chunk: they store the same bits). A warp loads all of its heads
+// before working on any (one round trip for up to kTasks heads) and computes the rotary angles
+// once. Then, after a block barrier, s.score[h] = (q_h · k) · score_scale for the new key. Every
+// thread calls it; s.q may be read after it returns, s.score after one more barrier.
 template <int kHeadDim, int kHeads, typename Cache>
 __device__ __forceinline__ void qkv_step(const QkvStepArgs& f, int token, int num_heads,
                                          int num_kv_heads, int head_begin, int num_block_heads,
@@ -821,13 +821,13 @@ void launch_decode_cuda_cores(const AttentionLaunch& a, int64_t group, void* wor
         a, head_chunks, 0, workspace, workspace_bytes, stream);
 }
 
-// The kernel for the GQA group: decode_mma_kernel for groups of 4 to 16, else the smallest
-// decode_kernel instance that holds the group (groups above 8 are split into chunks of 8).
 // Whether GQA groups of this size take decode_mma_kernel (launch_decode_group's rule).
 bool group_takes_mma(int64_t group) {
     return group >= 4 && group <= 16 && decode_mma_enabled();
 }
 
+// The kernel for the GQA group: decode_mma_kernel for groups of 4 to 16, else the smallest
+// decode_kernel instance that holds the group (groups above 8 are split into chunks of 8).
 template <int kHeadDim, typename Cache>
 void launch_decode_group(const AttentionLaunch& a, void* workspace, size_t workspace_bytes,
                          cudaStream_t stream) {

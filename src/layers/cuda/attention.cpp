@@ -23,7 +23,7 @@ void Attention::forward(const AddRmsNorm& input, Tensor& y, KvLayer& kv, const S
     const Tensor* kn = k_norm.defined() ? &k_norm : nullptr;
     // A decode step on a backend that can: the decode kernel normalises, rotates and stores
     // itself (AttentionParams::qkv_step), one kernel fewer.
-    const bool in_decode =
+    const bool qkv_in_decode =
         in.max_query_len == 1 && step.attention.decode_takes_qkv_step(in.num_seqs);
     const DecodeQkvStep qkv_step{.qkv = &qkv_out,
                                  .q_norm = qn,
@@ -32,7 +32,7 @@ void Attention::forward(const AddRmsNorm& input, Tensor& y, KvLayer& kv, const S
                                  .positions = &in.positions,
                                  .inv_freq = &inv_freq,
                                  .slot_mapping = &in.slots};
-    if (!in_decode)
+    if (!qkv_in_decode)
         qk_norm_rope_store(qkv_out, qn, kn, eps, in.positions, inv_freq, in.slots, num_heads,
                            num_kv_heads, head_dim, q, kv.k, kv.v, step.stream, kv.k_scale,
                            kv.v_scale);
@@ -49,7 +49,7 @@ void Attention::forward(const AddRmsNorm& input, Tensor& y, KvLayer& kv, const S
                                  .out = &out,
                                  .k_scale = kv.k_scale,
                                  .v_scale = kv.v_scale,
-                                 .qkv_step = in_decode ? &qkv_step : nullptr};
+                                 .qkv_step = qkv_in_decode ? &qkv_step : nullptr};
     step.attention.run(params, step.stream);
     o_proj.forward(out, y, step);
 }
