@@ -28,7 +28,8 @@ inline constexpr const char* kAdd = "add";            // id, params, text | ids
 inline constexpr const char* kAccepted = "accepted";  // id, prompt_ids, params
 inline constexpr const char* kRejected = "rejected";  // id, error, queue_full
 inline constexpr const char* kAbort = "abort";        // id
-// One a step: outputs: [OutputDelta], stats: {running, waiting, kv_usage, preemptions}.
+// One a step: outputs: [OutputDelta (to_json: [id, tokens, finished, cached(, {rest})])],
+// stats: {running, waiting, kv_usage, preemptions}.
 inline constexpr const char* kOutputs = "outputs";
 inline constexpr const char* kPing = "ping";    // seq
 inline constexpr const char* kPong = "pong";    // seq

@@ -86,6 +86,11 @@ TEST(PipelineMessages, OutputDeltaRoundTrip) {
         const Json m = round_trip({{"type", kOutputs}, {"outputs", Json::array({to_json(d)})}});
         EXPECT_EQ(delta_from_json(m["outputs"][0]), d) << d.request_id;
     }
+    // A running request's plain one-token delta (most of a step's) carries no map: four fields.
+    OutputDelta plain;
+    plain.request_id = "cmpl-2-0";
+    plain.new_token_ids = {5};
+    EXPECT_EQ(to_json(plain), Json::array({"cmpl-2-0", Json::array({5}), false, 0}));
 }
 
 TEST(PipelineMessages, EngineConfigRoundTrip) {
@@ -108,6 +113,8 @@ TEST(PipelineMessages, GarbageIsAnError) {
     EXPECT_THROW(decode("\xc1 not msgpack"), Error);
     EXPECT_THROW(decode(encode(Json::array({1, 2}))), Error);  // not a map
     EXPECT_THROW(decode(encode({{"id", "no type"}})), Error);
+    EXPECT_THROW(delta_from_json({{"id", "a map"}}), Error);
+    EXPECT_THROW(delta_from_json(Json::array({"id", Json::array()})), Error);  // too short
 }
 
 // A stream of step outputs (as LLMEngine::step makes them) crosses the wire as deltas and comes
