@@ -566,7 +566,7 @@ TEST(CudaAttentionFa2, DecodeQkvStepMatchesTheSeparateStep) {
             const Tensor& v_host = fp8 ? quantized.v_bytes : plain.v_cache;
             const std::string what = describe(cfg, seqs) + (fp8 ? " fp8" : " bf16");
             PlannedDecode decode(plain);
-            const auto run = [&](bool in_decode, Tensor& q, Tensor& k, Tensor& v) {
+            const auto run = [&](bool qkv_in_decode, Tensor& q, Tensor& k, Tensor& v) {
                 const cuda::DecodeQkvStep step{.qkv = &qkv,
                                                .q_norm = norm ? &q_norm : nullptr,
                                                .k_norm = norm ? &k_norm : nullptr,
@@ -574,7 +574,7 @@ TEST(CudaAttentionFa2, DecodeQkvStepMatchesTheSeparateStep) {
                                                .positions = &d_positions,
                                                .inv_freq = &d_inv_freq,
                                                .slot_mapping = &d_slots};
-                if (!in_decode)
+                if (!qkv_in_decode)
                     cuda::qk_norm_rope_store(qkv, step.q_norm, step.k_norm, eps, d_positions,
                                              d_inv_freq, d_slots, H, KV, D, q, k, v, nullptr,
                                              k_scale, v_scale);
@@ -584,7 +584,7 @@ TEST(CudaAttentionFa2, DecodeQkvStepMatchesTheSeparateStep) {
                 Tensor out = decode.run([&](cuda::AttentionParams& p) {
                     p.k_scale = k_scale;
                     p.v_scale = v_scale;
-                    if (in_decode) p.qkv_step = &step;
+                    if (qkv_in_decode) p.qkv_step = &step;
                 });
                 q = std::move(decode.d.q);
                 k = std::move(decode.d.k);
