@@ -45,7 +45,6 @@ SamplingParams params_from_json(const Json& json) {
 // (one core of the 2-core development machine, best of 200).
 Json to_json(const OutputDelta& d) {
     Json j = Json::array({d.request_id, d.new_token_ids, d.finished, d.num_cached_tokens});
-    // The rest only when there is any: most deltas are one token of a running request.
     Json rest = Json::object();
     if (!d.new_logprobs.empty()) {
         Json logprobs = Json::array();
@@ -65,7 +64,7 @@ Json to_json(const OutputDelta& d) {
 }
 
 OutputDelta delta_from_json(const Json& j) {
-    if (!j.is_array() || j.size() < 4 || j.size() > 5)
+    if (!j.is_array() || j.size() < 4 || j.size() > 5 || (j.size() == 5 && !j[4].is_object()))
         fail("pipeline: an output delta that is not [id, tokens, finished, cached(, rest)]");
     OutputDelta d;
     d.request_id = j[0].get<std::string>();

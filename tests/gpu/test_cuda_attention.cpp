@@ -522,15 +522,15 @@ TEST(CudaAttentionFa2, DecodeOrderDoesNotChangeTheOutput) {
 // (qk_norm_rope_store, then the decode on its q and cache): the cache gets the same bits, and the
 // output matches the CPU reference on the separate step's q and cache. The q argument holds NaN,
 // so a decode that read it fails. Every decode_kernel instance that takes it (GQA groups 1, 2
-// and 3; the tensor-core decode of groups 4 to 16 does not: decode_takes_qkv_step); head_dim 64
+// and 3; the tensor-core decode of groups 4 to 16 does not: decode_supports_qkv_step); head_dim 64
 // and 128; bf16 and FP8 caches; with and without the per-head norm (Qwen2); lengths where the new
 // key is alone in its block (1, 65, 129: a split of 64 keys starting at it), just past a page,
 // and long enough to split.
 TEST(CudaAttentionFa2, DecodeQkvStepMatchesTheSeparateStep) {
     REQUIRE_GPU();
-    EXPECT_TRUE(cuda::decode_takes_qkv_step(16, 8));
-    EXPECT_TRUE(cuda::decode_takes_qkv_step(12, 4));
-    EXPECT_FALSE(cuda::decode_takes_qkv_step(32, 4)) << "group 8: the tensor-core decode";
+    EXPECT_TRUE(cuda::decode_supports_qkv_step(16, 8));
+    EXPECT_TRUE(cuda::decode_supports_qkv_step(12, 4));
+    EXPECT_FALSE(cuda::decode_supports_qkv_step(32, 4)) << "group 8: the tensor-core decode";
     std::mt19937 rng(23);
     const std::vector<Seq> seqs = {{1, 1},   {1, 2},   {1, 17},   {1, 65},  {1, 129},
                                    {1, 300}, {1, 999}, {1, 3000}, {1, 4033}};

@@ -71,7 +71,7 @@ struct AttentionParams {
     // (the same bits qk_norm_rope_store writes) and adds the key to its softmax from shared
     // memory. p.q is then only a shape (not read). One kernel fewer a layer; summation order
     // differs from the separate step's, so outputs may differ in the last bits. Only for heads
-    // that decode_takes_qkv_step accepts (checked).
+    // that decode_supports_qkv_step accepts (checked).
     const DecodeQkvStep* qkv_step = nullptr;
 };
 
@@ -79,7 +79,7 @@ struct AttentionParams {
 // AttentionParams::qkv_step: the CUDA-core decode's GQA groups (1 to 3, or every group with
 // MINIINFER_DECODE_MMA=0), not the tensor-core decode of groups 4 to 16, where it measured
 // slower on the H200 (30B-A3B bs1 2.759 against 2.677 ms a token).
-bool decode_takes_qkv_step(int64_t num_heads, int64_t num_kv_heads);
+bool decode_supports_qkv_step(int64_t num_heads, int64_t num_kv_heads);
 
 // The launchers' common validation of p (both backends): dtypes, ranks, contiguity, head_dim 64
 // or 128, K/V shapes, GQA ratio, the lengths against num_seqs, out's shape and the host-side
@@ -113,8 +113,8 @@ struct AttentionLaunch {
     float k_scale = 1.f, v_scale = 1.f;
     const int32_t* decode_lengths = nullptr;  // AttentionParams::decode_lengths
     const int32_t* decode_order = nullptr;    // AttentionParams::decode_order
-    // AttentionParams::qkv_step as pointers (qkv null: none); inverse scales as qk_norm_rope_store
-    // computes them.
+    // AttentionParams::qkv_step as pointers (qkv null: none), the decode kernels' argument; the
+    // inverse scales as qk_norm_rope_store computes them.
     struct QkvStep {
         const void* qkv = nullptr;  // bf16
         const void* q_norm = nullptr;

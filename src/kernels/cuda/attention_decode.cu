@@ -133,18 +133,6 @@ __device__ __forceinline__ int2 split_range(const DecodeSplitArgs& ds, int seq_l
     return make_int2(begin, min(seq_len, begin + split_len));
 }
 
-// AttentionLaunch::qkv_step for the kernels (qkv null: q and the cache are ready).
-struct QkvStepArgs {
-    const bf16* qkv;  // [num_tokens, num_heads + 2 * num_kv_heads, head_dim]
-    const bf16* q_norm;
-    const bf16* k_norm;
-    float eps;
-    const int32_t* positions;
-    const float* inv_freq;
-    const int32_t* slot_mapping;
-    float k_inv_scale, v_inv_scale;
-};
-
 // What qkv_step leaves in shared memory: the block's query heads, normalised and rotated (bf16,
 // as qk_norm_rope_store writes q), and in the block that holds its sequence's last key, that
 // key's K and V as the cache holds them (qk_norm_rope.cuh: store_cache's values; an FP8 cache's
@@ -165,15 +153,18 @@ struct QkvStepShared {
 // once. Then, after a block barrier, s.score[h] = (q_h · k) · score_scale for the new key. Every
 // thread calls it; s.q may be read after it returns, s.score after one more barrier.
 template <int kHeadDim, int kHeads, typename Cache>
-__device__ __forceinline__ void qkv_step(const QkvStepArgs& f, int token, int num_heads,
-                                         int num_kv_heads, int head_begin, int num_block_heads,
-                                         int kv_head, bool new_key, float score_scale,
-                                         Cache* k_cache, Cache* v_cache,
+__device__ __forceinline__ void qkv_step(const AttentionLaunch::QkvStep& f, int token,
+                                         int num_heads, int num_kv_heads, int head_begin,
+                                         int num_block_heads, int kv_head, bool new_key,
+                                         float score_scale, Cache* k_cache, Cache* v_cache,
                                          QkvStepShared<kHeadDim, kHeads>& s) {
     constexpr int kPerLane = kHeadDim / 32;
     constexpr int kTasks = (kHeads + 2 + kWarps - 1) / kWarps;  // heads a warp takes at most
     const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-    const bf16* row = f.qkv + int64_t(token) * (num_heads + 2 * num_kv_heads) * kHeadDim;
+    const auto* q_norm = static_cast<const bf16*>(f.q_norm);
+    const auto* k_norm = static_cast<const bf16*>(f.k_norm);
+    const bf16* row = static_cast<const bf16*>(f.qkv) +
+                      int64_t(token) * (num_heads + 2 * num_kv_heads) * kHeadDim;
     const int tasks = num_block_heads + (new_key ? 2 : 0);  // q heads, then K, then V
     // Task t's head in the row.
     const auto head_of = [&](int t) {
@@ -195,7 +186,7 @@ __device__ __forceinline__ void qkv_step(const QkvStepArgs& f, int token, int nu
             const int t = warp + i * kWarps;
             if (t >= tasks) break;
             if (t < num_block_heads) {
-                if (f.q_norm) norm_head<kHeadDim>(f.q_norm, f.eps, x[i]);
+                if (q_norm) norm_head<kHeadDim>(q_norm, f.eps, x[i]);
                 rotate_head<kHeadDim>(angles, x[i]);
 #pragma unroll
                 for (int j = 0; j < kPerLane; ++j)
@@ -204,7 +195,7 @@ __device__ __forceinline__ void qkv_step(const QkvStepArgs& f, int token, int nu
             }
             const bool is_k = t == num_block_heads;  // then V, stored as it is
             if (is_k) {
-                if (f.k_norm) norm_head<kHeadDim>(f.k_norm, f.eps, x[i]);
+                if (k_norm) norm_head<kHeadDim>(k_norm, f.eps, x[i]);
                 rotate_head<kHeadDim>(angles, x[i]);
             }
             Cache* dst = (is_k ? k_cache : v_cache) +
@@ -314,7 +305,7 @@ __global__ void __launch_bounds__(kThreads)
                   const int32_t* __restrict__ query_start, const int32_t* __restrict__ seq_lens,
                   const int32_t* __restrict__ block_table, int max_pages, int num_heads,
                   int num_kv_heads, int page_size, int page_shift, float scale_log2, int num_splits,
-                  DecodeSplitArgs ds, QkvStepArgs fq, bf16* __restrict__ out,
+                  DecodeSplitArgs ds, AttentionLaunch::QkvStep fq, bf16* __restrict__ out,
                   float* __restrict__ partial_o, float* __restrict__ partial_lse) {
     constexpr bool kFp8 = std::is_same_v<Cache, uint8_t>;
     static_assert(kFp8 || kHalf == HalfMath::kNone, "a bf16 cache is read in fp32");
@@ -612,7 +603,7 @@ __global__ void __launch_bounds__(kThreads)
 // writes the output (one split) or its partial output and log-sum-exp for combine_kernel.
 // kHeadsAsColumns (groups of up to 8): attend_narrow_heads, the products transposed so that the
 // heads fill the mma's 8 columns instead of half of its 16 rows. The QKV step is decode_kernel's
-// alone (decode_takes_qkv_step): fq is always null here (launch_decode passes both kernels the
+// alone (decode_supports_qkv_step): fq is always null here (launch_decode passes both kernels the
 // same arguments).
 template <int kHeadDim, typename Cache, bool kHeadsAsColumns>
 __global__ void __launch_bounds__(kThreads)
@@ -621,7 +612,7 @@ __global__ void __launch_bounds__(kThreads)
                       const int32_t* __restrict__ query_start, const int32_t* __restrict__ seq_lens,
                       const int32_t* __restrict__ block_table, int max_pages, int num_heads,
                       int num_kv_heads, int page_size, int page_shift, float scale_log2,
-                      int num_splits, DecodeSplitArgs ds, QkvStepArgs /*fq*/,
+                      int num_splits, DecodeSplitArgs ds, AttentionLaunch::QkvStep /*fq*/,
                       bf16* __restrict__ out, float* __restrict__ partial_o,
                       float* __restrict__ partial_lse) {
     extern __shared__ __align__(16) unsigned char smem_bytes[];  // decode_mma_smem_bytes
@@ -784,12 +775,7 @@ void launch_decode(const AttentionLaunch& a, int64_t head_chunks, size_t smem_by
                   a.k_scale, a.v_scale, a.query_start, a.seq_lens, a.block_table, int(a.max_pages),
                   int(a.num_heads), int(a.num_kv_heads), int(a.page_size),
                   page_shift_of(a.page_size), a.scale * 1.4426950408889634f, num_splits, ds,
-                  QkvStepArgs{static_cast<const bf16*>(a.qkv_step.qkv),
-                              static_cast<const bf16*>(a.qkv_step.q_norm),
-                              static_cast<const bf16*>(a.qkv_step.k_norm), a.qkv_step.eps,
-                              a.qkv_step.positions, a.qkv_step.inv_freq, a.qkv_step.slot_mapping,
-                              a.qkv_step.k_inv_scale, a.qkv_step.v_inv_scale},
-                  static_cast<bf16*>(a.out), partial_o, partial_lse);
+                  a.qkv_step, static_cast<bf16*>(a.out), partial_o, partial_lse);
     MI_CUDA_CHECK(cudaGetLastError());
     if (num_splits > 1) {
         const int64_t rows = a.num_tokens * a.num_heads;
@@ -834,7 +820,7 @@ void launch_decode_group(const AttentionLaunch& a, void* workspace, size_t works
     const int64_t group = a.num_heads / a.num_kv_heads;
     MI_LAUNCH_CHECK(a.qkv_step.qkv == nullptr || !group_takes_mma(group),
                     "attention decode: qkv_step with a GQA group of 4 to 16 (see "
-                    "decode_takes_qkv_step)");
+                    "decode_supports_qkv_step)");
     // Groups of 1 to 3 keep decode_kernel: at the 0.6B's group of 2 the tensor-core form made
     // decode256 35,837 tok/s against 41,788 (bf16) and 41,695 against 53,155 (FP8) on the H200;
     // its heads-as-columns form 41,955 against 55,370 (FP8, session 12).
@@ -867,7 +853,7 @@ void launch_decode_head_dim(const AttentionLaunch& a, void* workspace, size_t wo
 
 }  // namespace
 
-bool decode_takes_qkv_step(int64_t num_heads, int64_t num_kv_heads) {
+bool decode_supports_qkv_step(int64_t num_heads, int64_t num_kv_heads) {
     return num_kv_heads > 0 && !group_takes_mma(num_heads / num_kv_heads);
 }
 

@@ -1,7 +1,7 @@
 // One head of the step between the QKV GEMM and attention, for one warp: Qwen3's per-head
 // RMSNorm and NeoX rotary (qk_norm_rope.h has the arithmetic), and the cache element a K or V
 // value is stored as. Shared by qk_norm_rope_store_kernel and the fa2 decode kernels that do
-// this step themselves (attention_decode.cu: DecodeQkv), so that both write the same bits.
+// this step themselves (attention_decode.cu: qkv_step), so that both write the same bits.
 #pragma once
 
 #include <cuda_bf16.h>

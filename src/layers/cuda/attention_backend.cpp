@@ -24,7 +24,7 @@ class Fa2Backend final : public AttentionBackend {
         : workspace_(attention_workspace_bytes(s.max_tokens, s.num_heads, s.head_dim)),
           table_(size_t(2 + s.max_seqs) * sizeof(int32_t)),
           max_seqs_(s.max_seqs),
-          qkv_step_(cuda::decode_takes_qkv_step(s.num_heads, s.num_kv_heads)) {}
+          qkv_step_(cuda::decode_supports_qkv_step(s.num_heads, s.num_kv_heads)) {}
     const char* name() const override { return "fa2"; }
     void plan(std::span<const int32_t>, std::span<const int32_t> seq_lens,
               cudaStream_t stream) override {
@@ -54,10 +54,10 @@ class Fa2Backend final : public AttentionBackend {
         paged_attention(q, workspace_.data(), workspace_.bytes(), stream);
     }
     // Up to kQkvStepMaxSeqs sequences (MINIINFER_DECODE_QKV_MAX_SEQS; 0: never), where the
-    // decode kernel can (kernels/cuda/attention.h: decode_takes_qkv_step). The step in the decode
-    // removes a kernel boundary, worth most at batch 1 (0.6B bs1 on the H200: 0.737 against 0.770
-    // ms a token); in a large batch it delays every block's first K/V loads by its own latency
-    // (decode256, taking it at every batch size: 40,407 against 40,854 tok/s).
+    // decode kernel can (kernels/cuda/attention.h: decode_supports_qkv_step). The step in the
+    // decode removes a kernel boundary, worth most at batch 1 (0.6B bs1 on the H200: 0.737 against
+    // 0.770 ms a token); in a large batch it delays every block's first K/V loads by its own
+    // latency (decode256, taking it at every batch size: 40,407 against 40,854 tok/s).
     bool decode_takes_qkv_step(int64_t num_seqs) const override {
         static const int64_t max_seqs = env_int("MINIINFER_DECODE_QKV_MAX_SEQS", kQkvStepMaxSeqs);
         return qkv_step_ && num_seqs <= max_seqs;
