@@ -6,7 +6,7 @@
 # serve-summary.txt (both throughputs and their ratio) to $OUT (else gpu-results/).
 # The model: bench/qwen3-0.6b's shapes with dummy weights and the Qwen3 tokenizer of the demo
 # fixture. WORKLOAD (default balanced); SERVE_FLAGS: extra engine flags for both runs;
-# SERVE_ONLY_FLAGS: extra flags for serve alone (e.g. --use-multiprocess). The live /metrics
+# SERVE_ONLY_FLAGS: extra flags for serve alone (e.g. --use-multiprocess); PORT (default 8123). The live /metrics
 # after the run is saved as metrics.txt (check it with promtool where it is installed).
 set -uo pipefail
 source "$(dirname "$0")/gpu_env.sh"
@@ -23,13 +23,14 @@ common=(--load-format dummy --device ${DEVICE:-cuda} ${SERVE_FLAGS:-})
 "$bin" bench --model "$model" "${common[@]}" --workload "$workload" \
     --json "$out/bench-offline.json" > "$out/bench-offline.txt" 2>&1 || { echo "offline bench failed"; exit 1; }
 
-port=8123
+port=${PORT:-8123}
 "$bin" serve "$model" "${common[@]}" ${SERVE_ONLY_FLAGS:-} --port $port --served-model-name bench \
     > "$out/serve.log" 2>&1 &
 server=$!
 for _ in $(seq 300); do
   python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$port/health', timeout=2)" 2>/dev/null && break
-  kill -0 $server 2>/dev/null || { echo "server exited"; tail "$out/serve.log"; exit 1; }
+  kill -0 $server 2>/dev/null || { echo "server exited"; tail "$out/serve.log"
+                                   ss -tanp 2>/dev/null | grep ":$port " | head; exit 1; }
   sleep 1
 done
 "$bin" bench-serve --port $port --model bench --workload "$workload" \

@@ -10,6 +10,7 @@
 #include "core/logging.h"
 #include "engine/cuda_graphs.h"
 #include "engine/cuda_sampler.h"
+#include "engine/piecewise_graphs.h"
 #include "kernels/cuda/sampling.h"
 #ifdef MINIINFER_HAS_NCCL
 #include "layers/cuda/nccl_communicator.h"
@@ -78,7 +79,10 @@ struct CudaModelRunner::Impl {
     int32_t* next_staging();                // the host staging the next step writes
     void share_tokens(int64_t rows);        // tensor parallelism: rank 0's tokens everywhere
     void forward(const ForwardBatch& b);
-    void run_model(const StepShape& shape);  // kernels only: no host work, capturable
+    cuda::StepInputs step_inputs(const StepShape& shape) const;
+    void resolve_placeholders(const cuda::StepInputs& inputs);
+    // Kernels only: no host work, capturable. `backend`: the attention (default: the runner's).
+    void run_model(const StepShape& shape, cuda::AttentionBackend* backend = nullptr);
 
     Tensor inputs_view(int64_t offset, Shape shape) const {
         return Tensor(dev_inputs.data<int32_t>() + offset, DType::kI32, std::move(shape),
@@ -116,6 +120,7 @@ struct CudaModelRunner::Impl {
     StepTiming timing;
 
     std::unique_ptr<DecodeGraphs> graphs;
+    std::unique_ptr<PiecewiseGraphs> piecewise;  // prefill and mixed steps (piecewise_max_tokens)
     int64_t dummy_page = 0;  // the KV page padded graph rows write to (one past the scheduler's)
     const int64_t graph_max_seq_len;
     int64_t last_num_logits = 0;
@@ -180,6 +185,10 @@ void CudaModelRunner::Impl::allocate_step_buffers() {
     sampler = std::make_unique<CudaSampler>(S, model->config().vocab_size, opt.max_model_len);
     if (!opt.enforce_eager)
         graphs = std::make_unique<DecodeGraphs>(in, S, opt.page_size, dev_inputs.data<int32_t>());
+    // Not under tensor parallelism yet: the other ranks would have to replay the same pieces.
+    if (!opt.enforce_eager && opt.piecewise_max_tokens > 0 && !comm)
+        piecewise = std::make_unique<PiecewiseGraphs>(in, std::min(opt.piecewise_max_tokens, T),
+                                                      opt.page_size, dev_inputs.data<int32_t>());
 }
 
 // The graphs' memory, measured against a minimal KV pool before the real one is sized. What
@@ -192,7 +201,8 @@ void CudaModelRunner::Impl::measure_graphs() {
     if (memory.graphs_measured) {
         allocate_kv(kTrialPages);
         memory.graphs = capture_graphs(/*warm_up=*/true);
-        memory.graphs_kept = memory.graphs - std::min(memory.graphs, graphs->clear());
+        const size_t back = graphs->clear() + (piecewise ? piecewise->clear() : 0);
+        memory.graphs_kept = memory.graphs - std::min(memory.graphs, back);
         allocate_kv(0);
         memory.graph_reserve = memory.graphs - memory.graphs_kept + kGraphMarginBytes;
     }
@@ -236,6 +246,10 @@ void CudaModelRunner::Impl::capture_and_log() {
                     graphs->num_kernels(graphs->batch_sizes().front()),
                     graphs->num_kernels(graphs->batch_sizes().back()),
                     graphs->batch_sizes().back());
+    if (piecewise && !piecewise->sizes().empty())
+        MI_LOG_INFO("piecewise graphs: {} sizes of {} to {} tokens, {} pieces each",
+                    piecewise->sizes().size(), piecewise->sizes().front(),
+                    piecewise->sizes().back(), piecewise->num_pieces());
     if (memory.graphs_measured && captured > memory.graph_reserve)
         MI_LOG_WARN(
             "CUDA graphs took {:.0f} MiB more on the second capture, beyond the {:.0f} MiB set "
@@ -269,12 +283,22 @@ void CudaModelRunner::Impl::allocate_kv(int64_t pages) {
 size_t CudaModelRunner::Impl::capture_graphs(bool warm_up) {
     const int64_t G = max_pages_per_seq;
     stream.synchronize();  // capture writes the staging without waiting for its last copy
-    return graphs->capture(
+    size_t bytes = graphs->capture(
         dummy_page, warm_up, host_ints(), [&](int64_t b) { plan_attention(b); },
         [&](int64_t b) {
             run_model({b, b, b, 1, graph_max_seq_len, in.graph_table, G, /*placeholders=*/true});
         },
         stream.get());
+    // The layers of n tokens as one sequence, no logits (the attention is not run: the
+    // recorder stands in for it).
+    if (piecewise)
+        bytes += piecewise->capture(
+            dummy_page, host_ints(),
+            [&](int64_t n, cuda::AttentionBackend& recorder) {
+                run_model({n, 1, 0, n, n, in.table, G, /*placeholders=*/false}, &recorder);
+            },
+            *attention, stream.get());
+    return bytes;
 }
 
 void CudaModelRunner::Impl::plan_attention(int64_t s) {
@@ -398,6 +422,29 @@ void CudaModelRunner::Impl::forward(const ForwardBatch& b) {
         graphs->launch(graph_size, stream.get());  // resolves placeholders itself
         return;
     }
+    StepShape shape{
+        n,           s,
+        num_logits,  0,
+        0,           in.table,
+        b.max_pages, std::any_of(b.input_ids.begin(), b.input_ids.end(), is_placeholder)};
+    for (int64_t i = 0; i < s; ++i) {
+        shape.max_query_len = std::max<int64_t>(
+            shape.max_query_len, b.query_start[size_t(i) + 1] - b.query_start[size_t(i)]);
+        shape.max_seq_len = std::max<int64_t>(shape.max_seq_len, b.seq_lens[size_t(i)]);
+    }
+    // A prefill or mixed step that fits the piecewise ladder: its tokens padded to a captured
+    // count, the pieces replayed around this step's attention, then the logits.
+    if (const int64_t padded =
+            piecewise ? piecewise->stage(b, dummy_page, host, stream.get()) : 0) {
+        staged[staging].record(stream.get());
+        shape.num_tokens = padded;
+        plan_attention(s);
+        const cuda::StepInputs inputs = step_inputs(shape);
+        if (shape.placeholders) resolve_placeholders(inputs);
+        piecewise->launch(inputs, *attention, stream.get());
+        model->forward_logits(inputs, stream.get());
+        return;
+    }
     // One host->device copy of everything the step reads.
     std::copy(b.input_ids.begin(), b.input_ids.end(), host);
     std::copy(b.positions.begin(), b.positions.end(), host + in.positions);
@@ -410,40 +457,36 @@ void CudaModelRunner::Impl::forward(const ForwardBatch& b) {
                                   size_t(in.table + int64_t(b.block_table.size())) * 4,
                                   cudaMemcpyHostToDevice, stream.get()));
     staged[staging].record(stream.get());
-    StepShape shape{
-        n,           s,
-        num_logits,  0,
-        0,           in.table,
-        b.max_pages, std::any_of(b.input_ids.begin(), b.input_ids.end(), is_placeholder)};
-    for (int64_t i = 0; i < s; ++i) {
-        shape.max_query_len = std::max<int64_t>(
-            shape.max_query_len, b.query_start[size_t(i) + 1] - b.query_start[size_t(i)]);
-        shape.max_seq_len = std::max<int64_t>(shape.max_seq_len, b.seq_lens[size_t(i)]);
-    }
     plan_attention(s);
     run_model(shape);
 }
 
-void CudaModelRunner::Impl::run_model(const StepShape& sh) {
+cuda::StepInputs CudaModelRunner::Impl::step_inputs(const StepShape& sh) const {
     const int64_t n = sh.num_tokens, s = sh.num_seqs;
-    const cuda::StepInputs inputs{
-        .num_tokens = n,
-        .num_seqs = s,
-        .num_logits = sh.num_logits,
-        .max_query_len = sh.max_query_len,
-        .max_seq_len = sh.max_seq_len,
-        .token_ids = inputs_view(0, {n}),
-        .positions = inputs_view(in.positions, {n}),
-        .slots = inputs_view(in.slots, {n}),
-        .query_start = inputs_view(in.query_start, {s + 1}),
-        .seq_lens = inputs_view(in.seq_lens, {s}),
-        .block_table = inputs_view(sh.table_offset, {s, sh.table_stride}),
-        .logits_indices = inputs_view(in.logits_indices, {sh.num_logits})};
-    if (sh.placeholders) {
-        Tensor ids = inputs.token_ids;
-        cuda::resolve_placeholders(ids, sampler->device_tokens(), stream.get());
-    }
-    model->forward(inputs, kv, *attention, stream.get());
+    return {.num_tokens = n,
+            .num_seqs = s,
+            .num_logits = sh.num_logits,
+            .max_query_len = sh.max_query_len,
+            .max_seq_len = sh.max_seq_len,
+            .token_ids = inputs_view(0, {n}),
+            .positions = inputs_view(in.positions, {n}),
+            .slots = inputs_view(in.slots, {n}),
+            .query_start = inputs_view(in.query_start, {s + 1}),
+            .seq_lens = inputs_view(in.seq_lens, {s}),
+            .block_table = inputs_view(sh.table_offset, {s, sh.table_stride}),
+            .logits_indices = inputs_view(in.logits_indices, {sh.num_logits})};
+}
+
+// Overlap: the token ids that name the last step's samples, replaced by them on the device.
+void CudaModelRunner::Impl::resolve_placeholders(const cuda::StepInputs& inputs) {
+    Tensor ids = inputs.token_ids;
+    cuda::resolve_placeholders(ids, sampler->device_tokens(), stream.get());
+}
+
+void CudaModelRunner::Impl::run_model(const StepShape& sh, cuda::AttentionBackend* backend) {
+    const cuda::StepInputs inputs = step_inputs(sh);
+    if (sh.placeholders) resolve_placeholders(inputs);
+    model->forward(inputs, kv, backend ? *backend : *attention, stream.get());
 }
 
 namespace {

@@ -40,8 +40,12 @@ void HttpServer::listen() {
     const int wanted = impl_->options.port;
     int port = wanted;
     int listen_fd = -1;
+    // cpp-httplib 0.11 sets SO_REUSEPORT alone; SO_REUSEADDR too lets a restarted server bind
+    // while the last one's closed connections are still in TIME_WAIT.
     s.set_socket_options([&listen_fd](socket_t sock) {
         httplib::default_socket_options(sock);
+        const int yes = 1;
+        setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
         listen_fd = sock;
     });
     if (wanted == 0)
