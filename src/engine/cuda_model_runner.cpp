@@ -235,10 +235,11 @@ void CudaModelRunner::Impl::capture_and_log() {
     const double kv_bytes = double(num_pages + 1) * double(page_bytes());
     MI_LOG_INFO(
         "CUDA memory: weights {:.0f} MiB, activations {:.0f} MiB, graphs {:.0f} MiB ({} decode "
-        "sizes, measured before the KV cache was sized, + {:.0f} MiB margin), KV cache {:.0f} MiB "
-        "= {} pages of {} tokens ({} tokens); {:.0f} MiB on the card; attention backend {}",
+        "sizes, {} piecewise sizes, measured before the KV cache was sized, + {:.0f} MiB margin), "
+        "KV cache {:.0f} MiB = {} pages of {} tokens ({} tokens); {:.0f} MiB on the card; "
+        "attention backend {}",
         memory.weights / kMiB, memory.activations / kMiB, memory.graphs / kMiB,
-        graphs ? graphs->batch_sizes().size() : 0,
+        graphs ? graphs->batch_sizes().size() : 0, piecewise ? piecewise->sizes().size() : 0,
         memory.graphs_measured ? kGraphMarginBytes / kMiB : 0.0, kv_bytes / kMiB, num_pages,
         opt.page_size, num_pages * opt.page_size, device_memory().second / kMiB, attention->name());
     if (graphs && !graphs->batch_sizes().empty())
