@@ -447,16 +447,9 @@ void CudaModelRunner::Impl::forward(const ForwardBatch& b) {
         return;
     }
     // One host->device copy of everything the step reads.
-    std::copy(b.input_ids.begin(), b.input_ids.end(), host);
-    std::copy(b.positions.begin(), b.positions.end(), host + in.positions);
-    std::copy(b.slot_mapping.begin(), b.slot_mapping.end(), host + in.slots);
-    std::copy(b.query_start.begin(), b.query_start.end(), host + in.query_start);
-    std::copy(b.seq_lens.begin(), b.seq_lens.end(), host + in.seq_lens);
-    std::copy(b.logits_indices.begin(), b.logits_indices.end(), host + in.logits_indices);
-    std::copy(b.block_table.begin(), b.block_table.end(), host + in.table);
-    MI_CUDA_CHECK(cudaMemcpyAsync(dev_inputs.raw(), host,
-                                  size_t(in.table + int64_t(b.block_table.size())) * 4,
-                                  cudaMemcpyHostToDevice, stream.get()));
+    const int64_t ints = in.write(b, n, 0, host);
+    MI_CUDA_CHECK(cudaMemcpyAsync(dev_inputs.raw(), host, size_t(ints) * 4, cudaMemcpyHostToDevice,
+                                  stream.get()));
     staged[staging].record(stream.get());
     plan_attention(s);
     run_model(shape);

@@ -87,8 +87,8 @@ size_t PiecewiseGraphs::capture(int64_t dummy_page, int32_t* host,
         host[L.positions + i] = 0;
         host[L.slots + i] = int32_t(dummy_page * page_size_);
     }
-    MI_CUDA_CHECK(cudaMemcpyAsync(device_, host, size_t(L.query_start) * 4,
-                                  cudaMemcpyHostToDevice, stream));
+    MI_CUDA_CHECK(
+        cudaMemcpyAsync(device_, host, size_t(L.query_start) * 4, cudaMemcpyHostToDevice, stream));
     for (int64_t n : sizes_) {
         Recorder warm_up(attention, stream, nullptr);
         layers(n, warm_up);
@@ -114,26 +114,12 @@ size_t PiecewiseGraphs::capture(int64_t dummy_page, int32_t* host,
 
 int64_t PiecewiseGraphs::stage(const ForwardBatch& b, int64_t dummy_page, int32_t* host,
                                cudaStream_t stream) {
-    const int64_t n = b.num_tokens(), s = b.num_seqs();
+    const int64_t n = b.num_tokens();
     auto it = std::lower_bound(sizes_.begin(), sizes_.end(), n);
     if (pieces_.empty() || n == 0 || it == sizes_.end()) return 0;
     const int64_t N = *it;
-    const StepInputLayout& L = layout_;
-    std::copy(b.input_ids.begin(), b.input_ids.end(), host);
-    std::copy(b.positions.begin(), b.positions.end(), host + L.positions);
-    std::copy(b.slot_mapping.begin(), b.slot_mapping.end(), host + L.slots);
-    std::fill(host + n, host + N, 0);
-    std::fill(host + L.positions + n, host + L.positions + N, 0);
-    std::fill(host + L.slots + n, host + L.slots + N, int32_t(dummy_page * page_size_));
-    std::copy(b.query_start.begin(), b.query_start.end(), host + L.query_start);
-    std::copy(b.seq_lens.begin(), b.seq_lens.end(), host + L.seq_lens);
-    std::copy(b.logits_indices.begin(), b.logits_indices.end(), host + L.logits_indices);
-    std::copy(b.block_table.begin(), b.block_table.end(), host + L.table);
-    MI_CHECK(int64_t(b.query_start.size()) == s + 1, "a batch of {} seqs with {} query starts", s,
-             b.query_start.size());
-    MI_CUDA_CHECK(cudaMemcpyAsync(device_, host,
-                                  size_t(L.table + int64_t(b.block_table.size())) * 4,
-                                  cudaMemcpyHostToDevice, stream));
+    const int64_t ints = layout_.write(b, N, int32_t(dummy_page * page_size_), host);
+    MI_CUDA_CHECK(cudaMemcpyAsync(device_, host, size_t(ints) * 4, cudaMemcpyHostToDevice, stream));
     return N;
 }
 
