@@ -19,7 +19,10 @@ class PiecewiseGraphs::Recorder final : public cuda::AttentionBackend {
     void run(const cuda::AttentionParams& p, cudaStream_t stream) override {
         MI_CHECK(stream == stream_ && p.qkv_step == nullptr,
                  "piecewise graphs: an attention call they cannot replay");
-        if (!into_) return;  // the warm-up run: no attention, nothing recorded
+        if (!into_) {  // the warm-up run: no attention (zeros in its place), nothing recorded
+            MI_CUDA_CHECK(cudaMemsetAsync(p.out->raw(), 0, p.out->nbytes(), stream));
+            return;
+        }
         into_->calls.push_back(
             {*p.q, *p.k_cache, *p.v_cache, *p.out, p.scale, p.k_scale, p.v_scale});
         end_piece();

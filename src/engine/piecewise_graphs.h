@@ -43,8 +43,10 @@ class PiecewiseGraphs {
     // Captures the ladder, largest first. layers(N, backend) launches the forward pass of N
     // tokens without the logits on `stream`, its attention through `backend` (which records
     // each call and cuts the capture there); it runs once eagerly per size first (GEMM
-    // algorithms, lazily loaded kernels), with no attention. Returns the device memory the
-    // instantiated graphs hold (as DecodeGraphs::capture). `host`: pinned staging, free to write.
+    // algorithms, lazily loaded kernels), with zeros for the attention's output (so that no
+    // later kernel, the MoE router least of all, reads what an allocation held). Returns the device
+    // memory the instantiated graphs hold (as DecodeGraphs::capture). `host`: pinned staging, free
+    // to write.
     size_t capture(int64_t dummy_page, int32_t* host,
                    const std::function<void(int64_t, cuda::AttentionBackend&)>& layers,
                    cuda::AttentionBackend& attention, cudaStream_t stream);
