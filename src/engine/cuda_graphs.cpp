@@ -44,14 +44,18 @@ void DecodeGraphs::destroy() {
     graphs_.clear();
 }
 
-size_t DecodeGraphs::clear() {
+size_t device_memory_freed_by(const std::function<void()>& f) {
     size_t free_before = 0, free_after = 0, total = 0;
     MI_CUDA_CHECK(cudaDeviceSynchronize());
     MI_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
-    destroy();
+    f();
     MI_CUDA_CHECK(cudaDeviceSynchronize());
     MI_CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
     return free_after > free_before ? free_after - free_before : 0;
+}
+
+size_t DecodeGraphs::clear() {
+    return device_memory_freed_by([this] { destroy(); });
 }
 
 size_t DecodeGraphs::capture(int64_t dummy_page, bool warm_up, int32_t* host,

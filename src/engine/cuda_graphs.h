@@ -55,6 +55,10 @@ struct StepInputLayout {
     int64_t total = 0;  // ints in the buffer
 };
 
+// The device memory f() gives back (destroying graphs): the rise in cudaMemGetInfo's free
+// memory, the device synchronised before and after; 0 if it fell. The driver may keep some.
+size_t device_memory_freed_by(const std::function<void()>& f);
+
 class DecodeGraphs {
   public:
     // Nothing is captured yet. device_inputs: the runner's input buffer on the device, which it

@@ -70,13 +70,7 @@ int64_t PiecewiseGraphs::num_pieces() const {
 }
 
 size_t PiecewiseGraphs::clear() {
-    size_t free_before = 0, free_after = 0, total = 0;
-    MI_CUDA_CHECK(cudaDeviceSynchronize());
-    MI_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
-    destroy();
-    MI_CUDA_CHECK(cudaDeviceSynchronize());
-    MI_CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
-    return free_after > free_before ? free_after - free_before : 0;
+    return device_memory_freed_by([this] { destroy(); });
 }
 
 size_t PiecewiseGraphs::capture(int64_t dummy_page, int32_t* host,

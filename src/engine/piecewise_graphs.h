@@ -50,7 +50,7 @@ class PiecewiseGraphs {
     size_t capture(int64_t dummy_page, int32_t* host,
                    const std::function<void(int64_t, cuda::AttentionBackend&)>& layers,
                    cuda::AttentionBackend& attention, cudaStream_t stream);
-    size_t clear();  // as DecodeGraphs::clear
+    size_t clear();  // destroys every graph; returns device_memory_freed_by the destruction
 
     // For a batch of at most the largest size that is not decode-only: writes its inputs, token
     // rows padded to the smallest captured size N >= its tokens, to `host` and copies them to the
