@@ -18,7 +18,6 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/launch.h"
-#include "kernels/cuda/moe_routing.h"
 #include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/silu_mul.h"
 
@@ -306,93 +305,6 @@ TEST(CudaGemv, RmsNormInsideMatchesNormThenGemv) {
     EXPECT_FALSE(cuda::gemv_rms_norm_supported(
         {.residual = &five_r, .weight = &nw, .normed = nullptr}, w, nullptr, five_y))
         << "5 rows";
-}
-
-// gemv_rms_norm_route (a MoE router routing in the same launch, one thread-block cluster) gives
-// the bits of gemv_rms_norm then moe_route: logits, choices and weights, the norm's outputs;
-// over E = 8 to 128 (every register count of the routing, clusters of 1 to 8 blocks), k = 1 to
-// 8, renormalisation on and off, 1 to 4 rows, a logit row whose top values tie, rows of logits
-// all zero (the lowest experts win); launched eight times in a row and from a captured graph
-// replayed twice.
-TEST(CudaGemv, RouterRoutesInTheSameLaunch) {
-    REQUIRE_GPU();
-    std::mt19937 rng(35);
-    cuda::Stream stream;
-    for (int64_t E : {8, 16, 40, 64, 128}) {
-        for (int64_t top_k : {1, 2, 4, 8}) {
-            if (top_k > E) continue;
-            const int64_t m = 1 + (E + top_k) % 4, k = E == 128 ? 2048 : 1024;
-            const bool renormalize = (E / 8 + top_k) % 2 == 0;
-            char what[96];
-            std::snprintf(what, sizeof what, "E=%ld k=%ld m=%ld renormalize=%d", long(E),
-                          long(top_k), long(m), int(renormalize));
-            Tensor res = random_bf16({m, k}, rng, 2.f), delta = random_bf16({m, k}, rng, 1.f);
-            Tensor w = random_bf16({E, k}, rng, 1.f / std::sqrt(float(k)));
-            if (E == 16) {  // experts 3, 7 and 11 share a row: their logits tie
-                const size_t row = size_t(k) * sizeof(uint16_t);
-                std::memcpy(w.data<uint16_t>() + 7 * k, w.data<uint16_t>() + 3 * k, row);
-                std::memcpy(w.data<uint16_t>() + 11 * k, w.data<uint16_t>() + 3 * k, row);
-            }
-            if (E == 40)  // every logit 0
-                std::memset(w.data<uint16_t>(), 0, size_t(E * k) * sizeof(uint16_t));
-            Tensor dres = cuda::to_device(res), ddelta = cuda::to_device(delta);
-            Tensor dnw = cuda::to_device(random_bf16({k}, rng, 1.f)), dw = cuda::to_device(w);
-            const auto outputs = [&] {
-                return std::vector<Tensor>{cuda::device_tensor({m, k}, DType::kBF16),
-                                           cuda::device_tensor({m, k}, DType::kBF16),
-                                           cuda::device_tensor({m, E}, DType::kBF16),
-                                           cuda::device_tensor({m, top_k}, DType::kI32),
-                                           cuda::device_tensor({m, top_k}, DType::kF32)};
-            };
-            // [residual_out, normed, logits, ids, weights]
-            std::vector<Tensor> two = outputs(), one = outputs();
-            const auto norm_of = [&](std::vector<Tensor>& o) {
-                return cuda::AddRmsNorm{.delta = &ddelta,
-                                        .residual = &dres,
-                                        .residual_out = &o[0],
-                                        .weight = &dnw,
-                                        .eps = 1e-6f,
-                                        .normed = &o[1]};
-            };
-            cuda::gemv_rms_norm(norm_of(two), dw, nullptr, two[2], stream.get());
-            cuda::moe_route(two[2], top_k, renormalize, two[3], two[4], stream.get());
-            ASSERT_TRUE(cuda::gemv_rms_norm_route_supported(norm_of(one), dw, one[2], top_k))
-                << what;
-            const auto routed = [&] {
-                cuda::gemv_rms_norm_route(norm_of(one), dw, one[2], top_k, renormalize, one[3],
-                                          one[4], stream.get());
-            };
-            const auto expect_same = [&](const char* how) {
-                stream.synchronize();
-                for (size_t i = 0; i < one.size(); ++i)
-                    EXPECT_TRUE(bitwise_equal(one[i], two[i]))
-                        << what << " " << how << ", output " << i;
-            };
-            for (int i = 0; i < 8; ++i) routed();
-            expect_same("eager");
-            for (Tensor& t : one) MI_CUDA_CHECK(cudaMemset(t.raw(), 0, t.nbytes()));
-            const CapturedGraph graph(stream.get(), routed);
-            graph.replay(stream.get());
-            graph.replay(stream.get());
-            expect_same("graph");
-            if (E == 40) {  // all logits zero: the lowest ids win
-                const Tensor ids = cuda::to_host(one[3]);
-                for (int64_t j = 0; j < top_k; ++j) EXPECT_EQ(ids.data<int32_t>()[j], j) << what;
-            }
-        }
-    }
-    // Outside the fused form's limits: more experts than one cluster holds, k above E.
-    Tensor r = cuda::device_tensor({1, 1024}, DType::kBF16),
-           nw = cuda::device_tensor({1024}, DType::kBF16);
-    Tensor normed = cuda::device_tensor({1, 1024}, DType::kBF16);
-    const cuda::AddRmsNorm in{.residual = &r, .weight = &nw, .normed = &normed};
-    Tensor w256 = cuda::device_tensor({256, 1024}, DType::kBF16),
-           l256 = cuda::device_tensor({1, 256}, DType::kBF16);
-    EXPECT_FALSE(cuda::gemv_rms_norm_route_supported(in, w256, l256, 8)) << "256 experts";
-    Tensor w4 = cuda::device_tensor({4, 1024}, DType::kBF16),
-           l4 = cuda::device_tensor({1, 4}, DType::kBF16);
-    EXPECT_FALSE(cuda::gemv_rms_norm_route_supported(in, w4, l4, 8)) << "top 8 of 4";
-    EXPECT_TRUE(cuda::gemv_rms_norm_route_supported(in, w4, l4, 4));
 }
 
 // gemv_silu_mul (SiLU·mul inside the GEMV) gives the bits of silu_mul then gemv: the same

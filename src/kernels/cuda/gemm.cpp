@@ -212,17 +212,12 @@ bool fuse_into_gemv() {
 
 }  // namespace
 
-bool Gemm::normed_takes_gemv(const AddRmsNorm& in, const Tensor& w, const Tensor* bias,
-                             const Tensor& y) const {
-    return fuse_into_gemv() && in.residual && w.ndim() == 2 && w.size(1) > 0 &&
-           in.residual->numel() / w.size(1) <= gemv_max_rows_ &&
-           gemv_rms_norm_supported(in, w, bias, y);
-}
-
 void Gemm::run_normed(const AddRmsNorm& in, const Tensor& w, const Tensor* bias, Tensor& y,
                       cudaStream_t stream) {
     MI_CHECK(in.residual && in.normed, "gemm: a normed input needs its residual and normed rows");
-    if (normed_takes_gemv(in, w, bias, y)) {
+    if (fuse_into_gemv() && w.ndim() == 2 && w.size(1) > 0 &&
+        in.residual->numel() / w.size(1) <= gemv_max_rows_ &&
+        gemv_rms_norm_supported(in, w, bias, y)) {
         gemv_rms_norm(in, w, bias, y, stream);
         return;
     }

@@ -53,10 +53,6 @@ class Gemm {
     // buffer than in.residual); otherwise add_rms_norm, then run().
     void run_normed(const AddRmsNorm& in, const Tensor& w, const Tensor* bias, Tensor& y,
                     cudaStream_t stream);
-    // Whether run_normed takes gemv_rms_norm for these operands (for callers with a fused form
-    // of their own on that path: the MoE router's gemv_rms_norm_route).
-    bool normed_takes_gemv(const AddRmsNorm& in, const Tensor& w, const Tensor* bias,
-                           const Tensor& y) const;
     // y = act · wᵀ (+ bias) with act = silu_mul(gate_up) (silu_mul.h, gate_up [m, 2k]): inside
     // the gemv where run() would take it (gemv_silu_mul; act is then not written), otherwise
     // silu_mul into act, then run().

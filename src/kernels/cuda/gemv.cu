@@ -34,8 +34,6 @@
 #include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_bf16.cuh"
-#include "kernels/cuda/moe_route.cuh"
-#include "kernels/cuda/moe_routing.h"
 #include "kernels/cuda/reduce.cuh"
 #include "kernels/cuda/rms_norm.cuh"
 #include "kernels/cuda/silu_mul.cuh"
@@ -89,18 +87,15 @@ struct PrologueArgs {
 // differs). Every block computes the rows itself (they are a few KB, read from L2) rather than
 // waiting for a separate norm kernel; block 0 also stores residual + delta and the normed rows.
 // Called by every thread of the block; ends with a barrier.
-// In a block of more than kThreads threads (gemv_rms_norm_route's) only the first kThreads
-// compute, in the same order as a kThreads block: the same bits.
 template <int kRows>
 __device__ __forceinline__ void norm_rows_to_shared(const PrologueArgs& a, int k, uint4* x_s) {
     const int k_vecs = k / kVecElems;
     const bool writer = blockIdx.x == 0;
-    const int first_idle = int(threadIdx.x) < kThreads ? k_vecs : 0;  // loop bound: 0 idles
     const auto* residual = reinterpret_cast<const uint4*>(a.residual);
     float sum_sq[kRows] = {};
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-        for (int v = int(threadIdx.x); v < first_idle; v += kThreads) {
+        for (int v = int(threadIdx.x); v < k_vecs; v += kThreads) {
             const int64_t at = int64_t(r) * k_vecs + v;
             uint4 sum = residual[at];
             if (a.delta) {
@@ -119,7 +114,7 @@ __device__ __forceinline__ void norm_rows_to_shared(const PrologueArgs& a, int k
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
         const float s = warp_sum(sum_sq[r]);
-        if (lane == 0 && warp < kWarpsPerBlock) partial[warp][r] = s;
+        if (lane == 0) partial[warp][r] = s;
     }
     __syncthreads();
     const auto* weight = reinterpret_cast<const uint4*>(a.weight);
@@ -129,7 +124,7 @@ __device__ __forceinline__ void norm_rows_to_shared(const PrologueArgs& a, int k
 #pragma unroll
         for (int i = 0; i < kWarpsPerBlock; ++i) total += partial[i][r];
         const float inv_rms = rsqrtf(total / float(k) + a.eps);
-        for (int v = int(threadIdx.x); v < first_idle; v += kThreads) {  // this thread's own
+        for (int v = int(threadIdx.x); v < k_vecs; v += kThreads) {  // this thread's own vectors
             const int64_t at = int64_t(r) * k_vecs + v;
             const uint4 normed = rms_normed_x8(x_s[at], inv_rms, __ldg(weight + v));
             x_s[at] = normed;
@@ -202,14 +197,12 @@ __device__ __forceinline__ void silu_mul_rows_to_shared(const __nv_bfloat16* gat
 // x: [kRows, k] bf16 (kX == kGlobal; else not read: the prologue computes the rows into
 // kRows * k bf16 of dynamic shared memory); w: [n, k] bf16; bias: [n] bf16 or null; y: [kRows, n]
 // bf16 or f32 (Out). k % 8 == 0 and x, w 16-byte aligned (checked by the launcher). Warp g of the
-// grid owns output columns [g * kCols, g * kCols + kCols) for every row (kBlockWarps warps a
-// block). The kernels' body: a thread returns from it once its part is stored (or it has none).
-template <int kRows, int kCols, typename Out, XFrom kX, int kBlockWarps = kWarpsPerBlock>
-__device__ __forceinline__ void gemv_block(const __nv_bfloat16* __restrict__ x,
-                                           const __nv_bfloat16* __restrict__ w,
-                                           const __nv_bfloat16* __restrict__ bias,
-                                           Out* __restrict__ y, int64_t n, int k,
-                                           const PrologueArgs& pro) {
+// grid owns output columns [g * kCols, g * kCols + kCols) for every row.
+template <int kRows, int kCols, typename Out, XFrom kX>
+__global__ void __launch_bounds__(kThreads)
+    gemv_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
+                const __nv_bfloat16* __restrict__ bias, Out* __restrict__ y, int64_t n, int k,
+                PrologueArgs pro) {
     constexpr bool kPrologue = kX != XFrom::kGlobal;
     constexpr int kValues = next_pow2(kRows * kCols);  // padded for the reduce-scatter
     // Loads of w in flight per lane: 8, or 16 at one column a warp and one or two rows, so that
@@ -218,7 +211,7 @@ __device__ __forceinline__ void gemv_block(const __nv_bfloat16* __restrict__ x,
     constexpr int kInFlight = kCols == 1 && kRows <= 2 ? 16 : 8;
     constexpr int kUnroll = kCols >= kInFlight ? 1 : kInFlight / kCols;
     const int lane = int(threadIdx.x) % 32;
-    const int64_t col0 = (int64_t(blockIdx.x) * kBlockWarps + threadIdx.x / 32) * kCols;
+    const int64_t col0 = (int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32) * kCols;
     // Whole warps leave (no shuffle partner is lost); with a prologue after its barriers.
     const bool active = col0 < n;
     if (!kPrologue && !active) return;
@@ -302,52 +295,6 @@ __device__ __forceinline__ void gemv_block(const __nv_bfloat16* __restrict__ x,
     if (r >= kRows || col >= n) return;
     if (bias) sum += __bfloat162float(bias[col]);
     store_out(y + int64_t(r) * n + col, sum);
-}
-
-template <int kRows, int kCols, typename Out, XFrom kX>
-__global__ void __launch_bounds__(kThreads)
-    gemv_kernel(const __nv_bfloat16* __restrict__ x, const __nv_bfloat16* __restrict__ w,
-                const __nv_bfloat16* __restrict__ bias, Out* __restrict__ y, int64_t n, int k,
-                PrologueArgs pro) {
-    gemv_block<kRows, kCols, Out, kX>(x, w, bias, y, n, k, pro);
-}
-
-// gemv_rms_norm_route: blocks of kRouteWarps warps, one cluster of up to kRouteMaxBlocks blocks
-// (portable cluster size), a warp per expert: E <= 128.
-constexpr int kRouteWarps = 16;
-constexpr int kRouteMaxBlocks = 8;
-constexpr int64_t kRouteMaxExperts = int64_t(kRouteWarps) * kRouteMaxBlocks;
-
-// gemv_rms_norm_route's routing: moe_route's arguments.
-struct RouteArgs {
-    int top_k;
-    bool renormalize;
-    int32_t* topk_ids;    // [kRows, top_k]
-    float* topk_weights;  // [kRows, top_k]
-};
-
-// The router's gemv_rms_norm (one column a warp: the bits of gemv_rms_norm's one-column kernel;
-// logits [kRows, E], E = n) and moe_route on its logits, in one launch of one thread-block
-// cluster: every block stores its logits, the cluster's barrier (release, then acquire: the
-// logits of every block seen by the others), then block 0 routes row r in warp r (kPerLane
-// registers of logits a lane, moe_route.cuh; its loads bypass L1). The next kernel's PDL wait
-// covers the whole grid, the choices included. A cluster's barrier costs far less than the
-// device-wide fence and counter of a last-block scheme (session 15: one kernel fewer, but 38 µs
-// a 30B-A3B token slower) or the launch gap to a separate moe_route.
-template <int kRows, int kPerLane>
-__global__ void __launch_bounds__(kRouteWarps * 32)
-    gemv_rms_norm_route_kernel(const __nv_bfloat16* __restrict__ w, __nv_bfloat16* logits,
-                               int64_t n, int k, PrologueArgs pro, RouteArgs route) {
-    gemv_block<kRows, 1, __nv_bfloat16, XFrom::kRmsNorm, kRouteWarps>(nullptr, w, nullptr, logits,
-                                                                      n, k, pro);
-    // Not .aligned: gemv_block's lanes leave it at different points.
-    asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
-    asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
-    const int warp = int(threadIdx.x) / 32;
-    if (blockIdx.x == 0 && warp < kRows)
-        route_token<kPerLane>(logits + warp * n, int(n), route.top_k, route.renormalize,
-                              route.topk_ids + warp * route.top_k,
-                              route.topk_weights + warp * route.top_k);
 }
 
 template <typename Out>
@@ -518,74 +465,22 @@ bool gemv_rms_norm_supported(const AddRmsNorm& in, const Tensor& w, const Tensor
     return !in.normed || (same_rows(in.normed) && in.normed->raw() != r.raw());
 }
 
-namespace {
-PrologueArgs norm_prologue(const AddRmsNorm& in) {
-    return {.delta = in.delta ? in.delta->data<__nv_bfloat16>() : nullptr,
-            .residual = in.residual->data<__nv_bfloat16>(),
-            .residual_out = in.delta ? in.residual_out->data<__nv_bfloat16>() : nullptr,
-            .weight = in.weight->data<__nv_bfloat16>(),
-            .normed = in.normed ? in.normed->data<__nv_bfloat16>() : nullptr,
-            .eps = in.eps,
-            .gate_up = nullptr};
-}
-
-using RouteKernelFn = void (*)(const __nv_bfloat16*, __nv_bfloat16*, int64_t, int, PrologueArgs,
-                               RouteArgs);
-template <int kRows, int... kPerLane>
-constexpr std::array<RouteKernelFn, sizeof...(kPerLane)> route_kernels(
-    std::integer_sequence<int, kPerLane...>) {
-    return {gemv_rms_norm_route_kernel<kRows, kPerLane>...};
-}
-// [rows - 1][log2(registers of logits a lane)]: 1, 2, 4 (E up to 32, 64, 128).
-using RouteLanes = std::integer_sequence<int, 1, 2, 4>;
-constexpr std::array<std::array<RouteKernelFn, 3>, kGemvFusedMaxRows> kRouteKernels = {
-    route_kernels<1>(RouteLanes{}), route_kernels<2>(RouteLanes{}), route_kernels<3>(RouteLanes{}),
-    route_kernels<4>(RouteLanes{})};
-}  // namespace
-
 void gemv_rms_norm(const AddRmsNorm& in, const Tensor& w, const Tensor* bias, Tensor& y,
                    cudaStream_t stream) {
     MI_LAUNCH_CHECK(gemv_rms_norm_supported(in, w, bias, y),
                     "gemv_rms_norm: operands as for gemv (y bf16) with the norm's rows as x, at "
                     "most 4 rows whose bf16 values fit in 64 KB, weight [k], and residual_out "
                     "a third buffer besides residual and delta");
-    launch_fused<XFrom::kRmsNorm>(w, bias, y, in.residual->numel() / w.size(1), norm_prologue(in),
-                                  stream);
-}
-
-bool gemv_rms_norm_route_supported(const AddRmsNorm& in, const Tensor& w, const Tensor& logits,
-                                   int64_t top_k) {
-    if (!gemv_rms_norm_supported(in, w, nullptr, logits)) return false;
-    const int64_t num_experts = w.size(0);
-    return num_experts >= 1 && num_experts <= kRouteMaxExperts && top_k >= 1 &&
-           top_k <= std::min(num_experts, kMoeMaxTopK);
-}
-
-void gemv_rms_norm_route(const AddRmsNorm& in, const Tensor& w, Tensor& logits, int64_t top_k,
-                         bool renormalize, Tensor& topk_ids, Tensor& topk_weights,
-                         cudaStream_t stream) {
-    MI_LAUNCH_CHECK(gemv_rms_norm_route_supported(in, w, logits, top_k),
-                    "gemv_rms_norm_route: operands as for gemv_rms_norm without a bias, 1 to 128 "
-                    "rows of w (experts), top_k in [1, min(E, kMoeMaxTopK)]");
-    const int64_t n = w.size(0), k = w.size(1), m = in.residual->numel() / k;
-    check_cuda_tensor(topk_ids, DType::kI32, "gemv_rms_norm_route: topk_ids", {m, top_k});
-    check_cuda_tensor(topk_weights, DType::kF32, "gemv_rms_norm_route: topk_weights", {m, top_k});
-    const int lanes_idx = n <= 32 ? 0 : n <= 64 ? 1 : 2;
-    static const bool shared_allowed = [] {  // every specialisation, once
-        for (const auto& by_lanes : kRouteKernels)
-            for (const RouteKernelFn f : by_lanes)
-                MI_CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   int(kGemvFusedMaxSharedBytes)));
-        return true;
-    }();
-    (void)shared_allowed;
-    const unsigned blocks = unsigned((n + kRouteWarps - 1) / kRouteWarps);  // one cluster
-    launch_cluster_kernel(
-        kRouteKernels[size_t(m - 1)][size_t(lanes_idx)], blocks, kRouteWarps * 32,
-        size_t(m * k * 2), stream, blocks, w.data<__nv_bfloat16>(), logits.data<__nv_bfloat16>(), n,
-        int(k), norm_prologue(in),
-        RouteArgs{int(top_k), renormalize, topk_ids.data<int32_t>(), topk_weights.data<float>()});
-    MI_CUDA_CHECK(cudaGetLastError());
+    launch_fused<XFrom::kRmsNorm>(
+        w, bias, y, in.residual->numel() / w.size(1),
+        {.delta = in.delta ? in.delta->data<__nv_bfloat16>() : nullptr,
+         .residual = in.residual->data<__nv_bfloat16>(),
+         .residual_out = in.delta ? in.residual_out->data<__nv_bfloat16>() : nullptr,
+         .weight = in.weight->data<__nv_bfloat16>(),
+         .normed = in.normed ? in.normed->data<__nv_bfloat16>() : nullptr,
+         .eps = in.eps,
+         .gate_up = nullptr},
+        stream);
 }
 
 bool gemv_silu_mul_supported(const Tensor& gate_up, const Tensor& w, const Tensor* bias,

@@ -49,17 +49,6 @@ bool gemv_rms_norm_supported(const AddRmsNorm& in, const Tensor& w, const Tensor
 void gemv_rms_norm(const AddRmsNorm& in, const Tensor& w, const Tensor* bias, Tensor& y,
                    cudaStream_t stream);
 
-// A MoE router: logits = gemv_rms_norm(in, w) for w [E, k] (no bias, E <= 128), then moe_route
-// (moe_routing.h) on them in the same launch, one thread-block cluster whose first block routes
-// once every block's logits are stored: one kernel instead of two for the few tokens of a small
-// decode batch. logits, topk_ids [m, top_k] i32 and topk_weights [m, top_k] f32 as
-// gemv_rms_norm and moe_route write them, bit for bit.
-bool gemv_rms_norm_route_supported(const AddRmsNorm& in, const Tensor& w, const Tensor& logits,
-                                   int64_t top_k);
-void gemv_rms_norm_route(const AddRmsNorm& in, const Tensor& w, Tensor& logits, int64_t top_k,
-                         bool renormalize, Tensor& topk_ids, Tensor& topk_weights,
-                         cudaStream_t stream);
-
 // y = silu_mul(gate_up) · wᵀ (+ bias) with the SiLU·mul (silu_mul.h) inside: gate_up [m, 2k],
 // 16-byte aligned. The bits of silu_mul, then gemv; the act rows are not stored.
 bool gemv_silu_mul_supported(const Tensor& gate_up, const Tensor& w, const Tensor* bias,

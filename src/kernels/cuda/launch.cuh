@@ -60,27 +60,6 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shar
     MI_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
 }
 
-// launch_kernel in thread-block clusters of cluster_x blocks (grid.x a multiple of it).
-template <typename... Params, typename... Args>
-void launch_cluster_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
-                           cudaStream_t stream, unsigned cluster_x, Args&&... args) {
-    cudaLaunchAttribute attributes[2]{};
-    attributes[0].id = cudaLaunchAttributeClusterDimension;
-    attributes[0].val.clusterDim.x = cluster_x;
-    attributes[0].val.clusterDim.y = 1;
-    attributes[0].val.clusterDim.z = 1;
-    attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attributes[1].val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t config{};
-    config.gridDim = grid;
-    config.blockDim = block;
-    config.dynamicSmemBytes = shared_bytes;
-    config.stream = stream;
-    config.attrs = attributes;
-    config.numAttrs = pdl_enabled() ? 2 : 1;
-    MI_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
-}
-
 // Lets Kernel launch with `bytes` of dynamic shared memory (above 48 KiB a kernel must opt in),
 // once per kernel and process. Not a stream operation, so graph capture does not mind.
 template <auto Kernel>

@@ -11,12 +11,12 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
 #include "kernels/cuda/check_tensor.h"
 #include "kernels/cuda/launch.cuh"
-#include "kernels/cuda/moe_route.cuh"
 #include "kernels/cuda/reduce.cuh"
 
 namespace miniinfer::cuda {
@@ -32,17 +32,65 @@ struct alignas(2 * kVec) BF16Vec {
 
 constexpr int kRouteWarps = 4;  // tokens per block
 
-// logits: [n, E]; topk_ids, topk_weights: [n, k]; a warp a token (moe_route.cuh).
+// logits: [n, E]; topk_ids, topk_weights: [n, k]. Expert e lives in lane e % 32, register
+// e / 32, so a warp's loads of one register are 32 consecutive logits.
 template <int kPerLane>
 __global__ void moe_route_kernel(const __nv_bfloat16* __restrict__ logits, int64_t n,
                                  int num_experts, int top_k, bool renormalize,
                                  int32_t* __restrict__ topk_ids, float* __restrict__ topk_weights) {
     pdl_wait();
     pdl_trigger();
+    const int lane = threadIdx.x % 32;
     const int64_t t = int64_t(blockIdx.x) * kRouteWarps + threadIdx.x / 32;
     if (t >= n) return;  // the whole warp leaves together
-    route_token<kPerLane>(logits + t * num_experts, num_experts, top_k, renormalize,
-                          topk_ids + t * top_k, topk_weights + t * top_k);
+    const __nv_bfloat16* row = logits + t * num_experts;
+
+    float v[kPerLane];
+    float row_max = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+        const int e = lane + 32 * i;
+        v[i] = e < num_experts ? __bfloat162float(row[e]) : -INFINITY;
+        row_max = fmaxf(row_max, v[i]);
+    }
+    row_max = warp_max(row_max);
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i)
+        if (lane + 32 * i < num_experts) sum += expf(v[i] - row_max);
+    sum = warp_sum(sum);
+
+    // Choice j goes to lane j. Ranking by logit equals ranking by probability (exp and the
+    // division by one sum are monotonic); equal logits tie to the lower expert id.
+    unsigned taken = 0;  // bit i: expert lane + 32 i already chosen
+    int my_id = 0;
+    float my_exp = 0.f;
+    for (int j = 0; j < top_k; ++j) {
+        float best = -INFINITY;
+        int best_id = INT_MAX;  // INT_MAX: this lane has no candidate left
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) {
+            const int e = lane + 32 * i;
+            if (e < num_experts && !((taken >> i) & 1u) && (v[i] > best || best_id == INT_MAX))
+                best = v[i], best_id = e;
+        }
+#pragma unroll
+        for (int offset = 16; offset > 0; offset /= 2) {
+            const float other = __shfl_xor_sync(kFullWarpMask, best, offset);
+            const int other_id = __shfl_xor_sync(kFullWarpMask, best_id, offset);
+            if (other > best || (other == best && other_id < best_id))
+                best = other, best_id = other_id;
+        }
+        if (best_id % 32 == lane) taken |= 1u << (best_id / 32);
+        if (lane == j) my_id = best_id, my_exp = expf(best - row_max);
+    }
+    // Renormalised weights divide by the chosen exps' sum directly: the softmax denominator
+    // cancels, and so does its rounding.
+    const float denom = renormalize ? warp_sum(lane < top_k ? my_exp : 0.f) : sum;
+    if (lane < top_k) {
+        topk_ids[t * top_k + lane] = my_id;
+        topk_weights[t * top_k + lane] = my_exp / denom;
+    }
 }
 
 // The one dispatch place for moe_route: registers per lane from E.

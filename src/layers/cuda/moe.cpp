@@ -1,9 +1,6 @@
 #include "layers/cuda/moe.h"
 
 #include "core/cuda/device_buffer.h"
-#include "core/env.h"
-#include "kernels/cuda/gemm.h"
-#include "kernels/cuda/gemv.h"
 #include "kernels/cuda/grouped_gemm.h"
 #include "kernels/cuda/moe_gemv.h"
 #include "kernels/cuda/moe_routing.h"
@@ -29,12 +26,6 @@ Moe::Buffers Moe::allocate_buffers(int64_t max_tokens) const {
 }
 
 namespace {
-
-// Whether a gemv router routes in the same launch: MINIINFER_MOE_ROUTER_ROUTES not "0".
-bool router_routes() {
-    static const bool enabled = env_switch("MINIINFER_MOE_ROUTER_ROUTES", true);
-    return enabled;
-}
 
 // The experts of many tokens: permute the (token, choice) pairs expert-contiguous, padded to the
 // step's row tile, then one grouped GEMM each for gate_up (reading x through the permutation)
@@ -74,17 +65,9 @@ void Moe::forward(const AddRmsNorm& input, Tensor& y, const Step& step, Buffers&
     const cudaStream_t st = step.stream;
     Tensor logits = rows(buf.logits, n), ids = rows(buf.topk_ids, n);
     Tensor weights = rows(buf.topk_weights, n);
-    // The router (replicated: no all-reduce) and the top-k in one launch where the router runs
-    // as a gemv (gemv_rms_norm_route), else the router GEMM and moe_route.
-    if (!router.bias.defined() && router.shard == Shard::kReplicated && router_routes() &&
-        step.gemm.normed_takes_gemv(input, router.weight, nullptr, logits) &&
-        gemv_rms_norm_route_supported(input, router.weight, logits, top_k)) {
-        gemv_rms_norm_route(input, router.weight, logits, top_k, renormalize, ids, weights, st);
-    } else {
-        router.forward(input, logits, step);
-        moe_route(logits, top_k, renormalize, ids, weights, st);
-    }
+    router.forward(input, logits, step);
     const Tensor& x = *input.normed;
+    moe_route(logits, top_k, renormalize, ids, weights, st);
     if (n * top_k <= kMoeGemvMaxPairs && moe_gemv_supported(experts_gate_up, experts_down)) {
         // A few tokens: stream the chosen experts' rows, no permutation (moe_gemv.h).
         Tensor act = rows(buf.act, n * top_k);

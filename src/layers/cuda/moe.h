@@ -9,9 +9,7 @@
 //   ranks)
 //
 // Up to kMoeGemvMaxPairs (token, choice) pairs (decode at small batch) take a shorter path:
-// router, top-k, then two gemv-style kernels straight from the choices (moe_gemv.h). Where the
-// router runs as a gemv (a batch of 1 to 4) and E <= 128, the top-k runs in the same launch, a
-// thread-block cluster (gemv_rms_norm_route): three kernels a layer.
+// router, top-k, then two gemv-style kernels straight from the choices (moe_gemv.h).
 //
 // Every size comes from the host-side token count and the config, none from the routing, so a
 // decode step with this block can be captured in a CUDA graph. The combine adds each token's k
