@@ -1,6 +1,7 @@
 #include "engine/cuda_graphs.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/check.h"
 #include "core/cuda/cuda_check.h"
@@ -44,14 +45,27 @@ void DecodeGraphs::destroy() {
     graphs_.clear();
 }
 
-size_t device_memory_freed_by(const std::function<void()>& f) {
+namespace {
+// cudaMemGetInfo's free memory before and after f(), the device synchronised for each reading.
+std::pair<size_t, size_t> free_memory_around(const std::function<void()>& f) {
     size_t free_before = 0, free_after = 0, total = 0;
     MI_CUDA_CHECK(cudaDeviceSynchronize());
     MI_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
     f();
     MI_CUDA_CHECK(cudaDeviceSynchronize());
     MI_CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
-    return free_after > free_before ? free_after - free_before : 0;
+    return {free_before, free_after};
+}
+}  // namespace
+
+size_t device_memory_freed_by(const std::function<void()>& f) {
+    const auto [before, after] = free_memory_around(f);
+    return after > before ? after - before : 0;
+}
+
+size_t device_memory_taken_by(const std::function<void()>& f) {
+    const auto [before, after] = free_memory_around(f);
+    return before > after ? before - after : 0;
 }
 
 size_t DecodeGraphs::clear() {
@@ -81,31 +95,27 @@ size_t DecodeGraphs::capture(int64_t dummy_page, bool warm_up, int32_t* host,
             plan(b);
             step(b);
         }
-    MI_CUDA_CHECK(cudaStreamSynchronize(stream));
-    size_t free_before = 0, free_after = 0, total = 0;
-    MI_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
-    for (auto b = sizes_.rbegin(); b != sizes_.rend(); ++b) {
-        plan(*b);
-        Graph& g = graphs_[*b];
-        MI_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-        step(*b);
-        MI_CUDA_CHECK(cudaStreamEndCapture(stream, &g.graph));
-        size_t num_nodes = 0;
-        MI_CUDA_CHECK(cudaGraphGetNodes(g.graph, nullptr, &num_nodes));
-        std::vector<cudaGraphNode_t> nodes(num_nodes);
-        MI_CUDA_CHECK(cudaGraphGetNodes(g.graph, nodes.data(), &num_nodes));
-        for (cudaGraphNode_t node : nodes) {
-            cudaGraphNodeType type;
-            MI_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
-            g.kernels += type == cudaGraphNodeTypeKernel ? 1 : 0;
+    return device_memory_taken_by([&] {
+        for (auto b = sizes_.rbegin(); b != sizes_.rend(); ++b) {
+            plan(*b);
+            Graph& g = graphs_[*b];
+            MI_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+            step(*b);
+            MI_CUDA_CHECK(cudaStreamEndCapture(stream, &g.graph));
+            size_t num_nodes = 0;
+            MI_CUDA_CHECK(cudaGraphGetNodes(g.graph, nullptr, &num_nodes));
+            std::vector<cudaGraphNode_t> nodes(num_nodes);
+            MI_CUDA_CHECK(cudaGraphGetNodes(g.graph, nodes.data(), &num_nodes));
+            for (cudaGraphNode_t node : nodes) {
+                cudaGraphNodeType type;
+                MI_CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+                g.kernels += type == cudaGraphNodeTypeKernel ? 1 : 0;
+            }
+            MI_CUDA_CHECK(cudaGraphInstantiate(&g.exec, g.graph, 0));
+            // Upload now, so the memory a first replay would take is here and measured.
+            MI_CUDA_CHECK(cudaGraphUpload(g.exec, stream));
         }
-        MI_CUDA_CHECK(cudaGraphInstantiate(&g.exec, g.graph, 0));
-        // Upload now, so the memory a first replay would take is here and measured.
-        MI_CUDA_CHECK(cudaGraphUpload(g.exec, stream));
-    }
-    MI_CUDA_CHECK(cudaStreamSynchronize(stream));
-    MI_CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
-    return free_before > free_after ? free_before - free_after : 0;
+    });
 }
 
 int64_t DecodeGraphs::stage(const ForwardBatch& b, int64_t dummy_page, int32_t* host,

@@ -58,6 +58,9 @@ struct StepInputLayout {
 // The device memory f() gives back (destroying graphs): the rise in cudaMemGetInfo's free
 // memory, the device synchronised before and after; 0 if it fell. The driver may keep some.
 size_t device_memory_freed_by(const std::function<void()>& f);
+// The device memory f() takes (capturing and uploading graphs): the fall in free memory, measured
+// the same way; 0 if it rose.
+size_t device_memory_taken_by(const std::function<void()>& f);
 
 class DecodeGraphs {
   public:

@@ -90,23 +90,19 @@ size_t PiecewiseGraphs::capture(int64_t dummy_page, int32_t* host,
         Recorder warm_up(attention, stream, nullptr);
         layers(n, warm_up);
     }
-    MI_CUDA_CHECK(cudaStreamSynchronize(stream));
-    size_t free_before = 0, free_after = 0, total = 0;
-    MI_CUDA_CHECK(cudaMemGetInfo(&free_before, &total));
-    for (auto n = sizes_.rbegin(); n != sizes_.rend(); ++n) {
-        Pieces& p = pieces_[*n];
-        Recorder recorder(attention, stream, &p);
-        MI_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-        layers(*n, recorder);
-        recorder.end_piece();
-        // A padded row's attention output is never written: start it at zero, not at whatever
-        // the allocation held (later it holds an earlier step's finite values).
-        for (const AttentionCall& c : p.calls)
-            MI_CUDA_CHECK(cudaMemsetAsync(c.out.raw(), 0, c.out.nbytes(), stream));
-    }
-    MI_CUDA_CHECK(cudaStreamSynchronize(stream));
-    MI_CUDA_CHECK(cudaMemGetInfo(&free_after, &total));
-    return free_before > free_after ? free_before - free_after : 0;
+    return device_memory_taken_by([&] {
+        for (auto n = sizes_.rbegin(); n != sizes_.rend(); ++n) {
+            Pieces& p = pieces_[*n];
+            Recorder recorder(attention, stream, &p);
+            MI_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+            layers(*n, recorder);
+            recorder.end_piece();
+            // A padded row's attention output is never written: start it at zero, not at
+            // whatever the allocation held (later it holds an earlier step's finite values).
+            for (const AttentionCall& c : p.calls)
+                MI_CUDA_CHECK(cudaMemsetAsync(c.out.raw(), 0, c.out.nbytes(), stream));
+        }
+    });
 }
 
 int64_t PiecewiseGraphs::stage(const ForwardBatch& b, int64_t dummy_page, int32_t* host,
