@@ -29,8 +29,9 @@ port=${PORT:-8123}
 server=$!
 for _ in $(seq 300); do
   python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$port/health', timeout=2)" 2>/dev/null && break
+  # The port's sockets from /proc (the GPU machine has no ss): local address, state.
   kill -0 $server 2>/dev/null || { echo "server exited"; tail "$out/serve.log"
-                                   ss -tanp 2>/dev/null | grep ":$port " | head; exit 1; }
+                                   grep -i ":$(printf '%04X' $port) " /proc/net/tcp /proc/net/tcp6 | head; exit 1; }
   sleep 1
 done
 "$bin" bench-serve --port $port --model bench --workload "$workload" \

@@ -298,7 +298,7 @@ size_t CudaModelRunner::Impl::capture_graphs(bool warm_up) {
             [&](int64_t n, cuda::AttentionBackend& recorder) {
                 run_model({n, 1, 0, n, n, in.table, G, /*placeholders=*/false}, &recorder);
             },
-            *attention, stream.get());
+            stream.get());
     return bytes;
 }
 

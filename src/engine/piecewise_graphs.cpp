@@ -12,9 +12,8 @@ namespace miniinfer {
 // piece) and begun again after it.
 class PiecewiseGraphs::Recorder final : public cuda::AttentionBackend {
   public:
-    Recorder(const cuda::AttentionBackend& inner, cudaStream_t stream, Pieces* into)
-        : inner_(inner), stream_(stream), into_(into) {}
-    const char* name() const override { return inner_.name(); }
+    Recorder(cudaStream_t stream, Pieces* into) : stream_(stream), into_(into) {}
+    const char* name() const override { return "piecewise recorder"; }
     void plan(std::span<const int32_t>, std::span<const int32_t>, cudaStream_t) override {}
     void run(const cuda::AttentionParams& p, cudaStream_t stream) override {
         MI_CHECK(stream == stream_ && p.qkv_step == nullptr,
@@ -40,7 +39,6 @@ class PiecewiseGraphs::Recorder final : public cuda::AttentionBackend {
     }
 
   private:
-    const cuda::AttentionBackend& inner_;
     cudaStream_t stream_;
     Pieces* into_;
 };
@@ -75,7 +73,7 @@ size_t PiecewiseGraphs::clear() {
 
 size_t PiecewiseGraphs::capture(int64_t dummy_page, int32_t* host,
                                 const std::function<void(int64_t, cuda::AttentionBackend&)>& layers,
-                                cuda::AttentionBackend& attention, cudaStream_t stream) {
+                                cudaStream_t stream) {
     destroy();
     const StepInputLayout& L = layout_;
     const int64_t N = sizes_.empty() ? 0 : sizes_.back();
@@ -87,13 +85,13 @@ size_t PiecewiseGraphs::capture(int64_t dummy_page, int32_t* host,
     MI_CUDA_CHECK(
         cudaMemcpyAsync(device_, host, size_t(L.query_start) * 4, cudaMemcpyHostToDevice, stream));
     for (int64_t n : sizes_) {
-        Recorder warm_up(attention, stream, nullptr);
+        Recorder warm_up(stream, nullptr);
         layers(n, warm_up);
     }
     return device_memory_taken_by([&] {
         for (auto n = sizes_.rbegin(); n != sizes_.rend(); ++n) {
             Pieces& p = pieces_[*n];
-            Recorder recorder(attention, stream, &p);
+            Recorder recorder(stream, &p);
             MI_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
             layers(*n, recorder);
             recorder.end_piece();

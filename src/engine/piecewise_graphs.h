@@ -49,7 +49,7 @@ class PiecewiseGraphs {
     // to write.
     size_t capture(int64_t dummy_page, int32_t* host,
                    const std::function<void(int64_t, cuda::AttentionBackend&)>& layers,
-                   cuda::AttentionBackend& attention, cudaStream_t stream);
+                   cudaStream_t stream);
     size_t clear();  // destroys every graph; returns device_memory_freed_by the destruction
 
     // For a batch of at most the largest size that is not decode-only: writes its inputs, token
