@@ -292,6 +292,9 @@ TEST_P(CudaAttention, Fp8CacheMatchesCpuOnTheSameValues) {
     }
     for (const Config& cfg : kLongChunkConfigs)
         expect_fp8_matches_cpu(name, cfg, kLongChunkBatches[0], rng, 1.f, 1.f);
+    // Pages of fewer keys than a decode lane's step (fa2's FP8 decode looks each key's page up).
+    for (const Config& cfg : {Config{16, 8, 128, 2}, Config{8, 8, 128, 1}})
+        expect_fp8_matches_cpu(name, cfg, kDecodeSeqs, rng, 0.5f, 2.f);
 }
 
 // run() captured once in a CUDA graph, replayed after plan() for other lengths (same device
