@@ -124,19 +124,14 @@ void PiecewiseGraphs::launch(const cuda::StepInputs& in, cuda::AttentionBackend&
         if (i == p.calls.size()) break;
         const AttentionCall& c = p.calls[i];
         Tensor out = c.out;  // a view: the same rows
-        attention.run({.q = &c.q,
-                       .k_cache = &c.k_cache,
-                       .v_cache = &c.v_cache,
-                       .query_start = &in.query_start,
-                       .seq_lens = &in.seq_lens,
-                       .block_table = &in.block_table,
-                       .num_seqs = in.num_seqs,
-                       .max_query_len = in.max_query_len,
-                       .max_seq_len = in.max_seq_len,
-                       .scale = c.scale,
-                       .out = &out,
-                       .k_scale = c.k_scale,
-                       .v_scale = c.v_scale},
+        attention.run(cuda::with_step_sequences({.q = &c.q,
+                                                 .k_cache = &c.k_cache,
+                                                 .v_cache = &c.v_cache,
+                                                 .scale = c.scale,
+                                                 .out = &out,
+                                                 .k_scale = c.k_scale,
+                                                 .v_scale = c.v_scale},
+                                                in),
                       stream);
     }
 }

@@ -42,13 +42,14 @@ struct DecodeQkvStep {
 };
 
 struct AttentionParams {
-    const Tensor* q;            // [num_tokens, num_heads, head_dim] bf16
-    const Tensor* k_cache;      // [num_pages, page_size, num_kv_heads, head_dim] bf16, or u8
-    const Tensor* v_cache;      // same                                (FP8 e4m3, kv_fp8.cuh)
-    const Tensor* query_start;  // [num_seqs + 1] i32 (device)
-    const Tensor* seq_lens;     // [num_seqs] i32 (device)
-    const Tensor* block_table;  // [num_seqs, max_pages] i32 (device)
-    int64_t num_seqs, max_query_len, max_seq_len;  // host-side bounds for the launch grid
+    const Tensor* q;        // [num_tokens, num_heads, head_dim] bf16
+    const Tensor* k_cache;  // [num_pages, page_size, num_kv_heads, head_dim] bf16, or u8
+    const Tensor* v_cache;  // same                                (FP8 e4m3, kv_fp8.cuh)
+    // The step's sequences.
+    const Tensor* query_start = nullptr;                       // [num_seqs + 1] i32 (device)
+    const Tensor* seq_lens = nullptr;                          // [num_seqs] i32 (device)
+    const Tensor* block_table = nullptr;                       // [num_seqs, max_pages] i32 (device)
+    int64_t num_seqs = 0, max_query_len = 0, max_seq_len = 0;  // host-side bounds for the grid
     float scale;
     Tensor* out;  // [num_tokens, num_heads * head_dim] bf16
     // An FP8 cache's per-tensor scales: element value = e4m3 · scale (ignored for bf16).

@@ -36,20 +36,16 @@ void Attention::forward(const AddRmsNorm& input, Tensor& y, KvLayer& kv, const S
         qk_norm_rope_store(qkv_out, qn, kn, eps, in.positions, inv_freq, in.slots, num_heads,
                            num_kv_heads, head_dim, q, kv.k, kv.v, step.stream, kv.k_scale,
                            kv.v_scale);
-    const AttentionParams params{.q = &q,
-                                 .k_cache = &kv.k,
-                                 .v_cache = &kv.v,
-                                 .query_start = &in.query_start,
-                                 .seq_lens = &in.seq_lens,
-                                 .block_table = &in.block_table,
-                                 .num_seqs = in.num_seqs,
-                                 .max_query_len = in.max_query_len,
-                                 .max_seq_len = in.max_seq_len,
-                                 .scale = scale,
-                                 .out = &out,
-                                 .k_scale = kv.k_scale,
-                                 .v_scale = kv.v_scale,
-                                 .qkv_step = qkv_in_decode ? &qkv_step : nullptr};
+    const AttentionParams params =
+        with_step_sequences({.q = &q,
+                             .k_cache = &kv.k,
+                             .v_cache = &kv.v,
+                             .scale = scale,
+                             .out = &out,
+                             .k_scale = kv.k_scale,
+                             .v_scale = kv.v_scale,
+                             .qkv_step = qkv_in_decode ? &qkv_step : nullptr},
+                            in);
     step.attention.run(params, step.stream);
     o_proj.forward(out, y, step);
 }

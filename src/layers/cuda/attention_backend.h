@@ -19,6 +19,7 @@
 #include <string>
 
 #include "kernels/cuda/attention.h"
+#include "layers/cuda/step.h"
 
 namespace miniinfer::cuda {
 
@@ -42,6 +43,18 @@ class AttentionBackend {
     // flashinfer never does; fa2 for small batches (Fa2Backend says why).
     virtual bool decode_takes_qkv_step(int64_t /*num_seqs*/) const { return false; }
 };
+
+// p with the sequences of the step `in` (which must outlive it): their query_start, seq_lens and
+// block table on the device and the host-side bounds, what every layer's attention call shares.
+inline AttentionParams with_step_sequences(AttentionParams p, const StepInputs& in) {
+    p.query_start = &in.query_start;
+    p.seq_lens = &in.seq_lens;
+    p.block_table = &in.block_table;
+    p.num_seqs = in.num_seqs;
+    p.max_query_len = in.max_query_len;
+    p.max_seq_len = in.max_seq_len;
+    return p;
+}
 
 // "fa2", "flashinfer", or "auto" (fa2: faster on the H200 so far). Throws Error for any other.
 std::unique_ptr<AttentionBackend> make_attention_backend(const std::string& name,
