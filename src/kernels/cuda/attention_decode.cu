@@ -39,7 +39,11 @@
 // step: 168.5 µs at 256 x 1024 keys, 76% of the copy rate, against 175.3; with one block-table
 // lookup a lane step instead of one a key, 155.2 µs; and with each lane's 16-dim part of q·k in
 // f16 too (kQkPv), 150.9 µs, 85%. (Summing P·V in f16 over two steps, 188 µs, and
-// reduce-scattering a step's scores over a key's lanes, 152.2, were slower or no faster.)
+// reduce-scattering a step's scores over a key's lanes, 152.2, were slower or no faster; so were,
+// against 157.4 µs in the same call, q·k over 4 lanes of 32 dims a key with P·V kept on 8 lanes,
+// 196.1 µs though ~16% fewer instructions, and each warp's K/V staged through shared memory by
+// cp.async a step ahead, 174.6 against 168.9: each warp waits on its step's chain of dependent
+// work, shuffles and exp2 and the f16 flush, not on issue slots or loads. Session 18.)
 #include <cuda_bf16.h>
 
 #include <algorithm>

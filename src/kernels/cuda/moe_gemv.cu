@@ -14,7 +14,9 @@
 // issued with their x vectors (tiny rows, from L1 after the first warp of an SM). down knows its
 // experts before its PDL wait (moe_route ran two kernels back) and loads its first round of
 // weights before waiting for gate_up: the 30B-A3B's down fell from 11.7 to 9.0 µs a call
-// (exposed) at batch 1 on the H200, a token from 2.923 to 2.823 ms.
+// (exposed) at batch 1 on the H200, a token from 2.923 to 2.823 ms. Loading all of its weight
+// rows before the wait instead (24 vectors a lane, 176 registers) made a token 2.692 against
+// 2.647 ms: those loads take bandwidth from the gate_up kernel still running (session 18).
 #include "kernels/cuda/moe_gemv.h"
 
 #include <cuda_bf16.h>
