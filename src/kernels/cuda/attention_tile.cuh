@@ -120,6 +120,21 @@ __device__ __forceinline__ void gather_kv_tile(Cache* tile, const Cache* cache,
                                                int head_offset, int t) {
     constexpr int kChunkElems = 16 / sizeof(Cache);  // elements per 16-byte chunk
     constexpr int kChunks = kHeadDim / kChunkElems;  // chunks per row
+    // A tile inside one page (every decode slice of 16 keys with pages of 16 or more, since the
+    // slices start at multiples of 16): one block-table lookup for all its keys.
+    const int in_page = page_shift >= 0 ? key_begin & (page_size - 1) : key_begin % page_size;
+    if (in_page + kKeys <= page_size) {
+        const int page_idx = page_shift >= 0 ? key_begin >> page_shift : key_begin / page_size;
+        const int64_t base =
+            (int64_t(pages[page_idx]) * page_size + in_page) * kv_row_stride + head_offset;
+#pragma unroll
+        for (int c = t; c < kKeys * kChunks; c += kThreads) {
+            const int r = c / kChunks, col = (c % kChunks) * kChunkElems;
+            load_kv_chunk<kHeadDim>(tile, r, col, cache, base + r * kv_row_stride + col,
+                                    key_begin + r < key_end);
+        }
+        return;
+    }
     for (int c = t; c < kKeys * kChunks; c += kThreads) {
         const int r = c / kChunks, col = (c % kChunks) * kChunkElems;
         const int key = key_begin + r;
