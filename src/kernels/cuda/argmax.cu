@@ -33,6 +33,40 @@ __global__ void __launch_bounds__(kThreads)
     if (threadIdx.x == 0) tokens[blockIdx.x] = best.idx;
 }
 
+// argmax_kernel for rows of 16-byte aligned float4 (vocab % 4 == 0, an aligned base): 16-byte
+// loads, kVecUnroll of them in flight a thread, four times the bytes of the scalar loop's pass.
+// At 256 rows of 151,936 (a decode step's logits) one block a row streams 607 KB with two blocks
+// on most SMs, so the bytes in flight an SM set its time: 57.9 -> 48.8 us on the H200.
+constexpr int kVecUnroll = 8;
+__global__ void __launch_bounds__(kThreads)
+    argmax_vec_kernel(const float* logits, int vocab, int32_t* tokens) {
+    pdl_wait();
+    pdl_trigger();
+    __shared__ ArgMax slots[kWarps];
+    const auto* row = reinterpret_cast<const float4*>(logits + int64_t(blockIdx.x) * vocab);
+    const int vecs = vocab / 4;
+    ArgMax best = {neg_inf(), INT_MAX};
+    for (int base = int(threadIdx.x); base < vecs; base += kThreads * kVecUnroll) {
+        float4 x[kVecUnroll];
+#pragma unroll
+        for (int k = 0; k < kVecUnroll; ++k) {
+            const int v = base + k * kThreads;
+            if (v < vecs) x[k] = __ldg(row + v);
+        }
+#pragma unroll
+        for (int k = 0; k < kVecUnroll; ++k) {
+            const int v = base + k * kThreads;
+            if (v >= vecs) break;
+            best.update(x[k].x, 4 * v);
+            best.update(x[k].y, 4 * v + 1);
+            best.update(x[k].z, 4 * v + 2);
+            best.update(x[k].w, 4 * v + 3);
+        }
+    }
+    best = block_combine(best, slots);
+    if (threadIdx.x == 0) tokens[blockIdx.x] = best.idx;
+}
+
 // Few rows: grid (chunks, rows), block c of row r takes ids [c * chunk_len, ...). Each block
 // parks its (max, first id) in partials[r][c] and counts itself done in counts[r]; the row's
 // last block (the one that counts chunks) reads every partial, writes the token and resets the
@@ -106,8 +140,9 @@ void argmax(const Tensor& logits, Tensor& tokens, cudaStream_t stream, void* wor
         MI_CUDA_CHECK(cudaGetLastError());
         return;
     }
-    launch_kernel(argmax_kernel, unsigned(rows), kThreads, 0, stream, logits.data<float>(),
-                  int(vocab), tokens.data<int32_t>());
+    const bool vec = vocab % 4 == 0 && reinterpret_cast<uintptr_t>(logits.raw()) % 16 == 0;
+    launch_kernel(vec ? argmax_vec_kernel : argmax_kernel, unsigned(rows), kThreads, 0, stream,
+                  logits.data<float>(), int(vocab), tokens.data<int32_t>());
     MI_CUDA_CHECK(cudaGetLastError());
 }
 

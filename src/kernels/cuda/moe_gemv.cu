@@ -16,7 +16,11 @@
 // weights before waiting for gate_up: the 30B-A3B's down fell from 11.7 to 9.0 µs a call
 // (exposed) at batch 1 on the H200, a token from 2.923 to 2.823 ms. Loading all of its weight
 // rows before the wait instead (24 vectors a lane, 176 registers) made a token 2.692 against
-// 2.647 ms: those loads take bandwidth from the gate_up kernel still running (session 18).
+// 2.647 ms: those loads take bandwidth from the gate_up kernel still running (session 18). Each
+// warp routing its token itself from the router's logits (moe_route's k rounds of a warp argmax,
+// and no routing kernel between the router and gate_up) made a token 2.770 against 2.600 ms:
+// gate_up's exposed time rose from ~13 to 20.8 µs, far more than the 2.9 µs of the kernel it
+// replaced (session 20).
 #include "kernels/cuda/moe_gemv.h"
 
 #include <cuda_bf16.h>
