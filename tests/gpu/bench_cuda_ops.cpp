@@ -562,14 +562,19 @@ int main(int argc, char** argv) {
                                 std::vector<int32_t>(kDecodeRows, 1024),
                                 "decode 256 seqs x 1024 keys", fp8, heads, kv_heads);
         // Decode over lengths spread as a balanced batch has them (128 .. 1148 keys, mean 638;
-        // decode256's sequences all have one length at a time, the rows above), and at batch 1
-        // (the bs1 workload's middle), at 0.6B's and 30B-A3B's heads.
+        // decode256's sequences all have one length at a time, the rows above), at batch 1 (the
+        // bs1 workload's middle) and at small batches of long contexts, at 0.6B's and 30B-A3B's
+        // heads.
         std::vector<int32_t> spread(kDecodeRows);
         for (int64_t i = 0; i < kDecodeRows; ++i) spread[size_t(i)] = int32_t(128 + 4 * i);
         for (auto [heads, kv_heads] : {std::pair<int64_t, int64_t>{16, 8}, {32, 4}}) {
             bench_attention(std::vector<int32_t>(kDecodeRows, 1), spread,
                             "decode 256 seqs x 128-1148 keys", false, heads, kv_heads);
             bench_attention({1}, {384}, "decode 1 seq x 384 keys", false, heads, kv_heads);
+            // Long contexts at small batches (the decode's cluster form bounds their splits).
+            bench_attention({1}, {4096}, "decode 1 seq x 4096 keys", false, heads, kv_heads);
+            bench_attention({1, 1, 1, 1}, {16384, 16384, 16384, 16384},
+                            "decode 4 seqs x 16384 keys", false, heads, kv_heads);
         }
     }
     bench_sampling();

@@ -521,6 +521,38 @@ TEST(CudaAttentionFa2, DecodeOrderDoesNotChangeTheOutput) {
     }
 }
 
+// The cluster form of the split decode (attention_decode.cu: a small batch's splits merge inside
+// the decode launch, through their blocks' shared memory, instead of the workspace and the
+// combine kernel) against the CPU, at cluster bounds 2, 3, 8 and 16 and with it off: both decode
+// kernels (GQA groups 2 and 8), head dims 64 and 128, splits by the device lengths (a graph
+// replay's) and by the host bounds, one to three sequences whose lengths leave some of a
+// cluster's blocks without keys.
+TEST(CudaAttentionFa2, DecodeClusterFormMatchesCpu) {
+    REQUIRE_GPU();
+    std::mt19937 rng(23);
+    for (const Config cfg : {Config{16, 8, 128, 16}, Config{32, 4, 128, 16}, Config{16, 8, 64, 24},
+                             Config{32, 4, 64, 16}}) {
+        for (const std::vector<Seq>& seqs :
+             {std::vector<Seq>{{1, 700}}, std::vector<Seq>{{1, 65}, {1, 1000}, {1, 3}},
+              std::vector<Seq>{{1, 4096}, {1, 129}}}) {
+            const Batch b = make_batch(cfg, seqs, rng);
+            PlannedDecode decode(b);
+            for (const bool by_lengths : {true, false}) {
+                for (const int bound : {0, 2, 3, 8, 16}) {
+                    const Tensor got = decode.run([&](cuda::AttentionParams& p) {
+                        p.decode_cluster_splits = bound;
+                        if (!by_lengths) p.decode_lengths = nullptr;
+                    });
+                    expect_close(b, got,
+                                 "cluster bound " + std::to_string(bound) +
+                                     (by_lengths ? ", split by lengths, " : ", split by bounds, ") +
+                                     describe(cfg, seqs));
+                }
+            }
+        }
+    }
+}
+
 // The decode doing the QKV step itself (AttentionParams::qkv_step) against the separate step
 // (qk_norm_rope_store, then the decode on its q and cache): the cache gets the same bits, and the
 // output matches the CPU reference on the separate step's q and cache. The q argument holds NaN,

@@ -87,6 +87,7 @@ AttentionLaunch make_attention_launch(const AttentionParams& p) {
     a.v_scale = p.v_scale;
     a.decode_lengths = p.decode_lengths;
     a.decode_order = p.decode_order;
+    a.decode_cluster_splits = p.decode_cluster_splits;
     if (const DecodeQkvStep* f = p.qkv_step) {
         a.qkv_step = {.qkv = f->qkv->raw(),
                       .q_norm = f->q_norm ? f->q_norm->raw() : nullptr,

@@ -74,6 +74,13 @@ struct AttentionParams {
     // differs from the separate step's, so outputs may differ in the last bits. Only for heads
     // that decode_supports_qkv_step accepts (checked).
     const DecodeQkvStep* qkv_step = nullptr;
+    // The most KV splits of a decode that one thread-block cluster may merge itself, through
+    // its blocks' shared memory, instead of the combine kernel (attention_decode.cu: the cluster
+    // form, taken when the batch's clusters all fit on the GPU at once). 0 or 1: never; below 0:
+    // the default (MINIINFER_DECODE_CLUSTER, else 16 for the tensor-core decode of GQA groups 4
+    // to 16 and none for the CUDA-core decode, as measured). Changes which kernel merges the
+    // splits, and how many there are, not what they compute.
+    int decode_cluster_splits = -1;
 };
 
 // Whether the decode of num_heads query heads over num_kv_heads KV heads takes
@@ -114,6 +121,7 @@ struct AttentionLaunch {
     float k_scale = 1.f, v_scale = 1.f;
     const int32_t* decode_lengths = nullptr;  // AttentionParams::decode_lengths
     const int32_t* decode_order = nullptr;    // AttentionParams::decode_order
+    int decode_cluster_splits = -1;           // AttentionParams::decode_cluster_splits
     // AttentionParams::qkv_step as pointers (qkv null: none), the decode kernels' argument; the
     // inverse scales as qk_norm_rope_store computes them.
     struct QkvStep {

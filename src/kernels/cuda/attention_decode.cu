@@ -22,7 +22,11 @@
 // alone at the end. The kernels read the lengths, order and block table before the PDL wait
 // (launch.cuh): only copies write them. (Merging the splits inside the decode launch, the last
 // block of each (sequence, KV head) combining them, measured no faster on the H200 twice and was
-// removed, session 12.)
+// removed, session 12.) The cluster form does that merge without a global round trip: at small
+// batches the splits of a (sequence, KV head) are one thread-block cluster, each leaves its
+// partial output in its shared memory and the cluster's blocks merge them through distributed
+// shared memory (cluster_merge; plan_cluster_splits says when, default_cluster_splits for which
+// kernel, as measured).
 //
 // GQA groups of 4 to 16 query heads a KV head take decode_mma_kernel instead: the group's heads
 // are the rows of one 16-row tensor-core tile (attention_tile.cuh: attend_narrow), since the
@@ -44,6 +48,7 @@
 // 196.1 µs though ~16% fewer instructions, and each warp's K/V staged through shared memory by
 // cp.async a step ahead, 174.6 against 168.9: each warp waits on its step's chain of dependent
 // work, shuffles and exp2 and the f16 flush, not on issue slots or loads. Session 18.)
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -73,6 +78,9 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kMaxHeadsPerBlock = 8;
 constexpr int kMaxSplits = 64;
 constexpr int64_t kMaxPartialRows = 2048;  // (token, split) pairs the workspace is sized for
+// The most splits one thread-block cluster merges (the cluster form, launch_decode): the H200
+// runs clusters of up to 16 blocks (above 8 a non-portable size).
+constexpr int kMaxClusterSplits = 16;
 
 __device__ __forceinline__ void bf16x8_to_float(const uint4& v, float (&f)[8]) {
     const auto* h = reinterpret_cast<const __nv_bfloat162*>(&v);
@@ -117,6 +125,9 @@ struct DecodeSplitArgs {
     const int32_t* lengths;
     const int32_t* order;
     int slots, min_keys, blocks_per_key;
+    // The cluster form: the grid's splits of a (sequence, block heads) are one thread-block
+    // cluster that merges them itself (cluster_merge); no workspace, no combine_kernel.
+    bool cluster;
 
     // The sequence of grid row y (blockIdx.y).
     __device__ __forceinline__ int seq(int y) const { return order != nullptr ? order[y] : y; }
@@ -290,6 +301,60 @@ __global__ void __launch_bounds__(kCombineWarps * 32)
     combine_row<kHeadDim>(partial_o, partial_lse, num_splits, row, out);
 }
 
+// A split's result in the cluster form, in its block's shared memory instead of the workspace:
+// per row (query head), the normalised partial output and the log-sum-exp (base 2; -inf: the
+// split saw no key).
+template <int kHeadDim, int kRows>
+struct SplitPartial {
+    float o[kRows][kHeadDim];
+    float lse[kRows];
+};
+
+// The cluster form's combine, inside the decode launch: the blocks of a cluster are the splits of
+// one (sequence, block heads), each has left its SplitPartial in `mine` (rows below num_rows),
+// and after a cluster barrier block c of C merges elements c * kThreads + t, + C * kThreads, ...
+// of the num_rows x kHeadDim outputs, reading every split's state from its block's shared memory
+// (distributed shared memory: no global round trip) as combine_row does from the workspace, and
+// writes out[row_of(r)]. A second barrier keeps each block's shared memory alive until the others
+// have read it. Every thread of every block of the cluster calls it (a block without keys too,
+// its lse set to -inf); split 0 always has keys.
+template <int kHeadDim, int kRows, typename RowOf>
+__device__ __forceinline__ void cluster_merge(SplitPartial<kHeadDim, kRows>& mine, int num_rows,
+                                              const RowOf& row_of, bf16* __restrict__ out) {
+    namespace cg = cooperative_groups;
+    const cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();
+    const int splits = int(cluster.num_blocks()), rank = int(cluster.block_rank());
+    for (int idx = rank * kThreads + int(threadIdx.x); idx < num_rows * kHeadDim;
+         idx += splits * kThreads) {
+        const int r = idx / kHeadDim, d = idx % kHeadDim;
+        float lse[kMaxClusterSplits], o[kMaxClusterSplits];
+#pragma unroll
+        for (int s = 0; s < kMaxClusterSplits; ++s) {
+            lse[s] = -INFINITY;
+            o[s] = 0.f;
+            if (s < splits) {
+                const SplitPartial<kHeadDim, kRows>* p = cluster.map_shared_rank(&mine, s);
+                lse[s] = p->lse[r];
+                o[s] = p->o[r][d];
+            }
+        }
+        float m = -INFINITY;
+#pragma unroll
+        for (int s = 0; s < kMaxClusterSplits; ++s) m = fmaxf(m, lse[s]);
+        float sum = 0.f, a = 0.f;
+#pragma unroll
+        for (int s = 0; s < kMaxClusterSplits; ++s) {
+            if (lse[s] == -INFINITY) continue;  // an empty split's o may be anything
+            const float w = exp2f(lse[s] - m);
+            sum += w;
+            a += w * o[s];
+        }
+        out[row_of(r) * kHeadDim + d] = __float2bfloat16(a / sum);
+    }
+    cluster.sync();
+}
+
 // How much of decode_kernel's arithmetic on an FP8 cache runs in f16 (MINIINFER_DECODE_HALF).
 enum class HalfMath {
     kNone,  // fp32 (a bf16 cache always)
@@ -369,9 +434,15 @@ __global__ void __launch_bounds__(kThreads)
     pdl_wait();
     pdl_trigger();
     const int64_t row0 = int64_t(token) * num_heads + head_begin;
+    __shared__ SplitPartial<kHeadDim, kHeads> cluster_part;  // the cluster form's
+    const auto row_of = [&](int h) { return row0 + h; };
     if (!has_keys) {  // only a split past the first can be empty
-        if (int(threadIdx.x) < num_block_heads)
+        if (ds.cluster) {
+            if (int(threadIdx.x) < kHeads) cluster_part.lse[threadIdx.x] = -INFINITY;
+            cluster_merge(cluster_part, num_block_heads, row_of, out);
+        } else if (int(threadIdx.x) < num_block_heads) {
             partial_lse[(row0 + threadIdx.x) * num_splits + split] = -INFINITY;
+        }
         return;
     }
 
@@ -594,17 +665,33 @@ __global__ void __launch_bounds__(kThreads)
             sum += weight;
             a += qs.v[d] * weight;
         }
-        const int64_t row = int64_t(token) * num_heads + head_begin + h;  // (token, head)
+        const int64_t row = row_of(h);  // (token, head)
+        const float o = sum > 0.f ? a / sum * out_scale : 0.f;
+        const float lse = sum > 0.f ? m_all + log2f(sum) : -INFINITY;
         if (num_splits == 1) {
-            out[row * kHeadDim + d] = __float2bfloat16(a / sum * out_scale);
+            out[row * kHeadDim + d] = __float2bfloat16(o);
+        } else if (ds.cluster) {
+            cluster_part.o[h][d] = o;
+            if (d == 0) cluster_part.lse[h] = lse;
         } else {
-            partial_o[(row * num_splits + split) * kHeadDim + d] =
-                sum > 0.f ? a / sum * out_scale : 0.f;
-            if (d == 0)
-                partial_lse[row * num_splits + split] = sum > 0.f ? m_all + log2f(sum) : -INFINITY;
+            partial_o[(row * num_splits + split) * kHeadDim + d] = o;
+            if (d == 0) partial_lse[row * num_splits + split] = lse;
         }
     }
+    if (ds.cluster) cluster_merge(cluster_part, num_block_heads, row_of, out);
 }
+
+// decode_mma_kernel's dynamic shared memory: K then V slices of kWarps warps x 2 stages x 16 keys
+// (attend_narrow), 68 KiB at head_dim 128. The cluster form's SplitPartial takes its end, which
+// the warps' merge (kWarps x 16 x (kHeadDim + 2) floats, then 2 x kWarps x 16) leaves free.
+template <int kHeadDim>
+constexpr size_t decode_mma_smem_bytes() {
+    return 2 * kWarps * 2 * 16 * (kHeadDim + 8) * sizeof(bf16);
+}
+static_assert(decode_mma_smem_bytes<64>() - sizeof(SplitPartial<64, 16>) >=
+              (kWarps * 16 * (64 + 2) + 2 * kWarps * 16) * sizeof(float));
+static_assert(decode_mma_smem_bytes<128>() - sizeof(SplitPartial<128, 16>) >=
+              (kWarps * 16 * (128 + 2) + 2 * kWarps * 16) * sizeof(float));
 
 // Decode for GQA groups of 4 to 16 query heads a KV head (Qwen3-4B/8B 4, 14B 5, 30B-A3B and
 // 32B 8): the group's heads are the packed rows of one 16-row mma tile, so the per-key math runs
@@ -645,19 +732,34 @@ __global__ void __launch_bounds__(kThreads)
     pdl_wait();
     pdl_trigger();
     const int64_t row0 = packed_row_index(token, 0, group, num_heads, kv_head);  // + r < group
+    // The cluster form's partial: the end of the dynamic shared memory, past what attend_narrow's
+    // merge reuses.
+    auto& cluster_part = *reinterpret_cast<SplitPartial<kHeadDim, 16>*>(
+        smem_bytes + decode_mma_smem_bytes<kHeadDim>() - sizeof(SplitPartial<kHeadDim, 16>));
+    const auto row_of = [&](int r) {
+        return packed_row_index(token, r, group, num_heads, kv_head);
+    };
     if (key_begin >= key_end) {  // only a split past the first can be empty
-        if (int(threadIdx.x) < group)
+        if (ds.cluster) {
+            if (int(threadIdx.x) < group) cluster_part.lse[threadIdx.x] = -INFINITY;
+            cluster_merge(cluster_part, group, row_of, out);
+        } else if (int(threadIdx.x) < group) {
             partial_lse[(row0 + threadIdx.x) * num_splits + split] = -INFINITY;
+        }
         return;
     }
     const auto store = [&](int, int r, int d, float a, float sum, float m) {
-        const int64_t row = packed_row_index(token, r, group, num_heads, kv_head);
+        const int64_t row = row_of(r);
+        const float o = sum > 0.f ? a / sum : 0.f;
+        const float lse = sum > 0.f ? m + log2f(sum) : -INFINITY;
         if (num_splits == 1) {
             out[row * kHeadDim + d] = __float2bfloat16(a / sum);
+        } else if (ds.cluster) {
+            cluster_part.o[r][d] = o;
+            if (d == 0) cluster_part.lse[r] = lse;
         } else {
-            partial_o[(row * num_splits + split) * kHeadDim + d] = sum > 0.f ? a / sum : 0.f;
-            if (d == 0)
-                partial_lse[row * num_splits + split] = sum > 0.f ? m + log2f(sum) : -INFINITY;
+            partial_o[(row * num_splits + split) * kHeadDim + d] = o;
+            if (d == 0) partial_lse[row * num_splits + split] = lse;
         }
     };
     const int32_t* pages = block_table + int64_t(seq) * max_pages;
@@ -672,13 +774,7 @@ __global__ void __launch_bounds__(kThreads)
                                         seq_len - 1, key_begin, key_end, k_cache, v_cache, k_scale,
                                         v_scale, pages, page_size, page_shift, kv_row_stride,
                                         scale_log2, store);
-}
-
-// decode_mma_kernel's dynamic shared memory: K then V slices of kWarps warps x 2 stages x 16 keys
-// (attend_narrow), 68 KiB at head_dim 128.
-template <int kHeadDim>
-constexpr size_t decode_mma_smem_bytes() {
-    return 2 * kWarps * 2 * 16 * (kHeadDim + 8) * sizeof(bf16);
+    if (ds.cluster) cluster_merge(cluster_part, group, row_of, out);
 }
 
 // Whether GQA groups of 4 to 16 take decode_mma_kernel: MINIINFER_DECODE_MMA not "0" (0 keeps
@@ -709,8 +805,10 @@ size_t partial_row_bytes(int64_t num_heads, int64_t head_dim) {
 // first call may even happen during graph capture). Assumes one kind of GPU per process.
 struct Occupancy {
     int num_sms = 0, blocks_per_sm = 0;
+    int max_clusters = 0;  // clusters of kMaxClusterSplits blocks the GPU holds at once
 };
-// A kernel above 48 KiB of dynamic shared memory is opted into it here, once.
+// A kernel above 48 KiB of dynamic shared memory is opted into it here, once; so is a kernel
+// into clusters of more than 8 blocks.
 template <auto Kernel>
 const Occupancy& decode_occupancy(size_t smem_bytes) {
     static const Occupancy occupancy = [smem_bytes] {
@@ -719,6 +817,17 @@ const Occupancy& decode_occupancy(size_t smem_bytes) {
         if (smem_bytes > 48 * 1024) allow_shared_memory<Kernel>(smem_bytes);
         MI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o.blocks_per_sm, Kernel,
                                                                     kThreads, smem_bytes));
+        allow_large_clusters<Kernel>();
+        cudaLaunchAttribute cluster{};
+        cluster.id = cudaLaunchAttributeClusterDimension;
+        cluster.val.clusterDim = {1, 1, kMaxClusterSplits};
+        cudaLaunchConfig_t config{};
+        config.gridDim = dim3(1, 1, kMaxClusterSplits);
+        config.blockDim = dim3(kThreads);
+        config.dynamicSmemBytes = smem_bytes;
+        config.attrs = &cluster;
+        config.numAttrs = 1;
+        MI_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&o.max_clusters, Kernel, &config));
         return o;
     }();
     return occupancy;
@@ -739,6 +848,37 @@ int min_keys_per_split() {
 int forced_splits() {  // 0: planned
     static const int splits = std::max(env_int("MINIINFER_DECODE_SPLITS", 0), 0);
     return splits;
+}
+// The most splits the cluster form merges (AttentionLaunch::decode_cluster_splits below 0):
+// MINIINFER_DECODE_CLUSTER, read once, bounded to kMaxClusterSplits (0 or 1: never), for both
+// decode kernels; unset, kMaxClusterSplits for decode_mma_kernel and none for decode_kernel.
+// Measured at bs1 on one H200 (ms a token, clusters off / 16 / 8, session 21): 30B-A3B
+// (decode_mma_kernel) 2.635 / 2.600 / 2.612; 0.6B (decode_kernel) 0.731 / 0.748 / 0.739, though
+// its op alone at 1 x 384 keys took 10.66 us against 11.62: in the model a cluster's 16 blocks
+// must find room on one GPC together while the GEMV before still runs, so they start later than
+// plain blocks placed one by one under PDL.
+int default_cluster_splits(bool tensor_core_kernel) {
+    static const int from_env = env_int("MINIINFER_DECODE_CLUSTER", -1);
+    if (from_env >= 0) return std::min(from_env, kMaxClusterSplits);
+    return tensor_core_kernel ? kMaxClusterSplits : 0;
+}
+
+// The cluster form (small batches): when every (sequence, block heads) can have its splits as
+// one thread-block cluster and all of the clusters run at once, the splits merge their results
+// through each other's shared memory at the end of the launch (cluster_merge) instead of through
+// the workspace and combine_kernel, one launch and one global round trip fewer: the returned
+// number of splits, as many as the keys allow up to the cluster bound. 0: the plain form (a batch
+// that needs more than one wave of clusters, a sequence too short to split, clusters off).
+int plan_cluster_splits(const AttentionLaunch& a, int64_t blocks_per_split,
+                        const Occupancy& occupancy, bool tensor_core_kernel) {
+    const int bound = a.decode_cluster_splits >= 0 ? a.decode_cluster_splits
+                                                   : default_cluster_splits(tensor_core_kernel);
+    if (forced_splits() > 0 || std::min(bound, kMaxClusterSplits) < 2) return 0;
+    if (a.num_seqs * blocks_per_split > occupancy.max_clusters) return 0;
+    const int64_t min_keys = min_keys_per_split();
+    const int64_t splits = std::min<int64_t>(std::min(bound, kMaxClusterSplits),
+                                             (a.max_seq_len + min_keys - 1) / min_keys);
+    return splits >= 2 ? int(splits) : 0;
 }
 
 // How many blocks share each sequence's keys. The blocks of a decode step take about equally
@@ -767,29 +907,41 @@ int plan_splits(const AttentionLaunch& a, int64_t blocks_per_split, const Occupa
 }
 
 // One decode launch of Kernel (decode_kernel or decode_mma_kernel, same arguments; smem_bytes of
-// dynamic shared memory) over head_chunks blocks per KV head, and the combine of its splits.
+// dynamic shared memory; tensor_core_kernel: decode_mma_kernel, which takes the cluster form by
+// default) over head_chunks blocks per KV head, and the combine of its splits.
 template <auto Kernel, typename Cache>
 void launch_decode(const AttentionLaunch& a, int64_t head_chunks, size_t smem_bytes,
-                   void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+                   void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                   bool tensor_core_kernel = false) {
     MI_LAUNCH_CHECK(a.num_seqs <= 65535, "attention decode: batch too large for one launch");
     const Occupancy& occupancy = decode_occupancy<Kernel>(smem_bytes);
     const int64_t blocks_per_key = a.num_kv_heads * head_chunks;
-    const int num_splits = plan_splits(a, a.num_seqs * blocks_per_key, occupancy, workspace_bytes);
-    const DecodeSplitArgs ds{num_splits > 1 ? a.decode_lengths : nullptr, a.decode_order,
+    const int cluster_splits =
+        plan_cluster_splits(a, a.num_seqs * blocks_per_key, occupancy, tensor_core_kernel);
+    const bool cluster = cluster_splits > 1;
+    const int num_splits =
+        cluster ? cluster_splits
+                : plan_splits(a, a.num_seqs * blocks_per_key, occupancy, workspace_bytes);
+    const DecodeSplitArgs ds{num_splits > 1 ? a.decode_lengths : nullptr,
+                             a.decode_order,
                              std::max(occupancy.num_sms * occupancy.blocks_per_sm, 1),
-                             min_keys_per_split(), int(blocks_per_key)};
+                             min_keys_per_split(),
+                             int(blocks_per_key),
+                             cluster};
     const dim3 grid(unsigned(blocks_per_key), unsigned(a.num_seqs), unsigned(num_splits));
     auto* partial_o = static_cast<float*>(workspace);
-    float* partial_lse =
-        num_splits > 1 ? partial_o + a.num_tokens * a.num_heads * num_splits * a.head_dim : nullptr;
-    launch_kernel(Kernel, grid, kThreads, smem_bytes, stream, static_cast<const bf16*>(a.q),
-                  static_cast<const Cache*>(a.k_cache), static_cast<const Cache*>(a.v_cache),
-                  a.k_scale, a.v_scale, a.query_start, a.seq_lens, a.block_table, int(a.max_pages),
-                  int(a.num_heads), int(a.num_kv_heads), int(a.page_size),
-                  page_shift_of(a.page_size), a.scale * 1.4426950408889634f, num_splits, ds,
-                  a.qkv_step, static_cast<bf16*>(a.out), partial_o, partial_lse);
+    float* partial_lse = num_splits > 1 && !cluster
+                             ? partial_o + a.num_tokens * a.num_heads * num_splits * a.head_dim
+                             : nullptr;
+    launch_kernel_in_clusters(
+        Kernel, grid, dim3(1, 1, cluster ? unsigned(num_splits) : 1u), kThreads, smem_bytes, stream,
+        static_cast<const bf16*>(a.q), static_cast<const Cache*>(a.k_cache),
+        static_cast<const Cache*>(a.v_cache), a.k_scale, a.v_scale, a.query_start, a.seq_lens,
+        a.block_table, int(a.max_pages), int(a.num_heads), int(a.num_kv_heads), int(a.page_size),
+        page_shift_of(a.page_size), a.scale * 1.4426950408889634f, num_splits, ds, a.qkv_step,
+        static_cast<bf16*>(a.out), partial_o, partial_lse);
     MI_CUDA_CHECK(cudaGetLastError());
-    if (num_splits > 1) {
+    if (num_splits > 1 && !cluster) {
         const int64_t rows = a.num_tokens * a.num_heads;
         const auto combine =
             a.head_dim == 128 ? combine_kernel<128> : combine_kernel<64>;  // the two head_dims
@@ -838,10 +990,10 @@ void launch_decode_group(const AttentionLaunch& a, void* workspace, size_t works
     // its heads-as-columns form 41,955 against 55,370 (FP8, session 12).
     if (group >= 4 && group <= 8 && decode_mma_enabled() && decode_mma_heads_enabled())
         return launch_decode<decode_mma_kernel<kHeadDim, Cache, true>, Cache>(
-            a, 1, decode_mma_smem_bytes<kHeadDim>(), workspace, workspace_bytes, stream);
+            a, 1, decode_mma_smem_bytes<kHeadDim>(), workspace, workspace_bytes, stream, true);
     if (group >= 4 && group <= 16 && decode_mma_enabled())
         return launch_decode<decode_mma_kernel<kHeadDim, Cache, false>, Cache>(
-            a, 1, decode_mma_smem_bytes<kHeadDim>(), workspace, workspace_bytes, stream);
+            a, 1, decode_mma_smem_bytes<kHeadDim>(), workspace, workspace_bytes, stream, true);
     if constexpr (std::is_same_v<Cache, uint8_t>) {
         if (decode_half_math() == HalfMath::kQkPv)
             return launch_decode_cuda_cores<kHeadDim, Cache, HalfMath::kQkPv>(

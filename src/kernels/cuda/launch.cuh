@@ -41,23 +41,55 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
+// launch_kernel (below) with the grid cut into thread-block clusters of cluster.x * .y * .z blocks
+// (sm_90: a cluster's blocks run at the same time, on one GPC, and may read each other's shared
+// memory; grid a multiple of cluster). Above 8 blocks a cluster the kernel must be allowed
+// non-portable sizes first (allow_large_clusters). dim3(1, 1, 1): no clusters.
+template <typename... Params, typename... Args>
+void launch_kernel_in_clusters(void (*kernel)(Params...), dim3 grid, dim3 cluster, dim3 block,
+                               size_t shared_bytes, cudaStream_t stream, Args&&... args) {
+    cudaLaunchAttribute attributes[2]{};
+    unsigned count = 0;
+    if (pdl_enabled()) {
+        attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attributes[count++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster.x * cluster.y * cluster.z > 1) {
+        attributes[count].id = cudaLaunchAttributeClusterDimension;
+        attributes[count].val.clusterDim.x = cluster.x;
+        attributes[count].val.clusterDim.y = cluster.y;
+        attributes[count++].val.clusterDim.z = cluster.z;
+    }
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = shared_bytes;
+    config.stream = stream;
+    config.attrs = attributes;
+    config.numAttrs = count;
+    MI_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
 // kernel<<<grid, block, shared_bytes, stream>>>(args...), with programmatic stream
 // serialisation allowed (see above). The arguments are converted to the kernel's parameter
 // types as a <<<>>> launch converts them.
 template <typename... Params, typename... Args>
 void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared_bytes,
                    cudaStream_t stream, Args&&... args) {
-    cudaLaunchAttribute attribute{};
-    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute.val.programmaticStreamSerializationAllowed = 1;
-    cudaLaunchConfig_t config{};
-    config.gridDim = grid;
-    config.blockDim = block;
-    config.dynamicSmemBytes = shared_bytes;
-    config.stream = stream;
-    config.attrs = &attribute;
-    config.numAttrs = pdl_enabled() ? 1 : 0;
-    MI_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+    launch_kernel_in_clusters(kernel, grid, dim3(1, 1, 1), block, shared_bytes, stream,
+                              std::forward<Args>(args)...);
+}
+
+// Lets Kernel launch in clusters of more than 8 blocks (up to 16 on the H100/H200), once per
+// kernel and process.
+template <auto Kernel>
+void allow_large_clusters() {
+    static const bool done = [] {
+        MI_CUDA_CHECK(
+            cudaFuncSetAttribute(Kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+        return true;
+    }();
+    (void)done;
 }
 
 // Lets Kernel launch with `bytes` of dynamic shared memory (above 48 KiB a kernel must opt in),
