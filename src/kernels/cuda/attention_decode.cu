@@ -849,6 +849,12 @@ int forced_splits() {  // 0: planned
     static const int splits = std::max(env_int("MINIINFER_DECODE_SPLITS", 0), 0);
     return splits;
 }
+// Splits of min_keys_per_split() keys or more that the longest sequence (host bound) allows.
+int64_t splits_the_keys_allow(const AttentionLaunch& a) {
+    const int64_t min_keys = min_keys_per_split();
+    return (a.max_seq_len + min_keys - 1) / min_keys;
+}
+
 // The most splits the cluster form merges (AttentionLaunch::decode_cluster_splits below 0):
 // MINIINFER_DECODE_CLUSTER, read once, bounded to kMaxClusterSplits (0 or 1: never), for both
 // decode kernels; unset, kMaxClusterSplits for decode_mma_kernel and none for decode_kernel.
@@ -871,13 +877,13 @@ int default_cluster_splits(bool tensor_core_kernel) {
 // that needs more than one wave of clusters, a sequence too short to split, clusters off).
 int plan_cluster_splits(const AttentionLaunch& a, int64_t blocks_per_split,
                         const Occupancy& occupancy, bool tensor_core_kernel) {
-    const int bound = a.decode_cluster_splits >= 0 ? a.decode_cluster_splits
-                                                   : default_cluster_splits(tensor_core_kernel);
-    if (forced_splits() > 0 || std::min(bound, kMaxClusterSplits) < 2) return 0;
+    const int bound =
+        std::min(a.decode_cluster_splits >= 0 ? a.decode_cluster_splits
+                                              : default_cluster_splits(tensor_core_kernel),
+                 kMaxClusterSplits);
+    if (forced_splits() > 0 || bound < 2) return 0;
     if (a.num_seqs * blocks_per_split > occupancy.max_clusters) return 0;
-    const int64_t min_keys = min_keys_per_split();
-    const int64_t splits = std::min<int64_t>(std::min(bound, kMaxClusterSplits),
-                                             (a.max_seq_len + min_keys - 1) / min_keys);
+    const int64_t splits = std::min<int64_t>(bound, splits_the_keys_allow(a));
     return splits >= 2 ? int(splits) : 0;
 }
 
@@ -887,8 +893,7 @@ int plan_cluster_splits(const AttentionLaunch& a, int64_t blocks_per_split,
 // min_keys_per_split() keys a split and by what the workspace holds; from host-side bounds only.
 int plan_splits(const AttentionLaunch& a, int64_t blocks_per_split, const Occupancy& occupancy,
                 size_t workspace_bytes) {
-    const int64_t min_keys = min_keys_per_split();
-    int64_t max_splits = std::min<int64_t>(kMaxSplits, (a.max_seq_len + min_keys - 1) / min_keys);
+    int64_t max_splits = std::min<int64_t>(kMaxSplits, splits_the_keys_allow(a));
     max_splits = std::min<int64_t>(
         max_splits, int64_t(workspace_bytes /
                             (size_t(a.num_tokens) * partial_row_bytes(a.num_heads, a.head_dim))));
