@@ -1,6 +1,7 @@
 // MoE routing on the GPU: route (softmax + top-k), permute (slots grouped by expert), gather (x
 // into the permuted rows) and combine (the weighted sum back into token order).
-//   moe_route    a warp per token: E logits spread over the lanes, k rounds of a warp argmax
+//   moe_route    a warp per token: E logits spread over the lanes, k rounds of a warp max of
+//                (logit, expert) keys
 //   moe_permute  per-chunk counts, one block's padded prefix sum, then each slot's rank within
 //                its expert from per-chunk and per-warp counts, so placement follows (token,
 //                choice) order whatever order the threads run in
@@ -11,7 +12,6 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
@@ -32,8 +32,84 @@ struct alignas(2 * kVec) BF16Vec {
 
 constexpr int kRouteWarps = 4;  // tokens per block
 
-// logits: [n, E]; topk_ids, topk_weights: [n, k]. Expert e lives in lane e % 32, register
-// e / 32, so a warp's loads of one register are 32 consecutive logits.
+// An expert's logit and id as one key whose unsigned order is the ranking: higher logit first,
+// equal logits to the lower id. High half: the bf16 bits made order-preserving (-0 taken as +0,
+// as a float compare does); low half: 0xFFFF - e. Every key is above 0, the key of none.
+__device__ __forceinline__ unsigned route_key(__nv_bfloat16 logit, int e) {
+    unsigned b = __bfloat16_as_ushort(logit);
+    if (b == 0x8000u) b = 0;
+    const unsigned ordered = (b & 0x8000u) ? (~b & 0xFFFFu) : (b | 0x8000u);
+    return (ordered << 16) | (0xFFFFu - unsigned(e));
+}
+__device__ __forceinline__ float route_key_logit(unsigned key) {
+    const unsigned ordered = key >> 16;
+    const unsigned b = (ordered & 0x8000u) ? (ordered & 0x7FFFu) : (~ordered & 0xFFFFu);
+    return __uint_as_float(b << 16);
+}
+__device__ __forceinline__ int route_key_expert(unsigned key) {
+    return int(0xFFFFu - (key & 0xFFFFu));
+}
+
+// topk_ids[0..k), topk_weights[0..k) = the top_k experts of softmax(row) and their weights (see
+// moe_routing.h's moe_route), computed by the calling warp; every lane calls it. Expert e lives
+// in lane e % 32, register e / 32 (kPerLane >= E / 32), so a warp's loads of one register are
+// 32 consecutive logits. Each of the k rounds is one warp max of the lanes' best keys
+// (redux.sync, a single instruction, where a max of (logit, id) pairs took 10 shuffles): at
+// batch 1 on the H200 the 30B-A3B's routing fell from 2.9 to 1.6 µs exposed a layer, a token
+// from 2.561 to 2.490 ms. Routing in the router GEMV instead (its last block to finish, found by
+// an atomic ticket, routing every row; no kernel of its own) made a token 2.656 ms against
+// 2.490: the router's exposed time grew by more than this kernel's (session 22).
+template <int kPerLane>
+__device__ __forceinline__ void route_token(const __nv_bfloat16* row, int num_experts, int top_k,
+                                            bool renormalize, int32_t* topk_ids,
+                                            float* topk_weights, int lane) {
+    unsigned key[kPerLane];  // 0: past E, or already chosen
+    float v[kPerLane];       // the logits, for the softmax's sum
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+        const int e = lane + 32 * i;
+        const __nv_bfloat16 logit = e < num_experts ? row[e] : __float2bfloat16(0.f);
+        key[i] = e < num_experts ? route_key(logit, e) : 0u;
+        v[i] = __bfloat162float(logit);
+    }
+    // Choice j goes to lane j. Ranking by logit equals ranking by probability (exp and the
+    // division by one sum are monotonic).
+    unsigned my_key = 0;
+    for (int j = 0; j < top_k; ++j) {
+        unsigned mine = 0;
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) mine = max(mine, key[i]);
+        const unsigned best = __reduce_max_sync(kFullWarpMask, mine);
+        const int e = route_key_expert(best);
+        if (e % 32 == lane) {
+#pragma unroll
+            for (int i = 0; i < kPerLane; ++i)
+                if (i == e / 32) key[i] = 0;
+        }
+        if (lane == j) my_key = best;
+    }
+    // The first choice holds the row's largest logit: the softmax's shift.
+    const float row_max = route_key_logit(__shfl_sync(kFullWarpMask, my_key, 0));
+    const float my_exp = expf(route_key_logit(my_key) - row_max);
+    float denom;
+    if (renormalize) {
+        // The chosen exps' sum: the softmax denominator cancels, and so does its rounding.
+        denom = warp_sum(lane < top_k ? my_exp : 0.f);
+    } else {
+        float sum = 0.f;
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) {
+            if (lane + 32 * i < num_experts) sum += expf(v[i] - row_max);
+        }
+        denom = warp_sum(sum);
+    }
+    if (lane < top_k) {
+        topk_ids[lane] = route_key_expert(my_key);
+        topk_weights[lane] = my_exp / denom;
+    }
+}
+
+// logits: [n, E]; topk_ids, topk_weights: [n, k]. A warp per token (route_token).
 template <int kPerLane>
 __global__ void moe_route_kernel(const __nv_bfloat16* __restrict__ logits, int64_t n,
                                  int num_experts, int top_k, bool renormalize,
@@ -43,54 +119,8 @@ __global__ void moe_route_kernel(const __nv_bfloat16* __restrict__ logits, int64
     const int lane = threadIdx.x % 32;
     const int64_t t = int64_t(blockIdx.x) * kRouteWarps + threadIdx.x / 32;
     if (t >= n) return;  // the whole warp leaves together
-    const __nv_bfloat16* row = logits + t * num_experts;
-
-    float v[kPerLane];
-    float row_max = -INFINITY;
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-        const int e = lane + 32 * i;
-        v[i] = e < num_experts ? __bfloat162float(row[e]) : -INFINITY;
-        row_max = fmaxf(row_max, v[i]);
-    }
-    row_max = warp_max(row_max);
-    float sum = 0.f;
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i)
-        if (lane + 32 * i < num_experts) sum += expf(v[i] - row_max);
-    sum = warp_sum(sum);
-
-    // Choice j goes to lane j. Ranking by logit equals ranking by probability (exp and the
-    // division by one sum are monotonic); equal logits tie to the lower expert id.
-    unsigned taken = 0;  // bit i: expert lane + 32 i already chosen
-    int my_id = 0;
-    float my_exp = 0.f;
-    for (int j = 0; j < top_k; ++j) {
-        float best = -INFINITY;
-        int best_id = INT_MAX;  // INT_MAX: this lane has no candidate left
-#pragma unroll
-        for (int i = 0; i < kPerLane; ++i) {
-            const int e = lane + 32 * i;
-            if (e < num_experts && !((taken >> i) & 1u) && (v[i] > best || best_id == INT_MAX))
-                best = v[i], best_id = e;
-        }
-#pragma unroll
-        for (int offset = 16; offset > 0; offset /= 2) {
-            const float other = __shfl_xor_sync(kFullWarpMask, best, offset);
-            const int other_id = __shfl_xor_sync(kFullWarpMask, best_id, offset);
-            if (other > best || (other == best && other_id < best_id))
-                best = other, best_id = other_id;
-        }
-        if (best_id % 32 == lane) taken |= 1u << (best_id / 32);
-        if (lane == j) my_id = best_id, my_exp = expf(best - row_max);
-    }
-    // Renormalised weights divide by the chosen exps' sum directly: the softmax denominator
-    // cancels, and so does its rounding.
-    const float denom = renormalize ? warp_sum(lane < top_k ? my_exp : 0.f) : sum;
-    if (lane < top_k) {
-        topk_ids[t * top_k + lane] = my_id;
-        topk_weights[t * top_k + lane] = my_exp / denom;
-    }
+    route_token<kPerLane>(logits + t * num_experts, num_experts, top_k, renormalize,
+                          topk_ids + t * top_k, topk_weights + t * top_k, lane);
 }
 
 // The one dispatch place for moe_route: registers per lane from E.
