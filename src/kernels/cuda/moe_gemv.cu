@@ -20,7 +20,9 @@
 // warp routing its token itself from the router's logits (moe_route's k rounds of a warp argmax,
 // and no routing kernel between the router and gate_up) made a token 2.770 against 2.600 ms:
 // gate_up's exposed time rose from ~13 to 20.8 µs, far more than the 2.9 µs of the kernel it
-// replaced (session 20).
+// replaced (session 20). With moe_route's one-instruction rounds (redux.sync) it still made a
+// token 2.674 against 2.500 ms: gate_up 15.9 against 13.2 µs exposed, down 10.1 against 9.0, for
+// a routing kernel of 1.6 (session 22).
 #include "kernels/cuda/moe_gemv.h"
 
 #include <cuda_bf16.h>
