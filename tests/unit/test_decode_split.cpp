@@ -76,5 +76,46 @@ TEST(DecodeSplit, RandomBatchesFitTheGridInGranules) {
     }
 }
 
+// The host side of the plan: the grid's splits per sequence.
+TEST(DecodeSplit, KeysAllowWholeSplitsOfMinKeys) {
+    EXPECT_EQ(decode_splits_the_keys_allow(1, 64), 1);
+    EXPECT_EQ(decode_splits_the_keys_allow(64, 64), 1);
+    EXPECT_EQ(decode_splits_the_keys_allow(65, 64), 2);
+    EXPECT_EQ(decode_splits_the_keys_allow(1024, 64), 16);
+}
+
+TEST(DecodeSplit, PlainSplitsFillWholeWaves) {
+    // bs1 on the 30B-A3B's heads: 4 blocks a split, 396 slots: below a wave at every count, so
+    // the most allowed (fill grows with the splits).
+    EXPECT_EQ(decode_plain_splits(16, 4, 396), 16);
+    // A wave exactly: 132 blocks a split on 396 slots fill 3 splits to 100%, 1 split to 33%.
+    EXPECT_EQ(decode_plain_splits(8, 132, 396), 3);
+    // Already a whole wave unsplit (396 blocks): one split.
+    EXPECT_EQ(decode_plain_splits(8, 396, 396), 1);
+    // 1.5 waves unsplit (fill 0.75); two splits make 3 whole waves.
+    EXPECT_EQ(decode_plain_splits(8, 594, 396), 2);
+    // Nothing fills to 90% within the bound: the best-filled count (250 a split on 396 slots:
+    // 1 -> 0.63, 2 -> 0.63, 3 -> 0.95 would, but only 2 are allowed).
+    EXPECT_EQ(decode_plain_splits(2, 250, 396), 1);
+    // One split allowed: one. An occupancy that reads 0 counts as one slot (no division by
+    // zero), where every count fills whole waves: the fewest, one.
+    EXPECT_EQ(decode_plain_splits(1, 1000, 396), 1);
+    EXPECT_EQ(decode_plain_splits(4, 3, 0), 1);
+}
+
+TEST(DecodeSplit, ClusterSplitsOnlyWhenEveryClusterFitsAtOnce) {
+    // bs1, 4 KV heads, a bound of 16 and 1,024 keys (16 splits of 64 allowed): 16.
+    EXPECT_EQ(decode_cluster_splits(16, 1, 4, 33, 16), 16);
+    // Fewer keys: as many as they allow, and none below two.
+    EXPECT_EQ(decode_cluster_splits(16, 1, 4, 33, 5), 5);
+    EXPECT_EQ(decode_cluster_splits(16, 1, 4, 33, 1), 0);
+    // More clusters than the GPU holds at once (9 sequences x 4 > 33): the plain form.
+    EXPECT_EQ(decode_cluster_splits(16, 9, 4, 33, 16), 0);
+    EXPECT_EQ(decode_cluster_splits(16, 8, 4, 33, 16), 16);
+    // Clusters off (bound 0 or 1).
+    EXPECT_EQ(decode_cluster_splits(0, 1, 4, 33, 16), 0);
+    EXPECT_EQ(decode_cluster_splits(1, 1, 4, 33, 16), 0);
+}
+
 }  // namespace
 }  // namespace miniinfer::cuda

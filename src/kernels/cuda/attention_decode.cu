@@ -851,8 +851,7 @@ int forced_splits() {  // 0: planned
 }
 // Splits of min_keys_per_split() keys or more that the longest sequence (host bound) allows.
 int64_t splits_the_keys_allow(const AttentionLaunch& a) {
-    const int64_t min_keys = min_keys_per_split();
-    return (a.max_seq_len + min_keys - 1) / min_keys;
+    return decode_splits_the_keys_allow(a.max_seq_len, min_keys_per_split());
 }
 
 // The most splits the cluster form merges (AttentionLaunch::decode_cluster_splits below 0):
@@ -873,23 +872,19 @@ int default_cluster_splits(bool tensor_core_kernel) {
 // one thread-block cluster and all of the clusters run at once, the splits merge their results
 // through each other's shared memory at the end of the launch (cluster_merge) instead of through
 // the workspace and combine_kernel, one launch and one global round trip fewer: the returned
-// number of splits, as many as the keys allow up to the cluster bound. 0: the plain form (a batch
-// that needs more than one wave of clusters, a sequence too short to split, clusters off).
+// number of splits (decode_split.h: decode_cluster_splits). 0: the plain form.
 int plan_cluster_splits(const AttentionLaunch& a, int64_t blocks_per_split,
                         const Occupancy& occupancy, bool tensor_core_kernel) {
     const int bound =
         std::min(a.decode_cluster_splits >= 0 ? a.decode_cluster_splits
                                               : default_cluster_splits(tensor_core_kernel),
                  kMaxClusterSplits);
-    if (forced_splits() > 0 || bound < 2) return 0;
-    if (a.num_seqs * blocks_per_split > occupancy.max_clusters) return 0;
-    const int64_t splits = std::min<int64_t>(bound, splits_the_keys_allow(a));
-    return splits >= 2 ? int(splits) : 0;
+    if (forced_splits() > 0) return 0;
+    return decode_cluster_splits(bound, a.num_seqs, blocks_per_split, occupancy.max_clusters,
+                                 splits_the_keys_allow(a));
 }
 
-// How many blocks share each sequence's keys. The blocks of a decode step take about equally
-// long, so the GPU idles in a last wave that is only partly full: take the fewest splits whose
-// blocks fill whole waves to within 10% (or, below one wave, as many as allowed). Bounded by
+// How many blocks share each sequence's keys (decode_split.h: decode_plain_splits), bounded by
 // min_keys_per_split() keys a split and by what the workspace holds; from host-side bounds only.
 int plan_splits(const AttentionLaunch& a, int64_t blocks_per_split, const Occupancy& occupancy,
                 size_t workspace_bytes) {
@@ -899,16 +894,8 @@ int plan_splits(const AttentionLaunch& a, int64_t blocks_per_split, const Occupa
                             (size_t(a.num_tokens) * partial_row_bytes(a.num_heads, a.head_dim))));
     if (forced_splits() > 0)
         return int(std::max<int64_t>(1, std::min<int64_t>(forced_splits(), max_splits)));
-    const double slots = double(std::max(occupancy.num_sms * occupancy.blocks_per_sm, 1));
-    int64_t best = 1;
-    double best_fill = 0;
-    for (int64_t splits = 1; splits <= max_splits; ++splits) {
-        const double waves = double(blocks_per_split * splits) / slots;
-        const double fill = waves / std::ceil(waves);
-        if (fill >= 0.9) return int(splits);
-        if (fill > best_fill) best = splits, best_fill = fill;
-    }
-    return int(best);
+    return decode_plain_splits(std::max<int64_t>(max_splits, 1), blocks_per_split,
+                               int64_t(occupancy.num_sms) * occupancy.blocks_per_sm);
 }
 
 // One decode launch of Kernel (decode_kernel or decode_mma_kernel, same arguments; smem_bytes of

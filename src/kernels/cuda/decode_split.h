@@ -14,9 +14,10 @@
 //     against 9,407 unsplit on the H200);
 //   - at least ceil(max_keys / max_splits), so the longest sequence fits the grid;
 // rounded up to a multiple of granule keys (a block step of every decode kernel divides it).
-// No dependencies; compiles for the host and, under nvcc, the device.
+// No dependencies; decode_chunk_keys compiles for the host and, under nvcc, the device.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #ifdef __CUDACC__
@@ -41,6 +42,45 @@ MI_DECODE_SPLIT_FN int64_t decode_chunk_keys(int64_t total_keys, int64_t max_key
     const int64_t fit = (max_keys + max_splits - 1) / (max_splits > 0 ? max_splits : 1);
     if (fit > chunk) chunk = fit;
     return (chunk + kDecodeChunkGranule - 1) / kDecodeChunkGranule * kDecodeChunkGranule;
+}
+
+// The host side of the plan (attention_decode.cu's launch_decode reads the bounds, the occupancy
+// and the environment, then asks these): plain arithmetic, so the unit tests check it on a
+// machine without a GPU.
+
+// Splits of at least min_keys (>= 1) keys each that the longest sequence, of max_seq_len keys,
+// allows.
+inline int64_t decode_splits_the_keys_allow(int64_t max_seq_len, int64_t min_keys) {
+    return (max_seq_len + min_keys - 1) / min_keys;
+}
+
+// The cluster form's splits: up to bound (the cluster size) of them, as many as the keys allow
+// (keys_allow), when every one of the num_seqs x blocks_per_split clusters fits on the GPU at
+// once (max_clusters: the clusters of the bound's size it holds). 0 (the plain form, with the
+// workspace and the combine kernel) when they do not, when fewer than 2 splits result, or when
+// bound < 2.
+inline int decode_cluster_splits(int64_t bound, int64_t num_seqs, int64_t blocks_per_split,
+                                 int64_t max_clusters, int64_t keys_allow) {
+    if (bound < 2 || num_seqs * blocks_per_split > max_clusters) return 0;
+    const int64_t splits = keys_allow < bound ? keys_allow : bound;
+    return splits >= 2 ? int(splits) : 0;
+}
+
+// The plain form's splits, 1 to max_splits (>= 1; already bounded by the keys and the
+// workspace): the blocks of a decode step take about equally long, so the GPU idles in a last
+// wave that is only partly full. The fewest splits whose num_blocks x splits blocks fill whole
+// waves of slots (the blocks the GPU holds at once) to within 10%, else the best-filled count.
+inline int decode_plain_splits(int64_t max_splits, int64_t blocks_per_split, int64_t slots) {
+    const double wave_blocks = double(slots > 1 ? slots : 1);
+    int64_t best = 1;
+    double best_fill = 0;
+    for (int64_t splits = 1; splits <= max_splits; ++splits) {
+        const double waves = double(blocks_per_split * splits) / wave_blocks;
+        const double fill = waves / std::ceil(waves);
+        if (fill >= 0.9) return int(splits);
+        if (fill > best_fill) best = splits, best_fill = fill;
+    }
+    return int(best);
 }
 
 }  // namespace miniinfer::cuda
