@@ -818,9 +818,7 @@ const Occupancy& decode_occupancy(size_t smem_bytes) {
         MI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o.blocks_per_sm, Kernel,
                                                                     kThreads, smem_bytes));
         allow_large_clusters<Kernel>();
-        cudaLaunchAttribute cluster{};
-        cluster.id = cudaLaunchAttributeClusterDimension;
-        cluster.val.clusterDim = {1, 1, kMaxClusterSplits};
+        cudaLaunchAttribute cluster = cluster_dimension(dim3(1, 1, kMaxClusterSplits));
         cudaLaunchConfig_t config{};
         config.gridDim = dim3(1, 1, kMaxClusterSplits);
         config.blockDim = dim3(kThreads);

@@ -68,8 +68,9 @@ inline int decode_cluster_splits(int64_t bound, int64_t num_seqs, int64_t blocks
 
 // The plain form's splits, 1 to max_splits (>= 1; already bounded by the keys and the
 // workspace): the blocks of a decode step take about equally long, so the GPU idles in a last
-// wave that is only partly full. The fewest splits whose num_blocks x splits blocks fill whole
-// waves of slots (the blocks the GPU holds at once) to within 10%, else the best-filled count.
+// wave that is only partly full. The fewest splits whose blocks_per_split x splits blocks fill
+// whole waves of slots (the blocks the GPU holds at once) to within 10%, else the best-filled
+// count.
 inline int decode_plain_splits(int64_t max_splits, int64_t blocks_per_split, int64_t slots) {
     const double wave_blocks = double(slots > 1 ? slots : 1);
     int64_t best = 1;

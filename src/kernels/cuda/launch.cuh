@@ -41,6 +41,17 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
+// The launch attribute that cuts a grid into thread-block clusters of cluster.x * .y * .z blocks
+// (launch_kernel_in_clusters; an occupancy query for clusters takes the same).
+inline cudaLaunchAttribute cluster_dimension(dim3 cluster) {
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeClusterDimension;
+    attribute.val.clusterDim.x = cluster.x;
+    attribute.val.clusterDim.y = cluster.y;
+    attribute.val.clusterDim.z = cluster.z;
+    return attribute;
+}
+
 // launch_kernel (below) with the grid cut into thread-block clusters of cluster.x * .y * .z blocks
 // (sm_90: a cluster's blocks run at the same time, on one GPC, and may read each other's shared
 // memory; grid a multiple of cluster). Above 8 blocks a cluster the kernel must be allowed
@@ -54,12 +65,7 @@ void launch_kernel_in_clusters(void (*kernel)(Params...), dim3 grid, dim3 cluste
         attributes[count].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         attributes[count++].val.programmaticStreamSerializationAllowed = 1;
     }
-    if (cluster.x * cluster.y * cluster.z > 1) {
-        attributes[count].id = cudaLaunchAttributeClusterDimension;
-        attributes[count].val.clusterDim.x = cluster.x;
-        attributes[count].val.clusterDim.y = cluster.y;
-        attributes[count++].val.clusterDim.z = cluster.z;
-    }
+    if (cluster.x * cluster.y * cluster.z > 1) attributes[count++] = cluster_dimension(cluster);
     cudaLaunchConfig_t config{};
     config.gridDim = grid;
     config.blockDim = block;
