@@ -57,21 +57,32 @@ Tensor uniform_bf16(Shape shape, uint64_t seed, float scale) {
     return t;
 }
 
-// Every kernel under test: grouped_gemm_mma_sync with each row tile, and grouped_gemm_sm90
-// (wgmma, tile 128) where the device is an sm_90. (grouped_gemm, which picks between them, runs
-// in Qwen3MoE30BShapes.)
+// Every kernel under test: grouped_gemm_mma_sync with each row tile (the 16- and 32-row ones
+// both persistent, their default, and one CTA a tile), and grouped_gemm_sm90 (wgmma, tile 128)
+// where the device is an sm_90. (grouped_gemm, which picks between them, runs in
+// Qwen3MoE30BShapes.)
 struct Variant {
     int64_t tile;
     bool wgmma;
     bool dispatch = false;  // through grouped_gemm, which picks the kernel
+    cuda::GroupedGemmGrid grid = cuda::GroupedGemmGrid::kDefault;
     std::string name() const {
         return (dispatch ? "grouped_gemm tile "
                 : wgmma  ? "wgmma "
                          : "tile ") +
-               std::to_string(tile);
+               std::to_string(tile) +
+               (grid == cuda::GroupedGemmGrid::kPerTile      ? " per tile"
+                : grid == cuda::GroupedGemmGrid::kPersistent ? " persistent"
+                                                             : "");
     }
 };
-constexpr Variant kVariants[] = {{16, false}, {32, false}, {64, false}, {128, false}, {128, true}};
+constexpr Variant kVariants[] = {{16, false, false, cuda::GroupedGemmGrid::kPersistent},
+                                 {16, false, false, cuda::GroupedGemmGrid::kPerTile},
+                                 {32, false, false, cuda::GroupedGemmGrid::kPersistent},
+                                 {32, false, false, cuda::GroupedGemmGrid::kPerTile},
+                                 {64, false},
+                                 {128, false},
+                                 {128, true}};
 
 void run_variant(const Variant& v, const Tensor& x, const Tensor* row_token, const Tensor& w,
                  const Tensor& offsets, cuda::GroupedGemmEpilogue epilogue, Tensor& y,
@@ -81,7 +92,8 @@ void run_variant(const Variant& v, const Tensor& x, const Tensor* row_token, con
     else if (v.wgmma)
         cuda::grouped_gemm_sm90(x, row_token, w, offsets, epilogue, y, stream);
     else
-        cuda::grouped_gemm_mma_sync(x, row_token, w, offsets, v.tile, epilogue, y, stream);
+        cuda::grouped_gemm_mma_sync(x, row_token, w, offsets, v.tile, epilogue, y, stream,
+                                    cuda::GroupedGemmRows::kGather, v.grid);
 }
 
 // The unfused call: x already permuted, y = x · wᵀ.
@@ -593,11 +605,71 @@ TEST(CudaGroupedGemm, PermutedRowsSkipPadding) {
             else
                 cuda::grouped_gemm_mma_sync(dgarbage, &dmarks, dw, doffsets, v.tile,
                                             cuda::GroupedGemmEpilogue::kStore, got, nullptr,
-                                            cuda::GroupedGemmRows::kPermuted);
+                                            cuda::GroupedGemmRows::kPermuted, v.grid);
             MI_CUDA_CHECK(cudaDeviceSynchronize());
             expect_fused_equal(
                 got, want, routing.padded_rows(),
                 "kPermuted " + describe(int64_t(routing.counts.size()), n, k, routing));
+        }
+    }
+}
+
+// The persistent grid (the decode tiles' default) gives the per-tile grid's bits: each output is
+// the same chain of mma over k. Every operand mode (x permuted, gathered through row_token,
+// kPermuted: x permuted, row_token marking its padding rows), both epilogues, decode-like routings,
+// a ragged one with empty experts, all rows to one expert, and n, k with tails; nothing written
+// from offsets[E] on.
+TEST(CudaGroupedGemm, PersistentMatchesPerTile) {
+    REQUIRE_GPU();
+    using cuda::GroupedGemmEpilogue;
+    using cuda::GroupedGemmGrid;
+    using cuda::GroupedGemmRows;
+    std::mt19937 rng(11);
+    cuda::Stream stream;
+    for (int64_t tile : {16, 32}) {
+        const Variant v{tile, false};
+        std::vector<int64_t> one(16, 0);
+        one[5] = 300;
+        const Routing routings[] = {
+            route_tokens(1, 8, 128, v, rng), route_tokens(tile == 16 ? 32 : 256, 8, 128, v, rng),
+            pad_to_tiles({0, 5, 40, 0, 33, 1, 0, 64, 0}, v), pad_to_tiles(one, v)};
+        for (const Routing& routing : routings) {
+            for (auto [n, k] : {std::pair<int64_t, int64_t>{1536, 2048}, {2048, 768}, {208, 136}}) {
+                const uint64_t seed = rng();
+                const FusedOperands d = make_fused_operands(
+                    routing, n, k, tile, std::max<int64_t>(1, routing.real_rows() / 2), seed);
+                const int64_t max_rows = d.max_rows(), used = routing.padded_rows();
+                for (const GroupedGemmEpilogue epilogue :
+                     {GroupedGemmEpilogue::kStore, GroupedGemmEpilogue::kSiluMul}) {
+                    const int64_t cols = epilogue == GroupedGemmEpilogue::kSiluMul ? n / 2 : n;
+                    const struct {
+                        const Tensor* x;
+                        const Tensor* row_token;
+                        GroupedGemmRows rows;
+                        const char* name;
+                    } modes[] = {
+                        {&d.x_perm, nullptr, GroupedGemmRows::kGather, "permuted x"},
+                        {&d.x, &d.row_token, GroupedGemmRows::kGather, "gather"},
+                        {&d.x_perm, &d.row_token, GroupedGemmRows::kPermuted, "kPermuted"}};
+                    for (const auto& mode : modes) {
+                        Tensor want = sentinel_tensor({max_rows, cols});
+                        Tensor got = sentinel_tensor({max_rows, cols});
+                        cuda::grouped_gemm_mma_sync(*mode.x, mode.row_token, d.w, d.offsets, tile,
+                                                    epilogue, want, stream.get(), mode.rows,
+                                                    GroupedGemmGrid::kPerTile);
+                        cuda::grouped_gemm_mma_sync(*mode.x, mode.row_token, d.w, d.offsets, tile,
+                                                    epilogue, got, stream.get(), mode.rows,
+                                                    GroupedGemmGrid::kPersistent);
+                        stream.synchronize();
+                        expect_fused_equal(
+                            got, want, used,
+                            std::string(mode.name) +
+                                (epilogue == GroupedGemmEpilogue::kSiluMul ? ", SiLU·mul, "
+                                                                           : ", store, ") +
+                                describe(int64_t(routing.counts.size()), n, k, routing));
+                    }
+                }
+            }
         }
     }
 }

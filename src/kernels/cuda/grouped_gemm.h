@@ -63,19 +63,30 @@ enum class GroupedGemmRows { kGather, kPermuted };
 // n and k must be multiples of 8 (n of 16 for kSiluMul), x and w 16-byte aligned, y 4-byte
 // aligned (checked; a failure aborts as MI_LAUNCH_CHECK: a bug in the caller). The offsets and
 // row_token are read only on the device and trusted. The grid covers max_rows / tile_rows row
-// tiles × n / 64 or 128 column tiles (of p); tiles past offsets[E] exit at once. No allocation,
+// tiles × n / 64 or 128 column tiles (of p), tiles past offsets[E] exiting at once, or for the
+// 16- and 32-row tiles is persistent (GroupedGemmGrid, below). No allocation,
 // no host synchronisation: safe to call during CUDA graph capture, and a replay reads the
 // offsets and row_token the graph finds on the device.
 void grouped_gemm(const Tensor& x, const Tensor* row_token, const Tensor& w,
                   const Tensor& expert_offsets, int64_t tile_rows, GroupedGemmEpilogue epilogue,
                   Tensor& y, cudaStream_t stream, GroupedGemmRows rows = GroupedGemmRows::kGather);
 
+// How the mma.sync kernel's grid covers the tiles:
+//   kPerTile     one CTA per (row tile, column tile) of the host's bound (max_rows); the CTAs
+//                past the last segment exit at once
+//   kPersistent  as many CTAs as the device holds at once, each walking the working tiles with
+//                its load ring running on from one tile into the next (the decode tiles, 16 and
+//                32 rows, with at most 511 experts; other calls run kPerTile). Same bits.
+//   kDefault     kPersistent where it applies, unless MINIINFER_MOE_PERSISTENT=0 (read once)
+enum class GroupedGemmGrid { kDefault, kPerTile, kPersistent };
+
 // grouped_gemm on mma.sync whatever the device (grouped_gemm's kernel for tiles 16 to 64, and
 // for 128 off sm_90); tests run it on the H200 too.
 void grouped_gemm_mma_sync(const Tensor& x, const Tensor* row_token, const Tensor& w,
                            const Tensor& expert_offsets, int64_t tile_rows,
                            GroupedGemmEpilogue epilogue, Tensor& y, cudaStream_t stream,
-                           GroupedGemmRows rows = GroupedGemmRows::kGather);
+                           GroupedGemmRows rows = GroupedGemmRows::kGather,
+                           GroupedGemmGrid grid = GroupedGemmGrid::kDefault);
 
 // Benchmarks only (bench_cuda_ops "moe tile16" / "moe tile32"): grouped_gemm_mma_sync with
 // tile_rows 16 or 32 in the tile shape `variant` (0 .. grouped_gemm_num_variants(tile_rows) - 1;
