@@ -111,6 +111,10 @@ using Tile128 = Tile<128, 128, 32, 4, 2, 4>;
 // dropped after it: 128 x k128 299 + 160, vLLM's 256 x k128 347 + 193 (4 warps) and 296 + 163 (8
 // warps), 64 x k64 3 stages 281 + 148, and the 16-row tile's winner at 32 rows, 64 x k128: 271 +
 // 149 (2 stages), 344 + 190 (3), 271 + 149 (2 x 2 warps).
+// Session 23, with the persistent grid (MINIINFER_MOE_TILE32=v, 30B-A3B decode256 tok/s, SiLU·mul
+// as its own kernel): call 2, the default 10,281 / 10,279, 3 stages 10,074, 8 warps 10,226, 64 x
+// k64 9,722, 256 x k64 8 warps 10,345, 3 stages 8 warps 10,077; call 4 (a slower machine), the
+// default 9,864, dropped after it: 64 x k128 9,456, 128 x k128 9,374.
 using Tile32Variants =
     std::tuple<Tile32, Tile<32, 128, 64, 3, 1, 4>, Tile<32, 128, 64, 2, 1, 8>,
                Tile<32, 64, 64, 2, 1, 4>, Tile<32, 256, 64, 2, 1, 8>, Tile<32, 128, 64, 3, 1, 8>>;
@@ -581,11 +585,14 @@ bool aligned(const void* p, uintptr_t bytes) {
 template <class Variants, bool kWithSiluMul>
 void launch_variant(int variant, const Tensor& x, const Tensor* row_token, const Tensor& w,
                     const Tensor& expert_offsets, GroupedGemmEpilogue epilogue,
-                    const GroupedGemmDims& d, Tensor& y, cudaStream_t stream) {
+                    const GroupedGemmDims& d, Tensor& y, cudaStream_t stream,
+                    bool persistent = false) {
     [&]<size_t... I>(std::index_sequence<I...>) {
         const auto one = [&]<class T>() {
             if constexpr (kWithSiluMul)
-                launch_tile<T>(x, row_token, w, expert_offsets, epilogue, d, y, stream);
+                launch_tile<T>(x, row_token, w, expert_offsets, epilogue, d, y, stream, persistent);
+            else if (persistent)
+                launch_persistent<T, false>(x, row_token, w, expert_offsets, d, y, stream);
             else
                 launch<T, false>(x, row_token, w, expert_offsets, d, y, stream);
         };
@@ -668,13 +675,15 @@ void grouped_gemm_mma_sync(const Tensor& x, const Tensor* row_token, const Tenso
         case 16:
             if (variant_override(16) >= 0)
                 return launch_variant<Tile16Variants, true>(variant_override(16), x, row_token, w,
-                                                            expert_offsets, epilogue, d, y, stream);
+                                                            expert_offsets, epilogue, d, y, stream,
+                                                            persistent);
             return launch_tile<Tile16>(x, row_token, w, expert_offsets, epilogue, d, y, stream,
                                        persistent);
         case 32:
             if (epilogue == GroupedGemmEpilogue::kStore && variant_override(32) >= 0)
-                return launch_variant<Tile32Variants, false>(
-                    variant_override(32), x, row_token, w, expert_offsets, epilogue, d, y, stream);
+                return launch_variant<Tile32Variants, false>(variant_override(32), x, row_token, w,
+                                                             expert_offsets, epilogue, d, y, stream,
+                                                             persistent);
             return launch_tile<Tile32>(x, row_token, w, expert_offsets, epilogue, d, y, stream,
                                        persistent);
         case 64:

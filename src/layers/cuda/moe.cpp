@@ -1,6 +1,7 @@
 #include "layers/cuda/moe.h"
 
 #include "core/cuda/device_buffer.h"
+#include "core/env.h"
 #include "kernels/cuda/grouped_gemm.h"
 #include "kernels/cuda/moe_gemv.h"
 #include "kernels/cuda/moe_routing.h"
@@ -39,10 +40,14 @@ void grouped_experts(const Moe& m, const Tensor& x, const Tensor& ids, const Ten
     Tensor act = rows(buf.act, R), y_perm = rows(buf.y_perm, R);
     moe_permute(ids, m.num_experts(), tile, buf.permute_workspace, buf.expert_offsets, row_token,
                 slot_row, st);
-    // SiLU·mul in the GEMM's epilogue pays only at the smallest tile (bench_cuda_ops moe: at
-    // larger tiles it slows the GEMM by more than the separate kernel costs; end to end at the
-    // 32-row tile the 30B-A3B's decode256 made 9,217 tok/s against 9,578 on the H200).
-    if (tile == 16) {
+    // SiLU·mul in the GEMM's epilogue, up to the 32-row tile: with the persistent grid it pays
+    // there too (H200, session 23: 30B-A3B decode256 10,422 tok/s against 10,281 with a separate
+    // silu_mul, and 9,953 against 9,864 on another machine; in the per-tile grid it had cost:
+    // 9,217 against 9,578). At larger tiles (prefill)
+    // it slows the GEMM by more than the separate kernel costs (bench_cuda_ops moe).
+    // MINIINFER_MOE_SILU_TILE=N (read once): fused up to an N-row tile instead (16: as before).
+    static const int64_t silu_tile = env_int("MINIINFER_MOE_SILU_TILE", 32);
+    if (tile <= silu_tile) {
         grouped_gemm(x, &row_token, m.experts_gate_up, buf.expert_offsets, tile,
                      GroupedGemmEpilogue::kSiluMul, act, st);
     } else {
