@@ -12,6 +12,11 @@
 # 64 MiB (package plus repository) is tight and only the GPU tests are to run; with ONLY="words"
 # as well, only the test_cuda_* binaries whose names hold one of them (about 21 MB for the MoE
 # ones, against 26 MB for all).
+# BENCH_OPS=0 leaves bench_cuda_ops out (12 MB) when no op benchmark is to run. SPLIT=1 writes
+# two archives instead of dist/gpu.tar.xz: dist/gpu-lib.tar.xz (lib/, the same from build to
+# build, about 8 MB) and dist/gpu-bin.tar.xz (bin/ and python/), so that a session carries the
+# libraries once and one small bin archive per build it compares (DIST_DIR=dist/gpu-b with
+# BUILD_DIR=build-b gives dist/gpu-b-bin.tar.xz); unpack both with tar -C dist -xJf.
 # A build with -DMINIINFER_C_API=ON also gets python/: the package `miniinfer` with its
 # libminiinfer_c.so and bin/miniinfer inside, for PYTHONPATH=dist/gpu/python on a machine
 # without a compiler (scripts/gpu_bench_python.sh).
@@ -35,6 +40,7 @@ if [ "${TESTS:-all}" = cuda ] && [ -n "${ONLY:-}" ]; then
     [ "$keep" = 1 ] || rm -f "$t"
   done
 fi
+[ "${BENCH_OPS:-1}" = 0 ] && rm -f "$out/bin/bench_cuda_ops"
 if [ -f "$build/src/capi/libminiinfer_c.so" ]; then
   mkdir -p "$out/python"
   cp -r python/miniinfer "$out/python/"
@@ -50,5 +56,12 @@ for b in "$out"/bin/* $(find "$out/python" -name '*.so' 2>/dev/null); do ldd "$b
 cupti=$(ls /usr/local/cuda/lib64/libcupti.so.1[0-9] /usr/local/cuda/extras/CUPTI/lib64/libcupti.so.1[0-9] 2>/dev/null | head -1 || true)
 [ -n "$cupti" ] && cp -L "$cupti" "$out/lib/"
 strip --strip-debug "$out"/bin/* "$out"/lib/* $(find "$out/python" -name '*.so' -o -path '*/bin/miniinfer' 2>/dev/null)
-tar -C "$(dirname "$out")" -cJf "$out.tar.xz" "$(basename "$out")"
-du -sh "$out" "$out.tar.xz"
+name=$(basename "$out")
+if [ "${SPLIT:-0}" = 1 ]; then
+  tar -C "$(dirname "$out")" -cJf "$out-lib.tar.xz" "$name/lib"
+  tar -C "$(dirname "$out")" -cJf "$out-bin.tar.xz" --exclude="$name/lib" "$name"
+  du -sh "$out" "$out-lib.tar.xz" "$out-bin.tar.xz"
+else
+  tar -C "$(dirname "$out")" -cJf "$out.tar.xz" "$name"
+  du -sh "$out" "$out.tar.xz"
+fi
