@@ -503,7 +503,8 @@ __global__ void __launch_bounds__(T::kThreads)
 }
 
 // MINIINFER_MOE_SKIP_PADDING=0: zero rows loaded by zero-filling copies, and kPermuted's padding
-// marks ignored (its x rows read as they are), as before (timing).
+// marks ignored (its x rows read as they are), as before (timing). The persistent kernel honours
+// the second part only: its gathered padding rows are always shared stores of zeros.
 bool skip_zero_rows() {
     static const bool skip = env_switch("MINIINFER_MOE_SKIP_PADDING", true);
     return skip;
