@@ -5,6 +5,12 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out=${OUT:-gpu-results}
 dist=${DIST_DIR:-dist/gpu}
 mkdir -p "$out"
+# scripts/package_gpu.sh's archives carried beside the package ($dist.tar.xz, or with SPLIT=1
+# $dist-lib.tar.xz and $dist-bin.tar.xz): unpacked over it each time, so that a machine kept warm
+# from an earlier call runs the binaries carried now.
+for archive in "$dist.tar.xz" "$dist-lib.tar.xz" "$dist-bin.tar.xz"; do
+  if [ -f "$archive" ]; then tar -C "$(dirname "$dist")" -xJf "$archive"; fi
+done
 export LD_LIBRARY_PATH="$PWD/$dist/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 # NCCL (tensor parallelism): the CUDA toolkit's, else PyTorch's wheel's (nvidia/nccl/lib).
 if ! ls /usr/local/cuda/lib64/libnccl.so.2 >/dev/null 2>&1; then

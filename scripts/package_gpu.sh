@@ -5,8 +5,8 @@
 # libraries stay out; so does NCCL, ~300 MB: gpu_env.sh finds the GPU machine's own; CUPTI goes
 # in, 4 MB, for bench --profile-kernels).
 # Run scripts/build.sh first. Also writes dist/gpu.tar.xz (about 25 MB, 12 MB with TESTS=cuda; the device tool carries
-# at most 64 MiB with the repository): carry that, `tar -C dist -xJf dist/gpu.tar.xz` there,
-# then run scripts/gpu_check.sh.
+# at most 64 MiB with the repository): carry that and run scripts/gpu_check.sh there (gpu_env.sh
+# unpacks the archives it finds beside dist/gpu).
 # BUILD_DIR (default build) and DIST_DIR (default dist/gpu) pick other folders. TESTS=cuda packs
 # only the test_cuda_* binaries (with the benchmarks): half the size, for when the device tool's
 # 64 MiB (package plus repository) is tight and only the GPU tests are to run; with ONLY="words"
@@ -16,7 +16,7 @@
 # two archives instead of dist/gpu.tar.xz: dist/gpu-lib.tar.xz (lib/, the same from build to
 # build, about 8 MB) and dist/gpu-bin.tar.xz (bin/ and python/), so that a session carries the
 # libraries once and one small bin archive per build it compares (DIST_DIR=dist/gpu-b with
-# BUILD_DIR=build-b gives dist/gpu-b-bin.tar.xz); unpack both with tar -C dist -xJf.
+# BUILD_DIR=build-b gives dist/gpu-b-bin.tar.xz, unpacked by hand: tar -C dist -xJf).
 # A build with -DMINIINFER_C_API=ON also gets python/: the package `miniinfer` with its
 # libminiinfer_c.so and bin/miniinfer inside, for PYTHONPATH=dist/gpu/python on a machine
 # without a compiler (scripts/gpu_bench_python.sh).
