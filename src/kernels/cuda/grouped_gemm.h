@@ -63,8 +63,8 @@ enum class GroupedGemmRows { kGather, kPermuted };
 // n and k must be multiples of 8 (n of 16 for kSiluMul), x and w 16-byte aligned, y 4-byte
 // aligned (checked; a failure aborts as MI_LAUNCH_CHECK: a bug in the caller). The offsets and
 // row_token are read only on the device and trusted. The grid covers max_rows / tile_rows row
-// tiles × n / 64 or 128 column tiles (of p), tiles past offsets[E] exiting at once, or for the
-// 16- and 32-row tiles is persistent (GroupedGemmGrid, below). No allocation,
+// tiles × n / 64 or 128 column tiles (of p), tiles past offsets[E] exiting at once; for the
+// 16- and 32-row tiles it is persistent instead (GroupedGemmGrid, below). No allocation,
 // no host synchronisation: safe to call during CUDA graph capture, and a replay reads the
 // offsets and row_token the graph finds on the device.
 void grouped_gemm(const Tensor& x, const Tensor* row_token, const Tensor& w,
