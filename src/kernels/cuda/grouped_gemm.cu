@@ -286,11 +286,9 @@ __global__ void __launch_bounds__(T::kThreads)
     pdl_trigger();
     const int row0 = int(blockIdx.x) * T::kRows;
     __shared__ int32_t src_row[T::kRows];  // the x row of each tile row; -1: zeros
-    if (int(threadIdx.x) < T::kRows) {
-        const int r = row0 + int(threadIdx.x);
-        const int token = r >= max_rows ? -1 : row_token ? row_token[r] : r;
-        src_row[threadIdx.x] = gather || token < 0 ? token : r;
-    }
+    if (int(threadIdx.x) < T::kRows)
+        src_row[threadIdx.x] =
+            grouped_gemm_source_row(row_token, row0 + int(threadIdx.x), max_rows, gather);
     const int expert = find_expert<T::kThreads>(offsets, num_experts, row0);  // + publishes src_row
     if (expert >= num_experts) return;  // the whole CTA: past the last segment
 
@@ -345,6 +343,21 @@ __global__ void __launch_bounds__(T::kThreads)
     store_tile<T, kSiluMul>(acc, y, row0, out0, warp_row, warp_col, max_rows, n);
 }
 
+// The expert whose segment holds row0 < offsets[num_experts]: the first e with offsets[e + 1] >
+// row0 (empty segments skipped), by binary search; one thread's answer, no barrier (find_expert
+// is the whole CTA's).
+__device__ __forceinline__ int segment_of(const int32_t* offsets, int num_experts, int row0) {
+    int lo = 0, hi = num_experts - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (offsets[mid + 1] > row0)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
 // Experts a persistent CTA keeps the segment offsets of in shared memory (more: the per-tile
 // kernel runs instead).
 constexpr int kPersistentMaxExperts = 511;
@@ -392,10 +405,8 @@ __global__ void __launch_bounds__(T::kThreads)
     const int num_k_tiles = (k + T::kK - 1) / T::kK;
     const int steps = my_tiles * num_k_tiles;  // (tile, k step) pairs, in order
 
-    // The x row a tile row reads (row_token's entry, or the row itself); -1: zeros.
     const auto source_row = [&](int r) {
-        const int token = r >= max_rows ? -1 : row_token ? row_token[r] : r;
-        return gather || token < 0 ? token : r;
+        return grouped_gemm_source_row(row_token, r, max_rows, gather);
     };
     const auto tile_row0 = [&](int j) { return (first + j * grid) / col_tiles * T::kRows; };
     const auto tile_out0 = [&](int j) { return (first + j * grid) % col_tiles * kOutCols; };
@@ -415,15 +426,7 @@ __global__ void __launch_bounds__(T::kThreads)
     // for.
     const auto begin_tile = [&](int j) {
         const int row0 = tile_row0(j);
-        int lo = 0, hi = num_experts - 1;  // the expert: the first e with seg[e + 1] > row0
-        while (lo < hi) {
-            const int mid = (lo + hi) / 2;
-            if (seg[mid + 1] > row0)
-                hi = mid;
-            else
-                lo = mid + 1;
-        }
-        load_w = w + int64_t(lo) * n * k;
+        load_w = w + int64_t(segment_of(seg, num_experts, row0)) * n * k;
         load_out0 = tile_out0(j);
 #pragma unroll
         for (int i = 0; i < kXChunks; ++i)

@@ -122,6 +122,17 @@ void grouped_gemm_sm90(const Tensor& x, const Tensor* row_token, const Tensor& w
                        const Tensor& expert_offsets, GroupedGemmEpilogue epilogue, Tensor& y,
                        cudaStream_t stream, GroupedGemmRows rows = GroupedGemmRows::kGather);
 
+#ifdef __CUDACC__
+// The row of x that permuted row r reads in the kernels (grouped_gemm's row_token contract): r
+// itself without row_token, row_token[r] with kGather, r with kPermuted unless row_token marks
+// it as padding; -1 (zeros) for padding and rows from max_rows on.
+__device__ __forceinline__ int grouped_gemm_source_row(const int32_t* row_token, int r,
+                                                       int max_rows, bool gather) {
+    const int token = r >= max_rows ? -1 : row_token ? row_token[r] : r;
+    return gather || token < 0 ? token : r;
+}
+#endif
+
 // The sizes of one grouped GEMM call after its launcher's checks (check_grouped_gemm, shared by
 // both kernels' launchers): p is [max_rows, n], y [max_rows, y_cols].
 struct GroupedGemmDims {

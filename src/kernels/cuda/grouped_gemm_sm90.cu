@@ -218,8 +218,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int i = 0; i < kXRowsPerThread; ++i) {
         const int r = row0 + my_row + i * kRowStep;
-        const int token = r >= max_rows ? -1 : row_token ? row_token[r] : r;
-        const int src = gather || token < 0 ? token : r;  // kPermuted: row_token marks padding
+        const int src = grouped_gemm_source_row(row_token, r, max_rows, gather);
         rows.x[i] = src < 0 ? nullptr : x + int64_t(src) * k;
     }
     const int expert = find_expert(offsets, num_experts, row0);
