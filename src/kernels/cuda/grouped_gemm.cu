@@ -343,21 +343,6 @@ __global__ void __launch_bounds__(T::kThreads)
     store_tile<T, kSiluMul>(acc, y, row0, out0, warp_row, warp_col, max_rows, n);
 }
 
-// The expert whose segment holds row0 < offsets[num_experts]: the first e with offsets[e + 1] >
-// row0 (empty segments skipped), by binary search; one thread's answer, no barrier (find_expert
-// is the whole CTA's).
-__device__ __forceinline__ int segment_of(const int32_t* offsets, int num_experts, int row0) {
-    int lo = 0, hi = num_experts - 1;
-    while (lo < hi) {
-        const int mid = (lo + hi) / 2;
-        if (offsets[mid + 1] > row0)
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    return lo;
-}
-
 // Experts a persistent CTA keeps the segment offsets of in shared memory (more: the per-tile
 // kernel runs instead).
 constexpr int kPersistentMaxExperts = 511;

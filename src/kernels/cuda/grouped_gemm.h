@@ -131,6 +131,21 @@ __device__ __forceinline__ int grouped_gemm_source_row(const int32_t* row_token,
     const int token = r >= max_rows ? -1 : row_token ? row_token[r] : r;
     return gather || token < 0 ? token : r;
 }
+
+// The expert whose segment holds row0 < offsets[num_experts]: the first e with offsets[e + 1] >
+// row0 (empty segments skipped), by binary search; one thread's answer, no barrier (find_expert
+// is the whole CTA's).
+__device__ __forceinline__ int segment_of(const int32_t* offsets, int num_experts, int row0) {
+    int lo = 0, hi = num_experts - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi) / 2;
+        if (offsets[mid + 1] > row0)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
 #endif
 
 // The sizes of one grouped GEMM call after its launcher's checks (check_grouped_gemm, shared by

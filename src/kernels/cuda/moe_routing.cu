@@ -302,26 +302,46 @@ __global__ void moe_gather_kernel(const Vec* __restrict__ x, const int32_t* __re
 // ---------------------------------------------------------------------------------------------
 // moe_combine
 
-constexpr int kCombineThreads = 128;
+constexpr int kCombineThreads = 256;
+// Choices whose y_perm rows a thread has in flight at once: all of their loads are issued
+// before the first is added, instead of one load and its add at a time (the loop's bound is
+// the runtime top_k). Session 23 on the H200, 30B-A3B decode256: 8.2 µs a call one at a time.
+constexpr int kCombineBatch = 8;
 
-// y_perm: [max_rows, H]; slot_row, topk_weights: [n, k]; out: [n, H]. Grid: n blocks.
+// y_perm: [max_rows, H]; slot_row, topk_weights: [n, k]; out: [n, H]. Grid: n blocks. The sums
+// run over the choices in order, one fma each: the same bits whatever kCombineBatch.
 template <int kVec>
-__global__ void moe_combine_kernel(const __nv_bfloat16* __restrict__ y_perm,
-                                   const int32_t* __restrict__ slot_row,
-                                   const float* __restrict__ topk_weights, int top_k,
-                                   int64_t hidden, __nv_bfloat16* __restrict__ out) {
+__global__ void __launch_bounds__(kCombineThreads)
+    moe_combine_kernel(const __nv_bfloat16* __restrict__ y_perm,
+                       const int32_t* __restrict__ slot_row, const float* __restrict__ topk_weights,
+                       int top_k, int64_t hidden, __nv_bfloat16* __restrict__ out) {
     pdl_wait();
     pdl_trigger();
     using Vec = BF16Vec<kVec>;
     const int64_t t = blockIdx.x;
+    const int32_t* slots = slot_row + t * top_k;
+    const float* weights = topk_weights + t * top_k;
     for (int64_t col = int64_t(threadIdx.x) * kVec; col < hidden; col += kCombineThreads * kVec) {
         float acc[kVec] = {};
-        for (int j = 0; j < top_k; ++j) {
-            const float w = topk_weights[t * top_k + j];
-            const Vec y = *reinterpret_cast<const Vec*>(
-                y_perm + int64_t(slot_row[t * top_k + j]) * hidden + col);
+        for (int j0 = 0; j0 < top_k; j0 += kCombineBatch) {
+            Vec y[kCombineBatch];
+            float w[kCombineBatch];
 #pragma unroll
-            for (int q = 0; q < kVec; ++q) acc[q] = __fmaf_rn(w, __bfloat162float(y.v[q]), acc[q]);
+            for (int i = 0; i < kCombineBatch; ++i) {
+                if (j0 + i < top_k) {
+                    w[i] = weights[j0 + i];
+                    y[i] = *reinterpret_cast<const Vec*>(y_perm + int64_t(slots[j0 + i]) * hidden +
+                                                         col);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < kCombineBatch; ++i) {
+                if (j0 + i < top_k) {
+#pragma unroll
+                    for (int q = 0; q < kVec; ++q)
+                        acc[q] = __fmaf_rn(w[i], __bfloat162float(y[i].v[q]), acc[q]);
+                }
+            }
         }
         Vec o;
 #pragma unroll
