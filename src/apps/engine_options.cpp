@@ -41,7 +41,8 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool positional_model) 
                    "Longest prompt + output (0: the model's)")
         ->capture_default_str();
     cmd.add_option("--max-num-batched-tokens", o.config.max_num_batched_tokens,
-                   "Token budget of one step (0: 8192 on CUDA, 2048 on the CPU)")
+                   "Token budget of one step (0: 8192 on CUDA, 16384 for an MoE model there, 2048 "
+                   "on the CPU)")
         ->capture_default_str();
     cmd.add_option("--page-size", o.config.page_size, "KV cache page size in tokens")
         ->capture_default_str();

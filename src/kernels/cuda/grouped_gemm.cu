@@ -716,7 +716,8 @@ void grouped_gemm_variant(int64_t tile_rows, int variant, const Tensor& x, const
 void grouped_gemm(const Tensor& x, const Tensor* row_token, const Tensor& w,
                   const Tensor& expert_offsets, int64_t tile_rows, GroupedGemmEpilogue epilogue,
                   Tensor& y, cudaStream_t stream, GroupedGemmRows rows) {
-    if (tile_rows == kGroupedGemmSm90TileRows && grouped_gemm_sm90_supported())
+    if (tile_rows == kGroupedGemmSm90TileRows && grouped_gemm_sm90_supported() &&
+        w.size(0) <= kGroupedGemmSm90MaxExperts)
         grouped_gemm_sm90(x, row_token, w, expert_offsets, epilogue, y, stream, rows);
     else
         grouped_gemm_mma_sync(x, row_token, w, expert_offsets, tile_rows, epilogue, y, stream,

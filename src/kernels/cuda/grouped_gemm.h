@@ -103,8 +103,10 @@ void grouped_gemm_variant(int64_t tile_rows, int variant, const Tensor& x, const
                           cudaStream_t stream);
 
 // The row tile of grouped_gemm_sm90: its segments must be padded to 128 rows (offsets multiples
-// of it).
+// of it). It keeps the offsets in shared memory: at most kGroupedGemmSm90MaxExperts experts
+// (grouped_gemm takes mma.sync beyond).
 inline constexpr int64_t kGroupedGemmSm90TileRows = 128;
+inline constexpr int64_t kGroupedGemmSm90MaxExperts = 2047;
 
 // True when the current device can run grouped_gemm_sm90: compute capability 9.0 (H100 / H200),
 // whose sm_90a machine code holds the wgmma kernel (the compute_90 PTX fallback does not).
@@ -113,9 +115,10 @@ bool grouped_gemm_sm90_supported();
 // grouped_gemm on Hopper's warpgroup MMA (wgmma), for prefill-sized row counts: the same
 // contract, arguments and writes as grouped_gemm with tile_rows 128, with these differences:
 //   - y must be 16-byte aligned too (x, w and y all checked);
-//   - the device must be sm_90 (grouped_gemm_sm90_supported(), checked: aborts otherwise);
-//   - the grid is ceil(n / 256) column tiles × ceil(max_rows / 128) row tiles (max_rows at most
-//     65535 · 128), 256 threads and about 193 KB of dynamic shared memory per CTA.
+//   - the device must be sm_90 (grouped_gemm_sm90_supported(), checked: aborts otherwise), and
+//     num_experts at most kGroupedGemmSm90MaxExperts (checked);
+//   - persistent: up to one CTA an SM, 384 threads and about 217 KB of dynamic shared memory per
+//     CTA, walking the tiles below offsets[E].
 // Summation order differs from grouped_gemm (fp32 either way), so results may differ from it in
 // the last bf16 bit. No allocation, no host synchronisation: graph-capturable.
 void grouped_gemm_sm90(const Tensor& x, const Tensor* row_token, const Tensor& w,
