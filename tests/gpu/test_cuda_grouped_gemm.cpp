@@ -58,8 +58,8 @@ Tensor uniform_bf16(Shape shape, uint64_t seed, float scale) {
 }
 
 // Every kernel under test: grouped_gemm_mma_sync with each row tile (the 16- and 32-row ones
-// both persistent, their default, and one CTA a tile), and grouped_gemm_sm90 (wgmma, tile 128)
-// where the device is an sm_90. (grouped_gemm, which picks between them, runs in
+// both persistent, their default, and one CTA a tile), and grouped_gemm_sm90 (wgmma, tiles 64 and
+// 128) where the device is an sm_90. (grouped_gemm, which picks between them, runs in
 // Qwen3MoE30BShapes.)
 struct Variant {
     int64_t tile;
@@ -82,6 +82,7 @@ constexpr Variant kVariants[] = {{16, false, false, cuda::GroupedGemmGrid::kPers
                                  {32, false, false, cuda::GroupedGemmGrid::kPerTile},
                                  {64, false},
                                  {128, false},
+                                 {64, true},
                                  {128, true}};
 
 void run_variant(const Variant& v, const Tensor& x, const Tensor* row_token, const Tensor& w,
@@ -90,7 +91,8 @@ void run_variant(const Variant& v, const Tensor& x, const Tensor* row_token, con
     if (v.dispatch)
         cuda::grouped_gemm(x, row_token, w, offsets, v.tile, epilogue, y, stream);
     else if (v.wgmma)
-        cuda::grouped_gemm_sm90(x, row_token, w, offsets, epilogue, y, stream);
+        cuda::grouped_gemm_sm90(x, row_token, w, offsets, epilogue, y, stream,
+                                cuda::GroupedGemmRows::kGather, v.tile);
     else
         cuda::grouped_gemm_mma_sync(x, row_token, w, offsets, v.tile, epilogue, y, stream,
                                     cuda::GroupedGemmRows::kGather, v.grid);
@@ -601,7 +603,7 @@ TEST(CudaGroupedGemm, PermutedRowsSkipPadding) {
             if (v.wgmma)
                 cuda::grouped_gemm_sm90(dgarbage, &dmarks, dw, doffsets,
                                         cuda::GroupedGemmEpilogue::kStore, got, nullptr,
-                                        cuda::GroupedGemmRows::kPermuted);
+                                        cuda::GroupedGemmRows::kPermuted, v.tile);
             else
                 cuda::grouped_gemm_mma_sync(dgarbage, &dmarks, dw, doffsets, v.tile,
                                             cuda::GroupedGemmEpilogue::kStore, got, nullptr,

@@ -49,12 +49,13 @@ enum class GroupedGemmRows { kGather, kPermuted };
 //                     trusted, in [-1, num_tokens))
 //                   - row_token with rows kPermuted: x is [max_rows, k], x_row(r) = x[r], and
 //                     zeros where row_token[r] is -1 (those rows of x are not read)
-//                   Rows that are zeros cost no load: the kernels zero them once in shared memory.
+//                   Rows that are zeros cost no load: the mma.sync kernels zero them once in
+//                   shared memory, grouped_gemm_sm90 zero-fills them.
 //   w:              [num_experts, n, k] bf16, each expert's weight in nn.Linear layout [n, k]
 //   expert_offsets: [num_experts + 1] i32 on the device, non-decreasing, offsets[0] == 0,
 //                   every offset a multiple of tile_rows, offsets[E] <= max_rows
-//   tile_rows:      16, 32, 64 or 128 (grouped_gemm_tile_rows); 128 runs grouped_gemm_sm90 on an
-//                   sm_90 device (then y must be 16-byte aligned)
+//   tile_rows:      16, 32, 64 or 128 (grouped_gemm_tile_rows); 64 and 128 run grouped_gemm_sm90
+//                   on an sm_90 device (then y must be 16-byte aligned)
 //   y:              [max_rows, n] bf16 (kStore) or [max_rows, n / 2] (kSiluMul); must not alias
 //                   x or w
 // Writes: every row below offsets[E] (padding rows included: zeros in give zeros out). Rows from
@@ -102,9 +103,9 @@ void grouped_gemm_variant(int64_t tile_rows, int variant, const Tensor& x, const
                           const Tensor& expert_offsets, GroupedGemmEpilogue epilogue, Tensor& y,
                           cudaStream_t stream);
 
-// The row tile of grouped_gemm_sm90: its segments must be padded to 128 rows (offsets multiples
-// of it). It keeps the offsets in shared memory: at most kGroupedGemmSm90MaxExperts experts
-// (grouped_gemm takes mma.sync beyond).
+// The row tile of grouped_gemm_sm90 for prefill (it also runs 64-row tiles): segments padded to
+// it (offsets multiples of it). It keeps the offsets in shared memory: at most
+// kGroupedGemmSm90MaxExperts experts (grouped_gemm takes mma.sync beyond).
 inline constexpr int64_t kGroupedGemmSm90TileRows = 128;
 inline constexpr int64_t kGroupedGemmSm90MaxExperts = 2047;
 
@@ -112,18 +113,19 @@ inline constexpr int64_t kGroupedGemmSm90MaxExperts = 2047;
 // whose sm_90a machine code holds the wgmma kernel (the compute_90 PTX fallback does not).
 bool grouped_gemm_sm90_supported();
 
-// grouped_gemm on Hopper's warpgroup MMA (wgmma), for prefill-sized row counts: the same
-// contract, arguments and writes as grouped_gemm with tile_rows 128, with these differences:
+// grouped_gemm on Hopper's warpgroup MMA (wgmma): the same contract, arguments and writes as
+// grouped_gemm with tile_rows 128 or 64 (offsets multiples of it), with these differences:
 //   - y must be 16-byte aligned too (x, w and y all checked);
 //   - the device must be sm_90 (grouped_gemm_sm90_supported(), checked: aborts otherwise), and
 //     num_experts at most kGroupedGemmSm90MaxExperts (checked);
-//   - persistent: up to one CTA an SM, 384 threads and about 217 KB of dynamic shared memory per
-//     CTA, walking the tiles below offsets[E].
+//   - persistent: up to one CTA an SM (384 threads with 128-row tiles, 256 with 64), about 210 KB
+//     of dynamic shared memory per CTA, walking the tiles below offsets[E].
 // Summation order differs from grouped_gemm (fp32 either way), so results may differ from it in
 // the last bf16 bit. No allocation, no host synchronisation: graph-capturable.
 void grouped_gemm_sm90(const Tensor& x, const Tensor* row_token, const Tensor& w,
                        const Tensor& expert_offsets, GroupedGemmEpilogue epilogue, Tensor& y,
-                       cudaStream_t stream, GroupedGemmRows rows = GroupedGemmRows::kGather);
+                       cudaStream_t stream, GroupedGemmRows rows = GroupedGemmRows::kGather,
+                       int64_t tile_rows = kGroupedGemmSm90TileRows);
 
 #ifdef __CUDACC__
 // The row of x that permuted row r reads in the kernels (grouped_gemm's row_token contract): r

@@ -7,9 +7,9 @@
 // straight from shared memory, so no ldmatrix and no operand registers are needed.
 //
 // Tiles: 128 rows of x (one expert's, segments being padded to 128) × 256 columns of y, k in
-// steps of 64 (128 bytes of bf16 per row: one swizzle row).
+// steps of 64 (128 bytes of bf16 per row: one swizzle row); or 64 rows, for decode-sized steps.
 //   - 384 threads: warpgroup 0 loads, warpgroups 1 and 2 multiply (rows 0-63 and 64-127 of the
-//     tile and all 256 columns: 128 fp32 accumulators a thread).
+//     tile and all 256 columns: 128 fp32 accumulators a thread); 256 with 64-row tiles.
 //   - a ring of kStages stages (x tile 16 KB + w tile 32 KB each), each with a "full" and an
 //     "empty" mbarrier (hopper_async.cuh). The loader waits for a stage to be empty; thread 0
 //     starts a TMA copy of the w tile (the tensor map's 128-byte swizzle writes exactly the layout
@@ -41,6 +41,10 @@
 // 59,340 -> 63,254 prompt tok/s. A first version storing y from registers (a warp's store then
 // writes 16 bytes into each of 8 rows) made down slower instead (569 µs); SiLU·mul in the
 // epilogue still loses to the separate kernel (prefill256 62,669).
+// The 64-row tile at decode sizes (a few to 20 rows an expert, most of the tile padding): the
+// weights stream from HBM and the MMAs are nearly free, so what counts is the bytes in flight,
+// three stages of 32 KB of weights a CTA by TMA. Against the 32-row mma.sync tile (persistent,
+// cp.async): 30B-A3B decode256 10,093 -> 10,705 tok/s, balanced 5,535 -> 5,761.
 #include <cuda.h>          // CUtensorMap
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <cuda_bf16.h>
@@ -60,31 +64,38 @@
 namespace miniinfer::cuda {
 namespace {
 
-constexpr int kTileRows = int(kGroupedGemmSm90TileRows);  // rows of x per tile
-constexpr int kTileCols = 256;                            // columns of y (rows of w[e]) per tile
-constexpr int kTileK = 64;                                // k per stage: one 128-byte swizzle row
-constexpr int kStages = 3;
-constexpr int kWarpgroups = 2;                           // multiplying warpgroups
-constexpr int kThreads = 128 * (1 + kWarpgroups);        // + the loader warpgroup
-constexpr int kWarpgroupRows = kTileRows / kWarpgroups;  // 64: the wgmma's m
-constexpr int kRowBytes = kTileK * 2;                    // 128
-constexpr int kChunksPerRow = kRowBytes / 16;            // 8
-constexpr int kAtomBytes = 8 * kRowBytes;                // 1024: one swizzle atom
-constexpr int kABytes = kTileRows * kRowBytes;           // x tile of one stage: 16 KB
-constexpr int kBBytes = kTileCols * kRowBytes;           // w tile of one stage: 32 KB
-constexpr int kStageBytes = kABytes + kBBytes;
+constexpr int kTileCols = 256;                  // columns of y (rows of w[e]) per tile
+constexpr int kTileK = 64;                      // k per stage: one 128-byte swizzle row
+constexpr int kWarpgroupRows = 64;              // rows of a multiplying warpgroup: the wgmma's m
+constexpr int kRowBytes = kTileK * 2;           // 128
+constexpr int kChunksPerRow = kRowBytes / 16;   // 8
+constexpr int kAtomBytes = 8 * kRowBytes;       // 1024: one swizzle atom
+constexpr int kBBytes = kTileCols * kRowBytes;  // w tile of one stage: 32 KB
 constexpr int kOutBox = 64;  // TMA store box: 64 columns (one swizzle row) × 64 rows
-constexpr int kOutBytes = kWarpgroups * kWarpgroupRows * kTileCols * 2;  // staged y: 64 KB
-constexpr int kBarrierBytes = 2 * kStages * 8;                // full and empty, 8 bytes each
 constexpr int kMaxExperts = int(kGroupedGemmSm90MaxExperts);  // offsets kept in shared memory
-constexpr int kSmemBytes =
-    kStages * kStageBytes + kOutBytes + kBarrierBytes + (kMaxExperts + 1) * 4 + kAtomBytes;
+
+// The row tiles: 128 rows (prefill: two multiplying warpgroups, 3 stages of 48 KB) and 64 (decode
+// sizes, where the weights stream from HBM: one multiplying warpgroup, 4 stages of 40 KB, so that
+// more weight bytes are in flight).
+template <int Rows>
+struct Shape {
+    static constexpr int kRows = Rows;
+    static constexpr int kWarpgroups = Rows / kWarpgroupRows;  // multiplying warpgroups
+    static constexpr int kThreads = 128 * (1 + kWarpgroups);   // + the loader warpgroup
+    static constexpr int kStages = Rows == 64 ? 4 : 3;
+    static constexpr int kABytes = Rows * kRowBytes;  // x tile of one stage
+    static constexpr int kStageBytes = kABytes + kBBytes;
+    static constexpr int kXRowsPerThread = Rows * kChunksPerRow / 128;  // x rows a loader thread
+    static constexpr int kWgOutBytes = kWarpgroupRows * kTileCols * 2;  // a warpgroup's staged y
+    static constexpr int kSmemBytes = kStages * kStageBytes + kWarpgroups * kWgOutBytes +
+                                      2 * kStages * 8 + (kMaxExperts + 1) * 4 + kAtomBytes;
+    static_assert(kABytes % kAtomBytes == 0 && kSmemBytes <= 227 * 1024);
+    static_assert(kXRowsPerThread * 128 == Rows * kChunksPerRow, "whole x rows per loader pass");
+};
 
 static_assert(kWarpgroupRows == 64 && kTileCols == 256, "one m64n256k16 per warpgroup per k16");
-static_assert(kABytes % kAtomBytes == 0 && kStageBytes % kAtomBytes == 0);
 static_assert(kRowBytes == kWgmmaRowBytes && kAtomBytes == kWgmmaAtomBytes,
               "the tiles use wgmma.cuh's swizzle rows and atoms");
-static_assert(kTileRows * kChunksPerRow % 128 == 0 && kSmemBytes <= 227 * 1024);
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
@@ -141,11 +152,10 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[kAccPerThread], uint
         : "memory");
 }
 
-constexpr int kXRowsPerThread = kTileRows * kChunksPerRow / 128;  // 8 x rows a loader thread
-constexpr int kXRowStep = 128 / kChunksPerRow;                    // 16 tile rows apart
+constexpr int kXRowStep = 128 / kChunksPerRow;  // 16 tile rows between a loader thread's rows
 
 // The loader warpgroup (threads 0-127): fills the ring for every tile of this CTA.
-template <bool kSiluMul>
+template <class S, bool kSiluMul>
 __device__ __forceinline__ void load_tiles(const CUtensorMap& w_map, const __nv_bfloat16* x,
                                            const int32_t* row_token, const int32_t* seg,
                                            uint32_t ring, uint32_t full, uint32_t empty,
@@ -158,37 +168,37 @@ __device__ __forceinline__ void load_tiles(const CUtensorMap& w_map, const __nv_
     int stage = 0;
     uint32_t phase = 0;
     for (int tile = int(blockIdx.x); tile < num_tiles; tile += int(gridDim.x)) {
-        const int row0 = tile / col_tiles * kTileRows, out0 = tile % col_tiles * kOutCols;
+        const int row0 = tile / col_tiles * S::kRows, out0 = tile % col_tiles * kOutCols;
         const int w_row = segment_of(seg, num_experts, row0) * n + out0;  // row of w as [E n, k]
-        const __nv_bfloat16* src[kXRowsPerThread];
+        const __nv_bfloat16* src[S::kXRowsPerThread];
 #pragma unroll
-        for (int i = 0; i < kXRowsPerThread; ++i) {
+        for (int i = 0; i < S::kXRowsPerThread; ++i) {
             const int r =
                 grouped_gemm_source_row(row_token, row0 + row + i * kXRowStep, max_rows, gather);
             src[i] = r < 0 ? nullptr : x + int64_t(r) * k;
         }
         for (int kt = 0; kt < num_k_tiles; ++kt) {
             mbarrier_wait(empty + 8 * stage, phase ^ 1);
-            const uint32_t dst = ring + stage * kStageBytes, bar = full + 8 * stage;
+            const uint32_t dst = ring + stage * S::kStageBytes, bar = full + 8 * stage;
             if (threadIdx.x == 0) {
                 mbarrier_arrive_expect_tx(bar, kBBytes);
                 if constexpr (kSiluMul) {
-                    tma_load_2d(dst + kABytes, &w_map, kt * kTileK, w_row, bar);
-                    tma_load_2d(dst + kABytes + kBBytes / 2, &w_map, kt * kTileK, w_row + y_cols,
+                    tma_load_2d(dst + S::kABytes, &w_map, kt * kTileK, w_row, bar);
+                    tma_load_2d(dst + S::kABytes + kBBytes / 2, &w_map, kt * kTileK, w_row + y_cols,
                                 bar);
                 } else {
-                    tma_load_2d(dst + kABytes, &w_map, kt * kTileK, w_row, bar);
+                    tma_load_2d(dst + S::kABytes, &w_map, kt * kTileK, w_row, bar);
                 }
             }
             const int kk = kt * kTileK + chunk * 8;
 #pragma unroll
-            for (int i = 0; i < kXRowsPerThread; ++i) {
+            for (int i = 0; i < S::kXRowsPerThread; ++i) {
                 const bool valid = kk < k && src[i] != nullptr;
                 cp_async_16_to(dst + swizzled(row + i * kXRowStep, chunk), valid ? src[i] + kk : x,
                                valid);
             }
             cp_async_arrive_noinc(bar);
-            if (++stage == kStages) stage = 0, phase ^= 1;
+            if (++stage == S::kStages) stage = 0, phase ^= 1;
         }
     }
     cp_async_wait_all();  // nothing of this thread's left in flight when it exits
@@ -196,7 +206,7 @@ __device__ __forceinline__ void load_tiles(const CUtensorMap& w_map, const __nv_
 
 // A multiplying warpgroup (`wg` 0 or 1: rows 64 wg .. 64 wg + 63 of each tile).
 // `out`: its staging area, 1024-aligned.
-template <bool kSiluMul>
+template <class S, bool kSiluMul>
 __device__ __forceinline__ void multiply_tiles(const CUtensorMap& y_map, uint32_t ring,
                                                uint32_t full, uint32_t empty, uint32_t out, int k,
                                                int col_tiles, int num_tiles, int wg) {
@@ -207,15 +217,15 @@ __device__ __forceinline__ void multiply_tiles(const CUtensorMap& y_map, uint32_
     uint32_t phase = 0;
     float acc[kAccPerThread];
     for (int tile = int(blockIdx.x); tile < num_tiles; tile += int(gridDim.x)) {
-        const int row0 = tile / col_tiles * kTileRows, out0 = tile % col_tiles * kOutCols;
+        const int row0 = tile / col_tiles * S::kRows, out0 = tile % col_tiles * kOutCols;
 #pragma unroll
         for (int i = 0; i < kAccPerThread; ++i) acc[i] = 0.f;
         int last = stage;
         for (int kt = 0; kt < num_k_tiles; ++kt) {
             mbarrier_wait(full + 8 * stage, phase);
-            const uint32_t src = ring + stage * kStageBytes;
+            const uint32_t src = ring + stage * S::kStageBytes;
             const uint64_t a_desc = smem_desc(src + wg * kWarpgroupRows * kRowBytes);
-            const uint64_t b_desc = smem_desc(src + kABytes);
+            const uint64_t b_desc = smem_desc(src + S::kABytes);
             wgmma_fence();
 #pragma unroll
             for (int s = 0; s < kTileK / 16; ++s)
@@ -224,7 +234,7 @@ __device__ __forceinline__ void multiply_tiles(const CUtensorMap& y_map, uint32_
             wgmma_wait<1>();  // the previous stage's wgmmas have retired: hand it back
             if (kt > 0) mbarrier_arrive(empty + 8 * last);
             last = stage;
-            if (++stage == kStages) stage = 0, phase ^= 1;
+            if (++stage == S::kStages) stage = 0, phase ^= 1;
         }
         wgmma_wait<0>();
         mbarrier_arrive(empty + 8 * last);
@@ -273,8 +283,8 @@ __device__ __forceinline__ void multiply_tiles(const CUtensorMap& y_map, uint32_
 // 128-byte swizzle. x: [max_rows, k], or [num_tokens, k] with row_token: [max_rows]; offsets:
 // [num_experts + 1], multiples of 128; row_token in [-1, num_tokens) (trusted). Grid: up to one
 // CTA an SM.
-template <bool kSiluMul>
-__global__ void __launch_bounds__(kThreads, 1)
+template <class S, bool kSiluMul>
+__global__ void __launch_bounds__(S::kThreads, 1)
     grouped_gemm_sm90_kernel(const __grid_constant__ CUtensorMap w_map,
                              const __grid_constant__ CUtensorMap y_map,
                              const __nv_bfloat16* __restrict__ x,
@@ -287,28 +297,28 @@ __global__ void __launch_bounds__(kThreads, 1)
     extern __shared__ uint8_t smem_raw[];
     const uint32_t base = smem_u32(smem_raw);
     const uint32_t ring = (base + kAtomBytes - 1) & ~uint32_t(kAtomBytes - 1);
-    const uint32_t staging = ring + kStages * kStageBytes;  // 1024-aligned: stages are
-    const uint32_t full = staging + kOutBytes, empty = full + kStages * 8;
-    int32_t* seg = reinterpret_cast<int32_t*>(smem_raw + (empty + kStages * 8 - base));
-    for (int e = int(threadIdx.x); e <= num_experts; e += kThreads) seg[e] = offsets[e];
+    const uint32_t staging = ring + S::kStages * S::kStageBytes;  // 1024-aligned: stages are
+    const uint32_t full = staging + S::kWarpgroups * S::kWgOutBytes, empty = full + S::kStages * 8;
+    int32_t* seg = reinterpret_cast<int32_t*>(smem_raw + (empty + S::kStages * 8 - base));
+    for (int e = int(threadIdx.x); e <= num_experts; e += S::kThreads) seg[e] = offsets[e];
     if (threadIdx.x == 0) {
-        for (int s = 0; s < kStages; ++s) {
+        for (int s = 0; s < S::kStages; ++s) {
             mbarrier_init(full + 8 * s, 128 + 1);  // the loaders' cp.async's + the TMA's expect_tx
-            mbarrier_init(empty + 8 * s, 128 * kWarpgroups);  // every multiplying thread
+            mbarrier_init(empty + 8 * s, 128 * S::kWarpgroups);  // every multiplying thread
         }
         mbarrier_init_fence();
     }
     __syncthreads();
     constexpr int kOutCols = kSiluMul ? kTileCols / 2 : kTileCols;
     const int col_tiles = ((kSiluMul ? n / 2 : n) + kOutCols - 1) / kOutCols;
-    const int num_tiles = seg[num_experts] / kTileRows * col_tiles;
+    const int num_tiles = seg[num_experts] / S::kRows * col_tiles;
     if (threadIdx.x < 128)
-        load_tiles<kSiluMul>(w_map, x, row_token, seg, ring, full, empty, num_experts, max_rows, n,
-                             k, gather, col_tiles, num_tiles);
+        load_tiles<S, kSiluMul>(w_map, x, row_token, seg, ring, full, empty, num_experts, max_rows,
+                                n, k, gather, col_tiles, num_tiles);
     else
-        multiply_tiles<kSiluMul>(y_map, ring, full, empty,
-                                 staging + (threadIdx.x / 128 - 1) * (kOutBytes / kWarpgroups), k,
-                                 col_tiles, num_tiles, int(threadIdx.x) / 128 - 1);
+        multiply_tiles<S, kSiluMul>(y_map, ring, full, empty,
+                                    staging + (threadIdx.x / 128 - 1) * S::kWgOutBytes, k,
+                                    col_tiles, num_tiles, int(threadIdx.x) / 128 - 1);
 #else
     __trap();  // built without sm_90a features: the launcher refuses such devices
 #endif
@@ -340,22 +350,32 @@ CUtensorMap tensor_map(const void* data, int64_t rows, int64_t cols, int box_row
     return map;
 }
 
-template <bool kSiluMul>
+template <class S, bool kSiluMul>
 void launch(const Tensor& x, const Tensor* row_token, const Tensor& w, const Tensor& expert_offsets,
             const GroupedGemmDims& d, Tensor& y, cudaStream_t stream) {
     constexpr int kOutCols = kSiluMul ? kTileCols / 2 : kTileCols;
-    const int64_t tiles = (d.max_rows + kTileRows - 1) / kTileRows *
-                          ((d.y_cols + kOutCols - 1) / kOutCols);  // at most
+    const int64_t tiles =
+        (d.max_rows + S::kRows - 1) / S::kRows * ((d.y_cols + kOutCols - 1) / kOutCols);  // at most
     const CUtensorMap w_map = tensor_map(w.data<__nv_bfloat16>(), d.num_experts * d.n, d.k,
                                          kSiluMul ? kTileCols / 2 : kTileCols);
     const CUtensorMap y_map = tensor_map(y.data<__nv_bfloat16>(), d.max_rows, d.y_cols, kOutBox);
-    allow_shared_memory<grouped_gemm_sm90_kernel<kSiluMul>>(kSmemBytes);
-    launch_kernel(grouped_gemm_sm90_kernel<kSiluMul>,
-                  unsigned(std::min<int64_t>(tiles, sm_count())), kThreads, kSmemBytes, stream,
-                  w_map, y_map, x.data<__nv_bfloat16>(),
+    allow_shared_memory<grouped_gemm_sm90_kernel<S, kSiluMul>>(S::kSmemBytes);
+    launch_kernel(grouped_gemm_sm90_kernel<S, kSiluMul>,
+                  unsigned(std::min<int64_t>(tiles, sm_count())), S::kThreads, S::kSmemBytes,
+                  stream, w_map, y_map, x.data<__nv_bfloat16>(),
                   row_token ? row_token->data<int32_t>() : nullptr, expert_offsets.data<int32_t>(),
                   int(d.num_experts), int(d.max_rows), int(d.n), int(d.k), d.gather);
     MI_CUDA_CHECK(cudaGetLastError());
+}
+
+template <class S>
+void launch(const Tensor& x, const Tensor* row_token, const Tensor& w, const Tensor& expert_offsets,
+            GroupedGemmEpilogue epilogue, const GroupedGemmDims& d, Tensor& y,
+            cudaStream_t stream) {
+    if (epilogue == GroupedGemmEpilogue::kSiluMul)
+        launch<S, true>(x, row_token, w, expert_offsets, d, y, stream);
+    else
+        launch<S, false>(x, row_token, w, expert_offsets, d, y, stream);
 }
 
 }  // namespace
@@ -370,17 +390,18 @@ bool grouped_gemm_sm90_supported() {
 
 void grouped_gemm_sm90(const Tensor& x, const Tensor* row_token, const Tensor& w,
                        const Tensor& expert_offsets, GroupedGemmEpilogue epilogue, Tensor& y,
-                       cudaStream_t stream, GroupedGemmRows rows) {
+                       cudaStream_t stream, GroupedGemmRows rows, int64_t tile_rows) {
     const GroupedGemmDims d =
         check_grouped_gemm(x, row_token, w, expert_offsets, epilogue, y, 16, rows);
     MI_LAUNCH_CHECK(grouped_gemm_sm90_supported(),
                     "grouped_gemm_sm90: needs an sm_90 device (wgmma is sm_90a only)");
     if (d.max_rows == 0) return;
     MI_LAUNCH_CHECK(d.num_experts <= kMaxExperts, "grouped_gemm_sm90: too many experts");
-    if (epilogue == GroupedGemmEpilogue::kSiluMul)
-        launch<true>(x, row_token, w, expert_offsets, d, y, stream);
+    MI_LAUNCH_CHECK(tile_rows == 64 || tile_rows == 128, "grouped_gemm_sm90: tile_rows 64 or 128");
+    if (tile_rows == 64)
+        launch<Shape<64>>(x, row_token, w, expert_offsets, epilogue, d, y, stream);
     else
-        launch<false>(x, row_token, w, expert_offsets, d, y, stream);
+        launch<Shape<128>>(x, row_token, w, expert_offsets, epilogue, d, y, stream);
 }
 
 }  // namespace miniinfer::cuda

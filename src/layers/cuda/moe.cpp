@@ -44,7 +44,8 @@ void grouped_experts(const Moe& m, const Tensor& x, const Tensor& ids, const Ten
     // there too (H200, session 23: 30B-A3B decode256 10,422 tok/s against 10,281 with a separate
     // silu_mul, and 9,953 against 9,864 on another machine; in the per-tile grid it had cost:
     // 9,217 against 9,578). At larger tiles (prefill) it slows the GEMM by more than the separate
-    // kernel costs (bench_cuda_ops moe).
+    // kernel costs (bench_cuda_ops moe); so does grouped_gemm_sm90's (30B-A3B decode256 with the
+    // 64-row wgmma tile: 10,274 fused against 10,705; prefill256 62,669 against 63,254).
     // MINIINFER_MOE_SILU_TILE=N (read once): fused up to an N-row tile instead (16: as before).
     static const int64_t silu_tile = env_int("MINIINFER_MOE_SILU_TILE", 32);
     if (tile <= silu_tile) {
