@@ -422,7 +422,7 @@ TEST(CudaGroupedGemm, RaggedEmptyAndTails) {
 
 // Qwen3-30B-A3B's expert GEMMs at E = 128, top 8: gate_up (n 1536, k 2048) and down (n 2048,
 // k 768), through grouped_gemm with the tile grouped_gemm_tile_rows picks (wgmma on an sm_90
-// from 21 rows per expert): 4096 tokens (32768 rows), 64, 256 and
+// from 5 rows per expert: 64-row tiles, 128 from 21): 4096 tokens (32768 rows), 64, 256 and
 // 1; rows sampled for the reference (about 1000 of them: some seconds of CPU).
 TEST(CudaGroupedGemm, Qwen3MoE30BShapes) {
     REQUIRE_GPU();
