@@ -1,6 +1,7 @@
 // Grouped GEMM of the MoE experts on Hopper's warpgroup tensor cores (wgmma.mma_async
 // m64n256k16, bf16 operands from shared memory, fp32 accumulators in registers), warp-specialised
-// and persistent. Same contract as grouped_gemm (grouped_gemm.h) with a 128-row tile; sm_90a only.
+// and persistent. Same contract as grouped_gemm (grouped_gemm.h) with a 128- or 64-row tile; sm_90a
+// only.
 //
 // Why a second kernel: mma.sync on the H100/H200 reaches about half of the tensor cores' rate.
 // wgmma issues one 64 × 256 × 16 product per warpgroup instruction and reads both operands
@@ -10,14 +11,14 @@
 // steps of 64 (128 bytes of bf16 per row: one swizzle row); or 64 rows, for decode-sized steps.
 //   - 384 threads: warpgroup 0 loads, warpgroups 1 and 2 multiply (rows 0-63 and 64-127 of the
 //     tile and all 256 columns: 128 fp32 accumulators a thread); 256 with 64-row tiles.
-//   - a ring of kStages stages (x tile 16 KB + w tile 32 KB each), each with a "full" and an
-//     "empty" mbarrier (hopper_async.cuh). The loader waits for a stage to be empty; thread 0
-//     starts a TMA copy of the w tile (the tensor map's 128-byte swizzle writes exactly the layout
-//     the wgmma descriptors read) and every loader thread its cp.async's of the x rows (gathered
-//     through row_token: TMA cannot gather), arriving on "full" when they land. A multiplier
-//     waits for "full", issues the stage's 4 wgmmas, and once the previous stage's wgmmas have
-//     retired (wgmma_wait<1>) arrives on that stage's "empty". No barrier of the whole CTA ends a
-//     k step.
+//   - a ring of stages (Shape: three of x 16 KB + w 32 KB with 128-row tiles, four of 8 + 32 KB
+//     with 64-row ones), each with a "full" and an "empty" mbarrier (hopper_async.cuh). The loader
+//     waits for a stage to be empty; thread 0 starts a TMA copy of the w tile (the tensor map's
+//     128-byte swizzle writes exactly the layout the wgmma descriptors read) and every loader
+//     thread its cp.async's of the x rows (gathered through row_token: TMA cannot gather), arriving
+//     on "full" when they land. A multiplier waits for "full", issues the stage's 4 wgmmas, and
+//     once the previous stage's wgmmas have retired (wgmma_wait<1>) arrives on that stage's
+//     "empty". No barrier of the whole CTA ends a k step.
 //   - one CTA an SM walks the working tiles: row tiles below offsets[E] × column tiles, column
 //     tiles fastest (the CTAs resident at one time cover every column tile of a few row tiles, so
 //     each expert's weights and each row tile of x come from HBM about once); CTA b takes tiles
