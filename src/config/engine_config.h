@@ -16,7 +16,7 @@ struct EngineConfig {
     std::string load_format = "auto";  // auto | safetensors | dummy
     int64_t max_num_seqs = 256;
     int64_t max_model_len = 0;           // 0: the model's max_position_embeddings
-    int64_t max_num_batched_tokens = 0;  // tokens per step; 0: 8192 on CUDA, 2048 on the CPU
+    int64_t max_num_batched_tokens = 0;  // a step's tokens; 0: 8192 (MoE 16384) CUDA, 2048 CPU
     int64_t page_size = 16;
     double gpu_memory_utilization = 0.9;  // CUDA: fraction of the card for weights + KV
     // CPU KV budget; 0: max_num_seqs x min(max_model_len, 2048) tokens, <= 4 GiB

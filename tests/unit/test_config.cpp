@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "config/engine_config.h"
 #include "config/generation_config.h"
 #include "config/model_config.h"
 
@@ -80,6 +81,31 @@ TEST(ModelConfig, HubQwen3MoeSparseLayers) {
     EXPECT_TRUE(c.is_moe_layer(1));
     EXPECT_FALSE(c.is_moe_layer(3));  // mlp_only_layers
     EXPECT_TRUE(c.is_moe_layer(5));
+}
+
+// The step budget when none is given: 2048 on the CPU, 8192 on CUDA, 16384 for an MoE model on
+// CUDA (each of its prefill steps reads every expert's weights); a budget given stays.
+TEST(EngineConfig, DefaultStepBudgetByDeviceAndModel) {
+    const ModelConfig dense = ModelConfig::from_json(qwen3_0_6b(), "config.json");
+    Json j = qwen3_0_6b();
+    j["model_type"] = "qwen3_moe";
+    j["num_experts"] = 128;
+    j["num_experts_per_tok"] = 8;
+    j["moe_intermediate_size"] = 768;
+    const ModelConfig moe = ModelConfig::from_json(j, "config.json");
+    const auto budget = [](const ModelConfig& m, const char* device, int64_t given) {
+        EngineConfig c;
+        c.device = device;
+        c.max_num_batched_tokens = given;
+        c.resolve(m);
+        return c.max_num_batched_tokens;
+    };
+    EXPECT_EQ(budget(dense, "cpu", 0), 2048);
+    EXPECT_EQ(budget(moe, "cpu", 0), 2048);
+    EXPECT_EQ(budget(dense, "cuda", 0), 8192);
+    EXPECT_EQ(budget(moe, "cuda", 0), 16384);
+    EXPECT_EQ(budget(moe, "cuda", 4096), 4096);
+    EXPECT_EQ(budget(dense, "cpu", 512), 512);
 }
 
 TEST(ModelConfig, LinearRopeScalingAndRopeParameters) {
