@@ -282,8 +282,8 @@ __device__ __forceinline__ void multiply_tiles(const CUtensorMap& y_map, uint32_
 // w_map: w as a [num_experts n, k] bf16 matrix, boxes of 64 k × 256 rows (128 with kSiluMul);
 // y_map: y as [max_rows, y_cols] (y_cols = n / 2 with kSiluMul), boxes of 64 × 64; both with the
 // 128-byte swizzle. x: [max_rows, k], or [num_tokens, k] with row_token: [max_rows]; offsets:
-// [num_experts + 1], multiples of 128; row_token in [-1, num_tokens) (trusted). Grid: up to one
-// CTA an SM.
+// [num_experts + 1], multiples of S::kRows; row_token in [-1, num_tokens) (trusted). Grid: up to
+// one CTA an SM.
 template <class S, bool kSiluMul>
 __global__ void __launch_bounds__(S::kThreads, 1)
     grouped_gemm_sm90_kernel(const __grid_constant__ CUtensorMap w_map,
