@@ -1,10 +1,13 @@
 // Fused per-head RMSNorm (Qwen3) + NeoX rotary + paged K/V store, straight from the QKV GEMM's
 // output row, so that q, k and v make one trip through memory between the GEMM and attention.
 //
-// One warp per (token, head): a head of head_dim ≤ 256 bf16 fits in registers as kPerLane
-// values per lane, element i = lane + 32 * j (qk_norm_rope.cuh, whose pieces the fa2 decode
-// kernels share when they do this step themselves). Loads and stores are coalesced 64-byte rows
-// per j.
+// A warp takes heads_per_warp consecutive heads of one token: a head of head_dim ≤ 256 bf16 fits
+// in registers as kPerLane values per lane, element i = lane + 32 * j (qk_norm_rope.cuh, whose
+// pieces the fa2 decode kernels share when they do this step themselves). Loads and stores are
+// coalesced 64-byte rows per j. The rotary angles (sincosf, the costliest part) depend on the
+// token only, so a warp computes them once for all of its heads: from 128 tokens a step a warp
+// takes a quarter of the token's heads, below that one head (more warps in flight matter more
+// when there are few tokens).
 #include "kernels/cuda/qk_norm_rope.h"
 
 #include <cuda_bf16.h>
@@ -19,26 +22,19 @@
 namespace miniinfer::cuda {
 namespace {
 
-constexpr int kWarps = 4;  // heads per block
+constexpr int kWarps = 4;  // warps per block
 
-// qkv: [n, num_heads + 2 * num_kv_heads, kHeadDim]; q_norm, k_norm: [kHeadDim] or null;
-// positions, slot_mapping: [n]; inv_freq: [kHeadDim / 2];
-// q_out: [n, num_heads, kHeadDim]; k_cache, v_cache: [num_slots, num_kv_heads, kHeadDim].
-// Grid: (n, ceil(total_heads / kWarps)); block: kWarps warps, one head each.
+// Head `head` of token t: q (normed, rotated) to q_out, k (normed, rotated) or v into the cache.
 template <int kHeadDim, typename Cache>
-__global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_store_kernel(
+__device__ __forceinline__ void norm_rope_store_head(
     const __nv_bfloat16* __restrict__ qkv, const __nv_bfloat16* __restrict__ q_norm,
-    const __nv_bfloat16* __restrict__ k_norm, float eps, const int32_t* __restrict__ positions,
-    const float* __restrict__ inv_freq, const int32_t* __restrict__ slot_mapping, int num_heads,
-    int num_kv_heads, __nv_bfloat16* __restrict__ q_out, Cache* __restrict__ k_cache,
-    Cache* __restrict__ v_cache, float k_inv_scale, float v_inv_scale) {
-    pdl_wait();
-    pdl_trigger();
+    const __nv_bfloat16* __restrict__ k_norm, float eps, const RopeAngles<kHeadDim>& angles,
+    const int32_t* __restrict__ slot_mapping, int t, int head, int num_heads, int num_kv_heads,
+    __nv_bfloat16* __restrict__ q_out, Cache* __restrict__ k_cache, Cache* __restrict__ v_cache,
+    float k_inv_scale, float v_inv_scale) {
     constexpr int kPerLane = kHeadDim / 32;
+    const int lane = int(threadIdx.x) % 32;
     const int total_heads = num_heads + 2 * num_kv_heads;
-    const int t = blockIdx.x, lane = threadIdx.x % 32;
-    const int head = blockIdx.y * kWarps + threadIdx.x / 32;
-    if (head >= total_heads) return;
     const __nv_bfloat16* src = qkv + (int64_t(t) * total_heads + head) * kHeadDim;
 
     if (head >= num_heads + num_kv_heads) {  // V: a plain copy into its slot (or to e4m3)
@@ -58,7 +54,7 @@ __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_store_kernel(
     float x[kPerLane];
     load_head<kHeadDim>(src, x);
     if (const __nv_bfloat16* w = is_q ? q_norm : k_norm) norm_head<kHeadDim>(w, eps, x);
-    rotate_head<kHeadDim>(rope_angles<kHeadDim>(float(positions[t]), inv_freq), x);
+    rotate_head<kHeadDim>(angles, x);
 
     if (is_q) {
         __nv_bfloat16* dst = q_out + (int64_t(t) * num_heads + head) * kHeadDim;
@@ -70,6 +66,32 @@ __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_store_kernel(
 #pragma unroll
         for (int j = 0; j < kPerLane; ++j) store_cache(dst + lane + 32 * j, x[j], k_inv_scale);
     }
+}
+
+// qkv: [n, num_heads + 2 * num_kv_heads, kHeadDim]; q_norm, k_norm: [kHeadDim] or null;
+// positions, slot_mapping: [n]; inv_freq: [kHeadDim / 2];
+// q_out: [n, num_heads, kHeadDim]; k_cache, v_cache: [num_slots, num_kv_heads, kHeadDim].
+// Grid: (n, ceil(total_heads / (kWarps * heads_per_warp))); block: kWarps warps.
+template <int kHeadDim, typename Cache>
+__global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_store_kernel(
+    const __nv_bfloat16* __restrict__ qkv, const __nv_bfloat16* __restrict__ q_norm,
+    const __nv_bfloat16* __restrict__ k_norm, float eps, const int32_t* __restrict__ positions,
+    const float* __restrict__ inv_freq, const int32_t* __restrict__ slot_mapping, int num_heads,
+    int num_kv_heads, __nv_bfloat16* __restrict__ q_out, Cache* __restrict__ k_cache,
+    Cache* __restrict__ v_cache, float k_inv_scale, float v_inv_scale, int heads_per_warp) {
+    pdl_wait();
+    pdl_trigger();
+    const int total_heads = num_heads + 2 * num_kv_heads;
+    const int t = blockIdx.x;
+    const int first = (int(blockIdx.y) * kWarps + int(threadIdx.x) / 32) * heads_per_warp;
+    const int end = min(first + heads_per_warp, total_heads);
+    RopeAngles<kHeadDim> angles;  // token t's, for every q and k head of this warp
+    if (first < num_heads + num_kv_heads)
+        angles = rope_angles<kHeadDim>(float(positions[t]), inv_freq);
+    for (int head = first; head < end; ++head)
+        norm_rope_store_head<kHeadDim>(qkv, q_norm, k_norm, eps, angles, slot_mapping, t, head,
+                                       num_heads, num_kv_heads, q_out, k_cache, v_cache,
+                                       k_inv_scale, v_inv_scale);
 }
 
 }  // namespace
@@ -109,7 +131,11 @@ void qk_norm_rope_store(const Tensor& qkv, const Tensor* q_norm, const Tensor* k
     MI_LAUNCH_CHECK(n <= INT32_MAX && total_heads <= 65535 * kWarps,
                     "qk_norm_rope_store: batch too large for one grid");
 
-    const dim3 grid(unsigned(n), unsigned((total_heads + kWarps - 1) / kWarps));
+    // From 128 tokens a warp takes a quarter of a token's heads (their rotary angles computed
+    // once), below that one head: more warps in flight for a few tokens.
+    const int heads_per_warp = n >= 128 ? int((total_heads + kWarps - 1) / kWarps) : 1;
+    const int64_t heads_per_block = int64_t(kWarps) * heads_per_warp;
+    const dim3 grid(unsigned(n), unsigned((total_heads + heads_per_block - 1) / heads_per_block));
     const auto launch = [&](auto head_dim_tag, auto* k_ptr, auto* v_ptr) {
         constexpr int kHeadDim = decltype(head_dim_tag)::value;
         using Cache = std::remove_pointer_t<decltype(k_ptr)>;
@@ -118,7 +144,8 @@ void qk_norm_rope_store(const Tensor& qkv, const Tensor* q_norm, const Tensor* k
                       k_norm ? k_norm->data<__nv_bfloat16>() : nullptr, eps,
                       positions.data<int32_t>(), inv_freq.data<float>(),
                       slot_mapping.data<int32_t>(), int(num_heads), int(num_kv_heads),
-                      q_out.data<__nv_bfloat16>(), k_ptr, v_ptr, 1.f / k_scale, 1.f / v_scale);
+                      q_out.data<__nv_bfloat16>(), k_ptr, v_ptr, 1.f / k_scale, 1.f / v_scale,
+                      heads_per_warp);
     };
     // The head sizes compiled in, each for a bf16 and an FP8 cache.
     const auto dispatch = [&](auto head_dim_tag) {
