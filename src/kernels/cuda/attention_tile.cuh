@@ -8,7 +8,7 @@
 //   widen_kv_tile      an FP8 cache's raw tile, once it has landed, widened to an f16 tile
 //   qk_scores          S = Q·Kᵀ (16 rows x kKeys keys, fp32 accumulators)
 //   online_softmax     scale to base 2, causal / range mask, running max and sum, O rescaled,
-//                      S becomes P = 2^(S - max)
+//                      S becomes P = 2^(S - max) (softmax_scores, then rescale_o)
 //   accumulate_pv      O += P·V, P taken straight from the S accumulators as A fragments
 // and, around it, what both kernels do with a block of 64 packed rows:
 //   kv_tile_ring       K/V tiles through a two-stage cp.async ring (FP8: raw tiles, widened
@@ -40,6 +40,14 @@
 #include "kernels/cuda/reduce.cuh"
 
 namespace miniinfer::cuda {
+
+// 2^x by one MUFU.EX2 (exp2f adds a denormal-range fix-up around it): results below 2^-126 flush
+// to zero, which a softmax weight next to the row's max (1) cannot tell from the exact value.
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
 
 // The 16-bit type the tile step multiplies in: bf16 for a bf16 cache; f16 for an FP8 cache,
 // whose e4m3 values widen to f16 exactly at one conversion instruction per pair (to bf16 it takes
@@ -185,34 +193,40 @@ __device__ __forceinline__ void qk_scores(const uint32_t (&q_frag)[kHeadDim / 16
     }
 }
 
-// One online-softmax step over the tile's scores (keys key_begin + column): scores scaled to
-// base 2, keys past a row's limit masked when need_mask (the caller knows whether any key of the
-// tile can be past one), the running max / sum updated, O rescaled, and s left holding
-// P = 2^(s - max). kMayBeEmpty: a row may have seen no key yet (max -inf); it then takes 0 as
-// its reference, so its P and correction are exact zeros rather than NaN. Without it (fa2: tile
-// 0 holds key 0, which every row sees) the check is left out.
-template <int kHeadDim, int kKeys, bool kMayBeEmpty>
-__device__ __forceinline__ void online_softmax(float (&s)[kKeys / 8][4], float (&row_max)[2],
-                                               float (&row_sum)[2], float (&o)[kHeadDim / 8][4],
+// One online-softmax step over the tile's scores (keys key_begin + column), O left alone:
+// scores scaled to base 2, keys past a row's limit masked when need_mask (the caller knows
+// whether any key of the tile can be past one), the running max / sum updated, s left holding
+// P = 2^(s - max), and each row's factor for O (2^(old max - new max)) in correction.
+// kMayBeEmpty: a row may have seen no key yet (max -inf); it then takes 0 as its reference, so
+// its P and correction are exact zeros rather than NaN. Without it (fa2: tile 0 holds key 0,
+// which every row sees) the check is left out. A kernel that runs the softmax while the previous
+// tile's P·V is still in flight calls rescale_o itself once that has finished.
+template <int kKeys, bool kMayBeEmpty>
+__device__ __forceinline__ void softmax_scores(float (&s)[kKeys / 8][4], float (&row_max)[2],
+                                               float (&row_sum)[2], float (&correction)[2],
                                                float scale_log2, bool need_mask, int key_begin,
                                                const int (&limit)[2]) {
+    // Per score, in the common (unmasked) tile: a max, one FFMA (scale and shift in one), one
+    // MUFU.EX2 and an add; the scale is applied to the max (scale_log2 > 0 keeps the order)
+    // rather than to every score.
     const int tig = threadIdx.x % 4;
+    if (need_mask) {
+#pragma unroll
+        for (int nt = 0; nt < kKeys / 8; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                if (key_begin + nt * 8 + tig * 2 + i % 2 > limit[i / 2]) s[nt][i] = -INFINITY;
+    }
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-        float tile_max = row_max[i];
+        float raw_max = -INFINITY;
 #pragma unroll
-        for (int nt = 0; nt < kKeys / 8; ++nt) {
-#pragma unroll
-            for (int j = 0; j < 2; ++j) {
-                float& x = s[nt][2 * i + j];
-                x *= scale_log2;
-                if (need_mask && key_begin + nt * 8 + tig * 2 + j > limit[i]) x = -INFINITY;
-                tile_max = fmaxf(tile_max, x);
-            }
-        }
-        tile_max = quad_max(tile_max);  // a row's scores live in the 4 threads of a quad
+        for (int nt = 0; nt < kKeys / 8; ++nt)
+            raw_max = fmaxf(raw_max, fmaxf(s[nt][2 * i], s[nt][2 * i + 1]));
+        // A row's scores live in the 4 threads of a quad.
+        const float tile_max = fmaxf(row_max[i], quad_max(raw_max) * scale_log2);
         const float ref = (kMayBeEmpty && tile_max == -INFINITY) ? 0.f : tile_max;
-        const float correction = exp2f(row_max[i] - ref);
+        correction[i] = fast_exp2(row_max[i] - ref);
         row_max[i] = tile_max;
         float tile_sum = 0.f;
 #pragma unroll
@@ -220,17 +234,40 @@ __device__ __forceinline__ void online_softmax(float (&s)[kKeys / 8][4], float (
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
                 float& x = s[nt][2 * i + j];
-                x = exp2f(x - ref);
+                x = fast_exp2(fmaf(x, scale_log2, -ref));
                 tile_sum += x;
             }
         }
-        row_sum[i] = row_sum[i] * correction + tile_sum;
-#pragma unroll
-        for (int dt = 0; dt < kHeadDim / 8; ++dt) {
-            o[dt][2 * i] *= correction;
-            o[dt][2 * i + 1] *= correction;
-        }
+        row_sum[i] = row_sum[i] * correction[i] + tile_sum;
     }
+}
+
+// O's rows (fragment rows 0: gid, 1: gid + 8) times their softmax correction; nothing when no
+// row of the warp has a new max (every correction exactly 1: most tiles after the first few).
+// Whole warps only.
+template <int kHeadDim>
+__device__ __forceinline__ void rescale_o(float (&o)[kHeadDim / 8][4],
+                                          const float (&correction)[2]) {
+    if (__all_sync(0xffffffffu, correction[0] == 1.f && correction[1] == 1.f)) return;
+#pragma unroll
+    for (int dt = 0; dt < kHeadDim / 8; ++dt) {
+        o[dt][0] *= correction[0];
+        o[dt][1] *= correction[0];
+        o[dt][2] *= correction[1];
+        o[dt][3] *= correction[1];
+    }
+}
+
+// softmax_scores, then O rescaled at once.
+template <int kHeadDim, int kKeys, bool kMayBeEmpty>
+__device__ __forceinline__ void online_softmax(float (&s)[kKeys / 8][4], float (&row_max)[2],
+                                               float (&row_sum)[2], float (&o)[kHeadDim / 8][4],
+                                               float scale_log2, bool need_mask, int key_begin,
+                                               const int (&limit)[2]) {
+    float correction[2];
+    softmax_scores<kKeys, kMayBeEmpty>(s, row_max, row_sum, correction, scale_log2, need_mask,
+                                       key_begin, limit);
+    rescale_o<kHeadDim>(o, correction);
 }
 
 // o += P·V for the kKeys keys of v_tile ([kKeys, kHeadDim + 8] Elem in shared memory).
