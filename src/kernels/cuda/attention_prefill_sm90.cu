@@ -129,22 +129,39 @@ __device__ __forceinline__ void wgmma_m64n128k16_rs_tb(float (&d)[16][4], const 
 #undef MI_WGMMA_M64N128K16_RS_TB
 #undef MI_WGMMA_D
 
+constexpr int kRowsPerThread = kBlockN / 16;  // rows of a tile a thread copies: t / 8 + 16 i
+
+// The block-table entries of the pages holding this thread's rows of keys [key_begin,
+// key_begin + kBlockN) (-1 from key_end on), read a tile ahead of the copies that use them: a
+// read of the block table is a global load, which the copies would otherwise wait for.
+__device__ __forceinline__ void stage_pages(int (&page)[kRowsPerThread], const int32_t* pages,
+                                            int key_begin, int key_end, int page_size,
+                                            int page_shift) {
+#pragma unroll
+    for (int i = 0; i < kRowsPerThread; ++i) {
+        const int key = key_begin + int(threadIdx.x) / 8 + 16 * i;
+        page[i] = key < key_end ? pages[page_index(key, page_size, page_shift)] : -1;
+    }
+}
+
 // Keys [key_begin, key_begin + kBlockN) of one KV head, K and V, into the stage at shared
 // address `stage` (K tile, then V tile; each two 64-dim halves of kBlockN swizzled 128-byte
-// rows); keys from key_end on zero-filled. Thread t copies 16-byte chunk t % 8 of rows
-// t / 8 + 16 i of both halves: 8 neighbouring threads read one row's 128 bytes.
+// rows), from the pages stage_pages found; keys past the end zero-filled. Thread t copies 16-byte
+// chunk t % 8 of rows t / 8 + 16 i of both halves: 8 neighbouring threads read one row's 128
+// bytes.
 __device__ __forceinline__ void load_kv_stage(uint32_t stage, const bf16* k_cache,
-                                              const bf16* v_cache, const int32_t* pages,
-                                              int key_begin, int key_end, int page_size,
-                                              int page_shift, int64_t kv_row_stride,
+                                              const bf16* v_cache,
+                                              const int (&page)[kRowsPerThread], int key_begin,
+                                              int page_size, int page_shift, int64_t kv_row_stride,
                                               int head_offset) {
     const int chunk = int(threadIdx.x) % 8, row0 = int(threadIdx.x) / 8;
 #pragma unroll
-    for (int i = 0; i < kBlockN / 16; ++i) {
-        const int r = row0 + 16 * i, key = key_begin + r;
-        const bool valid = key < key_end;
-        const int64_t base =
-            valid ? cache_row(pages, key, page_size, page_shift) * kv_row_stride + head_offset : 0;
+    for (int i = 0; i < kRowsPerThread; ++i) {
+        const int r = row0 + 16 * i;
+        const bool valid = page[i] >= 0;
+        const int64_t row =
+            int64_t(page[i]) * page_size + page_offset(key_begin + r, page_size, page_shift);
+        const int64_t base = valid ? row * kv_row_stride + head_offset : 0;
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             const uint32_t dst = uint32_t(half * kHalfBytes) + swizzled(r, chunk);
@@ -253,13 +270,19 @@ __global__ void __launch_bounds__(kThreads, std::is_same_v<Cache, uint8_t> ? 2 :
     auto raw_stage = [&](int stage) {
         return ring + uint32_t(kStageBytes + stage * 2 * kBlockN * kHeadDim);
     };
+    int page[kRowsPerThread];  // bf16: the block-table entries of the next tile to load
     auto load = [&](int stage, int key_begin) {
-        if constexpr (kFp8)
+        if constexpr (kFp8) {
             load_raw_stage(raw_stage(stage), k_cache, v_cache, pages, key_begin, num_keys,
                            page_size, page_shift, kv_row_stride, kv_head * kHeadDim);
-        else
-            load_kv_stage(ring + uint32_t(stage * kStageBytes), k_cache, v_cache, pages, key_begin,
-                          num_keys, page_size, page_shift, kv_row_stride, kv_head * kHeadDim);
+        } else {
+            load_kv_stage(ring + uint32_t(stage * kStageBytes), k_cache, v_cache, page, key_begin,
+                          page_size, page_shift, kv_row_stride, kv_head * kHeadDim);
+        }
+    };
+    // bf16: the pages of the tile starting at key_begin, ahead of its load.
+    auto find_pages = [&](int key_begin) {
+        if constexpr (!kFp8) stage_pages(page, pages, key_begin, num_keys, page_size, page_shift);
     };
     const float score_scale = kFp8 ? scale_log2 * k_scale : scale_log2;
 
@@ -270,7 +293,10 @@ __global__ void __launch_bounds__(kThreads, std::is_same_v<Cache, uint8_t> ? 2 :
 
     const int num_tiles = (num_keys + kBlockN - 1) / kBlockN;
     for (int stage = 0; stage < 2; ++stage) {  // one commit group per tile, empty or not
-        if (stage < num_tiles) load(stage, stage * kBlockN);
+        if (stage < num_tiles) {
+            find_pages(stage * kBlockN);
+            load(stage, stage * kBlockN);
+        }
         cp_async_commit();
     }
     for (int tile = 0; tile < num_tiles; ++tile) {
@@ -288,6 +314,7 @@ __global__ void __launch_bounds__(kThreads, std::is_same_v<Cache, uint8_t> ? 2 :
         } else {
             fence_proxy_async_shared();  // ... and are visible to wgmma's reads
             __syncthreads();             // everyone's
+            if (tile + 2 < num_tiles) find_pages(key_begin + 2 * kBlockN);  // read during the step
         }
 
         // S = Q·Kᵀ: k16 slice kc of the dims is 32 bytes into a row of half kc / 4.

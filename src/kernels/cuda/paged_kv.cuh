@@ -13,13 +13,20 @@ inline int page_shift_of(int64_t page_size) {
     return shift;
 }
 
+// Where a sequence's key lies: the index of its page in the block-table row, and its offset in
+// that page. Power-of-two pages take a shift and a mask instead of an integer division.
+__device__ __forceinline__ int page_index(int key, int page_size, int page_shift) {
+    return page_shift >= 0 ? key >> page_shift : key / page_size;
+}
+__device__ __forceinline__ int page_offset(int key, int page_size, int page_shift) {
+    return page_shift >= 0 ? key & (page_size - 1) : key % page_size;
+}
+
 // Cache row (page * page_size + offset) of a sequence's key; pages: its block-table row.
-// Power-of-two pages take a shift and a mask instead of an integer division.
 __device__ __forceinline__ int64_t cache_row(const int32_t* pages, int key, int page_size,
                                              int page_shift) {
-    const int page_idx = page_shift >= 0 ? key >> page_shift : key / page_size;
-    const int offset = page_shift >= 0 ? key & (page_size - 1) : key % page_size;
-    return int64_t(pages[page_idx]) * page_size + offset;
+    return int64_t(pages[page_index(key, page_size, page_shift)]) * page_size +
+           page_offset(key, page_size, page_shift);
 }
 
 }  // namespace miniinfer::cuda
