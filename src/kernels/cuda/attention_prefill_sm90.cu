@@ -35,6 +35,7 @@
 #include "core/cuda/cuda_check.h"
 #include "core/env.h"
 #include "kernels/cuda/attention_tile.cuh"
+#include "kernels/cuda/hopper_async.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/wgmma.cuh"
 

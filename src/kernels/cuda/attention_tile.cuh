@@ -199,8 +199,8 @@ __device__ __forceinline__ void qk_scores(const uint32_t (&q_frag)[kHeadDim / 16
 // P = 2^(s - max), and each row's factor for O (2^(old max - new max)) in correction.
 // kMayBeEmpty: a row may have seen no key yet (max -inf); it then takes 0 as its reference, so
 // its P and correction are exact zeros rather than NaN. Without it (fa2: tile 0 holds key 0,
-// which every row sees) the check is left out. A kernel that runs the softmax while the previous
-// tile's P·V is still in flight calls rescale_o itself once that has finished.
+// which every row sees) the check is left out. online_softmax applies the correction to O at
+// once (rescale_o).
 template <int kKeys, bool kMayBeEmpty>
 __device__ __forceinline__ void softmax_scores(float (&s)[kKeys / 8][4], float (&row_max)[2],
                                                float (&row_sum)[2], float (&correction)[2],

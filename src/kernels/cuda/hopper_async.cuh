@@ -1,6 +1,7 @@
-// Hopper's asynchronous copies and the shared-memory barriers that count them, for
-// warp-specialised kernels (grouped_gemm_sm90.cu): producer threads fill a ring of shared-memory
-// stages, consumer threads wait for a stage to be full and hand it back when done.
+// Hopper's asynchronous copies (cp.async into addressed shared memory, TMA) and the shared-memory
+// barriers that count them, for the sm_90a kernels (grouped_gemm_sm90.cu,
+// attention_prefill_sm90.cu). In a warp-specialised kernel producer threads fill a ring of
+// shared-memory stages, consumer threads wait for a stage to be full and hand it back when done.
 //   - an mbarrier is a 64-bit word in shared memory with an expected number of arrivals and a
 //     phase bit. A phase completes when all expected arrivals (and, with expect_tx, all expected
 //     bytes of bulk copies) have come in; the barrier then re-arms for the next phase.
@@ -19,6 +20,20 @@
 namespace miniinfer::cuda {
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// 16 bytes global -> shared address `dst`, asynchronously; valid == false writes zeros.
+__device__ __forceinline__ void cp_async_16_to(uint32_t dst, const void* src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+// Orders this thread's generic-proxy writes to shared memory (cp.async included) before later
+// async-proxy reads of them (wgmma's operand fetches).
+__device__ __forceinline__ void fence_proxy_async_shared() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
 
 __device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t arrivals) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals));

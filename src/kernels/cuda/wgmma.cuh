@@ -1,5 +1,6 @@
-// Hopper's warpgroup MMA (wgmma) and what feeds it, shared by the sm_90a kernels
-// (grouped_gemm_sm90.cu, attention_prefill_sm90.cu). Only defined for sm_90a device code
+// Hopper's warpgroup MMA (wgmma) and the shared-memory operand layout it reads, shared by the
+// sm_90a kernels (grouped_gemm_sm90.cu, attention_prefill_sm90.cu; the copies that fill the
+// operands are hopper_async.cuh's). Only defined for sm_90a device code
 // (__CUDA_ARCH_FEAT_SM90_ALL): callers guard their bodies the same way.
 //
 // Shared-memory operands use the 128-byte swizzle: operand rows of 128 bytes stacked densely,
@@ -24,19 +25,6 @@ inline constexpr int kWgmmaAtomBytes = 1024;  // 8 rows
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-// 16 bytes global -> shared address `dst`, asynchronously; valid == false writes zeros.
-__device__ __forceinline__ void cp_async_16_to(uint32_t dst, const void* src, bool valid) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
-// Orders this thread's generic-proxy writes to shared memory (cp.async included) before later
-// async-proxy reads of them (wgmma's operand fetches).
-__device__ __forceinline__ void fence_proxy_async_shared() {
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
 __device__ __forceinline__ void wgmma_fence() {
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
