@@ -26,6 +26,7 @@
 #include "gpu_testing.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_flashinfer.h"
+#include "kernels/cuda/fill_random.h"
 #include "kernels/cuda/qk_norm_rope.h"
 #include "layers/cuda/attention_backend.h"
 #include "paged_attention_testing.h"
@@ -147,43 +148,62 @@ void expect_fp8_matches_cpu(const std::string& name, const Config& cfg,
                      std::to_string(v_scale));
 }
 
-// The inputs of the informative benchmarks: num_seqs sequences of seq_len keys, each with
-// q_len query rows (1: decode; seq_len: a whole prompt), constant bf16 data (0x3c3c ≈ 0.0115).
-struct UniformBatch {
-    UniformBatch(int64_t num_seqs_, int64_t q_len, int64_t seq_len, const Config& c,
-                 bool shuffle_pages)
-        : num_seqs(num_seqs_),
-          num_tokens(num_seqs_ * q_len),
-          qs_host(Tensor::zeros({num_seqs_ + 1}, DType::kI32)),
-          lens_host(Tensor::zeros({num_seqs_}, DType::kI32)) {
-        const int64_t pages_per_seq = (seq_len + c.page_size - 1) / c.page_size,
-                      num_pages = num_seqs * pages_per_seq;
+// The inputs of the informative benchmarks: sequences of seq_len keys, each with q_len query rows
+// (1: decode; seq_len: a whole prompt), each sequence's pages after the previous one's or
+// shuffled, constant bf16 data (0x3c3c ≈ 0.0115) until fill_normal() replaces it.
+struct BenchBatch {
+    BenchBatch(const std::vector<Seq>& seqs, const Config& c, bool shuffle_pages)
+        : num_seqs(int64_t(seqs.size())),
+          qs_host(Tensor::zeros({num_seqs + 1}, DType::kI32)),
+          lens_host(Tensor::zeros({num_seqs}, DType::kI32)) {
+        int64_t max_q = 0, max_len = 0, max_pages = 1;
+        for (const Seq& s : seqs) {
+            max_q = std::max<int64_t>(max_q, s.q_len);
+            max_len = std::max<int64_t>(max_len, s.seq_len);
+            max_pages = std::max<int64_t>(max_pages, (s.seq_len + c.page_size - 1) / c.page_size);
+        }
+        const int64_t num_pages = num_seqs * max_pages;
+        for (int64_t i = 0; i < num_seqs; ++i) {
+            qs_host.data<int32_t>()[i + 1] = qs_host.data<int32_t>()[i] + seqs[size_t(i)].q_len;
+            lens_host.data<int32_t>()[i] = seqs[size_t(i)].seq_len;
+        }
+        num_tokens = qs_host.data<int32_t>()[num_seqs];
         k = cuda::device_tensor({num_pages, c.page_size, c.num_kv_heads, c.head_dim}, DType::kBF16);
         v = cuda::device_tensor({num_pages, c.page_size, c.num_kv_heads, c.head_dim}, DType::kBF16);
         q = cuda::device_tensor({num_tokens, c.num_heads, c.head_dim}, DType::kBF16);
         for (Tensor* t : {&k, &v, &q}) MI_CUDA_CHECK(cudaMemset(t->raw(), 0x3c, t->nbytes()));
-        Tensor table_host = Tensor::zeros({num_seqs, pages_per_seq}, DType::kI32);
+        Tensor table_host = Tensor::zeros({num_seqs, max_pages}, DType::kI32);
         std::iota(table_host.data<int32_t>(), table_host.data<int32_t>() + num_pages, 0);
         if (shuffle_pages) {
             std::mt19937 rng(16);
             std::shuffle(table_host.data<int32_t>(), table_host.data<int32_t>() + num_pages, rng);
-        }
-        for (int64_t s = 0; s < num_seqs; ++s) {
-            qs_host.data<int32_t>()[s + 1] = int32_t((s + 1) * q_len);
-            lens_host.data<int32_t>()[s] = int32_t(seq_len);
         }
         qs = cuda::to_device(qs_host);
         lens = cuda::to_device(lens_host);
         table = cuda::to_device(table_host);
         out = cuda::device_tensor({num_tokens, c.num_heads * c.head_dim}, DType::kBF16);
         p = {&q,     &k,       &v,    &qs,     &lens,
-             &table, num_seqs, q_len, seq_len, 1.f / std::sqrt(float(c.head_dim)),
+             &table, num_seqs, max_q, max_len, 1.f / std::sqrt(float(c.head_dim)),
              &out};
     }
-    UniformBatch(const UniformBatch&) = delete;
-    UniformBatch& operator=(const UniformBatch&) = delete;
+    BenchBatch(int64_t n, int64_t q_len, int64_t seq_len, const Config& c, bool shuffle_pages)
+        : BenchBatch(std::vector<Seq>(size_t(n), Seq{int32_t(q_len), int32_t(seq_len)}), c,
+                     shuffle_pages) {}
+    BenchBatch(const BenchBatch&) = delete;
+    BenchBatch& operator=(const BenchBatch&) = delete;
 
-    int64_t num_seqs, num_tokens;
+    // Normal random q, k and v, so that the softmax's running max moves as it does in a model
+    // (the constant data never moves it).
+    void fill_normal() {
+        uint64_t key = 1;
+        for (Tensor* t : {&q, &k, &v}) {
+            const int64_t cols = t->numel() / t->size(0);
+            cuda::fill_normal(*t, {.cols = cols, .row_end = t->size(0), .col_end = cols}, key++,
+                              1.f, 0.f, nullptr);
+        }
+    }
+
+    int64_t num_seqs, num_tokens = 0;
     Tensor qs_host, lens_host;
     Tensor q, k, v, qs, lens, table, out;
     cuda::AttentionParams p{};
@@ -372,7 +392,7 @@ TEST_P(CudaAttention, DecodeBandwidth) {
     REQUIRE_GPU();
     const Config& c = kQwen3Config;
     const int64_t num_seqs = 256, seq_len = 1024;
-    UniformBatch u(num_seqs, 1, seq_len, c, /*shuffle_pages=*/true);
+    BenchBatch u(num_seqs, 1, seq_len, c, /*shuffle_pages=*/true);
     auto backend = cuda::make_attention_backend(GetParam(), shape_of(c, num_seqs, num_seqs));
     backend->plan(host_span(u.qs_host), host_span(u.lens_host), nullptr);
     MI_CUDA_CHECK(cudaDeviceSynchronize());
@@ -401,7 +421,7 @@ TEST_P(CudaAttention, PrefillThroughput) {
     REQUIRE_GPU();
     const Config& c = kQwen3Config;
     const int64_t num_seqs = 16, seq_len = 1024;
-    UniformBatch u(num_seqs, seq_len, seq_len, c, /*shuffle_pages=*/false);
+    BenchBatch u(num_seqs, seq_len, seq_len, c, /*shuffle_pages=*/false);
     auto backend = cuda::make_attention_backend(GetParam(), shape_of(c, u.num_tokens, u.num_seqs));
     backend->plan(host_span(u.qs_host), host_span(u.lens_host), nullptr);
     const double ms = ms_per_run(*backend, u.p);
@@ -415,6 +435,40 @@ TEST_P(CudaAttention, PrefillThroughput) {
         "[ BENCH    ] %s prefill 16 x 1024 tokens causal, 16/8 heads, head_dim 128, page 16: "
         "%.1f us, %.0f TFLOP/s (dense bf16 peak ~989)\n",
         backend->name(), seconds * 1e6, flops / seconds / 1e12);
+}
+
+// Microseconds of one run of `seqs` on random data through the backend, or negative (skipped).
+double prefill_us(const std::string& name, const Config& c, const std::vector<Seq>& seqs) {
+    BenchBatch u(seqs, c, /*shuffle_pages=*/true);
+    u.fill_normal();
+    auto backend = cuda::make_attention_backend(name, shape_of(c, u.num_tokens, u.num_seqs));
+    backend->plan(host_span(u.qs_host), host_span(u.lens_host), nullptr);
+    return ms_per_run(*backend, u.p) * 1e3;
+}
+
+// Informative: the steps of the prefill256 workload (2,048-token prompts, 16 output tokens, an
+// 8,192-token step budget) on random data at Qwen3-0.6B's heads (16/8) and Qwen3-30B-A3B's
+// (32/4): a step of 8 whole prompts, and one of 4 prompts beside 64 sequences decoding at 2,048
+// keys (those that finished their prompts in the steps before), with the decode rows' share.
+TEST_P(CudaAttention, PrefillThroughputAtPrefill256Shape) {
+    REQUIRE_GPU();
+    for (const Config& c : {kQwen3Config, Config{32, 4, 128, 16}}) {
+        const std::vector<Seq> prompts(8, Seq{2048, 2048});
+        std::vector<Seq> mixed(4, Seq{2048, 2048});
+        mixed.insert(mixed.end(), 64, Seq{1, 2048});
+        const double prompts_us = prefill_us(GetParam(), c, prompts);
+        const double half_us = prefill_us(GetParam(), c, {prompts.begin(), prompts.begin() + 4});
+        const double mixed_us = prefill_us(GetParam(), c, mixed);
+        if (prompts_us < 0 || half_us < 0 || mixed_us < 0)
+            GTEST_SKIP() << "instrumented (sanitizer?): throughput not measured";
+        const double flops = 4.0 * c.head_dim * c.num_heads * 8 * (2048 * 2049 / 2.0);
+        std::printf(
+            "[ BENCH    ] %s prefill, random data, %lld/%lld heads: 8 x 2048 tokens causal %.1f "
+            "us (%.0f TFLOP/s); 4 x 2048 %.1f us; 4 x 2048 + 64 decode rows at 2048 keys %.1f "
+            "us (the decode rows +%.1f us)\n",
+            GetParam().c_str(), (long long)c.num_heads, (long long)c.num_kv_heads, prompts_us,
+            flops / prompts_us / 1e6, half_us, mixed_us, mixed_us - half_us);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

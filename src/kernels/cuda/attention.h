@@ -118,6 +118,10 @@ struct AttentionLaunch {
     float scale;
     void* out;               // [num_tokens, num_heads * head_dim] bf16
     bool fp8_cache = false;  // k_cache, v_cache hold e4m3 bytes, value = e4m3 · k_scale / v_scale
+    // The prefill grid's row-tile order (attention_tile.cuh's prefill_row_tile,
+    // MINIINFER_PREFILL_ORDER): 0 counted from the longest query, 1 each sequence's heaviest tile
+    // first, 2 (the default) that with the decode rows spread over the first half of the grid.
+    int prefill_order = 2;
     float k_scale = 1.f, v_scale = 1.f;
     const int32_t* decode_lengths = nullptr;  // AttentionParams::decode_lengths
     const int32_t* decode_order = nullptr;    // AttentionParams::decode_order

@@ -32,9 +32,9 @@ constexpr int kThreads = kWarps * 32;
 
 // q, out: [num_tokens, num_heads, head_dim]; k_cache, v_cache: [num_pages, page_size,
 // num_kv_heads, head_dim]; query_start: [num_seqs + 1]; seq_lens: [num_seqs];
-// block_table: [num_seqs, max_pages]. grid: (num_seqs, num_kv_heads, row tiles); the row tiles
-// run last first: under the causal mask they see the most keys, and starting them early keeps
-// the light ones for the tail.
+// block_table: [num_seqs, max_pages]. grid: (num_seqs, num_kv_heads, row tiles); each
+// sequence's row tiles run last first (prefill_row_tile): under the causal mask they see
+// the most keys, and starting them early keeps the light ones for the tail.
 // Three blocks per SM (168 registers at head_dim 128, no spills): 12 warps to cover the barriers
 // and the tile loads.
 template <int kHeadDim, typename Cache>
@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kThreads, 3)
                    const Cache* __restrict__ v_cache, float k_scale, float v_scale,
                    const int32_t* __restrict__ query_start, const int32_t* __restrict__ seq_lens,
                    const int32_t* __restrict__ block_table, int max_pages, int num_heads,
-                   int num_kv_heads, int page_size, int page_shift, float scale_log2,
+                   int num_kv_heads, int page_size, int page_shift, float scale_log2, int order,
                    bf16* __restrict__ out) {
     pdl_wait();
     pdl_trigger();
@@ -60,8 +60,8 @@ __global__ void __launch_bounds__(kThreads, 3)
     const int q_begin = query_start[seq];
     const int q_len = query_start[seq + 1] - q_begin;
     const int num_rows = q_len * group;
-    const int row_begin = (gridDim.z - 1 - blockIdx.z) * kBlockM;
-    if (row_begin >= num_rows) return;
+    const int row_begin = prefill_row_tile<kBlockM>(num_rows, order);
+    if (row_begin < 0) return;
     const int seq_len = seq_lens[seq];
     const int prefix_len = seq_len - q_len;  // keys cached before this chunk
     // Keys this block needs: up to the last row's causal limit.
@@ -70,7 +70,6 @@ __global__ void __launch_bounds__(kThreads, 3)
     const int min_limit = prefix_len + row_begin / group;  // smallest causal limit of the block
     const int32_t* pages = block_table + int64_t(seq) * max_pages;
     const int warp = threadIdx.x / 32;
-
     // This thread's two rows: Q as mma A fragments, loaded once, and the last key each may see.
     // Rows past the end compute on zeros and are not stored.
     int row_limit[2];
@@ -107,7 +106,7 @@ void launch_prefill(const AttentionLaunch& a, dim3 grid, cudaStream_t stream) {
                   a.seq_lens, a.block_table, int(a.max_pages), int(a.num_heads),
                   int(a.num_kv_heads), int(a.page_size), page_shift_of(a.page_size),
                   a.scale * 1.4426950408889634f,  // exp(x) = 2^(x log2 e)
-                  static_cast<bf16*>(a.out));
+                  a.prefill_order, static_cast<bf16*>(a.out));
     MI_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -225,8 +225,8 @@ __device__ __forceinline__ void widen_raw_stage(uint8_t* smem_base, uint32_t sme
 
 // q, k_cache, v_cache, query_start, seq_lens, block_table, out: as prefill_kernel's
 // (attention_prefill.cu), head_dim 128; Cache bf16, or uint8_t for an FP8 cache (k_scale,
-// v_scale its scales). Grid: (num_seqs, num_kv_heads, row tiles of 64 packed rows), the last row
-// tile first.
+// v_scale its scales). Grid: (num_seqs, num_kv_heads, row tiles of 64 packed rows), each
+// sequence's last row tile first (prefill_row_tile).
 // Three CTAs an SM with a bf16 cache (at most 170 registers, 3 x 65 KB of shared memory), so
 // that one CTA's softmax overlaps another's wgmmas; two with FP8 (its widening takes registers).
 template <typename Cache>
@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(kThreads, std::is_same_v<Cache, uint8_t> ? 2 :
                         const int32_t* __restrict__ seq_lens,
                         const int32_t* __restrict__ block_table, int max_pages, int num_heads,
                         int num_kv_heads, int page_size, int page_shift, float scale_log2,
-                        bf16* __restrict__ out) {
+                        int order, bf16* __restrict__ out) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     pdl_wait();
     pdl_trigger();
@@ -246,8 +246,8 @@ __global__ void __launch_bounds__(kThreads, std::is_same_v<Cache, uint8_t> ? 2 :
     const int q_begin = query_start[seq];
     const int q_len = query_start[seq + 1] - q_begin;
     const int num_rows = q_len * group;
-    const int row_begin = (gridDim.z - 1 - blockIdx.z) * kBlockM;
-    if (row_begin >= num_rows) return;
+    const int row_begin = prefill_row_tile<kBlockM>(num_rows, order);
+    if (row_begin < 0) return;
     const int seq_len = seq_lens[seq];
     const int prefix_len = seq_len - q_len;  // keys cached before this chunk
     const int last_row = min(row_begin + kBlockM, num_rows) - 1;
@@ -401,7 +401,7 @@ void launch_sm90(const AttentionLaunch& a, dim3 grid, cudaStream_t stream) {
                   a.seq_lens, a.block_table, int(a.max_pages), int(a.num_heads),
                   int(a.num_kv_heads), int(a.page_size), page_shift_of(a.page_size),
                   a.scale * 1.4426950408889634f,  // exp(x) = 2^(x log2 e)
-                  static_cast<bf16*>(a.out));
+                  a.prefill_order, static_cast<bf16*>(a.out));
 }
 
 }  // namespace

@@ -49,6 +49,26 @@ __device__ __forceinline__ float fast_exp2(float x) {
     return y;
 }
 
+// The first packed row of this block's tile in the prefill grid (blockIdx.x: sequence,
+// blockIdx.z: row tile), negative when the sequence has no such tile. The GPU starts blocks in
+// grid order (x fastest, z slowest), so z decides what runs early.
+//   order 0: z counts back from the longest query's last tile (gridDim.z - 1). A decode row of a
+//     mixed step — one tile, over its whole context — then lands in the last z, and all of them
+//     run together at the end: a wave bound by their K/V bytes alone.
+//   order 1: z counts each sequence's tiles back from its own last: z = 0 is every sequence's
+//     heaviest tile (its last rows see the most keys), and the lightest fill the tail.
+//   order 2: as 1, with the one-tile sequences (decode rows) spread over the first half of the
+//     grid (z = seq mod gridDim.z / 2), so that their memory-bound blocks run beside the prompts'
+//     compute-bound ones and none is left for the tail.
+template <int kBlockM>
+__device__ __forceinline__ int prefill_row_tile(int num_rows, int order) {
+    const int tiles = (num_rows + kBlockM - 1) / kBlockM;
+    const int z = int(blockIdx.z), depth = int(gridDim.z);
+    if (order == 2 && tiles == 1) return z == int(blockIdx.x) % max(depth / 2, 1) ? 0 : -1;
+    const int row_begin = ((order == 0 ? depth : tiles) - 1 - z) * kBlockM;
+    return row_begin < num_rows ? row_begin : -1;
+}
+
 // The 16-bit type the tile step multiplies in: bf16 for a bf16 cache; f16 for an FP8 cache,
 // whose e4m3 values widen to f16 exactly at one conversion instruction per pair (to bf16 it takes
 // five, which made the widening cost as much as the mma work). Q and P are then f16 too: finer
