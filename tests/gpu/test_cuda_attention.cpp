@@ -437,6 +437,8 @@ TEST_P(CudaAttention, PrefillThroughput) {
         backend->name(), seconds * 1e6, flops / seconds / 1e12);
 }
 
+namespace {
+
 // Microseconds of one run of `seqs` on random data through the backend, or negative (skipped).
 double prefill_us(const std::string& name, const Config& c, const std::vector<Seq>& seqs) {
     BenchBatch u(seqs, c, /*shuffle_pages=*/true);
@@ -445,6 +447,8 @@ double prefill_us(const std::string& name, const Config& c, const std::vector<Se
     backend->plan(host_span(u.qs_host), host_span(u.lens_host), nullptr);
     return ms_per_run(*backend, u.p) * 1e3;
 }
+
+}  // namespace
 
 // Informative: the steps of the prefill256 workload (2,048-token prompts, 16 output tokens, an
 // 8,192-token step budget) on random data at Qwen3-0.6B's heads (16/8) and Qwen3-30B-A3B's
