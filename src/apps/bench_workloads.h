@@ -19,7 +19,9 @@ struct BenchWorkload {
 
 // balanced: the prompts and lengths of `balanced_file` (nano-vllm's bench.py), temperature 0.6.
 // decode128, decode256, short256, prefill256, bs1: fixed shapes of uniform random ids in
-// [0, 10000) from mt19937(0), temperature 0. Throws Error for an unknown name or a bad file.
+// [0, 10000) from mt19937(0), mt19937(1), ... mt19937(4) in that order (one seed each, so that no
+// workload finds another's prompts in the prefix cache), temperature 0. Throws Error for an
+// unknown name or a bad file.
 BenchWorkload make_bench_workload(const std::string& name, const std::string& balanced_file);
 
 // `num_prompts` prompts of `input_len` uniform random ids in [0, 10000) (mt19937(seed)), each
