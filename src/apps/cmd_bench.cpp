@@ -213,6 +213,11 @@ void run(const BenchOptions& o) {
                 "the prefix cache: %.1f%% in run 1, %.1f%% in %s |\n",
                 w.name.c_str(), first, later / double(o.runs - 1), later_runs.c_str(),
                 percent(first_cached, 1), percent(later_cached, o.runs - 1), later_runs.c_str());
+        } else if (first_cached > 0) {
+            // A single run that found prompts in the cache (an earlier workload's, or a user's
+            // --workload repeated) measured less prefill than the workload holds: say so.
+            std::printf("| %s: %lld of its %lld prompt tokens came from the prefix cache |\n",
+                        w.name.c_str(), (long long)first_cached, (long long)prompt_tokens);
         }
     }
     if (json_file.is_open()) {

@@ -1,6 +1,7 @@
 """The `miniinfer` command line, run as a user would: exit codes, one-line errors, JSON output."""
 import json
 import os
+import re
 import shutil
 import subprocess
 
@@ -174,6 +175,15 @@ def test_bench_reports_time_to_first_token(tmp_path):
     r = json.loads(out_json.read_text())[0]
     assert 0 < r["ttft_p50_ms"] <= r["ttft_p99_ms"] <= 1000 * r["seconds"], r
     assert r["ttft_mean_ms"] > 0, r
+
+
+def test_bench_says_when_a_single_run_found_its_prompts_cached():
+    # The same workload twice in one process: the second run's prompt is in the prefix cache.
+    code, out, err = run("bench", "--model", DEMO, "--workload", "bs1", "--workload", "bs1")
+    assert code == 0, err
+    notes = [l for l in out.splitlines() if "came from the prefix cache" in l]
+    assert len(notes) == 1 and notes[0].startswith("| bs1: ") and "of its 128" in notes[0], out
+    assert out.index(notes[0]) > [m.start() for m in re.finditer(r"\| bs1 \|", out)][1], out
 
 
 def test_bench_runs_reports_first_run_and_steady_state(tmp_path):
