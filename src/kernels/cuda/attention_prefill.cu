@@ -70,6 +70,7 @@ __global__ void __launch_bounds__(kThreads, 3)
     const int min_limit = prefix_len + row_begin / group;  // smallest causal limit of the block
     const int32_t* pages = block_table + int64_t(seq) * max_pages;
     const int warp = threadIdx.x / 32;
+
     // This thread's two rows: Q as mma A fragments, loaded once, and the last key each may see.
     // Rows past the end compute on zeros and are not stored.
     int row_limit[2];

@@ -11,6 +11,8 @@
 //                      S becomes P = 2^(S - max) (softmax_scores, then rescale_o)
 //   accumulate_pv      O += P·V, P taken straight from the S accumulators as A fragments
 // and, around it, what both kernels do with a block of 64 packed rows:
+//   prefill_row_tile   which row tile of its sequence a prefill block takes (the grid's order:
+//                      heaviest tiles first, a mixed step's decode rows spread among them)
 //   kv_tile_ring       K/V tiles through a two-stage cp.async ring (FP8: raw tiles, widened
 //                      to f16 before their step: the step then multiplies in f16), for a block
 //                      or for one warp
