@@ -60,14 +60,18 @@ __device__ __forceinline__ float fast_exp2(float x) {
 //   order 1: z counts each sequence's tiles back from its own last: z = 0 is every sequence's
 //     heaviest tile (its last rows see the most keys), and the lightest fill the tail.
 //   order 2: as 1, with the one-tile sequences (decode rows) spread over the first half of the
-//     grid (z = seq mod gridDim.z / 2), so that their memory-bound blocks run beside the prompts'
-//     compute-bound ones and none is left for the tail.
+//     grid (z = seq mod p, p the largest power of two up to gridDim.z / 2), so that their
+//     memory-bound blocks run beside the prompts' compute-bound ones and none is left for the
+//     tail. (A power of two, and one formula for every order: a modulo by a runtime value, or a
+//     separate return for the spread tiles, cost the wgmma kernel a spilled register.)
 template <int kBlockM>
 __device__ __forceinline__ int prefill_row_tile(int num_rows, int order) {
     const int tiles = (num_rows + kBlockM - 1) / kBlockM;
     const int z = int(blockIdx.z), depth = int(gridDim.z);
-    if (order == 2 && tiles == 1) return z == int(blockIdx.x) % max(depth / 2, 1) ? 0 : -1;
-    const int row_begin = ((order == 0 ? depth : tiles) - 1 - z) * kBlockM;
+    // Order 2 moves a one-tile sequence's tile from z = 0 to z = shift.
+    const unsigned spread_mask = (1u << (31 - __clz(max(depth / 2, 1)))) - 1;
+    const int shift = order == 2 && tiles == 1 ? int(blockIdx.x & spread_mask) : 0;
+    const int row_begin = ((order == 0 ? depth : tiles) - 1 - z + shift) * kBlockM;
     return row_begin < num_rows ? row_begin : -1;
 }
 
