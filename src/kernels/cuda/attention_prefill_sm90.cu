@@ -174,21 +174,21 @@ __device__ __forceinline__ void load_kv_stage(uint32_t stage, const bf16* k_cach
 }
 
 // FP8: keys [key_begin, key_begin + kBlockN) of one KV head as raw e4m3 rows (128 bytes each,
-// unswizzled) into shared address `raw`: K rows, then V rows 8 KB on; zeros from key_end on.
-// Thread t copies 16-byte chunk t % 8 of rows t / 8 + 16 i.
+// unswizzled) into shared address `raw`: K rows, then V rows 8 KB on, from the pages stage_pages
+// found; zeros past the end. Thread t copies 16-byte chunk t % 8 of rows t / 8 + 16 i.
 __device__ __forceinline__ void load_raw_stage(uint32_t raw, const uint8_t* k_cache,
-                                               const uint8_t* v_cache, const int32_t* pages,
-                                               int key_begin, int key_end, int page_size,
-                                               int page_shift, int64_t kv_row_stride,
+                                               const uint8_t* v_cache,
+                                               const int (&page)[kRowsPerThread], int key_begin,
+                                               int page_size, int page_shift, int64_t kv_row_stride,
                                                int head_offset) {
     const int chunk = int(threadIdx.x) % 8, row0 = int(threadIdx.x) / 8;
 #pragma unroll
-    for (int i = 0; i < kBlockN / 16; ++i) {
-        const int r = row0 + 16 * i, key = key_begin + r;
-        const bool valid = key < key_end;
-        const int64_t src = valid ? cache_row(pages, key, page_size, page_shift) * kv_row_stride +
-                                        head_offset + chunk * 16
-                                  : 0;
+    for (int i = 0; i < kRowsPerThread; ++i) {
+        const int r = row0 + 16 * i;
+        const bool valid = page[i] >= 0;
+        const int64_t row =
+            int64_t(page[i]) * page_size + page_offset(key_begin + r, page_size, page_shift);
+        const int64_t src = valid ? row * kv_row_stride + head_offset + chunk * 16 : 0;
         const uint32_t dst = uint32_t(r * kHeadDim + chunk * 16);
         cp_async_16_to(raw + dst, k_cache + src, valid);
         cp_async_16_to(raw + uint32_t(kBlockN * kHeadDim) + dst, v_cache + src, valid);
@@ -271,19 +271,19 @@ __global__ void __launch_bounds__(kThreads, std::is_same_v<Cache, uint8_t> ? 2 :
     auto raw_stage = [&](int stage) {
         return ring + uint32_t(kStageBytes + stage * 2 * kBlockN * kHeadDim);
     };
-    int page[kRowsPerThread];  // bf16: the block-table entries of the next tile to load
+    int page[kRowsPerThread];  // the block-table entries of the next tile to load
     auto load = [&](int stage, int key_begin) {
         if constexpr (kFp8) {
-            load_raw_stage(raw_stage(stage), k_cache, v_cache, pages, key_begin, num_keys,
-                           page_size, page_shift, kv_row_stride, kv_head * kHeadDim);
+            load_raw_stage(raw_stage(stage), k_cache, v_cache, page, key_begin, page_size,
+                           page_shift, kv_row_stride, kv_head * kHeadDim);
         } else {
             load_kv_stage(ring + uint32_t(stage * kStageBytes), k_cache, v_cache, page, key_begin,
                           page_size, page_shift, kv_row_stride, kv_head * kHeadDim);
         }
     };
-    // bf16: the pages of the tile starting at key_begin, ahead of its load.
+    // The pages of the tile starting at key_begin, ahead of its load.
     auto find_pages = [&](int key_begin) {
-        if constexpr (!kFp8) stage_pages(page, pages, key_begin, num_keys, page_size, page_shift);
+        stage_pages(page, pages, key_begin, num_keys, page_size, page_shift);
     };
     const float score_scale = kFp8 ? scale_log2 * k_scale : scale_log2;
 
@@ -300,6 +300,9 @@ __global__ void __launch_bounds__(kThreads, std::is_same_v<Cache, uint8_t> ? 2 :
         }
         cp_async_commit();
     }
+    // FP8 loads tile t + 2 at the top of step t (its raw stage is free once tile t is widened),
+    // so it reads that tile's pages one step earlier, during step t - 1.
+    if (kFp8 && num_tiles > 2) find_pages(2 * kBlockN);
     for (int tile = 0; tile < num_tiles; ++tile) {
         const int key_begin = tile * kBlockN;
         const uint32_t k_tile = ring + uint32_t((kFp8 ? 0 : tile % 2) * kStageBytes);
@@ -312,6 +315,7 @@ __global__ void __launch_bounds__(kThreads, std::is_same_v<Cache, uint8_t> ? 2 :
             __syncthreads();             // everyone's; the raw stage is free
             if (tile + 2 < num_tiles) load(tile % 2, key_begin + 2 * kBlockN);
             cp_async_commit();
+            if (tile + 3 < num_tiles) find_pages(key_begin + 3 * kBlockN);  // read during the step
         } else {
             fence_proxy_async_shared();  // ... and are visible to wgmma's reads
             __syncthreads();             // everyone's
