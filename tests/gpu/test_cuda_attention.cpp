@@ -282,7 +282,7 @@ TEST_P(CudaAttention, LongContextsSplitKv) {
 
 // Every sequence prefilling, enough row tiles to fill the GPU: flashinfer hands it to the wgmma
 // prefill kernel on an H100 / H200
-// (CudaAttentionFlashInferPlan.AllPrefillBatchTakesTheHopperKernel).
+// (CudaAttentionFlashInferPlan.PrefillAndMixedBatchesTakeTheHopperKernel).
 TEST_P(CudaAttention, AllPrefillBatch) {
     REQUIRE_GPU();
     std::mt19937 rng(18);
@@ -754,10 +754,11 @@ TEST(CudaAttentionFlashInferPlan, LongDecodeIsChunked) {
             << "one long decode must be split; " << describe(cfg, kLongDecodeSeqs);
 }
 
-// A batch in which every sequence prefills, with row tiles enough to fill the grid: on an H100 /
-// H200 at head_dim 128 it goes to the wgmma prefill kernel (never with a decode row or a split);
-// and whichever kernel runs it, it matches the CPU (both backends, CudaAttention.AllPrefillBatch).
-TEST(CudaAttentionFlashInferPlan, AllPrefillBatchTakesTheHopperKernel) {
+// A batch with prefill rows (every sequence's, or some beside decode rows) and row tiles enough to
+// fill the grid: on an H100 / H200 at head_dim 128 it goes to the wgmma prefill kernel (never a
+// decode-only batch or a split); whichever kernel runs it, it matches the CPU (both backends,
+// CudaAttention.AllPrefillBatch and ManySequences).
+TEST(CudaAttentionFlashInferPlan, PrefillAndMixedBatchesTakeTheHopperKernel) {
     REQUIRE_GPU();
     int device = 0, major = 0, minor = 0;
     MI_CUDA_CHECK(cudaGetDevice(&device));
@@ -768,8 +769,11 @@ TEST(CudaAttentionFlashInferPlan, AllPrefillBatchTakesTheHopperKernel) {
     for (const Config& cfg : kManySeqsConfigs) {
         const PlanStats plan = plan_flashinfer(cfg, all_prefill_seqs());
         EXPECT_EQ(plan.hopper_prefill, hopper && cfg.head_dim == 128) << describe(cfg);
-        EXPECT_FALSE(plan_flashinfer(cfg, many_seqs()).hopper_prefill) << "decode rows";
-        EXPECT_FALSE(plan_flashinfer(cfg, kLongChunkBatches[0]).hopper_prefill) << "decode row";
+        // Prompts beside decode rows too, when their row tiles fill the grid.
+        EXPECT_EQ(plan_flashinfer(cfg, many_seqs()).hopper_prefill, hopper && cfg.head_dim == 128)
+            << "mixed; " << describe(cfg);
+        EXPECT_FALSE(plan_flashinfer(cfg, kLongChunkBatches[0]).hopper_prefill) << "split";
+        EXPECT_FALSE(plan_flashinfer(cfg, kDecodeSeqs).hopper_prefill) << "decode only";
     }
 }
 

@@ -303,11 +303,11 @@ void FlashInferAttention::plan(std::span<const int32_t> query_start,
     };
     std::vector<Unit> units;
     int64_t max_keys = 0;
-    bool all_prefill = num_seqs > 0;  // every sequence has more than one query row
+    bool any_prefill = false;  // some sequence has more than one query row
     for (int64_t s = 0; s < num_seqs; ++s) {
         const int64_t q_len = query_start[size_t(s) + 1] - query_start[size_t(s)];
         const int64_t seq_len = seq_lens[size_t(s)];
-        all_prefill = all_prefill && q_len > 1;
+        any_prefill = any_prefill || q_len > 1;
         MI_LAUNCH_CHECK(q_len >= 0 && seq_len >= q_len,
                         "flashinfer plan: query_start must not decrease and seq_lens >= q_len");
         const int64_t prefix = seq_len - q_len, rows = q_len * group;
@@ -364,7 +364,7 @@ void FlashInferAttention::plan(std::span<const int32_t> query_start,
     }
     MI_LAUNCH_CHECK(int64_t(items.size()) <= max_items_ && partial_rows <= max_partial_rows_,
                     "flashinfer plan: the plan outgrew its workspace (a planner bug)");
-    hopper_prefill_ = hopper_prefill_supported_ && all_prefill && chunk == 0;
+    hopper_prefill_ = hopper_prefill_supported_ && any_prefill && chunk == 0;
 
     // Longest processing time first: each item, heaviest first, to the least loaded block.
     // Cost: its key tiles plus one for the fixed work (Q load, epilogue).
