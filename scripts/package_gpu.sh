@@ -58,10 +58,10 @@ cupti=$(ls /usr/local/cuda/lib64/libcupti.so.1[0-9] /usr/local/cuda/extras/CUPTI
 strip --strip-debug "$out"/bin/* "$out"/lib/* $(find "$out/python" -name '*.so' -o -path '*/bin/miniinfer' 2>/dev/null)
 name=$(basename "$out")
 if [ "${SPLIT:-0}" = 1 ]; then
-  tar -C "$(dirname "$out")" -cJf "$out-lib.tar.xz" "$name/lib"
-  tar -C "$(dirname "$out")" -cJf "$out-bin.tar.xz" --exclude="$name/lib" "$name"
+  tar -C "$(dirname "$out")" -cf - "$name/lib" | xz -9 > "$out-lib.tar.xz"
+  tar -C "$(dirname "$out")" -cf - --exclude="$name/lib" "$name" | xz -9 > "$out-bin.tar.xz"
   du -sh "$out" "$out-lib.tar.xz" "$out-bin.tar.xz"
 else
-  tar -C "$(dirname "$out")" -cJf "$out.tar.xz" "$name"
+  tar -C "$(dirname "$out")" -cf - "$name" | xz -9 > "$out.tar.xz"
   du -sh "$out" "$out.tar.xz"
 fi

@@ -29,24 +29,41 @@ __device__ __forceinline__ void load_head(const __nv_bfloat16* src, float (&x)[k
     for (int j = 0; j < kHeadDim / 32; ++j) x[j] = __bfloat162float(src[lane + 32 * j]);
 }
 
-// Qwen3's per-head RMSNorm with weight w (Hugging Face's rounding on bf16: the norm in fp32,
-// the normalised value rounded to bf16, times the weight, rounded again).
+// Qwen3's per-head RMSNorm: 1 / rms from the head's sum of squares, taken in double. Each square
+// is exact there and the order of the additions shows only below 2^-50, so kernels that hold a
+// head's elements in different lanes and add them in different orders (qk_norm_rope_store and
+// the decode's own QKV step) get the same float, and write the same bits.
+__device__ __forceinline__ float head_inv_rms(double sum_sq, int head_dim, float eps) {
+    return rsqrtf(float(sum_sq) / float(head_dim) + eps);
+}
+
+// One normalised element with weight w (Hugging Face's rounding on bf16: the norm in fp32, the
+// normalised value rounded to bf16, times the weight, rounded again).
+__device__ __forceinline__ float norm_element(float x, float inv_rms, float w) {
+    return round_bf16(round_bf16(x * inv_rms) * w);
+}
+
 template <int kHeadDim>
 __device__ __forceinline__ void norm_head(const __nv_bfloat16* w, float eps,
                                           float (&x)[kHeadDim / 32]) {
     constexpr int kPerLane = kHeadDim / 32;
     const int lane = int(threadIdx.x) % 32;
-    float sum_sq = 0.f;
+    double sum_sq = 0.0;
 #pragma unroll
-    for (int j = 0; j < kPerLane; ++j) sum_sq += x[j] * x[j];
-    const float inv_rms = rsqrtf(warp_sum(sum_sq) / float(kHeadDim) + eps);
+    for (int j = 0; j < kPerLane; ++j) sum_sq += double(x[j]) * double(x[j]);
+    const float inv_rms = head_inv_rms(warp_sum(sum_sq), kHeadDim, eps);
 #pragma unroll
     for (int j = 0; j < kPerLane; ++j)
-        x[j] = round_bf16(round_bf16(x[j] * inv_rms) * __bfloat162float(w[lane + 32 * j]));
+        x[j] = norm_element(x[j], inv_rms, __bfloat162float(w[lane + 32 * j]));
 }
 
 // The lane's rotary angles at position pos (inv_freq: [kHeadDim / 2]): the same for every head
 // of a token, so a warp with several heads computes them once.
+// The rotary angle of one frequency at position pos, as every kernel computes it.
+__device__ __forceinline__ void rope_angle(float pos, float inv_freq, float& sin, float& cos) {
+    sincosf(__fmul_rn(pos, inv_freq), &sin, &cos);
+}
+
 template <int kHeadDim>
 struct RopeAngles {
     float sin[kHeadDim / 64], cos[kHeadDim / 64];
@@ -57,21 +74,25 @@ __device__ __forceinline__ RopeAngles<kHeadDim> rope_angles(float pos, const flo
     RopeAngles<kHeadDim> a;
 #pragma unroll
     for (int j = 0; j < kHeadDim / 64; ++j)
-        sincosf(pos * inv_freq[lane + 32 * j], &a.sin[j], &a.cos[j]);
+        rope_angle(pos, inv_freq[lane + 32 * j], a.sin[j], a.cos[j]);
     return a;
 }
 
-// NeoX rotary: the two halves of the head rotate together, in fp32.
+// NeoX rotary of one pair (element i and its partner i + head_dim / 2) in fp32, each rounding
+// spelled out so that every kernel rotating a pair gets the same bits.
+__device__ __forceinline__ void rotate_pair(float& lo, float& hi, float sin, float cos) {
+    const float l = lo, h = hi;
+    lo = __fmaf_rn(l, cos, -__fmul_rn(h, sin));
+    hi = __fmaf_rn(h, cos, __fmul_rn(l, sin));
+}
+
+// NeoX rotary: the two halves of the head rotate together.
 template <int kHeadDim>
 __device__ __forceinline__ void rotate_head(const RopeAngles<kHeadDim>& a,
                                             float (&x)[kHeadDim / 32]) {
     constexpr int kHalf = kHeadDim / 64;
 #pragma unroll
-    for (int j = 0; j < kHalf; ++j) {
-        const float lo = x[j], hi = x[j + kHalf];
-        x[j] = lo * a.cos[j] - hi * a.sin[j];
-        x[j + kHalf] = hi * a.cos[j] + lo * a.sin[j];
-    }
+    for (int j = 0; j < kHalf; ++j) rotate_pair(x[j], x[j + kHalf], a.sin[j], a.cos[j]);
 }
 
 // A K or V value into the cache: bf16 (one rounding), or e4m3 of x / scale (an FP8 cache). Returns
