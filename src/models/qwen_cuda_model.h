@@ -16,9 +16,9 @@
 // A decode step runs as one batch on one stream. Two halves on two streams (two-batch overlap:
 // one half's GEMMs beside the other's attention, the attention calls taking turns) measured
 // slower on the H200 at every threshold from 32 sequences: 0.6B decode256 37,166 against 41,189
-// tok/s, and at best 40,365 with the GEMMs held to 48 SMs. The decode attention runs at ~98% of
-// the copy rate only with the whole GPU; the GEMMs' SMs cost it more than their time
-// (bench/RESULTS.md, session 19).
+// tok/s, and at best 40,365 with the GEMMs held to 48 SMs. The decode attention reads ~90% of
+// what a read-only kernel reaches (4.32 against 4.61 TB/s in Nsight Compute, session 27) only
+// with the whole GPU; the GEMMs' SMs cost it more than their time (bench/RESULTS.md, session 19).
 #pragma once
 
 #include <vector>
