@@ -21,7 +21,8 @@
 #   LOAD=0          no loader check (a random Qwen3-0.6B-shaped checkpoint from
 #                   tools/make_random_checkpoint.py, needs torch and transformers, loaded for
 #                   CUDA: its logged peak host memory must stay below 1.5x its size)
-#   OPS             bench_cuda_ops runs, separated by ";", each a filter and optionally ",TOKENS"
+#   OPS             bench_cuda_ops runs (then bench_read_bandwidth: the read ceiling against the
+#                   copy rate), separated by ";", each a filter and optionally ",TOKENS"
 #                   (the MoE ops' step size): "attention;moe tile32,256"; default one run of every
 #                   op, none with ONLY; OPS_ENVS more runs of each, one per VAR=VALUE
 #                   (bench-ops-<VAR>-<VALUE>.txt); OPS=0 none
@@ -116,6 +117,14 @@ ops_run() {  # ops_run FILE [VAR=VALUE]
 if [[ -x "$dist/bin/bench_cuda_ops" && "${OPS:-}" != 0 && ( -z "${ONLY:-}" || -n "${OPS:-}" ) ]]; then
   ops_run bench-ops.txt
   for setting in ${OPS_ENVS:-}; do ops_run "bench-ops-${setting/=/-}.txt" "$setting"; done
+  # The read ceiling beside the copy rate the op rows are measured against.
+  if [[ -x "$dist/bin/bench_read_bandwidth" ]]; then
+    if "$dist/bin/bench_read_bandwidth" > "$out/bench-read.txt" 2>&1; then
+      note "bench_read_bandwidth: bench-read.txt"; tee -a "$out/summary.txt" < "$out/bench-read.txt"
+    else
+      note "FAIL bench_read_bandwidth (bench-read.txt)"; status=1
+    fi
+  fi
 fi
 if [[ -n "${NCU:-}" ]]; then
   if command -v ncu >/dev/null; then
