@@ -57,13 +57,13 @@ __device__ __forceinline__ void norm_head(const __nv_bfloat16* w, float eps,
         x[j] = norm_element(x[j], inv_rms, __bfloat162float(w[lane + 32 * j]));
 }
 
-// The lane's rotary angles at position pos (inv_freq: [kHeadDim / 2]): the same for every head
-// of a token, so a warp with several heads computes them once.
 // The rotary angle of one frequency at position pos, as every kernel computes it.
 __device__ __forceinline__ void rope_angle(float pos, float inv_freq, float& sin, float& cos) {
     sincosf(__fmul_rn(pos, inv_freq), &sin, &cos);
 }
 
+// The lane's rotary angles at position pos (inv_freq: [kHeadDim / 2]): the same for every head
+// of a token, so a warp with several heads computes them once.
 template <int kHeadDim>
 struct RopeAngles {
     float sin[kHeadDim / 64], cos[kHeadDim / 64];
