@@ -19,7 +19,9 @@
 
 #include "core/cuda/cuda_check.h"
 #include "kernels/cuda/check_tensor.h"
+#include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/cuda/qk_norm_rope.cuh"
 
 namespace miniinfer::cuda {
@@ -27,30 +29,23 @@ namespace {
 
 constexpr int kWarps = 4;  // warps per block
 
-__device__ __forceinline__ void bf16x8_to_float(const uint4& v, float* f) {
-    const auto* h = reinterpret_cast<const __nv_bfloat162*>(&v);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const float2 p = __bfloat1622float2(h[i]);
-        f[2 * i] = p.x;
-        f[2 * i + 1] = p.y;
-    }
+// The heads one warp holds: a head is head_dim / 16 lanes.
+constexpr int heads_per_warp(int64_t head_dim) {
+    return int(32 / (head_dim / 16));
 }
 
-__device__ __forceinline__ uint4 float8_to_bf16x8(const float* f) {
-    uint4 v;
-    auto* h = reinterpret_cast<__nv_bfloat162*>(&v);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
-    return v;
+// Eight floats as eight bf16 (a 16-byte vector).
+__device__ __forceinline__ uint4 pack_bf16x8(const float (&f)[8]) {
+    return make_uint4(pack_bf16(f[0], f[1]), pack_bf16(f[2], f[3]), pack_bf16(f[4], f[5]),
+                      pack_bf16(f[6], f[7]));
 }
 
 // Eight values into the cache at dst: bf16 (16 bytes) or e4m3 of x / scale (8 bytes), each
 // element as store_cache (qk_norm_rope.cuh) writes it.
-__device__ __forceinline__ void store_cache8(__nv_bfloat16* dst, const float* x, float) {
-    *reinterpret_cast<uint4*>(dst) = float8_to_bf16x8(x);
+__device__ __forceinline__ void store_cache8(__nv_bfloat16* dst, const float (&x)[8], float) {
+    *reinterpret_cast<uint4*>(dst) = pack_bf16x8(x);
 }
-__device__ __forceinline__ void store_cache8(uint8_t* dst, const float* x, float inv_scale) {
+__device__ __forceinline__ void store_cache8(uint8_t* dst, const float (&x)[8], float inv_scale) {
     uint32_t word[2] = {0, 0};
 #pragma unroll
     for (int e = 0; e < 8; ++e) word[e / 4] |= uint32_t(to_e4m3(x[e], inv_scale)) << (8 * (e % 4));
@@ -61,7 +56,8 @@ __device__ __forceinline__ void store_cache8(uint8_t* dst, const float* x, float
 // or neither); positions, slot_mapping: [n]; inv_freq: [kHeadDim / 2];
 // q_out: [n, num_heads, kHeadDim]; k_cache, v_cache: [num_slots, num_kv_heads, kHeadDim]; every
 // row 16-byte aligned (the launcher checks).
-// Grid: (n, ceil(total_heads / kHeadsPerBlock)); block: kWarps warps. Heads q first, then k, v.
+// Grid: (n, ceil(total_heads / (kWarps * heads_per_warp))); block: kWarps warps. Heads q first,
+// then k, v.
 template <int kHeadDim, typename Cache>
 __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_store_kernel(
     const __nv_bfloat16* __restrict__ qkv, const __nv_bfloat16* __restrict__ q_norm,
@@ -76,8 +72,8 @@ __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_store_kernel(
     pdl_trigger();
     const int total_heads = num_heads + 2 * num_kv_heads;
     const int t = int(blockIdx.x), lane = int(threadIdx.x) % 32, s = lane % kLanes;
-    const int head =
-        (int(blockIdx.y) * kWarps + int(threadIdx.x) / 32) * (32 / kLanes) + lane / kLanes;
+    const int head = (int(blockIdx.y) * kWarps + int(threadIdx.x) / 32) * heads_per_warp(kHeadDim) +
+                     lane / kLanes;
     const bool valid = head < total_heads;
     const bool is_q = head < num_heads, is_v = head >= num_heads + num_kv_heads;
     const int64_t e0 = 8 * s;  // the lane's first element; its partners at e0 + kHalf
@@ -97,47 +93,50 @@ __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_store_kernel(
             v_cache +
             (int64_t(slot_mapping[t]) * num_kv_heads + head - num_heads - num_kv_heads) * kHeadDim +
             e0;
-        if constexpr (std::is_same_v<Cache, __nv_bfloat16>) {
-            *reinterpret_cast<uint4*>(dst) = raw[0];
-            *reinterpret_cast<uint4*>(dst + kHalf) = raw[1];
-        } else {
-            float x[8];
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                bf16x8_to_float(raw[h], x);
-                store_cache8(dst + h * kHalf, x, v_inv_scale);
+        for (int h = 0; h < 2; ++h) {
+            if constexpr (std::is_same_v<Cache, __nv_bfloat16>) {
+                *reinterpret_cast<uint4*>(dst + h * kHalf) = raw[h];
+            } else {
+                float v[8];
+                unpack_bf16x8(raw[h], v);
+                store_cache8(dst + h * kHalf, v, v_inv_scale);
             }
         }
     }
-    float x[16];  // elements e0 .. e0 + 7, then e0 + kHalf .. e0 + kHalf + 7
-    bf16x8_to_float(raw[0], x);
-    bf16x8_to_float(raw[1], x + 8);
+    float x[2][8];  // elements e0 .. e0 + 7 of each half: x[1][e] is x[0][e]'s rotary partner
+    unpack_bf16x8(raw[0], x[0]);
+    unpack_bf16x8(raw[1], x[1]);
     if (q_norm != nullptr) {  // every lane of the warp sums: the shuffles need them all
         double sum_sq = 0.0;
 #pragma unroll
-        for (int e = 0; e < 16; ++e) sum_sq += double(x[e]) * double(x[e]);
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int e = 0; e < 8; ++e) sum_sq += double(x[h][e]) * double(x[h][e]);
         const float inv_rms = head_inv_rms(warp_sum<kLanes>(sum_sq), kHeadDim, eps);
         if (valid && !is_v) {
             const __nv_bfloat16* w = (is_q ? q_norm : k_norm) + e0;
-            float wf[16];
-            bf16x8_to_float(*reinterpret_cast<const uint4*>(w), wf);
-            bf16x8_to_float(*reinterpret_cast<const uint4*>(w + kHalf), wf + 8);
 #pragma unroll
-            for (int e = 0; e < 16; ++e) x[e] = norm_element(x[e], inv_rms, wf[e]);
+            for (int h = 0; h < 2; ++h) {
+                float wf[8];
+                unpack_bf16x8(*reinterpret_cast<const uint4*>(w + h * kHalf), wf);
+#pragma unroll
+                for (int e = 0; e < 8; ++e) x[h][e] = norm_element(x[h][e], inv_rms, wf[e]);
+            }
         }
     }
     if (!valid || is_v) return;
 #pragma unroll
-    for (int e = 0; e < 8; ++e) rotate_pair(x[e], x[8 + e], sin_of[e0 + e], cos_of[e0 + e]);
+    for (int e = 0; e < 8; ++e) rotate_pair(x[0][e], x[1][e], sin_of[e0 + e], cos_of[e0 + e]);
     if (is_q) {
         __nv_bfloat16* dst = q_out + (int64_t(t) * num_heads + head) * kHeadDim + e0;
-        *reinterpret_cast<uint4*>(dst) = float8_to_bf16x8(x);
-        *reinterpret_cast<uint4*>(dst + kHalf) = float8_to_bf16x8(x + 8);
+        *reinterpret_cast<uint4*>(dst) = pack_bf16x8(x[0]);
+        *reinterpret_cast<uint4*>(dst + kHalf) = pack_bf16x8(x[1]);
     } else {
         Cache* dst =
             k_cache + (int64_t(slot_mapping[t]) * num_kv_heads + head - num_heads) * kHeadDim + e0;
-        store_cache8(dst, x, k_inv_scale);
-        store_cache8(dst + kHalf, x + 8, k_inv_scale);
+        store_cache8(dst, x[0], k_inv_scale);
+        store_cache8(dst + kHalf, x[1], k_inv_scale);
     }
 }
 
@@ -184,7 +183,7 @@ void qk_norm_rope_store(const Tensor& qkv, const Tensor* q_norm, const Tensor* k
     if (n == 0) return;
     MI_LAUNCH_CHECK(n <= INT32_MAX, "qk_norm_rope_store: batch too large for one grid");
 
-    const int64_t heads_per_block = kWarps * 32 / (head_dim / 16);
+    const int64_t heads_per_block = kWarps * heads_per_warp(head_dim);
     const dim3 grid(unsigned(n), unsigned((total_heads + heads_per_block - 1) / heads_per_block));
     const auto launch = [&](auto head_dim_tag, auto* k_ptr, auto* v_ptr) {
         constexpr int kHeadDim = decltype(head_dim_tag)::value;
