@@ -58,11 +58,15 @@ cupti=$(ls /usr/local/cuda/lib64/libcupti.so.1[0-9] /usr/local/cuda/extras/CUPTI
 [ -n "$cupti" ] && cp -L "$cupti" "$out/lib/"
 strip --strip-debug "$out"/bin/* "$out"/lib/* $(find "$out/python" -name '*.so' -o -path '*/bin/miniinfer' 2>/dev/null)
 name=$(basename "$out")
+pack() {  # pack ARCHIVE TAR_ARGS...: a tar of dist's folder, xz -9
+  local archive=$1; shift
+  tar -C "$(dirname "$out")" -cf - "$@" | xz -9 > "$archive"
+}
 if [ "${SPLIT:-0}" = 1 ]; then
-  tar -C "$(dirname "$out")" -cf - "$name/lib" | xz -9 > "$out-lib.tar.xz"
-  tar -C "$(dirname "$out")" -cf - --exclude="$name/lib" "$name" | xz -9 > "$out-bin.tar.xz"
+  pack "$out-lib.tar.xz" "$name/lib"
+  pack "$out-bin.tar.xz" --exclude="$name/lib" "$name"
   du -sh "$out" "$out-lib.tar.xz" "$out-bin.tar.xz"
 else
-  tar -C "$(dirname "$out")" -cf - "$name" | xz -9 > "$out.tar.xz"
+  pack "$out.tar.xz" "$name"
   du -sh "$out" "$out.tar.xz"
 fi
