@@ -22,8 +22,9 @@
 #                   tools/make_random_checkpoint.py, needs torch and transformers, loaded for
 #                   CUDA: its logged peak host memory must stay below 1.5x its size)
 #   OPS             bench_cuda_ops runs (then bench_read_bandwidth: the read ceiling against the
-#                   copy rate), separated by ";", each a filter and optionally ",TOKENS"
-#                   (the MoE ops' step size): "attention;moe tile32,256"; default one run of every
+#                   copy rate; bench_wgmma: the warpgroup MMA shapes' rates), separated by ";",
+#                   each a filter and optionally ",TOKENS" (the MoE ops' step size):
+#                   "attention;moe tile32,256"; default one run of every
 #                   op, none with ONLY; OPS_ENVS more runs of each, one per VAR=VALUE
 #                   (bench-ops-<VAR>-<VALUE>.txt); OPS=0 none
 #   NCU             Nsight Compute on bench_cuda_ops kernels, ;-separated "KERNEL@FILTER[,TOKENS]"
@@ -117,14 +118,17 @@ ops_run() {  # ops_run FILE [VAR=VALUE]
 if [[ -x "$dist/bin/bench_cuda_ops" && "${OPS:-}" != 0 && ( -z "${ONLY:-}" || -n "${OPS:-}" ) ]]; then
   ops_run bench-ops.txt
   for setting in ${OPS_ENVS:-}; do ops_run "bench-ops-${setting/=/-}.txt" "$setting"; done
-  # The read ceiling beside the copy rate the op rows are measured against.
-  if [[ -x "$dist/bin/bench_read_bandwidth" ]]; then
-    if "$dist/bin/bench_read_bandwidth" > "$out/bench-read.txt" 2>&1; then
-      note "bench_read_bandwidth: bench-read.txt"; tee -a "$out/summary.txt" < "$out/bench-read.txt"
+  # The read ceiling beside the copy rate the op rows are measured against, and the warpgroup
+  # MMA shapes' rates beside the sm_90a kernels'.
+  for tool in read_bandwidth:bench-read.txt wgmma:bench-wgmma.txt; do
+    exe=$dist/bin/bench_${tool%%:*} file=${tool#*:}
+    [[ -x "$exe" ]] || continue
+    if "$exe" > "$out/$file" 2>&1; then
+      note "$(basename "$exe"): $file"; tee -a "$out/summary.txt" < "$out/$file"
     else
-      note "FAIL bench_read_bandwidth (bench-read.txt)"; status=1
+      note "FAIL $(basename "$exe") ($file)"; status=1
     fi
-  fi
+  done
 fi
 if [[ -n "${NCU:-}" ]]; then
   if command -v ncu >/dev/null; then
