@@ -14,16 +14,9 @@
 #include <cstdint>
 #include <cstdio>
 
-namespace {
+#include "bench_timing.h"
 
-#define CHECK(x)                                                             \
-    do {                                                                     \
-        const cudaError_t e = (x);                                           \
-        if (e != cudaSuccess) {                                              \
-            std::printf("CUDA error: %s (%s)\n", cudaGetErrorString(e), #x); \
-            return 1;                                                        \
-        }                                                                    \
-    } while (0)
+namespace {
 
 // The loaded words folded into one, written only if it takes an impossible value (so the loads
 // stay).
@@ -73,42 +66,20 @@ __global__ void read_heads(const uint4* __restrict__ p, size_t rows, int chunk_v
     keep(acc, sink);
 }
 
-// The best of 10 timed launches after 3 warm-ups, ms.
-template <class Launch>
-float best_ms(Launch launch) {
-    cudaEvent_t start, stop;
-    cudaEventCreate(&start);
-    cudaEventCreate(&stop);
-    for (int i = 0; i < 3; ++i) launch();
-    float best = 1e30f;
-    for (int i = 0; i < 10; ++i) {
-        cudaEventRecord(start);
-        launch();
-        cudaEventRecord(stop);
-        cudaEventSynchronize(stop);
-        float ms = 0;
-        cudaEventElapsedTime(&ms, start, stop);
-        best = ms < best ? ms : best;
-    }
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    return best;
-}
-
 }  // namespace
 
 int main() {
     const size_t bytes = size_t(4) << 30;
     void *src = nullptr, *dst = nullptr;
     unsigned* sink = nullptr;
-    CHECK(cudaMalloc(&src, bytes));
-    CHECK(cudaMalloc(&dst, bytes));
-    CHECK(cudaMalloc(&sink, sizeof(unsigned)));
-    CHECK(cudaMemset(src, 1, bytes));
+    MI_BENCH_CHECK(cudaMalloc(&src, bytes));
+    MI_BENCH_CHECK(cudaMalloc(&dst, bytes));
+    MI_BENCH_CHECK(cudaMalloc(&sink, sizeof(unsigned)));
+    MI_BENCH_CHECK(cudaMemset(src, 1, bytes));
     int sms = 0;
-    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    MI_BENCH_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     cudaDeviceProp prop{};
-    CHECK(cudaGetDeviceProperties(&prop, 0));
+    MI_BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("%s, %d SMs\n", prop.name, sms);
     const auto gb_s = [](size_t moved, float ms) { return double(moved) / (double(ms) * 1e6); };
 
@@ -136,8 +107,8 @@ int main() {
                         chunk, gb_s(bytes, ms));
         }
     }
-    CHECK(cudaGetLastError());
-    CHECK(cudaDeviceSynchronize());
+    MI_BENCH_CHECK(cudaGetLastError());
+    MI_BENCH_CHECK(cudaDeviceSynchronize());
     cudaFree(src);
     cudaFree(dst);
     cudaFree(sink);

@@ -57,79 +57,6 @@ static_assert(kBlockM == 64 && kThreads == 128, "one warpgroup: a wgmma m of 64 
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-// The accumulator operands of a wgmma, four per n8 block j (mma.sync's accumulator layout).
-#define MI_WGMMA_D(j) "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
-// The two wgmmas below for the element type TYPE ("bf16" or "f16"), written once: A from
-// registers (a[4]), B from shared memory (b_desc), D accumulated (p is the constant 1), A and B
-// unscaled; the last immediate is B's layout (0: K-major, for K; 1: MN-major read transposed,
-// for V).
-#define MI_WGMMA_M64N64K16_RS(TYPE)                                                  \
-    asm volatile(                                                                    \
-        "{\n"                                                                        \
-        ".reg .pred p;\n"                                                            \
-        "setp.ne.b32 p, %37, 0;\n"                                                   \
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE                  \
-        " {"                                                                         \
-        "%0, %1, %2, %3, %4, %5, %6, %7, "                                           \
-        "%8, %9, %10, %11, %12, %13, %14, %15, "                                     \
-        "%16, %17, %18, %19, %20, %21, %22, %23, "                                   \
-        "%24, %25, %26, %27, %28, %29, %30, %31"                                     \
-        "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n"                                \
-        "}\n"                                                                        \
-        : MI_WGMMA_D(0), MI_WGMMA_D(1), MI_WGMMA_D(2), MI_WGMMA_D(3), MI_WGMMA_D(4), \
-          MI_WGMMA_D(5), MI_WGMMA_D(6), MI_WGMMA_D(7)                                \
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1)            \
-        : "memory")
-#define MI_WGMMA_M64N128K16_RS_TB(TYPE)                                                   \
-    asm volatile(                                                                         \
-        "{\n"                                                                             \
-        ".reg .pred p;\n"                                                                 \
-        "setp.ne.b32 p, %69, 0;\n"                                                        \
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE                      \
-        " {"                                                                              \
-        "%0, %1, %2, %3, %4, %5, %6, %7, "                                                \
-        "%8, %9, %10, %11, %12, %13, %14, %15, "                                          \
-        "%16, %17, %18, %19, %20, %21, %22, %23, "                                        \
-        "%24, %25, %26, %27, %28, %29, %30, %31, "                                        \
-        "%32, %33, %34, %35, %36, %37, %38, %39, "                                        \
-        "%40, %41, %42, %43, %44, %45, %46, %47, "                                        \
-        "%48, %49, %50, %51, %52, %53, %54, %55, "                                        \
-        "%56, %57, %58, %59, %60, %61, %62, %63"                                          \
-        "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n"                                     \
-        "}\n"                                                                             \
-        : MI_WGMMA_D(0), MI_WGMMA_D(1), MI_WGMMA_D(2), MI_WGMMA_D(3), MI_WGMMA_D(4),      \
-          MI_WGMMA_D(5), MI_WGMMA_D(6), MI_WGMMA_D(7), MI_WGMMA_D(8), MI_WGMMA_D(9),      \
-          MI_WGMMA_D(10), MI_WGMMA_D(11), MI_WGMMA_D(12), MI_WGMMA_D(13), MI_WGMMA_D(14), \
-          MI_WGMMA_D(15)                                                                  \
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1)                 \
-        : "memory")
-
-// d[64 × 64] += a[64 × 16] · b: a in registers (the warp's rows as mma.sync's A fragment: a0
-// row gid, k 2 tig; a1 row gid + 8; a2, a3 the same at k + 8), b a K-major operand in shared
-// memory (descriptor b_desc); Elem (bf16 or f16) both operands' type. d[j][i]: n8 block j in
-// mma.sync's accumulator layout.
-template <typename Elem>
-__device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[8][4], const uint32_t (&a)[4],
-                                                   uint64_t b_desc) {
-    if constexpr (std::is_same_v<Elem, __half>)
-        MI_WGMMA_M64N64K16_RS("f16");
-    else
-        MI_WGMMA_M64N64K16_RS("bf16");
-}
-
-// d[64 × 128] += a[64 × 16] · b as above, b an MN-major operand read transposed.
-template <typename Elem>
-__device__ __forceinline__ void wgmma_m64n128k16_rs_tb(float (&d)[16][4], const uint32_t (&a)[4],
-                                                       uint64_t b_desc) {
-    if constexpr (std::is_same_v<Elem, __half>)
-        MI_WGMMA_M64N128K16_RS_TB("f16");
-    else
-        MI_WGMMA_M64N128K16_RS_TB("bf16");
-}
-#undef MI_WGMMA_M64N64K16_RS
-#undef MI_WGMMA_M64N128K16_RS_TB
-#undef MI_WGMMA_D
-
 constexpr int kRowsPerThread = kBlockN / 16;  // rows of a tile a thread copies: t / 8 + 16 i
 
 // The block-table entries of the pages holding this thread's rows of keys [key_begin,
@@ -329,7 +256,7 @@ __global__ void __launch_bounds__(kThreads, std::is_same_v<Cache, uint8_t> ? 2 :
         wgmma_fence();
 #pragma unroll
         for (int kc = 0; kc < kHeadDim / 16; ++kc)
-            wgmma_m64n64k16_rs<Elem>(
+            wgmma_rs<64, Elem, false>(
                 s, q_frag[kc], smem_desc(k_tile + uint32_t((kc / 4) * kHalfBytes + (kc % 4) * 32)));
         wgmma_commit();
         wgmma_wait<0>();
@@ -357,7 +284,7 @@ __global__ void __launch_bounds__(kThreads, std::is_same_v<Cache, uint8_t> ? 2 :
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kBlockN / 16; ++kk)
-            wgmma_m64n128k16_rs_tb<Elem>(
+            wgmma_rs<128, Elem, true>(
                 o, p[kk],
                 smem_desc_mn(v_tile + uint32_t(kk * 2 * kWgmmaAtomBytes), uint32_t(kHalfBytes)));
         wgmma_commit();
