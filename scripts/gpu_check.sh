@@ -24,9 +24,9 @@
 #   OPS             bench_cuda_ops runs (then bench_read_bandwidth: the read ceiling against the
 #                   copy rate; bench_wgmma: the warpgroup MMA shapes' rates), separated by ";",
 #                   each a filter and optionally ",TOKENS" (the MoE ops' step size):
-#                   "attention;moe tile32,256"; default one run of every
-#                   op, none with ONLY; OPS_ENVS more runs of each, one per VAR=VALUE
-#                   (bench-ops-<VAR>-<VALUE>.txt); OPS=0 none
+#                   "attention;moe tile32,256"; default one run of every op, none with ONLY;
+#                   OPS_ENVS more runs of each, one per VAR=VALUE (bench-ops-<VAR>-<VALUE>.txt);
+#                   OPS=0 none
 #   NCU             Nsight Compute on bench_cuda_ops kernels, ;-separated "KERNEL@FILTER[,TOKENS]"
 #                   (KERNEL: a regex of kernel names; FILTER, TOKENS: as in OPS), e.g.
 #                   "decode_mma@attention;grouped_gemm_kernel@moe tile32,256": ncu-<i>.txt with
@@ -118,17 +118,18 @@ ops_run() {  # ops_run FILE [VAR=VALUE]
 if [[ -x "$dist/bin/bench_cuda_ops" && "${OPS:-}" != 0 && ( -z "${ONLY:-}" || -n "${OPS:-}" ) ]]; then
   ops_run bench-ops.txt
   for setting in ${OPS_ENVS:-}; do ops_run "bench-ops-${setting/=/-}.txt" "$setting"; done
-  # The read ceiling beside the copy rate the op rows are measured against, and the warpgroup
-  # MMA shapes' rates beside the sm_90a kernels'.
-  for tool in read_bandwidth:bench-read.txt wgmma:bench-wgmma.txt; do
-    exe=$dist/bin/bench_${tool%%:*} file=${tool#*:}
-    [[ -x "$exe" ]] || continue
-    if "$exe" > "$out/$file" 2>&1; then
-      note "$(basename "$exe"): $file"; tee -a "$out/summary.txt" < "$out/$file"
+  # The ceilings beside the op rows: what reads alone reach against the copy rate they are
+  # measured against, and what the warpgroup MMA shapes of the sm_90a kernels reach.
+  ceiling() {  # ceiling BINARY FILE
+    [[ -x "$dist/bin/$1" ]] || return 0
+    if "$dist/bin/$1" > "$out/$2" 2>&1; then
+      note "$1: $2"; tee -a "$out/summary.txt" < "$out/$2"
     else
-      note "FAIL $(basename "$exe") ($file)"; status=1
+      note "FAIL $1 ($2)"; status=1
     fi
-  done
+  }
+  ceiling bench_read_bandwidth bench-read.txt
+  ceiling bench_wgmma bench-wgmma.txt
 fi
 if [[ -n "${NCU:-}" ]]; then
   if command -v ncu >/dev/null; then

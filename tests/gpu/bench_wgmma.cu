@@ -18,6 +18,8 @@
 
 #include "bench_timing.h"
 
+#include "kernels/cuda/hopper_async.cuh"
+#include "kernels/cuda/mma_bf16.cuh"
 #include "kernels/cuda/wgmma.cuh"
 
 namespace {
@@ -32,12 +34,12 @@ __global__ void __launch_bounds__(128) wgmma_loop(int iters, bool serial, float*
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     using namespace miniinfer::cuda;
     extern __shared__ uint8_t smem_raw[];
-    const uint32_t raw = uint32_t(__cvta_generic_to_shared(smem_raw));
+    const uint32_t raw = smem_u32(smem_raw);
     const uint32_t a_base = (raw + kWgmmaAtomBytes - 1) & ~uint32_t(kWgmmaAtomBytes - 1);
     const uint32_t b_base = a_base + 64 * kWgmmaRowBytes;  // A: 64 rows of 128 bytes
     uint8_t* zero_from = smem_raw + (a_base - raw);
     for (int i = int(threadIdx.x); i < (64 + N) * kWgmmaRowBytes; i += 128) zero_from[i] = 0;
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    fence_proxy_async_shared();  // the zeros, before wgmma reads them
     __syncthreads();
     float d[N / 8][4];
 #pragma unroll

@@ -100,9 +100,9 @@ static_assert(kRowBytes == kWgmmaRowBytes && kAtomBytes == kWgmmaAtomBytes,
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-// A multiplying thread's fp32 accumulators, 128: acc[4 j + i] is wgmma_ss<256>'s d[j][i] (the
-// layout wgmma.cuh gives), so n8 block j of the tile's columns is acc[4 j] .. acc[4 j + 3].
-constexpr int kAccPerThread = kWarpgroupRows * kTileCols / 128;
+// A multiplying thread's fp32 accumulators: acc[j] holds n8 block j of the tile's columns, in
+// wgmma.cuh's layout (wgmma_ss<kTileCols>'s d).
+constexpr int kAccBlocks = kTileCols / 8;
 
 constexpr int kXRowStep = 128 / kChunksPerRow;  // 16 tile rows between a loader thread's rows
 
@@ -167,11 +167,11 @@ __device__ __forceinline__ void multiply_tiles(const CUtensorMap& y_map, uint32_
     const int warp = int(threadIdx.x) % 128 / 32, lane = int(threadIdx.x) % 32;
     int stage = 0;
     uint32_t phase = 0;
-    float acc[kAccPerThread];
+    float acc[kAccBlocks][4];
     for (int tile = int(blockIdx.x); tile < num_tiles; tile += int(gridDim.x)) {
         const int row0 = tile / col_tiles * S::kRows, out0 = tile % col_tiles * kOutCols;
 #pragma unroll
-        for (int i = 0; i < kAccPerThread; ++i) acc[i] = 0.f;
+        for (int j = 0; j < kAccBlocks; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
         int last = stage;
         for (int kt = 0; kt < num_k_tiles; ++kt) {
             mbarrier_wait(full + 8 * stage, phase);
@@ -181,8 +181,7 @@ __device__ __forceinline__ void multiply_tiles(const CUtensorMap& y_map, uint32_
             wgmma_fence();
 #pragma unroll
             for (int s = 0; s < kTileK / 16; ++s)
-                wgmma_ss<256>(reinterpret_cast<float(&)[kTileCols / 8][4]>(acc), a_desc + 2 * s,
-                              b_desc + 2 * s);
+                wgmma_ss<kTileCols>(acc, a_desc + 2 * s, b_desc + 2 * s);
             wgmma_commit();
             wgmma_wait<1>();  // the previous stage's wgmmas have retired: hand it back
             if (kt > 0) mbarrier_arrive(empty + 8 * last);
@@ -192,7 +191,9 @@ __device__ __forceinline__ void multiply_tiles(const CUtensorMap& y_map, uint32_
         wgmma_wait<0>();
         mbarrier_arrive(empty + 8 * last);
 #pragma unroll
-        for (int i = 0; i < kAccPerThread; ++i) wgmma_fence_operand(acc[i]);
+        for (int j = 0; j < kAccBlocks; ++j)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) wgmma_fence_operand(acc[j][i]);
 
         // The stores of the previous tile have read the staging area: write it again.
         if (threadIdx.x % 128 == 0) tma_store_wait_read();
@@ -204,11 +205,11 @@ __device__ __forceinline__ void multiply_tiles(const CUtensorMap& y_map, uint32_
                 const int r = warp * 16 + lane / 4 + half * 8;  // row of the warpgroup's 64
                 uint32_t pair;
                 if constexpr (kSiluMul) {  // n8 blocks j (gate) and j + 16 (up)
-                    const float* g = acc + 4 * j + 2 * half;
-                    const float* u = acc + 4 * (j + kOutCols / 8) + 2 * half;
+                    const float* g = acc[j] + 2 * half;
+                    const float* u = acc[j + kOutCols / 8] + 2 * half;
                     pair = silu_mul_pack(g[0], g[1], u[0], u[1]);
                 } else {
-                    pair = pack_bf16(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+                    pair = pack_bf16(acc[j][2 * half], acc[j][2 * half + 1]);
                 }
                 // Box j / 8 (8 KB each), row r, chunk j % 8 swizzled, bf16 pair lane % 4.
                 const uint32_t at = out + (j / 8) * (kWarpgroupRows * kRowBytes) +
