@@ -1,5 +1,7 @@
 #include "config/sampling_params.h"
 
+#include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
 
@@ -77,6 +79,32 @@ std::vector<int64_t> read_token_ids(const char* key, const Json& value) {
     return ids;
 }
 
+std::vector<std::string> read_strings(const char* key, const Json& value) {
+    if (!value.is_array()) wrong_type(key, value, "a list of strings");
+    std::vector<std::string> out;
+    for (const Json& s : value) {
+        if (!s.is_string()) wrong_type(key, value, "a list of strings");
+        out.push_back(s.get<std::string>());
+    }
+    return out;
+}
+
+// OpenAI's form: {"<token id>": bias}; the ids are checked against the vocabulary in validate().
+std::vector<std::pair<int32_t, float>> read_logit_bias(const Json& value) {
+    if (!value.is_object()) wrong_type("logit_bias", value, "an object of token id -> bias");
+    std::vector<std::pair<int32_t, float>> out;
+    for (const auto& [key, bias] : value.items()) {
+        int64_t id = -1;
+        const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+        if (ec != std::errc() || end != key.data() + key.size() || key.empty())
+            fail("{}: 'logit_bias' keys must be token ids, got \"{}\"", kWhere,
+                 key.substr(0, 32));
+        if (!bias.is_number()) wrong_type("logit_bias", bias, "a number for each token id");
+        out.emplace_back(int32_t(std::clamp<int64_t>(id, -1, INT32_MAX)), bias.get<float>());
+    }
+    return out;
+}
+
 }  // namespace
 
 void SamplingParams::validate(int64_t vocab_size) const {
@@ -103,6 +131,29 @@ void SamplingParams::validate(int64_t vocab_size) const {
                  stop_token_ids[i], vocab_size);
     if (logprobs && (*logprobs < 0 || *logprobs > 20))
         fail("{}: 'logprobs' must be in [0, 20], got {}", kWhere, *logprobs);
+    auto check_id = [&](const char* field, int64_t id) {
+        if (id < 0 || id >= vocab_size)
+            fail("{}: '{}' token id {} is outside the vocabulary [0, {})", kWhere, field, id,
+                 vocab_size);
+    };
+    for (auto [id, bias] : logit_bias) {
+        check_id("logit_bias", id);
+        if (!std::isfinite(bias) || bias < -100.f || bias > 100.f)
+            fail("{}: 'logit_bias' of token {} must be in [-100, 100], got {}", kWhere, id, bias);
+    }
+    if (allowed_token_ids) {
+        if (allowed_token_ids->empty()) fail("{}: 'allowed_token_ids' is empty", kWhere);
+        for (int64_t id : *allowed_token_ids) check_id("allowed_token_ids", id);
+    }
+    for (size_t i = 0; i < bad_words.size(); ++i)
+        if (bad_words[i].empty()) fail("{}: 'bad_words' entry {} is empty", kWhere, i);
+    for (const auto& ids : bad_words_token_ids) {
+        if (ids.empty()) fail("{}: 'bad_words_token_ids' holds an empty sequence", kWhere);
+        for (int32_t id : ids) check_id("bad_words", id);
+    }
+    if (truncate_prompt_tokens && *truncate_prompt_tokens < 1 && *truncate_prompt_tokens != -1)
+        fail("{}: 'truncate_prompt_tokens' must be -1 (max_model_len) or >= 1, got {}", kWhere,
+             *truncate_prompt_tokens);
 }
 
 SamplingParams SamplingParams::from_defaults(const GenerationConfig& gen) {
@@ -147,7 +198,53 @@ SamplingParams SamplingParams::from_json(const Json& json, const SamplingParams&
         }
     }
     read(json, "skip_special_tokens", p.skip_special_tokens);
+    read(json, "include_stop_str_in_output", p.include_stop_str_in_output);
+    if (const Json* v = present(json, "logit_bias")) p.logit_bias = read_logit_bias(*v);
+    if (const Json* v = present(json, "allowed_token_ids"))
+        p.allowed_token_ids = read_token_ids("allowed_token_ids", *v);
+    if (const Json* v = present(json, "bad_words")) p.bad_words = read_strings("bad_words", *v);
+    if (const Json* v = present(json, "bad_words_token_ids")) {
+        if (!v->is_array()) wrong_type("bad_words_token_ids", *v, "a list of lists of integers");
+        p.bad_words_token_ids.clear();
+        for (const Json& word : *v) {
+            std::vector<int32_t> ids;
+            for (int64_t id : read_token_ids("bad_words_token_ids", word))
+                ids.push_back(int32_t(std::clamp<int64_t>(id, -1, INT32_MAX)));
+            p.bad_words_token_ids.push_back(std::move(ids));
+        }
+    }
+    if (const Json* v = present(json, "truncate_prompt_tokens"))
+        p.truncate_prompt_tokens = as_int64("truncate_prompt_tokens", *v);
     return p;
+}
+
+Json SamplingParams::to_json() const {
+    Json j = {{"temperature", temperature},
+              {"top_k", top_k},
+              {"top_p", top_p},
+              {"min_p", min_p},
+              {"repetition_penalty", repetition_penalty},
+              {"presence_penalty", presence_penalty},
+              {"frequency_penalty", frequency_penalty},
+              {"max_tokens", max_tokens},
+              {"min_tokens", min_tokens},
+              {"stop", stop},
+              {"stop_token_ids", stop_token_ids},
+              {"ignore_eos", ignore_eos},
+              {"skip_special_tokens", skip_special_tokens},
+              {"include_stop_str_in_output", include_stop_str_in_output}};
+    j["seed"] = seed ? Json(*seed) : Json(nullptr);
+    j["logprobs"] = logprobs ? Json(*logprobs) : Json(nullptr);
+    if (!logit_bias.empty()) {
+        Json bias = Json::object();
+        for (auto [id, b] : logit_bias) bias[std::to_string(id)] = b;
+        j["logit_bias"] = std::move(bias);
+    }
+    if (allowed_token_ids) j["allowed_token_ids"] = *allowed_token_ids;
+    if (!bad_words.empty()) j["bad_words"] = bad_words;
+    if (!bad_words_token_ids.empty()) j["bad_words_token_ids"] = bad_words_token_ids;
+    if (truncate_prompt_tokens) j["truncate_prompt_tokens"] = *truncate_prompt_tokens;
+    return j;
 }
 
 }  // namespace miniinfer

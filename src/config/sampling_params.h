@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/generation_config.h"
@@ -30,9 +31,22 @@ struct SamplingParams {
     std::optional<int64_t>
         logprobs;  // top-n per generated token, 0..20 (0 = only the sampled one's)
     bool skip_special_tokens = true;
+    bool include_stop_str_in_output = false;  // a stop string that ends the text stays in it
+    // Added to the logits before penalties, as vLLM (OpenAI: keys are token ids, [-100, 100]).
+    std::vector<std::pair<int32_t, float>> logit_bias;
+    // Only these tokens may be sampled (vLLM's allowed_token_ids); none: every token. Not empty.
+    std::optional<std::vector<int64_t>> allowed_token_ids;
+    // Words never generated, as vLLM: each word's token sequences (the word as given and with a
+    // leading space) are resolved by the side that holds the tokenizer into bad_words_token_ids;
+    // the last token of a sequence is masked whenever the output ends with the rest of it.
+    std::vector<std::string> bad_words;
+    std::vector<std::vector<int32_t>> bad_words_token_ids;
+    // Keep only the last k prompt tokens (vLLM: -1 = max_model_len); none: no truncation.
+    std::optional<int64_t> truncate_prompt_tokens;
 
     // Every out-of-range, NaN or infinite value → Error naming the field and the value.
-    // stop_token_ids outside [0, vocab_size) are errors too.
+    // Token ids (stop_token_ids, logit_bias, allowed_token_ids, bad_words_token_ids) outside
+    // [0, vocab_size) are errors too.
     void validate(int64_t vocab_size) const;
 
     // The model's generation_config.json defaults (temperature, top_p, top_k, min_p,
@@ -44,10 +58,15 @@ struct SamplingParams {
     // top_p, top_k (-1 stored as 0), min_p, repetition_penalty, presence_penalty,
     // frequency_penalty, seed (any 64-bit integer; negatives wrap), max_tokens, min_tokens,
     // stop (a string or a list of strings), stop_token_ids, ignore_eos, logprobs,
-    // skip_special_tokens. `logprobs` may also be a boolean as in OpenAI's chat API: true takes
-    // top_logprobs (default 0), false turns logprobs off. A non-object, or a field of the wrong
-    // type → Error naming the field. Unknown keys are ignored. Does not validate ranges.
+    // skip_special_tokens, include_stop_str_in_output, logit_bias ({"<token id>": bias}),
+    // allowed_token_ids, bad_words, bad_words_token_ids, truncate_prompt_tokens. `logprobs` may
+    // also be a boolean as in OpenAI's chat API: true takes top_logprobs (default 0), false turns
+    // logprobs off. A non-object, or a field of the wrong type → Error naming the field. Unknown
+    // keys are ignored (the request-field table, server/request_fields.h, decides which may
+    // come). Does not validate ranges.
     static SamplingParams from_json(const Json& json, const SamplingParams& base);
+    // Every field, in from_json's names: from_json(to_json(), {}) gives back the same params.
+    Json to_json() const;
 
     bool greedy() const { return temperature == 0.0; }
 };

@@ -17,22 +17,7 @@ Json decode(std::string_view bytes) {
 }
 
 Json to_json(const SamplingParams& p) {
-    Json j = {{"temperature", p.temperature},
-              {"top_k", p.top_k},
-              {"top_p", p.top_p},
-              {"min_p", p.min_p},
-              {"repetition_penalty", p.repetition_penalty},
-              {"presence_penalty", p.presence_penalty},
-              {"frequency_penalty", p.frequency_penalty},
-              {"max_tokens", p.max_tokens},
-              {"min_tokens", p.min_tokens},
-              {"stop", p.stop},
-              {"stop_token_ids", p.stop_token_ids},
-              {"ignore_eos", p.ignore_eos},
-              {"skip_special_tokens", p.skip_special_tokens}};
-    j["seed"] = p.seed ? Json(*p.seed) : Json(nullptr);
-    j["logprobs"] = p.logprobs ? Json(*p.logprobs) : Json(nullptr);
-    return j;
+    return p.to_json();
 }
 
 SamplingParams params_from_json(const Json& json) {
