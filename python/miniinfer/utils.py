@@ -1,26 +1,36 @@
 """SamplingParams: how one request is sampled and when it stops, with vLLM's names and defaults.
 
-Validation is the engine's own (SamplingParams::from_json + validate in C++, through the C
-API), so Python and the server cannot disagree on what is allowed: a bad value raises
-ValueError naming the field.
+Validation is the engine's own (the request-field table, SamplingParams::from_json and
+validate in C++, through the C API), so Python and the server cannot disagree on what is
+allowed: a bad value, or a vLLM field MiniInfer does not implement, raises ValueError naming
+the field.
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from dataclasses import dataclass
-from typing import List, Optional, Union
+from typing import Any, Dict, List, Optional, Union
 
 from . import _lib
 
-# The fields the engine reads (SamplingParams::from_json); the others are vLLM's, accepted
-# only with the one value MiniInfer implements.
+# The fields the engine reads (SamplingParams::from_json); the others are vLLM's, and the
+# engine's request-field table says which of their values it accepts.
 _ENGINE_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty",
                   "presence_penalty", "frequency_penalty", "seed", "max_tokens", "min_tokens",
-                  "stop", "stop_token_ids", "ignore_eos", "logprobs", "skip_special_tokens")
-_FIXED_FIELDS = {"best_of": None, "prompt_logprobs": None,
-                 "include_stop_str_in_output": False, "detokenize": True,
-                 "spaces_between_special_tokens": True}
+                  "stop", "stop_token_ids", "ignore_eos", "logprobs", "skip_special_tokens",
+                  "include_stop_str_in_output", "logit_bias", "allowed_token_ids", "bad_words",
+                  "truncate_prompt_tokens")
+_PYTHON_FIELDS = ("n",)  # handled here (LLM.generate fans a prompt out)
+
+
+def _as_json(value: Any) -> Any:
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return repr(value)
 
 
 @dataclass
@@ -47,8 +57,14 @@ class SamplingParams:
         skip_special_tokens: leave special tokens out of the text.
         n: completions per prompt, 1..128 (``LLM.generate``, vLLM's API: seeds seed, seed + 1,
             ... when a seed is given, as the OpenAI server does; ``LLMEngine`` takes 1 only).
-        best_of, prompt_logprobs, include_stop_str_in_output, detokenize,
-        spaces_between_special_tokens: vLLM's; only their defaults are supported.
+        include_stop_str_in_output: keep the stop string that ended the text in it.
+        logit_bias: {token id: bias in [-100, 100]}, added to the logits before penalties.
+        allowed_token_ids: only these tokens may be generated.
+        bad_words: words never generated (their tokens, with and without a leading space).
+        truncate_prompt_tokens: keep only the prompt's last k tokens (-1: max_model_len).
+        best_of, prompt_logprobs, detokenize, spaces_between_special_tokens, structured_outputs,
+            guided_decoding, logits_processors, extra_args: vLLM's; values MiniInfer does not
+            implement raise ValueError (the engine's request-field table, as the server's).
 
     Raises:
         ValueError: a value out of range or of the wrong type, naming the field.
@@ -75,6 +91,14 @@ class SamplingParams:
     include_stop_str_in_output: bool = False
     detokenize: bool = True
     spaces_between_special_tokens: bool = True
+    logit_bias: Optional[Dict[int, float]] = None
+    allowed_token_ids: Optional[List[int]] = None
+    bad_words: Optional[List[str]] = None
+    truncate_prompt_tokens: Optional[int] = None
+    structured_outputs: Optional[Any] = None
+    guided_decoding: Optional[Any] = None
+    logits_processors: Optional[Any] = None
+    extra_args: Optional[Dict[str, Any]] = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
@@ -85,11 +109,6 @@ class SamplingParams:
 
     def validate(self) -> None:
         """Raises ValueError naming the first bad field (the engine's own rules)."""
-        for name, supported in _FIXED_FIELDS.items():
-            value = getattr(self, name)
-            if value != supported:
-                raise ValueError(f"sampling params: '{name}' = {value!r} is not supported "
-                                 f"(MiniInfer implements only {supported!r})")
         if isinstance(self.n, bool) or not isinstance(self.n, int) or not 1 <= self.n <= 128:
             raise ValueError(f"sampling params: 'n' must be an integer in [1, 128], got {self.n!r}")
         # JSON has no NaN or infinity, so the engine could not name the field: check here.
@@ -98,12 +117,19 @@ class SamplingParams:
             value = getattr(self, name)
             if isinstance(value, float) and not math.isfinite(value):
                 raise ValueError(f"sampling params: '{name}' must be finite, got {value}")
-        _lib.validate_sampling_params(self.to_engine_dict(max_model_len=1 << 30))
+        if self.logit_bias is not None:
+            self.logit_bias = {int(k): float(v) for k, v in self.logit_bias.items()}
+        # A value JSON cannot carry (a callable logits processor) still reaches the table.
+        fields = {f.name: _as_json(getattr(self, f.name)) for f in dataclasses.fields(self)
+                  if f.name not in _PYTHON_FIELDS}
+        fields["max_tokens"] = self.to_engine_dict(max_model_len=1 << 30)["max_tokens"]
+        _lib.validate_sampling_params(fields)
 
     def to_engine_dict(self, max_model_len: int) -> dict:
         """The fields the engine reads, as its JSON; max_tokens None becomes max_model_len (the
         caller passes what is left of it after the prompt)."""
-        d = {name: getattr(self, name) for name in _ENGINE_FIELDS}
+        d = {name: getattr(self, name) for name in _ENGINE_FIELDS
+             if getattr(self, name) is not None or name in ("seed", "logprobs", "max_tokens")}
         if d["max_tokens"] is None:
             d["max_tokens"] = max(max_model_len, 1)
         return d

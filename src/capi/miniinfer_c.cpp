@@ -11,6 +11,7 @@
 #include "capi/session.h"
 #include "core/logging.h"
 #include "loader/hub.h"
+#include "server/request_fields.h"
 
 struct mi_engine {
     miniinfer::Session session;
@@ -292,8 +293,9 @@ char* mi_apply_chat_template(mi_engine* engine, const char* messages_json, const
 
 int mi_sampling_params_validate(const char* params_json, char** error) {
     return guarded<int>(error, -1, [&] {
-        const SamplingParams p =
-            SamplingParams::from_json(parse_untrusted_json(params_json, "sampling params"), {});
+        const Json json = parse_untrusted_json(params_json, "sampling params");
+        check_request_fields(json, FrontEnd::kPython);
+        const SamplingParams p = SamplingParams::from_json(json, {});
         // The vocabulary is not known here: stop_token_ids are checked when a request is added.
         p.validate(std::numeric_limits<int64_t>::max());
         return 0;

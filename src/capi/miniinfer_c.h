@@ -102,9 +102,11 @@ MI_API char* mi_detokenize(mi_engine* engine, const char* ids_json, int skip_spe
 MI_API char* mi_apply_chat_template(mi_engine* engine, const char* messages_json,
                                     const char* options_json, char** error);
 
-/* Checks sampling parameters as the engine will (SamplingParams::from_json, then validate;
- * stop_token_ids are checked against the vocabulary only when a request is added). Returns 0,
- * or -1 with "ValueError: <message naming the field>". */
+/* Checks sampling parameters as the engine will: the request-field table's rules for the
+ * Python front end (server/request_fields.h: vLLM's fields MiniInfer does not implement are
+ * refused), SamplingParams::from_json, then validate (token ids are checked against the
+ * vocabulary only when a request is added). Returns 0, or -1 with "ValueError: <message naming
+ * the field>". */
 MI_API int mi_sampling_params_validate(const char* params_json, char** error);
 
 /* `miniinfer bench`'s workloads: {"name", "prompts": [[ids]], "max_tokens": [...],

@@ -97,8 +97,7 @@ std::vector<std::pair<int32_t, float>> read_logit_bias(const Json& value) {
         int64_t id = -1;
         const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
         if (ec != std::errc() || end != key.data() + key.size() || key.empty())
-            fail("{}: 'logit_bias' keys must be token ids, got \"{}\"", kWhere,
-                 key.substr(0, 32));
+            fail("{}: 'logit_bias' keys must be token ids, got \"{}\"", kWhere, key.substr(0, 32));
         if (!bias.is_number()) wrong_type("logit_bias", bias, "a number for each token id");
         out.emplace_back(int32_t(std::clamp<int64_t>(id, -1, INT32_MAX)), bias.get<float>());
     }

@@ -21,8 +21,8 @@ OutputProcessor::OutputProcessor(const SamplingParams& params, const StopRules& 
       ignore_eos_(params.ignore_eos),
       num_prompt_tokens_(num_prompt_tokens) {
     if (tokenizer)
-        detokenizer_.emplace(*tokenizer, params.skip_special_tokens, params.stop,
-                             params.min_tokens);
+        detokenizer_.emplace(*tokenizer, params.skip_special_tokens, params.stop, params.min_tokens,
+                             params.include_stop_str_in_output);
 }
 
 std::optional<std::string> OutputProcessor::stop_token_reason(int32_t token) const {

@@ -4,7 +4,8 @@
 //   1. an EOS id (not with ignore_eos)  -> "stop", stop_reason ""          } only once at least
 //   2. one of params.stop_token_ids     -> "stop", stop_reason "<the id>"  } min_tokens were made
 //   3. a stop string ends in the text   -> "stop", stop_reason the string; the text is cut just
-//                                          before it (IncrementalDetokenizer's rules)
+//                                          before it (after it with include_stop_str_in_output;
+//                                          IncrementalDetokenizer's rules)
 //   4. max_tokens or max_model_len      -> "length"
 //
 // The first that fires ends the request. The text of a token that fires 1 or 2 is never

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <ctime>
 #include <map>
 
@@ -43,19 +44,32 @@ void HttpServer::Impl::respond_when_done(httplib::Response& res, std::shared_ptr
         completion_tokens += int64_t(out.token_ids.size());
         list.push_back(choice_json(*r, i, choices[i], out));
     }
-    res.set_content(dump({{"id", response_id},
-                          {"object", r->chat ? "chat.completion" : "text_completion"},
-                          {"created", int64_t(std::time(nullptr))},
-                          {"model", options.served_model_name},
-                          {"choices", list},
-                          {"usage", usage_json(prompt_tokens, completion_tokens, cached)}}),
-                    "application/json");
+    Json response = {{"id", response_id},
+                     {"object", r->chat ? "chat.completion" : "text_completion"},
+                     {"created", int64_t(std::time(nullptr))},
+                     {"model", options.served_model_name},
+                     {"choices", list},
+                     {"usage", usage_json(prompt_tokens, completion_tokens, cached)}};
+    if (r->return_token_ids && r->prompts.size() == 1)
+        response["prompt_token_ids"] = choices.front().last.prompt_token_ids;
+    res.set_content(dump(response), "application/json");
 }
+
+namespace {
+// vLLM's stop_reason: the stop string, or the stop token id as a number, or null (EOS, length).
+Json stop_reason_json(const SamplingParams& params, const RequestOutput& out) {
+    if (out.stop_reason.empty()) return nullptr;
+    if (std::find(params.stop.begin(), params.stop.end(), out.stop_reason) == params.stop.end())
+        for (int64_t id : params.stop_token_ids)
+            if (out.stop_reason == std::to_string(id)) return id;
+    return out.stop_reason;
+}
+}  // namespace
 
 // A whole choice (non-streaming) from its final output.
 Json HttpServer::Impl::choice_json(const ApiRequest& r, size_t index, Choice&,
                                    const RequestOutput& out) {
-    const Tokenizer* tok = engine.tokenizer();
+    const Tokenizer* tok = logprob_tokenizer(r);
     Json logprobs = nullptr;
     if (r.params.logprobs)
         logprobs =
@@ -63,11 +77,17 @@ Json HttpServer::Impl::choice_json(const ApiRequest& r, size_t index, Choice&,
     const Json finish = out.finish_reason.empty()
                             ? Json(nullptr)
                             : Json(out.finish_reason == "abort" ? "abort" : out.finish_reason);
-    if (!r.chat)
-        return {{"index", index},
-                {"text", out.text},
-                {"logprobs", logprobs},
-                {"finish_reason", finish}};
+    Json choice = {{"index", index}, {"logprobs", logprobs}};
+    if (r.return_token_ids) {
+        choice["token_ids"] = out.token_ids;
+        choice["prompt_token_ids"] = out.prompt_token_ids;
+    }
+    if (!r.chat) {
+        choice["text"] = out.text;
+        choice["finish_reason"] = finish;
+        choice["stop_reason"] = stop_reason_json(r.params, out);
+        return choice;
+    }
     Json message = {{"role", "assistant"}, {"content", out.text}};
     if (split_reasoning) {
         ReasoningSplitter splitter;
@@ -76,6 +96,7 @@ Json HttpServer::Impl::choice_json(const ApiRequest& r, size_t index, Choice&,
         message["content"] = content + c2;
         message["reasoning_content"] = reasoning + r2;
         if ((reasoning + r2).empty()) message["reasoning_content"] = nullptr;
+        if (!r.include_reasoning) message.erase("reasoning_content");
     }
     Json finish_reason = finish;
     if (r.parse_tool_calls) {
@@ -88,10 +109,10 @@ Json HttpServer::Impl::choice_json(const ApiRequest& r, size_t index, Choice&,
             if (out.finish_reason == "stop") finish_reason = "tool_calls";
         }
     }
-    return {{"index", index},
-            {"message", message},
-            {"logprobs", logprobs},
-            {"finish_reason", finish_reason}};
+    choice["message"] = message;
+    choice["finish_reason"] = finish_reason;
+    choice["stop_reason"] = stop_reason_json(r.params, out);
+    return choice;
 }
 
 void HttpServer::Impl::stream_response(httplib::Response& res, std::shared_ptr<ApiRequest> r,
@@ -153,10 +174,12 @@ void HttpServer::Impl::stream_response(httplib::Response& res, std::shared_ptr<A
                 return end_with_error(ApiError{500, out->error, "server_error"});
             Json logprobs = nullptr;
             if (r->params.logprobs && !out->new_logprobs.empty())
-                logprobs = r->chat ? chat_logprobs(out->new_logprobs, engine.tokenizer())
-                                   : completion_logprobs(out->new_logprobs, engine.tokenizer());
+                logprobs = r->chat ? chat_logprobs(out->new_logprobs, logprob_tokenizer(*r))
+                                   : completion_logprobs(out->new_logprobs, logprob_tokenizer(*r));
             const Json finish = out->finished ? Json(out->finish_reason) : Json(nullptr);
             Json choice = {{"index", i}, {"logprobs", logprobs}, {"finish_reason", finish}};
+            if (out->finished) choice["stop_reason"] = stop_reason_json(r->params, *out);
+            if (r->return_token_ids) choice["token_ids"] = out->new_token_ids;
             if (r->chat) {
                 Json delta = Json::object();
                 std::string content = out->delta_text, reasoning;
@@ -167,7 +190,7 @@ void HttpServer::Impl::stream_response(httplib::Response& res, std::shared_ptr<A
                         rd += r2;
                         cd += c2;
                     }
-                    reasoning = rd;
+                    reasoning = r->include_reasoning ? rd : "";
                     content = cd;
                 }
                 std::vector<ToolCall> calls;
@@ -214,7 +237,10 @@ void HttpServer::Impl::stream_response(httplib::Response& res, std::shared_ptr<A
                 }
                 (*usage)[1] += out->num_output_tokens;
             }
-            if (!send(sink, chunk(Json::array({choice})))) return abort_all();
+            Json message = chunk(Json::array({choice}));
+            if (r->return_token_ids && out->finished)  // known once the choice ends
+                message["choices"][0]["prompt_token_ids"] = out->prompt_token_ids;
+            if (!send(sink, message)) return abort_all();
         }
         if (r->include_usage) {
             Json last = chunk(Json::array());

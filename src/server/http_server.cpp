@@ -154,7 +154,7 @@ void HttpServer::Impl::setup_routes() {
             if (body.contains("messages")) {
                 if (!chat_template) fail("this model has no chat template");
                 text = chat_template->render(
-                    nlohmann::ordered_json(body["messages"]), nullptr,
+                    nlohmann::ordered_json(normalise_messages(body["messages"], true)), nullptr,
                     json_get_or<bool>(body, "add_generation_prompt", true, "request"));
             } else {
                 text = json_get<std::string>(body, "prompt", "request");
@@ -206,7 +206,9 @@ void HttpServer::Impl::handle_generate(const std::string& raw_body, httplib::Res
     auto r = std::make_shared<ApiRequest>();
     std::vector<std::string> ids;
     auto channel = std::make_shared<OutputChannel>();
-    const std::string response_id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
+    const std::string prefix = chat ? "chatcmpl-" : "cmpl-";
+    const std::string engine_id = prefix + std::to_string(next_id++);  // unique in the engine
+    std::string response_id = engine_id;
     try {
         const Json body = parse_untrusted_json(raw_body, "the request body");
         auto render = [this](const Json& messages, const Json& tools, const Json& kwargs) {
@@ -221,22 +223,34 @@ void HttpServer::Impl::handle_generate(const std::string& raw_body, httplib::Res
         if (!r->model.empty() && r->model != options.served_model_name)
             return send_error(res, {404, fmt::format("the model '{}' does not exist", r->model),
                                     "not_found_error"});
+        if (!r->request_id.empty()) response_id = prefix + r->request_id;
         const bool has_max_tokens =
             body.contains("max_tokens") || body.contains("max_completion_tokens");
+        const Tokenizer* tokenizer = engine.tokenizer();
         for (size_t p = 0; p < r->prompts.size(); ++p) {
             Prompt prompt = r->prompts[p];
-            if (prompt.token_ids.empty() && !engine.tokenizer())
+            if (prompt.token_ids.empty() && !tokenizer)
                 fail("this model has no tokenizer: send token ids");
+            // The engine's encode adds the post-processor's tokens; a request that asks not to
+            // (chat's default) is encoded here, where that makes a difference.
+            if (prompt.token_ids.empty() && !r->add_special_tokens &&
+                tokenizer->adds_special_tokens())
+                prompt =
+                    Prompt::from_ids(tokenizer->encode(prompt.text, {.add_special_tokens = false}));
             SamplingParams params = r->params;
             if (chat && !has_max_tokens) {  // as vLLM: whatever room the context leaves
                 if (prompt.token_ids.empty())
-                    prompt = Prompt::from_ids(engine.tokenizer()->encode(prompt.text));
-                params.max_tokens =
-                    std::max<int64_t>(1, engine.max_model_len() - int64_t(prompt.token_ids.size()));
+                    prompt = Prompt::from_ids(tokenizer->encode(prompt.text));
+                int64_t prompt_len = int64_t(prompt.token_ids.size());
+                if (params.truncate_prompt_tokens)  // the engine keeps this many
+                    prompt_len = std::min(prompt_len, *params.truncate_prompt_tokens == -1
+                                                          ? engine.max_model_len()
+                                                          : *params.truncate_prompt_tokens);
+                params.max_tokens = std::max<int64_t>(1, engine.max_model_len() - prompt_len);
             }
             for (int64_t i = 0; i < r->n; ++i) {
                 if (params.seed && i > 0) params.seed = *r->params.seed + uint64_t(i);
-                ids.push_back(response_id + "-" + std::to_string(p * size_t(r->n) + size_t(i)));
+                ids.push_back(engine_id + "-" + std::to_string(p * size_t(r->n) + size_t(i)));
                 engine.submit(ids.back(), prompt, params, channel);
             }
         }

@@ -104,6 +104,10 @@ struct HttpServer::Impl {
                      const RequestOutput& out);
     // Tool-call ids: unique in this server's life ("call_<n>_<index in the answer>").
     std::string call_id_prefix() { return "call_" + std::to_string(next_id++) + "_"; }
+    // The tokenizer that names logprob tokens: none when the client asked for "token_id:<id>".
+    const Tokenizer* logprob_tokenizer(const ApiRequest& r) const {
+        return r.tokens_as_ids ? nullptr : engine.tokenizer();
+    }
     static Json tool_call_json(const ToolCall& c) {
         return {{"id", c.id},
                 {"type", "function"},

@@ -4,29 +4,38 @@
 
 #include <fmt/ranges.h>
 
+#include "core/logging.h"
+#include "server/request_fields.h"
+
 namespace miniinfer {
 namespace {
 
 constexpr const char* kThinkOpen = "<think>";
 constexpr const char* kThinkClose = "</think>";
 
-// Fields both endpoints take: the sampling ones (SamplingParams::from_json) plus n and stream.
-void parse_common(const Json& body, const SamplingParams& defaults, ApiRequest& r) {
+// Fields both endpoints take: the sampling ones (SamplingParams::from_json), n, stream and the
+// response options; the table refuses what is not supported before any is read.
+void parse_common(const Json& body, const SamplingParams& defaults, ApiRequest& r,
+                  FrontEnd front_end) {
     if (!body.is_object()) fail("the request body must be a JSON object");
+    check_request_fields(body, front_end);
     r.model = json_get_or<std::string>(body, "model", "", "request");
     r.params = SamplingParams::from_json(body, defaults);
     r.n = json_get_or<int64_t>(body, "n", 1, "request");
     if (r.n < 1 || r.n > 128) fail("'n' must be in [1, 128], got {}", r.n);
     r.stream = json_get_or<bool>(body, "stream", false, "request");
     if (body.contains("stream_options") && !body["stream_options"].is_null()) {
-        if (!body["stream_options"].is_object()) fail("'stream_options' must be an object");
-        r.include_usage =
-            json_get_or<bool>(body["stream_options"], "include_usage", false, "stream_options");
+        const Json& options = body["stream_options"];
+        if (!options.is_object()) fail("'stream_options' must be an object");
+        r.include_usage = json_get_or<bool>(options, "include_usage", false, "stream_options");
+        if (json_get_or<bool>(options, "continuous_usage_stats", false, "stream_options"))
+            fail("'stream_options.continuous_usage_stats' is not supported");
     }
-    if (body.contains("echo") && body["echo"].is_boolean() && body["echo"].get<bool>())
-        fail("'echo' is not supported");
-    if (body.contains("best_of") && !body["best_of"].is_null() && body["best_of"] != r.n)
-        fail("'best_of' is not supported");
+    r.request_id = json_get_or<std::string>(body, "request_id", "", "request");
+    r.return_token_ids = json_get_or<bool>(body, "return_token_ids", false, "request");
+    r.tokens_as_ids = json_get_or<bool>(body, "return_tokens_as_token_ids", false, "request");
+    r.add_special_tokens = json_get_or<bool>(body, "add_special_tokens",
+                                             front_end == FrontEnd::kCompletion, "request");
 }
 
 std::string token_text(const Tokenizer* tokenizer, int32_t id) {
@@ -50,7 +59,7 @@ Json ApiError::body() const {
 
 ApiRequest parse_completion_request(const Json& body, const SamplingParams& defaults) {
     ApiRequest r;
-    parse_common(body, defaults, r);
+    parse_common(body, defaults, r, FrontEnd::kCompletion);
     if (!body.contains("prompt") || body["prompt"].is_null()) fail("missing field 'prompt'");
     const Json& p = body["prompt"];
     auto one = [&](const Json& item) {
@@ -82,6 +91,85 @@ ApiRequest parse_completion_request(const Json& body, const SamplingParams& defa
     return r;
 }
 
+Json normalise_messages(const Json& messages, bool any_role) {
+    if (!messages.is_array() || messages.empty()) fail("'messages' must be a non-empty list");
+    Json out = Json::array();
+    for (size_t i = 0; i < messages.size(); ++i) {
+        const Json& m = messages[i];
+        if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
+            fail("message {}: each message must be an object with a string 'role'", i);
+        Json n = m;
+        std::string role = m["role"].get<std::string>();
+        if (role == "developer") role = n["role"] = "system";  // OpenAI's newer name for it
+        if (!any_role && std::find(kChatRoles.begin(), kChatRoles.end(), role) == kChatRoles.end())
+            fail("message {}: unknown role '{}' (it must be one of {})", i, role.substr(0, 32),
+                 fmt::join(kChatRoles, ", "));
+        const Json content = m.value("content", Json());
+        if (content.is_null()) {
+            const bool calls = m.contains("tool_calls") && !m["tool_calls"].is_null();
+            if (role != "assistant" && !m.contains("content"))
+                fail("message {} ({}): missing 'content'", i, role);
+            if (role == "assistant" && !calls && !m.contains("content"))
+                fail("message {} (assistant): 'content' or 'tool_calls' is required", i);
+            n["content"] = "";
+        } else if (content.is_array()) {
+            std::string text;
+            for (size_t k = 0; k < content.size(); ++k) {
+                const Json& part = content[k];
+                if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
+                    fail("message {} ({}): content part {} must be an object with a 'type'", i,
+                         role, k);
+                const std::string type = part["type"].get<std::string>();
+                if (type != "text")
+                    fail(
+                        "message {} ({}): content part {} is of type '{}': this model takes "
+                        "text only",
+                        i, role, k, type.substr(0, 32));
+                if (!part.contains("text") || !part["text"].is_string())
+                    fail("message {} ({}): text part {} must have a string 'text'", i, role, k);
+                if (k > 0) text += "\n";  // as vLLM joins text parts
+                text += part["text"].get<std::string>();
+            }
+            n["content"] = text;
+        } else if (!content.is_string()) {
+            fail("message {} ({}): 'content' must be a string or a list of parts", i, role);
+        }
+        if (m.contains("tool_calls") && !m["tool_calls"].is_null() && !m["tool_calls"].is_array())
+            fail("message {} ({}): 'tool_calls' must be a list", i, role);
+        out.push_back(std::move(n));
+    }
+    return out;
+}
+
+namespace {
+
+// The template's own words when it refuses (raise_exception), else which message it could not
+// render: the shortest prefix of the conversation that fails names it. Its internals (line
+// numbers, undefined names) go to the log only.
+[[noreturn]] void explain_template_error(
+    const Error& e, const Json& messages, const Json& tools, const Json& kwargs,
+    const std::function<std::string(const Json&, const Json&, const Json&)>& render_chat) {
+    const std::string what = e.what();
+    MI_LOG_WARN("chat template error: {}", what);
+    constexpr std::string_view kRaised = "raise_exception: ";
+    if (const size_t at = what.find(kRaised); at != std::string::npos)
+        fail("the chat template refused these messages: {}", what.substr(at + kRaised.size()));
+    for (size_t k = 1; k <= messages.size(); ++k) {
+        const Json prefix(messages.begin(), messages.begin() + std::ptrdiff_t(k));
+        try {
+            render_chat(prefix, tools, kwargs);
+        } catch (const Error&) {
+            fail("message {} ({}) cannot be rendered by this model's chat template", k - 1,
+                 messages[k - 1].value("role", "?"));
+        }
+    }
+    fail(
+        "this model's chat template cannot render this request (its tools or "
+        "chat_template_kwargs)");
+}
+
+}  // namespace
+
 ApiRequest parse_chat_request(
     const Json& body, const SamplingParams& defaults,
     const std::function<std::string(const Json&, const Json&, const Json&)>& render_chat,
@@ -92,20 +180,10 @@ ApiRequest parse_chat_request(
     if (body.is_object() && body.contains("max_completion_tokens") &&
         !body["max_completion_tokens"].is_null())
         adjusted["max_tokens"] = body["max_completion_tokens"];
-    parse_common(adjusted, defaults, r);
+    parse_common(adjusted, defaults, r, FrontEnd::kChat);
     r.chat_logprobs = r.params.logprobs.has_value();
-    const Json& messages = body.value("messages", Json());
-    if (!messages.is_array() || messages.empty()) fail("'messages' must be a non-empty list");
-    for (const Json& m : messages) {
-        if (!m.is_object() || !m.contains("role") || !m["role"].is_string())
-            fail("each message must be an object with a string 'role'");
-        const std::string& role = m["role"].get_ref<const std::string&>();
-        if (!any_role && std::find(kChatRoles.begin(), kChatRoles.end(), role) == kChatRoles.end())
-            fail("unknown message role (it must be one of {})", fmt::join(kChatRoles, ", "));
-        if (m.contains("content") && !m["content"].is_null() && !m["content"].is_string() &&
-            !m["content"].is_array())
-            fail("a message's 'content' must be a string or a list of parts");
-    }
+    r.include_reasoning = json_get_or<bool>(body, "include_reasoning", true, "request");
+    const Json rendered = normalise_messages(body.value("messages", Json()), any_role);
     const Json tools = body.value("tools", Json());
     if (!tools.is_null()) {
         if (!tools.is_array()) fail("'tools' must be a list");
@@ -129,12 +207,28 @@ ApiRequest parse_chat_request(
             "be set");
     Json kwargs = body.value("chat_template_kwargs", Json::object());
     if (!kwargs.is_object()) fail("'chat_template_kwargs' must be an object");
-    // OpenAI clients send an assistant turn that only calls tools with "content": null; Qwen's
-    // template reads content as text, so it gets "" (as vLLM gives it).
-    Json rendered = messages;
-    for (Json& m : rendered)
-        if (m.contains("content") && m["content"].is_null()) m["content"] = "";
-    r.prompts.push_back(Prompt::from_text(render_chat(rendered, tools, kwargs)));
+    const bool add_generation_prompt =
+        json_get_or<bool>(body, "add_generation_prompt", true, "request");
+    const bool continue_final = json_get_or<bool>(body, "continue_final_message", false, "request");
+    if (continue_final && add_generation_prompt)
+        fail("'continue_final_message' needs 'add_generation_prompt': false (as vLLM)");
+    kwargs["add_generation_prompt"] = add_generation_prompt;
+    std::string prompt;
+    try {
+        prompt = render_chat(rendered, tools, kwargs);
+    } catch (const Error& e) {
+        explain_template_error(e, rendered, tools, kwargs, render_chat);
+    }
+    if (continue_final) {  // cut the turn's end off after the final message's text, as vLLM
+        const std::string last = rendered.back()["content"].get<std::string>();
+        const size_t at = last.empty() ? std::string::npos : prompt.rfind(last);
+        if (at == std::string::npos)
+            fail(
+                "'continue_final_message': the chat template does not render the final "
+                "message's content as it is, so it cannot be continued");
+        prompt.resize(at + last.size());
+    }
+    r.prompts.push_back(Prompt::from_text(std::move(prompt)));
     return r;
 }
 

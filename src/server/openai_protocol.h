@@ -34,8 +34,13 @@ struct ApiRequest {
     int64_t n = 1;
     bool stream = false;
     bool include_usage = false;
-    bool chat_logprobs = false;     // chat's logprobs format
-    bool parse_tool_calls = false;  // tools given, tool_choice "auto": answers may hold calls
+    bool chat_logprobs = false;      // chat's logprobs format
+    bool parse_tool_calls = false;   // tools given, tool_choice "auto": answers may hold calls
+    std::string request_id;          // the client's: the response id is <prefix>-<request_id>
+    bool add_special_tokens = true;  // the tokenizer's post-processor tokens (chat: false)
+    bool include_reasoning = true;   // false: no reasoning_content in the answer
+    bool return_token_ids = false;   // prompt_token_ids and each choice's token_ids
+    bool tokens_as_ids = false;      // logprobs name tokens "token_id:<id>"
 };
 
 // The message roles the model's own (Qwen) chat template renders; any other role would be
@@ -43,19 +48,27 @@ struct ApiRequest {
 inline constexpr std::array<std::string_view, 4> kChatRoles = {"system", "user", "assistant",
                                                                "tool"};
 
-// Throws Error (-> 400) on malformed bodies, wrong types and bad values. `render_chat` turns
-// chat messages (+ tools, kwargs) into a prompt string. `any_role`: accept roles outside
-// kChatRoles (a custom --chat-template decides what they mean). `auto_tool_choice`: the server
-// parses tool calls (--enable-auto-tool-choice --tool-call-parser hermes); without it a request
-// with tools and tool_choice "auto" is refused, as vLLM refuses it. tool_choice "none" renders
-// the tools but never parses a call; "required" and named functions are refused (they need
-// guided decoding).
+// Throws Error (-> 400) on malformed bodies, wrong types and bad values, and on every field the
+// request-field table (server/request_fields.h) refuses. `render_chat` turns chat messages
+// (+ tools, kwargs; kwargs carries add_generation_prompt) into a prompt string; an Error it
+// throws becomes one that names the message at fault, never the template's internals.
+// Messages are normalised first, as vLLM does: text parts joined with "\n", a missing or null
+// content "" (a tool-call turn), "developer" read as "system"; a non-text part (image, audio,
+// file) is refused naming its type. `any_role`: accept roles outside kChatRoles (a custom
+// --chat-template decides what they mean). `auto_tool_choice`: the server parses tool calls
+// (--enable-auto-tool-choice --tool-call-parser hermes); without it a request with tools and
+// tool_choice "auto" is refused, as vLLM refuses it. tool_choice "none" renders the tools but
+// never parses a call; "required" and named functions are refused (they need guided decoding).
 ApiRequest parse_completion_request(const Json& body, const SamplingParams& defaults);
 ApiRequest parse_chat_request(
     const Json& body, const SamplingParams& defaults,
     const std::function<std::string(const Json& messages, const Json& tools, const Json& kwargs)>&
         render_chat,
     bool any_role = false, bool auto_tool_choice = false);
+
+// The messages as the chat template should see them (see parse_chat_request). Throws Error
+// naming the message (its index and role) that is malformed or asks for what is unsupported.
+Json normalise_messages(const Json& messages, bool any_role);
 
 // Splits Qwen3's "<think>...</think>" reasoning from the answer, also when the tags arrive
 // split across streamed deltas.

@@ -8,8 +8,11 @@ namespace miniinfer {
 
 IncrementalDetokenizer::IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens,
                                                std::vector<std::string> stop_strings,
-                                               int64_t min_tokens)
-    : tokenizer_(&tokenizer), skip_special_tokens_(skip_special_tokens), min_tokens_(min_tokens) {
+                                               int64_t min_tokens, bool include_stop_string)
+    : tokenizer_(&tokenizer),
+      skip_special_tokens_(skip_special_tokens),
+      min_tokens_(min_tokens),
+      include_stop_string_(include_stop_string) {
     for (std::string& s : stop_strings)
         if (!s.empty()) stop_strings_.push_back(std::move(s));
 }
@@ -67,7 +70,7 @@ std::string IncrementalDetokenizer::release(std::string text, bool final) {
         if (pos < first) first = pos, stop_idx_ = int(i);
     }
     if (first != std::string::npos) {
-        all.resize(first);
+        all.resize(first + (include_stop_string_ ? stop_strings_[size_t(stop_idx_)].size() : 0));
         return all;
     }
     if (final) return all;

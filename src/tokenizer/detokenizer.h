@@ -23,8 +23,11 @@ class IncrementalDetokenizer {
   public:
     // `tokenizer` must outlive this object. Empty stop strings are ignored. Stop strings are
     // not looked for until more than `min_tokens` tokens have been pushed.
+    // `include_stop_string`: the text is cut just after the stop string instead of before it
+    // (vLLM's include_stop_str_in_output).
     IncrementalDetokenizer(const Tokenizer& tokenizer, bool skip_special_tokens,
-                           std::vector<std::string> stop_strings = {}, int64_t min_tokens = 0);
+                           std::vector<std::string> stop_strings = {}, int64_t min_tokens = 0,
+                           bool include_stop_string = false);
 
     // Adds the next generated token. Returns newly final text (often empty). After a stop
     // string has matched, returns "" and ignores further tokens.
@@ -49,6 +52,7 @@ class IncrementalDetokenizer {
     int64_t min_tokens_ = 0;
     int64_t num_tokens_ = 0;  // tokens pushed so far
     int stop_idx_ = -1;
+    bool include_stop_string_ = false;
     bool finished_ = false;
 };
 

@@ -179,6 +179,10 @@ Tokenizer Tokenizer::from_json(const Json& j) {
     return Tokenizer(std::move(impl));
 }
 
+bool Tokenizer::adds_special_tokens() const {
+    return !impl_->prefix_ids.empty() || !impl_->suffix_ids.empty();
+}
+
 std::vector<int32_t> Tokenizer::encode(std::string_view input, const EncodeOptions& options) const {
     std::string valid_buf;
     std::string_view text = input;

@@ -41,6 +41,9 @@ class Tokenizer {
     ~Tokenizer();
 
     std::vector<int32_t> encode(std::string_view text, const EncodeOptions& options = {}) const;
+    // True when encode() with add_special_tokens adds tokens (a TemplateProcessing
+    // post-processor with a prefix or suffix; Qwen's tokenizers add none).
+    bool adds_special_tokens() const;
 
     // encode() of each text, spread over `pool` (the global pool by default).
     std::vector<std::vector<int32_t>> encode_batch(const std::vector<std::string>& texts,

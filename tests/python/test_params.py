@@ -26,10 +26,30 @@ from miniinfer.utils import SamplingParams
     ({"max_tokens": 1.5}, "max_tokens"),
     ({"n": 0}, "n"),
     ({"prompt_logprobs": 1}, "prompt_logprobs"),
+    ({"best_of": 3}, "best_of"),
+    ({"detokenize": False}, "detokenize"),
+    ({"structured_outputs": {"json": {"type": "object"}}}, "structured_outputs"),
+    ({"logits_processors": [print]}, "logits_processors"),
+    ({"logit_bias": {5: 101}}, "logit_bias"),
+    ({"allowed_token_ids": []}, "allowed_token_ids"),
+    ({"bad_words": [""]}, "bad_words"),
+    ({"truncate_prompt_tokens": 0}, "truncate_prompt_tokens"),
 ])
 def test_bad_sampling_params_raise_value_error_naming_the_field(kwargs, field):
     with pytest.raises(ValueError, match=f"'{field}'"):
         SamplingParams(**kwargs)
+
+
+def test_the_servers_sampling_fields_are_honoured(demo_engine):
+    base = dict(temperature=0, max_tokens=5, ignore_eos=True)
+    forced = demo_engine.generate(["Hello"], SamplingParams(**base, logit_bias={1234: 100}),
+                                  use_tqdm=False)
+    assert forced[0]["token_ids"] == [1234] * 5
+    allowed = demo_engine.generate(["Hello"], SamplingParams(**base, allowed_token_ids=[11, 13]),
+                                   use_tqdm=False)
+    assert set(allowed[0]["token_ids"]) <= {11, 13}
+    SamplingParams(include_stop_str_in_output=True, spaces_between_special_tokens=False,
+                   best_of=1, bad_words=["hello"], truncate_prompt_tokens=-1)
 
 
 def test_good_sampling_params_and_unknown_field():

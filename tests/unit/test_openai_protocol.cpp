@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "server/openai_protocol.h"
+#include "server/request_fields.h"
 #include "server/tool_calls.h"
 
 using namespace miniinfer;
@@ -179,5 +182,199 @@ TEST(ToolCalls, StreamedPiecesGiveTheWholeParse) {
             EXPECT_EQ(calls[c].id, whole.calls[c].id);
         }
         EXPECT_EQ(content, "Hi <tool mid <tool_call>{bad}</tool_call> end <tool_c") << step;
+    }
+}
+
+// ---- Request fields (server/request_fields.h) and chat messages as real clients send them
+
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+// A value that asks for something, for a refused field.
+Json asking_value(std::string_view name) {
+    if (name == "response_format") return {{"type", "json_object"}};
+    if (name == "modalities") return Json::array({"text", "audio"});
+    if (name == "guided_choice") return Json::array({"a", "b"});
+    return {{"x", 1}};
+}
+
+const auto kRender = [](const Json& m, const Json&, const Json& kw) {
+    return m.dump() + kw.dump();
+};
+
+}  // namespace
+
+// Every row of the table, on both endpoints: refused fields and other values of default-only
+// fields are a 400 that names the field; the default value and unknown fields pass.
+TEST(RequestFields, EveryRowIsHonouredOrRefusedByName) {
+    const Json chat = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+    const Json completion = {{"prompt", "hi"}};
+    int refused = 0;
+    for (const RequestField& f : request_fields()) {
+        for (FrontEnd e : {FrontEnd::kChat, FrontEnd::kCompletion}) {
+            if (!(f.front_ends & uint8_t(e))) continue;
+            const bool is_chat = e == FrontEnd::kChat;
+            auto parse = [&](Json body) {
+                if (is_chat) return parse_chat_request(body, SamplingParams{}, kRender);
+                return parse_completion_request(body, SamplingParams{});
+            };
+            Json body = is_chat ? chat : completion;
+            if (f.use == FieldUse::kRefused) {
+                body[std::string(f.name)] = asking_value(f.name);
+                const std::string why = error_of([&] { parse(body); });
+                EXPECT_NE(why.find("'" + std::string(f.name) + "'"), std::string::npos)
+                    << f.name << ": " << why;
+                ++refused;
+            } else if (f.use == FieldUse::kDefaultOnly) {
+                body[std::string(f.name)] = Json::parse(f.only);
+                EXPECT_EQ(error_of([&] { parse(body); }), "") << f.name;
+                body[std::string(f.name)] = asking_value(f.name);
+                EXPECT_NE(error_of([&] { parse(body); }).find(std::string(f.name)),
+                          std::string::npos)
+                    << f.name;
+                ++refused;
+            }
+        }
+    }
+    EXPECT_GT(refused, 30);
+    Json unknown = chat;
+    unknown["some_future_field"] = 1;
+    EXPECT_EQ(error_of([&] { parse_chat_request(unknown, SamplingParams{}, kRender); }), "");
+}
+
+TEST(RequestFields, ResponseFormatTextIsTheDefaultAndJsonSchemaIsRefused) {
+    Json body = {{"prompt", "hi"}, {"response_format", {{"type", "text"}}}};
+    EXPECT_NO_THROW(parse_completion_request(body, SamplingParams{}));
+    body["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}};
+    EXPECT_NE(error_of([&] {
+                  parse_completion_request(body, SamplingParams{});
+              }).find("structured output"),
+              std::string::npos);
+}
+
+TEST(RequestFields, HonouredSamplingFieldsReachTheParams) {
+    const Json body = Json::parse(R"({"prompt": "hi", "logit_bias": {"42": 100, "7": -5.5},
+        "allowed_token_ids": [1, 2], "bad_words": ["no"], "include_stop_str_in_output": true,
+        "truncate_prompt_tokens": 8, "return_token_ids": true, "request_id": "abc",
+        "return_tokens_as_token_ids": true, "add_special_tokens": false})");
+    const ApiRequest r = parse_completion_request(body, SamplingParams{});
+    EXPECT_EQ(r.params.logit_bias.size(), 2u);
+    EXPECT_EQ(r.params.allowed_token_ids, (std::vector<int64_t>{1, 2}));
+    EXPECT_EQ(r.params.bad_words, std::vector<std::string>{"no"});
+    EXPECT_TRUE(r.params.include_stop_str_in_output);
+    EXPECT_EQ(r.params.truncate_prompt_tokens, 8);
+    EXPECT_TRUE(r.return_token_ids && r.tokens_as_ids);
+    EXPECT_FALSE(r.add_special_tokens);
+    EXPECT_EQ(r.request_id, "abc");
+    EXPECT_NO_THROW(r.params.validate(100));
+    // And they cross the pipeline unchanged.
+    EXPECT_EQ(SamplingParams::from_json(r.params.to_json(), {}).to_json(), r.params.to_json());
+    EXPECT_NE(error_of([&] {
+                  parse_completion_request(
+                      Json::parse(R"({"prompt": "x", "logit_bias": {"a": 1}})"), SamplingParams{});
+              }).find("logit_bias"),
+              std::string::npos);
+}
+
+TEST(ChatMessages, TextPartsAreJoinedAndOtherPartsRefusedByType) {
+    const Json parts =
+        Json::parse(R"([{"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}])");
+    const Json n = normalise_messages(parts, false);
+    EXPECT_EQ(n[0]["content"], "Be brief.");
+    EXPECT_EQ(n[1]["content"], "a\nb");
+    const Json image =
+        Json::parse(R"([{"role": "user", "content": [{"type": "text", "text": "what is it?"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}])");
+    const std::string why = error_of([&] { normalise_messages(image, false); });
+    EXPECT_NE(why.find("message 0 (user)"), std::string::npos) << why;
+    EXPECT_NE(why.find("'image_url'"), std::string::npos) << why;
+    EXPECT_NE(why.find("text only"), std::string::npos) << why;
+    EXPECT_EQ(why.find("base64"), std::string::npos) << why;
+}
+
+TEST(ChatMessages, ToolCallTurnsWithoutContentAndDeveloperRole) {
+    const Json m = Json::parse(R"([{"role": "developer", "content": "sys"},
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function",
+            "function": {"name": "w", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": [{"type": "text", "text": "sunny"}]}])");
+    const Json n = normalise_messages(m, false);
+    EXPECT_EQ(n[0]["role"], "system");
+    EXPECT_EQ(n[2]["content"], "");
+    EXPECT_EQ(n[3]["content"], "sunny");
+    EXPECT_NE(error_of([&] {
+                  normalise_messages(Json::parse(R"([{"role": "user"}])"), false);
+              }).find("message 0 (user): missing 'content'"),
+              std::string::npos);
+}
+
+// A template failure names the message, never the template's line or its undefined names; a
+// template's own raise_exception message is passed on.
+TEST(ChatMessages, TemplateErrorsNameTheMessage) {
+    auto failing = [](const Json& m, const Json&, const Json&) -> std::string {
+        if (m.size() >= 2) fail("chat template: line 43: 'content' is undefined");
+        return "ok";
+    };
+    const Json body = Json::parse(R"({"messages": [{"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "x"}]})");
+    const std::string why = error_of([&] { parse_chat_request(body, SamplingParams{}, failing); });
+    EXPECT_NE(why.find("message 1 (assistant)"), std::string::npos) << why;
+    EXPECT_EQ(why.find("line 43"), std::string::npos) << why;
+    EXPECT_EQ(why.find("undefined"), std::string::npos) << why;
+    auto raising = [](const Json&, const Json&, const Json&) -> std::string {
+        fail("chat template: line 3: raise_exception: No user query found in messages.");
+    };
+    EXPECT_EQ(error_of([&] { parse_chat_request(body, SamplingParams{}, raising); }),
+              "the chat template refused these messages: No user query found in messages.");
+}
+
+TEST(ChatMessages, GenerationPromptAndContinueFinalMessage) {
+    auto render = [](const Json& m, const Json&, const Json& kw) {
+        std::string s;
+        for (const Json& msg : m)
+            s += "<" + msg["role"].get<std::string>() + ">" + msg["content"].get<std::string>() +
+                 "</end>";
+        if (kw.value("add_generation_prompt", false)) s += "<assistant>";
+        return s;
+    };
+    Json body = Json::parse(R"({"messages": [{"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "Once upon"}]})");
+    EXPECT_EQ(parse_chat_request(body, SamplingParams{}, render).prompts[0].text,
+              "<user>hi</end><assistant>Once upon</end><assistant>");
+    body["continue_final_message"] = true;
+    EXPECT_NE(error_of([&] {
+                  parse_chat_request(body, SamplingParams{}, render);
+              }).find("add_generation_prompt"),
+              std::string::npos);
+    body["add_generation_prompt"] = false;
+    EXPECT_EQ(parse_chat_request(body, SamplingParams{}, render).prompts[0].text,
+              "<user>hi</end><assistant>Once upon");
+}
+
+// The README's compatibility table is this table: same fields, front ends and use, no others.
+TEST(RequestFields, TheReadmeTableIsTheCodesTable) {
+    const std::string readme = read_text_file(std::string(MINIINFER_SOURCE_DIR) + "/README.md");
+    size_t rows = 0;
+    for (size_t at = readme.find("\n| `"); at != std::string::npos;
+         at = readme.find("\n| `", at + 1))
+        for (const char* where : {"` | chat", "` | completions", "` | python"})
+            if (readme.compare(readme.find('`', at + 4), std::strlen(where), where) == 0) ++rows;
+    EXPECT_EQ(rows, request_fields().size()) << "rows in README.md's compatibility table";
+    for (const Json& f : request_fields_json()) {
+        std::string where;
+        for (const Json& w : f["front_ends"])
+            where += (where.empty() ? "" : ", ") + w.get<std::string>();
+        const std::string row = "\n| `" + f["name"].get<std::string>() + "` | " + where + " | " +
+                                f["use"].get<std::string>() + " |";
+        EXPECT_NE(readme.find(row), std::string::npos) << "README.md lacks the row" << row;
     }
 }

@@ -107,6 +107,14 @@ TEST_F(OutputProcessorTest, StopStringAcrossATokenBoundaryCutsTheText) {
     EXPECT_EQ(p.finish_reason(), kStop);
 }
 
+TEST_F(OutputProcessorTest, IncludeStopStrInOutputKeepsTheStopStringAndNothingAfter) {
+    SamplingParams p0 = params(10, {"lo wor"});
+    p0.include_stop_str_in_output = true;
+    OutputProcessor p = make(p0);
+    EXPECT_EQ(append(p, id("Hello")), (Step{"Hel", kNone, ""}));
+    EXPECT_EQ(append(p, id(" world")), (Step{"lo wor", kStop, "lo wor"}));  // "ld" dropped
+}
+
 TEST_F(OutputProcessorTest, HeldBackTextIsReleasedWhenTheRequestEndsOtherwise) {
     {
         OutputProcessor p = make(params(2, {" worldwide"}));
