@@ -1,10 +1,11 @@
 // miniinfer bench: the standard offline workloads of BENCHMARKS.md, timed from the moment all
 // requests are submitted (model loaded, one warm-up request done) until the last token, with
-// the speed of light (SOL) for the same workload on the given hardware.
+// the speed of light (SOL) for the same workload on this card (apps/gpu_peak.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <string>
@@ -14,6 +15,7 @@
 #include "apps/bench_workloads.h"
 #include "apps/commands.h"
 #include "apps/engine_options.h"
+#include "apps/gpu_peak.h"
 #include "core/logging.h"
 #include "engine/kernel_profiler.h"
 #include "engine/llm_engine.h"
@@ -27,19 +29,41 @@ struct BenchOptions {
     std::vector<std::string> workloads = {"balanced"};
     std::string balanced_file = "bench/balanced.json";
     std::string json_out;
-    int64_t runs = 1;             // timed runs of each workload, back to back
-    int64_t profile_top = 0;      // > 0: CUPTI kernel times of each run, this many rows
-    SolHardware hardware;         // H200, as measured (BENCHMARKS.md)
-    bool hardware_given = false;  // --hbm-bytes-per-s or --matmul-flops on the command line
-
-    // The SOL model's figures are a GPU's (the H200's unless given): on the CPU, a percentage of
-    // them would mean nothing.
-    bool shows_sol(const EngineConfig& c) const { return c.device == "cuda" || hardware_given; }
+    int64_t runs = 1;         // timed runs of each workload, back to back
+    int64_t profile_top = 0;  // > 0: CUPTI kernel times of each run, this many rows
+    double hbm_bytes_per_s = 0, matmul_flops = 0;  // > 0: given, in place of the card's
 };
+
+// The SOL's figures: the card's (--device cuda), with --hbm-bytes-per-s / --matmul-flops in place
+// of theirs. On the CPU only figures given count (a figure not given bounds nothing), and with
+// none given there is no SOL: a GPU's figures against a CPU run would mean nothing.
+std::optional<GpuPeak> sol_peak(const EngineConfig& c, const BenchOptions& o) {
+    std::optional<GpuPeak> peak;
+#ifdef MINIINFER_HAS_CUDA
+    if (c.device == "cuda") peak = gpu_peak(current_gpu_properties());
+#endif
+    if (!peak && o.hbm_bytes_per_s == 0 && o.matmul_flops == 0) return std::nullopt;
+    if (!peak) {
+        constexpr double kUnbounded = std::numeric_limits<double>::infinity();
+        peak = GpuPeak{c.device, {.hbm_bytes_per_s = kUnbounded, .matmul_flops = kUnbounded}, ""};
+    }
+    std::string given;
+    if (o.hbm_bytes_per_s > 0) {
+        peak->hardware.hbm_bytes_per_s = o.hbm_bytes_per_s;
+        given = "--hbm-bytes-per-s";
+    }
+    if (o.matmul_flops > 0) {
+        peak->hardware.matmul_flops = o.matmul_flops;
+        given += given.empty() ? "--matmul-flops" : " and --matmul-flops";
+    }
+    if (!given.empty()) peak->source += (peak->source.empty() ? "" : "; ") + given + " given";
+    return peak;
+}
 
 using Workload = BenchWorkload;
 
-Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o) {
+Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o,
+                  const std::optional<GpuPeak>& peak) {
     SamplingParams p;
     p.temperature = w.temperature;
     p.ignore_eos = true;
@@ -90,8 +114,10 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o) {
                                {"total_us", k.total_us},
                                {"exposed_us", k.exposed_us}});
     }
-    const double sol = sol_seconds(w, engine.model_config(), engine.config().max_num_seqs,
-                                   o.hardware, engine.config().fp8_kv_cache() ? 1.0 : 2.0);
+    const double sol = peak
+                           ? sol_seconds(w, engine.model_config(), engine.config().max_num_seqs,
+                                         peak->hardware, engine.config().fp8_kv_cache() ? 1.0 : 2.0)
+                           : 0.0;
     const EngineConfig& c = engine.config();
     const std::optional<ModelRunner::StepTiming> t = engine.step_timing();
     return {{"workload", w.name},
@@ -116,8 +142,9 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o) {
             {"ttft_mean_ms", ttft_ms.empty() ? Json(nullptr) : Json(ttft_mean)},
             {"ttft_p50_ms", ttft_quantile(0.5)},
             {"ttft_p99_ms", ttft_quantile(0.99)},
-            {"sol_tok_per_s", o.shows_sol(c) ? Json(double(output_tokens) / sol) : Json(nullptr)},
-            {"percent_of_sol", o.shows_sol(c) ? Json(100.0 * sol / seconds) : Json(nullptr)},
+            {"sol_hardware", peak ? Json(describe(*peak)) : Json(nullptr)},
+            {"sol_tok_per_s", peak ? Json(double(output_tokens) / sol) : Json(nullptr)},
+            {"percent_of_sol", peak ? Json(100.0 * sol / seconds) : Json(nullptr)},
             {"kernels", std::move(kernels)}};
 }
 
@@ -171,6 +198,8 @@ void run(const BenchOptions& o) {
     warm.temperature = 0.6;
     engine.generate({Prompt::from_ids(std::vector<int32_t>(64, 1))}, warm);
 
+    const std::optional<GpuPeak> peak = sol_peak(engine.config(), o);
+    if (peak) std::printf("%s\n\n", describe(*peak).c_str());
     std::printf(
         "| workload | device | attention | page | graphs | overlap | requests | output tokens | "
         "seconds | tok/s | SOL tok/s | %% of SOL |\n");
@@ -180,7 +209,7 @@ void run(const BenchOptions& o) {
         double first = 0, later = 0;  // tok/s of the first run, sum of the others
         int64_t first_cached = 0, later_cached = 0, prompt_tokens = 0;
         for (int64_t run_index = 1; run_index <= o.runs; ++run_index) {
-            Json r = run_workload(engine, w, o);
+            Json r = run_workload(engine, w, o, peak);
             r["run"] = run_index;
             print_row(r, run_index, o.runs);
             if (o.profile_top > 0) {
@@ -253,11 +282,11 @@ void add_bench(CLI::App& app) {
         ->check(CLI::Range(int64_t(1), int64_t(1000)));
     cmd->add_flag("--measure-gpu-idle", opts->engine.config.measure_gpu_idle,
                   "CUDA: time each step with events and report the GPU's idle time between steps");
-    cmd->add_option("--hbm-bytes-per-s", opts->hardware.hbm_bytes_per_s,
-                    "Memory bandwidth for the SOL (shown for --device cuda, or when given)")
-        ->capture_default_str();
-    cmd->add_option("--matmul-flops", opts->hardware.matmul_flops, "bf16 matrix rate for the SOL")
-        ->capture_default_str();
+    cmd->add_option("--hbm-bytes-per-s", opts->hbm_bytes_per_s,
+                    "Memory bandwidth for the SOL, in place of the card's (a table of known cards, "
+                    "else its device properties); on the CPU the SOL shows only when given");
+    cmd->add_option("--matmul-flops", opts->matmul_flops,
+                    "Dense bf16 matrix rate (FLOP/s) for the SOL, in place of the card's");
     // `miniinfer bench serve ...` benchmarks a running server (as `vllm bench serve`); the
     // offline options, --model included, then do not apply.
     add_bench_serve(*cmd, "serve");
@@ -266,7 +295,10 @@ void add_bench(CLI::App& app) {
     cmd->callback([opts, cmd] {
         if (!cmd->get_subcommands().empty()) return;
         if (opts->engine.config.model_dir.empty()) fail("bench: --model is required");
-        opts->hardware_given = cmd->count("--hbm-bytes-per-s") + cmd->count("--matmul-flops") > 0;
+        for (const auto& [flag, value] : {std::pair{"--hbm-bytes-per-s", opts->hbm_bytes_per_s},
+                                          std::pair{"--matmul-flops", opts->matmul_flops}})
+            if (cmd->count(flag) > 0 && !(value > 0))
+                fail("{} must be a positive rate, got {}", flag, value);
         run(*opts);
     });
 }

@@ -24,7 +24,6 @@ void run(const ChatOptions& o, const Json& sampling_flags) {
     LLMEngine engine(config);
     ChatTemplate chat = ChatTemplate::load(config.model_dir);
     SamplingParams params = SamplingParams::from_json(sampling_flags, engine.default_params());
-    if (!sampling_flags.contains("max_tokens")) params.max_tokens = 1024;
     const Json kwargs = o.no_thinking ? Json{{"enable_thinking", false}} : Json::object();
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();
     auto reset = [&] {
@@ -71,7 +70,7 @@ void add_chat(CLI::App& app) {
     cmd->add_option("--system", opts->system, "A system message to start the conversation with");
     cmd->add_flag("--no-thinking", opts->no_thinking,
                   "Chat template kwarg enable_thinking=false (Qwen3)");
-    auto sampling = add_sampling_options(*cmd);
+    auto sampling = add_sampling_options(*cmd, kChatMaxTokens);
     cmd->callback([opts, sampling] { run(*opts, *sampling); });
 }
 

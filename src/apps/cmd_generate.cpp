@@ -284,7 +284,7 @@ void add_generate(CLI::App& app) {
                   "Wrap each --prompt / \"prompt\" in the model's chat template as a user message");
     cmd->add_flag("--no-thinking", opts->no_thinking,
                   "Chat template kwarg enable_thinking=false (Qwen3)");
-    auto sampling = add_sampling_options(*cmd);
+    auto sampling = add_sampling_options(*cmd, SamplingParams{}.max_tokens);
     cmd->callback([opts, sampling] { run(*opts, *sampling); });
 }
 

@@ -22,7 +22,6 @@
 #include "apps/engine_options.h"
 #include "core/json.h"
 #include "core/logging.h"
-#include "loader/hub.h"
 #include "server/engine_loop.h"
 #include "server/http_server.h"
 #include "server/pipeline_client.h"
@@ -90,13 +89,10 @@ void check_port_is_free(const std::string& host, int port) {
 void run(ServeOptions o) {
     if (o.server.api_key.empty())
         if (const char* key = std::getenv("MINIINFER_API_KEY")) o.server.api_key = key;
-    const std::string& model = o.engine.config.model_dir;  // as given: a directory or org/name
-    if (o.server.served_model_name.empty())
-        o.server.served_model_name =
-            hub::is_repo_id(model) && !std::filesystem::is_directory(model)
-                ? model
-                : std::filesystem::path(model).lexically_normal().filename().string();
-    if (o.server.served_model_name.empty()) o.server.served_model_name = model;
+    // vLLM's default: clients name the model exactly as the server was started with it (a
+    // directory path or org/name), so the path a script started the server with also works in
+    // its requests.
+    if (o.server.served_model_name.empty()) o.server.served_model_name = o.engine.config.model_dir;
     if (o.server.max_connections < 1) fail("--max-connections must be at least 1");
     if (!(o.server.request_read_timeout_s > 0)) fail("--request-read-timeout must be positive");
     if (!(o.drain_timeout_s >= 0)) fail("--drain-timeout must be >= 0");
@@ -182,7 +178,7 @@ void add_serve(CLI::App& app) {
     cmd->add_option("--api-key", o->server.api_key,
                     "Require 'Authorization: Bearer KEY' (or MINIINFER_API_KEY)");
     cmd->add_option("--served-model-name", o->server.served_model_name,
-                    "The model name clients use");
+                    "The model name clients use (default: MODEL exactly as given)");
     cmd->add_option("--max-queued-requests", o->max_queued_requests,
                     "Refuse (429) beyond this many waiting requests")
         ->capture_default_str();

@@ -22,6 +22,13 @@ inline std::ofstream open_output_file(const std::string& path) {
     return file;
 }
 
+// Every command below and --version on `app` (the whole `miniinfer` CLI).
+void add_all_commands(CLI::App& app);
+
+// `chat` replies with up to this many tokens unless --max-tokens says otherwise: a chat answer
+// runs longer than generate's (and vLLM's) 16.
+inline constexpr int64_t kChatMaxTokens = 1024;
+
 void add_inspect(CLI::App& app);  // miniinfer inspect --model DIR [--json]
 void add_logits(CLI::App& app);   // miniinfer logits --model DIR --ids 1,2,3 [--top 5]
 void add_tokenizer_commands(

@@ -1,5 +1,6 @@
 #include "apps/engine_options.h"
 
+#include "config/sampling_params.h"
 #include "engine/model_runner.h"
 #include "loader/hub.h"
 
@@ -41,8 +42,11 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool positional_model) 
                    "Longest prompt + output (0: the model's)")
         ->capture_default_str();
     cmd.add_option("--max-num-batched-tokens", o.config.max_num_batched_tokens,
-                   "Token budget of one step (0: 8192 on CUDA, 16384 for an MoE model there, 2048 "
-                   "on the CPU)")
+                   fmt::format("Token budget of one step (0: {} on CUDA, {} for an MoE model "
+                               "there, {} on the CPU)",
+                               EngineConfig::default_max_num_batched_tokens("cuda", false),
+                               EngineConfig::default_max_num_batched_tokens("cuda", true),
+                               EngineConfig::default_max_num_batched_tokens("cpu", false)))
         ->capture_default_str();
     cmd.add_option("--page-size", o.config.page_size, "KV cache page size in tokens")
         ->capture_default_str();
@@ -104,18 +108,19 @@ void add_multiprocess_option(CLI::App& cmd, EngineOptions& o) {
         "Tokenizer, engine core and detokenizer in separate processes (ZeroMQ over ipc://)");
 }
 
-std::shared_ptr<Json> add_sampling_options(CLI::App& cmd) {
-    auto json = std::make_shared<Json>(Json::object());
-    auto number = [&](const char* flag, const char* key, const char* help) {
-        cmd.add_option_function<double>(
+std::shared_ptr<Json> add_sampling_options(CLI::App& cmd, int64_t max_tokens) {
+    auto json = std::make_shared<Json>(Json{{"max_tokens", max_tokens}});
+    auto number = [&](const char* flag, const char* key, const std::string& help) {
+        return cmd.add_option_function<double>(
             flag, [json, key](double v) { (*json)[key] = v; }, help);
     };
-    auto integer = [&](const char* flag, const char* key, const char* help) {
-        cmd.add_option_function<int64_t>(
+    auto integer = [&](const char* flag, const char* key, const std::string& help) {
+        return cmd.add_option_function<int64_t>(
             flag, [json, key](int64_t v) { (*json)[key] = v; }, help);
     };
     number("--temperature", "temperature",
-           "0 = greedy (default: the model's generation_config, else 1)");
+           fmt::format("0 = greedy (default: the model's generation_config.json, else {})",
+                       SamplingParams{}.temperature));
     number("--top-p", "top_p", "Nucleus sampling mass");
     integer("--top-k", "top_k", "Keep the k most likely tokens (0 or -1: all)");
     number("--min-p", "min_p", "Drop tokens below min_p x the top probability");
@@ -123,7 +128,8 @@ std::shared_ptr<Json> add_sampling_options(CLI::App& cmd) {
            "> 1 discourages repeating prompt or output tokens");
     number("--presence-penalty", "presence_penalty", "[-2, 2]");
     number("--frequency-penalty", "frequency_penalty", "[-2, 2]");
-    integer("--max-tokens", "max_tokens", "Most tokens to generate (default 16)");
+    integer("--max-tokens", "max_tokens", "Most tokens to generate")
+        ->default_str(std::to_string(max_tokens));
     integer("--min-tokens", "min_tokens", "Fewest tokens before EOS or a stop may end a request");
     integer("--sampling-seed", "seed", "Seed of every request (same seed, same tokens)");
     integer("--logprobs", "logprobs", "Top-n log-probabilities per generated token");

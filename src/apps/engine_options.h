@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <memory>
 
 #include "config/engine_config.h"
@@ -36,7 +37,8 @@ void add_multiprocess_option(CLI::App& cmd, EngineOptions& options);
 // otherwise returns false at once and the command goes on.
 bool run_as_worker_node(const EngineConfig& config);
 
-// Returns the object the sampling flags fill in when the command line is parsed.
-std::shared_ptr<Json> add_sampling_options(CLI::App& cmd);
+// Returns the object the sampling flags fill in when the command line is parsed. It always holds
+// max_tokens: --max-tokens, else `max_tokens` (the default its --help states).
+std::shared_ptr<Json> add_sampling_options(CLI::App& cmd, int64_t max_tokens);
 
 }  // namespace miniinfer::apps

@@ -12,6 +12,16 @@ int64_t EngineConfig::kv_bytes_per_token(const ModelConfig& m) const {
     return 2 * m.num_layers * m.num_kv_heads * m.head_dim * element;
 }
 
+// 8192 on the GPU: prefill steps that large run the GEMMs and the MoE experts at a higher rate
+// (H200, bench/RESULTS.md: Qwen3-0.6B prefill256 +31%, balanced +2%; 30B-A3B prefill +39%),
+// at the cost of a longer step while a long prompt is prefilled. 16384 for an MoE model: each
+// prefill step reads every expert's weights, so twice the tokens a step halve that cost per
+// token (30B-A3B prefill256 63,254 -> 66,811 prompt tok/s, balanced unchanged; the 0.6B
+// measured slower at 16384). 2048 on the CPU.
+int64_t EngineConfig::default_max_num_batched_tokens(const std::string& device, bool moe) {
+    return device != "cuda" ? 2048 : moe ? 16384 : 8192;
+}
+
 void EngineConfig::resolve(const ModelConfig& model) {
     if (device != "cpu" && device != "cuda")
         fail("device '{}' is not supported (cpu, cuda)", device);
@@ -49,14 +59,8 @@ void EngineConfig::resolve(const ModelConfig& model) {
     if (max_model_len > model.max_position_embeddings)
         fail("max_model_len {} exceeds the model's max_position_embeddings {}", max_model_len,
              model.max_position_embeddings);
-    // 8192 on the GPU: prefill steps that large run the GEMMs and the MoE experts at a higher rate
-    // (H200, bench/RESULTS.md: Qwen3-0.6B prefill256 +31%, balanced +2%; 30B-A3B prefill +39%),
-    // at the cost of a longer step while a long prompt is prefilled. 16384 for an MoE model: each
-    // prefill step reads every expert's weights, so twice the tokens a step halve that cost per
-    // token (30B-A3B prefill256 63,254 -> 66,811 prompt tok/s, balanced unchanged; the 0.6B
-    // measured slower at 16384). 2048 on the CPU.
     if (max_num_batched_tokens == 0)
-        max_num_batched_tokens = device != "cuda" ? 2048 : model.num_experts > 0 ? 16384 : 8192;
+        max_num_batched_tokens = default_max_num_batched_tokens(device, model.num_experts > 0);
     if (num_pages == 0 && device == "cuda")
         return;  // the CUDA runner sizes the cache from free memory
     if (num_pages == 0) {

@@ -67,6 +67,8 @@ struct EngineConfig {
     // Fills derived fields for `model` and validates. Throws Error naming the field. If the
     // cache cannot hold max_model_len tokens, max_model_len shrinks to what it holds.
     void resolve(const ModelConfig& model);
+    // What resolve() makes of max_num_batched_tokens = 0 (the CLI's --help states it).
+    static int64_t default_max_num_batched_tokens(const std::string& device, bool moe);
     // Bytes of K/V one token takes on this device: f32 on the CPU (an FP8 cache keeps the
     // rounded values in f32 there), bf16 on CUDA, one byte with an FP8 cache on CUDA.
     int64_t kv_bytes_per_token(const ModelConfig& model) const;

@@ -26,7 +26,7 @@ struct ServerOptions {
     std::string host = "127.0.0.1";
     int port = 8000;
     std::string api_key;            // empty: no authentication
-    std::string served_model_name;  // default: the model directory's name
+    std::string served_model_name;  // the one name requests may give (serve: MODEL as given)
     int64_t max_body_bytes = 32 << 20;
     int max_connections = 2048;          // open at once (each holds a thread); beyond: 503, closed
     double request_read_timeout_s = 30;  // to receive one request's headers and body

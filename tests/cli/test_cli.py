@@ -102,8 +102,8 @@ def test_logits_bad_arguments():
     assert_clean_error(code, err, "-3")
     code, _, err = run("logits", "--model", DEMO, "--ids", "1", "--top", "0")
     assert_clean_error(code, err, "--top")
-    code, _, _ = run("logits", "--model", DEMO)
-    assert code != 0  # --ids is required (CLI11 prints usage)
+    code, _, err = run("logits", "--model", DEMO)
+    assert code == 1 and err.startswith("error: --ids is required"), err
 
 
 def test_logits_dummy_weights_need_no_checkpoint(tmp_path):
@@ -151,9 +151,12 @@ def test_bench_on_the_cpu_shows_no_gpu_speed_of_light(tmp_path):
     row = [l for l in out.splitlines() if l.startswith("| bs1 ")][0]
     assert row.split("|")[-2].strip() == "—" and row.split("|")[-3].strip() == "—", row
     assert json.loads(out_json.read_text())[0]["percent_of_sol"] is None
+    assert "SOL:" not in out
     code, out, err = run("bench", "--model", DEMO, "--workload", "bs1", "--hbm-bytes-per-s", "1e11")
     assert code == 0, err
     assert "%" in [l for l in out.splitlines() if l.startswith("| bs1 ")][0]
+    # The figures it is computed against, first: only the one given (the matmuls bound nothing).
+    assert out.splitlines()[0] == "SOL: cpu, 0.1 TB/s, matrix rate unknown (--hbm-bytes-per-s given)", out
     # An unwritable --json fails before the model loads, not after the runs.
     code, out, err = run("bench", "--model", DEMO, "--workload", "bs1", "--json",
                          str(tmp_path / "no" / "such" / "dir.json"))
@@ -207,7 +210,7 @@ def test_bench_runs_reports_first_run_and_steady_state(tmp_path):
     summary = [l for l in out.splitlines() if l.startswith("| bs1:")][0]
     assert "0.0% in run 1, 0.0% in run 2 " in summary, summary
     code, _, err = run("bench", "--model", DEMO, "--runs", "0")
-    assert code != 0 and "--runs" in err
+    assert code == 1 and err.startswith("error: --runs"), err
 
 
 def test_tensor_parallel_short_option():
@@ -226,3 +229,51 @@ def test_help_shows_an_example(command):
     assert code == 0, err
     example = [l for l in out.splitlines() if l.startswith("Example: miniinfer ") or "| miniinfer " in l]
     assert example, out
+
+
+# Usage errors (CLI11's parse errors) exit 1 with one line naming the problem, as every other
+# error of the command line; --help and --version exit 0.
+@pytest.mark.parametrize("args, needles", [
+    (["foo"], ["unknown command 'foo'", "generate, chat", "miniinfer --help"]),
+    ([], ["no command given", "serve"]),
+    (["--bogus"], ["--bogus"]),
+    (["generate", "--model", DEMO, "--prompt", "hi", "--max-tokens", "many"], ["--max-tokens", "many"]),
+    (["generate", "--model", DEMO, "--max-tokens"], ["--max-tokens"]),
+    (["chat", "--model", DEMO, "--temperature", "warm"], ["--temperature", "warm"]),
+    (["chat", "--model", DEMO, "--no-such-flag"], ["--no-such-flag", "miniinfer chat --help"]),
+    (["serve", DEMO, "--port", "eighty"], ["--port", "eighty"]),
+    (["serve", DEMO, "extra"], ["extra", "miniinfer serve --help"]),
+    (["serve"], ["model", "required"]),
+    (["bench", "--model", DEMO, "--workload"], ["--workload"]),
+    (["bench", "--model", DEMO, "--hbm-bytes-per-s", "-1"], ["--hbm-bytes-per-s", "positive", "-1"]),
+    (["bench", "nonsense"], ["nonsense", "miniinfer bench --help"]),
+    (["bench", "serve", "--port", "x"], ["--port", "miniinfer bench serve --help"]),
+    (["bench-serve", "--num-prompts"], ["--num-prompts"]),
+    (["inspect"], ["--model is required"]),
+    (["logits", "--model", DEMO, "--ids", "a,b"], ["--ids"]),
+    (["tokenize", "--model", DEMO, "--bad"], ["--bad"]),
+    (["detokenize"], ["--model"]),
+    (["chat-template", "--model"], ["--model"]),
+])
+def test_usage_errors_exit_1_with_one_line(args, needles):
+    code, out, err = run(*args)
+    assert code == 1, (code, err)
+    assert_clean_error(code, err, *needles)
+    assert out == ""
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["generate", "--help"],
+                                  ["bench", "serve", "--help"]])
+def test_help_and_version_exit_0(args):
+    code, out, err = run(*args)
+    assert code == 0 and out and not err, (code, err)
+
+
+def test_help_states_each_commands_own_max_tokens():
+    """chat answers with up to 1024 tokens by default, generate with vLLM's 16 (the values are
+    the code's: tests/unit/test_cli_options.cpp)."""
+    for command, default in (("chat", "1024"), ("generate", "16")):
+        code, out, err = run(command, "--help")
+        assert code == 0, err
+        line = [l for l in out.splitlines() if l.strip().startswith("--max-tokens")][0]
+        assert re.search(rf"--max-tokens \S*={default}\s", line) and "(default" not in line, line

@@ -9,6 +9,8 @@ import urllib.request
 
 import openai
 
+from conftest import DEMO
+
 
 def metric(server, name):
     text = urllib.request.urlopen(server.url + "/metrics").read().decode()
@@ -19,12 +21,12 @@ def metric(server, name):
 def test_200_concurrent_streams_get_every_token_in_order(server):
     c = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0, timeout=300)
     prompts = [f"Story number {i}:" for i in range(200)]
-    expected = {p: c.completions.create(model="qwen3-demo", prompt=p, max_tokens=16, temperature=0).choices[0].text
+    expected = {p: c.completions.create(model=DEMO, prompt=p, max_tokens=16, temperature=0).choices[0].text
                 for p in prompts[:5]}
 
     def stream(p):
         s = openai.OpenAI(base_url=server.url + "/v1", api_key="x", max_retries=0, timeout=300)
-        chunks = list(s.completions.create(model="qwen3-demo", prompt=p, max_tokens=16, temperature=0, stream=True,
+        chunks = list(s.completions.create(model=DEMO, prompt=p, max_tokens=16, temperature=0, stream=True,
                                            stream_options={"include_usage": True}))
         return p, "".join(ch.choices[0].text for ch in chunks if ch.choices), chunks[-1].usage.completion_tokens
 

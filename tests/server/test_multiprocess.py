@@ -13,6 +13,8 @@ import urllib.request
 import openai
 import pytest
 
+from conftest import DEMO
+
 
 def client(s):
     return openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0, timeout=120)
@@ -128,12 +130,12 @@ def test_engine_process_killed_mid_stream(start_server):
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         # A non-streaming request in flight too; it gets a 500 with the reason.
         waiting = pool.submit(post, s, "/v1/completions", {"prompt": "Hello", "max_tokens": 240, "ignore_eos": True})
-        stream = c.completions.create(model="qwen3-demo", prompt="Tell me everything", max_tokens=240, n=8,
+        stream = c.completions.create(model=DEMO, prompt="Tell me everything", max_tokens=240, n=8,
                                       stream=True, extra_body={"ignore_eos": True})
         chunks = iter(stream)
         next(chunks)  # the stream is running...
         deadline = time.time() + 60
-        while time.time() < deadline and "vllm:num_requests_running{model_name=\"qwen3-demo\"} 9" not in \
+        while time.time() < deadline and f"vllm:num_requests_running{{model_name=\"{DEMO}\"}} 9" not in \
                 urllib.request.urlopen(s.url + "/metrics").read().decode():
             time.sleep(0.05)  # ...and so is the other request
         os.kill(engine, signal.SIGSTOP)  # frozen mid-generation: nothing can finish before the kill
@@ -181,7 +183,7 @@ def test_children_exit_when_the_frontend_dies(start_server):
 
 
 def test_generate_through_the_pipeline_writes_the_same_lines(tmp_path):
-    from conftest import BIN, DEMO
+    from conftest import BIN
     import subprocess
     lines = [{"prompt": "The capital of France is", "max_tokens": 12, "temperature": 0, "logprobs": 2},
              {"prompt": "Hello", "max_tokens": 12, "temperature": 0.7, "stop": ["o"]},  # no seed: drawn in order

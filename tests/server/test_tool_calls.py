@@ -8,7 +8,7 @@ import tempfile
 import openai
 import pytest
 
-from conftest import MODES, Server
+from conftest import DEMO, MODES, Server
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "The weather in a city",
@@ -49,7 +49,7 @@ def client(server):
 
 def ask(server, text, tools=(WEATHER, TIME), **kw):
     return client(server).chat.completions.create(
-        model="qwen3-demo", messages=[{"role": "user", "content": text}], tools=list(tools),
+        model=DEMO, messages=[{"role": "user", "content": text}], tools=list(tools),
         max_tokens=200, **kw)
 
 
@@ -133,7 +133,7 @@ def test_multi_turn_with_tool_results(server):
         {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
         {"role": "tool", "tool_call_id": call.id, "content": "It is 18 degrees"},
     ]
-    r = client(server).chat.completions.create(model="qwen3-demo", messages=messages,
+    r = client(server).chat.completions.create(model=DEMO, messages=messages,
                                                tools=[WEATHER], max_tokens=50)
     assert r.choices[0].message.content == "It is 18 degrees in Paris."
     assert r.choices[0].finish_reason == "stop"

@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "apps/bench_workloads.h"
+#include "apps/gpu_peak.h"
 
 using namespace miniinfer;
 using namespace miniinfer::apps;
@@ -34,7 +37,7 @@ TEST(BenchSol, DenseStepReadsEveryWeight) {
     const ModelConfig c = ModelConfig::load(kBench / "qwen3-0.6b");
     const double step = sol_seconds(one_request(1), c, 256, {.hbm_bytes_per_s = 4.8e12});
     const double kv = 2.0 * 28 * 8 * 128 * 2;                // one token of K and V, bf16
-    const double prefill = 2.0 * (0.6e9 - 0.16e9) / 790e12;  // negligible next to the step
+    const double prefill = 2.0 * (0.6e9 - 0.16e9) / 989e12;  // negligible next to the step
     EXPECT_NEAR(step, (1.192e9 + kv) / 4.8e12, 0.01 * step + prefill);
 }
 
@@ -97,4 +100,56 @@ TEST(BenchWorkloads, NoTwoPromptsShareTheirFirstPage) {
         }
     }
     EXPECT_EQ(first_pages.size(), prompts);
+}
+
+// Each card's own figures, by its CUDA name: an H100 is not measured against the H200's 4.8 TB/s.
+TEST(BenchSol, KnownCardsByName) {
+    const auto figures = [](const char* name) {
+        const std::optional<SolHardware> hw = known_gpu(name);
+        return hw ? std::pair(hw->hbm_bytes_per_s, hw->matmul_flops) : std::pair(0.0, 0.0);
+    };
+    EXPECT_EQ(figures("NVIDIA H100 80GB HBM3"), std::pair(3.35e12, 989e12));
+    EXPECT_EQ(figures("NVIDIA H100 PCIe"), std::pair(2.0e12, 756e12));
+    EXPECT_EQ(figures("NVIDIA H200"), std::pair(4.8e12, 989e12));
+    EXPECT_EQ(figures("NVIDIA A100-SXM4-80GB"), std::pair(2.039e12, 312e12));
+    EXPECT_EQ(figures("NVIDIA A100-SXM4-40GB"), std::pair(1.555e12, 312e12));
+    EXPECT_EQ(figures("NVIDIA A100-PCIE-40GB"), std::pair(1.555e12, 312e12));
+    EXPECT_EQ(figures("NVIDIA L40S"), std::pair(0.864e12, 362e12));
+    EXPECT_EQ(figures("nvidia h100 80gb hbm3"), std::pair(3.35e12, 989e12));  // case
+    EXPECT_FALSE(known_gpu("NVIDIA GH200 480GB"));  // a word of its own, not the H200
+    EXPECT_FALSE(known_gpu("NVIDIA GeForce RTX 4090"));
+    EXPECT_FALSE(known_gpu(""));
+
+    const GpuPeak h100 = gpu_peak({.name = "NVIDIA H100 80GB HBM3", .memory_clock_khz = 1});
+    EXPECT_EQ(h100.source, "table");  // the table wins over the properties
+    EXPECT_EQ(describe(h100), "SOL: NVIDIA H100 80GB HBM3, 3.35 TB/s, 989 TFLOP/s bf16 (table)");
+}
+
+// A card the table lacks: bandwidth = 2 x memory clock x bus width, matrix rate = SMs x clock x
+// the architecture's dense bf16 FLOP per SM per clock; an unknown architecture bounds nothing.
+TEST(BenchSol, UnknownCardsFromDeviceProperties) {
+    const GpuProperties props{.name = "NVIDIA GH200 480GB",
+                              .memory_clock_khz = 2'619'000,
+                              .memory_bus_width_bits = 5120,
+                              .num_sms = 132,
+                              .sm_clock_khz = 1'830'000,
+                              .compute_major = 9,
+                              .compute_minor = 0};
+    const GpuPeak peak = gpu_peak(props);
+    EXPECT_EQ(peak.source, "from device properties");
+    EXPECT_NEAR(peak.hardware.hbm_bytes_per_s, 3.352e12, 1e9);
+    EXPECT_NEAR(peak.hardware.matmul_flops, 989.4e12, 1e11);
+    EXPECT_EQ(describe(peak),
+              "SOL: NVIDIA GH200 480GB, 3.35 TB/s, 989 TFLOP/s bf16 (from device properties)");
+
+    GpuProperties future = props;
+    future.name = "NVIDIA Future";
+    future.compute_major = 42;
+    const GpuPeak unknown = gpu_peak(future);
+    EXPECT_TRUE(std::isinf(unknown.hardware.matmul_flops));
+    EXPECT_EQ(describe(unknown),
+              "SOL: NVIDIA Future, 3.35 TB/s, matrix rate unknown (from device properties)");
+    // Memory-bound only: the SOL of a decode is still finite.
+    const ModelConfig c = ModelConfig::load(kBench / "qwen3-0.6b");
+    EXPECT_GT(sol_seconds(one_request(4), c, 256, unknown.hardware), 0.0);
 }
