@@ -28,7 +28,7 @@ struct GpuPeak {
     std::string source;  // "table", "from device properties", "--hbm-bytes-per-s", ...
 };
 
-// The spec-sheet figures of a known card (HBM bandwidth, dense bf16 tensor-core rate), matched
+// The figures of a known card (HBM bandwidth, dense bf16 tensor-core rate: gpu_peak.cpp), matched
 // on the words of its CUDA name (case-insensitive; "GH200" is not "H200"); nullopt for others.
 std::optional<SolHardware> known_gpu(std::string_view name);
 
@@ -37,7 +37,7 @@ std::optional<SolHardware> known_gpu(std::string_view name);
 // FLOP per SM per clock of its architecture (8.0, 8.6, 8.9, 9.0, 10.0; others: unknown).
 GpuPeak gpu_peak(const GpuProperties& props);
 
-// bench's header line: "SOL: NVIDIA H100 80GB HBM3, 3.35 TB/s, 989 TFLOP/s bf16 (table)".
+// bench's header line: "SOL: NVIDIA H100 80GB HBM3, 3.35 TB/s, 790 TFLOP/s bf16 (table)".
 std::string describe(const GpuPeak& peak);
 
 #ifdef MINIINFER_HAS_CUDA
