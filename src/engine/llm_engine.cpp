@@ -25,9 +25,12 @@ struct LLMEngine::Tracked {
 
 namespace {
 
-// Penalties read the generated ids' values, which a placeholder does not have yet.
+// Penalties and bad words of more than one token read the generated ids' values, which a
+// placeholder does not have yet.
 bool needs_output_values(const SamplingParams& p) {
-    return p.repetition_penalty != 1.0 || p.frequency_penalty != 0.0 || p.presence_penalty != 0.0;
+    return p.repetition_penalty != 1.0 || p.frequency_penalty != 0.0 || p.presence_penalty != 0.0 ||
+           std::any_of(p.bad_words_token_ids.begin(), p.bad_words_token_ids.end(),
+                       [](const auto& word) { return word.size() > 1; });
 }
 
 }  // namespace
@@ -200,7 +203,7 @@ std::vector<RequestOutput> LLMEngine::step() {
     for (const std::string& id : std::exchange(pending_, {}))
         outputs.push_back(output_of(*requests_.at(id)));
     std::optional<InFlight> previous = std::exchange(in_flight_, std::nullopt);
-    // Penalties need the last token's value: then this step waits for it (no overlap).
+    // Penalties and bad words need the last token's value: then this step waits for it.
     if (previous && std::any_of(previous->rows.begin(), previous->rows.end(), [](const auto& row) {
             return needs_output_values(row.tracked->request.params);
         }))
