@@ -5,6 +5,7 @@
 
 #include "core/host_memory.h"
 #include "core/logging.h"
+#include "engine/request_inputs.h"
 #include "engine/scripted_runner.h"
 #ifdef MINIINFER_HAS_CUDA
 #include "core/cuda/device_buffer.h"
@@ -182,11 +183,14 @@ std::string LLMEngine::add_request(const Prompt& prompt, const SamplingParams& p
                 "text");
         r.prompt_ids = tokenizer_->encode(prompt.text);
     }
+    truncate_prompt(r.prompt_ids, params, config_.max_model_len);
     for (int32_t id : r.prompt_ids)
         if (id < 0 || id >= vocab)
             fail("prompt token id {} is outside the vocabulary [0, {})", id, vocab);
     r.id = request_id;
     r.params = params;
+    resolve_bad_words(r.params, tokenizer());
+    if (!r.params.bad_words.empty()) r.params.validate(vocab);  // the resolved ids
     r.seed = params.seed.value_or(seed_rng_());
     r.arrival = next_id_++;
     scheduler_->validate_request(r);
