@@ -32,6 +32,9 @@ void truncate_prompt(std::vector<int32_t>& prompt_ids, const SamplingParams& par
     if (!params.truncate_prompt_tokens) return;
     const int64_t keep =
         *params.truncate_prompt_tokens == -1 ? max_model_len : *params.truncate_prompt_tokens;
+    if (keep > max_model_len)
+        fail("sampling params: 'truncate_prompt_tokens' ({}) is greater than max_model_len ({})",
+             keep, max_model_len);
     if (keep >= int64_t(prompt_ids.size())) return;
     prompt_ids.erase(prompt_ids.begin(), prompt_ids.end() - keep);
 }

@@ -22,6 +22,7 @@ void resolve_bad_words(SamplingParams& params, const Tokenizer* tokenizer);
 
 // vLLM's truncate_prompt_tokens: keeps the last k ids of prompt_ids (k = max_model_len for -1),
 // in place; no-op when unset or when the prompt is not longer. Validated params assumed.
+// Throws Error when k > max_model_len (as vLLM), whatever the prompt's length.
 void truncate_prompt(std::vector<int32_t>& prompt_ids, const SamplingParams& params,
                      int64_t max_model_len);
 

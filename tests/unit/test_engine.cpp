@@ -338,8 +338,11 @@ TEST(Engine, TruncatePromptTokensKeepsTheLastTokens) {
     const RequestOutput cut = engine.generate({Prompt::from_ids(prompt)}, p)[0];
     EXPECT_EQ(cut.prompt_token_ids, tail);
     EXPECT_EQ(cut.token_ids, engine.generate({Prompt::from_ids(tail)}, greedy(6))[0].token_ids);
-    p.truncate_prompt_tokens = 1000;  // longer than the prompt: all of it
+    p.truncate_prompt_tokens = 100;  // longer than the prompt: all of it
     EXPECT_EQ(engine.generate({Prompt::from_ids(prompt)}, p)[0].prompt_token_ids, prompt);
+    p.truncate_prompt_tokens = 257;  // over max_model_len: an error, as vLLM
+    EXPECT_THAT(engine.generate({Prompt::from_ids(prompt)}, p)[0].error,
+                HasSubstr("'truncate_prompt_tokens' (257) is greater than max_model_len (256)"));
 
     const std::vector<int32_t> long_prompt(300, 7);  // over max_model_len 256
     p.truncate_prompt_tokens = 200;
