@@ -304,7 +304,13 @@ void add_masks_and_bias(Batch& b, std::mt19937& rng) {
     for (int64_t r = 0; r < b.rows; ++r) {
         Row& row = b.requests[size_t(r)];
         SamplingParams& p = row.params;
-        const float* x = b.logits.data() + r * b.vocab;
+        float* x = b.logits.data() + r * b.vocab;
+        // Logits within ±64: a forced token far below the best one has a logprob of up to
+        // -128 or so, which the GPU's f32 subtraction still gives within the 1e-4 tolerance.
+        float max_abs = 0.f;
+        for (int64_t i = 0; i < b.vocab; ++i) max_abs = std::max(max_abs, std::fabs(x[i]));
+        if (max_abs > 64.f)
+            for (int64_t i = 0; i < b.vocab; ++i) x[i] *= 64.f / max_abs;
         std::vector<int32_t> best(static_cast<size_t>(b.vocab));
         for (int64_t i = 0; i < b.vocab; ++i) best[size_t(i)] = int32_t(i);
         const size_t num_best = std::min<size_t>(8, best.size());
