@@ -1,6 +1,7 @@
 #include "engine/cuda_sampler.h"
 
 #include <algorithm>
+#include <bit>
 #include <deque>
 
 #include "core/check.h"
@@ -15,25 +16,37 @@ namespace {
 constexpr int64_t kMaxLogprobs = 20;
 constexpr int64_t kMaskIdsPerRow = 64;  // EOS + stop ids the upload has room for before growing
 
-// Penalties or masks change this row's logits before sampling.
+// Penalties, masks or biases change this row's logits before sampling (a row with bad words
+// even at a step that bans none of them: finding out takes the same host work as staging it).
 bool needs_penalties(const SamplerInput& r) {
     const SamplingParams& p = *r.params;
     const bool masking = int64_t(r.output_ids.size()) < p.min_tokens &&
                          (!r.eos_ids.empty() || !p.stop_token_ids.empty());
     return masking || p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 ||
-           p.frequency_penalty != 0.0;
+           p.frequency_penalty != 0.0 || p.allowed_token_ids.has_value() ||
+           !p.bad_words_token_ids.empty() || !p.logit_bias.empty();
 }
 
 Tensor rows(const Tensor& t, int64_t n) {
     return t.slice_rows(0, n);
 }
 
-// Bytes of the penalty upload: [n RowPenalties][3n + 1 segment starts][num_ids token ids].
+constexpr int64_t kSegments = cuda::kNumPenaltySegments;
+
+// Bytes of the penalty upload: [n RowPenalties][kSegments n + 1 segment starts][num_ids ids].
 size_t starts_offset(int64_t n) {
     return size_t(n) * sizeof(cuda::RowPenalties);
 }
 size_t ids_offset(int64_t n) {
-    return starts_offset(n) + size_t(3 * n + 1) * 4;
+    return starts_offset(n) + size_t(kSegments * n + 1) * 4;
+}
+
+// logit_bias as the kernel reads it: equal ids adjacent, each id's entries in list order.
+std::vector<std::pair<int32_t, float>> bias_by_id(const SamplingParams& p) {
+    std::vector<std::pair<int32_t, float>> bias = p.logit_bias;
+    std::stable_sort(bias.begin(), bias.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    return bias;
 }
 
 }  // namespace
@@ -222,23 +235,29 @@ void CudaSampler::apply_penalties(Tensor& logits, std::span<const SamplerInput> 
                                   const std::vector<int32_t>& penalised, cudaStream_t st) {
     Buffers& B = *buf_;
     const int64_t n = int64_t(penalised.size());
+    // [n][bans]: this step's bad-word bans, found before the upload is sized
+    std::vector<std::vector<int32_t>> banned(static_cast<size_t>(n));
     size_t num_ids = 0;
-    for (int32_t i : penalised) {
-        const SamplerInput& r = rows_in[size_t(i)];
+    for (int64_t j = 0; j < n; ++j) {
+        const SamplerInput& r = rows_in[size_t(penalised[size_t(j)])];
+        const SamplingParams& p = *r.params;
+        banned[size_t(j)] = banned_bad_word_ids(p, r.output_ids);
         num_ids += r.prompt_ids.size() + r.output_ids.size() + r.eos_ids.size() +
-                   r.params->stop_token_ids.size();
+                   p.stop_token_ids.size() + banned[size_t(j)].size() +
+                   (p.allowed_token_ids ? p.allowed_token_ids->size() : 0) +
+                   2 * p.logit_bias.size();
     }
     const size_t bytes = ids_offset(n) + num_ids * 4;
     B.penalties_copied.synchronize();              // the last upload may still read the staging
-    if (bytes > B.host_penalties->bytes) {         // rare: many stop ids
+    if (bytes > B.host_penalties->bytes) {         // rare: many stop, allowed or bias ids
         MI_CUDA_CHECK(cudaStreamSynchronize(st));  // the old device copy may still be read
         B.host_penalties = std::make_unique<cuda::PinnedBuffer>(bytes);
         B.dev_penalties = cuda::DeviceBuffer(bytes);
     }
     auto* host = static_cast<char*>(B.host_penalties->data);
     auto* params = reinterpret_cast<cuda::RowPenalties*>(host);
-    auto* starts = reinterpret_cast<int32_t*>(host + starts_offset(n));
-    auto* ids = reinterpret_cast<int32_t*>(host + ids_offset(n));
+    auto* starts = reinterpret_cast<int32_t*>(host + starts_offset(n));  // [kSegments n + 1]
+    auto* ids = reinterpret_cast<int32_t*>(host + ids_offset(n));        // [num_ids]
     int32_t at = 0;
     auto put = [&](int64_t id) {
         MI_CHECK(id >= 0 && id < vocab_, "token id {} outside the vocabulary of {}", id, vocab_);
@@ -254,22 +273,33 @@ void CudaSampler::apply_penalties(Tensor& logits, std::span<const SamplerInput> 
                      .presence_penalty = p.presence_penalty};
         const bool repetition = p.repetition_penalty != 1.0;
         const bool additive = p.frequency_penalty != 0.0 || p.presence_penalty != 0.0;
+        int32_t* row_starts = starts + kSegments * j;
         if (repetition) std::for_each(r.prompt_ids.begin(), r.prompt_ids.end(), put);
-        starts[3 * j + 1] = at;
+        row_starts[cuda::kOutputIds] = at;
         if (repetition || additive) std::for_each(r.output_ids.begin(), r.output_ids.end(), put);
-        starts[3 * j + 2] = at;
+        row_starts[cuda::kMaskedIds] = at;
         if (int64_t(r.output_ids.size()) < p.min_tokens) {
             std::for_each(r.eos_ids.begin(), r.eos_ids.end(), put);
             std::for_each(p.stop_token_ids.begin(), p.stop_token_ids.end(), put);
         }
-        starts[3 * j + 3] = at;
+        row_starts[cuda::kBannedIds] = at;
+        std::for_each(banned[size_t(j)].begin(), banned[size_t(j)].end(), put);
+        row_starts[cuda::kAllowedIds] = at;
+        if (p.allowed_token_ids)
+            std::for_each(p.allowed_token_ids->begin(), p.allowed_token_ids->end(), put);
+        row_starts[cuda::kBiasPairs] = at;
+        for (auto [id, bias] : bias_by_id(p)) {
+            put(id);
+            ids[at++] = std::bit_cast<int32_t>(bias);
+        }
+        row_starts[kSegments] = at;
     }
     auto* dev = static_cast<char*>(B.dev_penalties.data());
     MI_CUDA_CHECK(
         cudaMemcpyAsync(dev, host, ids_offset(n) + size_t(at) * 4, cudaMemcpyHostToDevice, st));
     B.penalties_copied.record(st);
     const Tensor params_d(dev, DType::kU8, {int64_t(starts_offset(n))}, Device::kCUDA);
-    const Tensor starts_d(dev + starts_offset(n), DType::kI32, {3 * n + 1}, Device::kCUDA);
+    const Tensor starts_d(dev + starts_offset(n), DType::kI32, {kSegments * n + 1}, Device::kCUDA);
     const Tensor ids_d(dev + ids_offset(n), DType::kI32, {int64_t(at)}, Device::kCUDA);
     cuda::apply_penalties(logits, params_d, starts_d, ids_d, B.penalties_workspace.data(),
                           B.penalties_workspace.bytes(), st);

@@ -1,11 +1,12 @@
-// CudaSampler: the CUDA runner's sampling step. For the rows whose logits penalties or
-// min_tokens masks change, it uploads their token lists (CSR, one copy per step) and applies
-// them to its own copy of the logits (kernels/cuda/penalties.h); then it samples every row on the
-// GPU — argmax when all rows are greedy without logprobs, else the full sampler
-// (kernels/cuda/sampling.h) — and copies the tokens and logprobs back (launch() enqueues, collect()
-// waits for a step, so that the runner can overlap steps). No row falls back to the CPU sampler;
-// the results are the CPU sampler's (layers/sampler.h) up to the float-sum boundaries sampling.h
-// describes.
+// CudaSampler: the CUDA runner's sampling step. For the rows whose logits penalties, biases or
+// masks change (allowed_token_ids, bad words, logit_bias, repetition/frequency/presence
+// penalties, min_tokens), it uploads their token lists (CSR, one copy per step; a step's
+// bad-word bans found on the host from output_ids) and applies them to its own copy of the
+// logits (kernels/cuda/penalties.h); then it samples every row on the GPU — argmax when all rows
+// are greedy without logprobs, else the full sampler (kernels/cuda/sampling.h) — and copies the
+// tokens and logprobs back (launch() enqueues, collect() waits for a step, so that the runner
+// can overlap steps). No row falls back to the CPU sampler; the results are the CPU sampler's
+// (layers/sampler.h) up to the float-sum boundaries sampling.h describes.
 #pragma once
 
 #include <memory>
@@ -20,7 +21,8 @@ namespace miniinfer {
 class CudaSampler {
   public:
     // Allocates every buffer for max_rows rows of `vocab` logits; the token-list upload starts
-    // with room for max_model_len ids and 64 masked ids a row and grows when a step needs more.
+    // with room for max_model_len ids and 64 more ids a row (masked, allowed, biased) and grows
+    // when a step needs more.
     CudaSampler(int64_t max_rows, int64_t vocab, int64_t max_model_len);
     ~CudaSampler();
 
@@ -47,7 +49,8 @@ class CudaSampler {
   private:
     struct Buffers;
     struct Launched;
-    // Uploads the penalised rows' lists and applies them to logits in place.
+    // Uploads the penalised rows' lists and applies them to logits in place. MI_CHECK on an id
+    // outside the vocabulary (validated params cannot hold one).
     void apply_penalties(Tensor& logits, std::span<const SamplerInput> rows_in,
                          const std::vector<int32_t>& penalised, cudaStream_t stream);
     int64_t max_rows_, vocab_;

@@ -5,6 +5,7 @@
 
 #include "core/host_memory.h"
 #include "core/logging.h"
+#include "engine/request_inputs.h"
 #include "engine/scripted_runner.h"
 #ifdef MINIINFER_HAS_CUDA
 #include "core/cuda/device_buffer.h"
@@ -25,9 +26,12 @@ struct LLMEngine::Tracked {
 
 namespace {
 
-// Penalties read the generated ids' values, which a placeholder does not have yet.
+// Penalties and bad words of more than one token read the generated ids' values, which a
+// placeholder does not have yet.
 bool needs_output_values(const SamplingParams& p) {
-    return p.repetition_penalty != 1.0 || p.frequency_penalty != 0.0 || p.presence_penalty != 0.0;
+    return p.repetition_penalty != 1.0 || p.frequency_penalty != 0.0 || p.presence_penalty != 0.0 ||
+           std::any_of(p.bad_words_token_ids.begin(), p.bad_words_token_ids.end(),
+                       [](const auto& word) { return word.size() > 1; });
 }
 
 }  // namespace
@@ -179,11 +183,14 @@ std::string LLMEngine::add_request(const Prompt& prompt, const SamplingParams& p
                 "text");
         r.prompt_ids = tokenizer_->encode(prompt.text);
     }
+    truncate_prompt(r.prompt_ids, params, config_.max_model_len);
     for (int32_t id : r.prompt_ids)
         if (id < 0 || id >= vocab)
             fail("prompt token id {} is outside the vocabulary [0, {})", id, vocab);
     r.id = request_id;
     r.params = params;
+    resolve_bad_words(r.params, tokenizer());
+    if (!r.params.bad_words.empty()) r.params.validate(vocab);  // the resolved ids
     r.seed = params.seed.value_or(seed_rng_());
     r.arrival = next_id_++;
     scheduler_->validate_request(r);
@@ -200,7 +207,7 @@ std::vector<RequestOutput> LLMEngine::step() {
     for (const std::string& id : std::exchange(pending_, {}))
         outputs.push_back(output_of(*requests_.at(id)));
     std::optional<InFlight> previous = std::exchange(in_flight_, std::nullopt);
-    // Penalties need the last token's value: then this step waits for it (no overlap).
+    // Penalties and bad words need the last token's value: then this step waits for it.
     if (previous && std::any_of(previous->rows.begin(), previous->rows.end(), [](const auto& row) {
             return needs_output_values(row.tracked->request.params);
         }))

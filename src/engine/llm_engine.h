@@ -7,9 +7,9 @@
 //   while (engine.has_unfinished()) for (auto& o : engine.step()) ...;
 //
 // Bad input (empty or over-long prompt, invalid SamplingParams, ids outside the vocabulary,
-// text without a tokenizer) is an Error for that request only: add_request throws and adds
-// nothing; generate reports it as that request's finish_reason "error". Not thread-safe: one
-// thread drives it (the server puts it on its own thread).
+// text or bad_words without a tokenizer) is an Error for that request only: add_request throws
+// and adds nothing; generate reports it as that request's finish_reason "error". Not thread-safe:
+// one thread drives it (the server puts it on its own thread).
 //
 // With config.detokenize == false the engine is the pipeline's engine core: outputs carry
 // token ids, logprobs and finish reasons but no text, and stop strings are left to the
@@ -43,7 +43,9 @@ class LLMEngine {
               std::optional<Tokenizer> tokenizer, GenerationConfig generation = {});
     ~LLMEngine();
 
-    // Queues a request and returns its id (request_id, or a fresh one). Throws Error on bad input.
+    // Queues a request and returns its id (request_id, or a fresh one): the prompt encoded (text)
+    // and truncated (truncate_prompt_tokens), bad_words resolved into the request's own
+    // params (engine/request_inputs.h). Throws Error on bad input.
     std::string add_request(const Prompt& prompt, const SamplingParams& params,
                             std::string request_id = "");
     // One step: schedule -> forward -> sample -> update. Outputs of the requests that got a

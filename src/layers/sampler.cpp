@@ -107,9 +107,30 @@ void add_top_logprobs(std::span<const float> logits, int32_t token, int64_t num_
 
 }  // namespace
 
+std::vector<int32_t> banned_bad_word_ids(const SamplingParams& p,
+                                         std::span<const int32_t> output_ids) {
+    std::vector<int32_t> banned;
+    for (const std::vector<int32_t>& word : p.bad_words_token_ids) {
+        if (word.empty() || word.size() - 1 > output_ids.size()) continue;
+        const size_t prefix_len = word.size() - 1;
+        if (std::equal(word.begin(), word.end() - 1, output_ids.end() - ptrdiff_t(prefix_len)))
+            banned.push_back(word.back());
+    }
+    return banned;
+}
+
 void apply_penalties(std::span<float> logits, const SamplerInput& in) {
     const SamplingParams& p = *in.params;
     const size_t vocab = logits.size();
+    if (p.allowed_token_ids) {
+        std::vector<char> allowed(vocab, 0);
+        for (int64_t id : *p.allowed_token_ids) allowed[checked_id(id, vocab, "allowed")] = 1;
+        for (size_t i = 0; i < vocab; ++i)
+            if (!allowed[i]) logits[i] = kNegInf;
+    }
+    for (int32_t id : banned_bad_word_ids(p, in.output_ids))
+        logits[checked_id(id, vocab, "bad word")] = kNegInf;
+    for (auto [id, bias] : p.logit_bias) logits[checked_id(id, vocab, "logit_bias")] += bias;
     if (p.repetition_penalty != 1.0) {
         std::vector<int32_t> seen = sorted_ids(in.prompt_ids, in.output_ids, vocab);
         seen.erase(std::unique(seen.begin(), seen.end()), seen.end());

@@ -1,5 +1,6 @@
 // The CPU reference sampler: one request's logits → one token, in vLLM's order:
-//   repetition penalty → frequency/presence penalties → min_tokens masking
+//   allowed_token_ids mask → bad_words mask → logit_bias → repetition penalty
+//   → frequency/presence penalties → min_tokens masking
 //   → greedy argmax (temperature 0), or: / temperature → min_p → top_k → top_p → draw.
 // Requests are independent: the draw is Philox4x32-10 at key = seed, counter = step (the number
 // of tokens generated so far), so a seeded request gets the same tokens whatever batch it is in,
@@ -40,10 +41,20 @@ SampledToken sample(const SamplerInput& in);
 std::vector<SampledToken> sample_batch(std::span<const SamplerInput> inputs);
 
 // The steps before temperature, in place on `logits` ([vocab], initially a copy of in.logits):
-// repetition penalty (logit > 0 ? logit / p : logit * p, each token of prompt ∪ output once),
-// logit -= frequency * count + presence * (count > 0) over output tokens, and -inf for EOS and
-// stop_token_ids while output_ids.size() < min_tokens.
+// -inf for every token outside params->allowed_token_ids (when set); -inf for the ids
+// banned_bad_word_ids gives; logits[id] += bias for each logit_bias entry, in list order (a
+// repeated id adds each); repetition penalty (logit > 0 ? logit / p : logit * p, each token of
+// prompt ∪ output once); logit -= frequency * count + presence * (count > 0) over output
+// tokens; and -inf for EOS and stop_token_ids while output_ids.size() < min_tokens.
+// -inf stays -inf through every later step, so the masks may come in any order.
 void apply_penalties(std::span<float> logits, const SamplerInput& in);
+
+// The tokens bad_words forbid at this step, as vLLM: for each sequence of
+// params.bad_words_token_ids, its last token when output_ids end with the rest of it (a
+// one-token sequence: always). In the order of the sequences; may repeat. Reads output_ids'
+// values (no placeholders); mutates nothing.
+std::vector<int32_t> banned_bad_word_ids(const SamplingParams& params,
+                                         std::span<const int32_t> output_ids);
 
 // The distribution the draw uses ([vocab], sums to 1, zero outside the kept set): one-hot at
 // the argmax when greedy, else softmax(penalised / temperature) restricted by min_p

@@ -11,6 +11,7 @@
 
 #include "core/logging.h"
 #include "engine/llm_engine.h"
+#include "engine/request_inputs.h"
 #include "server/engine_client.h"
 #include "server/pipeline_detokenizer.h"
 #include "server/pipeline_ipc.h"
@@ -76,6 +77,16 @@ void run_tokenizer(zmq::context_t& context, Inbox& inbox, const WorkerOptions& o
                 (*m)["ids"] = text.empty() ? std::vector<int32_t>{} : tokenizer->encode(text);
                 m->erase("text");
             }
+            if (m->at("params").contains("bad_words")) {  // resolved where the tokenizer is
+                try {
+                    SamplingParams params = params_from_json(m->at("params"));
+                    resolve_bad_words(params, tokenizer ? &*tokenizer : nullptr);
+                    (*m)["params"] = to_json(params);
+                } catch (const Error& e) {
+                    send(to_frontend, rejected(*m, e.what()));
+                    continue;
+                }
+            }
             send(to_engine, *m);
         }
     }
@@ -102,11 +113,13 @@ void run_engine(zmq::context_t& context, Inbox& inbox, const WorkerOptions& o) {
             }
             try {
                 const SamplingParams params = params_from_json(m.at("params"));
-                engine.add_request(Prompt::from_ids(m.at("ids").get<std::vector<int32_t>>()),
-                                   params, id);
+                // Truncated here, where max_model_len is known; the outputs report these ids.
+                std::vector<int32_t> ids = m.at("ids").get<std::vector<int32_t>>();
+                truncate_prompt(ids, params, engine.config().max_model_len);
+                engine.add_request(Prompt::from_ids(ids), params, id);
                 send(to_detokenizer, {{"type", kAccepted},
                                       {"id", id},
-                                      {"prompt_ids", m.at("ids")},
+                                      {"prompt_ids", ids},
                                       {"params", m.at("params")}});
             } catch (const Error& e) {
                 send(to_detokenizer, rejected(m, e.what()));

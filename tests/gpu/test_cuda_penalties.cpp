@@ -1,11 +1,15 @@
 // The CUDA penalty kernel against the CPU reference (layers/sampler.h, apply_penalties) on
 // random rows: repetition, frequency and presence penalties over random prompt / output lists
-// (duplicates, empty lists, lists longer than the block), and min_tokens masks of EOS and stop
-// ids. Tolerance: none. The kernel does the CPU's float operations (the frequency/presence
-// term in double, rounded once), so every logit must be bitwise equal; rows not listed must be
-// untouched.
+// (duplicates, empty lists, lists longer than the block), min_tokens masks of EOS and stop
+// ids, allowed_token_ids (duplicates, rows with nothing else), bad words (single tokens and
+// sequences whose prefix ends the output) and logit_bias (repeated ids, biases on masked ids).
+// Tolerance: none. The kernel does the CPU's float operations (the frequency/presence term in
+// double, rounded once; one id's biases added in list order), so every logit must be bitwise
+// equal; rows not listed must be untouched.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -41,6 +45,48 @@ T pick(std::mt19937& rng, std::initializer_list<T> options) {
     return *(options.begin() + d(rng));
 }
 
+// Random allowed ids, bad words and biases on some rows; ids from a small pool (duplicates,
+// and biases on ids the masks also hit) and from the whole vocabulary.
+void add_masks_and_bias(Row& r, int64_t vocab, std::mt19937& rng) {
+    std::uniform_real_distribution<float> unit(0.f, 1.f);
+    std::uniform_int_distribution<int32_t> any_id(0, int32_t(vocab - 1));
+    std::uniform_int_distribution<int32_t> pool_id(0, int32_t(std::min<int64_t>(vocab, 24) - 1));
+    auto random_id = [&] { return unit(rng) < 0.5f ? pool_id(rng) : any_id(rng); };
+    SamplingParams& p = r.params;
+    if (unit(rng) < 0.3f) {
+        std::vector<int64_t> allowed;
+        for (int k = pick(rng, {1, 2, 7, 40}); k > 0; --k) allowed.push_back(random_id());
+        if (unit(rng) < 0.3f) allowed.push_back(allowed.front());  // a duplicate
+        p.allowed_token_ids = std::move(allowed);
+    }
+    if (unit(rng) < 0.4f) {
+        for (int k = pick(rng, {1, 2, 4}); k > 0; --k) {
+            std::vector<int32_t> word;
+            // A suffix of the output (so the sequence bans its last token), or random ids.
+            const size_t prefix_len =
+                std::min<size_t>(pick<size_t>(rng, {0, 1, 2}), r.output.size());
+            if (unit(rng) < 0.6f)
+                word.assign(r.output.end() - ptrdiff_t(prefix_len), r.output.end());
+            else
+                for (size_t m = 0; m < prefix_len; ++m) word.push_back(random_id());
+            word.push_back(random_id());
+            p.bad_words_token_ids.push_back(std::move(word));
+        }
+    }
+    if (unit(rng) < 0.4f) {
+        std::uniform_real_distribution<float> any_bias(-100.f, 100.f);
+        for (int k = pick(rng, {1, 3, 12}); k > 0; --k) {
+            const float bias =
+                unit(rng) < 0.5f ? any_bias(rng) : pick(rng, {-100.f, 100.f, 0.1f, -3.5f, 1e-7f});
+            const int32_t id = unit(rng) < 0.3f && !p.bad_words_token_ids.empty()
+                                   ? p.bad_words_token_ids.front().back()
+                                   : random_id();
+            p.logit_bias.emplace_back(id, bias);
+            if (unit(rng) < 0.2f) p.logit_bias.emplace_back(id, any_bias(rng));  // repeated id
+        }
+    }
+}
+
 // Random rows; ids drawn from a small pool so duplicates are common, and from the whole
 // vocabulary. max_list bounds the prompt and output lengths.
 std::vector<Row> random_rows(int64_t rows, int64_t vocab, int max_list, std::mt19937& rng) {
@@ -64,12 +110,14 @@ std::vector<Row> random_rows(int64_t rows, int64_t vocab, int max_list, std::mt1
             if (unit(rng) < 0.5f) r.eos.push_back(any_id(rng));
             for (int k = pick(rng, {0, 1, 3}); k > 0; --k) p.stop_token_ids.push_back(random_id());
         }
+        add_masks_and_bias(r, vocab, rng);
     }
     return out;
 }
 
 // The CSR upload the runner builds (engine/cuda_sampler.cpp): prompt ids only with a
-// repetition penalty, output ids with any penalty, masked ids while output < min_tokens.
+// repetition penalty, output ids with any penalty, masked ids while output < min_tokens, this
+// step's bad-word bans, allowed ids, bias pairs sorted stably by id.
 void run_gpu(std::vector<float>& logits, int64_t vocab, const std::vector<Row>& rows) {
     std::vector<cuda::RowPenalties> params;
     std::vector<int32_t> starts = {0}, ids;
@@ -88,6 +136,19 @@ void run_gpu(std::vector<float>& logits, int64_t vocab, const std::vector<Row>& 
         if (int64_t(r.output.size()) < p.min_tokens) {
             for (int64_t id : r.eos) ids.push_back(int32_t(id));
             for (int64_t id : p.stop_token_ids) ids.push_back(int32_t(id));
+        }
+        starts.push_back(int32_t(ids.size()));
+        for (int32_t id : banned_bad_word_ids(p, r.output)) ids.push_back(id);
+        starts.push_back(int32_t(ids.size()));
+        if (p.allowed_token_ids)
+            for (int64_t id : *p.allowed_token_ids) ids.push_back(int32_t(id));
+        starts.push_back(int32_t(ids.size()));
+        std::vector<std::pair<int32_t, float>> bias = p.logit_bias;
+        std::stable_sort(bias.begin(), bias.end(),
+                         [](const auto& a, const auto& b) { return a.first < b.first; });
+        for (auto [id, b] : bias) {
+            ids.push_back(id);
+            ids.push_back(std::bit_cast<int32_t>(b));
         }
         starts.push_back(int32_t(ids.size()));
     }
@@ -113,8 +174,8 @@ void run_gpu(std::vector<float>& logits, int64_t vocab, const std::vector<Row>& 
 }
 
 // Returns the number of logits the penalties changed (so a test can check it did something).
-int64_t check_against_cpu(int64_t num_rows, int64_t vocab, int max_list, std::mt19937& rng) {
-    const std::vector<Row> rows = random_rows(num_rows, vocab, max_list, rng);
+int64_t check_rows(const std::vector<Row>& rows, int64_t vocab, std::mt19937& rng) {
+    const int64_t num_rows = int64_t(rows.size());
     std::vector<float> raw(static_cast<size_t>(num_rows * vocab));
     std::normal_distribution<float> normal(0.f, 4.f);
     for (float& x : raw) x = normal(rng);
@@ -149,6 +210,10 @@ int64_t check_against_cpu(int64_t num_rows, int64_t vocab, int max_list, std::mt
     return changed;
 }
 
+int64_t check_against_cpu(int64_t num_rows, int64_t vocab, int max_list, std::mt19937& rng) {
+    return check_rows(random_rows(num_rows, vocab, max_list, rng), vocab, rng);
+}
+
 }  // namespace
 
 TEST(CudaPenalties, MatchCpuBitwise) {
@@ -170,6 +235,41 @@ TEST(CudaPenalties, MatchCpuBitwise) {
             EXPECT_GT(changed, 0) << "the random rows penalised nothing";
         }
     }
+}
+
+// Hand-made rows of the new fields: only allowed ids (with duplicates), biases on ids the
+// allowed mask and a bad word mask, a bad word whose prefix ends the output next to one whose
+// prefix does not, everything at once, and an unlisted row between them.
+TEST(CudaPenalties, MasksAndBiasMatchCpuBitwise) {
+    REQUIRE_GPU();
+    const int64_t vocab = 300;
+    std::vector<Row> rows(6);
+    for (Row& r : rows) r.listed = true;
+    rows[0].params.allowed_token_ids = std::vector<int64_t>{5, 17, 5, 299, 0, 17};
+    rows[1].params.allowed_token_ids = std::vector<int64_t>{3, 4};
+    rows[1].params.logit_bias = {{3, 2.5f}, {100, 100.f}, {4, -1.f}};  // 100: masked
+    rows[2].output = {7, 8, 9};
+    rows[2].params.bad_words_token_ids = {{8, 9, 10}, {7, 9, 11}, {12}, {9, 13}};  // bans 10 12 13
+    rows[2].params.logit_bias = {{10, 100.f}, {11, 50.f}, {12, -3.f}, {11, 0.25f}};
+    rows[3].listed = false;
+    rows[3].params.logit_bias = {{1, 100.f}};  // not listed: stays raw
+    Row& all = rows[4];
+    all.prompt = {1, 2, 2, 3};
+    all.output = {2, 3, 40, 41};
+    all.eos = {299};
+    SamplingParams& p = all.params;
+    p.allowed_token_ids = std::vector<int64_t>{1, 2, 3, 40, 41, 42, 43, 299, 2};
+    p.bad_words_token_ids = {{40, 41, 42}, {41, 1}, {2}};  // bans 42, 1, 2
+    p.logit_bias = {{43, 7.5f}, {3, -0.75f}, {41, 0.1f}, {3, 0.3f}, {250, 100.f}};
+    p.repetition_penalty = 1.3;
+    p.frequency_penalty = 0.4;
+    p.presence_penalty = -0.2;
+    p.min_tokens = 10;
+    p.stop_token_ids = {43};
+    rows[5].params.logit_bias = {{0, -100.f}, {299, 1e-7f}};  // biases alone
+    std::mt19937 rng(23);
+    const int64_t changed = check_rows(rows, vocab, rng);
+    EXPECT_GT(changed, 0);
 }
 
 TEST(CudaPenalties, NoRowsIsANoOp) {
@@ -194,8 +294,8 @@ TEST(CudaPenalties, StepTime) {
         for (int64_t k = 0; k < prompt_len; ++k) ids.push_back(any_id(rng));
         starts.push_back(int32_t(ids.size()));
         for (int64_t k = 0; k < output_len; ++k) ids.push_back(any_id(rng) % 5000);
-        starts.push_back(int32_t(ids.size()));
-        starts.push_back(int32_t(ids.size()));
+        for (int s = cuda::kOutputIds; s < cuda::kNumPenaltySegments; ++s)
+            starts.push_back(int32_t(ids.size()));  // no masks, bans, allowed ids or biases
     }
     Tensor logits = cuda::device_tensor({rows, vocab}, DType::kF32);
     Tensor d_params =

@@ -1,7 +1,7 @@
 // The CUDA sampler against the CPU reference sampler (layers/sampler.h) on random rows, through
-// the runner's CudaSampler (engine/cuda_sampler.h): penalties and min_tokens masks applied in
-// place by the penalty kernel, then the sampling kernel with the raw logits (f32, or bf16 as the
-// runner passes them) for the logprobs. No row goes to the CPU.
+// the runner's CudaSampler (engine/cuda_sampler.h): penalties, min_tokens masks, allowed ids,
+// bad words and logit biases applied in place by the penalty kernel, then the sampling kernel with
+// the raw logits (f32, or bf16 as the runner passes them) for the logprobs. No row goes to the CPU.
 //
 // Tolerances: tokens equal for >= 99.5% of rows; a row may differ only where the CPU's and the
 // GPU's floating-point sums (different order, relative 1e-16) fall on opposite sides of a top_p
@@ -288,6 +288,94 @@ TEST(CudaSampling, SampleMatchesCpu) {
                             (long long)shape.rows, (long long)shape.vocab, int(penalties),
                             int(bf16_raw), (long long)(tally.mismatches - before));
             }
+        }
+    }
+    std::printf("tokens equal on %lld of %lld rows\n", (long long)(tally.rows - tally.mismatches),
+                (long long)tally.rows);
+    EXPECT_GE(double(tally.rows - tally.mismatches), 0.995 * double(tally.rows));
+}
+
+// Adds allowed_token_ids, bad words and logit_bias to most rows of a batch, aimed at the row's
+// best tokens so that they change the answer. Every row keeps a token no mask hits (the CPU
+// sampler stops on a row with every token masked).
+void add_masks_and_bias(Batch& b, std::mt19937& rng) {
+    std::uniform_real_distribution<float> unit(0.f, 1.f);
+    std::uniform_int_distribution<int32_t> any_id(0, int32_t(b.vocab - 1));
+    for (int64_t r = 0; r < b.rows; ++r) {
+        Row& row = b.requests[size_t(r)];
+        SamplingParams& p = row.params;
+        float* x = b.logits.data() + r * b.vocab;
+        // Logits within ±64: a forced token far below the best one has a logprob of up to
+        // -128 or so, which the GPU's f32 subtraction still gives within the 1e-4 tolerance.
+        float max_abs = 0.f;
+        for (int64_t i = 0; i < b.vocab; ++i) max_abs = std::max(max_abs, std::fabs(x[i]));
+        if (max_abs > 64.f)
+            for (int64_t i = 0; i < b.vocab; ++i) x[i] *= 64.f / max_abs;
+        std::vector<int32_t> best(static_cast<size_t>(b.vocab));
+        for (int64_t i = 0; i < b.vocab; ++i) best[size_t(i)] = int32_t(i);
+        const size_t num_best = std::min<size_t>(8, best.size());
+        std::partial_sort(best.begin(), best.begin() + ptrdiff_t(num_best), best.end(),
+                          [x](int32_t a, int32_t c) { return x[a] > x[c]; });
+        std::uniform_int_distribution<size_t> best_idx(0, num_best - 1);
+        auto random_id = [&] { return unit(rng) < 0.6f ? best[best_idx(rng)] : any_id(rng); };
+        if (unit(rng) < 0.5f) {
+            p.bad_words_token_ids.push_back({best[0]});
+            if (!row.output.empty()) p.bad_words_token_ids.push_back({row.output.back(), best[1]});
+            p.bad_words_token_ids.push_back({random_id(), random_id()});
+        }
+        if (unit(rng) < 0.5f)
+            for (int k = pick(rng, {1, 2, 5}); k > 0; --k)
+                p.logit_bias.emplace_back(random_id(), pick(rng, {100.f, -100.f, 2.5f, -0.7f}));
+        if (unit(rng) < 0.4f) {
+            std::vector<int64_t> allowed;
+            for (int k = pick(rng, {1, 3, 20}); k > 0; --k) allowed.push_back(random_id());
+            allowed.push_back(allowed.front());  // a duplicate
+            // One token no mask hits: not banned, not EOS or a stop id.
+            const std::vector<int32_t> banned = banned_bad_word_ids(p, row.output);
+            auto masked = [&](int64_t id) {
+                return id == b.vocab - 1 ||
+                       std::find(b.stop_ids.begin(), b.stop_ids.end(), id) != b.stop_ids.end() ||
+                       std::find(banned.begin(), banned.end(), int32_t(id)) != banned.end();
+            };
+            int64_t free_id = random_id();
+            while (masked(free_id)) free_id = (free_id + 1) % b.vocab;
+            allowed.push_back(free_id);
+            p.allowed_token_ids = std::move(allowed);
+        }
+    }
+}
+
+// Allowed ids, bad words and biases with and without penalties, through CudaSampler's staging
+// and the penalty kernel, against the CPU sampler with SampleMatchesCpu's tolerance; and no
+// token outside a row's allowed ids or among its bans.
+TEST(CudaSampling, MasksAndBiasMatchCpu) {
+    REQUIRE_GPU();
+    std::mt19937 rng(31);
+    Tally tally;
+    for (auto [rows, vocab] : {std::pair<int64_t, int64_t>{64, 7}, {128, 1000}, {64, 151936}}) {
+        for (bool penalties : {false, true}) {
+            Batch b = random_batch(rows, vocab, penalties, /*bf16_raw=*/false, rng);
+            add_masks_and_bias(b, rng);
+            const int64_t before = tally.mismatches;
+            compare(b, tally);
+            const std::vector<SamplerInput> inputs = sampler_inputs(b);
+            const std::vector<SampledToken> gpu = run_gpu(b, inputs);
+            for (int64_t r = 0; r < rows; ++r) {
+                const SamplingParams& p = b.requests[size_t(r)].params;
+                const int32_t t = gpu[size_t(r)].token;
+                if (p.allowed_token_ids) {
+                    const auto& allowed = *p.allowed_token_ids;
+                    EXPECT_NE(std::find(allowed.begin(), allowed.end(), t), allowed.end())
+                        << "row " << r << " token " << t << " not allowed";
+                }
+                const std::vector<int32_t> banned =
+                    banned_bad_word_ids(p, b.requests[size_t(r)].output);
+                EXPECT_EQ(std::find(banned.begin(), banned.end(), t), banned.end())
+                    << "row " << r << " token " << t << " banned";
+            }
+            std::printf("rows %lld vocab %lld penalties %d, masks and biases: %lld mismatches\n",
+                        (long long)rows, (long long)vocab, int(penalties),
+                        (long long)(tally.mismatches - before));
         }
     }
     std::printf("tokens equal on %lld of %lld rows\n", (long long)(tally.rows - tally.mismatches),

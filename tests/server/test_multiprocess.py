@@ -108,6 +108,13 @@ def test_multiprocess_results_equal_single_process(start_server):
                                   "temperature": 0, "logprobs": True, "top_logprobs": 2}),
         ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi there"}], "temperature": 0.5,
                                   "seed": 3, "max_tokens": 30}),
+        # Resolved by the tokenizer process, truncated by the engine process.
+        ("/v1/completions", {"prompt": "The capital of France is", "max_tokens": 16, "temperature": 0,
+                             "bad_words": [greedy.split()[0], "of the"]}),
+        ("/v1/completions", {"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0,
+                             "truncate_prompt_tokens": 3}),
+        ("/v1/completions", {"prompt": [1, 2, 3, 4], "max_tokens": 8, "temperature": 0.7, "seed": 2,
+                             "logit_bias": {"11": 5}, "allowed_token_ids": [11, 13, 15, 17]}),
         ("/v1/completions", {"prompt": "x", "max_tokens": 1000}),       # too long: 400
         ("/v1/completions", {"prompt": [1, 999999], "max_tokens": 3}),  # outside the vocabulary: 400
     ]

@@ -8,6 +8,7 @@
 
 #include "core/json.h"
 #include "engine/llm_engine.h"
+#include "engine/request_inputs.h"
 
 using namespace miniinfer;
 using ::testing::HasSubstr;
@@ -297,6 +298,8 @@ TEST(Engine, OverlapSchedulingGivesThePlainLoopsOutputs) {
         if (i % 6 == 4) p.repetition_penalty = 1.3;
         if (i % 6 == 5) p.frequency_penalty = 0.5;
         if (i % 7 == 6) p.min_tokens = 5;
+        if (i % 4 == 3) p.bad_words = {" the", "capital of"};  // multi-token: waits for values
+        if (i % 5 == 1) p.logit_bias = {{11, 5.f}};
         params.push_back(p);
     }
     std::vector<RequestOutput> outs[2];
@@ -320,4 +323,110 @@ TEST(Engine, OverlapSchedulingGivesThePlainLoopsOutputs) {
         stopped += plain.finish_reason == "stop";
     }
     EXPECT_GT(stopped, 0) << "some requests should end before max_tokens";
+}
+
+// truncate_prompt_tokens keeps the prompt's last k ids (max_model_len for -1), before the
+// length checks: the output is the truncated prompt's.
+TEST(Engine, TruncatePromptTokensKeepsTheLastTokens) {
+    const Reference ref = load_reference("qwen3-tiny");
+    LLMEngine engine(config_for("qwen3-tiny"));
+    const std::vector<int32_t>& prompt = ref.prompts[2];
+    ASSERT_GT(prompt.size(), 4u);
+    const std::vector<int32_t> tail(prompt.end() - 4, prompt.end());
+    SamplingParams p = greedy(6);
+    p.truncate_prompt_tokens = 4;
+    const RequestOutput cut = engine.generate({Prompt::from_ids(prompt)}, p)[0];
+    EXPECT_EQ(cut.prompt_token_ids, tail);
+    EXPECT_EQ(cut.token_ids, engine.generate({Prompt::from_ids(tail)}, greedy(6))[0].token_ids);
+    p.truncate_prompt_tokens = 100;  // longer than the prompt: all of it
+    EXPECT_EQ(engine.generate({Prompt::from_ids(prompt)}, p)[0].prompt_token_ids, prompt);
+    p.truncate_prompt_tokens = 257;  // over max_model_len: an error, as vLLM
+    EXPECT_THAT(engine.generate({Prompt::from_ids(prompt)}, p)[0].error,
+                HasSubstr("'truncate_prompt_tokens' (257) is greater than max_model_len (256)"));
+
+    const std::vector<int32_t> long_prompt(300, 7);  // over max_model_len 256
+    p.truncate_prompt_tokens = 200;
+    const RequestOutput long_cut = engine.generate({Prompt::from_ids(long_prompt)}, p)[0];
+    EXPECT_EQ(long_cut.finish_reason, "length");
+    EXPECT_EQ(long_cut.prompt_token_ids.size(), 200u);
+    p.truncate_prompt_tokens = -1;  // 256 kept: no room left for an output token
+    EXPECT_THAT(engine.generate({Prompt::from_ids(long_prompt)}, p)[0].error,
+                HasSubstr("maximum context length is 256 tokens, but 262 were requested"));
+}
+
+// bad_words resolved as vLLM does: the word without its leading spaces, and with one space when
+// that is a different token sequence of the same length.
+TEST(Engine, BadWordsAreResolvedWithTheTokenizer) {
+    const std::optional<Tokenizer> tokenizer = load_tokenizer(kFixtures / "qwen3-demo");
+    ASSERT_TRUE(tokenizer);
+    const EncodeOptions plain{.add_special_tokens = false};
+    SamplingParams p;
+    p.bad_words = {"  Paris", "capital of"};
+    p.bad_words_token_ids = {{1, 2, 3}};  // replaced
+    resolve_bad_words(p, &*tokenizer);
+    std::vector<std::vector<int32_t>> want;
+    for (const char* word : {"Paris", "capital of"}) {
+        const std::vector<int32_t> bare = tokenizer->encode(word, plain);
+        const std::vector<int32_t> spaced = tokenizer->encode(std::string(" ") + word, plain);
+        want.push_back(bare);
+        if (spaced.size() == bare.size() && spaced[0] != bare[0]) want.push_back(spaced);
+    }
+    EXPECT_EQ(p.bad_words_token_ids, want);
+    EXPECT_EQ(want.size(), 4u);  // Qwen's BPE has " Paris" and " capital" as words of their own
+    const auto resolved = p.bad_words_token_ids;
+    resolve_bad_words(p, &*tokenizer);  // twice: the same ids
+    EXPECT_EQ(p.bad_words_token_ids, resolved);
+
+    SamplingParams blank;
+    blank.bad_words = {"   "};
+    EXPECT_THROW(resolve_bad_words(blank, &*tokenizer), Error);
+    SamplingParams none;
+    resolve_bad_words(none, nullptr);  // no bad words: no tokenizer needed
+    EXPECT_TRUE(none.bad_words_token_ids.empty());
+}
+
+// The greedy text loses a banned word; a two-token sequence is banned only after its first
+// token; without a tokenizer, bad_words is an error for that request.
+TEST(Engine, BadWordsChangeTheGreedyOutput) {
+    LLMEngine engine(config_for("qwen3-demo"));
+    const Prompt prompt = Prompt::from_text("The capital of France is");
+    const RequestOutput free = engine.generate({prompt}, greedy(12))[0];
+    ASSERT_GE(free.token_ids.size(), 3u);
+    const std::string first_word = engine.tokenizer()->decode({&free.token_ids[0], 1});
+    SamplingParams p = greedy(12);
+    p.bad_words = {first_word};
+    const RequestOutput banned = engine.generate({prompt}, p)[0];
+    EXPECT_NE(banned.token_ids[0], free.token_ids[0]) << "'" << first_word << "'";
+
+    SamplingParams seq = greedy(12);
+    seq.bad_words_token_ids = {{free.token_ids[0], free.token_ids[1]}, {12345, free.token_ids[0]}};
+    const RequestOutput after = engine.generate({prompt}, seq)[0];
+    EXPECT_EQ(after.token_ids[0], free.token_ids[0]);
+    EXPECT_NE(after.token_ids[1], free.token_ids[1]);
+
+    LLMEngine no_tokenizer(config_for("qwen3-tiny"));
+    const RequestOutput err =
+        no_tokenizer.generate({Prompt::from_ids(load_reference("qwen3-tiny").prompts[0])}, p)[0];
+    EXPECT_EQ(err.finish_reason, "error");
+    EXPECT_THAT(err.error, HasSubstr("bad_words needs the model's tokenizer"));
+}
+
+// logit_bias and allowed_token_ids through the engine: +100 forces a token at temperature 0,
+// allowed ids hold every random draw.
+TEST(Engine, LogitBiasAndAllowedTokenIds) {
+    const Reference ref = load_reference("qwen3-tiny");
+    LLMEngine engine(config_for("qwen3-tiny"));
+    SamplingParams p = greedy(5);
+    p.logit_bias = {{42, 100.f}};
+    EXPECT_EQ(engine.generate({Prompt::from_ids(ref.prompts[0])}, p)[0].token_ids,
+              std::vector<int32_t>(5, 42));
+    SamplingParams r;
+    r.temperature = 1.0;
+    r.seed = 5;
+    r.max_tokens = 16;
+    r.ignore_eos = true;
+    r.allowed_token_ids = std::vector<int64_t>{3, 17, 99};
+    const RequestOutput out = engine.generate({Prompt::from_ids(ref.prompts[1])}, r)[0];
+    EXPECT_EQ(out.token_ids.size(), 16u);
+    for (int32_t t : out.token_ids) EXPECT_TRUE(t == 3 || t == 17 || t == 99) << t;
 }

@@ -319,3 +319,109 @@ TEST(Sampler, LogprobsAreLogSoftmaxOfRawLogitsSorted) {
     p.logprobs = 20;  // more than the vocabulary: all of it
     EXPECT_EQ(sample(in).top_logprobs.size(), logits.size());
 }
+
+TEST(Sampler, LogitBiasIsAddedBeforePenalties) {
+    std::vector<float> raw = {2.0f, -2.0f, 1.0f, 1.5f};
+    std::vector<int32_t> output = {0};
+    SamplingParams p;
+    p.repetition_penalty = 2.0;
+    p.logit_bias = {{0, 1.0f}, {1, 0.5f}, {3, -0.5f}, {3, -0.25f}};
+    SamplerInput in = input(raw, p, 0, output);
+    std::vector<float> logits = raw;
+    apply_penalties(logits, in);
+    EXPECT_EQ(logits[0], (2.0f + 1.0f) / 2.0f);  // biased, then penalised as positive
+    EXPECT_EQ(logits[1], -1.5f);                 // not in the output: bias only
+    EXPECT_EQ(logits[2], 1.0f);
+    EXPECT_EQ(logits[3], 1.5f - 0.5f - 0.25f);  // a repeated id adds each entry
+}
+
+TEST(Sampler, LogitBiasOf100ForcesTheTokenGreedyAndRandom) {
+    std::vector<float> logits = {3.0f, 9.0f, -4.0f, 2.0f, 8.5f};
+    SamplingParams p;
+    p.temperature = 0.0;
+    EXPECT_EQ(sample(input(logits, p)).token, 1);
+    p.logit_bias = {{2, 100.0f}};
+    EXPECT_EQ(sample(input(logits, p)).token, 2);
+    p.temperature = 1.0;
+    for (uint64_t seed = 0; seed < 50; ++seed) EXPECT_EQ(sample(input(logits, p, seed)).token, 2);
+    // The logprob stays the raw logits' (vLLM's default).
+    p.logprobs = 0;
+    const SampledToken t = sample(input(logits, p, 7));
+    double z = 0;
+    for (float x : logits) z += std::exp(double(x));
+    EXPECT_NEAR(t.logprob, -4.0 - std::log(z), 1e-5);
+}
+
+TEST(Sampler, AllowedTokenIdsRestrictEveryDraw) {
+    std::vector<float> logits = {3.0f, 9.0f, -4.0f, 2.0f, 8.5f, 0.0f};
+    SamplingParams p;
+    p.temperature = 0.0;
+    p.allowed_token_ids = std::vector<int64_t>{2, 3, 3, 5};  // duplicates allowed
+    EXPECT_EQ(sample(input(logits, p)).token, 3);
+    p.temperature = 1.5;
+    std::set<int32_t> seen;
+    for (uint64_t seed = 0; seed < 400; ++seed) seen.insert(sample(input(logits, p, seed)).token);
+    EXPECT_EQ(seen, (std::set<int32_t>{2, 3, 5}));
+    const std::vector<double> dist = sampling_distribution(input(logits, p));
+    const double z = std::exp(-4.0 / 1.5) + std::exp(2.0 / 1.5) + 1.0;
+    EXPECT_NEAR(dist[3], std::exp(2.0 / 1.5) / z, 1e-9);
+    EXPECT_EQ(dist[1], 0.0);
+    // A bias on a masked token leaves it masked.
+    p.logit_bias = {{1, 100.0f}};
+    EXPECT_EQ(sampling_distribution(input(logits, p))[1], 0.0);
+}
+
+TEST(Sampler, BadWordsBanSingleTokensAlwaysAndSequencesAfterTheirPrefix) {
+    std::vector<float> logits = {1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f};
+    SamplingParams p;
+    p.temperature = 0.0;
+    p.bad_words_token_ids = {{5}, {1, 2, 4}, {0, 3}};
+    EXPECT_EQ(banned_bad_word_ids(p, {}), (std::vector<int32_t>{5}));
+    EXPECT_EQ(sample(input(logits, p)).token, 4);  // 5 banned; 4's prefix not generated
+    const std::vector<int32_t> after_prefix = {3, 1, 2};
+    EXPECT_EQ(banned_bad_word_ids(p, after_prefix), (std::vector<int32_t>{5, 4}));
+    EXPECT_EQ(sample(input(logits, p, 0, after_prefix)).token, 3);
+    const std::vector<int32_t> half_prefix = {1, 3, 2};  // ends with 2, not with 1, 2
+    EXPECT_EQ(sample(input(logits, p, 0, half_prefix)).token, 4);
+    const std::vector<int32_t> both = {1, 2, 0};  // 0 → 3 banned too; 1, 2 no longer last
+    EXPECT_EQ(banned_bad_word_ids(p, both), (std::vector<int32_t>{5, 3}));
+    EXPECT_EQ(sample(input(logits, p, 0, both)).token, 4);
+    // Random draws never take a banned token.
+    p.temperature = 1.0;
+    for (uint64_t seed = 0; seed < 200; ++seed) {
+        const int32_t t = sample(input(logits, p, seed, after_prefix)).token;
+        EXPECT_TRUE(t != 5 && t != 4) << t;
+    }
+}
+
+TEST(Sampler, AllCheapFieldsTogether) {
+    std::vector<float> raw = {4.0f, 1.0f, 3.0f, 2.0f, 0.5f, 7.0f};
+    std::vector<int32_t> prompt = {2}, output = {0, 1};
+    std::vector<int64_t> eos = {4};
+    SamplingParams p;
+    p.allowed_token_ids = std::vector<int64_t>{0, 2, 3, 4};
+    p.bad_words_token_ids = {{0, 2}, {0, 1, 3}};  // 3 after 0, 1 (here); 2 after 0 (not)
+    p.logit_bias = {{2, -1.0f}, {5, 50.0f}};      // 5 is not allowed: stays masked
+    p.repetition_penalty = 2.0;
+    p.presence_penalty = 0.5;
+    p.min_tokens = 3;
+    SamplerInput in = input(raw, p, 0, output);
+    in.prompt_ids = prompt;
+    in.eos_ids = eos;
+    std::vector<float> logits = raw;
+    apply_penalties(logits, in);
+    constexpr float kNeg = -std::numeric_limits<float>::infinity();
+    EXPECT_EQ(logits[0], 4.0f / 2.0f - 0.5f);  // allowed, in the output
+    EXPECT_EQ(logits[1], kNeg);                // not allowed
+    EXPECT_EQ(logits[2], (3.0f - 1.0f) / 2.0f);
+    EXPECT_EQ(logits[3], kNeg);  // bad word 0, 1, 3
+    EXPECT_EQ(logits[4], kNeg);  // EOS before min_tokens
+    EXPECT_EQ(logits[5], kNeg);  // not allowed, bias or not
+    p.temperature = 0.0;
+    EXPECT_EQ(sample(in).token, 0);
+    p.temperature = 0.8;
+    for (uint64_t seed = 0; seed < 100; ++seed) {
+        const int32_t t = sample(input(raw, p, seed, output)).token;
+        EXPECT_TRUE(t == 0 || t == 2 || t == 4) << t;  // (EOS unmasked: no eos_ids given)
+    }
+}
