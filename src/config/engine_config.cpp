@@ -45,10 +45,15 @@ void EngineConfig::resolve(const ModelConfig& model) {
         fail(
             "max_model_len, kv_cache_bytes, num_pages and max_num_batched_tokens must not be "
             "negative");
-    if (max_model_len == 0) max_model_len = model.max_position_embeddings;
-    if (max_model_len > model.max_position_embeddings)
-        fail("max_model_len {} exceeds the model's max_position_embeddings {}", max_model_len,
-             model.max_position_embeddings);
+    if (max_model_len == 0) max_model_len = model.max_context_len();
+    if (max_model_len > model.max_context_len())
+        fail("max_model_len {} exceeds the model's {}", max_model_len,
+             model.max_context_len() == model.max_position_embeddings
+                 ? fmt::format("max_position_embeddings {}", model.max_position_embeddings)
+                 : fmt::format("YaRN context {} (original_max_position_embeddings {} x factor {})",
+                               model.max_context_len(),
+                               model.rope_scaling.original_max_position_embeddings,
+                               model.rope_scaling.factor));
     // 8192 on the GPU: prefill steps that large run the GEMMs and the MoE experts at a higher rate
     // (H200, bench/RESULTS.md: Qwen3-0.6B prefill256 +31%, balanced +2%; 30B-A3B prefill +39%),
     // at the cost of a longer step while a long prompt is prefilled. 16384 for an MoE model: each

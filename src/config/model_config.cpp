@@ -186,6 +186,13 @@ std::string arch_name(Arch arch) {
     return "?";
 }
 
+int64_t ModelConfig::max_context_len() const {
+    if (rope_scaling.kind != RopeScaling::Kind::kYarn) return max_position_embeddings;
+    const auto yarn =
+        int64_t(double(rope_scaling.original_max_position_embeddings) * rope_scaling.factor);
+    return std::max(max_position_embeddings, yarn);
+}
+
 bool ModelConfig::is_moe_layer(int64_t layer) const {
     if (num_experts == 0) return false;
     if (std::find(mlp_only_layers.begin(), mlp_only_layers.end(), layer) != mlp_only_layers.end())

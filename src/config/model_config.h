@@ -64,6 +64,10 @@ struct ModelConfig {
     DType dtype = DType::kBF16;  // torch_dtype / dtype: the checkpoint's weights
 
     int64_t q_size() const { return num_heads * head_dim; }
+    // The longest context the positions are meant for: max_position_embeddings, or with YaRN
+    // original_max_position_embeddings x factor where that is larger (Qwen's cards extend a
+    // 40,960-position config this way to 131,072; vLLM derives the same).
+    int64_t max_context_len() const;
     int64_t kv_size() const { return num_kv_heads * head_dim; }
     // Qwen3-MoE: layer i uses experts unless listed in mlp_only_layers or off the sparse step.
     bool is_moe_layer(int64_t layer) const;

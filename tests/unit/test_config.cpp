@@ -140,6 +140,25 @@ TEST(ModelConfig, YarnAsQwen3Documents) {
     EXPECT_DOUBLE_EQ(rs.attention_factor, 0.1 * std::log(4.0) + 1.0);
     EXPECT_TRUE(rs.truncate);
     EXPECT_EQ(c.rope_theta, 1e6);
+    // The context it extends to: 32768 x 4, past max_position_embeddings (40960), what the
+    // engine allows by default.
+    EXPECT_EQ(c.max_context_len(), 131072);
+    EngineConfig e;
+    e.device = "cuda";  // the CUDA runner sizes its cache later; the CPU's caps the length
+    e.resolve(c);
+    EXPECT_EQ(e.max_model_len, 131072);
+    EngineConfig too_long;
+    too_long.max_model_len = 131073;
+    try {
+        too_long.resolve(c);
+        ADD_FAILURE() << "no error";
+    } catch (const Error& err) {
+        EXPECT_NE(std::string(err.what())
+                      .find("exceeds the model's YaRN context 131072 "
+                            "(original_max_position_embeddings 32768 x factor 4)"),
+                  std::string::npos)
+            << err.what();
+    }
 
     // transformers 5 spelling, the same model: equal, field for field.
     Json k = qwen3_0_6b();
