@@ -6,7 +6,8 @@ generation_config.json, *.safetensors in bf16) plus Hugging Face's own outputs o
 
   reference.safetensors  logits.<p>  [num_positions, vocab] f32, prompt p
   reference.json         per prompt: ids, which positions' logits are stored, the greedy
-                         continuation (32 tokens, EOS ignored) and its smallest top-1/top-2 gap
+                         continuation (32 tokens, EOS ignored) and its smallest top-1/top-2 gap;
+                         the rotary's inv_freq and attention scaling
 
 The reference runs in float32 on the bf16 weights, reloaded from disk with transformers'
 own loader (so the checkpoint's tensor names and layout are the hub's).
@@ -61,6 +62,17 @@ FIXTURES = {
         moe_intermediate_size=96, num_experts=16, num_experts_per_tok=4, norm_topk_prob=False,
         decoder_sparse_step=1, mlp_only_layers=[0], tie_word_embeddings=False,
         rope_theta=1000000.0, max_position_embeddings=4096, rms_norm_eps=1e-6),
+    # Qwen3 with YaRN rope scaling, as Qwen3's model cards document it (factor 4) but over an
+    # original context of 32 positions, so that the 37-token prompt and every greedy
+    # continuation run past it. config.json is rewritten to the cards' 4.x spelling
+    # (rope_theta + rope_scaling) before the reference model is loaded from it.
+    "qwen3-yarn": dict(
+        cls=Qwen3Config, vocab_size=256, hidden_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=64, intermediate_size=128,
+        tie_word_embeddings=False, max_position_embeddings=128, rms_norm_eps=1e-6,
+        rope_parameters=dict(rope_type="yarn", rope_theta=1000000.0, factor=4.0,
+                             original_max_position_embeddings=32),
+        hub_rope_scaling=True),
 }
 
 DEMO_TEXTS = ["Hello", "The capital of France is", "def fibonacci(n):\n    if n < 2:\n        return n\n"
@@ -113,6 +125,20 @@ def to_hub_layout(model_dir, num_experts):
         raise SystemExit("to_hub_layout does not rewrite sharded indexes; keep the MoE fixture unsharded")
 
 
+def to_rope_scaling(model_dir):
+    """Rewrite transformers 5's rope_parameters into the 4.x spelling hub configs and Qwen's
+    model cards use: a top-level rope_theta and rope_scaling {rope_type, factor, ...}."""
+    path = os.path.join(model_dir, "config.json")
+    with open(path) as f:
+        cfg = json.load(f)
+    params = cfg.pop("rope_parameters")
+    cfg["rope_theta"] = params.pop("rope_theta")
+    cfg["rope_scaling"] = params
+    with open(path, "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+
+
 def load_fp32(model_dir):
     try:
         return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
@@ -137,6 +163,7 @@ def greedy(model, ids):
 def make(name, spec, out_root, tokenizer_dir, seed):
     spec = dict(spec)
     cls, shard, demo = spec.pop("cls"), spec.pop("shard", None), spec.pop("demo", False)
+    hub_rope_scaling = spec.pop("hub_rope_scaling", False)
     cfg = cls(**spec)
     if not demo:
         cfg.bos_token_id, cfg.eos_token_id = 1, 2
@@ -156,6 +183,8 @@ def make(name, spec, out_root, tokenizer_dir, seed):
     model.save_pretrained(model_dir, safe_serialization=True, **kwargs)
     if getattr(cfg, "num_experts", 0):
         to_hub_layout(model_dir, cfg.num_experts)
+    if hub_rope_scaling:
+        to_rope_scaling(model_dir)
     # The in-memory weights in a fresh fp32 model (model.float() would keep the rotary
     # inv_freq buffer rounded to bf16), to check the checkpoint as reloaded from disk.
     reference_model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32,
@@ -190,9 +219,12 @@ def make(name, spec, out_root, tokenizer_dir, seed):
             records.append(dict(ids=ids, logits_positions=positions, greedy=cont, greedy_min_gap=gap))
             print(f"  {name} prompt {p}: {len(ids)} tokens, greedy min top-2 gap {gap:.4f}")
     save_file(tensors, os.path.join(model_dir, "reference.safetensors"))
+    # The rotary's own frequencies and cos/sin multiplier, to check the scaled ones exactly.
+    rotary = model.model.rotary_emb
+    rope = dict(inv_freq=rotary.inv_freq.tolist(), attention_scaling=float(rotary.attention_scaling))
     with open(os.path.join(model_dir, "reference.json"), "w") as f:
         json.dump(dict(model=name, greedy_tokens=GREEDY_TOKENS, dtype="float32 on bf16 weights",
-                       prompts=records), f, indent=1)
+                       rope=rope, prompts=records), f, indent=1)
     print(f"  {name}: files {sorted(os.listdir(model_dir))}")
 
 

@@ -40,6 +40,7 @@ Json inspect(const std::string& model_dir) {
                 {"head_dim", c.head_dim},
                 {"vocab_size", c.vocab_size},
                 {"rope_theta", c.rope_theta},
+                {"rope_scaling", c.rope_scaling.describe()},
                 {"rms_norm_eps", c.rms_norm_eps},
                 {"attention_bias", c.attention_bias},
                 {"qk_norm", c.qk_norm},
@@ -75,6 +76,7 @@ void print_text(const Json& j) {
         j["num_heads"].get<long long>(), j["num_kv_heads"].get<long long>(),
         j["head_dim"].get<long long>(), j["rope_theta"].get<double>(),
         j["attention_bias"].get<bool>() ? "yes" : "no", j["qk_norm"].get<bool>() ? "yes" : "no");
+    std::printf("rope        scaling %s\n", j["rope_scaling"].get<std::string>().c_str());
     if (j.contains("num_experts"))
         std::printf("experts     %lld, top-%lld, moe_intermediate %lld, renormalise %s\n",
                     j["num_experts"].get<long long>(), j["num_experts_per_tok"].get<long long>(),

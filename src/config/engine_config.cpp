@@ -55,10 +55,15 @@ void EngineConfig::resolve(const ModelConfig& model) {
         fail(
             "max_model_len, kv_cache_bytes, num_pages and max_num_batched_tokens must not be "
             "negative");
-    if (max_model_len == 0) max_model_len = model.max_position_embeddings;
-    if (max_model_len > model.max_position_embeddings)
-        fail("max_model_len {} exceeds the model's max_position_embeddings {}", max_model_len,
-             model.max_position_embeddings);
+    if (max_model_len == 0) max_model_len = model.max_context_len();
+    if (max_model_len > model.max_context_len())
+        fail("max_model_len {} exceeds the model's {}", max_model_len,
+             model.max_context_len() == model.max_position_embeddings
+                 ? fmt::format("max_position_embeddings {}", model.max_position_embeddings)
+                 : fmt::format("YaRN context {} (original_max_position_embeddings {} x factor {})",
+                               model.max_context_len(),
+                               model.rope_scaling.original_max_position_embeddings,
+                               model.rope_scaling.factor));
     if (max_num_batched_tokens == 0)
         max_num_batched_tokens = default_max_num_batched_tokens(device, model.num_experts > 0);
     if (num_pages == 0 && device == "cuda")

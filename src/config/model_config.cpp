@@ -1,6 +1,10 @@
 #include "config/model_config.h"
 
 #include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include <fmt/format.h>
 
 namespace miniinfer {
 namespace {
@@ -20,35 +24,132 @@ DType parse_torch_dtype(const std::string& name, const std::string& where) {
     fail("{}: field 'torch_dtype' is '{}'; supported: bfloat16, float16, float32", where, name);
 }
 
-// Newer transformers write "rope_parameters" {rope_type, rope_theta, factor, ...}; older ones
-// "rope_theta" and "rope_scaling" {type | rope_type, factor, ...}. Both mean the same.
-void parse_rope(const Json& json, const std::string& where, ModelConfig& cfg) {
-    Json scaling = json.value("rope_scaling", Json());
-    if (json.contains("rope_parameters") && !json["rope_parameters"].is_null()) {
-        scaling = json["rope_parameters"];
-        if (!scaling.is_object()) fail("{}: field 'rope_parameters' must be an object", where);
-        cfg.rope_theta =
-            json_get_or<double>(scaling, "rope_theta", cfg.rope_theta, where + " rope_parameters");
+// One rope dictionary ("rope_parameters" or "rope_scaling") as transformers 5 reads it, and the
+// rope_theta it names, if any.
+struct ParsedRope {
+    RopeScaling scaling;
+    std::optional<double> theta;
+};
+
+ParsedRope parse_rope_dict(const Json& dict, const std::string& field, const ModelConfig& cfg) {
+    if (!dict.is_object()) fail("{}: must be an object or null", field);
+    ParsedRope out;
+    // "type" is the 4.x spelling of "rope_type"; transformers takes rope_type where both are.
+    std::string kind = json_get_or<std::string>(dict, "type", "default", field);
+    if (dict.contains("rope_type")) {
+        const auto rope_type = json_get<std::string>(dict, "rope_type", field);
+        if (dict.contains("type") && rope_type != kind)
+            fail("{}: 'rope_type' is '{}' but 'type' is '{}'", field, rope_type, kind);
+        kind = rope_type;
     }
-    cfg.rope_theta = json_get_or<double>(json, "rope_theta", cfg.rope_theta, where);
-    if (scaling.is_null()) return;
-    if (!scaling.is_object()) fail("{}: field 'rope_scaling' must be an object or null", where);
-    const std::string field = where + " rope_scaling";
-    std::string kind = scaling.contains("rope_type")
-                           ? json_get<std::string>(scaling, "rope_type", field)
-                           : json_get_or<std::string>(scaling, "type", "default", field);
-    RopeScaling& rs = cfg.rope_scaling;
+    std::vector<std::string> known = {"rope_type", "type", "rope_theta", "partial_rotary_factor"};
+    RopeScaling& rs = out.scaling;
     if (kind == "default") {
         rs.kind = RopeScaling::Kind::kNone;
     } else if (kind == "linear") {
         rs.kind = RopeScaling::Kind::kLinear;
-        rs.factor = json_get<double>(scaling, "factor", field);
+        rs.factor = json_get<double>(dict, "factor", field);
+        known.push_back("factor");
+    } else if (kind == "yarn") {
+        rs.kind = RopeScaling::Kind::kYarn;
+        rs.factor = json_get<double>(dict, "factor", field);
+        // transformers fills it in from max_position_embeddings when absent.
+        rs.original_max_position_embeddings = json_get_or<int64_t>(
+            dict, "original_max_position_embeddings", cfg.max_position_embeddings, field);
+        if (rs.original_max_position_embeddings <= 0)
+            fail("{}: 'original_max_position_embeddings' must be positive, got {}", field,
+                 rs.original_max_position_embeddings);
+        // transformers reads these with `or`: 0 means the default, as null does.
+        const double beta_fast = json_get_or<double>(dict, "beta_fast", 0.0, field);
+        const double beta_slow = json_get_or<double>(dict, "beta_slow", 0.0, field);
+        rs.beta_fast = beta_fast != 0.0 ? beta_fast : 32.0;
+        rs.beta_slow = beta_slow != 0.0 ? beta_slow : 1.0;
+        rs.truncate = json_get_or<bool>(dict, "truncate", true, field);
+        auto mscale = [](double scale, double m) {
+            return scale <= 1.0 ? 1.0 : 0.1 * m * std::log(scale) + 1.0;
+        };
+        const double m = json_get_or<double>(dict, "mscale", 0.0, field);
+        const double m_all = json_get_or<double>(dict, "mscale_all_dim", 0.0, field);
+        if (dict.contains("attention_factor") && !dict["attention_factor"].is_null()) {
+            rs.attention_factor = json_get<double>(dict, "attention_factor", field);
+            if (!(rs.attention_factor > 0.0))
+                fail("{}: 'attention_factor' must be > 0, got {}", field, rs.attention_factor);
+        } else if (m != 0.0 && m_all != 0.0) {
+            rs.attention_factor = mscale(rs.factor, m) / mscale(rs.factor, m_all);
+        } else {
+            rs.attention_factor = mscale(rs.factor, 1.0);
+        }
+        for (const char* k :
+             {"factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "truncate",
+              "mscale", "mscale_all_dim", "attention_factor"})
+            known.push_back(k);
     } else {
-        fail("{}: rope_scaling type '{}' is not implemented (supported: default, linear)", where,
+        fail("{}: rope type '{}' is not implemented (supported: default, linear, yarn)", field,
              kind);
     }
     if (rs.kind != RopeScaling::Kind::kNone && !(rs.factor >= 1.0))
-        fail("{}: rope_scaling factor must be >= 1, got {}", where, rs.factor);
+        fail("{}: 'factor' must be >= 1, got {}", field, rs.factor);
+    // Rotating only part of each head (partial_rotary_factor < 1) is not implemented.
+    const double partial = json_get_or<double>(dict, "partial_rotary_factor", 1.0, field);
+    if (partial != 1.0)
+        fail("{}: 'partial_rotary_factor' is {}; only 1 (the whole head rotates) is supported",
+             field, partial);
+    if (dict.contains("rope_theta") && !dict["rope_theta"].is_null())
+        out.theta = json_get<double>(dict, "rope_theta", field);
+    for (const auto& [key, value] : dict.items())
+        if (std::find(known.begin(), known.end(), key) == known.end())
+            fail(
+                "{}: field '{}' is not read for rope type '{}' (it would change nothing here; "
+                "remove it or use a supported rope type)",
+                field, key, kind);
+    return out;
+}
+
+// Newer transformers write "rope_parameters" {rope_type, rope_theta, factor, ...}; older ones
+// "rope_theta" and "rope_scaling" {type | rope_type, factor, ...}. Both mean the same; where a
+// config has both, they must agree (transformers would take rope_scaling and drop the other).
+void parse_rope(const Json& json, const std::string& where, ModelConfig& cfg) {
+    auto present = [&](const char* key) { return json.contains(key) && !json[key].is_null(); };
+    std::optional<ParsedRope> params, scaling;
+    if (present("rope_parameters"))
+        params = parse_rope_dict(json["rope_parameters"], where + " rope_parameters", cfg);
+    if (present("rope_scaling"))
+        scaling = parse_rope_dict(json["rope_scaling"], where + " rope_scaling", cfg);
+    if (params && scaling && params->scaling != scaling->scaling)
+        fail("{}: 'rope_parameters' ({}) and 'rope_scaling' ({}) disagree", where,
+             params->scaling.describe(), scaling->scaling.describe());
+    // rope_theta may sit at the top level or in either dictionary; every one given must agree.
+    std::vector<std::pair<std::string, double>> thetas;
+    if (present("rope_theta"))
+        thetas.emplace_back("rope_theta", json_get<double>(json, "rope_theta", where));
+    if (params && params->theta) thetas.emplace_back("rope_parameters.rope_theta", *params->theta);
+    if (scaling && scaling->theta) thetas.emplace_back("rope_scaling.rope_theta", *scaling->theta);
+    for (const auto& [name, theta] : thetas)
+        if (theta != thetas.front().second)
+            fail("{}: '{}' ({}) and '{}' ({}) disagree", where, thetas.front().first,
+                 thetas.front().second, name, theta);
+    if (!thetas.empty()) cfg.rope_theta = thetas.front().second;
+    if (!(cfg.rope_theta > 1.0)) fail("{}: rope_theta must be > 1, got {}", where, cfg.rope_theta);
+    if (params)
+        cfg.rope_scaling = params->scaling;
+    else if (scaling)
+        cfg.rope_scaling = scaling->scaling;
+}
+
+// A quantized checkpoint's weights are not the bf16 / f16 / f32 the loader reads: refuse it by
+// its method rather than load its packed integers or scales as if they were weights.
+void parse_quantization(const Json& json, const std::string& where) {
+    if (!json.contains("quantization_config") || json["quantization_config"].is_null()) return;
+    const Json& q = json["quantization_config"];
+    const std::string field = where + " quantization_config";
+    if (!q.is_object()) fail("{}: must be an object or null", field);
+    const auto method = json_get<std::string>(q, "quant_method", field);
+    if (method == "fp8")
+        fail(
+            "{}: quantization method 'fp8' is not supported: FP8 block-scaled checkpoints are not "
+            "yet supported (supported: none)",
+            field);
+    fail("{}: quantization method '{}' is not supported (supported: none)", field, method);
 }
 
 void require_positive(int64_t value, const char* field, const std::string& where) {
@@ -56,6 +157,22 @@ void require_positive(int64_t value, const char* field, const std::string& where
 }
 
 }  // namespace
+
+std::string RopeScaling::describe() const {
+    switch (kind) {
+        case Kind::kNone:
+            return "none";
+        case Kind::kLinear:
+            return fmt::format("linear (factor {})", factor);
+        case Kind::kYarn:
+            return fmt::format(
+                "yarn (factor {}, original_max_position_embeddings {}, beta_fast {}, beta_slow "
+                "{}, attention_factor {}, truncate {})",
+                factor, original_max_position_embeddings, beta_fast, beta_slow, attention_factor,
+                truncate);
+    }
+    return "?";
+}
 
 std::string arch_name(Arch arch) {
     switch (arch) {
@@ -67,6 +184,13 @@ std::string arch_name(Arch arch) {
             return "qwen3_moe";
     }
     return "?";
+}
+
+int64_t ModelConfig::max_context_len() const {
+    if (rope_scaling.kind != RopeScaling::Kind::kYarn) return max_position_embeddings;
+    const auto yarn =
+        int64_t(double(rope_scaling.original_max_position_embeddings) * rope_scaling.factor);
+    return std::max(max_position_embeddings, yarn);
 }
 
 bool ModelConfig::is_moe_layer(int64_t layer) const {
@@ -156,6 +280,8 @@ ModelConfig ModelConfig::from_json(const Json& json, const std::string& where) {
             fail("{}: num_experts_per_tok must be in [1, num_experts={}], got {}", where,
                  cfg.num_experts, cfg.num_experts_per_tok);
     }
+
+    parse_quantization(json, where);
 
     cfg.eos_token_ids = int_or_list(json, "eos_token_id", where);
     cfg.bos_token_id = json_get_or<int64_t>(json, "bos_token_id", -1, where);

@@ -1,7 +1,8 @@
 // ModelConfig: every field of a Hugging Face config.json that changes the math, for Qwen2,
 // Qwen3 and Qwen3-MoE. Reading is strict: an unknown model_type, a rope_scaling kind we do
-// not implement, sliding-window attention turned on, or an activation other than SiLU is an
-// Error naming the field — never a silently different model.
+// not implement, rope_scaling and rope_parameters that disagree, a quantization_config,
+// sliding-window attention turned on, or an activation other than SiLU is an Error naming the
+// field — never a silently different model.
 #pragma once
 
 #include <filesystem>
@@ -15,10 +16,23 @@ namespace miniinfer {
 
 enum class Arch { kQwen2, kQwen3, kQwen3Moe };
 
-// Rotary position embedding scaling ("rope_scaling" / "rope_parameters").
+// Rotary position embedding scaling ("rope_scaling" / "rope_parameters"), resolved as
+// transformers resolves it (modeling_rope_utils.py): every default filled in, so two configs
+// that mean the same compare equal.
 struct RopeScaling {
-    enum class Kind { kNone, kLinear } kind = Kind::kNone;
-    double factor = 1.0;  // linear: positions are divided by factor
+    enum class Kind { kNone, kLinear, kYarn } kind = Kind::kNone;
+    double factor = 1.0;  // linear: positions are divided by factor; yarn: the context extension
+    // YaRN: frequencies below the beta_slow / beta_fast correction range are interpolated by
+    // factor, those above kept, a linear ramp between; cos and sin are multiplied by
+    // attention_factor (given, or 0.1 ln(factor) + 1, or the mscale / mscale_all_dim ratio).
+    int64_t original_max_position_embeddings = 0;
+    double beta_fast = 32.0, beta_slow = 1.0;
+    double attention_factor = 1.0;
+    bool truncate = true;  // the correction range rounded outwards to whole dimensions
+
+    bool operator==(const RopeScaling&) const = default;
+    // "none", "linear (factor 4)", "yarn (factor 4, original_max_position_embeddings 32768, ...)"
+    std::string describe() const;
 };
 
 struct ModelConfig {
@@ -50,6 +64,10 @@ struct ModelConfig {
     DType dtype = DType::kBF16;  // torch_dtype / dtype: the checkpoint's weights
 
     int64_t q_size() const { return num_heads * head_dim; }
+    // The longest context the positions are meant for: max_position_embeddings, or with YaRN
+    // original_max_position_embeddings x factor where that is larger (Qwen's cards extend a
+    // 40,960-position config this way to 131,072; vLLM derives the same).
+    int64_t max_context_len() const;
     int64_t kv_size() const { return num_kv_heads * head_dim; }
     // Qwen3-MoE: layer i uses experts unless listed in mlp_only_layers or off the sparse step.
     bool is_moe_layer(int64_t layer) const;

@@ -1,5 +1,6 @@
 #include "layers/layers.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -36,12 +37,51 @@ Tensor RMSNorm::forward_add(const Tensor& x, Tensor& residual) const {
     return y;
 }
 
-// inv_freq[i] = 1 / theta^(2i / head_dim), rounded to f32 as Hugging Face computes it.
-Rotary::Rotary(int64_t head_dim, double theta, double linear_factor) : head_dim_(head_dim) {
-    for (int64_t i = 0; i < head_dim / 2; ++i) {
+// Every value rounded to f32 where transformers' modeling_rope_utils.py rounds it (its tensors
+// are f32, its scalars Python doubles), so the frequencies match it bit for bit:
+//   default: inv_freq[i] = 1 / theta^(2i / head_dim); linear: that / factor;
+//   yarn: a blend of that (extrapolation) and 1 / (factor theta^(2i / head_dim))
+//   (interpolation), by a linear ramp between the beta_fast and beta_slow correction dims.
+Rotary::Rotary(int64_t head_dim, double theta, const RopeScaling& scaling) : head_dim_(head_dim) {
+    const int64_t half = head_dim / 2;
+    // YaRN's correction range: the dimensions that turn beta times over the original context.
+    double low = 0, high = 0;
+    if (scaling.kind == RopeScaling::Kind::kYarn) {
+        auto correction_dim = [&](double rotations) {
+            return (double(head_dim) * std::log(double(scaling.original_max_position_embeddings) /
+                                                (rotations * 2 * M_PI))) /
+                   (2 * std::log(theta));
+        };
+        low = correction_dim(scaling.beta_fast);
+        high = correction_dim(scaling.beta_slow);
+        if (scaling.truncate) low = std::floor(low), high = std::ceil(high);
+        low = std::max(low, 0.0);
+        high = std::min(high, double(head_dim - 1));
+        if (low == high) high += 0.001;  // as transformers: no division by zero
+        attention_scale_ = float(scaling.attention_factor);
+    }
+    for (int64_t i = 0; i < half; ++i) {
         const float exponent = float(2 * i) / float(head_dim);
-        const float freq = 1.0f / std::pow(float(theta), exponent);
-        inv_freq_.push_back(freq / float(linear_factor));
+        const float pos_freq = std::pow(float(theta), exponent);
+        const float freq = 1.0f / pos_freq;
+        switch (scaling.kind) {
+            case RopeScaling::Kind::kNone:
+                inv_freq_.push_back(freq);
+                break;
+            case RopeScaling::Kind::kLinear:
+                inv_freq_.push_back(freq / float(scaling.factor));
+                break;
+            case RopeScaling::Kind::kYarn: {
+                const float interpolation = 1.0f / (float(scaling.factor) * pos_freq);
+                const float ramp =
+                    std::clamp((float(i) - float(low)) / float(high - low), 0.f, 1.f);
+                const float extrapolation_factor = 1.0f - ramp;
+                const float a = interpolation * (1.0f - extrapolation_factor);
+                const float b = freq * extrapolation_factor;
+                inv_freq_.push_back(a + b);
+                break;
+            }
+        }
     }
 }
 
@@ -49,7 +89,7 @@ void Rotary::apply(Tensor& x, std::span<const int32_t> positions) const {
     MI_CHECK(x.ndim() == 3 && x.size(2) == head_dim_ && x.size(0) == int64_t(positions.size()),
              "Rotary: {} with {} positions", x.describe(), positions.size());
     cpu::rope_neox(x.data<float>(), x.size(0), x.size(1), head_dim_, positions.data(),
-                   inv_freq_.data());
+                   inv_freq_.data(), attention_scale_);
 }
 
 Tensor PagedAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v,

@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "config/model_config.h"
 #include "core/tensor.h"
 #include "layers/forward_batch.h"
 
@@ -26,18 +27,22 @@ struct RMSNorm {
     Tensor forward_add(const Tensor& x, Tensor& residual) const;
 };
 
-// Rotary position embedding, NeoX layout, with linear position scaling.
+// Rotary position embedding, NeoX layout, with the config's scaling (none, linear, YaRN) computed
+// as transformers computes it: per-dimension inverse frequencies and a cos/sin multiplier.
 class Rotary {
   public:
     Rotary() = default;  // head_dim 0: set before use
-    Rotary(int64_t head_dim, double theta, double linear_factor = 1.0);
+    Rotary(int64_t head_dim, double theta, const RopeScaling& scaling = {});
     void apply(Tensor& x,
                std::span<const int32_t> positions) const;  // x: [n, heads, head_dim], in place
     const std::vector<float>& inv_freq() const { return inv_freq_; }
+    // cos and sin are multiplied by it (YaRN's attention factor; 1 otherwise).
+    float attention_scale() const { return attention_scale_; }
 
   private:
     int64_t head_dim_ = 0;
     std::vector<float> inv_freq_;  // [head_dim / 2]
+    float attention_scale_ = 1.f;
 };
 
 // Stores this step's K/V into the layer's pages, then attends over all of each sequence's pages.

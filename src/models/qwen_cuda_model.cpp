@@ -52,8 +52,7 @@ QwenCudaModel::QwenCudaModel(ModelConfig config, ModelWeights w, cuda::Communica
     lm_head_ = c.tie_word_embeddings ? embed_ : upload(w.lm_head);
     final_norm_ = norm(w.norm, c.rms_norm_eps);
 
-    Rotary rotary(c.head_dim, c.rope_theta,
-                  c.rope_scaling.kind == RopeScaling::Kind::kLinear ? c.rope_scaling.factor : 1.0);
+    const Rotary rotary(c.head_dim, c.rope_theta, c.rope_scaling);
     Tensor freq = Tensor::zeros({c.head_dim / 2}, DType::kF32);
     std::copy(rotary.inv_freq().begin(), rotary.inv_freq().end(), freq.data<float>());
     const Tensor inv_freq = cuda::to_device(freq);
@@ -69,6 +68,7 @@ QwenCudaModel::QwenCudaModel(ModelConfig config, ModelWeights w, cuda::Communica
         a.q_norm = upload(lw.q_norm);
         a.k_norm = upload(lw.k_norm);
         a.inv_freq = inv_freq;
+        a.rope_scale = rotary.attention_scale();
         a.num_heads = c.num_heads / world;
         a.num_kv_heads = kv_heads_per_rank(c.num_kv_heads, world);
         a.head_dim = c.head_dim;

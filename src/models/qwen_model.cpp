@@ -14,10 +14,7 @@ QwenModel::QwenModel(ModelConfig config, ModelWeights weights, CpuParallel paral
     const int64_t world = parallel_.world;
     std::tie(vocab_begin_, vocab_end_) = vocab_range(config_.vocab_size, parallel_.rank, world);
     const float eps = float(config_.rms_norm_eps);
-    const Rotary rotary(config_.head_dim, config_.rope_theta,
-                        config_.rope_scaling.kind == RopeScaling::Kind::kLinear
-                            ? config_.rope_scaling.factor
-                            : 1.0);
+    const Rotary rotary(config_.head_dim, config_.rope_theta, config_.rope_scaling);
     for (int64_t l = 0; l < config_.num_layers; ++l) {
         const LayerWeights& w = weights_.layers[size_t(l)];
         Layer layer;

@@ -33,6 +33,12 @@ def test_inspect_demo():
     assert "qwen3" in out and "151936" in out and "tied" in out
 
 
+def test_inspect_shows_rope_scaling():
+    code, out, err = run("inspect", "--model", os.path.join(FIXTURES, "qwen3-yarn"))
+    assert code == 0, err
+    assert "scaling yarn (factor 4, original_max_position_embeddings 32" in out
+
+
 def test_inspect_json_counts():
     code, out, err = run("inspect", "--model", os.path.join(FIXTURES, "qwen2-tiny"), "--json")
     assert code == 0, err

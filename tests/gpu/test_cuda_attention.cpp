@@ -651,13 +651,16 @@ TEST(CudaAttentionFa2, DecodeQkvStepMatchesTheSeparateStep) {
         const Tensor k_norm = cuda::to_device(gpu_testing::random_bf16({D}, rng, 1.f));
         const Tensor d_positions = cuda::to_device(positions), d_slots = cuda::to_device(slots);
         const Tensor d_inv_freq = cuda::to_device(inv_freq);
+        // YaRN's cos/sin multiplier on the configs with 12 and 24 heads (one of each head_dim).
+        const float rope_scale = H % 3 == 0 ? 1.25f : 1.f;
         for (const bool fp8 : {false, true}) {
             const bool norm = D == 128;  // head_dim 64: Qwen2's rotary alone
             const float k_scale = fp8 ? 0.5f : 1.f, v_scale = fp8 ? 2.f : 1.f;
             const Fp8Batch quantized = to_fp8(plain, k_scale, v_scale);
             const Tensor& k_host = fp8 ? quantized.k_bytes : plain.k_cache;
             const Tensor& v_host = fp8 ? quantized.v_bytes : plain.v_cache;
-            const std::string what = describe(cfg, seqs) + (fp8 ? " fp8" : " bf16");
+            const std::string what = describe(cfg, seqs) + (fp8 ? " fp8" : " bf16") +
+                                     " rope_scale " + std::to_string(rope_scale);
             PlannedDecode decode(plain);
             const auto run = [&](bool qkv_in_decode, Tensor& q, Tensor& k, Tensor& v) {
                 const cuda::DecodeQkvStep step{.qkv = &qkv,
@@ -666,11 +669,12 @@ TEST(CudaAttentionFa2, DecodeQkvStepMatchesTheSeparateStep) {
                                                .eps = eps,
                                                .positions = &d_positions,
                                                .inv_freq = &d_inv_freq,
-                                               .slot_mapping = &d_slots};
+                                               .slot_mapping = &d_slots,
+                                               .rope_scale = rope_scale};
                 if (!qkv_in_decode)
                     cuda::qk_norm_rope_store(qkv, step.q_norm, step.k_norm, eps, d_positions,
                                              d_inv_freq, d_slots, H, KV, D, q, k, v, nullptr,
-                                             k_scale, v_scale);
+                                             k_scale, v_scale, rope_scale);
                 decode.d.q = std::move(q);
                 decode.d.k = std::move(k);
                 decode.d.v = std::move(v);

@@ -301,6 +301,7 @@ TEST(CudaKernels, SiluMulMatchesCpu) {
 struct QkCase {
     int64_t num_heads, num_kv_heads, head_dim, page_size, n;
     bool with_norm;
+    float rope_scale = 1.f;  // YaRN's cos/sin multiplier
 };
 
 // inv_freq as Hugging Face computes it: 1 / theta^(2i / head_dim), in fp32.
@@ -362,11 +363,15 @@ TEST(CudaKernels, QkNormRopeStoreMatchesCpu) {
         {16, 2, 128, 32, 129, true},  // ratio 8
         {32, 4, 128, 16, 5, false},   // ratio 8, Qwen2-7B-like
         {8, 1, 256, 16, 11, true},    // head_dim 256
+        // YaRN's cos/sin multiplier (its attention factor at factor 4, and another)
+        {16, 8, 128, 16, 300, true, 1.1386f},
+        {14, 2, 64, 16, 45, false, 1.25f},
     };
     for (const QkCase& c : cases) {
-        SCOPED_TRACE(testing::Message() << "heads " << c.num_heads << " kv " << c.num_kv_heads
-                                        << " head_dim " << c.head_dim << " page " << c.page_size
-                                        << " n " << c.n << " norm " << c.with_norm);
+        SCOPED_TRACE(testing::Message()
+                     << "heads " << c.num_heads << " kv " << c.num_kv_heads << " head_dim "
+                     << c.head_dim << " page " << c.page_size << " n " << c.n << " norm "
+                     << c.with_norm << " rope_scale " << c.rope_scale);
         const int64_t H = c.num_heads, KV = c.num_kv_heads, D = c.head_dim, total = H + 2 * KV;
         const int64_t num_pages = c.n + 16;  // each sequence uses at most len / page_size + 2 pages
         std::vector<int32_t> positions, slots;
@@ -384,7 +389,7 @@ TEST(CudaKernels, QkNormRopeStoreMatchesCpu) {
             cuda::to_device(qkv), c.with_norm ? &dq_norm : nullptr,
             c.with_norm ? &dk_norm : nullptr, eps, cuda::to_device(host_i32(positions)),
             cuda::to_device(host_f32(inv_freq)), cuda::to_device(host_i32(slots)), H, KV, D, dq_out,
-            dk_cache, dv_cache, nullptr);
+            dk_cache, dv_cache, nullptr, 1.f, 1.f, c.rope_scale);
         sync();
         Tensor q_got = cuda::to_host(dq_out), k_got = cuda::to_host(dk_cache),
                v_got = cuda::to_host(dv_cache);
@@ -407,7 +412,8 @@ TEST(CudaKernels, QkNormRopeStoreMatchesCpu) {
                     norm_head_reference(head.data(), (is_q ? q_norm_f32 : k_norm_f32).data<float>(),
                                         D, eps);
                 const std::vector<float> rope_in = head;
-                cpu::rope_neox(head.data(), 1, 1, D, &positions[size_t(t)], inv_freq.data());
+                cpu::rope_neox(head.data(), 1, 1, D, &positions[size_t(t)], inv_freq.data(),
+                               c.rope_scale);
                 const int64_t out_base =
                     is_q ? (t * H + h) * D : (int64_t(slots[size_t(t)]) * KV + h - H) * D;
                 const Tensor& got = is_q ? q_got : k_got;
@@ -416,7 +422,7 @@ TEST(CudaKernels, QkNormRopeStoreMatchesCpu) {
                     const float g = bf16_at(got, out_base + i);
                     got_qk.push_back(g);
                     want_qk.push_back(head[size_t(i)]);
-                    bound_qk.push_back((c.with_norm ? 1.0 / 64 : 1e-6) *
+                    bound_qk.push_back((c.with_norm ? 1.0 / 64 : 1e-6) * c.rope_scale *
                                        (std::fabs(a) + std::fabs(b)));
                     exact += g == round_bf16(head[size_t(i)]);
                 }

@@ -36,7 +36,7 @@ TEST_P(CudaModelVsHf, Fp8KvCacheGreedyAgreesWithCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaModelVsHf,
-                         ::testing::Values("qwen2-tiny", "qwen3-tiny", "qwen3-demo"),
+                         ::testing::Values("qwen2-tiny", "qwen3-tiny", "qwen3-demo", "qwen3-yarn"),
                          fixture_param_name);
 
 // The KV cache is sized after the CUDA graphs' memory is measured: once the runner has built

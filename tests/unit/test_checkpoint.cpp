@@ -258,21 +258,33 @@ TEST(Weights, MissingTensorNamesTheTensor) {
                 HasSubstr("no tensor 'model.layers.2.self_attn.k_norm.weight'"));
 }
 
+// A tensor of a dtype the loader does not read (an integer, or FP8 as a block-scaled
+// checkpoint stores its weights) is named with its dtype, for the CPU's f32 and the GPU's bf16.
 TEST(Weights, WrongDtypeInCheckpoint) {
-    auto dir = fresh_dir("weights_dtype");
-    std::filesystem::copy_file(kFixtures / "qwen3-tiny" / "config.json", dir / "config.json");
-    SafetensorsFile src = SafetensorsFile::open(kFixtures / "qwen3-tiny" / "model.safetensors");
-    std::vector<FakeTensor> tensors;
-    for (const auto& [name, e] : src.entries()) {
-        Tensor t = src.tensor(name);
-        const auto* p = static_cast<const uint8_t*>(t.raw());
-        // Same bytes, declared as I16: the shape is right, the dtype is not.
-        tensors.push_back({name, name == "model.norm.weight" ? "I16" : e.dtype_name, e.shape,
-                           std::vector<uint8_t>(p, p + t.nbytes())});
+    for (const auto& [dtype, bytes_per_element] : {std::pair{"I16", 2}, {"F8_E4M3", 1}}) {
+        auto dir = fresh_dir("weights_dtype");
+        std::filesystem::copy_file(kFixtures / "qwen3-tiny" / "config.json", dir / "config.json");
+        SafetensorsFile src = SafetensorsFile::open(kFixtures / "qwen3-tiny" / "model.safetensors");
+        std::vector<FakeTensor> tensors;
+        for (const auto& [name, e] : src.entries()) {
+            Tensor t = src.tensor(name);
+            const auto* p = static_cast<const uint8_t*>(t.raw());
+            // The bf16 bytes, declared as `dtype` (cut to its size): the shape is right, the
+            // dtype is not.
+            const bool odd = name == "model.norm.weight";
+            const size_t n = odd ? size_t(t.numel() * bytes_per_element) : t.nbytes();
+            tensors.push_back(
+                {name, odd ? dtype : e.dtype_name, e.shape, std::vector<uint8_t>(p, p + n)});
+        }
+        write_safetensors(dir / "model.safetensors", tensors);
+        const std::string want = fmt::format("'model.norm.weight' has dtype {}", dtype);
+        EXPECT_THAT(error_message([&] { load_weights(ModelConfig::load(dir), dir); }),
+                    HasSubstr(want));
+        EXPECT_THAT(error_message([&] {
+                        load_weights(ModelConfig::load(dir), dir, {.dtype = DType::kBF16});
+                    }),
+                    HasSubstr(want));
     }
-    write_safetensors(dir / "model.safetensors", tensors);
-    EXPECT_THAT(error_message([&] { load_weights(ModelConfig::load(dir), dir); }),
-                HasSubstr("'model.norm.weight' has dtype I16"));
 }
 
 TEST(Weights, FusionLayout) {

@@ -1,7 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+
+#include <fmt/format.h>
 
 #include "config/engine_config.h"
 #include "config/generation_config.h"
@@ -122,6 +125,169 @@ TEST(ModelConfig, LinearRopeScalingAndRopeParameters) {
     EXPECT_EQ(ModelConfig::from_json(k, "config.json").rope_theta, 5e5);
 }
 
+// Qwen3's documented recipe for long contexts (its model cards), 4.x spelling.
+TEST(ModelConfig, YarnAsQwen3Documents) {
+    Json j = qwen3_0_6b();
+    j["rope_scaling"] = Json::parse(
+        R"({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768})");
+    const ModelConfig c = ModelConfig::from_json(j, "config.json");
+    const RopeScaling& rs = c.rope_scaling;
+    EXPECT_EQ(rs.kind, RopeScaling::Kind::kYarn);
+    EXPECT_EQ(rs.factor, 4.0);
+    EXPECT_EQ(rs.original_max_position_embeddings, 32768);
+    EXPECT_EQ(rs.beta_fast, 32.0);
+    EXPECT_EQ(rs.beta_slow, 1.0);
+    EXPECT_DOUBLE_EQ(rs.attention_factor, 0.1 * std::log(4.0) + 1.0);
+    EXPECT_TRUE(rs.truncate);
+    EXPECT_EQ(c.rope_theta, 1e6);
+    // The context it extends to: 32768 x 4, past max_position_embeddings (40960), what the
+    // engine allows by default.
+    EXPECT_EQ(c.max_context_len(), 131072);
+    EngineConfig e;
+    e.device = "cuda";  // the CUDA runner sizes its cache later; the CPU's caps the length
+    e.resolve(c);
+    EXPECT_EQ(e.max_model_len, 131072);
+    EngineConfig too_long;
+    too_long.max_model_len = 131073;
+    try {
+        too_long.resolve(c);
+        ADD_FAILURE() << "no error";
+    } catch (const Error& err) {
+        EXPECT_NE(std::string(err.what())
+                      .find("exceeds the model's YaRN context 131072 "
+                            "(original_max_position_embeddings 32768 x factor 4)"),
+                  std::string::npos)
+            << err.what();
+    }
+
+    // transformers 5 spelling, the same model: equal, field for field.
+    Json k = qwen3_0_6b();
+    k.erase("rope_scaling");
+    k.erase("rope_theta");
+    k["rope_parameters"] = Json::parse(R"({"rope_type": "yarn", "factor": 4.0,
+      "original_max_position_embeddings": 32768, "rope_theta": 1000000.0})");
+    EXPECT_EQ(ModelConfig::from_json(k, "config.json").rope_scaling, rs);
+    // Both spellings at once, agreeing: fine.
+    k["rope_scaling"] = j["rope_scaling"];
+    k["rope_theta"] = 1e6;
+    EXPECT_EQ(ModelConfig::from_json(k, "config.json").rope_scaling, rs);
+}
+
+TEST(ModelConfig, YarnOptionalFields) {
+    auto yarn = [](const char* fields) {
+        Json j = qwen3_0_6b();
+        j["rope_scaling"] =
+            Json::parse(fmt::format(R"({{"type": "yarn", "factor": 8.0 {}}})", fields));
+        return ModelConfig::from_json(j, "config.json").rope_scaling;
+    };
+    // No original_max_position_embeddings: transformers takes max_position_embeddings.
+    EXPECT_EQ(yarn("").original_max_position_embeddings, 40960);
+    EXPECT_DOUBLE_EQ(yarn("").attention_factor, 0.1 * std::log(8.0) + 1.0);
+    EXPECT_EQ(yarn(R"(, "attention_factor": 1.5)").attention_factor, 1.5);
+    // mscale and mscale_all_dim (DeepSeek's): the ratio of their two magnitudes.
+    EXPECT_DOUBLE_EQ(yarn(R"(, "mscale": 1.0, "mscale_all_dim": 0.5)").attention_factor,
+                     (0.1 * std::log(8.0) + 1.0) / (0.05 * std::log(8.0) + 1.0));
+    // One of them alone changes nothing, as in transformers.
+    EXPECT_DOUBLE_EQ(yarn(R"(, "mscale": 0.7)").attention_factor, 0.1 * std::log(8.0) + 1.0);
+    const RopeScaling betas = yarn(R"(, "beta_fast": 16, "beta_slow": 2, "truncate": false)");
+    EXPECT_EQ(betas.beta_fast, 16.0);
+    EXPECT_EQ(betas.beta_slow, 2.0);
+    EXPECT_FALSE(betas.truncate);
+    // transformers reads the betas with `or`: 0 or null is the default.
+    EXPECT_EQ(yarn(R"(, "beta_fast": 0, "beta_slow": null)").beta_fast, 32.0);
+    EXPECT_EQ(yarn(R"(, "beta_fast": 0, "beta_slow": null)").beta_slow, 1.0);
+    EXPECT_EQ(yarn(R"(, "attention_factor": null)").attention_factor, yarn("").attention_factor);
+}
+
+TEST(ModelConfig, RopeSpellingsMustAgree) {
+    auto error = [](const char* rope_parameters, const char* rope_scaling, Json theta) {
+        Json j = qwen3_0_6b();
+        j.erase("rope_theta");
+        if (!theta.is_null()) j["rope_theta"] = theta;
+        j["rope_parameters"] = Json::parse(rope_parameters);
+        j["rope_scaling"] = Json::parse(rope_scaling);
+        return error_of(j);
+    };
+    const char* yarn4 = R"({"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e6,
+                            "original_max_position_embeddings": 32768})";
+    EXPECT_EQ(error(yarn4, yarn4, 1e6), "");
+    EXPECT_EQ(error(R"({"rope_type": "default", "rope_theta": 1e6})", "null", 1e6), "");
+    const std::string kinds = error(yarn4, R"({"type": "linear", "factor": 4.0})", Json());
+    EXPECT_NE(kinds.find("config.json: 'rope_parameters' (yarn (factor 4, "
+                         "original_max_position_embeddings 32768"),
+              std::string::npos)
+        << kinds;
+    EXPECT_NE(kinds.find("and 'rope_scaling' (linear (factor 4)) disagree"), std::string::npos)
+        << kinds;
+    EXPECT_NE(
+        error(yarn4, R"({"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096})",
+              Json())
+            .find("disagree"),
+        std::string::npos);
+    EXPECT_NE(error(R"({"rope_type": "default", "rope_theta": 1e6})",
+                    R"({"rope_type": "yarn", "factor": 2.0})", Json())
+                  .find("disagree"),
+              std::string::npos);
+    // rope_theta: at the top level and in rope_parameters, different.
+    const std::string theta = error(R"({"rope_type": "default", "rope_theta": 5e5})", "null", 1e6);
+    EXPECT_NE(theta.find("'rope_theta' (1000000) and 'rope_parameters.rope_theta' (500000) "
+                         "disagree"),
+              std::string::npos)
+        << theta;
+    // rope_type and its 4.x spelling type, different.
+    EXPECT_NE(error(R"({"rope_type": "yarn", "type": "linear", "factor": 2.0})", "null", 1e6)
+                  .find("'rope_type' is 'yarn' but 'type' is 'linear'"),
+              std::string::npos);
+}
+
+TEST(ModelConfig, RopeFieldsRefusedByName) {
+    auto error = [](const char* rope_scaling) {
+        Json j = qwen3_0_6b();
+        j["rope_scaling"] = Json::parse(rope_scaling);
+        return error_of(j);
+    };
+    EXPECT_NE(error(R"({"rope_type": "yarn"})").find("missing field 'factor'"), std::string::npos);
+    EXPECT_NE(error(R"({"rope_type": "yarn", "factor": 0.5})").find("'factor' must be >= 1"),
+              std::string::npos);
+    EXPECT_NE(error(R"({"rope_type": "yarn", "factor": 2, "attention_factor": -1})")
+                  .find("'attention_factor' must be > 0"),
+              std::string::npos);
+    EXPECT_NE(error(R"({"rope_type": "yarn", "factor": 2, "original_max_position_embeddings": 0})")
+                  .find("'original_max_position_embeddings' must be positive"),
+              std::string::npos);
+    EXPECT_NE(error(R"({"rope_type": "linear", "factor": 2, "beta_fast": 8})")
+                  .find("field 'beta_fast' is not read for rope type 'linear'"),
+              std::string::npos);
+    EXPECT_NE(error(R"({"rope_type": "default", "partial_rotary_factor": 0.5})")
+                  .find("'partial_rotary_factor' is 0.5"),
+              std::string::npos);
+    EXPECT_NE(error(R"({"rope_type": "longrope", "short_factor": [1]})")
+                  .find("rope type 'longrope' is not implemented"),
+              std::string::npos);
+    EXPECT_NE(error("[1]").find("rope_scaling: must be an object or null"), std::string::npos);
+}
+
+TEST(ModelConfig, QuantizationConfigRefusedByMethod) {
+    auto error = [](Json quantization) {
+        Json j = qwen3_0_6b();
+        j["quantization_config"] = std::move(quantization);
+        return error_of(j);
+    };
+    EXPECT_EQ(error(nullptr), "");
+    EXPECT_NE(error({{"quant_method", "awq"}, {"bits", 4}})
+                  .find("config.json quantization_config: quantization method 'awq' is not "
+                        "supported (supported: none)"),
+              std::string::npos);
+    const std::string fp8 =
+        error({{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}, {"fmt", "e4m3"}});
+    EXPECT_NE(fp8.find("quantization method 'fp8' is not supported: FP8 block-scaled "
+                       "checkpoints are not yet supported"),
+              std::string::npos)
+        << fp8;
+    EXPECT_NE(error({{"bits", 4}}).find("missing field 'quant_method'"), std::string::npos);
+    EXPECT_NE(error("awq").find("quantization_config: must be an object"), std::string::npos);
+}
+
 TEST(ModelConfig, EveryFixtureParses) {
     for (auto [name, arch] : {std::pair{"qwen2-tiny", Arch::kQwen2},
                               {"qwen3-tiny", Arch::kQwen3},
@@ -152,11 +318,9 @@ TEST(ModelConfig, BrokenConfigsNameTheField) {
     };
     EXPECT_NE(error_of(with("model_type", "llama")).find("model_type 'llama' is not supported"),
               std::string::npos);
-    EXPECT_NE(error_of(with("rope_scaling", {{"type", "yarn"}, {"factor", 4.0}}))
-                  .find("rope_scaling type 'yarn'"),
-              std::string::npos);
     EXPECT_NE(error_of(with("rope_scaling", {{"rope_type", "dynamic"}, {"factor", 2.0}}))
-                  .find("'dynamic'"),
+                  .find("rope_scaling: rope type 'dynamic' is not implemented (supported: "
+                        "default, linear, yarn)"),
               std::string::npos);
     EXPECT_NE(error_of(with("use_sliding_window", true)).find("use_sliding_window"),
               std::string::npos);

@@ -70,7 +70,10 @@ TEST(CpuOps, RotaryMatchesRotationFormula) {
         for (double factor : {1.0, 4.0}) {
             const int n = 6, heads = 3;
             const double theta = 1e6;
-            Rotary rotary(head_dim, theta, factor);
+            const RopeScaling linear{
+                .kind = factor == 1.0 ? RopeScaling::Kind::kNone : RopeScaling::Kind::kLinear,
+                .factor = factor};
+            Rotary rotary(head_dim, theta, linear);
             std::vector<int32_t> pos = {0, 1, 2, 17, 255, 300};
             auto x = randn(size_t(n * heads * head_dim), rng);
             Tensor t = Tensor::zeros({n, heads, head_dim}, DType::kF32);
@@ -90,6 +93,55 @@ TEST(CpuOps, RotaryMatchesRotationFormula) {
                                     b * std::cos(angle) + a * std::sin(angle), 2e-4);
                     }
         }
+    }
+}
+
+// YaRN against its formula in double (transformers' _compute_yarn_parameters): dimensions
+// that turn more than beta_fast times over the original context keep their frequency, fewer
+// than beta_slow times are divided by factor, a linear ramp between; cos and sin scaled by the
+// attention factor.
+TEST(CpuOps, RotaryYarnFrequenciesAndScale) {
+    for (const bool truncate : {true, false}) {
+        const int64_t d = 128;
+        const double theta = 1e6, factor = 4.0, fast = 32.0, slow = 1.0;
+        const int64_t original = 64;
+        const RopeScaling yarn{.kind = RopeScaling::Kind::kYarn,
+                               .factor = factor,
+                               .original_max_position_embeddings = original,
+                               .beta_fast = fast,
+                               .beta_slow = slow,
+                               .attention_factor = 0.1 * std::log(factor) + 1.0,
+                               .truncate = truncate};
+        const Rotary rotary(d, theta, yarn);
+        EXPECT_FLOAT_EQ(rotary.attention_scale(), float(0.1 * std::log(4.0) + 1.0));
+        auto dim_of = [&](double rotations) {
+            return d * std::log(double(original) / (rotations * 2 * M_PI)) / (2 * std::log(theta));
+        };
+        double low = dim_of(fast), high = dim_of(slow);
+        if (truncate) low = std::floor(low), high = std::ceil(high);
+        low = std::max(low, 0.0);
+        high = std::min(high, double(d - 1));
+        int64_t kept = 0, divided = 0;
+        for (int64_t i = 0; i < d / 2; ++i) {
+            const double base = std::pow(theta, -2.0 * double(i) / double(d));
+            const double ramp = std::clamp((double(i) - low) / (high - low), 0.0, 1.0);
+            const double want = base / factor * ramp + base * (1 - ramp);
+            EXPECT_NEAR(rotary.inv_freq()[size_t(i)], want, 1e-6 * want) << i;
+            kept += ramp == 0.0;
+            divided += ramp == 1.0;
+        }
+        EXPECT_GT(kept, 0);  // both ends of the range are in this head
+        EXPECT_GT(divided, 0);
+
+        // cos and sin carry the attention factor: a rotated vector's norm grows by it.
+        Tensor x = Tensor::zeros({1, 1, d}, DType::kF32);
+        for (int64_t i = 0; i < d; ++i) x.data<float>()[i] = float(i % 7) - 3.f;
+        double before = 0, after = 0;
+        for (int64_t i = 0; i < d; ++i) before += double(x.data<float>()[i]) * x.data<float>()[i];
+        const int32_t pos = 1000;
+        rotary.apply(x, std::span(&pos, 1));
+        for (int64_t i = 0; i < d; ++i) after += double(x.data<float>()[i]) * x.data<float>()[i];
+        EXPECT_NEAR(std::sqrt(after / before), rotary.attention_scale(), 1e-5);
     }
 }
 

@@ -129,12 +129,27 @@ TEST_P(HuggingFaceFixture, Fp8KvCacheStaysClose) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, HuggingFaceFixture,
                          ::testing::Values("qwen2-tiny", "qwen3-tiny", "qwen3-moe-tiny",
-                                           "qwen3-moe-wide", "qwen3-demo"),
+                                           "qwen3-moe-wide", "qwen3-demo", "qwen3-yarn"),
                          [](const auto& info) {
                              std::string s = info.param;
                              std::replace(s.begin(), s.end(), '-', '_');
                              return s;
                          });
+
+// The rotary frequencies and cos/sin multiplier as transformers computed them for the fixture
+// (reference.json's "rope", where the fixture has it), bit for bit: YaRN's blend included.
+TEST(HuggingFaceRope, FrequenciesMatchExactly) {
+    for (const char* name : {"qwen3-yarn"}) {
+        const ModelConfig config = ModelConfig::load(kFixtures / name);
+        const Json rope = read_json_file(kFixtures / name / "reference.json")["rope"];
+        const Rotary rotary(config.head_dim, config.rope_theta, config.rope_scaling);
+        const auto want = rope["inv_freq"].get<std::vector<double>>();
+        ASSERT_EQ(rotary.inv_freq().size(), want.size()) << name;
+        for (size_t i = 0; i < want.size(); ++i)
+            EXPECT_EQ(rotary.inv_freq()[i], float(want[i])) << name << " inv_freq[" << i << "]";
+        EXPECT_EQ(rotary.attention_scale(), float(rope["attention_scaling"].get<double>())) << name;
+    }
+}
 
 }  // namespace
 

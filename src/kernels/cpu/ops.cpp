@@ -67,15 +67,15 @@ void add_rms_norm(float* residual, const float* x, const float* w, int64_t rows,
 }
 
 void rope_neox(float* x, int64_t n, int64_t num_heads, int64_t head_dim, const int32_t* positions,
-               const float* inv_freq) {
+               const float* inv_freq, float attention_scale) {
     const int64_t half = head_dim / 2;
     std::vector<float> cos_row(static_cast<size_t>(half)), sin_row(static_cast<size_t>(half));
     for (int64_t t = 0; t < n; ++t) {
         for (int64_t i = 0; i < half; ++i) {
             // The angle is rounded to f32 first, as Hugging Face computes it.
             const float angle = float(positions[t]) * inv_freq[i];
-            cos_row[size_t(i)] = float(std::cos(double(angle)));
-            sin_row[size_t(i)] = float(std::sin(double(angle)));
+            cos_row[size_t(i)] = float(std::cos(double(angle))) * attention_scale;
+            sin_row[size_t(i)] = float(std::sin(double(angle))) * attention_scale;
         }
         for (int64_t h = 0; h < num_heads; ++h) {
             float* v = x + (t * num_heads + h) * head_dim;

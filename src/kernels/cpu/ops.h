@@ -24,9 +24,10 @@ void add_rms_norm(float* residual, const float* x, const float* w, int64_t rows,
                   float eps, float* y);
 
 // Rotary embedding, NeoX layout (rotate the two halves of each head), in place.
-// x: [n, num_heads, head_dim]; positions[n]; inv_freq[head_dim / 2].
+// x: [n, num_heads, head_dim]; positions[n]; inv_freq[head_dim / 2]; cos and sin are each
+// multiplied by attention_scale (YaRN's attention factor; 1 leaves them as they are).
 void rope_neox(float* x, int64_t n, int64_t num_heads, int64_t head_dim, const int32_t* positions,
-               const float* inv_freq);
+               const float* inv_freq, float attention_scale = 1.f);
 
 // out[n, inter] = silu(gate_up[:, :inter]) * gate_up[:, inter:]
 void silu_mul(const float* gate_up, int64_t n, int64_t inter, float* out);

@@ -61,6 +61,8 @@ void check_attention_params(const AttentionParams& p) {
                           {head_dim / 2});
         check_cuda_tensor(f->slot_mapping, DType::kI32, "paged attention: qkv_step.slot_mapping",
                           {num_tokens});
+        MI_LAUNCH_CHECK(f->rope_scale > 0.f,
+                        "paged attention: qkv_step.rope_scale must be positive");
     }
 }
 
@@ -100,7 +102,8 @@ AttentionLaunch make_attention_launch(const AttentionParams& p) {
                       .inv_freq = f->inv_freq->data<float>(),
                       .slot_mapping = f->slot_mapping->data<int32_t>(),
                       .k_inv_scale = 1.f / p.k_scale,
-                      .v_inv_scale = 1.f / p.v_scale};
+                      .v_inv_scale = 1.f / p.v_scale,
+                      .rope_scale = f->rope_scale};
     }
     return a;
 }

@@ -39,6 +39,7 @@ struct DecodeQkvStep {
     const Tensor* positions;     // [num_tokens] i32
     const Tensor* inv_freq;      // [head_dim / 2] f32
     const Tensor* slot_mapping;  // [num_tokens] i32: where each token's K/V goes
+    float rope_scale = 1.f;      // cos/sin multiplier (qk_norm_rope_store's rope_scale)
 };
 
 struct AttentionParams {
@@ -137,6 +138,7 @@ struct AttentionLaunch {
         const float* inv_freq = nullptr;
         const int32_t* slot_mapping = nullptr;
         float k_inv_scale = 1.f, v_inv_scale = 1.f;
+        float rope_scale = 1.f;
     } qkv_step;
 };
 // The launch arguments of p (checked by check_attention_params first); both backends build them

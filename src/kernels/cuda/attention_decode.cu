@@ -195,7 +195,7 @@ __device__ __forceinline__ void qkv_step(const AttentionLaunch::QkvStep& f, int 
     }
     if (warp < tasks) {
         const RopeAngles<kHeadDim> angles =
-            rope_angles<kHeadDim>(float(f.positions[token]), f.inv_freq);
+            rope_angles<kHeadDim>(float(f.positions[token]), f.inv_freq, f.rope_scale);
 #pragma unroll
         for (int i = 0; i < kTasks; ++i) {
             const int t = warp + i * kWarps;

@@ -53,7 +53,8 @@ __device__ __forceinline__ void store_cache8(uint8_t* dst, const float (&x)[8], 
 }
 
 // qkv: [n, num_heads + 2 * num_kv_heads, kHeadDim]; q_norm, k_norm: [kHeadDim] or null (both
-// or neither); positions, slot_mapping: [n]; inv_freq: [kHeadDim / 2];
+// or neither); positions, slot_mapping: [n]; inv_freq: [kHeadDim / 2], rope_scale its cos/sin
+// multiplier;
 // q_out: [n, num_heads, kHeadDim]; k_cache, v_cache: [num_slots, num_kv_heads, kHeadDim]; every
 // row 16-byte aligned (the launcher checks).
 // Grid: (n, ceil(total_heads / (kWarps * heads_per_warp))); block: kWarps warps. Heads q first,
@@ -62,8 +63,8 @@ template <int kHeadDim, typename Cache>
 __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_store_kernel(
     const __nv_bfloat16* __restrict__ qkv, const __nv_bfloat16* __restrict__ q_norm,
     const __nv_bfloat16* __restrict__ k_norm, float eps, const int32_t* __restrict__ positions,
-    const float* __restrict__ inv_freq, const int32_t* __restrict__ slot_mapping, int num_heads,
-    int num_kv_heads, __nv_bfloat16* __restrict__ q_out, Cache* __restrict__ k_cache,
+    const float* __restrict__ inv_freq, float rope_scale, const int32_t* __restrict__ slot_mapping,
+    int num_heads, int num_kv_heads, __nv_bfloat16* __restrict__ q_out, Cache* __restrict__ k_cache,
     Cache* __restrict__ v_cache, float k_inv_scale, float v_inv_scale) {
     constexpr int kLanes = kHeadDim / 16;  // lanes a head
     constexpr int kHalf = kHeadDim / 2;
@@ -85,7 +86,7 @@ __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_store_kernel(
     }
     const float pos = float(positions[t]);
     for (int i = int(threadIdx.x); i < kHalf; i += kWarps * 32)
-        rope_angle(pos, inv_freq[i], sin_of[i], cos_of[i]);
+        rope_angle(pos, inv_freq[i], rope_scale, sin_of[i], cos_of[i]);
     __syncthreads();
 
     if (valid && is_v) {  // V: a plain copy into its slot (or to e4m3)
@@ -146,7 +147,7 @@ void qk_norm_rope_store(const Tensor& qkv, const Tensor* q_norm, const Tensor* k
                         const Tensor& positions, const Tensor& inv_freq, const Tensor& slot_mapping,
                         int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, Tensor& q_out,
                         Tensor& k_cache, Tensor& v_cache, cudaStream_t stream, float k_scale,
-                        float v_scale) {
+                        float v_scale, float rope_scale) {
     MI_LAUNCH_CHECK(num_heads > 0 && num_kv_heads > 0,
                     "qk_norm_rope_store: head counts must be positive");
     const int64_t total_heads = num_heads + 2 * num_kv_heads;
@@ -171,6 +172,7 @@ void qk_norm_rope_store(const Tensor& qkv, const Tensor* q_norm, const Tensor* k
                       {kAnySize, kAnySize, num_kv_heads, head_dim});
     MI_LAUNCH_CHECK(!fp8 || (k_scale > 0.f && v_scale > 0.f),
                     "qk_norm_rope_store: an FP8 cache needs positive scales");
+    MI_LAUNCH_CHECK(rope_scale > 0.f, "qk_norm_rope_store: rope_scale must be positive");
     MI_LAUNCH_CHECK(k_cache.shape() == v_cache.shape(),
                     "qk_norm_rope_store: k_cache and v_cache differ in shape");
     MI_LAUNCH_CHECK((q_norm == nullptr) == (k_norm == nullptr),
@@ -191,7 +193,7 @@ void qk_norm_rope_store(const Tensor& qkv, const Tensor* q_norm, const Tensor* k
         launch_kernel(qk_norm_rope_store_kernel<kHeadDim, Cache>, grid, kWarps * 32, 0, stream,
                       qkv.data<__nv_bfloat16>(), q_norm ? q_norm->data<__nv_bfloat16>() : nullptr,
                       k_norm ? k_norm->data<__nv_bfloat16>() : nullptr, eps,
-                      positions.data<int32_t>(), inv_freq.data<float>(),
+                      positions.data<int32_t>(), inv_freq.data<float>(), rope_scale,
                       slot_mapping.data<int32_t>(), int(num_heads), int(num_kv_heads),
                       q_out.data<__nv_bfloat16>(), k_ptr, v_ptr, 1.f / k_scale, 1.f / v_scale);
     };

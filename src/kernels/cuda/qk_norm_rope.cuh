@@ -57,24 +57,30 @@ __device__ __forceinline__ void norm_head(const __nv_bfloat16* w, float eps,
         x[j] = norm_element(x[j], inv_rms, __bfloat162float(w[lane + 32 * j]));
 }
 
-// The rotary angle of one frequency at position pos, as every kernel computes it.
-__device__ __forceinline__ void rope_angle(float pos, float inv_freq, float& sin, float& cos) {
+// The rotary angle of one frequency at position pos, as every kernel computes it: its sin and
+// cos, each times scale (YaRN's attention factor; at 1 the product is exact, the values
+// unchanged).
+__device__ __forceinline__ void rope_angle(float pos, float inv_freq, float scale, float& sin,
+                                           float& cos) {
     sincosf(__fmul_rn(pos, inv_freq), &sin, &cos);
+    sin = __fmul_rn(sin, scale);
+    cos = __fmul_rn(cos, scale);
 }
 
-// The lane's rotary angles at position pos (inv_freq: [kHeadDim / 2]): the same for every head
-// of a token, so a warp with several heads computes them once.
+// The lane's rotary angles at position pos (inv_freq: [kHeadDim / 2]; scale as rope_angle's):
+// the same for every head of a token, so a warp with several heads computes them once.
 template <int kHeadDim>
 struct RopeAngles {
     float sin[kHeadDim / 64], cos[kHeadDim / 64];
 };
 template <int kHeadDim>
-__device__ __forceinline__ RopeAngles<kHeadDim> rope_angles(float pos, const float* inv_freq) {
+__device__ __forceinline__ RopeAngles<kHeadDim> rope_angles(float pos, const float* inv_freq,
+                                                            float scale) {
     const int lane = int(threadIdx.x) % 32;
     RopeAngles<kHeadDim> a;
 #pragma unroll
     for (int j = 0; j < kHeadDim / 64; ++j)
-        rope_angle(pos, inv_freq[lane + 32 * j], a.sin[j], a.cos[j]);
+        rope_angle(pos, inv_freq[lane + 32 * j], scale, a.sin[j], a.cos[j]);
     return a;
 }
 

@@ -15,7 +15,8 @@ namespace miniinfer::cuda {
 //   v_cache[slot_mapping[t], kvh]  = v[t, kvh]
 // qkv: [n, (num_heads + 2 * num_kv_heads) * head_dim] bf16 (q heads, then k heads, then v heads)
 // q_norm, k_norm: [head_dim] bf16, or both nullptr (Qwen2: no per-head norm)
-// positions: [n] i32; inv_freq: [head_dim / 2] f32 (the CPU Rotary's values, uploaded once)
+// positions: [n] i32; inv_freq: [head_dim / 2] f32 (the CPU Rotary's values, uploaded once);
+//   rope_scale: every cos and sin is multiplied by it (Rotary::attention_scale, YaRN's; > 0)
 // slot_mapping: [n] i32, slot = page * page_size + offset, every slot valid and distinct
 // k_cache, v_cache: [num_pages, page_size, num_kv_heads, head_dim] bf16 (mutated at the slots
 //   only), or u8 for an FP8 cache: each K/V value x stored as e4m3(x / scale) (kv_fp8.cuh), with
@@ -29,6 +30,6 @@ void qk_norm_rope_store(const Tensor& qkv, const Tensor* q_norm, const Tensor* k
                         const Tensor& positions, const Tensor& inv_freq, const Tensor& slot_mapping,
                         int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, Tensor& q_out,
                         Tensor& k_cache, Tensor& v_cache, cudaStream_t stream, float k_scale = 1.f,
-                        float v_scale = 1.f);
+                        float v_scale = 1.f, float rope_scale = 1.f);
 
 }  // namespace miniinfer::cuda

@@ -31,11 +31,12 @@ void Attention::forward(const AddRmsNorm& input, Tensor& y, KvLayer& kv, const S
                                  .eps = eps,
                                  .positions = &in.positions,
                                  .inv_freq = &inv_freq,
-                                 .slot_mapping = &in.slots};
+                                 .slot_mapping = &in.slots,
+                                 .rope_scale = rope_scale};
     if (!qkv_in_decode)
         qk_norm_rope_store(qkv_out, qn, kn, eps, in.positions, inv_freq, in.slots, num_heads,
                            num_kv_heads, head_dim, q, kv.k, kv.v, step.stream, kv.k_scale,
-                           kv.v_scale);
+                           kv.v_scale, rope_scale);
     const AttentionParams params =
         with_step_sequences({.q = &q,
                              .k_cache = &kv.k,

@@ -20,6 +20,8 @@ struct Attention {
     Linear o_proj;          // [hidden, heads * head_dim], row-parallel
     Tensor q_norm, k_norm;  // [head_dim] bf16 (Qwen3) or undefined (Qwen2)
     Tensor inv_freq;        // [head_dim / 2] f32: rotary frequencies, shared by every layer
+    // Rotary cos/sin multiplier (Rotary::attention_scale: YaRN's attention factor, else 1).
+    float rope_scale = 1.f;
     int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
     float eps = 1e-6f;  // of q_norm / k_norm
     float scale = 1.f;  // softmax scale, 1 / sqrt(head_dim)
