@@ -21,6 +21,7 @@ void parse_common(const Json& body, const SamplingParams& defaults, ApiRequest& 
     check_request_fields(body, front_end);
     r.model = json_get_or<std::string>(body, "model", "", "request");
     r.params = SamplingParams::from_json(body, defaults);
+    r.params.bad_words_token_ids.clear();  // the engine's, resolved from bad_words
     r.n = json_get_or<int64_t>(body, "n", 1, "request");
     if (r.n < 1 || r.n > 128) fail("'n' must be in [1, 128], got {}", r.n);
     r.stream = json_get_or<bool>(body, "stream", false, "request");
