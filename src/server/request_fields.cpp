@@ -157,7 +157,9 @@ std::span<const RequestField> request_fields() {
 
 void check_request_fields(const Json& body, FrontEnd front_end) {
     if (!body.is_object()) return;
-    for (const auto& [key, value] : body.items()) {
+    for (const auto& item : body.items()) {
+        const std::string& key = item.key();  // not a structured binding: the lambda captures it
+        const Json& value = item.value();
         const auto* f = std::find_if(std::begin(kFields), std::end(kFields),
                                      [&](const RequestField& r) { return r.name == key; });
         if (f == std::end(kFields) || !(f->front_ends & uint8_t(front_end))) {
