@@ -42,7 +42,7 @@ BenchWorkload make_random_workload(int64_t num_prompts, int64_t input_len, int64
 //     token count k experts per MoE layer, plus the router.
 struct SolHardware {
     // bytes/s and dense bf16 FLOP/s; these: an H200's (bench takes the card's, apps/gpu_peak.h)
-    double hbm_bytes_per_s = 4.8e12, matmul_flops = 989e12;
+    double hbm_bytes_per_s = 4.8e12, matmul_flops = 790e12;
 };
 double expected_distinct_experts(int64_t num_experts, int64_t top_k, double tokens);
 // kv_element_bytes: 2 for a bf16 KV cache, 1 for an FP8 one (--kv-cache-dtype fp8 reads half
