@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "core/logging.h"
+#include "engine/request_inputs.h"
 #include "server/http_server_impl.h"
 
 namespace miniinfer {
@@ -241,12 +242,9 @@ void HttpServer::Impl::handle_generate(const std::string& raw_body, httplib::Res
             if (chat && !has_max_tokens) {  // as vLLM: whatever room the context leaves
                 if (prompt.token_ids.empty())
                     prompt = Prompt::from_ids(tokenizer->encode(prompt.text));
-                int64_t prompt_len = int64_t(prompt.token_ids.size());
-                if (params.truncate_prompt_tokens)  // the engine keeps this many
-                    prompt_len = std::min(prompt_len, *params.truncate_prompt_tokens == -1
-                                                          ? engine.max_model_len()
-                                                          : *params.truncate_prompt_tokens);
-                params.max_tokens = std::max<int64_t>(1, engine.max_model_len() - prompt_len);
+                truncate_prompt(prompt.token_ids, params, engine.max_model_len());  // as the engine
+                params.max_tokens =
+                    std::max<int64_t>(1, engine.max_model_len() - int64_t(prompt.token_ids.size()));
             }
             for (int64_t i = 0; i < r->n; ++i) {
                 if (params.seed && i > 0) params.seed = *r->params.seed + uint64_t(i);
