@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "config/model_config.h"
 #include "core/json.h"
 #include "engine/cuda_model_runner.h"
 #include "engine/llm_engine.h"
@@ -40,13 +41,13 @@ inline std::string fixture_param_name(const ::testing::TestParamInfo<std::string
     return s;
 }
 
-// An engine on a fixture, on the GPU, small: 512-token contexts, max_num_seqs sequences, 30% of
-// the card (tests share it).
+// An engine on a fixture, on the GPU, small: contexts of 512 tokens or the fixture's own limit if
+// lower (qwen3-yarn's is 128), max_num_seqs sequences, 30% of the card (tests share it).
 inline EngineConfig engine_config(const std::string& fixture, int64_t max_num_seqs = 16) {
     EngineConfig c;
     c.model_dir = (kFixtures / fixture).string();
     c.device = "cuda";
-    c.max_model_len = 512;
+    c.max_model_len = std::min<int64_t>(512, ModelConfig::load(c.model_dir).max_context_len());
     c.max_num_seqs = max_num_seqs;
     c.gpu_memory_utilization = 0.3;
     return c;
