@@ -16,6 +16,7 @@
 #include "apps/commands.h"
 #include "apps/engine_options.h"
 #include "apps/gpu_peak.h"
+#include "config/tuning.h"
 #include "core/logging.h"
 #include "engine/kernel_profiler.h"
 #include "engine/llm_engine.h"
@@ -32,6 +33,7 @@ struct BenchOptions {
     int64_t runs = 1;         // timed runs of each workload, back to back
     int64_t profile_top = 0;  // > 0: CUPTI kernel times of each run, this many rows
     double hbm_bytes_per_s = 0, matmul_flops = 0;  // > 0: given, in place of the card's
+    std::vector<std::string> tuning;                // key=value fields of config/tuning.h
 };
 
 // The SOL's figures: the card's (--device cuda), with --hbm-bytes-per-s / --matmul-flops in place
@@ -199,7 +201,9 @@ void run(const BenchOptions& o) {
     engine.generate({Prompt::from_ids(std::vector<int32_t>(64, 1))}, warm);
 
     const std::optional<GpuPeak> peak = sol_peak(engine.config(), o);
-    if (peak) std::printf("%s\n\n", describe(*peak).c_str());
+    if (peak) std::printf("%s\n", describe(*peak).c_str());
+    if (!o.tuning.empty()) std::printf("tuning: %s\n", to_string(config.tuning).c_str());
+    std::printf("\n");
     std::printf(
         "| workload | device | attention | page | graphs | overlap | requests | output tokens | "
         "seconds | tok/s | SOL tok/s | %% of SOL |\n");
@@ -287,6 +291,9 @@ void add_bench(CLI::App& app) {
                     "else its device properties); on the CPU the SOL shows only when given");
     cmd->add_option("--matmul-flops", opts->matmul_flops,
                     "Dense bf16 matrix rate (FLOP/s) for the SOL, in place of the card's");
+    cmd->add_option("--tuning", opts->tuning,
+                    "key=value: a kernel threshold in place of its default, for comparisons "
+                    "(repeatable; keys and defaults: src/config/tuning.h)");
     // `miniinfer bench serve ...` benchmarks a running server (as `vllm bench serve`); the
     // offline options, --model included, then do not apply.
     add_bench_serve(*cmd, "serve");
@@ -295,6 +302,8 @@ void add_bench(CLI::App& app) {
     cmd->callback([opts, cmd] {
         if (!cmd->get_subcommands().empty()) return;
         if (opts->engine.config.model_dir.empty()) fail("bench: --model is required");
+        for (const std::string& key_value : opts->tuning)
+            set_tuning(opts->engine.config.tuning, key_value);
         for (const auto& [flag, value] : {std::pair{"--hbm-bytes-per-s", opts->hbm_bytes_per_s},
                                           std::pair{"--matmul-flops", opts->matmul_flops}})
             if (cmd->count(flag) > 0 && !(value > 0))

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "config/model_config.h"
+#include "config/tuning.h"
 #include "core/json.h"
 
 namespace miniinfer {
@@ -34,6 +35,9 @@ struct EngineConfig {
     // steps (ModelRunner::step_timing; `bench --measure-gpu-idle`). Off: the events cost a little.
     bool measure_gpu_idle = false;
     std::string attention_backend = "auto";  // auto | fa2 | flashinfer (CUDA)
+    // CUDA kernel thresholds: not a user option (no JSON key, no serve flag); tests set it,
+    // `miniinfer bench --tuning key=value` overrides it.
+    Tuning tuning;
     // auto: K/V kept as computed (f32 on the CPU, bf16 on the GPU); fp8 (or fp8_e4m3): rounded
     // to FP8 e4m3 at scale 1.0 as they are stored (the CPU reference so far: it rounds and
     // keeps f32, the numbers an fp8 cache would hold; the CUDA backend refuses it for now).

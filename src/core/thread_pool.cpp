@@ -1,9 +1,8 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
-
-#include "core/env.h"
 
 namespace miniinfer {
 
@@ -22,7 +21,11 @@ ThreadPool::~ThreadPool() {
 }
 
 ThreadPool& ThreadPool::global() {
-    static ThreadPool pool(env_int("MINIINFER_NUM_THREADS", 0));
+    // MINIINFER_NUM_THREADS (user-facing; unset or not a number: every core).
+    static ThreadPool pool([] {
+        const char* v = std::getenv("MINIINFER_NUM_THREADS");
+        return v == nullptr ? 0 : std::atoi(v);
+    }());
     return pool;
 }
 

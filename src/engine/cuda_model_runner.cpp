@@ -11,6 +11,7 @@
 #include "engine/cuda_graphs.h"
 #include "engine/cuda_sampler.h"
 #include "engine/piecewise_graphs.h"
+#include "kernels/cuda/launch.h"
 #include "kernels/cuda/sampling.h"
 #ifdef MINIINFER_HAS_NCCL
 #include "layers/cuda/nccl_communicator.h"
@@ -152,6 +153,7 @@ CudaModelRunner::CudaModelRunner(const EngineConfig& config, ModelConfig model_c
                                  ModelWeights weights, cuda::Communicator* comm)
     : impl_(std::make_unique<Impl>(config, comm)) {
     if (cuda::device_count() == 0) fail("--device cuda: no CUDA device is visible");
+    cuda::set_pdl_enabled(config.tuning.pdl);  // process-wide, as launch_kernel reads it
     impl_->upload_model(std::move(model_config), std::move(weights));
     impl_->allocate_step_buffers();
     impl_->measure_graphs();
@@ -162,7 +164,7 @@ CudaModelRunner::CudaModelRunner(const EngineConfig& config, ModelConfig model_c
 // The weights may be on the device already (dummy_cuda_weights): their size is the model's
 // count, not a difference of free memory.
 void CudaModelRunner::Impl::upload_model(ModelConfig model_config, ModelWeights weights) {
-    model = make_cuda_model(model_config, std::move(weights), comm);
+    model = make_cuda_model(model_config, std::move(weights), comm, opt.tuning);
     memory.free_after_weights = free_device_memory();
     memory.weights = model->weight_bytes();
 }
@@ -181,7 +183,8 @@ void CudaModelRunner::Impl::allocate_step_buffers() {
                                                              .num_heads = dims.num_heads,
                                                              .num_kv_heads = dims.num_kv_heads,
                                                              .head_dim = dims.head_dim,
-                                                             .page_size = opt.page_size});
+                                                             .page_size = opt.page_size},
+                                     opt.tuning);
     sampler = std::make_unique<CudaSampler>(S, model->config().vocab_size, opt.max_model_len);
     if (!opt.enforce_eager)
         graphs = std::make_unique<DecodeGraphs>(in, S, opt.page_size, dev_inputs.data<int32_t>());

@@ -48,12 +48,12 @@ ModelWeights dummy_cuda_weights(const ModelConfig& config, uint64_t seed,
 }
 
 std::unique_ptr<CudaModel> make_cuda_model(const ModelConfig& config, ModelWeights weights,
-                                           cuda::Communicator* comm) {
+                                           cuda::Communicator* comm, const Tuning& tuning) {
     switch (config.arch) {
         case Arch::kQwen2:
         case Arch::kQwen3:
         case Arch::kQwen3Moe:
-            return std::make_unique<QwenCudaModel>(config, std::move(weights), comm);
+            return std::make_unique<QwenCudaModel>(config, std::move(weights), comm, tuning);
     }
     fail("{}: not supported on CUDA", config.model_type);
 }

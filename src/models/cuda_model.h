@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "config/model_config.h"
+#include "config/tuning.h"
 #include "layers/cuda/attention_backend.h"
 #include "layers/cuda/communicator.h"
 #include "layers/cuda/step.h"
@@ -62,7 +63,9 @@ class CudaModel {
 ModelWeights dummy_cuda_weights(const ModelConfig& config, uint64_t seed,
                                 const WeightTarget& target);
 
+// tuning: the fields the layers read (moe_silu_tile).
 std::unique_ptr<CudaModel> make_cuda_model(const ModelConfig& config, ModelWeights weights,
-                                           cuda::Communicator* comm = nullptr);
+                                           cuda::Communicator* comm = nullptr,
+                                           const Tuning& tuning = {});
 
 }  // namespace miniinfer

@@ -35,7 +35,8 @@ cuda::RmsNorm norm(Tensor& weight, double eps) {
 
 }  // namespace
 
-QwenCudaModel::QwenCudaModel(ModelConfig config, ModelWeights w, cuda::Communicator* comm)
+QwenCudaModel::QwenCudaModel(ModelConfig config, ModelWeights w, cuda::Communicator* comm,
+                             const Tuning& tuning)
     : config_(std::move(config)) {
     const ModelConfig& c = config_;
     const int64_t world = comm ? comm->world() : 1;
@@ -81,7 +82,8 @@ QwenCudaModel::QwenCudaModel(ModelConfig config, ModelWeights w, cuda::Communica
                          .experts_down = upload(lw.experts_down),
                          .top_k = c.num_experts_per_tok,
                          .renormalize = c.norm_topk_prob,
-                         .comm = comm};
+                         .comm = comm,
+                         .silu_tile = tuning.moe_silu_tile};
         } else {
             layer.mlp.gate_up = linear(lw.gate_up, none, Shard::kColumn, comm);
             layer.mlp.down = linear(lw.down, none, Shard::kRow, comm);

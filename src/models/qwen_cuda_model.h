@@ -33,7 +33,8 @@ namespace miniinfer {
 
 class QwenCudaModel final : public CudaModel {
   public:
-    QwenCudaModel(ModelConfig config, ModelWeights weights, cuda::Communicator* comm);
+    QwenCudaModel(ModelConfig config, ModelWeights weights, cuda::Communicator* comm,
+                  const Tuning& tuning = {});
 
     const ModelConfig& config() const override { return config_; }
     AttentionDims attention_dims() const override;

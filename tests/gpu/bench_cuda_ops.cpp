@@ -8,7 +8,7 @@
 // table, never a verdict: exits 0 whatever the speed, and without a GPU.
 //
 //   build/tests/gpu/bench_cuda_ops [filter [moe_tokens]]   only the rows whose op name contains
-//   filter ("moe tile32" names the ops inside the group "moe" too); MoE ops at that one step size
+//   filter ("moe grouped" names the ops inside the group "moe" too); MoE ops at that one step size
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -58,7 +58,7 @@ bool wanted(const std::string& op) {
     return g_filter.empty() || op.find(g_filter) != std::string::npos;
 }
 // Whether a group of ops (e.g. "moe") may hold a wanted op: as wanted(), or the filter names an
-// op inside the group ("moe tile32").
+// op inside the group ("moe grouped").
 bool wanted_group(const std::string& group) {
     return wanted(group) || g_filter.starts_with(group);
 }
@@ -391,28 +391,6 @@ void bench_moe(int64_t tokens) {
                                                cuda::GroupedGemmRows::kPermuted);
                         }),
                         down_bytes, 2.0 * routed * double(kMoeInter * kMoeHidden));
-    // The row tile's shapes against each other (grouped_gemm_variant), gate_up and down, where
-    // grouped_gemm_tile_rows picks 16 or 32 rows ("moe tile16", "moe tile32"); the 16-row
-    // gate_up with SiLU·mul in its epilogue, as cuda::Moe runs it.
-    const std::string tile_op = "moe tile" + std::to_string(tile);
-    if (wanted(tile_op)) {
-        const auto gate_up_epilogue =
-            tile == 16 ? GroupedGemmEpilogue::kSiluMul : GroupedGemmEpilogue::kStore;
-        Tensor& gate_up_out = tile == 16 ? act : gate_up;
-        for (int v = 0; v < cuda::grouped_gemm_num_variants(tile); ++v) {
-            const std::string variant = tiled + ", " + cuda::grouped_gemm_variant_name(tile, v);
-            print_bench_row(tile_op + " gate_up", variant, time_launch([&](cudaStream_t s) {
-                                cuda::grouped_gemm_variant(tile, v, x_perm, gate_up_w, offsets,
-                                                           gate_up_epilogue, gate_up_out, s);
-                            }),
-                            gate_up_bytes, 2.0 * routed * double(2 * kMoeInter * kMoeHidden));
-            print_bench_row(tile_op + " down", variant, time_launch([&](cudaStream_t s) {
-                                cuda::grouped_gemm_variant(tile, v, act, down_w, offsets,
-                                                           GroupedGemmEpilogue::kStore, y_perm, s);
-                            }),
-                            down_bytes, 2.0 * routed * double(kMoeInter * kMoeHidden));
-        }
-    }
     if (wanted("moe_combine"))
         print_bench_row("moe_combine", tiled, time_launch([&](cudaStream_t s) {
                             cuda::moe_combine(y_perm, slot_row, weights, out, s);

@@ -436,58 +436,6 @@ TEST(CudaGroupedGemm, Qwen3MoE30BShapes) {
     }
 }
 
-// The benchmark-only 16- and 32-row shapes (grouped_gemm_variant) give the default's bits: each
-// runs the same chain of mma over k in the same order for every output, so a shape measured
-// faster may replace the default without changing a number. The 16-row ones with both
-// epilogues (cuda::Moe's 16-row gate_up applies SiLU·mul in it). ~2 rows per expert (16) and
-// ~16 (32) as at decode, and a ragged routing with empty experts; n and k with tails.
-TEST(CudaGroupedGemm, TileVariantsMatchDefault) {
-    REQUIRE_GPU();
-    std::mt19937 rng(7);
-    cuda::Stream stream;
-    for (int64_t tile : {16, 32}) {
-        const Variant v{tile, false};
-        const Routing routings[] = {route_tokens(tile == 16 ? 32 : 256, 8, 128, v, rng),
-                                    pad_to_tiles({0, 5, 40, 0, 33, 1, 0, 64}, v)};
-        std::vector<cuda::GroupedGemmEpilogue> epilogues{cuda::GroupedGemmEpilogue::kStore};
-        if (tile == 16) epilogues.push_back(cuda::GroupedGemmEpilogue::kSiluMul);
-        for (const Routing& routing : routings) {
-            const int64_t num_experts = int64_t(routing.counts.size());
-            const int64_t max_rows = routing.padded_rows() + tile;  // tiles past the last segment
-            for (auto [n, k] : {std::pair<int64_t, int64_t>{1536, 2048}, {2048, 768}, {208, 136}}) {
-                const uint64_t seed = uint64_t(n * 7 + k + num_experts + tile);
-                const Tensor x = cuda::to_device(make_x(routing, max_rows, k, seed));
-                const Tensor w =
-                    cuda::to_device(uniform_bf16({num_experts, n, k}, seed + 1, 0.05f));
-                const Tensor offsets = cuda::to_device(offsets_tensor(routing));
-                for (const cuda::GroupedGemmEpilogue epilogue : epilogues) {
-                    const bool silu = epilogue == cuda::GroupedGemmEpilogue::kSiluMul;
-                    const int64_t cols = silu ? n / 2 : n;
-                    SCOPED_TRACE(describe(num_experts, n, k, routing) +
-                                 (silu ? ", SiLU·mul" : ", store"));
-                    Tensor ref = cuda::device_tensor({max_rows, cols}, DType::kBF16);
-                    Tensor y = cuda::device_tensor({max_rows, cols}, DType::kBF16);
-                    cuda::grouped_gemm_mma_sync(x, nullptr, w, offsets, tile, epilogue, ref,
-                                                stream.get());
-                    stream.synchronize();
-                    const Tensor expected = cuda::to_host(ref);
-                    const size_t bytes = size_t(routing.padded_rows() * cols) * 2;
-                    for (int variant = 0; variant < cuda::grouped_gemm_num_variants(tile);
-                         ++variant) {
-                        SCOPED_TRACE(cuda::grouped_gemm_variant_name(tile, variant));
-                        MI_CUDA_CHECK(cudaMemset(y.raw(), 0, y.nbytes()));
-                        cuda::grouped_gemm_variant(tile, variant, x, w, offsets, epilogue, y,
-                                                   stream.get());
-                        stream.synchronize();
-                        const Tensor got = cuda::to_host(y);
-                        EXPECT_EQ(std::memcmp(got.raw(), expected.raw(), bytes), 0);
-                    }
-                }
-            }
-        }
-    }
-}
-
 // Captured once, replayed with other offsets and x on the device: the graph holds no counts.
 TEST(CudaGroupedGemm, GraphReplayReadsDeviceOffsets) {
     REQUIRE_GPU();

@@ -4,8 +4,9 @@
 // launchers.
 #include "kernels/cuda/attention.h"
 
+#include <algorithm>
+
 #include "core/cuda/cuda_check.h"
-#include "core/env.h"
 #include "kernels/cuda/check_tensor.h"
 
 namespace miniinfer::cuda {
@@ -91,8 +92,7 @@ AttentionLaunch make_attention_launch(const AttentionParams& p) {
     a.decode_lengths = p.decode_lengths;
     a.decode_order = p.decode_order;
     a.decode_cluster_splits = p.decode_cluster_splits;
-    static const int order = env_int("MINIINFER_PREFILL_ORDER", 2);
-    a.prefill_order = order;
+    a.decode_min_keys = std::max(p.decode_min_keys, 1);
     if (const DecodeQkvStep* f = p.qkv_step) {
         a.qkv_step = {.qkv = f->qkv->raw(),
                       .q_norm = f->q_norm ? f->q_norm->raw() : nullptr,

@@ -24,6 +24,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "config/tuning.h"
 #include "core/tensor.h"
 
 namespace miniinfer::cuda {
@@ -77,17 +78,17 @@ struct AttentionParams {
     const DecodeQkvStep* qkv_step = nullptr;
     // The most KV splits of a decode that one thread-block cluster may merge itself, through
     // its blocks' shared memory, instead of the combine kernel (attention_decode.cu: the cluster
-    // form, taken when the batch's clusters all fit on the GPU at once). 0 or 1: never; below 0:
-    // the default (MINIINFER_DECODE_CLUSTER, else 16 for the tensor-core decode of GQA groups 4
-    // to 16 and none for the CUDA-core decode, as measured). Changes which kernel merges the
-    // splits, and how many there are, not what they compute.
-    int decode_cluster_splits = -1;
+    // form, taken when the batch's clusters all fit on the GPU at once): Tuning's field of the
+    // name. Changes which kernel merges the splits, and how many there are, not what they
+    // compute.
+    int decode_cluster_splits = Tuning{}.decode_cluster_splits;
+    // A decode split takes at least this many keys (Tuning::decode_min_keys, >= 1).
+    int decode_min_keys = Tuning{}.decode_min_keys;
 };
 
 // Whether the decode of num_heads query heads over num_kv_heads KV heads takes
-// AttentionParams::qkv_step: the CUDA-core decode's GQA groups (1 to 3, or every group with
-// MINIINFER_DECODE_MMA=0), not the tensor-core decode of groups 4 to 16, where it measured
-// slower on the H200 (30B-A3B bs1 2.759 against 2.677 ms a token).
+// AttentionParams::qkv_step: the CUDA-core decode's GQA groups (1 to 3), not the tensor-core
+// decode of groups 4 to 16, where it measured slower (bench/RESULTS.md#decode-qkv-step).
 bool decode_supports_qkv_step(int64_t num_heads, int64_t num_kv_heads);
 
 // The launchers' common validation of p (both backends): dtypes, ranks, contiguity, head_dim 64
@@ -119,14 +120,11 @@ struct AttentionLaunch {
     float scale;
     void* out;               // [num_tokens, num_heads * head_dim] bf16
     bool fp8_cache = false;  // k_cache, v_cache hold e4m3 bytes, value = e4m3 · k_scale / v_scale
-    // The prefill grid's row-tile order (attention_tile.cuh's prefill_row_tile,
-    // MINIINFER_PREFILL_ORDER): 0 counted from the longest query, 1 each sequence's heaviest tile
-    // first, 2 (the default) that with the decode rows spread over the first half of the grid.
-    int prefill_order = 2;
     float k_scale = 1.f, v_scale = 1.f;
     const int32_t* decode_lengths = nullptr;  // AttentionParams::decode_lengths
     const int32_t* decode_order = nullptr;    // AttentionParams::decode_order
     int decode_cluster_splits = -1;           // AttentionParams::decode_cluster_splits
+    int decode_min_keys = 64;                 // AttentionParams::decode_min_keys
     // AttentionParams::qkv_step as pointers (qkv null: none), the decode kernels' argument; the
     // inverse scales as qk_norm_rope_store computes them.
     struct QkvStep {

@@ -20,13 +20,11 @@
 // takes sequence order[y]: the GPU starts blocks in grid order, so the longest start first and
 // the shortest fill the last wave's gaps, instead of a long sequence late in the batch running
 // alone at the end. The kernels read the lengths, order and block table before the PDL wait
-// (launch.cuh): only copies write them. (Merging the splits inside the decode launch, the last
-// block of each (sequence, KV head) combining them, measured no faster on the H200 twice and was
-// removed, session 12.) The cluster form does that merge without a global round trip: at small
-// batches the splits of a (sequence, KV head) are one thread-block cluster, each leaves its
-// partial output in its shared memory and the cluster's blocks merge them through distributed
-// shared memory (cluster_merge; plan_cluster_splits says when, default_cluster_splits for which
-// kernel, as measured).
+// (launch.cuh): only copies write them. The cluster form merges the splits without a global
+// round trip: at small batches the splits of a (sequence, KV head) are one thread-block cluster,
+// each leaves its partial output in its shared memory and the cluster's blocks merge them
+// through distributed shared memory (cluster_merge; plan_cluster_splits says when,
+// bench/RESULTS.md#decode-clusters for which kernel).
 //
 // GQA groups of 4 to 16 query heads a KV head take decode_mma_kernel instead: the group's heads
 // are the rows of one 16-row tensor-core tile (attention_tile.cuh: attend_narrow), since the
@@ -35,19 +33,11 @@
 // An FP8 cache (uint8_t elements, e4m3 · scale) is read the same way, a step reading half the
 // bytes; its scales are applied once per head (k_scale to q, v_scale to the output). Per byte it
 // does twice the work of bf16 (the widening, and the same shuffles and softmax per key over half
-// the bytes), so it is bound by instructions: with 8 dims a lane (8-byte loads) it read about
-// 2.4 TB/s of K/V against 4.2 TB/s from a bf16 cache (bench_cuda_ops, H200). With up to two
-// heads a block a lane now holds 16 dims (one 16-byte load), so a key's dot product is summed
-// over 8 lanes instead of 16; each step's P·V runs in f16 (HalfMath::kPv: e4m3 pairs widen to
-// f16x2 in one instruction, HFMA2 does two products), added to the fp32 accumulators once a
-// step: 168.5 µs at 256 x 1024 keys, 76% of the copy rate, against 175.3; with one block-table
-// lookup a lane step instead of one a key, 155.2 µs; and with each lane's 16-dim part of q·k in
-// f16 too (kQkPv), 150.9 µs, 85%. (Summing P·V in f16 over two steps, 188 µs, and
-// reduce-scattering a step's scores over a key's lanes, 152.2, were slower or no faster; so were,
-// against 157.4 µs in the same call, q·k over 4 lanes of 32 dims a key with P·V kept on 8 lanes,
-// 196.1 µs though ~16% fewer instructions, and each warp's K/V staged through shared memory by
-// cp.async a step ahead, 174.6 against 168.9: each warp waits on its step's chain of dependent
-// work, shuffles and exp2 and the f16 flush, not on issue slots or loads. Session 18.)
+// the bytes), so it is bound by instructions, not bytes. Hence: with up to two heads a block a
+// lane holds 16 dims (one 16-byte load), so a key's dot product is summed over 8 lanes instead
+// of 16; one block-table lookup a lane step; and each lane's part of q·k and each step's P·V run
+// in f16 (e4m3 pairs widen to f16x2 in one instruction, HFMA2 does two products), added to fp32
+// accumulators once a step (bench/RESULTS.md#decode-fp8-half).
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 
@@ -57,7 +47,6 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
-#include "core/env.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_tile.cuh"
 #include "kernels/cuda/decode_split.h"
@@ -355,13 +344,6 @@ __device__ __forceinline__ void cluster_merge(SplitPartial<kHeadDim, kRows>& min
     cluster.sync();
 }
 
-// How much of decode_kernel's arithmetic on an FP8 cache runs in f16 (MINIINFER_DECODE_HALF).
-enum class HalfMath {
-    kNone,  // fp32 (a bf16 cache always)
-    kPv,    // P·V: each step's products summed in f16, added to the fp32 accumulators
-    kQkPv,  // and q·k: each lane's partial dot over its 16 dims in f16, then fp32
-};
-
 // q: [num_tokens, num_heads, head_dim]; k_cache, v_cache: [num_pages, page_size, num_kv_heads,
 // head_dim] of Cache (bf16, or e4m3 bytes scaled by k_scale / v_scale); query_start: [num_seqs +
 // 1]; seq_lens: [num_seqs]; block_table: [num_seqs, max_pages]; out: [num_tokens, num_heads,
@@ -370,259 +352,218 @@ enum class HalfMath {
 // head_chunks, num_seqs, num_splits): split-major, so that the blocks a short sequence leaves
 // empty come last, into the last wave's idle SMs; kHeads: query heads per block. A block with no
 // keys writes its rows' log-sum-exp as -inf (combine_kernel skips it) and leaves.
-// kHalf (an FP8 cache only): which products run in f16 (HalfMath; e4m3 pairs widen to f16x2 in
-// one instruction, HFMA2 does two products); see the K and V loops below. Bounding the
-// registers for 5 blocks an SM (96, against 117 and 4 blocks, FP8 f16 at groups of 2) measured
-// slower on the H200 (session 20: 0.6B FP8 decode256 57.9k -> 55.9k), so there is no min-blocks
-// bound.
-template <int kHeadDim, int kHeads, typename Cache, HalfMath kHalf = HalfMath::kNone>
-__global__ void __launch_bounds__(kThreads)
-    decode_kernel(const bf16* __restrict__ q, const Cache* __restrict__ k_cache,
-                  const Cache* __restrict__ v_cache, float k_scale, float v_scale,
-                  const int32_t* __restrict__ query_start, const int32_t* __restrict__ seq_lens,
-                  const int32_t* __restrict__ block_table, int max_pages, int num_heads,
-                  int num_kv_heads, int page_size, int page_shift, float scale_log2, int num_splits,
-                  DecodeSplitArgs ds, AttentionLaunch::QkvStep fq, bf16* __restrict__ out,
-                  float* __restrict__ partial_o, float* __restrict__ partial_lse) {
-    constexpr bool kFp8 = std::is_same_v<Cache, uint8_t>;
-    static_assert(kFp8 || kHalf == HalfMath::kNone, "a bf16 cache is read in fp32");
-    constexpr bool kHalfQk = kHalf == HalfMath::kQkPv, kHalfPv = kHalf != HalfMath::kNone;
-    // Dims a lane holds. From an FP8 cache with up to 2 heads, 16 (one 16-byte load): a key's dot
-    // product is then summed over half as many lanes, the per-key work (shuffles, softmax)
-    // spread over twice the bytes, since that kernel is bound by instructions, not bytes (8 dims
-    // a lane: 223 µs at 256 x 1024 keys, 2.4 TB/s; twice the keys in flight instead: 248 µs at
-    // 168 registers). With more heads 16 dims take too many registers (spills at 8).
-    constexpr int kLaneDims = kFp8 && kHeads <= 2 ? 16 : 8;
-    constexpr int kLanesPerKey = kHeadDim / kLaneDims;
-    constexpr int kSlots = 32 / kLanesPerKey;  // keys a warp loads at once
+// decode_kernel's shape for (kHeadDim, kHeads, Cache): how a warp covers its keys.
+template <int kHeadDim, int kHeads, typename Cache>
+struct DecodeShape {
+    static constexpr bool kFp8 = std::is_same_v<Cache, uint8_t>;
+    // An FP8 cache multiplies each lane's part of q·k and each step's P·V in f16 (e4m3 pairs
+    // widen to f16x2 in one instruction, HFMA2 does two products); a bf16 cache, fp32.
+    static constexpr bool kHalfMath = kFp8;
+    // Dims a lane holds: from an FP8 cache with up to 2 heads, 16 (one 16-byte load), so a key's
+    // dot product is summed over half as many lanes, since that kernel is bound by instructions,
+    // not bytes; with more heads 16 dims take too many registers.
+    static constexpr int kLaneDims = kFp8 && kHeads <= 2 ? 16 : 8;
+    static constexpr int kLanesPerKey = kHeadDim / kLaneDims;
+    static constexpr int kSlots = 32 / kLanesPerKey;  // keys a warp loads at once
     // Keys each lane group loads before computing: more bytes in flight where registers allow.
-    constexpr int kKeysPerSlot = kHeads <= 2 && kLaneDims == 8 ? 8 : 4;
-    constexpr int kWarpKeys = kSlots * kKeysPerSlot;
-    // f16 q·k: q is stored divided by 16 (exact: a power of two) so that a lane's partial dot
-    // stays far below f16's 65,504 (|q| · 448 · 16 terms), and the sum is multiplied back.
-    constexpr float kQkHalfScale = 16.f;
+    static constexpr int kKeysPerSlot = kHeads <= 2 && kLaneDims == 8 ? 8 : 4;
+    static constexpr int kWarpKeys = kSlots * kKeysPerSlot;
+    using Vec = LaneVec<Cache, kLaneDims>;
+};
 
-    const int seq = ds.seq(blockIdx.y), split = blockIdx.z;
-    const int head_chunks = (num_heads / num_kv_heads + kHeads - 1) / kHeads;
-    const int kv_head = blockIdx.x / head_chunks;
-    const int group = num_heads / num_kv_heads;
-    const int head_begin = kv_head * group + (blockIdx.x % head_chunks) * kHeads;
-    const int num_block_heads = min(kHeads, kv_head * group + group - head_begin);
-    // The step's lengths and tables before waiting (launch.cuh: only copies write them).
-    const int token = query_start[seq];
-    if (query_start[seq + 1] == token) return;  // no query row this step
-    const int seq_len = seq_lens[seq];
-    // Splits cover whole warp steps of keys; trailing splits of a short sequence may be empty.
-    const int2 range = split_range<kWarpKeys>(ds, seq_len, split, num_splits);
-    const bool has_keys = range.x < range.y;
-    // With the QKV step, the block holding the last key (the step's own) takes it from shared
-    // memory (qkv_step): its loop stops before it.
-    const bool new_key = fq.qkv != nullptr && has_keys && range.y == seq_len;
-    const int key_begin = range.x, key_end = new_key ? seq_len - 1 : range.y;
-    const int32_t* pages = block_table + int64_t(seq) * max_pages;
-    const int64_t kv_row_stride = int64_t(num_kv_heads) * kHeadDim;
+// f16 q·k: q is stored divided by 16 (exact: a power of two) so that a lane's partial dot stays
+// far below f16's 65,504 (|q| · 448 · 16 terms), and the sum is multiplied back.
+constexpr float kQkHalfScale = 16.f;
 
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int slot = lane / kLanesPerKey, dim0 = (lane % kLanesPerKey) * kLaneDims;
-
-    // A step's keys of this lane: kKeysPerSlot consecutive ones from a multiple of kKeysPerSlot
-    // (split_range cuts at whole warp steps), so when pages hold a multiple of kKeysPerSlot they
-    // share one page: one block-table lookup a step instead of one a key.
-    const bool slot_in_one_page = page_size % kKeysPerSlot == 0;
-    // The block table's line of the first keys into L1 meanwhile (the loops read their pages).
-    // (Also asking L2 for the K/V rows of the first 128 keys here, prefetch.global.L2 before the
-    // wait, measured no better on the H200, session 23: 30B-A3B bs1 2.488 / 2.489 against 2.490 /
-    // 2.491 ms, 0.6B bs1 0.724 against 0.727, 0.6B decode256 41,038 against 41,271 tok/s.)
-    if (threadIdx.x == 0 && key_begin < key_end) prefetch_l1(pages + key_begin / page_size);
-    pdl_wait();
-    pdl_trigger();
-    const int64_t row0 = int64_t(token) * num_heads + head_begin;
-    __shared__ SplitPartial<kHeadDim, kHeads> cluster_part;  // the cluster form's
-    const auto row_of = [&](int h) { return row0 + h; };
-    if (!has_keys) {  // only a split past the first can be empty
-        if (ds.cluster) {
-            if (int(threadIdx.x) < kHeads) cluster_part.lse[threadIdx.x] = -INFINITY;
-            cluster_merge(cluster_part, num_block_heads, row_of, out);
-        } else if (int(threadIdx.x) < num_block_heads) {
-            partial_lse[(row0 + threadIdx.x) * num_splits + split] = -INFINITY;
-        }
-        return;
-    }
-
-    // An FP8 cache's scales are applied once: k_scale to q, v_scale to the output.
-    const float q_scale = kFp8 ? scale_log2 * k_scale : scale_log2;
-    const float out_scale = kFp8 ? v_scale : 1.f;
-    __shared__ __align__(16) QkvStepShared<kHeadDim, kHeads> qs;
-    if (fq.qkv != nullptr)
-        qkv_step<kHeadDim>(fq, token, num_heads, num_kv_heads, head_begin, num_block_heads, kv_head,
-                           new_key, q_scale, const_cast<Cache*>(k_cache),
-                           const_cast<Cache*>(v_cache), qs);
-    // This lane's dims of each head, pre-scaled for exp2: fp32, or f16 pairs (kHalfQk, also
-    // divided by kQkHalfScale).
-    float q_reg[kHeads][kLaneDims];
-    __half2 q_half[kHeads][kLaneDims / 2];
+// Step 0: this lane's dims of each of the block's query heads, pre-scaled for exp2 (q_scale):
+// fp32 in q_reg, and for f16 math also as f16 pairs divided by kQkHalfScale in q_half. Heads past
+// num_block_heads are zeros.
+template <class S, int kHeads>
+__device__ __forceinline__ void load_queries(const bf16* (&q_rows)[kHeads], int num_block_heads,
+                                             float q_scale, float (&q_reg)[kHeads][S::kLaneDims],
+                                             __half2 (&q_half)[kHeads][S::kLaneDims / 2]) {
 #pragma unroll
     for (int h = 0; h < kHeads; ++h) {
         if (h < num_block_heads) {
-            const bf16* q_row =
-                fq.qkv != nullptr
-                    ? &qs.q[h][dim0]
-                    : q + (int64_t(token) * num_heads + head_begin + h) * kHeadDim + dim0;
 #pragma unroll
-            for (int c = 0; c < kLaneDims / 8; ++c) {
+            for (int c = 0; c < S::kLaneDims / 8; ++c) {
                 float f[8];
-                bf16x8_to_float(*reinterpret_cast<const uint4*>(q_row + 8 * c), f);
+                bf16x8_to_float(*reinterpret_cast<const uint4*>(q_rows[h] + 8 * c), f);
 #pragma unroll
                 for (int e = 0; e < 8; ++e) q_reg[h][8 * c + e] = f[e] * q_scale;
             }
         } else {
 #pragma unroll
-            for (int e = 0; e < kLaneDims; ++e) q_reg[h][e] = 0.f;
+            for (int e = 0; e < S::kLaneDims; ++e) q_reg[h][e] = 0.f;
         }
-        if constexpr (kHalfQk) {
+        if constexpr (S::kHalfMath) {
 #pragma unroll
-            for (int j = 0; j < kLaneDims / 2; ++j)
+            for (int j = 0; j < S::kLaneDims / 2; ++j)
                 q_half[h][j] = __floats2half2_rn(q_reg[h][2 * j] / kQkHalfScale,
                                                  q_reg[h][2 * j + 1] / kQkHalfScale);
         }
     }
+}
 
-    float m[kHeads], l[kHeads], acc[kHeads][kLaneDims];
+// Step 1: the K and V rows (this lane's dims) of kKeysPerSlot consecutive keys from `first`;
+// zeros past key_end. one_page: the keys share a page (one block-table lookup); offset: the
+// lane's first element within a cache row (kv_head * kHeadDim + dim0).
+template <class S, typename Cache>
+__device__ __forceinline__ void load_keys(const Cache* __restrict__ k_cache,
+                                          const Cache* __restrict__ v_cache,
+                                          const int32_t* pages, int first, int key_end,
+                                          int page_size, int page_shift, bool one_page,
+                                          int64_t row_stride, int64_t offset,
+                                          typename S::Vec (&k_raw)[S::kKeysPerSlot],
+                                          typename S::Vec (&v_raw)[S::kKeysPerSlot]) {
+    using Vec = typename S::Vec;
+    const int64_t first_row =
+        one_page && first < key_end ? cache_row(pages, first, page_size, page_shift) : 0;
+#pragma unroll
+    for (int i = 0; i < S::kKeysPerSlot; ++i) {
+        const int key = first + i;
+        if (key < key_end) {
+            const int64_t row =
+                one_page ? first_row + i : cache_row(pages, key, page_size, page_shift);
+            const int64_t at = row * row_stride + offset;
+            k_raw[i] = __ldg(reinterpret_cast<const Vec*>(k_cache + at));
+            v_raw[i] = __ldg(reinterpret_cast<const Vec*>(v_cache + at));
+        } else {
+            k_raw[i] = v_raw[i] = Vec{};
+        }
+    }
+}
+
+// Step 2: each head's score of each loaded key, summed over the key's lane group.
+template <class S, int kHeads>
+__device__ __forceinline__ void score_keys(const typename S::Vec (&k_raw)[S::kKeysPerSlot],
+                                           const float (&q_reg)[kHeads][S::kLaneDims],
+                                           const __half2 (&q_half)[kHeads][S::kLaneDims / 2],
+                                           float (&score)[kHeads][S::kKeysPerSlot]) {
+    constexpr int kLaneDims = S::kLaneDims;
+#pragma unroll
+    for (int i = 0; i < S::kKeysPerSlot; ++i) {
+        if constexpr (S::kHalfMath) {
+            // e4m3 pairs widen to f16 exactly; each head's 16 products in two f16 chains of 8
+            // (rounded to 11 bits, against e4m3's 4), summed in fp32.
+            uint4 k16[kLaneDims / 8];
+            const uint2* k8 = reinterpret_cast<const uint2*>(&k_raw[i]);
+#pragma unroll
+            for (int c = 0; c < kLaneDims / 8; ++c) k16[c] = e4m3x8_to_f16x8(k8[c]);
+            const __half2* k2 = reinterpret_cast<const __half2*>(k16);
+#pragma unroll
+            for (int h = 0; h < kHeads; ++h) {
+                __half2 dot = __hmul2(q_half[h][0], k2[0]);
+#pragma unroll
+                for (int j = 1; j < kLaneDims / 2; ++j) dot = __hfma2(q_half[h][j], k2[j], dot);
+                const float2 f = __half22float2(dot);
+                score[h][i] = (f.x + f.y) * kQkHalfScale;
+            }
+        } else {
+            float k_val[kLaneDims];
+            cache_to_float(k_raw[i], k_val);
+#pragma unroll
+            for (int h = 0; h < kHeads; ++h) {
+                float dot = 0.f;
+#pragma unroll
+                for (int e = 0; e < kLaneDims; ++e) dot += q_reg[h][e] * k_val[e];
+                score[h][i] = dot;
+            }
+        }
+    }
+    // Sum each key's partial dots over its lane group (aligned, so xor stays inside it).
+    warp_sum_each<S::kLanesPerKey>(score);
+}
+
+// Step 3: the online softmax over the step's keys (those from `first` below key_end): each
+// head's running max m and sum l, acc rescaled to the new max, and score turned into the keys'
+// weights p = 2^(score - m).
+template <class S, int kHeads>
+__device__ __forceinline__ void update_softmax(int first, int key_end,
+                                               float (&score)[kHeads][S::kKeysPerSlot],
+                                               float (&m)[kHeads], float (&l)[kHeads],
+                                               float (&acc)[kHeads][S::kLaneDims]) {
 #pragma unroll
     for (int h = 0; h < kHeads; ++h) {
-        m[h] = -INFINITY;
-        l[h] = 0.f;
+        float step_max = -INFINITY;
 #pragma unroll
-        for (int e = 0; e < kLaneDims; ++e) acc[h][e] = 0.f;
+        for (int i = 0; i < S::kKeysPerSlot; ++i) {
+            if (first + i >= key_end) score[h][i] = -INFINITY;
+            step_max = fmaxf(step_max, score[h][i]);
+        }
+        const Rescale w = merge_weights(m[h], step_max);
+        l[h] *= w.self;
+        // An FP8 step is bound by instructions: skip the rescale when the maximum held (w.self
+        // is then exactly 1, so the bits are the same), as it does after the first steps.
+        if (!S::kFp8 || w.self != 1.f) {
+#pragma unroll
+            for (int e = 0; e < S::kLaneDims; ++e) acc[h][e] *= w.self;
+        }
+#pragma unroll
+        for (int i = 0; i < S::kKeysPerSlot; ++i)
+            score[h][i] = exp2f(score[h][i] - (m[h] == -INFINITY ? 0.f : m[h]));
+#pragma unroll
+        for (int i = 0; i < S::kKeysPerSlot; ++i) l[h] += score[h][i];
     }
+}
 
-    for (int base = key_begin + warp * kWarpKeys; base < key_end; base += kWarps * kWarpKeys) {
-        using Vec = LaneVec<Cache, kLaneDims>;
-        Vec k_raw[kKeysPerSlot], v_raw[kKeysPerSlot];
-        const int first = base + slot * kKeysPerSlot;
-        const int64_t first_row = slot_in_one_page && first < key_end
-                                      ? cache_row(pages, first, page_size, page_shift)
-                                      : 0;
+// Step 4: acc += p · V over the step's keys.
+template <class S, int kHeads>
+__device__ __forceinline__ void accumulate_values(const typename S::Vec (&v_raw)[S::kKeysPerSlot],
+                                                  const float (&p)[kHeads][S::kKeysPerSlot],
+                                                  float (&acc)[kHeads][S::kLaneDims]) {
+    constexpr int kLaneDims = S::kLaneDims;
+    if constexpr (S::kHalfMath) {
+        // This step's P·V in f16: p in [0, 1] and e4m3 values (at most 448 unscaled) make
+        // products and sums of kKeysPerSlot of them (at most 1,792) that f16 holds, each rounded
+        // to 11 bits against e4m3's 4; the fp32 accumulators take the step's sum.
+        __half2 part[kHeads][kLaneDims / 2];
 #pragma unroll
-        for (int i = 0; i < kKeysPerSlot; ++i) {
-            const int key = first + i;
-            if (key < key_end) {
-                const int64_t row =
-                    slot_in_one_page ? first_row + i : cache_row(pages, key, page_size, page_shift);
-                const int64_t offset = row * kv_row_stride + kv_head * kHeadDim + dim0;
-                k_raw[i] = __ldg(reinterpret_cast<const Vec*>(k_cache + offset));
-                v_raw[i] = __ldg(reinterpret_cast<const Vec*>(v_cache + offset));
-            } else {
-                k_raw[i] = v_raw[i] = Vec{};
+        for (int h = 0; h < kHeads; ++h)
+#pragma unroll
+            for (int j = 0; j < kLaneDims / 2; ++j) part[h][j] = __float2half2_rn(0.f);
+#pragma unroll
+        for (int i = 0; i < S::kKeysPerSlot; ++i) {
+            uint4 v16[kLaneDims / 8];  // kLaneDims f16, 8 to a vector
+            const uint2* v8 = reinterpret_cast<const uint2*>(&v_raw[i]);
+#pragma unroll
+            for (int c = 0; c < kLaneDims / 8; ++c) v16[c] = e4m3x8_to_f16x8(v8[c]);
+            const __half2* v2 = reinterpret_cast<const __half2*>(v16);
+#pragma unroll
+            for (int h = 0; h < kHeads; ++h) {
+                const __half2 ph = __float2half2_rn(p[h][i]);
+#pragma unroll
+                for (int j = 0; j < kLaneDims / 2; ++j) part[h][j] = __hfma2(ph, v2[j], part[h][j]);
             }
         }
-        float score[kHeads][kKeysPerSlot];
 #pragma unroll
-        for (int i = 0; i < kKeysPerSlot; ++i) {
-            if constexpr (kHalfQk) {
-                // e4m3 pairs widen to f16 exactly; each head's 16 products in two f16 chains of
-                // 8 (rounded to 11 bits, against e4m3's 4), summed in fp32.
-                uint4 k16[kLaneDims / 8];
-                const uint2* k8 = reinterpret_cast<const uint2*>(&k_raw[i]);
+        for (int h = 0; h < kHeads; ++h)
 #pragma unroll
-                for (int c = 0; c < kLaneDims / 8; ++c) k16[c] = e4m3x8_to_f16x8(k8[c]);
-                const __half2* k2 = reinterpret_cast<const __half2*>(k16);
-#pragma unroll
-                for (int h = 0; h < kHeads; ++h) {
-                    __half2 dot = __hmul2(q_half[h][0], k2[0]);
-#pragma unroll
-                    for (int j = 1; j < kLaneDims / 2; ++j) dot = __hfma2(q_half[h][j], k2[j], dot);
-                    const float2 f = __half22float2(dot);
-                    score[h][i] = (f.x + f.y) * kQkHalfScale;
-                }
-            } else {
-                float k_val[kLaneDims];
-                cache_to_float(k_raw[i], k_val);
-#pragma unroll
-                for (int h = 0; h < kHeads; ++h) {
-                    float dot = 0.f;
-#pragma unroll
-                    for (int e = 0; e < kLaneDims; ++e) dot += q_reg[h][e] * k_val[e];
-                    score[h][i] = dot;
-                }
+            for (int j = 0; j < kLaneDims / 2; ++j) {
+                const float2 f = __half22float2(part[h][j]);
+                acc[h][2 * j] += f.x;
+                acc[h][2 * j + 1] += f.y;
             }
-        }
-        // Sum each key's partial dots over its lane group (aligned, so xor stays inside it).
-        warp_sum_each<kLanesPerKey>(score);
-
+    } else {
 #pragma unroll
-        for (int h = 0; h < kHeads; ++h) {
-            float step_max = -INFINITY;
-#pragma unroll
-            for (int i = 0; i < kKeysPerSlot; ++i) {
-                if (base + slot * kKeysPerSlot + i >= key_end) score[h][i] = -INFINITY;
-                step_max = fmaxf(step_max, score[h][i]);
-            }
-            const Rescale w = merge_weights(m[h], step_max);
-            l[h] *= w.self;
-            // An FP8 step is bound by instructions: skip the rescale when the maximum held
-            // (w.self is then exactly 1, so the bits are the same), as it does after the first
-            // steps for most lanes.
-            if (!kFp8 || w.self != 1.f) {
-#pragma unroll
-                for (int e = 0; e < kLaneDims; ++e) acc[h][e] *= w.self;
-            }
-#pragma unroll
-            for (int i = 0; i < kKeysPerSlot; ++i)
-                score[h][i] = exp2f(score[h][i] - (m[h] == -INFINITY ? 0.f : m[h]));
-#pragma unroll
-            for (int i = 0; i < kKeysPerSlot; ++i) l[h] += score[h][i];
-        }
-        if constexpr (kHalfPv) {
-            // This step's P·V in f16: p in [0, 1] and e4m3 values (at most 448 unscaled) make
-            // products and sums of kKeysPerSlot of them (at most 1,792) that f16 holds, each
-            // rounded to 11 bits against e4m3's 4; the fp32 accumulators take the step's sum.
-            // Widening a pair to f16x2 is one instruction against three to fp32, and one HFMA2
-            // does two products.
-            __half2 part[kHeads][kLaneDims / 2];
+        for (int i = 0; i < S::kKeysPerSlot; ++i) {
+            float v_val[kLaneDims];
+            cache_to_float(v_raw[i], v_val);
 #pragma unroll
             for (int h = 0; h < kHeads; ++h)
 #pragma unroll
-                for (int j = 0; j < kLaneDims / 2; ++j) part[h][j] = __float2half2_rn(0.f);
-#pragma unroll
-            for (int i = 0; i < kKeysPerSlot; ++i) {
-                uint4 v16[kLaneDims / 8];  // kLaneDims f16, 8 to a vector
-                const uint2* v8 = reinterpret_cast<const uint2*>(&v_raw[i]);
-#pragma unroll
-                for (int c = 0; c < kLaneDims / 8; ++c) v16[c] = e4m3x8_to_f16x8(v8[c]);
-                const __half2* v2 = reinterpret_cast<const __half2*>(v16);
-#pragma unroll
-                for (int h = 0; h < kHeads; ++h) {
-                    const __half2 p = __float2half2_rn(score[h][i]);
-#pragma unroll
-                    for (int j = 0; j < kLaneDims / 2; ++j)
-                        part[h][j] = __hfma2(p, v2[j], part[h][j]);
-                }
-            }
-#pragma unroll
-            for (int h = 0; h < kHeads; ++h)
-#pragma unroll
-                for (int j = 0; j < kLaneDims / 2; ++j) {
-                    const float2 f = __half22float2(part[h][j]);
-                    acc[h][2 * j] += f.x;
-                    acc[h][2 * j + 1] += f.y;
-                }
-        } else {
-#pragma unroll
-            for (int i = 0; i < kKeysPerSlot; ++i) {
-                float v_val[kLaneDims];
-                cache_to_float(v_raw[i], v_val);
-#pragma unroll
-                for (int h = 0; h < kHeads; ++h)
-#pragma unroll
-                    for (int e = 0; e < kLaneDims; ++e) acc[h][e] += score[h][i] * v_val[e];
-            }
+                for (int e = 0; e < kLaneDims; ++e) acc[h][e] += p[h][i] * v_val[e];
         }
     }
+}
 
-    // Merge the slots of a warp (lanes with the same dims, kLanesPerKey apart).
+// Step 5: the slots of a warp merged (lanes with the same dims, kLanesPerKey apart): every lane
+// of a dims group then holds its warp's state.
+template <class S, int kHeads>
+__device__ __forceinline__ void merge_slots(float (&m)[kHeads], float (&l)[kHeads],
+                                            float (&acc)[kHeads][S::kLaneDims]) {
 #pragma unroll
-    for (int offset = kLanesPerKey; offset < 32; offset *= 2) {
+    for (int offset = S::kLanesPerKey; offset < 32; offset *= 2) {
 #pragma unroll
         for (int h = 0; h < kHeads; ++h) {
             const float m_o = __shfl_xor_sync(0xffffffffu, m[h], offset);
@@ -630,20 +571,54 @@ __global__ void __launch_bounds__(kThreads)
             const Rescale w = merge_weights(m[h], m_o);
             l[h] = l[h] * w.self + l_o * w.other;
 #pragma unroll
-            for (int e = 0; e < kLaneDims; ++e)
+            for (int e = 0; e < S::kLaneDims; ++e)
                 acc[h][e] =
                     acc[h][e] * w.self + __shfl_xor_sync(0xffffffffu, acc[h][e], offset) * w.other;
         }
     }
+}
 
-    // Merge the warps through shared memory.
+// Where a decode block's result goes: out (one split), its block's shared memory (the cluster
+// form) or the workspace for combine_kernel.
+template <int kHeadDim, int kHeads>
+struct DecodeResult {
+    bf16* out;
+    float* partial_o;
+    float* partial_lse;
+    SplitPartial<kHeadDim, kHeads>* cluster_part;  // null: not the cluster form
+    int num_splits, split;
+
+    __device__ __forceinline__ void store(int64_t row, int h, int d, float o, float lse) const {
+        if (num_splits == 1) {
+            out[row * kHeadDim + d] = __float2bfloat16(o);
+        } else if (cluster_part != nullptr) {
+            cluster_part->o[h][d] = o;
+            if (d == 0) cluster_part->lse[h] = lse;
+        } else {
+            partial_o[(row * num_splits + split) * kHeadDim + d] = o;
+            if (d == 0) partial_lse[row * num_splits + split] = lse;
+        }
+    }
+};
+
+// Step 6: the warps merged through shared memory, with the step's own key (new_key: its score
+// and V in qs, as one more warp's state), normalised and stored (rows row0 + h). Every thread
+// calls it.
+template <class S, int kHeadDim, int kHeads>
+__device__ __forceinline__ void merge_warps(const float (&m)[kHeads], const float (&l)[kHeads],
+                                            const float (&acc)[kHeads][S::kLaneDims], int dim0,
+                                            int num_block_heads, bool new_key,
+                                            const QkvStepShared<kHeadDim, kHeads>& qs,
+                                            float out_scale, int64_t row0,
+                                            const DecodeResult<kHeadDim, kHeads>& result) {
     __shared__ float warp_acc[kWarps][kHeads][kHeadDim];
     __shared__ float warp_m[kWarps][kHeads], warp_l[kWarps][kHeads];
-    if (lane < kLanesPerKey) {
+    const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+    if (lane < S::kLanesPerKey) {
 #pragma unroll
         for (int h = 0; h < kHeads; ++h) {
 #pragma unroll
-            for (int e = 0; e < kLaneDims; ++e) warp_acc[warp][h][dim0 + e] = acc[h][e];
+            for (int e = 0; e < S::kLaneDims; ++e) warp_acc[warp][h][dim0 + e] = acc[h][e];
             if (lane == 0) {
                 warp_m[warp][h] = m[h];
                 warp_l[warp][h] = l[h];
@@ -663,24 +638,124 @@ __global__ void __launch_bounds__(kThreads)
             sum += warp_l[w][h] * weight;
             a += warp_acc[w][h][d] * weight;
         }
-        if (new_key) {  // the step's own key, as one more warp's state
+        if (new_key) {
             const float weight = exp2f(qs.score[h] - ref);
             sum += weight;
             a += qs.v[d] * weight;
         }
-        const int64_t row = row_of(h);  // (token, head)
         const float o = sum > 0.f ? a / sum * out_scale : 0.f;
         const float lse = sum > 0.f ? m_all + log2f(sum) : -INFINITY;
-        if (num_splits == 1) {
-            out[row * kHeadDim + d] = __float2bfloat16(o);
-        } else if (ds.cluster) {
-            cluster_part.o[h][d] = o;
-            if (d == 0) cluster_part.lse[h] = lse;
-        } else {
-            partial_o[(row * num_splits + split) * kHeadDim + d] = o;
-            if (d == 0) partial_lse[row * num_splits + split] = lse;
-        }
+        result.store(row0 + h, h, d, o, lse);
     }
+}
+
+// q: [num_tokens, num_heads, head_dim]; k_cache, v_cache: [num_pages, page_size, num_kv_heads,
+// head_dim] of Cache (bf16, or e4m3 bytes scaled by k_scale / v_scale); query_start: [num_seqs +
+// 1]; seq_lens: [num_seqs]; block_table: [num_seqs, max_pages]; out: [num_tokens, num_heads,
+// head_dim] (num_splits == 1); partial_o: [num_tokens * num_heads, num_splits, head_dim] f32;
+// partial_lse: [num_tokens * num_heads, num_splits] f32 (num_splits > 1). grid: (num_kv_heads *
+// head_chunks, num_seqs, num_splits): split-major, so that the blocks a short sequence leaves
+// empty come last, into the last wave's idle SMs; kHeads: query heads per block. A block with no
+// keys writes its rows' log-sum-exp as -inf (combine_kernel skips it) and leaves. The work is
+// the steps above: load the queries, then per warp step load keys, score them, update the
+// softmax, accumulate values; then merge the slots, the warps and (cluster form) the splits. No
+// min-blocks bound: bounding the registers for 5 blocks an SM measured slower
+// (bench/RESULTS.md#decode-fp8-half).
+template <int kHeadDim, int kHeads, typename Cache>
+__global__ void __launch_bounds__(kThreads)
+    decode_kernel(const bf16* __restrict__ q, const Cache* __restrict__ k_cache,
+                  const Cache* __restrict__ v_cache, float k_scale, float v_scale,
+                  const int32_t* __restrict__ query_start, const int32_t* __restrict__ seq_lens,
+                  const int32_t* __restrict__ block_table, int max_pages, int num_heads,
+                  int num_kv_heads, int page_size, int page_shift, float scale_log2, int num_splits,
+                  DecodeSplitArgs ds, AttentionLaunch::QkvStep fq, bf16* __restrict__ out,
+                  float* __restrict__ partial_o, float* __restrict__ partial_lse) {
+    using S = DecodeShape<kHeadDim, kHeads, Cache>;
+    const int seq = ds.seq(blockIdx.y), split = blockIdx.z;
+    const int head_chunks = (num_heads / num_kv_heads + kHeads - 1) / kHeads;
+    const int kv_head = blockIdx.x / head_chunks;
+    const int group = num_heads / num_kv_heads;
+    const int head_begin = kv_head * group + (blockIdx.x % head_chunks) * kHeads;
+    const int num_block_heads = min(kHeads, kv_head * group + group - head_begin);
+    // The step's lengths and tables before waiting (launch.cuh: only copies write them).
+    const int token = query_start[seq];
+    if (query_start[seq + 1] == token) return;  // no query row this step
+    const int seq_len = seq_lens[seq];
+    // Splits cover whole warp steps of keys; trailing splits of a short sequence may be empty.
+    const int2 range = split_range<S::kWarpKeys>(ds, seq_len, split, num_splits);
+    const bool has_keys = range.x < range.y;
+    // With the QKV step, the block holding the last key (the step's own) takes it from shared
+    // memory (qkv_step): its loop stops before it.
+    const bool new_key = fq.qkv != nullptr && has_keys && range.y == seq_len;
+    const int key_begin = range.x, key_end = new_key ? seq_len - 1 : range.y;
+    const int32_t* pages = block_table + int64_t(seq) * max_pages;
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int slot = lane / S::kLanesPerKey, dim0 = (lane % S::kLanesPerKey) * S::kLaneDims;
+    // A step's keys of this lane: kKeysPerSlot consecutive ones from a multiple of kKeysPerSlot
+    // (split_range cuts at whole warp steps), so when pages hold a multiple of kKeysPerSlot they
+    // share one page: one block-table lookup a step instead of one a key.
+    const bool one_page = page_size % S::kKeysPerSlot == 0;
+    // The block table's line of the first keys into L1 meanwhile (the loops read their pages;
+    // prefetching their K/V rows into L2 too measured no better).
+    if (threadIdx.x == 0 && key_begin < key_end) prefetch_l1(pages + key_begin / page_size);
+    pdl_wait();
+    pdl_trigger();
+    const int64_t row0 = int64_t(token) * num_heads + head_begin;
+    __shared__ SplitPartial<kHeadDim, kHeads> cluster_part;  // the cluster form's
+    const auto row_of = [&](int h) { return row0 + h; };
+    if (!has_keys) {  // only a split past the first can be empty
+        if (ds.cluster) {
+            if (int(threadIdx.x) < kHeads) cluster_part.lse[threadIdx.x] = -INFINITY;
+            cluster_merge(cluster_part, num_block_heads, row_of, out);
+        } else if (int(threadIdx.x) < num_block_heads) {
+            partial_lse[(row0 + threadIdx.x) * num_splits + split] = -INFINITY;
+        }
+        return;
+    }
+
+    // An FP8 cache's scales are applied once: k_scale to q, v_scale to the output.
+    const float q_scale = S::kFp8 ? scale_log2 * k_scale : scale_log2;
+    const float out_scale = S::kFp8 ? v_scale : 1.f;
+    __shared__ __align__(16) QkvStepShared<kHeadDim, kHeads> qs;
+    if (fq.qkv != nullptr)
+        qkv_step<kHeadDim>(fq, token, num_heads, num_kv_heads, head_begin, num_block_heads, kv_head,
+                           new_key, q_scale, const_cast<Cache*>(k_cache),
+                           const_cast<Cache*>(v_cache), qs);
+    const bf16* q_rows[kHeads];
+#pragma unroll
+    for (int h = 0; h < kHeads; ++h)
+        q_rows[h] = fq.qkv != nullptr ? &qs.q[h][dim0] : q + (row0 + h) * kHeadDim + dim0;
+    float q_reg[kHeads][S::kLaneDims];
+    __half2 q_half[kHeads][S::kLaneDims / 2];
+    load_queries<S>(q_rows, num_block_heads, q_scale, q_reg, q_half);
+
+    float m[kHeads], l[kHeads], acc[kHeads][S::kLaneDims];
+#pragma unroll
+    for (int h = 0; h < kHeads; ++h) {
+        m[h] = -INFINITY;
+        l[h] = 0.f;
+#pragma unroll
+        for (int e = 0; e < S::kLaneDims; ++e) acc[h][e] = 0.f;
+    }
+    const int64_t row_stride = int64_t(num_kv_heads) * kHeadDim;
+    const int64_t lane_offset = int64_t(kv_head) * kHeadDim + dim0;
+    for (int base = key_begin + warp * S::kWarpKeys; base < key_end;
+         base += kWarps * S::kWarpKeys) {
+        const int first = base + slot * S::kKeysPerSlot;
+        typename S::Vec k_raw[S::kKeysPerSlot], v_raw[S::kKeysPerSlot];
+        load_keys<S>(k_cache, v_cache, pages, first, key_end, page_size, page_shift, one_page,
+                     row_stride, lane_offset, k_raw, v_raw);
+        float score[kHeads][S::kKeysPerSlot];
+        score_keys<S>(k_raw, q_reg, q_half, score);
+        update_softmax<S>(first, key_end, score, m, l, acc);
+        accumulate_values<S>(v_raw, score, acc);
+    }
+    merge_slots<S>(m, l, acc);
+    const DecodeResult<kHeadDim, kHeads> result{out, partial_o, partial_lse,
+                                                ds.cluster ? &cluster_part : nullptr, num_splits,
+                                                split};
+    merge_warps<S>(m, l, acc, dim0, num_block_heads, new_key, qs, out_scale, row0, result);
     if (ds.cluster) cluster_merge(cluster_part, num_block_heads, row_of, out);
 }
 
@@ -780,26 +855,6 @@ __global__ void __launch_bounds__(kThreads)
     if (ds.cluster) cluster_merge(cluster_part, group, row_of, out);
 }
 
-// Whether GQA groups of 4 to 16 take decode_mma_kernel: MINIINFER_DECODE_MMA not "0" (0 keeps
-// decode_kernel for every group).
-bool decode_mma_enabled() {
-    static const bool enabled = env_switch("MINIINFER_DECODE_MMA", true);
-    return enabled;
-}
-// Whether groups of 4 to 8 take its heads-as-columns form: MINIINFER_DECODE_MMA_HEADS not "0".
-bool decode_mma_heads_enabled() {
-    static const bool enabled = env_switch("MINIINFER_DECODE_MMA_HEADS", true);
-    return enabled;
-}
-// What decode_kernel on an FP8 cache multiplies in f16: MINIINFER_DECODE_HALF 0 (nothing),
-// 1 (P·V), 2 (q·k and P·V; the default).
-HalfMath decode_half_math() {
-    static const HalfMath math = [] {
-        const int v = env_int("MINIINFER_DECODE_HALF", 2);
-        return v <= 0 ? HalfMath::kNone : v == 1 ? HalfMath::kPv : HalfMath::kQkPv;
-    }();
-    return math;
-}
 size_t partial_row_bytes(int64_t num_heads, int64_t head_dim) {
     return size_t(num_heads) * size_t(head_dim + 1) * sizeof(float);
 }
@@ -834,38 +889,17 @@ const Occupancy& decode_occupancy(size_t smem_bytes) {
     return occupancy;
 }
 
-// Keys a split takes at least: below this a split's fixed cost (its Q, the first loads' latency,
-// the merge, the combine) outweighs its parallelism. Measured at batch 1 on the H200 (bs1, ms a
-// token): session 3, 128 against 64 keys, 0.6B 1.089 / 1.187, 30B-A3B 3.566 / 3.670; session 14,
-// with the PDL chain and the decode kernels of since, 64 against 128: 0.6B 0.762 / 0.791,
-// 30B-A3B 2.715 / 2.823 (256: 0.864, one split: 0.920 on the 0.6B).
-// MINIINFER_DECODE_MIN_KEYS (read once) sets it, and MINIINFER_DECODE_SPLITS forces a split
-// count (both bounded as below), to time the choice.
-constexpr int kDefaultMinKeys = 64;
-int min_keys_per_split() {
-    static const int keys = env_int("MINIINFER_DECODE_MIN_KEYS", kDefaultMinKeys);
-    return keys > 0 ? keys : kDefaultMinKeys;
-}
-int forced_splits() {  // 0: planned
-    static const int splits = std::max(env_int("MINIINFER_DECODE_SPLITS", 0), 0);
-    return splits;
-}
-// Splits of min_keys_per_split() keys or more that the longest sequence (host bound) allows.
+// Splits of a.decode_min_keys keys or more (Tuning::decode_min_keys: below it a split's fixed
+// cost outweighs its parallelism) that the longest sequence (host bound) allows.
 int64_t splits_the_keys_allow(const AttentionLaunch& a) {
-    return decode_splits_the_keys_allow(a.max_seq_len, min_keys_per_split());
+    return decode_splits_the_keys_allow(a.max_seq_len, a.decode_min_keys);
 }
 
-// The most splits the cluster form merges (AttentionLaunch::decode_cluster_splits below 0):
-// MINIINFER_DECODE_CLUSTER, read once, bounded to kMaxClusterSplits (0 or 1: never), for both
-// decode kernels; unset, kMaxClusterSplits for decode_mma_kernel and none for decode_kernel.
-// Measured at bs1 on one H200 (ms a token, clusters off / 16 / 8, session 21): 30B-A3B
-// (decode_mma_kernel) 2.635 / 2.600 / 2.612; 0.6B (decode_kernel) 0.731 / 0.748 / 0.739, though
-// its op alone at 1 x 384 keys took 10.66 us against 11.62: in the model a cluster's 16 blocks
-// must find room on one GPC together while the GEMV before still runs, so they start later than
-// plain blocks placed one by one under PDL.
+// The most splits the cluster form merges when AttentionLaunch::decode_cluster_splits is below
+// 0: kMaxClusterSplits for decode_mma_kernel, none for decode_kernel, whose plain blocks start
+// sooner under PDL than a cluster's 16 that must find room on one GPC together
+// (bench/RESULTS.md#decode-clusters).
 int default_cluster_splits(bool tensor_core_kernel) {
-    static const int from_env = env_int("MINIINFER_DECODE_CLUSTER", -1);
-    if (from_env >= 0) return std::min(from_env, kMaxClusterSplits);
     return tensor_core_kernel ? kMaxClusterSplits : 0;
 }
 
@@ -880,21 +914,18 @@ int plan_cluster_splits(const AttentionLaunch& a, int64_t blocks_per_split,
         std::min(a.decode_cluster_splits >= 0 ? a.decode_cluster_splits
                                               : default_cluster_splits(tensor_core_kernel),
                  kMaxClusterSplits);
-    if (forced_splits() > 0) return 0;
     return decode_cluster_splits(bound, a.num_seqs, blocks_per_split, occupancy.max_clusters,
                                  splits_the_keys_allow(a));
 }
 
 // How many blocks share each sequence's keys (decode_split.h: decode_plain_splits), bounded by
-// min_keys_per_split() keys a split and by what the workspace holds; from host-side bounds only.
+// a.decode_min_keys keys a split and by what the workspace holds; from host-side bounds only.
 int plan_splits(const AttentionLaunch& a, int64_t blocks_per_split, const Occupancy& occupancy,
                 size_t workspace_bytes) {
     int64_t max_splits = std::min<int64_t>(kMaxSplits, splits_the_keys_allow(a));
     max_splits = std::min<int64_t>(
         max_splits, int64_t(workspace_bytes /
                             (size_t(a.num_tokens) * partial_row_bytes(a.num_heads, a.head_dim))));
-    if (forced_splits() > 0)
-        return int(std::max<int64_t>(1, std::min<int64_t>(forced_splits(), max_splits)));
     return decode_plain_splits(std::max<int64_t>(max_splits, 1), blocks_per_split,
                                int64_t(occupancy.num_sms) * occupancy.blocks_per_sm);
 }
@@ -918,7 +949,7 @@ void launch_decode(const AttentionLaunch& a, int64_t head_chunks, size_t smem_by
     const DecodeSplitArgs ds{num_splits > 1 ? a.decode_lengths : nullptr,
                              a.decode_order,
                              std::max(occupancy.num_sms * occupancy.blocks_per_sm, 1),
-                             min_keys_per_split(),
+                             a.decode_min_keys,
                              int(blocks_per_key),
                              cluster};
     const dim3 grid(unsigned(blocks_per_key), unsigned(a.num_seqs), unsigned(num_splits));
@@ -947,26 +978,26 @@ void launch_decode(const AttentionLaunch& a, int64_t head_chunks, size_t smem_by
 
 // The smallest decode_kernel instance that holds the group (groups above 8 are split into
 // chunks of 8).
-template <int kHeadDim, typename Cache, HalfMath kHalf>
+template <int kHeadDim, typename Cache>
 void launch_decode_cuda_cores(const AttentionLaunch& a, int64_t group, void* workspace,
                               size_t workspace_bytes, cudaStream_t stream) {
     if (group == 1)
-        return launch_decode<decode_kernel<kHeadDim, 1, Cache, kHalf>, Cache>(
+        return launch_decode<decode_kernel<kHeadDim, 1, Cache>, Cache>(
             a, 1, 0, workspace, workspace_bytes, stream);
     if (group == 2)
-        return launch_decode<decode_kernel<kHeadDim, 2, Cache, kHalf>, Cache>(
+        return launch_decode<decode_kernel<kHeadDim, 2, Cache>, Cache>(
             a, 1, 0, workspace, workspace_bytes, stream);
     if (group <= 4)
-        return launch_decode<decode_kernel<kHeadDim, 4, Cache, kHalf>, Cache>(
+        return launch_decode<decode_kernel<kHeadDim, 4, Cache>, Cache>(
             a, 1, 0, workspace, workspace_bytes, stream);
     const int64_t head_chunks = (group + kMaxHeadsPerBlock - 1) / kMaxHeadsPerBlock;
-    return launch_decode<decode_kernel<kHeadDim, kMaxHeadsPerBlock, Cache, kHalf>, Cache>(
+    return launch_decode<decode_kernel<kHeadDim, kMaxHeadsPerBlock, Cache>, Cache>(
         a, head_chunks, 0, workspace, workspace_bytes, stream);
 }
 
 // Whether GQA groups of this size take decode_mma_kernel (launch_decode_group's rule).
 bool group_takes_mma(int64_t group) {
-    return group >= 4 && group <= 16 && decode_mma_enabled();
+    return group >= 4 && group <= 16;
 }
 
 // The kernel for the GQA group: decode_mma_kernel for groups of 4 to 16, else the smallest
@@ -978,25 +1009,16 @@ void launch_decode_group(const AttentionLaunch& a, void* workspace, size_t works
     MI_LAUNCH_CHECK(a.qkv_step.qkv == nullptr || !group_takes_mma(group),
                     "attention decode: qkv_step with a GQA group of 4 to 16 (see "
                     "decode_supports_qkv_step)");
-    // Groups of 1 to 3 keep decode_kernel: at the 0.6B's group of 2 the tensor-core form made
-    // decode256 35,837 tok/s against 41,788 (bf16) and 41,695 against 53,155 (FP8) on the H200;
-    // its heads-as-columns form 41,955 against 55,370 (FP8, session 12).
-    if (group >= 4 && group <= 8 && decode_mma_enabled() && decode_mma_heads_enabled())
+    // Groups of 1 to 3 keep decode_kernel, faster there than either tensor-core form; groups of
+    // 4 to 8 fill the tile's 8 columns with their heads, 9 to 16 its 16 rows
+    // (bench/RESULTS.md#decode-tensor-cores).
+    if (group >= 4 && group <= 8)
         return launch_decode<decode_mma_kernel<kHeadDim, Cache, true>, Cache>(
             a, 1, decode_mma_smem_bytes<kHeadDim>(), workspace, workspace_bytes, stream, true);
-    if (group >= 4 && group <= 16 && decode_mma_enabled())
+    if (group >= 9 && group <= 16)
         return launch_decode<decode_mma_kernel<kHeadDim, Cache, false>, Cache>(
             a, 1, decode_mma_smem_bytes<kHeadDim>(), workspace, workspace_bytes, stream, true);
-    if constexpr (std::is_same_v<Cache, uint8_t>) {
-        if (decode_half_math() == HalfMath::kQkPv)
-            return launch_decode_cuda_cores<kHeadDim, Cache, HalfMath::kQkPv>(
-                a, group, workspace, workspace_bytes, stream);
-        if (decode_half_math() == HalfMath::kPv)
-            return launch_decode_cuda_cores<kHeadDim, Cache, HalfMath::kPv>(
-                a, group, workspace, workspace_bytes, stream);
-    }
-    return launch_decode_cuda_cores<kHeadDim, Cache, HalfMath::kNone>(a, group, workspace,
-                                                                      workspace_bytes, stream);
+    return launch_decode_cuda_cores<kHeadDim, Cache>(a, group, workspace, workspace_bytes, stream);
 }
 
 template <int kHeadDim>

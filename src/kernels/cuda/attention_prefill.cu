@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kThreads, 3)
                    const Cache* __restrict__ v_cache, float k_scale, float v_scale,
                    const int32_t* __restrict__ query_start, const int32_t* __restrict__ seq_lens,
                    const int32_t* __restrict__ block_table, int max_pages, int num_heads,
-                   int num_kv_heads, int page_size, int page_shift, float scale_log2, int order,
+                   int num_kv_heads, int page_size, int page_shift, float scale_log2,
                    bf16* __restrict__ out) {
     pdl_wait();
     pdl_trigger();
@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(kThreads, 3)
     const int q_begin = query_start[seq];
     const int q_len = query_start[seq + 1] - q_begin;
     const int num_rows = q_len * group;
-    const int row_begin = prefill_row_tile<kBlockM>(num_rows, order);
+    const int row_begin = prefill_row_tile<kBlockM>(num_rows);
     if (row_begin < 0) return;
     const int seq_len = seq_lens[seq];
     const int prefix_len = seq_len - q_len;  // keys cached before this chunk
@@ -107,7 +107,7 @@ void launch_prefill(const AttentionLaunch& a, dim3 grid, cudaStream_t stream) {
                   a.seq_lens, a.block_table, int(a.max_pages), int(a.num_heads),
                   int(a.num_kv_heads), int(a.page_size), page_shift_of(a.page_size),
                   a.scale * 1.4426950408889634f,  // exp(x) = 2^(x log2 e)
-                  a.prefill_order, static_cast<bf16*>(a.out));
+                  static_cast<bf16*>(a.out));
     MI_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -33,7 +33,6 @@
 #include <type_traits>
 
 #include "core/cuda/cuda_check.h"
-#include "core/env.h"
 #include "kernels/cuda/attention_tile.cuh"
 #include "kernels/cuda/hopper_async.cuh"
 #include "kernels/cuda/launch.cuh"
@@ -164,7 +163,7 @@ __global__ void __launch_bounds__(kThreads, std::is_same_v<Cache, uint8_t> ? 2 :
                         const int32_t* __restrict__ seq_lens,
                         const int32_t* __restrict__ block_table, int max_pages, int num_heads,
                         int num_kv_heads, int page_size, int page_shift, float scale_log2,
-                        int order, bf16* __restrict__ out) {
+                        bf16* __restrict__ out) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     pdl_wait();
     pdl_trigger();
@@ -173,7 +172,7 @@ __global__ void __launch_bounds__(kThreads, std::is_same_v<Cache, uint8_t> ? 2 :
     const int q_begin = query_start[seq];
     const int q_len = query_start[seq + 1] - q_begin;
     const int num_rows = q_len * group;
-    const int row_begin = prefill_row_tile<kBlockM>(num_rows, order);
+    const int row_begin = prefill_row_tile<kBlockM>(num_rows);
     if (row_begin < 0) return;
     const int seq_len = seq_lens[seq];
     const int prefix_len = seq_len - q_len;  // keys cached before this chunk
@@ -332,14 +331,13 @@ void launch_sm90(const AttentionLaunch& a, dim3 grid, cudaStream_t stream) {
                   a.seq_lens, a.block_table, int(a.max_pages), int(a.num_heads),
                   int(a.num_kv_heads), int(a.page_size), page_shift_of(a.page_size),
                   a.scale * 1.4426950408889634f,  // exp(x) = 2^(x log2 e)
-                  a.prefill_order, static_cast<bf16*>(a.out));
+                  static_cast<bf16*>(a.out));
 }
 
 }  // namespace
 
 bool attention_prefill_sm90_supported(const AttentionLaunch& a) {
     static const bool device_ok = [] {
-        if (!env_switch("MINIINFER_PREFILL_WGMMA", true)) return false;
         int device = 0, major = 0, minor = 0;
         MI_CUDA_CHECK(cudaGetDevice(&device));
         MI_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));

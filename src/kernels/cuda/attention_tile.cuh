@@ -53,25 +53,20 @@ __device__ __forceinline__ float fast_exp2(float x) {
 
 // The first packed row of this block's tile in the prefill grid (blockIdx.x: sequence,
 // blockIdx.z: row tile), negative when the sequence has no such tile. The GPU starts blocks in
-// grid order (x fastest, z slowest), so z decides what runs early.
-//   order 0: z counts back from the longest query's last tile (gridDim.z - 1). A decode row of a
-//     mixed step — one tile, over its whole context — then lands in the last z, and all of them
-//     run together at the end: a wave bound by their K/V bytes alone.
-//   order 1: z counts each sequence's tiles back from its own last: z = 0 is every sequence's
-//     heaviest tile (its last rows see the most keys), and the lightest fill the tail.
-//   order 2: as 1, with the one-tile sequences (decode rows) spread over the first half of the
-//     grid (z = seq mod p, p the largest power of two up to gridDim.z / 2), so that their
-//     memory-bound blocks run beside the prompts' compute-bound ones and none is left for the
-//     tail. (A power of two, and one formula for every order: a modulo by a runtime value, or a
-//     separate return for the spread tiles, cost the wgmma kernel a spilled register.)
+// grid order (x fastest, z slowest), so z decides what runs early: z counts each sequence's
+// tiles back from its own last, so z = 0 is every sequence's heaviest tile (its last rows see the
+// most keys) and the lightest fill the tail; the one-tile sequences (a mixed step's decode rows)
+// are spread over the first half of the grid (z = seq mod p, p the largest power of two up to
+// gridDim.z / 2), so that their memory-bound blocks run beside the prompts' compute-bound ones
+// instead of as a last wave of their own (bench/RESULTS.md#prefill-order). A power of two: a
+// modulo by a runtime value cost the wgmma kernel a spilled register.
 template <int kBlockM>
-__device__ __forceinline__ int prefill_row_tile(int num_rows, int order) {
+__device__ __forceinline__ int prefill_row_tile(int num_rows) {
     const int tiles = (num_rows + kBlockM - 1) / kBlockM;
     const int z = int(blockIdx.z), depth = int(gridDim.z);
-    // Order 2 moves a one-tile sequence's tile from z = 0 to z = shift.
     const unsigned spread_mask = (1u << (31 - __clz(max(depth / 2, 1)))) - 1;
-    const int shift = order == 2 && tiles == 1 ? int(blockIdx.x & spread_mask) : 0;
-    const int row_begin = ((order == 0 ? depth : tiles) - 1 - z + shift) * kBlockM;
+    const int shift = tiles == 1 ? int(blockIdx.x & spread_mask) : 0;
+    const int row_begin = (tiles - 1 - z + shift) * kBlockM;
     return row_begin < num_rows ? row_begin : -1;
 }
 

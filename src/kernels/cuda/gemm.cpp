@@ -12,13 +12,10 @@
 
 #include <algorithm>
 #include <unordered_map>
-#include <vector>
 
 #include "core/check.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
-#include "core/env.h"
-#include "core/logging.h"
 #include "kernels/cuda/check_tensor.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/silu_mul.h"
@@ -68,21 +65,13 @@ using OpDesc = std::unique_ptr<cublasLtMatmulDescOpaque_t, DescDeleter>;
 using Layout = std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter>;
 using Preference = std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, DescDeleter>;
 
-// Everything a cached call needs: descriptors built once, and the chosen algorithm (until the
-// shape is tuned, cuBLASLt's first candidate; the others wait in `candidates`).
+// Everything a cached call needs: descriptors built once, and cuBLASLt's first heuristic
+// algorithm (timing its other candidates made nothing faster: bench/RESULTS.md#gemm-tune).
 struct Plan {
     OpDesc op;
     Layout a, b, d;  // w, x, y (C = D)
     cublasLtMatmulAlgo_t algo{};
-    std::vector<cublasLtMatmulAlgo_t> candidates;
-    bool tuned = false;
 };
-
-bool capturing(cudaStream_t stream) {
-    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    MI_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
-    return status != cudaStreamCaptureStatusNone;
-}
 
 Layout make_layout(uint64_t rows, uint64_t cols, int64_t ld, cudaDataType_t type = CUDA_R_16BF) {
     cublasLtMatrixLayout_t layout = nullptr;
@@ -112,9 +101,6 @@ struct Gemm::Impl {
     std::unordered_map<Key, Plan, KeyHash> plans;
 
     Plan& plan_for(const Key& key);
-    // Times plan's candidates on these operands and keeps the fastest (Gemm::kTune... below).
-    void tune(Plan& plan, const Key& key, const void* x, const void* w, void* y,
-              cudaStream_t stream);
 };
 
 Plan& Gemm::Impl::plan_for(const Key& key) {
@@ -149,73 +135,24 @@ Plan& Gemm::Impl::plan_for(const Key& key) {
     set_pref_attr(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_y);
     set_pref_attr(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_y);
 
-    cublasLtMatmulHeuristicResult_t results[Gemm::kTuneCandidates]{};
+    cublasLtMatmulHeuristicResult_t result{};
     int num_results = 0;
     check_cublas(cublasLtMatmulAlgoGetHeuristic(handle, op, plan.a.get(), plan.b.get(),
-                                                plan.d.get(), plan.d.get(), pref_raw,
-                                                Gemm::kTuneCandidates, results, &num_results),
+                                                plan.d.get(), plan.d.get(), pref_raw, 1, &result,
+                                                &num_results),
                  "cublasLtMatmulAlgoGetHeuristic");
     MI_CHECK(
         num_results > 0,
         "gemm: cuBLASLt has no algorithm for m={} n={} k={} bias={} (alignment x {} w {} y {})",
         key.m, key.n, key.k, key.has_bias, key.align_x, key.align_w, key.align_y);
-    plan.algo = results[0].algo;
-    for (int i = 1; i < num_results; ++i)
-        if (results[i].state == CUBLAS_STATUS_SUCCESS) plan.candidates.push_back(results[i].algo);
+    plan.algo = result.algo;
     return plans.emplace(key, std::move(plan)).first->second;
 }
-
-void Gemm::Impl::tune(Plan& plan, const Key& key, const void* x, const void* w, void* y,
-                      cudaStream_t stream) {
-    std::vector<cublasLtMatmulAlgo_t> candidates = std::move(plan.candidates);
-    if (candidates.empty()) return;
-    candidates.insert(candidates.begin(), plan.algo);
-    cudaEvent_t start = nullptr, stop = nullptr;
-    MI_CUDA_CHECK(cudaEventCreate(&start));
-    MI_CUDA_CHECK(cudaEventCreate(&stop));
-    const float alpha = 1.f, beta = 0.f;
-    const auto launch = [&](const cublasLtMatmulAlgo_t& algo) {
-        return cublasLtMatmul(handle, plan.op.get(), &alpha, w, plan.a.get(), x, plan.b.get(),
-                              &beta, y, plan.d.get(), y, plan.d.get(), &algo, workspace.data(),
-                              kWorkspaceBytes, stream) == CUBLAS_STATUS_SUCCESS;
-    };
-    float first_ms = 0.f, best_ms = 0.f;
-    size_t best = 0;
-    for (size_t i = 0; i < candidates.size(); ++i) {
-        if (!launch(candidates[i])) continue;  // warm-up; an algorithm that fails is skipped
-        MI_CUDA_CHECK(cudaEventRecord(start, stream));
-        for (int r = 0; r < kTuneRepeats; ++r) launch(candidates[i]);
-        MI_CUDA_CHECK(cudaEventRecord(stop, stream));
-        MI_CUDA_CHECK(cudaEventSynchronize(stop));
-        float ms = 0.f;
-        MI_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-        if (i == 0) first_ms = best_ms = ms;
-        if (ms < best_ms) best_ms = ms, best = i;
-    }
-    MI_CUDA_CHECK(cudaEventDestroy(start));
-    MI_CUDA_CHECK(cudaEventDestroy(stop));
-    // Another algorithm only for a clear gain: timing noise should not decide.
-    const bool take = best != 0 && best_ms < kTuneMinGain * first_ms;
-    if (take) plan.algo = candidates[best];
-    MI_LOG_DEBUG("gemm m={} n={} k={}: candidate {} of {} ({:.1f} us; the first {:.1f} us)", key.m,
-                 key.n, key.k, take ? best : 0, candidates.size(),
-                 1000.f * (take ? best_ms : first_ms) / kTuneRepeats,
-                 1000.f * first_ms / kTuneRepeats);
-}
-
-namespace {
-
-bool fuse_into_gemv() {
-    static const bool fuse = env_switch("MINIINFER_FUSED_GEMV", true);
-    return fuse;
-}
-
-}  // namespace
 
 void Gemm::run_normed(const AddRmsNorm& in, const Tensor& w, const Tensor* bias, Tensor& y,
                       cudaStream_t stream) {
     MI_CHECK(in.residual && in.normed, "gemm: a normed input needs its residual and normed rows");
-    if (fuse_into_gemv() && w.ndim() == 2 && w.size(1) > 0 &&
+    if (w.ndim() == 2 && w.size(1) > 0 &&
         in.residual->numel() / w.size(1) <= gemv_max_rows_ &&
         gemv_rms_norm_supported(in, w, bias, y)) {
         gemv_rms_norm(in, w, bias, y, stream);
@@ -227,7 +164,7 @@ void Gemm::run_normed(const AddRmsNorm& in, const Tensor& w, const Tensor* bias,
 
 void Gemm::run_silu_mul(const Tensor& gate_up, Tensor& act, const Tensor& w, const Tensor* bias,
                         Tensor& y, cudaStream_t stream) {
-    if (fuse_into_gemv() && gate_up.ndim() == 2 && gate_up.size(0) <= gemv_max_rows_ &&
+    if (gate_up.ndim() == 2 && gate_up.size(0) <= gemv_max_rows_ &&
         gemv_silu_mul_supported(gate_up, w, bias, y)) {
         gemv_silu_mul(gate_up, w, bias, y, stream);
         return;
@@ -236,13 +173,8 @@ void Gemm::run_silu_mul(const Tensor& gate_up, Tensor& act, const Tensor& w, con
     run(act, w, bias, y, stream);
 }
 
-bool Gemm::tune_from_env() {
-    static const bool tune = env_int("MINIINFER_GEMM_TUNE", 0) == 1;
-    return tune;
-}
-
-Gemm::Gemm(int64_t gemv_max_rows, bool tune)
-    : impl_(std::make_unique<Impl>()), gemv_max_rows_(gemv_max_rows), tune_(tune) {
+Gemm::Gemm(int64_t gemv_max_rows)
+    : impl_(std::make_unique<Impl>()), gemv_max_rows_(gemv_max_rows) {
     check_cublas(cublasLtCreate(&impl_->handle), "cublasLtCreate");
 }
 
@@ -288,14 +220,6 @@ void Gemm::run(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y,
                   alignment_of(y.raw())};
     Plan& plan = impl_->plan_for(key);
     if (bias) set_op_attr(plan.op.get(), CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias->raw());
-    if (!plan.tuned) {
-        // Once per shape, and never inside a graph capture (the shape then keeps the first
-        // candidate for good: a graph and a later eager call must not differ in algorithm).
-        if (tune_ && m <= kTuneMaxRows && !capturing(stream))
-            impl_->tune(plan, key, x.raw(), w.raw(), y.raw(), stream);
-        plan.tuned = true;
-        plan.candidates.clear();
-    }
     const float alpha = 1.f, beta = 0.f;
     check_cublas(
         cublasLtMatmul(impl_->handle, plan.op.get(), &alpha, w.raw(), plan.a.get(), x.raw(),

@@ -29,7 +29,6 @@
 #include <utility>
 
 #include "core/cuda/cuda_check.h"
-#include "core/env.h"
 #include "kernels/cuda/check_tensor.h"
 #include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/launch.cuh"
@@ -334,13 +333,6 @@ void launch_rows(const Tensor& x, const Tensor& w, const __nv_bfloat16* bias, Te
     }
 }
 
-// Whether gemv() at 1-4 rows with a bf16 y copies x into shared memory first (XFrom::kCopy):
-// MINIINFER_GEMV_COPY_X not "0".
-bool gemv_copy_x_enabled() {
-    static const bool enabled = env_switch("MINIINFER_GEMV_COPY_X", true);
-    return enabled;
-}
-
 // Columns per warp by n and k: small n (the 1024-wide o_proj and down of a 0.6B model) needs one
 // column per warp for enough warps in flight; wide n (lm_head) can share x reads over more. Rows
 // of 2,048 or more keep one column a warp up to n = 16,384: a lane's whole share of the row
@@ -430,7 +422,7 @@ void gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, cudaS
     if (m == 0 || n == 0) return;
 
     // A few rows for a bf16 y: x through shared memory (XFrom::kCopy), one round trip for it.
-    if (cols_per_block == 0 && gemv_copy_x_enabled() && y.dtype() == DType::kBF16 &&
+    if (cols_per_block == 0 && y.dtype() == DType::kBF16 &&
         fused_supported(m, k, w, bias, y)) {
         PrologueArgs args{};
         args.x = x.data<__nv_bfloat16>();

@@ -78,7 +78,7 @@ void grouped_gemm(const Tensor& x, const Tensor* row_token, const Tensor& w,
 //   kPersistent  as many CTAs as the device holds at once, each walking the working tiles with
 //                its load ring running on from one tile into the next (the decode tiles, 16 and
 //                32 rows, with at most 511 experts; other calls run kPerTile). Same bits.
-//   kDefault     kPersistent where it applies, unless MINIINFER_MOE_PERSISTENT=0 (read once)
+//   kDefault     kPersistent where it applies (tests ask for either)
 enum class GroupedGemmGrid { kDefault, kPerTile, kPersistent };
 
 // grouped_gemm on mma.sync whatever the device (grouped_gemm's kernel for tiles 16 to 64, and
@@ -88,20 +88,6 @@ void grouped_gemm_mma_sync(const Tensor& x, const Tensor* row_token, const Tenso
                            GroupedGemmEpilogue epilogue, Tensor& y, cudaStream_t stream,
                            GroupedGemmRows rows = GroupedGemmRows::kGather,
                            GroupedGemmGrid grid = GroupedGemmGrid::kDefault);
-
-// Benchmarks only (bench_cuda_ops "moe tile16" / "moe tile32"): grouped_gemm_mma_sync with
-// tile_rows 16 or 32 in the tile shape `variant` (0 .. grouped_gemm_num_variants(tile_rows) - 1;
-// 0 is the one grouped_gemm runs) instead of the default, to pick the decode shapes on a new
-// GPU; grouped_gemm_variant_name: its name ("cols x k, stages, warps") for the bench row. The
-// 16-row shapes take either epilogue, the 32-row ones kStore. MINIINFER_MOE_TILE16=variant and
-// MINIINFER_MOE_TILE32=variant (read once) make grouped_gemm's own launches of that tile (the
-// model's decode GEMMs; at 32 rows its kStore ones) take that shape too, to time it end to end
-// with `miniinfer bench`.
-int grouped_gemm_num_variants(int64_t tile_rows);  // 0 for tiles without variants
-const char* grouped_gemm_variant_name(int64_t tile_rows, int variant);
-void grouped_gemm_variant(int64_t tile_rows, int variant, const Tensor& x, const Tensor& w,
-                          const Tensor& expert_offsets, GroupedGemmEpilogue epilogue, Tensor& y,
-                          cudaStream_t stream);
 
 // The row tile of grouped_gemm_sm90 for prefill (it also runs 64-row tiles): segments padded to
 // it (offsets multiples of it). It keeps the offsets in shared memory: at most

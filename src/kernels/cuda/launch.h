@@ -1,15 +1,13 @@
-// The host-side switch of programmatic dependent launch (kernels/cuda/launch.cuh): on unless
-// MINIINFER_PDL=0 is in the environment at start; tests turn it off to compare.
+// The host-side switch of programmatic dependent launch (kernels/cuda/launch.cuh): on by
+// default; the CUDA runner sets it from Tuning::pdl, tests turn it off to compare.
 #pragma once
 
 #include <atomic>
 
-#include "core/env.h"
-
 namespace miniinfer::cuda {
 
 inline std::atomic<bool>& pdl_switch() {
-    static std::atomic<bool> on = env_switch("MINIINFER_PDL", true);
+    static std::atomic<bool> on = true;
     return on;
 }
 // Whether launch_kernel lets a kernel start before the previous one in its stream has finished.

@@ -19,7 +19,6 @@
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
-#include "core/env.h"
 #include "kernels/cuda/check_tensor.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/reduce.cuh"
@@ -110,8 +109,9 @@ void launch(const __nv_bfloat16* x, const __nv_bfloat16* residual, __nv_bfloat16
             const __nv_bfloat16* w, int64_t rows, int64_t dim, float eps, __nv_bfloat16* out,
             cudaStream_t stream) {
     if (rows == 0) return;
-    static const bool vec_allowed = env_switch("MINIINFER_NORM_VEC", true);  // 0: for comparisons
-    const bool vec = vec_allowed && dim % kVecElems == 0 && aligned16(x) && aligned16(w) &&
+    // The vector kernel where rows allow it; the scalar one for misaligned or longer rows
+    // (bench/RESULTS.md#norm-vec).
+    const bool vec = dim % kVecElems == 0 && aligned16(x) && aligned16(w) &&
                      aligned16(out) &&
                      (!residual || (aligned16(residual) && aligned16(residual_out)));
     const int64_t vecs = dim / kVecElems;

@@ -44,7 +44,6 @@
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
-#include "core/env.h"
 #include "kernels/cuda/check_tensor.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/reduce.cuh"
@@ -287,7 +286,6 @@ struct SampleArgs {
     float* logprobs;      // [rows]
     int32_t* top_ids;     // [rows, max_logprobs] or null
     float* top_logprobs;  // [rows, max_logprobs] or null
-    bool one_pass;        // plain rows through sample_plain_row (MINIINFER_SAMPLE_ONE_PASS=0: not)
 };
 
 // The row's num_top best raw logprobs, best first, ties by lower id.
@@ -346,7 +344,7 @@ __global__ void __launch_bounds__(kThreads, 2) sample_kernel(SampleArgs a) {
         a.top_ids[row * a.max_logprobs + j] = -1;
         a.top_logprobs[row * a.max_logprobs + j] = neg_inf();
     }
-    if (a.one_pass) {
+    {  // temperature-only and small-top_k rows: one or two passes (bench/RESULTS.md#sample-one-pass)
         LogSoftmax log_softmax;
         int token = -1;
         if (is_plain(p, vocab, num_top))
@@ -474,7 +472,6 @@ void sample(const Tensor& logits, const Tensor& rows_params, const Tensor* raw_l
                         "sample: top_logprobs must be [rows, max_logprobs] f32 CUDA");
     }
     if (rows == 0) return;
-    static const bool one_pass = env_int("MINIINFER_SAMPLE_ONE_PASS", 1) != 0;
     const SampleArgs args = {
         logits.data<float>(),
         int(vocab),
@@ -486,7 +483,6 @@ void sample(const Tensor& logits, const Tensor& rows_params, const Tensor* raw_l
         logprobs.data<float>(),
         max_logprobs > 0 ? top_ids->data<int32_t>() : nullptr,
         max_logprobs > 0 ? top_logprobs->data<float>() : nullptr,
-        one_pass,
     };
     launch_kernel(sample_kernel, unsigned(rows), kThreads, 0, stream, args);
     MI_CUDA_CHECK(cudaGetLastError());

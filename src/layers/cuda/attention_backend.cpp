@@ -7,7 +7,6 @@
 #include "core/check.h"
 #include "core/cuda/device_buffer.h"
 #include "core/cuda/pinned_upload.h"
-#include "core/env.h"
 #include "kernels/cuda/attention_flashinfer.h"
 
 namespace miniinfer::cuda {
@@ -16,15 +15,15 @@ namespace {
 // fa2's plan: the step's Σ seq_lens and longest seq_len, copied to the device for the decode's
 // split choice (attention.h: AttentionParams::decode_lengths), so that a replayed graph splits by
 // the replay's lengths; and from kOrderMinSeqs sequences on the order in which the decode takes
-// them, longest first (AttentionParams::decode_order). MINIINFER_DECODE_ORDER=0 keeps batch
-// order.
+// them, longest first (AttentionParams::decode_order) unless tuning.decode_longest_first is off.
 class Fa2Backend final : public AttentionBackend {
   public:
-    explicit Fa2Backend(const AttentionShape& s)
+    Fa2Backend(const AttentionShape& s, const Tuning& tuning)
         : workspace_(attention_workspace_bytes(s.max_tokens, s.num_heads, s.head_dim)),
           table_(size_t(2 + s.max_seqs) * sizeof(int32_t)),
           max_seqs_(s.max_seqs),
-          qkv_step_(cuda::decode_supports_qkv_step(s.num_heads, s.num_kv_heads)) {}
+          qkv_step_(cuda::decode_supports_qkv_step(s.num_heads, s.num_kv_heads)),
+          tuning_(tuning) {}
     const char* name() const override { return "fa2"; }
     void plan(std::span<const int32_t>, std::span<const int32_t> seq_lens,
               cudaStream_t stream) override {
@@ -35,7 +34,7 @@ class Fa2Backend final : public AttentionBackend {
         host[0] = int32_t(std::min<int64_t>(total, INT32_MAX));
         host[1] = longest;
         const auto n = int64_t(seq_lens.size());
-        ordered_ = order_enabled() && n >= kOrderMinSeqs && n <= max_seqs_;
+        ordered_ = tuning_.decode_longest_first && n >= kOrderMinSeqs && n <= max_seqs_;
         planned_seqs_ = n;
         if (ordered_) {
             int32_t* order = host + 2;
@@ -48,34 +47,30 @@ class Fa2Backend final : public AttentionBackend {
     }
     void run(const AttentionParams& p, cudaStream_t stream) override {
         AttentionParams q = p;
+        q.decode_min_keys = tuning_.decode_min_keys;
+        q.decode_cluster_splits = tuning_.decode_cluster_splits;
         if (planned_) q.decode_lengths = static_cast<const int32_t*>(table_.device());
         if (ordered_ && p.num_seqs == planned_seqs_)
             q.decode_order = static_cast<const int32_t*>(table_.device()) + 2;
         paged_attention(q, workspace_.data(), workspace_.bytes(), stream);
     }
-    // Up to kQkvStepMaxSeqs sequences (MINIINFER_DECODE_QKV_MAX_SEQS; 0: never), where the
-    // decode kernel can (kernels/cuda/attention.h: decode_supports_qkv_step). The step in the
-    // decode removes a kernel boundary, worth most at batch 1 (0.6B bs1 on the H200: 0.737 against
-    // 0.770 ms a token); in a large batch it delays every block's first K/V loads by its own
-    // latency (decode256, taking it at every batch size: 40,407 against 40,854 tok/s).
+    // Up to tuning.decode_qkv_max_seqs sequences, where the decode kernel can
+    // (kernels/cuda/attention.h: decode_supports_qkv_step). The step in the decode removes a
+    // kernel boundary, worth most at batch 1; in a large batch it delays every block's first K/V
+    // loads by its own latency (bench/RESULTS.md#decode-qkv-step).
     bool decode_takes_qkv_step(int64_t num_seqs) const override {
-        static const int64_t max_seqs = env_int("MINIINFER_DECODE_QKV_MAX_SEQS", kQkvStepMaxSeqs);
-        return qkv_step_ && num_seqs <= max_seqs;
+        return qkv_step_ && num_seqs <= tuning_.decode_qkv_max_seqs;
     }
 
   private:
     // Below this many sequences the grid holds few blocks per SM and the order changes little.
     static constexpr int64_t kOrderMinSeqs = 16;
-    static constexpr int kQkvStepMaxSeqs = 32;
-    static bool order_enabled() {
-        static const bool enabled = env_switch("MINIINFER_DECODE_ORDER", true);
-        return enabled;
-    }
 
     DeviceBuffer workspace_;
     PinnedUpload table_;  // int32 [2 + max_seqs]: Σ seq_lens, longest seq_len, the order
     int64_t max_seqs_;
     bool qkv_step_;         // the decode kernel of these heads takes the QKV step
+    Tuning tuning_;
     bool planned_ = false;  // run() without a plan() splits by the bounds
     bool ordered_ = false;  // the table holds an order for this step
     int64_t planned_seqs_ = 0;
@@ -100,8 +95,9 @@ class FlashInferBackend final : public AttentionBackend {
 }  // namespace
 
 std::unique_ptr<AttentionBackend> make_attention_backend(const std::string& name,
-                                                         const AttentionShape& shape) {
-    if (name == "auto" || name == "fa2") return std::make_unique<Fa2Backend>(shape);
+                                                         const AttentionShape& shape,
+                                                         const Tuning& tuning) {
+    if (name == "auto" || name == "fa2") return std::make_unique<Fa2Backend>(shape, tuning);
     if (name == "flashinfer") return std::make_unique<FlashInferBackend>(shape);
     fail("attention_backend '{}' is not supported (auto, fa2, flashinfer)", name);
 }

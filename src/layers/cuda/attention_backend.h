@@ -57,7 +57,9 @@ inline AttentionParams with_step_sequences(AttentionParams p, const StepInputs& 
 }
 
 // "fa2", "flashinfer", or "auto" (fa2: faster on the H200 so far). Throws Error for any other.
+// fa2 reads tuning's decode_* fields; flashinfer plans its own splits.
 std::unique_ptr<AttentionBackend> make_attention_backend(const std::string& name,
-                                                         const AttentionShape& shape);
+                                                         const AttentionShape& shape,
+                                                         const Tuning& tuning = {});
 
 }  // namespace miniinfer::cuda

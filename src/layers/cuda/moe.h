@@ -18,6 +18,7 @@
 
 #include <cstdint>
 
+#include "config/tuning.h"
 #include "layers/cuda/linear.h"
 #include "layers/cuda/step.h"
 
@@ -30,6 +31,9 @@ struct Moe {
     int64_t top_k = 0;
     bool renormalize = true;       // norm_topk_prob
     Communicator* comm = nullptr;  // the down projection is row-parallel; null without TP
+    // SiLU·mul inside the gate_up GEMM up to this row tile, its own kernel above
+    // (Tuning::moe_silu_tile).
+    int64_t silu_tile = Tuning{}.moe_silu_tile;
 
     int64_t num_experts() const { return experts_gate_up.size(0); }
 
