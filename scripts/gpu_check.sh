@@ -25,7 +25,6 @@
 #                   copy rate; bench_wgmma: the warpgroup MMA shapes' rates), separated by ";",
 #                   each a filter and optionally ",TOKENS" (the MoE ops' step size):
 #                   "attention;moe tile32,256"; default one run of every op, none with ONLY;
-#                   OPS_ENVS more runs of each, one per VAR=VALUE (bench-ops-<VAR>-<VALUE>.txt);
 #                   OPS=0 none
 #   NCU             Nsight Compute on bench_cuda_ops kernels, ;-separated "KERNEL@FILTER[,TOKENS]"
 #                   (KERNEL: a regex of kernel names; FILTER, TOKENS: as in OPS), e.g.
@@ -37,14 +36,15 @@
 #   BACKENDS        attention backends benched (default "fa2 flashinfer")
 #   WORKLOADS       bench flags naming the workloads (default all six)
 #   BENCH_FLAGS     more bench flags (e.g. "--measure-gpu-idle --disable-overlap")
-#   BENCH_ENVS      more runs of each benchmark, one per VAR=VALUE setting (e.g.
-#                   "MINIINFER_PDL=0 MINIINFER_PREFILL_WGMMA=0"): bench-<model>-<backend>-<VAR>-<VALUE>
+#   BENCH_TUNING    more runs of each benchmark, one per key=value, each passed as
+#                   `--tuning key=value` (src/config/tuning.h; e.g. "pdl=0 decode_min_keys=128"):
+#                   bench-<model>-<backend>-<key>-<value>
 #   BENCH_FLAG_SETS more runs of each benchmark, one per ;-separated set of bench flags (e.g.
 #                   "--max-num-batched-tokens 4096;--max-num-batched-tokens 16384")
 #   PROFILE=N       one more run per model with --profile-kernels N, of PROFILE_WORKLOADS (default
 #                   "--workload balanced --workload bs1"); with programmatic dependent launch a
 #                   kernel's duration includes its wait for the one before, its exposed time does
-#                   not; PROFILE_ENVS="MINIINFER_PDL=0" for durations of kernels run apart
+#                   not; PROFILE_FLAGS="--tuning pdl=0" for durations of kernels run apart
 #   PACK=1          also pack the folder into gpu-check.tar.gz beside it ($OUT/gpu-check.tar.gz
 #                   with $OUT/gpu-check/ as the folder): the device tool brings back 8 files
 set -uo pipefail
@@ -99,25 +99,24 @@ else
   note "compute-sanitizer not found: memcheck not run"
 fi
 # bench_cuda_ops: each ;-separated "filter[,tokens]" of OPS (default: one run of every op).
-ops_run() {  # ops_run FILE [VAR=VALUE]
-  local file=$1 setting=${2:-} run
+ops_run() {  # ops_run FILE
+  local file=$1 run
   local -a runs argv
   IFS=';' read -r -a runs <<< "${OPS:-}"
   : > "$out/$file"
   for run in "${runs[@]}"; do
     argv=("${run%%,*}")
     [[ "$run" == *,* ]] && argv+=("${run#*,}")
-    if ! env $setting "$dist/bin/bench_cuda_ops" "${argv[@]}" >> "$out/$file" 2>&1; then
-      note "FAIL bench_cuda_ops $run${setting:+ with $setting}"; status=1
+    if ! "$dist/bin/bench_cuda_ops" "${argv[@]}" >> "$out/$file" 2>&1; then
+      note "FAIL bench_cuda_ops $run"; status=1
     fi
   done
-  [[ -z "${OPS:-}" ]] && ! env $setting "$dist/bin/bench_cuda_ops" > "$out/$file" 2>&1 &&
-    { note "FAIL bench_cuda_ops${setting:+ with $setting}"; status=1; }
-  note "bench_cuda_ops${OPS:+ $OPS}${setting:+ with $setting}: $file"
+  [[ -z "${OPS:-}" ]] && ! "$dist/bin/bench_cuda_ops" > "$out/$file" 2>&1 &&
+    { note "FAIL bench_cuda_ops"; status=1; }
+  note "bench_cuda_ops${OPS:+ $OPS}: $file"
 }
 if [[ -x "$dist/bin/bench_cuda_ops" && "${OPS:-}" != 0 && ( -z "${ONLY:-}" || -n "${OPS:-}" ) ]]; then
   ops_run bench-ops.txt
-  for setting in ${OPS_ENVS:-}; do ops_run "bench-ops-${setting/=/-}.txt" "$setting"; done
   # The ceilings beside the op rows: what reads alone reach against the copy rate they are
   # measured against, and what the warpgroup MMA shapes of the sm_90a kernels reach.
   ceiling() {  # ceiling BINARY FILE
@@ -168,16 +167,16 @@ if [[ "${LOAD:-1}" != 0 && -z "${ONLY:-}" ]]; then
   fi
   rm -rf "$ckpt"
 fi
-# One benchmark run: bench_run MODEL BACKEND NAME [VAR=VALUE] [FLAGS] writes
-# bench-NAME.txt/.json; the summary gets its table rows.
+# One benchmark run: bench_run MODEL BACKEND NAME [FLAGS] writes bench-NAME.txt/.json; the
+# summary gets its table rows.
 bench_run() {
-  local model=$1 backend=$2 name=$3 setting=${4:-} flags=${5:-}
-  if env $setting "$dist/bin/miniinfer" bench --model "$model" --load-format dummy --device cuda \
+  local model=$1 backend=$2 name=$3 flags=${4:-}
+  if "$dist/bin/miniinfer" bench --model "$model" --load-format dummy --device cuda \
       --attention-backend "$backend" ${WORKLOADS:---workload balanced --workload decode128 --workload decode256 --workload short256 --workload prefill256 --workload bs1} ${BENCH_FLAGS:-} $flags --json "$out/bench-$name.json" > "$out/bench-$name.txt" 2>&1; then
-    note "PASS bench $(basename "$model") $backend${setting:+ with $setting}${flags:+ with $flags}"
+    note "PASS bench $(basename "$model") $backend${flags:+ with $flags}"
     grep -E '^\| [a-z]' "$out/bench-$name.txt" | grep -v '^| workload' | tee -a "$out/summary.txt"
   else
-    note "FAIL bench $(basename "$model") $backend${setting:+ with $setting}${flags:+ with $flags}"; status=1
+    note "FAIL bench $(basename "$model") $backend${flags:+ with $flags}"; status=1
   fi
 }
 if [[ "${BENCH:-}" == 1 || ( "${BENCH:-1}" != 0 && -z "${ONLY:-}" ) ]]; then
@@ -185,18 +184,20 @@ if [[ "${BENCH:-}" == 1 || ( "${BENCH:-1}" != 0 && -z "${ONLY:-}" ) ]]; then
     m=$(basename "$model")
     for backend in ${BACKENDS:-fa2 flashinfer}; do
       bench_run "$model" "$backend" "$m-$backend"
-      for setting in ${BENCH_ENVS:-}; do bench_run "$model" "$backend" "$m-$backend-${setting/=/-}" "$setting"; done
+      for setting in ${BENCH_TUNING:-}; do
+        bench_run "$model" "$backend" "$m-$backend-${setting/=/-}" "--tuning $setting"
+      done
       IFS=';' read -r -a flag_sets <<< "${BENCH_FLAG_SETS:-}"
       for flags in "${flag_sets[@]}"; do
         tag=$(echo "$flags" | tr -s ' ' '-' | tr -cd 'A-Za-z0-9._-' | sed 's/^-*//')
-        bench_run "$model" "$backend" "$m-$backend-$tag" "" "$flags"
+        bench_run "$model" "$backend" "$m-$backend-$tag" "$flags"
       done
     done
     if [[ -n "${PROFILE:-}" ]]; then
-      if env ${PROFILE_ENVS:-} "$dist/bin/miniinfer" bench --model "$model" --load-format dummy --device cuda \
-          ${PROFILE_WORKLOADS:---workload balanced --workload bs1} ${BENCH_FLAGS:-} \
+      if "$dist/bin/miniinfer" bench --model "$model" --load-format dummy --device cuda \
+          ${PROFILE_WORKLOADS:---workload balanced --workload bs1} ${BENCH_FLAGS:-} ${PROFILE_FLAGS:-} \
           --profile-kernels "$PROFILE" > "$out/profile-$m.txt" 2>&1; then
-        note "PASS profile $m${PROFILE_ENVS:+ with $PROFILE_ENVS}: profile-$m.txt"
+        note "PASS profile $m${PROFILE_FLAGS:+ with $PROFILE_FLAGS}: profile-$m.txt"
       else
         note "FAIL profile $m"; status=1
       fi

@@ -14,11 +14,9 @@
 // reads the old stream while one of them writes the new.
 //
 // A decode step runs as one batch on one stream. Two halves on two streams (two-batch overlap:
-// one half's GEMMs beside the other's attention, the attention calls taking turns) measured
-// slower on the H200 at every threshold from 32 sequences: 0.6B decode256 37,166 against 41,189
-// tok/s, and at best 40,365 with the GEMMs held to 48 SMs. The decode attention reads ~90% of
-// what a read-only kernel reaches (4.32 against 4.61 TB/s in Nsight Compute, session 27) only
-// with the whole GPU; the GEMMs' SMs cost it more than their time (bench/RESULTS.md, session 19).
+// one half's GEMMs beside the other's attention) measured slower on the H200 at every threshold:
+// the memory-bound decode attention reaches its read rate only with the whole GPU, so the GEMMs'
+// SMs cost it more than their time (bench/RESULTS.md#decode-one-batch).
 #pragma once
 
 #include <vector>

@@ -25,9 +25,9 @@
 // backend's wgmma prefill kernel instead (attention_prefill_sm90.h, about twice the work
 // kernel's mma.sync rate; its grid runs a mixed step's decode rows beside the prompts), as
 // FlashInfer dispatches prefill to FlashAttention-3 on Hopper; decode-only batches and batches
-// of few row tiles keep the planned items. (Mixed steps on the planned items cost the H200 three
-// times the decode rows' time of the wgmma kernel: +380 against +117 µs beside 4 x 2,048-token
-// prompts at Qwen3-0.6B's heads, session 26.) Such batches are never
+// of few row tiles keep the planned items. (Mixed steps on the planned items took about three
+// times the wgmma kernel's time for their decode rows: bench/RESULTS.md#flashinfer-mixed-hopper.)
+// Such batches are never
 // captured (graphs hold decode steps), so a replay never meets a plan of the other kind. The
 // AttentionParams bounds (num_seqs, max_*_len) are not used by run(), whose plan carries the
 // shapes, except for such a batch: the wgmma kernel's grid comes from them, as with fa2.

@@ -13,16 +13,10 @@
 // Lanes stride the reduction dimension in 16-byte vectors with ~8 weight loads in flight each,
 // issued with their x vectors (tiny rows, from L1 after the first warp of an SM). down knows its
 // experts before its PDL wait (moe_route ran two kernels back) and loads its first round of
-// weights before waiting for gate_up: the 30B-A3B's down fell from 11.7 to 9.0 µs a call
-// (exposed) at batch 1 on the H200, a token from 2.923 to 2.823 ms. Loading all of its weight
-// rows before the wait instead (24 vectors a lane, 176 registers) made a token 2.692 against
-// 2.647 ms: those loads take bandwidth from the gate_up kernel still running (session 18). Each
-// warp routing its token itself from the router's logits (moe_route's k rounds of a warp argmax,
-// and no routing kernel between the router and gate_up) made a token 2.770 against 2.600 ms:
-// gate_up's exposed time rose from ~13 to 20.8 µs, far more than the 2.9 µs of the kernel it
-// replaced (session 20). With moe_route's one-instruction rounds (redux.sync) it still made a
-// token 2.674 against 2.500 ms: gate_up 15.9 against 13.2 µs exposed, down 10.1 against 9.0, for
-// a routing kernel of 1.6 (session 22).
+// weights before waiting for gate_up, not all of its rows: those would take bandwidth from the
+// gate_up kernel still running. The routing stays in moe_route's own kernel: warps routing their
+// own token from the router's logits slowed gate_up by more than that kernel costs. Both measured
+// at batch 1 on the H200 (bench/RESULTS.md#moe-gemv-routing).
 #include "kernels/cuda/moe_gemv.h"
 
 #include <cuda_bf16.h>

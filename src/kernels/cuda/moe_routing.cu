@@ -54,11 +54,10 @@ __device__ __forceinline__ int route_key_expert(unsigned key) {
 // moe_routing.h's moe_route), computed by the calling warp; every lane calls it. Expert e lives
 // in lane e % 32, register e / 32 (kPerLane >= E / 32), so a warp's loads of one register are
 // 32 consecutive logits. Each of the k rounds is one warp max of the lanes' best keys
-// (redux.sync, a single instruction, where a max of (logit, id) pairs took 10 shuffles): at
-// batch 1 on the H200 the 30B-A3B's routing fell from 2.9 to 1.6 µs exposed a layer, a token
-// from 2.561 to 2.490 ms. Routing in the router GEMV instead (its last block to finish, found by
-// an atomic ticket, routing every row; no kernel of its own) made a token 2.656 ms against
-// 2.490: the router's exposed time grew by more than this kernel's (session 22).
+// (redux.sync, a single instruction, where a max of (logit, id) pairs took 10 shuffles): the
+// routing's exposed time at batch 1 nearly halves. It stays a kernel of its own: routing in the
+// router GEMV's last block instead grew the router's exposed time by more than this kernel's
+// (bench/RESULTS.md#moe-route-redux).
 template <int kPerLane>
 __device__ __forceinline__ void route_token(const __nv_bfloat16* row, int num_experts, int top_k,
                                             bool renormalize, int32_t* topk_ids,
@@ -305,8 +304,7 @@ __global__ void moe_gather_kernel(const Vec* __restrict__ x, const int32_t* __re
 constexpr int kCombineThreads = 256;
 // Choices whose y_perm rows a thread has in flight at once: all of their loads are issued
 // before the first is added, instead of one load and its add at a time (the loop's bound is
-// the runtime top_k). H200, 30B-A3B: 8.2 µs a call one at a time at decode256 (session 23);
-// batched, decode256 10,071 -> 10,101 tok/s and balanced 5,471 -> 5,498 (session 24).
+// the runtime top_k): more bytes in flight for the same bits (bench/RESULTS.md#moe-combine-batch).
 constexpr int kCombineBatch = 8;
 
 // y_perm: [max_rows, H]; slot_row, topk_weights: [n, k]; out: [n, H]. Grid: n blocks. The sums
