@@ -65,10 +65,6 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o, bool positional_model) 
         ->capture_default_str();
     cmd.add_flag("--enforce-eager", o.config.enforce_eager,
                  "CUDA: no graphs, every step launched kernel by kernel");
-    cmd.add_option("--piecewise-max-tokens", o.config.piecewise_max_tokens,
-                   "CUDA: prefill and mixed steps of up to N tokens replay piecewise CUDA graphs "
-                   "(all but the attention captured); 0: they run eagerly")
-        ->capture_default_str();
     // vLLM's -tp reaches here as --tensor-parallel-size (main rewrites it: CLI11's short names
     // are one letter).
     cmd.add_option(

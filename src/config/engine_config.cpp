@@ -36,8 +36,6 @@ void EngineConfig::resolve(const ModelConfig& model) {
         fail("generation_config '{}': not auto, vllm or a folder with a generation_config.json",
              generation_config);
     if (max_num_seqs < 1) fail("max_num_seqs must be at least 1, got {}", max_num_seqs);
-    if (piecewise_max_tokens < 0)
-        fail("piecewise_max_tokens must be 0 (off) or more, got {}", piecewise_max_tokens);
     if (tensor_parallel_size < 1 || tensor_parallel_size > 64)
         fail("tensor_parallel_size must be in [1, 64], got {}", tensor_parallel_size);
     if (nnodes < 1 || tensor_parallel_size % nnodes != 0)
@@ -97,7 +95,6 @@ static void visit_fields(Config& c, Visit&& visit) {
     visit("num_pages", c.num_pages);
     visit("enable_prefix_caching", c.enable_prefix_caching);
     visit("enforce_eager", c.enforce_eager);
-    visit("piecewise_max_tokens", c.piecewise_max_tokens);
     visit("disable_overlap", c.disable_overlap);
     visit("measure_gpu_idle", c.measure_gpu_idle);
     visit("attention_backend", c.attention_backend);

@@ -25,9 +25,6 @@ struct EngineConfig {
     int64_t num_pages = 0;  // > 0 overrides both budgets (tests)
     bool enable_prefix_caching = true;
     bool enforce_eager = false;  // CUDA: no graphs (every step launched kernel by kernel)
-    // CUDA: prefill and mixed steps of up to this many tokens replay piecewise CUDA graphs
-    // (every kernel but the attention captured; engine/piecewise_graphs.h); 0: they run eagerly.
-    int64_t piecewise_max_tokens = 0;
     // The plain loop (schedule, run, process) even where the runner can overlap the next step
     // with the processing of the last (LLMEngine).
     bool disable_overlap = false;

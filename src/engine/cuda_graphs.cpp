@@ -8,15 +8,10 @@
 
 namespace miniinfer {
 
-int64_t StepInputLayout::write(const ForwardBatch& b, int64_t padded_tokens, int32_t pad_slot,
-                               int32_t* host) const {
-    const int64_t n = b.num_tokens();
+int64_t StepInputLayout::write(const ForwardBatch& b, int32_t* host) const {
     std::copy(b.input_ids.begin(), b.input_ids.end(), host);
     std::copy(b.positions.begin(), b.positions.end(), host + positions);
     std::copy(b.slot_mapping.begin(), b.slot_mapping.end(), host + slots);
-    std::fill(host + n, host + padded_tokens, 0);
-    std::fill(host + positions + n, host + positions + padded_tokens, 0);
-    std::fill(host + slots + n, host + slots + padded_tokens, pad_slot);
     std::copy(b.query_start.begin(), b.query_start.end(), host + query_start);
     std::copy(b.seq_lens.begin(), b.seq_lens.end(), host + seq_lens);
     std::copy(b.logits_indices.begin(), b.logits_indices.end(), host + logits_indices);

@@ -42,11 +42,9 @@ struct StepInputLayout {
           max_pages_per_seq(max_pages_per_seq),
           total(graph_table + max_seqs * max_pages_per_seq) {}
 
-    // Writes a batch's inputs to `host` at these offsets, its token rows padded to
-    // padded_tokens (token 0 at position 0, K/V to pad_slot) and its block table at its own
-    // stride at `table`; returns how many ints from the start the device copy needs.
-    int64_t write(const ForwardBatch& b, int64_t padded_tokens, int32_t pad_slot,
-                  int32_t* host) const;
+    // Writes a batch's inputs to `host` at these offsets, its block table at its own stride at
+    // `table`; returns how many ints from the start the device copy needs.
+    int64_t write(const ForwardBatch& b, int32_t* host) const;
 
     int64_t positions = 0, slots = 0, query_start = 0, seq_lens = 0, logits_indices = 0;
     int64_t table = 0;        // eager steps' block table, at the batch's own stride

@@ -10,7 +10,6 @@
 #include "core/logging.h"
 #include "engine/cuda_graphs.h"
 #include "engine/cuda_sampler.h"
-#include "engine/piecewise_graphs.h"
 #include "kernels/cuda/launch.h"
 #include "kernels/cuda/sampling.h"
 #ifdef MINIINFER_HAS_NCCL
@@ -82,8 +81,7 @@ struct CudaModelRunner::Impl {
     void forward(const ForwardBatch& b);
     cuda::StepInputs step_inputs(const StepShape& shape) const;
     void resolve_placeholders(const cuda::StepInputs& inputs);
-    // Kernels only: no host work, capturable. `backend`: the attention (default: the runner's).
-    void run_model(const StepShape& shape, cuda::AttentionBackend* backend = nullptr);
+    void run_model(const StepShape& shape);  // kernels only: no host work, capturable
 
     Tensor inputs_view(int64_t offset, Shape shape) const {
         return Tensor(dev_inputs.data<int32_t>() + offset, DType::kI32, std::move(shape),
@@ -121,7 +119,6 @@ struct CudaModelRunner::Impl {
     StepTiming timing;
 
     std::unique_ptr<DecodeGraphs> graphs;
-    std::unique_ptr<PiecewiseGraphs> piecewise;  // prefill and mixed steps (piecewise_max_tokens)
     int64_t dummy_page = 0;  // the KV page padded graph rows write to (one past the scheduler's)
     const int64_t graph_max_seq_len;
     int64_t last_num_logits = 0;
@@ -188,10 +185,6 @@ void CudaModelRunner::Impl::allocate_step_buffers() {
     sampler = std::make_unique<CudaSampler>(S, model->config().vocab_size, opt.max_model_len);
     if (!opt.enforce_eager)
         graphs = std::make_unique<DecodeGraphs>(in, S, opt.page_size, dev_inputs.data<int32_t>());
-    // Not under tensor parallelism yet: the other ranks would have to replay the same pieces.
-    if (!opt.enforce_eager && opt.piecewise_max_tokens > 0 && !comm)
-        piecewise = std::make_unique<PiecewiseGraphs>(in, std::min(opt.piecewise_max_tokens, T),
-                                                      opt.page_size, dev_inputs.data<int32_t>());
 }
 
 // The graphs' memory, measured against a minimal KV pool before the real one is sized. What
@@ -204,7 +197,7 @@ void CudaModelRunner::Impl::measure_graphs() {
     if (memory.graphs_measured) {
         allocate_kv(kTrialPages);
         memory.graphs = capture_graphs(/*warm_up=*/true);
-        const size_t back = graphs->clear() + (piecewise ? piecewise->clear() : 0);
+        const size_t back = graphs->clear();
         memory.graphs_kept = memory.graphs - std::min(memory.graphs, back);
         allocate_kv(0);
         memory.graph_reserve = memory.graphs - memory.graphs_kept + kGraphMarginBytes;
@@ -238,11 +231,10 @@ void CudaModelRunner::Impl::capture_and_log() {
     const double kv_bytes = double(num_pages + 1) * double(page_bytes());
     MI_LOG_INFO(
         "CUDA memory: weights {:.0f} MiB, activations {:.0f} MiB, graphs {:.0f} MiB ({} decode "
-        "sizes, {} piecewise sizes, measured before the KV cache was sized, + {:.0f} MiB margin), "
-        "KV cache {:.0f} MiB = {} pages of {} tokens ({} tokens); {:.0f} MiB on the card; "
-        "attention backend {}",
+        "sizes, measured before the KV cache was sized, + {:.0f} MiB margin), KV cache {:.0f} MiB "
+        "= {} pages of {} tokens ({} tokens); {:.0f} MiB on the card; attention backend {}",
         memory.weights / kMiB, memory.activations / kMiB, memory.graphs / kMiB,
-        graphs ? graphs->batch_sizes().size() : 0, piecewise ? piecewise->sizes().size() : 0,
+        graphs ? graphs->batch_sizes().size() : 0,
         memory.graphs_measured ? kGraphMarginBytes / kMiB : 0.0, kv_bytes / kMiB, num_pages,
         opt.page_size, num_pages * opt.page_size, device_memory().second / kMiB, attention->name());
     if (graphs && !graphs->batch_sizes().empty())
@@ -250,10 +242,6 @@ void CudaModelRunner::Impl::capture_and_log() {
                     graphs->num_kernels(graphs->batch_sizes().front()),
                     graphs->num_kernels(graphs->batch_sizes().back()),
                     graphs->batch_sizes().back());
-    if (piecewise && !piecewise->sizes().empty())
-        MI_LOG_INFO("piecewise graphs: {} sizes of {} to {} tokens, {} pieces each",
-                    piecewise->sizes().size(), piecewise->sizes().front(),
-                    piecewise->sizes().back(), piecewise->num_pieces());
     if (memory.graphs_measured && captured > memory.graph_reserve)
         MI_LOG_WARN(
             "CUDA graphs took {:.0f} MiB more on the second capture, beyond the {:.0f} MiB set "
@@ -287,22 +275,12 @@ void CudaModelRunner::Impl::allocate_kv(int64_t pages) {
 size_t CudaModelRunner::Impl::capture_graphs(bool warm_up) {
     const int64_t G = max_pages_per_seq;
     stream.synchronize();  // capture writes the staging without waiting for its last copy
-    size_t bytes = graphs->capture(
+    return graphs->capture(
         dummy_page, warm_up, host_ints(), [&](int64_t b) { plan_attention(b); },
         [&](int64_t b) {
             run_model({b, b, b, 1, graph_max_seq_len, in.graph_table, G, /*placeholders=*/true});
         },
         stream.get());
-    // The layers of n tokens as one sequence, no logits (the attention is not run: the
-    // recorder stands in for it).
-    if (piecewise)
-        bytes += piecewise->capture(
-            dummy_page, host_ints(),
-            [&](int64_t n, cuda::AttentionBackend& recorder) {
-                run_model({n, 1, 0, n, n, in.table, G, /*placeholders=*/false}, &recorder);
-            },
-            stream.get());
-    return bytes;
 }
 
 void CudaModelRunner::Impl::plan_attention(int64_t s) {
@@ -436,21 +414,8 @@ void CudaModelRunner::Impl::forward(const ForwardBatch& b) {
             shape.max_query_len, b.query_start[size_t(i) + 1] - b.query_start[size_t(i)]);
         shape.max_seq_len = std::max<int64_t>(shape.max_seq_len, b.seq_lens[size_t(i)]);
     }
-    // A prefill or mixed step that fits the piecewise ladder: its tokens padded to a captured
-    // count, the pieces replayed around this step's attention, then the logits.
-    if (const int64_t padded =
-            piecewise ? piecewise->stage(b, dummy_page, host, stream.get()) : 0) {
-        staged[staging].record(stream.get());
-        shape.num_tokens = padded;
-        plan_attention(s);
-        const cuda::StepInputs inputs = step_inputs(shape);
-        if (shape.placeholders) resolve_placeholders(inputs);
-        piecewise->launch(inputs, *attention, stream.get());
-        model->forward_logits(inputs, stream.get());
-        return;
-    }
     // One host->device copy of everything the step reads.
-    const int64_t ints = in.write(b, n, 0, host);
+    const int64_t ints = in.write(b, host);
     MI_CUDA_CHECK(cudaMemcpyAsync(dev_inputs.raw(), host, size_t(ints) * 4, cudaMemcpyHostToDevice,
                                   stream.get()));
     staged[staging].record(stream.get());
@@ -480,10 +445,10 @@ void CudaModelRunner::Impl::resolve_placeholders(const cuda::StepInputs& inputs)
     cuda::resolve_placeholders(ids, sampler->device_tokens(), stream.get());
 }
 
-void CudaModelRunner::Impl::run_model(const StepShape& sh, cuda::AttentionBackend* backend) {
+void CudaModelRunner::Impl::run_model(const StepShape& sh) {
     const cuda::StepInputs inputs = step_inputs(sh);
     if (sh.placeholders) resolve_placeholders(inputs);
-    model->forward(inputs, kv, backend ? *backend : *attention, stream.get());
+    model->forward(inputs, kv, *attention, stream.get());
 }
 
 namespace {

@@ -38,14 +38,9 @@ class CudaModel {
     // rows. Call once, before forward().
     virtual void allocate_activations(int64_t max_tokens, int64_t max_logits) = 0;
     // One step's kernels on `stream`: no host work, no allocation, no sync (capturable). Writes
-    // this step's K/V into kv (one KvLayer per layer) and, with in.num_logits rows, the logits
-    // of in.logits_indices' rows (forward_logits).
+    // this step's K/V into kv (one KvLayer per layer) and the logits of in.logits_indices' rows.
     virtual void forward(const cuda::StepInputs& in, std::span<cuda::KvLayer> kv,
                          cuda::AttentionBackend& attention, cudaStream_t stream) = 0;
-    // The logits of in.logits_indices' rows from the hidden states of the last forward() (of
-    // in.num_tokens tokens, run with in.num_logits 0): what forward() ends with. Piecewise graphs
-    // (engine/piecewise_graphs.h) replay the layers and run this eagerly.
-    virtual void forward_logits(const cuda::StepInputs& in, cudaStream_t stream) = 0;
     // The last forward's logits: [rows, vocab] f32 (the LM head's fp32 sums, never rounded to
     // bf16: near-ties resolve as in Hugging Face's fp32 model).
     virtual Tensor logits(int64_t rows) const = 0;

@@ -173,20 +173,13 @@ void QwenCudaModel::forward(const cuda::StepInputs& in, std::span<cuda::KvLayer>
         else
             layer.mlp.forward(post, x, step, mlp_buffers_);
     }
-    stream_buffer_ = cur;
-    if (in.num_logits > 0) forward_logits(in, stream);
-}
-
-void QwenCudaModel::forward_logits(const cuda::StepInputs& in, cudaStream_t stream) {
-    using cuda::rows;
-    const int64_t n = in.num_tokens, m = in.num_logits;
+    const int64_t m = in.num_logits;
     if (m == 0) return;
-    const Tensor x = rows(hidden_, n), residual = rows(residual_[stream_buffer_], n);
     // Only the sampled rows: gather, add & norm, lm_head (fp32 logits).
     Tensor last_x = rows(last_hidden_, m), last_res = rows(last_residual_, m);
     Tensor last_h = rows(last_normed_, m), logits = rows(logits_, m);
     cuda::gather_rows(x, in.logits_indices, last_x, stream);
-    cuda::gather_rows(residual, in.logits_indices, last_res, stream);
+    cuda::gather_rows(residual[cur], in.logits_indices, last_res, stream);
     final_norm_.forward(last_x, &last_res, last_h, stream);
     if (comm_) {  // vocab-parallel: this rank's columns, gathered from every rank, in order
         const int64_t world = comm_->world(), cols = config_.vocab_size / world;

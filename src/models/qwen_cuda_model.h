@@ -43,7 +43,6 @@ class QwenCudaModel final : public CudaModel {
     void allocate_activations(int64_t max_tokens, int64_t max_logits) override;
     void forward(const cuda::StepInputs& in, std::span<cuda::KvLayer> kv,
                  cuda::AttentionBackend& attention, cudaStream_t stream) override;
-    void forward_logits(const cuda::StepInputs& in, cudaStream_t stream) override;
     Tensor logits(int64_t rows) const override { return cuda::rows(logits_, rows); }
 
   private:
@@ -69,7 +68,6 @@ class QwenCudaModel final : public CudaModel {
 
     // Activations for the largest step (allocate_activations).
     Tensor hidden_, residual_[2], normed_, attn_out_;  // [max_tokens, hidden]
-    int stream_buffer_ = 0;  // residual_[stream_buffer_] holds the stream after the layers
     cuda::Attention::Buffers attention_buffers_;
     cuda::Mlp::Buffers mlp_buffers_;
     cuda::Moe::Buffers moe_buffers_;

@@ -180,10 +180,9 @@ inline void expect_teacher_forced_matches(const std::string& name) {
 // The engine with and without CUDA graphs on the fixture's prompts plus `more`, sampled (odd
 // requests at temperature 0.8, seeded from seed_base) and greedy, 24 tokens each: the graph
 // replays (padded to the next captured batch size) must give the eager steps' tokens.
-// Decode CUDA graphs against eager steps, piecewise graphs against eager prefill and mixed steps,
-// and the overlap loop against the plain one: all six give the same tokens. Requests end at
-// different steps (max_tokens 5 to 24), one is penalised (the overlap loop then waits for its
-// tokens) and one asks for logprobs.
+// Decode CUDA graphs against eager steps, and the overlap loop against the plain one: all four
+// give the same tokens. Requests end at different steps (max_tokens 5 to 24), one is penalised
+// (the overlap loop then waits for its tokens) and one asks for logprobs.
 inline void expect_graph_replay_equals_eager(const std::string& fixture, std::vector<Prompt> more,
                                              uint64_t seed_base) {
     std::vector<Prompt> prompts;
@@ -201,19 +200,16 @@ inline void expect_graph_replay_equals_eager(const std::string& fixture, std::ve
     params[1].repetition_penalty = 1.3;
     params.back().logprobs = 3;
     struct Mode {
-        bool eager, overlap, piecewise;
+        bool eager, overlap;
     };
     std::vector<std::vector<int32_t>> want;
-    for (Mode mode :
-         {Mode{true, false, false}, Mode{false, false, false}, Mode{true, true, false},
-          Mode{false, true, false}, Mode{false, false, true}, Mode{false, true, true}}) {
+    for (Mode mode : {Mode{true, false}, Mode{false, false}, Mode{true, true}, Mode{false, true}}) {
         EngineConfig c = engine_config(fixture);
-        // Prompts in chunks of up to 32 tokens beside the decoding rows: mixed steps, which the
-        // piecewise graphs pad to 16 or 32 tokens.
+        // Prompts in chunks of up to 32 tokens beside the decoding rows: eager mixed steps
+        // between the graphs' decode steps.
         c.max_num_batched_tokens = 32;
         c.enforce_eager = mode.eager;
         c.disable_overlap = !mode.overlap;
-        c.piecewise_max_tokens = mode.piecewise ? 32 : 0;
         LLMEngine engine(c);
         EXPECT_EQ(engine.overlapping(), mode.overlap);
         std::vector<std::vector<int32_t>> got;
@@ -227,7 +223,6 @@ inline void expect_graph_replay_equals_eager(const std::string& fixture, std::ve
             want = got;
         else
             EXPECT_EQ(got, want) << fixture << (mode.eager ? " eager" : " graphs")
-                                 << (mode.piecewise ? " (piecewise too)" : "")
                                  << (mode.overlap ? " with overlap" : " without overlap");
     }
 }

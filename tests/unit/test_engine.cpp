@@ -263,17 +263,6 @@ TEST(Engine, GenerationConfigChoosesTheSamplingDefaults) {
     EXPECT_THROW({ LLMEngine bad(c); }, Error);
 }
 
-TEST(Engine, RejectsANegativePiecewiseBound) {
-    EngineConfig c = config_for("qwen3-demo");
-    c.piecewise_max_tokens = -1;
-    try {
-        LLMEngine bad(c);
-        ADD_FAILURE() << "a negative piecewise_max_tokens was taken";
-    } catch (const Error& e) {
-        EXPECT_THAT(e.what(), HasSubstr("piecewise_max_tokens"));
-    }
-}
-
 // Overlap scheduling (the CPU runner's default) gives exactly the plain loop's outputs: greedy,
 // seeded sampling, stop strings, stop tokens, EOS, min_tokens, logprobs and penalties (which
 // make a step wait for the previous one's tokens), all in one batch on a small pool.

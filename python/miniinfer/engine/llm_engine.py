@@ -69,7 +69,7 @@ class LLMEngine:
             a Hugging Face name (org/name) found in its cache or downloaded, as on the CLI.
         **kwargs: engine options with vLLM's names: max_num_seqs, max_model_len,
             max_num_batched_tokens, gpu_memory_utilization, enable_prefix_caching,
-            enforce_eager, piecewise_max_tokens, attention_backend (auto | fa2 | flashinfer), device (cpu | cuda),
+            enforce_eager, attention_backend (auto | fa2 | flashinfer), device (cpu | cuda),
             load_format (auto | safetensors | dummy), seed, use_multiprocess, page_size,
             kv_cache_bytes, num_pages, tensor_parallel_size, enable_expert_parallel,
             disable_overlap, generation_config (auto | vllm | a folder), kv_cache_dtype
