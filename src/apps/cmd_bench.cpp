@@ -1,6 +1,6 @@
 // miniinfer bench: the standard offline workloads of BENCHMARKS.md, timed from the moment all
 // requests are submitted (model loaded, one warm-up request done) until the last token, with
-// the speed of light (SOL) for the same workload on this card (apps/gpu_peak.h).
+// the speed of light (SOL) for the same workload on this card (bench/gpu_peak.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -12,10 +12,10 @@
 #include <unordered_set>
 #include <vector>
 
-#include "apps/bench_workloads.h"
 #include "apps/commands.h"
 #include "apps/engine_options.h"
-#include "apps/gpu_peak.h"
+#include "bench/gpu_peak.h"
+#include "bench/workloads.h"
 #include "config/tuning.h"
 #include "core/logging.h"
 #include "engine/kernel_profiler.h"
@@ -24,6 +24,11 @@
 
 namespace miniinfer::apps {
 namespace {
+
+using bench::BenchWorkload;
+using bench::GpuPeak;
+using bench::make_bench_workload;
+using bench::sol_seconds;
 
 struct BenchOptions {
     EngineOptions engine;
@@ -42,7 +47,7 @@ struct BenchOptions {
 std::optional<GpuPeak> sol_peak(const EngineConfig& c, const BenchOptions& o) {
     std::optional<GpuPeak> peak;
 #ifdef MINIINFER_HAS_CUDA
-    if (c.device == "cuda") peak = gpu_peak(current_gpu_properties());
+    if (c.device == "cuda") peak = bench::gpu_peak(bench::current_gpu_properties());
 #endif
     if (!peak && o.hbm_bytes_per_s == 0 && o.matmul_flops == 0) return std::nullopt;
     if (!peak) {
@@ -144,7 +149,7 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o,
             {"ttft_mean_ms", ttft_ms.empty() ? Json(nullptr) : Json(ttft_mean)},
             {"ttft_p50_ms", ttft_quantile(0.5)},
             {"ttft_p99_ms", ttft_quantile(0.99)},
-            {"sol_hardware", peak ? Json(describe(*peak)) : Json(nullptr)},
+            {"sol_hardware", peak ? Json(bench::describe(*peak)) : Json(nullptr)},
             {"sol_tok_per_s", peak ? Json(double(output_tokens) / sol) : Json(nullptr)},
             {"percent_of_sol", peak ? Json(100.0 * sol / seconds) : Json(nullptr)},
             {"kernels", std::move(kernels)}};
@@ -201,7 +206,7 @@ void run(const BenchOptions& o) {
     engine.generate({Prompt::from_ids(std::vector<int32_t>(64, 1))}, warm);
 
     const std::optional<GpuPeak> peak = sol_peak(engine.config(), o);
-    if (peak) std::printf("%s\n", describe(*peak).c_str());
+    if (peak) std::printf("%s\n", bench::describe(*peak).c_str());
     if (!o.tuning.empty()) std::printf("tuning: %s\n", to_string(config.tuning).c_str());
     std::printf("\n");
     std::printf(

@@ -19,12 +19,16 @@
 #include <semaphore>
 #include <thread>
 
-#include "apps/bench_workloads.h"
 #include "apps/commands.h"
+#include "bench/workloads.h"
 #include "core/json.h"
 
 namespace miniinfer::apps {
 namespace {
+
+using bench::BenchWorkload;
+using bench::make_bench_workload;
+using bench::make_random_workload;
 
 using Clock = std::chrono::steady_clock;
 

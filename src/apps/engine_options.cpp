@@ -1,7 +1,7 @@
 #include "apps/engine_options.h"
 
 #include "config/sampling_params.h"
-#include "engine/model_runner.h"
+#include "engine/llm_engine.h"
 #include "loader/hub.h"
 
 namespace miniinfer::apps {

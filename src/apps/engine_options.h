@@ -33,7 +33,7 @@ void add_engine_options(CLI::App& cmd, EngineOptions& options, bool positional_m
 void add_multiprocess_option(CLI::App& cmd, EngineOptions& options);
 
 // With --nnodes > 1 and --node-rank > 0 this process only runs its node's tensor-parallel ranks
-// for node 0 (engine/model_runner.h run_worker_node) and returns true when node 0 ends them;
+// for node 0 (engine/llm_engine.h run_worker_node) and returns true when node 0 ends them;
 // otherwise returns false at once and the command goes on.
 bool run_as_worker_node(const EngineConfig& config);
 

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <limits>
 
-#include "apps/bench_workloads.h"
+#include "bench/workloads.h"
 #include "capi/session.h"
 #include "core/logging.h"
 #include "loader/hub.h"
@@ -118,8 +118,8 @@ char* final_outputs_json(const std::vector<RequestOutput>& outputs, int32_t** to
     return copy_json(array);
 }
 
-apps::BenchWorkload workload_from_json(const Json& j) {
-    apps::BenchWorkload w;
+bench::BenchWorkload workload_from_json(const Json& j) {
+    bench::BenchWorkload w;
     w.name = json_get<std::string>(j, "name", "workload");
     w.prompts = json_get<std::vector<std::vector<int32_t>>>(j, "prompts", "workload");
     w.max_tokens = json_get<std::vector<int64_t>>(j, "max_tokens", "workload");
@@ -304,7 +304,7 @@ int mi_sampling_params_validate(const char* params_json, char** error) {
 
 char* mi_bench_workload(const char* name, const char* balanced_file, char** error) {
     return guarded<char*>(error, nullptr, [&] {
-        const apps::BenchWorkload w = apps::make_bench_workload(name, balanced_file);
+        const bench::BenchWorkload w = bench::make_bench_workload(name, balanced_file);
         return copy_json({{"name", w.name},
                           {"prompts", w.prompts},
                           {"max_tokens", w.max_tokens},
@@ -316,11 +316,11 @@ double mi_engine_bench_sol_seconds(mi_engine* engine, const char* workload_json,
                                    double hbm_bytes_per_s, double matmul_flops, char** error) {
     return guarded<double>(error, -1.0, [&] {
         Session& s = session_of(engine);
-        const apps::BenchWorkload w =
+        const bench::BenchWorkload w =
             workload_from_json(parse_untrusted_json(workload_json, "workload"));
-        return apps::sol_seconds(w, s.model_config(), s.config().max_num_seqs,
-                                 apps::SolHardware{hbm_bytes_per_s, matmul_flops},
-                                 s.config().fp8_kv_cache() ? 1.0 : 2.0);
+        return bench::sol_seconds(w, s.model_config(), s.config().max_num_seqs,
+                                  bench::SolHardware{hbm_bytes_per_s, matmul_flops},
+                                  s.config().fp8_kv_cache() ? 1.0 : 2.0);
     });
 }
 

@@ -113,7 +113,7 @@ MI_API int mi_sampling_params_validate(const char* params_json, char** error);
  * "temperature"} for a name (balanced, decode128, ...); balanced_file holds balanced's prompts. */
 MI_API char* mi_bench_workload(const char* name, const char* balanced_file, char** error);
 /* The speed of light of a workload (the JSON above) on this engine's model and max_num_seqs,
- * for the given memory bandwidth and matrix rate (see apps/bench_workloads.h). -1 on error. */
+ * for the given memory bandwidth and matrix rate (see bench/workloads.h). -1 on error. */
 MI_API double mi_engine_bench_sol_seconds(mi_engine* engine, const char* workload_json,
                                           double hbm_bytes_per_s, double matmul_flops,
                                           char** error);

@@ -8,6 +8,8 @@
 #include "core/cuda/device_buffer.h"
 #include "core/cuda/pinned_buffer.h"
 #include "core/logging.h"
+#include "distributed/control_messages.h"
+#include "distributed/step_broadcaster.h"
 #include "engine/cuda_graphs.h"
 #include "engine/cuda_sampler.h"
 #include "kernels/cuda/launch.h"
@@ -126,24 +128,13 @@ struct CudaModelRunner::Impl {
 
 // Tensor parallelism: what rank 0's runner holds besides its own rank.
 struct CudaModelRunner::Parallel {
-    std::unique_ptr<TcpCommunicator> tcp;      // to every other rank
+    StepBroadcaster steps;                     // to every other rank; this node's rank threads
     std::unique_ptr<cuda::Communicator> nccl;  // this rank's
-    std::vector<std::thread> ranks;            // this node's other ranks
 
     // Tells every rank the end and waits for this node's (a rank still starting sees the closed
     // link).
-    void end() {
-        if (tcp) {
-            try {
-                tcp->send_control(std::string(1, kQuitMessage));
-            } catch (const Error&) {  // a rank already gone
-            }
-            tcp.reset();
-        }
-        for (std::thread& t : ranks)
-            if (t.joinable()) t.join();
-    }
-    ~Parallel() { end(); }
+    void end() { steps.end(); }
+    ~Parallel() { end(); }  // before nccl goes: no rank is left in a collective
 };
 
 CudaModelRunner::CudaModelRunner(const EngineConfig& config, ModelConfig model_config,
@@ -319,7 +310,7 @@ void CudaModelRunner::launch(const Batch& batch, std::span<const SamplerInput> s
     MI_CHECK(sampling.size() == batch.logits_indices.size(), "{} sampling inputs for {} rows",
              sampling.size(), batch.logits_indices.size());
     const ForwardBatch fb = forward_batch_of(batch);
-    if (parallel_) parallel_->tcp->send_control(encode_step(fb));  // every rank runs it too
+    if (parallel_) parallel_->steps.broadcast(fb);  // every rank runs it too
     std::unique_ptr<Impl::StepEvents> events;
     if (m.opt.measure_gpu_idle) {
         events = std::make_unique<Impl::StepEvents>();
@@ -453,28 +444,6 @@ void CudaModelRunner::Impl::run_model(const StepShape& sh) {
 
 namespace {
 
-std::string to_hex(const std::string& bytes) {
-    static const char* digits = "0123456789abcdef";
-    std::string out;
-    for (unsigned char c : bytes) {
-        out += digits[c >> 4];
-        out += digits[c & 15];
-    }
-    return out;
-}
-
-std::string from_hex(const std::string& hex) {
-    MI_CHECK(hex.size() % 2 == 0, "tensor-parallel: a bad NCCL id");
-    auto value = [](char c) {
-        if (c >= '0' && c <= '9') return c - '0';
-        if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-        fail("tensor-parallel: a bad NCCL id");
-    };
-    std::string out;
-    for (size_t i = 0; i < hex.size(); i += 2) out += char(value(hex[i]) * 16 + value(hex[i + 1]));
-    return out;
-}
-
 // Rank `rank`'s shard, bf16, on the current device (dummy weights are made there).
 ModelWeights rank_weights(const ModelConfig& model, const EngineConfig& config,
                           const std::string& load_format, uint64_t seed, int64_t rank) {
@@ -519,23 +488,24 @@ std::unique_ptr<CudaModelRunner> CudaModelRunner::load_parallel(const EngineConf
         links.master_addr = "127.0.0.1";
         links.master_port = 0;
     }
-    parallel->tcp = std::make_unique<TcpCommunicator>(
-        TcpCommunicator::listen(links.master_addr, int(links.master_port), world));
-    links.master_port = parallel->tcp->port();
-    for (int64_t r = 1; r < here; ++r) parallel->ranks.push_back(start_rank_thread(links, r, here));
+    StepBroadcaster& steps = parallel->steps;
+    steps.set_links(std::make_unique<TcpCommunicator>(
+        TcpCommunicator::listen(links.master_addr, int(links.master_port), world)));
+    links.master_port = steps.links().port();
+    for (int64_t r = 1; r < here; ++r) steps.start_local_rank(links, r, here, run_cuda_rank);
     MI_LOG_INFO("tensor-parallel rank 0 of {} on GPU 0: waiting for the others on {}:{}", world,
                 links.master_addr, links.master_port);
-    parallel->tcp->accept_ranks(tensor_parallel::kJoinTimeout);
+    steps.links().accept_ranks(tensor_parallel::kJoinTimeout);
     const std::string id = cuda::NcclCommunicator::unique_id();
     Json welcome = tensor_parallel::welcome(config, model);
-    welcome["nccl_id"] = to_hex(id);
-    parallel->tcp->send_control(welcome.dump());
+    welcome["nccl_id"] = tensor_parallel::to_hex(id);
+    steps.links().send_control(welcome.dump());
     // NCCL's start waits for every rank: first make sure every rank can come (its GPU, its
     // model), then let them all in at once.
     std::string refusals;
-    for (const std::string& s : parallel->tcp->receive_statuses())
+    for (const std::string& s : steps.links().receive_statuses())
         refusals += s.empty() ? "" : s + "; ";
-    parallel->tcp->send_control(refusals.empty() ? "go" : std::string(1, kQuitMessage));
+    steps.links().send_control(refusals.empty() ? "go" : std::string(1, kQuitMessage));
     if (!refusals.empty()) fail("tensor-parallel: {}", refusals.substr(0, refusals.size() - 2));
     MI_CUDA_CHECK(cudaSetDevice(0));
     parallel->nccl = std::make_unique<cuda::NcclCommunicator>(id, 0, world);
@@ -547,7 +517,7 @@ std::unique_ptr<CudaModelRunner> CudaModelRunner::load_parallel(const EngineConf
     } catch (const std::exception& e) {
         abort_group(0, e);
     }
-    const std::vector<std::string> statuses = parallel->tcp->receive_statuses();
+    const std::vector<std::string> statuses = steps.links().receive_statuses();
     for (size_t i = 0; i < statuses.size(); ++i)
         if (!statuses[i].empty()) fail("tensor-parallel rank {}: {}", i + 1, statuses[i]);
     MI_LOG_INFO("tensor-parallel: all {} ranks joined NCCL and built their runners", world);
@@ -579,8 +549,8 @@ void run_cuda_rank(const EngineConfig& config, int64_t rank, int64_t local_devic
     const std::optional<std::string> go = comm.receive_control();
     if (!refusal.empty()) fail("tensor-parallel {}", refusal);
     if (!go || *go != "go") return;  // another rank cannot come
-    cuda::NcclCommunicator nccl(from_hex(welcome.at("nccl_id").get<std::string>()), rank,
-                                config.tensor_parallel_size);
+    cuda::NcclCommunicator nccl(tensor_parallel::from_hex(welcome.at("nccl_id").get<std::string>()),
+                                rank, config.tensor_parallel_size);
     EngineConfig rank_config = config;  // rank 0's KV cache dtype, whatever this node was given
     rank_config.kv_cache_dtype = welcome.at("kv_cache_dtype").get<std::string>();
     try {

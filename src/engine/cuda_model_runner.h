@@ -39,7 +39,8 @@ class CudaModelRunner : public ModelRunner {
     // Tensor parallelism (config.tensor_parallel_size > 1, node 0): rank 0 in this runner, this
     // node's other ranks on threads (one GPU each: rank r on device r of the node), other nodes'
     // ranks in their processes (run_worker_node); NCCL for the collectives, the TCP links
-    // (layers/tcp_communicator.h) for the NCCL id and each step's batch. Rank 0 samples.
+    // (layers/tcp_communicator.h) for the NCCL id and, through a StepBroadcaster
+    // (distributed/step_broadcaster.h), each step's batch. Rank 0 samples.
     // Throws Error if NCCL is missing from this build or a rank fails to start.
     static std::unique_ptr<CudaModelRunner> load_parallel(const EngineConfig& config);
     ~CudaModelRunner() override;
@@ -71,9 +72,10 @@ class CudaModelRunner : public ModelRunner {
     std::unique_ptr<Impl> impl_;
 };
 
-// A CUDA rank > 0 on this thread, after it joined rank 0 (comm) and read its welcome: selects
-// device `local_device`, joins NCCL, loads its shard, builds its runner (with the other ranks),
-// reports to rank 0, then runs every step rank 0 sends until the end. Throws Error.
+// A CUDA rank > 0 on this thread (tensor_parallel::RankMain, distributed/rank_startup.h), after
+// it joined rank 0 (comm) and read its welcome: selects device `local_device`, joins NCCL, loads
+// its shard, builds its runner (with the other ranks), reports to rank 0, then runs every step
+// rank 0 sends until the end. Throws Error.
 void run_cuda_rank(const EngineConfig& config, int64_t rank, int64_t local_device,
                    TcpCommunicator& comm, const Json& welcome);
 

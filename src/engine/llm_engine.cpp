@@ -5,6 +5,7 @@
 
 #include "core/host_memory.h"
 #include "core/logging.h"
+#include "distributed/rank_startup.h"
 #include "engine/request_inputs.h"
 #include "engine/scripted_runner.h"
 #ifdef MINIINFER_HAS_CUDA
@@ -112,6 +113,21 @@ std::unique_ptr<ModelRunner> load_runner(EngineConfig& config) {
     return runner;
 }
 
+// What a tensor-parallel rank > 0 runs on config.device, chosen here beside load_runner: the
+// rank start-up (distributed/rank_startup.h) knows no runner.
+tensor_parallel::RankMain rank_main(const EngineConfig& config) {
+    if (config.device == "cuda") {
+#ifdef MINIINFER_HAS_CUDA
+        return run_cuda_rank;
+#else
+        return [](const EngineConfig&, int64_t rank, int64_t, TcpCommunicator&, const Json&) {
+            fail("tensor-parallel rank {}: this build has no CUDA backend", rank);
+        };
+#endif
+    }
+    return run_cpu_rank;
+}
+
 // EngineConfig::generation_config: where the sampling defaults come from (see there).
 GenerationConfig load_generation_config(const EngineConfig& c) {
     GenerationConfig model = GenerationConfig::load(c.model_dir);
@@ -124,6 +140,10 @@ GenerationConfig load_generation_config(const EngineConfig& c) {
 }
 
 }  // namespace
+
+void run_worker_node(const EngineConfig& config) {
+    tensor_parallel::run_worker_node(config, rank_main(config));
+}
 
 LLMEngine::LLMEngine(EngineConfig config)
     : LLMEngine(config, load_runner(config), load_tokenizer(config.model_dir),

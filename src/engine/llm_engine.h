@@ -116,4 +116,10 @@ class LLMEngine {
     int64_t next_id_ = 0;
 };
 
+// A node of a multi-node group with node_rank > 0 (`miniinfer serve ... --node-rank 1`): runs
+// its tensor_parallel_size / nnodes ranks (threads) on config.device, each joining rank 0 over
+// TCP, loading its shard and running every step rank 0 sends, until rank 0 ends
+// (distributed/rank_startup.h). Throws Error if a rank fails.
+void run_worker_node(const EngineConfig& config);
+
 }  // namespace miniinfer

@@ -4,19 +4,18 @@
 // which pages a request uses is the scheduler's business.
 #pragma once
 
-#include <chrono>
 #include <deque>
 #include <filesystem>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "config/engine_config.h"
 #include "config/model_config.h"
 #include "core/thread_pool.h"
+#include "distributed/step_broadcaster.h"
 #include "kvcache/kv_cache.h"
 #include "layers/communicator.h"
 #include "layers/sampler.h"
@@ -32,37 +31,11 @@ inline ForwardBatch forward_batch_of(const Batch& b) {
             b.block_table, b.max_pages, b.slot_mapping, b.logits_indices};
 }
 
-// Tensor parallelism over TCP (load_distributed, run_worker_node): rank 0's control messages.
-// A step's batch, to every other rank: 'S' + its arrays.
-std::string encode_step(const ForwardBatch& b);
-// A decoded step: the arrays a ForwardBatch views.
-struct DecodedStep {
-    std::vector<int32_t> parts[7];
-    int64_t max_pages = 0;
-    ForwardBatch batch() const {
-        return {parts[0], parts[1], parts[2], parts[3], parts[4], max_pages, parts[5], parts[6]};
-    }
-};
-// The other control messages: `step` is set for a step, unset for the end ('Q', or an empty
-// message). Throws Error on a message that is neither.
-std::optional<DecodedStep> decode_control(const std::string& message);
-constexpr char kQuitMessage = 'Q';
-namespace tensor_parallel {
-// How long ranks wait for each other to join (other nodes may start later, by hand).
-inline constexpr std::chrono::seconds kJoinTimeout{300};
-// What rank 0 sends the others once they have joined: its settings (KV pages and page size for
-// the CPU, seed, load format, expert parallelism) and enough of the model to catch a node that
-// loaded another; a backend may add fields (the NCCL id).
-Json welcome(const EngineConfig& config, const ModelConfig& model);
-// Throws Error if `model` (this rank's) is not the one the welcome names.
-void check_same_model(const Json& welcome, const ModelConfig& model, const std::string& model_dir);
-}  // namespace tensor_parallel
-
-// This node's other ranks (rank > 0 of `config`'s world) run on a thread each: joined to rank 0
-// over TCP, loading their shard and running every step rank 0 sends (CPU or CUDA, as
-// config.device says). An error is logged; a CUDA rank's error ends the process (its peers
-// would wait in NCCL forever).
-std::thread start_rank_thread(const EngineConfig& config, int64_t rank, int64_t ranks_here);
+// A CPU rank > 0 of a group over TCP (tensor_parallel::RankMain, distributed/rank_startup.h), after
+// it joined rank 0 (links) and read its welcome: loads its shard with rank 0's settings, reports,
+// then runs every step until rank 0 says the end or closes its link. Throws Error.
+void run_cpu_rank(const EngineConfig& config, int64_t rank, int64_t local_rank,
+                  TcpCommunicator& links, const Json& welcome);
 
 class ModelRunner {
   public:
@@ -120,8 +93,8 @@ class CpuModelRunner : public ModelRunner {
     // Tensor parallelism over processes and hosts (config.nnodes > 1, node_rank 0): rank 0
     // here, this node's other ranks on threads and the other nodes' ranks in their processes
     // (run_worker_node), all joined over TCP (TcpCommunicator). Each step's batch goes to every
-    // rank as a control message; rank 0 samples. Throws Error if a rank does not join in time
-    // or cannot load its shard (with its reason). config: resolved.
+    // rank as a control message (StepBroadcaster); rank 0 samples. Throws Error if a rank does
+    // not join in time or cannot load its shard (with its reason). config: resolved.
     static std::unique_ptr<CpuModelRunner> load_distributed(const EngineConfig& config);
     ~CpuModelRunner() override;
 
@@ -146,14 +119,8 @@ class CpuModelRunner : public ModelRunner {
     std::unique_ptr<CpuCommunicator::Group> group_;
     std::vector<std::unique_ptr<CpuCommunicator>> comms_;
     std::vector<std::unique_ptr<ThreadPool>> pools_;
-    // load_distributed: rank 0's links, and this node's other ranks.
-    std::unique_ptr<TcpCommunicator> tcp_;
-    std::vector<std::thread> local_ranks_;
+    // load_distributed: rank 0's links to the other ranks, and this node's other ranks.
+    std::unique_ptr<StepBroadcaster> steps_;
 };
-
-// A node of a multi-node group with node_rank > 0 (`miniinfer serve ... --node-rank 1`): runs
-// its tensor_parallel_size / nnodes ranks (threads), each joining rank 0 over TCP, loading its
-// shard and running every step rank 0 sends, until rank 0 ends. Throws Error if a rank fails.
-void run_worker_node(const EngineConfig& config);
 
 }  // namespace miniinfer

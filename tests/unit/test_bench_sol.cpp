@@ -1,4 +1,4 @@
-// The speed of light `miniinfer bench` reports (apps/bench_workloads.h), for a dense and an MoE
+// The speed of light `miniinfer bench` reports (bench/workloads.h), for a dense and an MoE
 // model, against numbers worked out by hand from BENCHMARKS.md's model.
 #include <gtest/gtest.h>
 
@@ -9,11 +9,11 @@
 #include <utility>
 #include <vector>
 
-#include "apps/bench_workloads.h"
-#include "apps/gpu_peak.h"
+#include "bench/gpu_peak.h"
+#include "bench/workloads.h"
 
 using namespace miniinfer;
-using namespace miniinfer::apps;
+using namespace miniinfer::bench;
 
 namespace {
 const std::filesystem::path kBench = MINIINFER_SOURCE_DIR "/bench";

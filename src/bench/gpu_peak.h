@@ -8,9 +8,9 @@
 #include <string>
 #include <string_view>
 
-#include "apps/bench_workloads.h"
+#include "bench/workloads.h"
 
-namespace miniinfer::apps {
+namespace miniinfer::bench {
 
 // What the CUDA runtime says about a card (cudaDeviceGetAttribute), for cards the table lacks.
 struct GpuProperties {
@@ -45,4 +45,4 @@ std::string describe(const GpuPeak& peak);
 GpuProperties current_gpu_properties();
 #endif
 
-}  // namespace miniinfer::apps
+}  // namespace miniinfer::bench

@@ -3,10 +3,10 @@
 // rates any more: they are read as attributes.
 #include <cuda_runtime.h>
 
-#include "apps/gpu_peak.h"
+#include "bench/gpu_peak.h"
 #include "core/cuda/cuda_check.h"
 
-namespace miniinfer::apps {
+namespace miniinfer::bench {
 
 GpuProperties current_gpu_properties() {
     int device = 0;
@@ -27,4 +27,4 @@ GpuProperties current_gpu_properties() {
             .compute_minor = attribute(cudaDevAttrComputeCapabilityMinor)};
 }
 
-}  // namespace miniinfer::apps
+}  // namespace miniinfer::bench

@@ -1,4 +1,4 @@
-#include "apps/bench_workloads.h"
+#include "bench/workloads.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include "core/json.h"
 #include "models/weights.h"
 
-namespace miniinfer::apps {
+namespace miniinfer::bench {
 
 BenchWorkload make_random_workload(int64_t num_prompts, int64_t input_len, int64_t output_len,
                                    uint32_t seed) {
@@ -116,4 +116,4 @@ double sol_seconds(const BenchWorkload& w, const ModelConfig& c, int64_t max_num
     return seconds;
 }
 
-}  // namespace miniinfer::apps
+}  // namespace miniinfer::bench

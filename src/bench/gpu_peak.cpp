@@ -1,4 +1,4 @@
-#include "apps/gpu_peak.h"
+#include "bench/gpu_peak.h"
 
 #include <fmt/format.h>
 
@@ -8,7 +8,7 @@
 #include <limits>
 #include <vector>
 
-namespace miniinfer::apps {
+namespace miniinfer::bench {
 namespace {
 
 constexpr double kUnknown = std::numeric_limits<double>::infinity();
@@ -91,4 +91,4 @@ std::string describe(const GpuPeak& peak) {
                        peak.source);
 }
 
-}  // namespace miniinfer::apps
+}  // namespace miniinfer::bench

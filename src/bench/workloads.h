@@ -1,5 +1,5 @@
 // The standard benchmark workloads of BENCHMARKS.md as prompts (token ids) and output lengths,
-// shared by `miniinfer bench` and `miniinfer bench-serve`.
+// shared by `miniinfer bench`, `miniinfer bench-serve` and the C API's benchmark (Python).
 #pragma once
 
 #include <cstdint>
@@ -8,7 +8,7 @@
 
 #include "config/model_config.h"
 
-namespace miniinfer::apps {
+namespace miniinfer::bench {
 
 struct BenchWorkload {
     std::string name;
@@ -41,7 +41,7 @@ BenchWorkload make_random_workload(int64_t num_prompts, int64_t input_len, int64
 //     E (1 - (1 - k/E)^t) distinct experts on average (expected_distinct_experts). Its FLOPs per
 //     token count k experts per MoE layer, plus the router.
 struct SolHardware {
-    // bytes/s and dense bf16 FLOP/s; these: an H200's (bench takes the card's, apps/gpu_peak.h)
+    // bytes/s and dense bf16 FLOP/s; these: an H200's (bench takes the card's, bench/gpu_peak.h)
     double hbm_bytes_per_s = 4.8e12, matmul_flops = 790e12;
 };
 double expected_distinct_experts(int64_t num_experts, int64_t top_k, double tokens);
@@ -50,4 +50,4 @@ double expected_distinct_experts(int64_t num_experts, int64_t top_k, double toke
 double sol_seconds(const BenchWorkload& w, const ModelConfig& c, int64_t max_num_seqs,
                    const SolHardware& hw, double kv_element_bytes = 2.0);
 
-}  // namespace miniinfer::apps
+}  // namespace miniinfer::bench
