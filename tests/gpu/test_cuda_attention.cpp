@@ -768,8 +768,7 @@ TEST(CudaAttentionFlashInferPlan, PrefillAndMixedBatchesTakeTheHopperKernel) {
     MI_CUDA_CHECK(cudaGetDevice(&device));
     MI_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
     MI_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-    const char* wgmma = std::getenv("MINIINFER_PREFILL_WGMMA");
-    const bool hopper = major == 9 && minor == 0 && !(wgmma && std::string(wgmma) == "0");
+    const bool hopper = major == 9 && minor == 0;
     for (const Config& cfg : kManySeqsConfigs) {
         const PlanStats plan = plan_flashinfer(cfg, all_prefill_seqs());
         EXPECT_EQ(plan.hopper_prefill, hopper && cfg.head_dim == 128) << describe(cfg);

@@ -25,7 +25,7 @@ bool gemv_supported(const Tensor& x, const Tensor& w, const Tensor* bias, const 
 // ending in k (m = x.numel() / k); y: m * n elements ending in n; y must not alias x, w or bias.
 // Meant for small m (1..16): every block streams a few rows of w once and keeps m fp32 sums per
 // column, so time is ~ceil(m / 8) reads of w. At 1-4 rows with a bf16 y each block first copies
-// x into shared memory (MINIINFER_GEMV_COPY_X=0: x read in the loop). No allocation, no
+// x into shared memory (bench/RESULTS.md#gemv-copy-x). No allocation, no
 // synchronisation: safe to call during CUDA graph capture. Operands gemv_supported() rejects abort
 // (MI_LAUNCH_CHECK). cols_per_block: 0 picks by n; 1, 2 or 4 force a variant (benchmarks only).
 void gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, cudaStream_t stream,

@@ -14,8 +14,8 @@
 // one (moe_gemv's down reads moe_route's choices before waiting for gate_up). A kernel launched
 // without the attribute (a cuBLASLt GEMM, an NCCL collective, a copy) simply runs after its
 // predecessor, and pdl_wait() in a kernel launched after one returns at once. Captured into CUDA
-// graphs as programmatic edges. MINIINFER_PDL=0 in the environment launches every kernel plainly
-// (launch.h: pdl_enabled).
+// graphs as programmatic edges. Tuning::pdl off (`bench --tuning pdl=0`) launches every kernel
+// plainly (launch.h: pdl_enabled).
 #pragma once
 
 #include <cuda_runtime.h>
