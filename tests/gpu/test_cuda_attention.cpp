@@ -611,6 +611,32 @@ TEST(CudaAttentionFa2, DecodeClusterFormMatchesCpu) {
     }
 }
 
+// Tuning::decode_min_keys, the least keys of a split: any bound splits the same keys into more or
+// fewer parts, each output still matching the CPU reference (by the step's lengths and by the
+// bounds; plain and cluster forms).
+TEST(CudaAttentionFa2, DecodeMinKeysMatchesCpu) {
+    REQUIRE_GPU();
+    std::mt19937 rng(29);
+    for (const Config cfg : {Config{16, 8, 128, 16}, Config{32, 4, 64, 16}}) {
+        for (const std::vector<Seq>& seqs :
+             {std::vector<Seq>{{1, 700}}, std::vector<Seq>{{1, 65}, {1, 1000}, {1, 3}}}) {
+            const Batch b = make_batch(cfg, seqs, rng);
+            PlannedDecode decode(b);
+            for (const int min_keys : {1, 16, 64, 256, 4096}) {
+                for (const int cluster : {0, -1}) {
+                    const Tensor got = decode.run([&](cuda::AttentionParams& p) {
+                        p.decode_min_keys = min_keys;
+                        p.decode_cluster_splits = cluster;
+                    });
+                    expect_close(b, got,
+                                 "min keys " + std::to_string(min_keys) + ", cluster bound " +
+                                     std::to_string(cluster) + ", " + describe(cfg, seqs));
+                }
+            }
+        }
+    }
+}
+
 // The decode doing the QKV step itself (AttentionParams::qkv_step) against the separate step
 // (qk_norm_rope_store, then the decode on its q and cache): the cache gets the same bits, and the
 // output matches the CPU reference on the separate step's q and cache. The q argument holds NaN,
