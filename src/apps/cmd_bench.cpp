@@ -38,7 +38,7 @@ struct BenchOptions {
     int64_t runs = 1;         // timed runs of each workload, back to back
     int64_t profile_top = 0;  // > 0: CUPTI kernel times of each run, this many rows
     double hbm_bytes_per_s = 0, matmul_flops = 0;  // > 0: given, in place of the card's
-    std::vector<std::string> tuning;                // key=value fields of config/tuning.h
+    std::vector<std::string> tuning;               // key=value fields of config/tuning.h
 };
 
 // The SOL's figures: the card's (--device cuda), with --hbm-bytes-per-s / --matmul-flops in place

@@ -165,14 +165,14 @@ void CudaModelRunner::Impl::allocate_step_buffers() {
     dev_inputs = cuda::device_tensor({in.total}, DType::kI32);
     model->allocate_activations(T, S);
     const CudaModel::AttentionDims dims = model->attention_dims();
-    attention =
-        cuda::make_attention_backend(opt.attention_backend, {.max_tokens = T,
-                                                             .max_seqs = S,
-                                                             .num_heads = dims.num_heads,
-                                                             .num_kv_heads = dims.num_kv_heads,
-                                                             .head_dim = dims.head_dim,
-                                                             .page_size = opt.page_size},
-                                     opt.tuning);
+    attention = cuda::make_attention_backend(opt.attention_backend,
+                                             {.max_tokens = T,
+                                              .max_seqs = S,
+                                              .num_heads = dims.num_heads,
+                                              .num_kv_heads = dims.num_kv_heads,
+                                              .head_dim = dims.head_dim,
+                                              .page_size = opt.page_size},
+                                             opt.tuning);
     sampler = std::make_unique<CudaSampler>(S, model->config().vocab_size, opt.max_model_len);
     if (!opt.enforce_eager)
         graphs = std::make_unique<DecodeGraphs>(in, S, opt.page_size, dev_inputs.data<int32_t>());

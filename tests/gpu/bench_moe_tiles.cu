@@ -47,8 +47,8 @@ Problem make_problem(int64_t tile, int64_t tokens, int64_t n, int64_t k, std::mt
     for (int64_t i = 0; i < tokens * kTopK; ++i) ++counts[size_t(pick(rng))];
     Tensor offsets = Tensor::zeros({kExperts + 1}, DType::kI32);
     for (int64_t e = 0; e < kExperts; ++e)
-        offsets.data<int32_t>()[e + 1] = offsets.data<int32_t>()[e] +
-                                         int32_t((counts[size_t(e)] + tile - 1) / tile * tile);
+        offsets.data<int32_t>()[e + 1] =
+            offsets.data<int32_t>()[e] + int32_t((counts[size_t(e)] + tile - 1) / tile * tile);
     const int64_t rows = offsets.data<int32_t>()[kExperts];
     const auto random = [&](Shape shape, float scale) {
         Tensor t = cuda::device_tensor(shape, DType::kBF16);
@@ -57,8 +57,14 @@ Problem make_problem(int64_t tile, int64_t tokens, int64_t n, int64_t k, std::mt
                           0.f, nullptr);
         return t;
     };
-    return {tile, tokens, rows, cuda::to_device(offsets), random({rows, k}, 1.f),
-            random({kExperts, n, k}, 0.05f), n, k};
+    return {tile,
+            tokens,
+            rows,
+            cuda::to_device(offsets),
+            random({rows, k}, 1.f),
+            random({kExperts, n, k}, 0.05f),
+            n,
+            k};
 }
 
 // One shape on the problem, as the product launches it (persistent grid, epilogue as given).
@@ -88,15 +94,16 @@ bool sweep(const char* op, const Problem& p, cuda::GroupedGemmEpilogue epilogue)
             if (index == 0) expected = got;
             const bool equal = std::memcmp(got.raw(), expected.raw(), got.nbytes()) == 0;
             same = same && equal;
-            const auto t = gpu_testing::time_launch(
-                [&](cudaStream_t s) { run_shape<T>(p, epilogue, y, s); });
-            const std::string shape = shape_name<T>() + (index == 0 ? " (product)" : "") +
-                                      (equal ? "" : " BITS DIFFER");
+            const auto t =
+                gpu_testing::time_launch([&](cudaStream_t s) { run_shape<T>(p, epilogue, y, s); });
+            const std::string shape =
+                shape_name<T>() + (index == 0 ? " (product)" : "") + (equal ? "" : " BITS DIFFER");
             gpu_testing::print_bench_row(op, shape, t, bytes,
                                          2.0 * double(p.rows) * double(p.n) * double(p.k));
         };
         (one.template operator()<std::tuple_element_t<I, Shapes>>(I), ...);
-    }(std::make_index_sequence<std::tuple_size_v<Shapes>>{});
+    }
+    (std::make_index_sequence<std::tuple_size_v<Shapes>>{});
     return same;
 }
 

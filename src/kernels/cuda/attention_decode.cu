@@ -410,10 +410,9 @@ __device__ __forceinline__ void load_queries(const bf16* (&q_rows)[kHeads], int 
 // lane's first element within a cache row (kv_head * kHeadDim + dim0).
 template <class S, typename Cache>
 __device__ __forceinline__ void load_keys(const Cache* __restrict__ k_cache,
-                                          const Cache* __restrict__ v_cache,
-                                          const int32_t* pages, int first, int key_end,
-                                          int page_size, int page_shift, bool one_page,
-                                          int64_t row_stride, int64_t offset,
+                                          const Cache* __restrict__ v_cache, const int32_t* pages,
+                                          int first, int key_end, int page_size, int page_shift,
+                                          bool one_page, int64_t row_stride, int64_t offset,
                                           typename S::Vec (&k_raw)[S::kKeysPerSlot],
                                           typename S::Vec (&v_raw)[S::kKeysPerSlot]) {
     using Vec = typename S::Vec;
@@ -752,9 +751,8 @@ __global__ void __launch_bounds__(kThreads)
         accumulate_values<S>(v_raw, score, acc);
     }
     merge_slots<S>(m, l, acc);
-    const DecodeResult<kHeadDim, kHeads> result{out, partial_o, partial_lse,
-                                                ds.cluster ? &cluster_part : nullptr, num_splits,
-                                                split};
+    const DecodeResult<kHeadDim, kHeads> result{
+        out, partial_o, partial_lse, ds.cluster ? &cluster_part : nullptr, num_splits, split};
     merge_warps<S>(m, l, acc, dim0, num_block_heads, new_key, qs, out_scale, row0, result);
     if (ds.cluster) cluster_merge(cluster_part, num_block_heads, row_of, out);
 }
@@ -982,14 +980,14 @@ template <int kHeadDim, typename Cache>
 void launch_decode_cuda_cores(const AttentionLaunch& a, int64_t group, void* workspace,
                               size_t workspace_bytes, cudaStream_t stream) {
     if (group == 1)
-        return launch_decode<decode_kernel<kHeadDim, 1, Cache>, Cache>(
-            a, 1, 0, workspace, workspace_bytes, stream);
+        return launch_decode<decode_kernel<kHeadDim, 1, Cache>, Cache>(a, 1, 0, workspace,
+                                                                       workspace_bytes, stream);
     if (group == 2)
-        return launch_decode<decode_kernel<kHeadDim, 2, Cache>, Cache>(
-            a, 1, 0, workspace, workspace_bytes, stream);
+        return launch_decode<decode_kernel<kHeadDim, 2, Cache>, Cache>(a, 1, 0, workspace,
+                                                                       workspace_bytes, stream);
     if (group <= 4)
-        return launch_decode<decode_kernel<kHeadDim, 4, Cache>, Cache>(
-            a, 1, 0, workspace, workspace_bytes, stream);
+        return launch_decode<decode_kernel<kHeadDim, 4, Cache>, Cache>(a, 1, 0, workspace,
+                                                                       workspace_bytes, stream);
     const int64_t head_chunks = (group + kMaxHeadsPerBlock - 1) / kMaxHeadsPerBlock;
     return launch_decode<decode_kernel<kHeadDim, kMaxHeadsPerBlock, Cache>, Cache>(
         a, head_chunks, 0, workspace, workspace_bytes, stream);

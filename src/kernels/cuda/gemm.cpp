@@ -137,10 +137,10 @@ Plan& Gemm::Impl::plan_for(const Key& key) {
 
     cublasLtMatmulHeuristicResult_t result{};
     int num_results = 0;
-    check_cublas(cublasLtMatmulAlgoGetHeuristic(handle, op, plan.a.get(), plan.b.get(),
-                                                plan.d.get(), plan.d.get(), pref_raw, 1, &result,
-                                                &num_results),
-                 "cublasLtMatmulAlgoGetHeuristic");
+    check_cublas(
+        cublasLtMatmulAlgoGetHeuristic(handle, op, plan.a.get(), plan.b.get(), plan.d.get(),
+                                       plan.d.get(), pref_raw, 1, &result, &num_results),
+        "cublasLtMatmulAlgoGetHeuristic");
     MI_CHECK(
         num_results > 0,
         "gemm: cuBLASLt has no algorithm for m={} n={} k={} bias={} (alignment x {} w {} y {})",
@@ -152,8 +152,7 @@ Plan& Gemm::Impl::plan_for(const Key& key) {
 void Gemm::run_normed(const AddRmsNorm& in, const Tensor& w, const Tensor* bias, Tensor& y,
                       cudaStream_t stream) {
     MI_CHECK(in.residual && in.normed, "gemm: a normed input needs its residual and normed rows");
-    if (w.ndim() == 2 && w.size(1) > 0 &&
-        in.residual->numel() / w.size(1) <= gemv_max_rows_ &&
+    if (w.ndim() == 2 && w.size(1) > 0 && in.residual->numel() / w.size(1) <= gemv_max_rows_ &&
         gemv_rms_norm_supported(in, w, bias, y)) {
         gemv_rms_norm(in, w, bias, y, stream);
         return;
@@ -173,8 +172,7 @@ void Gemm::run_silu_mul(const Tensor& gate_up, Tensor& act, const Tensor& w, con
     run(act, w, bias, y, stream);
 }
 
-Gemm::Gemm(int64_t gemv_max_rows)
-    : impl_(std::make_unique<Impl>()), gemv_max_rows_(gemv_max_rows) {
+Gemm::Gemm(int64_t gemv_max_rows) : impl_(std::make_unique<Impl>()), gemv_max_rows_(gemv_max_rows) {
     check_cublas(cublasLtCreate(&impl_->handle), "cublasLtCreate");
 }
 

@@ -422,8 +422,7 @@ void gemv(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y, cudaS
     if (m == 0 || n == 0) return;
 
     // A few rows for a bf16 y: x through shared memory (XFrom::kCopy), one round trip for it.
-    if (cols_per_block == 0 && y.dtype() == DType::kBF16 &&
-        fused_supported(m, k, w, bias, y)) {
+    if (cols_per_block == 0 && y.dtype() == DType::kBF16 && fused_supported(m, k, w, bias, y)) {
         PrologueArgs args{};
         args.x = x.data<__nv_bfloat16>();
         return launch_fused<XFrom::kCopy>(w, bias, y, m, args, stream);

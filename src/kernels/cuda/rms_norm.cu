@@ -111,8 +111,7 @@ void launch(const __nv_bfloat16* x, const __nv_bfloat16* residual, __nv_bfloat16
     if (rows == 0) return;
     // The vector kernel where rows allow it; the scalar one for misaligned or longer rows
     // (bench/RESULTS.md#norm-vec).
-    const bool vec = dim % kVecElems == 0 && aligned16(x) && aligned16(w) &&
-                     aligned16(out) &&
+    const bool vec = dim % kVecElems == 0 && aligned16(x) && aligned16(w) && aligned16(out) &&
                      (!residual || (aligned16(residual) && aligned16(residual_out)));
     const int64_t vecs = dim / kVecElems;
     const auto run = [&](auto kernel, int block) {

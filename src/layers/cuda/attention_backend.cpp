@@ -69,7 +69,7 @@ class Fa2Backend final : public AttentionBackend {
     DeviceBuffer workspace_;
     PinnedUpload table_;  // int32 [2 + max_seqs]: Σ seq_lens, longest seq_len, the order
     int64_t max_seqs_;
-    bool qkv_step_;         // the decode kernel of these heads takes the QKV step
+    bool qkv_step_;  // the decode kernel of these heads takes the QKV step
     Tuning tuning_;
     bool planned_ = false;  // run() without a plan() splits by the bounds
     bool ordered_ = false;  // the table holds an order for this step
