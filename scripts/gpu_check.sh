@@ -24,11 +24,11 @@
 #   OPS             bench_cuda_ops runs (then bench_read_bandwidth: the read ceiling against the
 #                   copy rate; bench_wgmma: the warpgroup MMA shapes' rates), separated by ";",
 #                   each a filter and optionally ",TOKENS" (the MoE ops' step size):
-#                   "attention;moe tile32,256"; default one run of every op, none with ONLY;
+#                   "attention;moe grouped,256"; default one run of every op, none with ONLY;
 #                   OPS=0 none
 #   NCU             Nsight Compute on bench_cuda_ops kernels, ;-separated "KERNEL@FILTER[,TOKENS]"
 #                   (KERNEL: a regex of kernel names; FILTER, TOKENS: as in OPS), e.g.
-#                   "decode_mma@attention;grouped_gemm_kernel@moe tile32,256": ncu-<i>.txt with
+#                   "decode_mma@attention;grouped_gemm_kernel@moe grouped,256": ncu-<i>.txt with
 #                   the speed-of-light, memory, warp-state, occupancy and launch sections of one
 #                   launch (the fourth: past the warm-up), clocks left alone
 #   BENCH=0         no `miniinfer bench`; BENCH=1 runs it with ONLY too
