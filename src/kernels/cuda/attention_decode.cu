@@ -82,22 +82,13 @@ __device__ __forceinline__ void bf16x8_to_float(const uint4& v, float (&f)[8]) {
 }
 
 // The kLaneDims cache elements of one key row a lane loads at once (8 bf16: 16 bytes; 8 or 16
-// e4m3: 8 or 16 bytes), and their fp32 values (e4m3 unscaled: the kernel applies the tensor's
-// scales once, to q and to the output).
+// e4m3: 8 or 16 bytes, widened to f16 by the steps below, unscaled: the kernel applies the
+// tensor's scales once, to q and to the output).
 template <typename Cache, int kLaneDims>
 using LaneVec = std::conditional_t<sizeof(Cache) * kLaneDims == 16, uint4, uint2>;
-__device__ __forceinline__ void cache_to_float(const uint4& v, float (&f)[8]) {  // bf16
+// A bf16 cache's 8 elements in fp32.
+__device__ __forceinline__ void cache_to_float(const uint4& v, float (&f)[8]) {
     bf16x8_to_float(v, f);
-}
-__device__ __forceinline__ void cache_to_float(const uint2& v, float (&f)[8]) {  // e4m3
-    e4m3x8_to_float(v, 1.f, f);
-}
-__device__ __forceinline__ void cache_to_float(const uint4& v, float (&f)[16]) {  // e4m3
-    float lo[8], hi[8];
-    e4m3x8_to_float(make_uint2(v.x, v.y), 1.f, lo);
-    e4m3x8_to_float(make_uint2(v.z, v.w), 1.f, hi);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) f[e] = lo[e], f[8 + e] = hi[e];
 }
 
 // Brings the 128-byte line of p into this SM's L1 (no register written, nothing waited for).

@@ -65,6 +65,9 @@ using OpDesc = std::unique_ptr<cublasLtMatmulDescOpaque_t, DescDeleter>;
 using Layout = std::unique_ptr<cublasLtMatrixLayoutOpaque_t, DescDeleter>;
 using Preference = std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, DescDeleter>;
 
+// Candidates asked of cuBLASLt's heuristic; the first is taken.
+constexpr int kHeuristicResults = 8;
+
 // Everything a cached call needs: descriptors built once, and cuBLASLt's first heuristic
 // algorithm (timing its other candidates made nothing faster: bench/RESULTS.md#gemm-tune).
 struct Plan {
@@ -135,17 +138,18 @@ Plan& Gemm::Impl::plan_for(const Key& key) {
     set_pref_attr(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_y);
     set_pref_attr(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_y);
 
-    cublasLtMatmulHeuristicResult_t result{};
+    // The first of kHeuristicResults ranked candidates: the request every measurement made.
+    cublasLtMatmulHeuristicResult_t results[kHeuristicResults]{};
     int num_results = 0;
-    check_cublas(
-        cublasLtMatmulAlgoGetHeuristic(handle, op, plan.a.get(), plan.b.get(), plan.d.get(),
-                                       plan.d.get(), pref_raw, 1, &result, &num_results),
-        "cublasLtMatmulAlgoGetHeuristic");
+    check_cublas(cublasLtMatmulAlgoGetHeuristic(handle, op, plan.a.get(), plan.b.get(),
+                                                plan.d.get(), plan.d.get(), pref_raw,
+                                                kHeuristicResults, results, &num_results),
+                 "cublasLtMatmulAlgoGetHeuristic");
     MI_CHECK(
         num_results > 0,
         "gemm: cuBLASLt has no algorithm for m={} n={} k={} bias={} (alignment x {} w {} y {})",
         key.m, key.n, key.k, key.has_bias, key.align_x, key.align_w, key.align_y);
-    plan.algo = result.algo;
+    plan.algo = results[0].algo;
     return plans.emplace(key, std::move(plan)).first->second;
 }
 
