@@ -12,8 +12,8 @@
 #include "distributed/step_broadcaster.h"
 #include "engine/cuda_graphs.h"
 #include "engine/cuda_sampler.h"
-#include "kernels/cuda/launch.h"
-#include "kernels/cuda/sampling.h"
+#include "kernels/cuda/primitives/launch.h"
+#include "kernels/cuda/sampling/sampling.h"
 #ifdef MINIINFER_HAS_NCCL
 #include "layers/cuda/nccl_communicator.h"
 #endif

@@ -7,8 +7,8 @@
 #include "core/check.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/pinned_buffer.h"
-#include "kernels/cuda/penalties.h"
-#include "kernels/cuda/sampling.h"
+#include "kernels/cuda/sampling/penalties.h"
+#include "kernels/cuda/sampling/sampling.h"
 
 namespace miniinfer {
 namespace {

@@ -2,11 +2,11 @@
 // masks change (allowed_token_ids, bad words, logit_bias, repetition/frequency/presence
 // penalties, min_tokens), it uploads their token lists (CSR, one copy per step; a step's
 // bad-word bans found on the host from output_ids) and applies them to its own copy of the
-// logits (kernels/cuda/penalties.h); then it samples every row on the GPU — argmax when all rows
-// are greedy without logprobs, else the full sampler (kernels/cuda/sampling.h) — and copies the
-// tokens and logprobs back (launch() enqueues, collect() waits for a step, so that the runner
-// can overlap steps). No row falls back to the CPU sampler; the results are the CPU sampler's
-// (layers/sampler.h) up to the float-sum boundaries sampling.h describes.
+// logits (kernels/cuda/sampling/penalties.h); then it samples every row on the GPU — argmax when
+// all rows are greedy without logprobs, else the full sampler (kernels/cuda/sampling/sampling.h) —
+// and copies the tokens and logprobs back (launch() enqueues, collect() waits for a step, so that
+// the runner can overlap steps). No row falls back to the CPU sampler; the results are the CPU
+// sampler's (layers/sampler.h) up to the float-sum boundaries sampling.h describes.
 #pragma once
 
 #include <memory>
@@ -43,7 +43,7 @@ class CudaSampler {
     }
 
     // [max_rows] i32 CUDA: the tokens of the last launched step with rows, valid on the stream
-    // after it (placeholders of the next step read them: kernels/cuda/sampling.h).
+    // after it (placeholders of the next step read them: kernels/cuda/sampling/sampling.h).
     const Tensor& device_tokens() const;
 
   private:

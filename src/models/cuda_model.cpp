@@ -7,7 +7,7 @@
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
 #include "core/logging.h"
-#include "kernels/cuda/fill_random.h"
+#include "kernels/cuda/elementwise/fill_random.h"
 #include "models/qwen_cuda_model.h"
 
 namespace miniinfer {

@@ -51,8 +51,8 @@ class CudaModel {
 // model for config.arch. comm: null without tensor parallelism. Throws Error for an architecture
 // the GPU does not run yet.
 // `--load-format dummy` on the GPU: load_weights' layout for `target` (bf16; its shard),
-// allocated on the device and filled there at HBM speed (kernels/cuda/fill_random.h) by the
-// host dummy_weights' rule (dummy_init, models/weights.h). The numbers are not the host's
+// allocated on the device and filled there at HBM speed (kernels/cuda/elementwise/fill_random.h) by
+// the host dummy_weights' rule (dummy_init, models/weights.h). The numbers are not the host's
 // (those come from mt19937 on the CPU). Logs one line (tensors, GB, seconds). make_cuda_model
 // takes these tensors as they are.
 ModelWeights dummy_cuda_weights(const ModelConfig& config, uint64_t seed,

@@ -6,9 +6,9 @@
 
 #include "core/check.h"
 #include "core/cuda/device_buffer.h"
-#include "kernels/cuda/embedding.h"
-#include "kernels/cuda/gather_rows.h"
-#include "kernels/cuda/vocab_parallel.h"
+#include "kernels/cuda/elementwise/embedding.h"
+#include "kernels/cuda/elementwise/gather_rows.h"
+#include "kernels/cuda/elementwise/vocab_parallel.h"
 #include "layers/layers.h"
 
 namespace miniinfer {

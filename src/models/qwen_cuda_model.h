@@ -21,7 +21,7 @@
 
 #include <vector>
 
-#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemm/gemm.h"
 #include "layers/cuda/attention.h"
 #include "layers/cuda/mlp.h"
 #include "layers/cuda/moe.h"

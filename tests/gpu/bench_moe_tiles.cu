@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "gpu_testing.h"
-#include "kernels/cuda/fill_random.h"
-#include "kernels/cuda/grouped_gemm.cuh"
+#include "kernels/cuda/elementwise/fill_random.h"
+#include "kernels/cuda/gemm/grouped_gemm.cuh"
 
 using namespace miniinfer;
 using namespace miniinfer::cuda::grouped_mma;

@@ -18,9 +18,9 @@
 
 #include "bench_timing.h"
 
-#include "kernels/cuda/hopper_async.cuh"
-#include "kernels/cuda/mma_bf16.cuh"
-#include "kernels/cuda/wgmma.cuh"
+#include "kernels/cuda/primitives/hopper_async.cuh"
+#include "kernels/cuda/primitives/mma_bf16.cuh"
+#include "kernels/cuda/primitives/wgmma.cuh"
 
 namespace {
 

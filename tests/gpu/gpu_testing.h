@@ -32,7 +32,7 @@
 #include "core/cuda/device_buffer.h"
 #include "core/dtype.h"
 #include "core/tensor.h"
-#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemm/gemm.h"
 
 // Skips the test with a message ctest shows (SKIP_REGULAR_EXPRESSION). GTEST_SKIP returns
 // from the calling function, so this must be a macro.

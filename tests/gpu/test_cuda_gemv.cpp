@@ -15,11 +15,11 @@
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
 #include "gpu_testing.h"
-#include "kernels/cuda/gemm.h"
-#include "kernels/cuda/gemv.h"
-#include "kernels/cuda/launch.h"
-#include "kernels/cuda/rms_norm.h"
-#include "kernels/cuda/silu_mul.h"
+#include "kernels/cuda/elementwise/silu_mul.h"
+#include "kernels/cuda/gemm/gemm.h"
+#include "kernels/cuda/gemm/gemv.h"
+#include "kernels/cuda/norm/rms_norm.h"
+#include "kernels/cuda/primitives/launch.h"
 
 using namespace miniinfer;
 using gpu_testing::all_close;
@@ -416,8 +416,8 @@ TEST(CudaGemv, GraphCaptureReplays) {
     EXPECT_TRUE(bitwise_equal(dy, eager)) << "graph replay differs from eager";
 }
 
-// Programmatic dependent launch (kernels/cuda/launch.cuh): a chain of dependent kernels as a
-// decode layer's MLP runs them at batch 1 — gemv (which loads its weights before it waits),
+// Programmatic dependent launch (kernels/cuda/primitives/launch.cuh): a chain of dependent kernels
+// as a decode layer's MLP runs them at batch 1 — gemv (which loads its weights before it waits),
 // SiLU·mul, gemv, add+RMSNorm — 16 rounds over the same buffers, launched with PDL eagerly and
 // from a captured graph, gives the bits of the same chain launched plainly. A kernel that read its
 // input before pdl_wait() (or wrote before it) would mix rounds.

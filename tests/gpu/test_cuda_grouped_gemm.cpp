@@ -1,11 +1,11 @@
-// The MoE grouped GEMM (kernels/cuda/grouped_gemm.h) against a per-expert CPU reference on random
-// routings: empty segments, one expert with every row, ragged counts padded to the row tile, the
-// tiny fixture's shapes, odd multiples of 8 for n and k, and Qwen3-30B-A3B's expert GEMMs at
-// E = 128 (rows sampled there); that rows past offsets[E] are left alone; that a captured graph
-// reads the offsets it finds at replay; and an informative timing at the 30B shapes.
-// The fused modes against the unfused path on the same kernel, bit for bit: the gather (row_token:
-// x read in token order) against x_perm gathered on the host, and the SiLU epilogue (kSiluMul)
-// against kStore followed by silu_mul; on the same routings, and through a captured graph.
+// The MoE grouped GEMM (kernels/cuda/gemm/grouped_gemm.h) against a per-expert CPU reference on
+// random routings: empty segments, one expert with every row, ragged counts padded to the row tile,
+// the tiny fixture's shapes, odd multiples of 8 for n and k, and Qwen3-30B-A3B's expert GEMMs at E
+// = 128 (rows sampled there); that rows past offsets[E] are left alone; that a captured graph reads
+// the offsets it finds at replay; and an informative timing at the 30B shapes. The fused modes
+// against the unfused path on the same kernel, bit for bit: the gather (row_token: x read in token
+// order) against x_perm gathered on the host, and the SiLU epilogue (kSiluMul) against kStore
+// followed by silu_mul; on the same routings, and through a captured graph.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,9 +24,9 @@
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
 #include "gpu_testing.h"
-#include "kernels/cuda/gemm.h"
-#include "kernels/cuda/grouped_gemm.h"
-#include "kernels/cuda/silu_mul.h"
+#include "kernels/cuda/elementwise/silu_mul.h"
+#include "kernels/cuda/gemm/gemm.h"
+#include "kernels/cuda/gemm/grouped_gemm.h"
 
 using namespace miniinfer;
 using gpu_testing::all_close;

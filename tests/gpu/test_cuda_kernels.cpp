@@ -15,11 +15,11 @@
 #include "core/cuda/device_buffer.h"
 #include "gpu_testing.h"
 #include "kernels/cpu/ops.h"
-#include "kernels/cuda/embedding.h"
-#include "kernels/cuda/gather_rows.h"
-#include "kernels/cuda/gemm.h"
-#include "kernels/cuda/qk_norm_rope.h"
-#include "kernels/cuda/silu_mul.h"
+#include "kernels/cuda/elementwise/embedding.h"
+#include "kernels/cuda/elementwise/gather_rows.h"
+#include "kernels/cuda/elementwise/silu_mul.h"
+#include "kernels/cuda/gemm/gemm.h"
+#include "kernels/cuda/norm/qk_norm_rope.h"
 
 using namespace miniinfer;
 using gpu_testing::all_close;

@@ -1,4 +1,4 @@
-// The small-batch MoE kernels (kernels/cuda/moe_gemv.h) against a host reference on random
+// The small-batch MoE kernels (kernels/cuda/moe/moe_gemv.h) against a host reference on random
 // inputs: E = 8, 16, 64, 128; k = 1, 2, 4, 8; 1 to 9 tokens; random choices, every token on the
 // same experts, and (k = 1) every token on one expert; the tiny fixtures' sizes, sizes that are
 // odd multiples of 8, and Qwen3-30B-A3B's (hidden 2048, inter 768).
@@ -21,7 +21,7 @@
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
 #include "gpu_testing.h"
-#include "kernels/cuda/moe_gemv.h"
+#include "kernels/cuda/moe/moe_gemv.h"
 
 using namespace miniinfer;
 using gpu_testing::all_close;

@@ -1,4 +1,4 @@
-// The MoE routing kernels (kernels/cuda/moe_routing.h) against CPU references on random inputs,
+// The MoE routing kernels (kernels/cuda/moe/moe_routing.h) against CPU references on random inputs,
 // E = 8 .. 256, k = 1 .. 8, n = 1 .. 4096, with and without renormalisation, plus all tokens on
 // one expert and experts with no tokens.
 //   route    ids equal cpu::moe_route's (equal logits tie to the lower id on both sides; the
@@ -22,7 +22,7 @@
 #include "core/cuda/device_buffer.h"
 #include "gpu_testing.h"
 #include "kernels/cpu/ops.h"
-#include "kernels/cuda/moe_routing.h"
+#include "kernels/cuda/moe/moe_routing.h"
 
 using namespace miniinfer;
 using gpu_testing::all_close;

@@ -8,7 +8,7 @@
 #include "core/cuda/device_buffer.h"
 #include "gpu_testing.h"
 #include "kernels/cpu/ops.h"
-#include "kernels/cuda/rms_norm.h"
+#include "kernels/cuda/norm/rms_norm.h"
 
 using namespace miniinfer;
 using gpu_testing::all_close;

@@ -19,7 +19,7 @@
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
 #include "gpu_testing.h"
-#include "kernels/cuda/penalties.h"
+#include "kernels/cuda/sampling/penalties.h"
 #include "layers/sampler.h"
 
 using namespace miniinfer;

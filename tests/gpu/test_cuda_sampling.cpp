@@ -23,7 +23,7 @@
 #include "core/cuda/device_buffer.h"
 #include "engine/cuda_sampler.h"
 #include "gpu_testing.h"
-#include "kernels/cuda/sampling.h"
+#include "kernels/cuda/sampling/sampling.h"
 #include "layers/sampler.h"
 
 using namespace miniinfer;

@@ -13,7 +13,7 @@
 #include "engine/cuda_model_runner.h"
 #include "engine/llm_engine.h"
 #include "gpu_testing.h"
-#include "kernels/cuda/vocab_parallel.h"
+#include "kernels/cuda/elementwise/vocab_parallel.h"
 
 using namespace miniinfer;
 using namespace miniinfer::model_testing;

@@ -1,6 +1,6 @@
-// The fa2 decode's split choice (kernels/cuda/decode_split.h), a pure function the decode
+// The fa2 decode's split choice (kernels/cuda/attention/decode_split.h), a pure function the decode
 // kernels run on the device: checked here on the host, for the shapes the benchmarks meet.
-#include "kernels/cuda/decode_split.h"
+#include "kernels/cuda/attention/decode_split.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 #include "layers/cuda/attention.h"
 
 #include "core/cuda/device_buffer.h"
-#include "kernels/cuda/qk_norm_rope.h"
+#include "kernels/cuda/norm/qk_norm_rope.h"
 #include "layers/cuda/attention_backend.h"
 
 namespace miniinfer::cuda {

@@ -7,7 +7,7 @@
 #include "core/check.h"
 #include "core/cuda/device_buffer.h"
 #include "core/cuda/pinned_upload.h"
-#include "kernels/cuda/attention_flashinfer.h"
+#include "kernels/cuda/attention/attention_flashinfer.h"
 
 namespace miniinfer::cuda {
 namespace {
@@ -55,9 +55,9 @@ class Fa2Backend final : public AttentionBackend {
         paged_attention(q, workspace_.data(), workspace_.bytes(), stream);
     }
     // Up to tuning.decode_qkv_max_seqs sequences, where the decode kernel can
-    // (kernels/cuda/attention.h: decode_supports_qkv_step). The step in the decode removes a
-    // kernel boundary, worth most at batch 1; in a large batch it delays every block's first K/V
-    // loads by its own latency (bench/RESULTS.md#decode-qkv-step).
+    // (kernels/cuda/attention/attention.h: decode_supports_qkv_step). The step in the decode
+    // removes a kernel boundary, worth most at batch 1; in a large batch it delays every block's
+    // first K/V loads by its own latency (bench/RESULTS.md#decode-qkv-step).
     bool decode_takes_qkv_step(int64_t num_seqs) const override {
         return qkv_step_ && num_seqs <= tuning_.decode_qkv_max_seqs;
     }

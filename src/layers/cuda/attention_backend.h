@@ -1,9 +1,10 @@
 // AttentionBackend: paged attention over a layer's KV pages, one interface for both backends.
 //
-//   fa2 (kernels/cuda/attention.h): FlashAttention-2's algorithm; a workspace for the
+//   fa2 (kernels/cuda/attention/attention.h): FlashAttention-2's algorithm; a workspace for the
 //     split-KV decode, and a plan of two integers (the step's Σ seq_lens and longest seq_len,
-//     from which each decode block finds its keys: kernels/cuda/decode_split.h).
-//   flashinfer (kernels/cuda/attention_flashinfer.h): FlashInfer's plan/run design; plan()
+//     from which each decode block finds its keys: kernels/cuda/attention/decode_split.h).
+//   flashinfer (kernels/cuda/attention/attention_flashinfer.h): FlashInfer's plan/run design;
+//   plan()
 //     spreads the step's work over a fixed persistent grid.
 //
 // A step calls plan() once on the host with its query_start / seq_lens, then run() once per
@@ -18,7 +19,7 @@
 #include <span>
 #include <string>
 
-#include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention/attention.h"
 #include "layers/cuda/step.h"
 
 namespace miniinfer::cuda {

@@ -1,7 +1,7 @@
 #include "layers/cuda/linear.h"
 
-#include "kernels/cuda/gemm.h"
-#include "kernels/cuda/rms_norm.h"
+#include "kernels/cuda/gemm/gemm.h"
+#include "kernels/cuda/norm/rms_norm.h"
 
 namespace miniinfer::cuda {
 

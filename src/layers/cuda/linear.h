@@ -6,7 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "core/tensor.h"
-#include "kernels/cuda/rms_norm.h"
+#include "kernels/cuda/norm/rms_norm.h"
 #include "layers/cuda/communicator.h"
 #include "layers/cuda/step.h"
 #include "layers/shard.h"

@@ -1,10 +1,10 @@
 #include "layers/cuda/moe.h"
 
 #include "core/cuda/device_buffer.h"
-#include "kernels/cuda/grouped_gemm.h"
-#include "kernels/cuda/moe_gemv.h"
-#include "kernels/cuda/moe_routing.h"
-#include "kernels/cuda/silu_mul.h"
+#include "kernels/cuda/elementwise/silu_mul.h"
+#include "kernels/cuda/gemm/grouped_gemm.h"
+#include "kernels/cuda/moe/moe_gemv.h"
+#include "kernels/cuda/moe/moe_routing.h"
 
 namespace miniinfer::cuda {
 
