@@ -9,6 +9,7 @@
 #include "config/engine_config.h"
 #include "config/generation_config.h"
 #include "config/model_config.h"
+#include "config/tuning.h"
 
 using namespace miniinfer;
 
@@ -370,4 +371,31 @@ TEST(GenerationConfig, DemoDefaultsAndAbsentFile) {
     EXPECT_TRUE(none.eos_token_ids.empty());
     EXPECT_FALSE(none.temperature.has_value());
     EXPECT_THROW(GenerationConfig::from_json(Json{{"temperature", "hot"}}, "g"), Error);
+}
+
+// bench's --tuning: every field by name, integers checked, the error naming the key or value.
+TEST(Tuning, SetsFieldsByNameAndRefusesTheRest) {
+    Tuning t;
+    EXPECT_EQ(to_string(t),
+              "pdl=1 decode_min_keys=64 decode_qkv_max_seqs=32 decode_cluster_splits=-1 "
+              "decode_longest_first=1 moe_silu_tile=32");
+    set_tuning(t, "pdl=0");
+    set_tuning(t, "decode_min_keys=128");
+    set_tuning(t, "decode_cluster_splits=0");
+    EXPECT_FALSE(t.pdl);
+    EXPECT_EQ(t.decode_min_keys, 128);
+    EXPECT_EQ(t.decode_cluster_splits, 0);
+    const auto message = [&](const char* kv) {
+        try {
+            set_tuning(t, kv);
+        } catch (const Error& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    EXPECT_NE(message("decode_splits=4").find("'decode_splits' is not a key"), std::string::npos);
+    EXPECT_NE(message("pdl=2").find("expected 0 or 1"), std::string::npos);
+    EXPECT_NE(message("moe_silu_tile=x").find("'x' is not an integer"), std::string::npos);
+    EXPECT_NE(message("decode_min_keys").find("expected key=value"), std::string::npos);
+    EXPECT_NE(message("decode_min_keys=-5").find("expected -1 or more"), std::string::npos);
 }
