@@ -2,15 +2,16 @@
 
 #include <charconv>
 #include <type_traits>
+#include <utility>
 
 #include "core/check.h"
 
 namespace miniinfer {
 namespace {
 
-// Every field with its name, for set_tuning and to_string.
-template <class F>
-void visit(Tuning& t, F&& f) {
+// Every field with its name, for set_tuning and to_string (T: Tuning or const Tuning).
+template <class T, class F>
+void visit(T& t, F&& f) {
     f("pdl", t.pdl);
     f("decode_min_keys", t.decode_min_keys);
     f("decode_qkv_max_seqs", t.decode_qkv_max_seqs);
@@ -43,7 +44,7 @@ void set_tuning(Tuning& tuning, std::string_view key_value) {
     });
     if (!found) {
         std::string keys;
-        visit(tuning, [&](std::string_view name, auto&) {
+        visit(std::as_const(tuning), [&](std::string_view name, const auto&) {
             keys += keys.empty() ? "" : ", ";
             keys += name;
         });
@@ -52,9 +53,8 @@ void set_tuning(Tuning& tuning, std::string_view key_value) {
 }
 
 std::string to_string(const Tuning& tuning) {
-    Tuning t = tuning;
     std::string out;
-    visit(t, [&](std::string_view name, auto& field) {
+    visit(tuning, [&](std::string_view name, const auto& field) {
         out += fmt::format("{}{}={}", out.empty() ? "" : " ", name, int(field));
     });
     return out;

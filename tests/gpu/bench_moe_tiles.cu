@@ -34,9 +34,9 @@ using Tile16Shapes =
 constexpr int64_t kHidden = 2048, kInter = 768, kExperts = 128, kTopK = 8;
 
 struct Problem {
-    int64_t tile, tokens, rows;  // rows: the padded rows of every expert's segment
-    Tensor offsets;              // [E + 1] i32, device
-    Tensor x, w;                 // [rows, k], [E, n, k] bf16, device
+    int64_t rows;    // the padded rows of every expert's segment
+    Tensor offsets;  // [E + 1] i32, device
+    Tensor x, w;     // [rows, k], [E, n, k] bf16, device
     int64_t n, k;
 };
 
@@ -57,14 +57,9 @@ Problem make_problem(int64_t tile, int64_t tokens, int64_t n, int64_t k, std::mt
                           0.f, nullptr);
         return t;
     };
-    return {tile,
-            tokens,
-            rows,
-            cuda::to_device(offsets),
-            random({rows, k}, 1.f),
-            random({kExperts, n, k}, 0.05f),
-            n,
-            k};
+    return {
+        rows, cuda::to_device(offsets), random({rows, k}, 1.f), random({kExperts, n, k}, 0.05f), n,
+        k};
 }
 
 // One shape on the problem, as the product launches it (persistent grid, epilogue as given).

@@ -4,8 +4,7 @@
 //     split-KV decode, and a plan of two integers (the step's Σ seq_lens and longest seq_len,
 //     from which each decode block finds its keys: kernels/cuda/attention/decode_split.h).
 //   flashinfer (kernels/cuda/attention/attention_flashinfer.h): FlashInfer's plan/run design;
-//   plan()
-//     spreads the step's work over a fixed persistent grid.
+//     plan() spreads the step's work over a fixed persistent grid.
 //
 // A step calls plan() once on the host with its query_start / seq_lens, then run() once per
 // layer. run() allocates nothing and never synchronises, so a decode step can be captured in a

@@ -121,10 +121,10 @@ struct AttentionLaunch {
     void* out;               // [num_tokens, num_heads * head_dim] bf16
     bool fp8_cache = false;  // k_cache, v_cache hold e4m3 bytes, value = e4m3 · k_scale / v_scale
     float k_scale = 1.f, v_scale = 1.f;
-    const int32_t* decode_lengths = nullptr;  // AttentionParams::decode_lengths
-    const int32_t* decode_order = nullptr;    // AttentionParams::decode_order
-    int decode_cluster_splits = -1;           // AttentionParams::decode_cluster_splits
-    int decode_min_keys = 64;                 // AttentionParams::decode_min_keys
+    const int32_t* decode_lengths = nullptr;         // AttentionParams::decode_lengths
+    const int32_t* decode_order = nullptr;           // AttentionParams::decode_order
+    int decode_cluster_splits = -1;                  // AttentionParams::decode_cluster_splits
+    int decode_min_keys = Tuning{}.decode_min_keys;  // AttentionParams::decode_min_keys
     // AttentionParams::qkv_step as pointers (qkv null: none), the decode kernels' argument; the
     // inverse scales as qk_norm_rope_store computes them.
     struct QkvStep {

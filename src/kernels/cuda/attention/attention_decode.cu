@@ -346,10 +346,9 @@ __device__ __forceinline__ void cluster_merge(SplitPartial<kHeadDim, kRows>& min
 // decode_kernel's shape for (kHeadDim, kHeads, Cache): how a warp covers its keys.
 template <int kHeadDim, int kHeads, typename Cache>
 struct DecodeShape {
-    static constexpr bool kFp8 = std::is_same_v<Cache, uint8_t>;
     // An FP8 cache multiplies each lane's part of q·k and each step's P·V in f16 (e4m3 pairs
     // widen to f16x2 in one instruction, HFMA2 does two products); a bf16 cache, fp32.
-    static constexpr bool kHalfMath = kFp8;
+    static constexpr bool kFp8 = std::is_same_v<Cache, uint8_t>;
     // Dims a lane holds: from an FP8 cache with up to 2 heads, 16 (one 16-byte load), so a key's
     // dot product is summed over half as many lanes, since that kernel is bound by instructions,
     // not bytes; with more heads 16 dims take too many registers.
@@ -387,7 +386,7 @@ __device__ __forceinline__ void load_queries(const bf16* (&q_rows)[kHeads], int 
 #pragma unroll
             for (int e = 0; e < S::kLaneDims; ++e) q_reg[h][e] = 0.f;
         }
-        if constexpr (S::kHalfMath) {
+        if constexpr (S::kFp8) {
 #pragma unroll
             for (int j = 0; j < S::kLaneDims / 2; ++j)
                 q_half[h][j] = __floats2half2_rn(q_reg[h][2 * j] / kQkHalfScale,
@@ -433,7 +432,7 @@ __device__ __forceinline__ void score_keys(const typename S::Vec (&k_raw)[S::kKe
     constexpr int kLaneDims = S::kLaneDims;
 #pragma unroll
     for (int i = 0; i < S::kKeysPerSlot; ++i) {
-        if constexpr (S::kHalfMath) {
+        if constexpr (S::kFp8) {
             // e4m3 pairs widen to f16 exactly; each head's 16 products in two f16 chains of 8
             // (rounded to 11 bits, against e4m3's 4), summed in fp32.
             uint4 k16[kLaneDims / 8];
@@ -503,7 +502,7 @@ __device__ __forceinline__ void accumulate_values(const typename S::Vec (&v_raw)
                                                   const float (&p)[kHeads][S::kKeysPerSlot],
                                                   float (&acc)[kHeads][S::kLaneDims]) {
     constexpr int kLaneDims = S::kLaneDims;
-    if constexpr (S::kHalfMath) {
+    if constexpr (S::kFp8) {
         // This step's P·V in f16: p in [0, 1] and e4m3 values (at most 448 unscaled) make
         // products and sums of kKeysPerSlot of them (at most 1,792) that f16 holds, each rounded
         // to 11 bits against e4m3's 4; the fp32 accumulators take the step's sum.

@@ -138,7 +138,6 @@ Plan& Gemm::Impl::plan_for(const Key& key) {
     set_pref_attr(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_y);
     set_pref_attr(pref_raw, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_y);
 
-    // The first of kHeuristicResults ranked candidates: the request every measurement made.
     cublasLtMatmulHeuristicResult_t results[kHeuristicResults]{};
     int num_results = 0;
     check_cublas(cublasLtMatmulAlgoGetHeuristic(handle, op, plan.a.get(), plan.b.get(),

@@ -344,8 +344,8 @@ __global__ void __launch_bounds__(kThreads, 2) sample_kernel(SampleArgs a) {
         a.top_ids[row * a.max_logprobs + j] = -1;
         a.top_logprobs[row * a.max_logprobs + j] = neg_inf();
     }
-    {  // temperature-only and small-top_k rows: one or two passes
-       // (bench/RESULTS.md#sample-one-pass)
+    // Temperature-only and small-top_k rows: one or two passes (bench/RESULTS.md#sample-one-pass).
+    {
         LogSoftmax log_softmax;
         int token = -1;
         if (is_plain(p, vocab, num_top))
