@@ -45,7 +45,7 @@ struct EngineConfig {
     int64_t tensor_parallel_size = 1;
     bool enable_expert_parallel = false;
     // The ranks over several processes, here or on other hosts (CPU so far): nnodes nodes with
-    // tensor_parallel_size / nnodes ranks each, over TCP (layers/tcp_communicator.h). Node 0
+    // tensor_parallel_size / nnodes ranks each, over TCP (distributed/tcp_communicator.h). Node 0
     // schedules, samples and serves; a node_rank > 0 only runs its ranks' shards
     // (run_worker_node). Rank 0 listens on master_addr:master_port.
     int64_t nnodes = 1;

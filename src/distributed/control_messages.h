@@ -1,6 +1,7 @@
 // What the ranks of a tensor-parallel group say to each other over their TCP links
-// (layers/tcp_communicator.h), besides the collectives: rank 0's welcome once they have joined,
-// then one control message per step (the step's batch, which every rank runs too) and the end.
+// (distributed/tcp_communicator.h), besides the collectives: rank 0's welcome once they have
+// joined, then one control message per step (the step's batch, which every rank runs too) and the
+// end.
 #pragma once
 
 #include <chrono>

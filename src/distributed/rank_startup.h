@@ -1,5 +1,5 @@
 // Tensor-parallel start-up of the ranks other than 0 (rank 0's end is step_broadcaster.h).
-// A rank joins rank 0 over TCP (layers/tcp_communicator.h), reads its welcome
+// A rank joins rank 0 over TCP (distributed/tcp_communicator.h), reads its welcome
 // (control_messages.h), then runs its device's RankMain: load its shard, report to rank 0, run
 // every step rank 0 sends until the end. The RankMains belong to the runners
 // (run_cpu_rank in engine/model_runner.h, run_cuda_rank in engine/cuda_model_runner.h); who
@@ -12,7 +12,7 @@
 
 #include "config/engine_config.h"
 #include "core/json.h"
-#include "layers/tcp_communicator.h"
+#include "distributed/tcp_communicator.h"
 
 namespace miniinfer::tensor_parallel {
 

@@ -1,8 +1,8 @@
 // StepBroadcaster: rank 0's end of a tensor-parallel group whose other ranks run elsewhere, on
 // threads of this process (this node's, started here: rank_startup.h) or in other processes
-// (other nodes'). It owns rank 0's TCP links to them (layers/tcp_communicator.h) and this node's
-// rank threads. A runner tells it each step's batch, which every other rank then runs too, and
-// otherwise sees no link: the start-up's exchanges (welcome, statuses) go through links().
+// (other nodes'). It owns rank 0's TCP links to them (distributed/tcp_communicator.h) and this
+// node's rank threads. A runner tells it each step's batch, which every other rank then runs too,
+// and otherwise sees no link: the start-up's exchanges (welcome, statuses) go through links().
 //
 // end() (or destruction) ends the group: every rank is told the end, the links close (a rank
 // still starting sees them closed and gives up), and this node's rank threads are joined.
@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "distributed/rank_startup.h"
+#include "distributed/tcp_communicator.h"
 #include "layers/forward_batch.h"
-#include "layers/tcp_communicator.h"
 
 namespace miniinfer {
 

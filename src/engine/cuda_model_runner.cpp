@@ -15,7 +15,7 @@
 #include "kernels/cuda/primitives/launch.h"
 #include "kernels/cuda/sampling/sampling.h"
 #ifdef MINIINFER_HAS_NCCL
-#include "layers/cuda/nccl_communicator.h"
+#include "distributed/nccl_communicator.h"
 #endif
 #include "layers/cuda/attention_backend.h"
 #include "models/cuda_model.h"

@@ -17,9 +17,9 @@
 #include <string>
 
 #include "config/engine_config.h"
+#include "distributed/cuda_communicator.h"
+#include "distributed/tcp_communicator.h"
 #include "engine/model_runner.h"
-#include "layers/cuda/communicator.h"
-#include "layers/tcp_communicator.h"
 #include "models/weights.h"
 
 namespace miniinfer {
@@ -39,7 +39,7 @@ class CudaModelRunner : public ModelRunner {
     // Tensor parallelism (config.tensor_parallel_size > 1, node 0): rank 0 in this runner, this
     // node's other ranks on threads (one GPU each: rank r on device r of the node), other nodes'
     // ranks in their processes (run_worker_node); NCCL for the collectives, the TCP links
-    // (layers/tcp_communicator.h) for the NCCL id and, through a StepBroadcaster
+    // (distributed/tcp_communicator.h) for the NCCL id and, through a StepBroadcaster
     // (distributed/step_broadcaster.h), each step's batch. Rank 0 samples.
     // Throws Error if NCCL is missing from this build or a rank fails to start.
     static std::unique_ptr<CudaModelRunner> load_parallel(const EngineConfig& config);

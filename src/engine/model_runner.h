@@ -15,11 +15,11 @@
 #include "config/engine_config.h"
 #include "config/model_config.h"
 #include "core/thread_pool.h"
+#include "distributed/communicator.h"
 #include "distributed/step_broadcaster.h"
+#include "distributed/tcp_communicator.h"
 #include "kvcache/kv_cache.h"
-#include "layers/communicator.h"
 #include "layers/sampler.h"
-#include "layers/tcp_communicator.h"
 #include "models/qwen_model.h"
 #include "scheduler/batch.h"
 

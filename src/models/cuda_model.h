@@ -15,8 +15,8 @@
 
 #include "config/model_config.h"
 #include "config/tuning.h"
+#include "distributed/cuda_communicator.h"
 #include "layers/cuda/attention_backend.h"
-#include "layers/cuda/communicator.h"
 #include "layers/cuda/step.h"
 #include "models/weights.h"
 

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "config/model_config.h"
+#include "distributed/communicator.h"
 #include "kvcache/kv_cache.h"
-#include "layers/communicator.h"
 #include "layers/forward_batch.h"
 #include "layers/layers.h"
 #include "models/weights.h"

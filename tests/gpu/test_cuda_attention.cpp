@@ -360,7 +360,7 @@ TEST_P(CudaAttention, GraphReplayAfterNewPlan) {
 
 // Decode under bounds far above the lengths, as a captured graph's (p.max_seq_len 4096): fa2's
 // grid then has many splits per sequence, and each sequence uses as many as the plan's lengths
-// ask (decode_split.h) while the rest write an empty log-sum-exp and leave. At 30B-A3B's heads
+// ask (decode_plan.h) while the rest write an empty log-sum-exp and leave. At 30B-A3B's heads
 // (group 8, the tensor-core decode) and 0.6B's (group 2), lengths 1 .. 1,149.
 TEST_P(CudaAttention, DecodeUnderBoundsFarAboveTheLengths) {
     REQUIRE_GPU();

@@ -11,8 +11,8 @@
 #include <future>
 
 #include "core/json.h"
+#include "distributed/tcp_communicator.h"
 #include "engine/llm_engine.h"
-#include "layers/tcp_communicator.h"
 #include "loader/safetensors.h"
 #include "models/sequence_runner.h"
 

@@ -2,7 +2,7 @@
 //
 //   fa2 (kernels/cuda/attention/attention.h): FlashAttention-2's algorithm; a workspace for the
 //     split-KV decode, and a plan of two integers (the step's Σ seq_lens and longest seq_len,
-//     from which each decode block finds its keys: kernels/cuda/attention/decode_split.h).
+//     from which each decode block finds its keys: kernels/cuda/attention/decode_plan.h).
 //   flashinfer (kernels/cuda/attention/attention_flashinfer.h): FlashInfer's plan/run design;
 //     plan() spreads the step's work over a fixed persistent grid.
 //

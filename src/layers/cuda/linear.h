@@ -6,8 +6,8 @@
 #include <cuda_runtime.h>
 
 #include "core/tensor.h"
+#include "distributed/cuda_communicator.h"
 #include "kernels/cuda/norm/rms_norm.h"
-#include "layers/cuda/communicator.h"
 #include "layers/cuda/step.h"
 #include "layers/shard.h"
 

@@ -58,7 +58,7 @@ struct AttentionParams {
     float k_scale = 1.f, v_scale = 1.f;
     // Optional, device [2]: the step's Σ seq_lens and its longest seq_len, as the device will
     // hold them when the launch runs (the fa2 backend's plan() copies them). The decode then
-    // splits each sequence by these lengths (decode_split.h), not by the host-side bounds:
+    // splits each sequence by these lengths (decode_plan.h), not by the host-side bounds:
     // what a captured graph needs to split each replay by its own lengths. nullptr: by the
     // bounds.
     const int32_t* decode_lengths = nullptr;

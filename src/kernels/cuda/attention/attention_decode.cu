@@ -9,12 +9,12 @@
 // warps at the end.
 //
 // When the batch alone gives too few blocks to fill the GPU, or fills its last wave badly, each
-// sequence's keys are split across up to num_splits blocks (plan_splits, from the host-side
-// bounds); each writes its normalised partial output and log-sum-exp (base 2) to the workspace
-// and combine_kernel merges them. With one split the output is written directly. Given the
-// step's lengths on the device (AttentionLaunch::decode_lengths, from the fa2 backend's plan()),
-// every sequence takes chunks of one size chosen from them (decode_split.h) and uses only as
-// many of its blocks as its length needs: a graph captured at a bound of 4,096 keys no longer
+// sequence's keys are split across up to num_splits blocks (decode_plan.h: plan_decode, from the
+// host-side bounds); each writes its normalised partial output and log-sum-exp (base 2) to the
+// workspace and combine_kernel merges them. With one split the output is written directly. Given
+// the step's lengths on the device (AttentionLaunch::decode_lengths, from the fa2 backend's
+// plan()), every sequence takes chunks of one size chosen from them (decode_plan.h) and uses only
+// as many of its blocks as its length needs: a graph captured at a bound of 4,096 keys no longer
 // cuts a 384-key sequence into 24 splits of 16 keys, nor splits a batch that fills the GPU.
 // Given an order (AttentionLaunch::decode_order, the fa2 plan's longest first), grid row y
 // takes sequence order[y]: the GPU starts blocks in grid order, so the longest start first and
@@ -23,7 +23,7 @@
 // (launch.cuh): only copies write them. The cluster form merges the splits without a global
 // round trip: at small batches the splits of a (sequence, KV head) are one thread-block cluster,
 // each leaves its partial output in its shared memory and the cluster's blocks merge them
-// through distributed shared memory (cluster_merge; plan_cluster_splits says when,
+// through distributed shared memory (cluster_merge; plan_decode says when,
 // bench/RESULTS.md#decode-clusters for which kernel).
 //
 // GQA groups of 4 to 16 query heads a KV head take decode_mma_kernel instead: the group's heads
@@ -43,13 +43,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <type_traits>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
 #include "kernels/cuda/attention/attention.h"
 #include "kernels/cuda/attention/attention_tile.cuh"
-#include "kernels/cuda/attention/decode_split.h"
+#include "kernels/cuda/attention/decode_plan.h"
 #include "kernels/cuda/attention/kv_fp8.cuh"
 #include "kernels/cuda/attention/paged_kv.cuh"
 #include "kernels/cuda/norm/qk_norm_rope.cuh"
@@ -96,7 +97,7 @@ __device__ __forceinline__ void prefetch_l1(const void* p) {
     asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p));
 }
 
-// How a decode block finds its sequence and keys (decode_split.h): lengths (device [2]: the
+// How a decode block finds its sequence and keys (decode_plan.h): lengths (device [2]: the
 // step's Σ seq_lens and longest seq_len) give every sequence chunks of one size; without them a
 // sequence's keys are cut into num_splits equal parts. order (device [num_seqs], or nullptr:
 // batch order) maps the grid's sequence index to the batch's. blocks_per_key: blocks per
@@ -847,22 +848,20 @@ size_t partial_row_bytes(int64_t num_heads, int64_t head_dim) {
     return size_t(num_heads) * size_t(head_dim + 1) * sizeof(float);
 }
 
-// Resident blocks per SM of one decode kernel instance, measured once (no stream work, so the
-// first call may even happen during graph capture). Assumes one kind of GPU per process.
-struct Occupancy {
-    int num_sms = 0, blocks_per_sm = 0;
-    int max_clusters = 0;  // clusters of kMaxClusterSplits blocks the GPU holds at once
-};
-// A kernel above 48 KiB of dynamic shared memory is opted into it here, once; so is a kernel
-// into clusters of more than 8 blocks.
+// One decode kernel instance's DecodeOccupancy (clusters of kMaxClusterSplits blocks), measured
+// once (no stream work, so the first call may even happen during graph capture). Assumes one kind
+// of GPU per process. A kernel above 48 KiB of dynamic shared memory is opted into it here, once;
+// so is a kernel into clusters of more than 8 blocks.
 template <auto Kernel>
-const Occupancy& decode_occupancy(size_t smem_bytes) {
-    static const Occupancy occupancy = [smem_bytes] {
-        Occupancy o;
+const DecodeOccupancy& decode_occupancy(size_t smem_bytes) {
+    static const DecodeOccupancy occupancy = [smem_bytes] {
+        DecodeOccupancy o;
         o.num_sms = sm_count();
         if (smem_bytes > 48 * 1024) allow_shared_memory<Kernel>(smem_bytes);
-        MI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&o.blocks_per_sm, Kernel,
+        int blocks_per_sm = 0, max_clusters = 0;
+        MI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, Kernel,
                                                                     kThreads, smem_bytes));
+        o.blocks_per_sm = blocks_per_sm;
         allow_large_clusters<Kernel>();
         cudaLaunchAttribute cluster = cluster_dimension(dim3(1, 1, kMaxClusterSplits));
         cudaLaunchConfig_t config{};
@@ -871,89 +870,62 @@ const Occupancy& decode_occupancy(size_t smem_bytes) {
         config.dynamicSmemBytes = smem_bytes;
         config.attrs = &cluster;
         config.numAttrs = 1;
-        MI_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&o.max_clusters, Kernel, &config));
+        MI_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&max_clusters, Kernel, &config));
+        o.max_clusters = max_clusters;
         return o;
     }();
     return occupancy;
-}
-
-// Splits of a.decode_min_keys keys or more (Tuning::decode_min_keys: below it a split's fixed
-// cost outweighs its parallelism) that the longest sequence (host bound) allows.
-int64_t splits_the_keys_allow(const AttentionLaunch& a) {
-    return decode_splits_the_keys_allow(a.max_seq_len, a.decode_min_keys);
 }
 
 // The most splits the cluster form merges when AttentionLaunch::decode_cluster_splits is below
 // 0: kMaxClusterSplits for decode_mma_kernel, none for decode_kernel, whose plain blocks start
 // sooner under PDL than a cluster's 16 that must find room on one GPC together
 // (bench/RESULTS.md#decode-clusters).
-int default_cluster_splits(bool tensor_core_kernel) {
-    return tensor_core_kernel ? kMaxClusterSplits : 0;
-}
-
-// The cluster form (small batches): when every (sequence, block heads) can have its splits as
-// one thread-block cluster and all of the clusters run at once, the splits merge their results
-// through each other's shared memory at the end of the launch (cluster_merge) instead of through
-// the workspace and combine_kernel, one launch and one global round trip fewer: the returned
-// number of splits (decode_split.h: decode_cluster_splits). 0: the plain form.
-int plan_cluster_splits(const AttentionLaunch& a, int64_t blocks_per_split,
-                        const Occupancy& occupancy, bool tensor_core_kernel) {
-    const int bound =
-        std::min(a.decode_cluster_splits >= 0 ? a.decode_cluster_splits
-                                              : default_cluster_splits(tensor_core_kernel),
-                 kMaxClusterSplits);
-    return decode_cluster_splits(bound, a.num_seqs, blocks_per_split, occupancy.max_clusters,
-                                 splits_the_keys_allow(a));
-}
-
-// How many blocks share each sequence's keys (decode_split.h: decode_plain_splits), bounded by
-// a.decode_min_keys keys a split and by what the workspace holds; from host-side bounds only.
-int plan_splits(const AttentionLaunch& a, int64_t blocks_per_split, const Occupancy& occupancy,
-                size_t workspace_bytes) {
-    int64_t max_splits = std::min<int64_t>(kMaxSplits, splits_the_keys_allow(a));
-    max_splits = std::min<int64_t>(
-        max_splits, int64_t(workspace_bytes /
-                            (size_t(a.num_tokens) * partial_row_bytes(a.num_heads, a.head_dim))));
-    return decode_plain_splits(std::max<int64_t>(max_splits, 1), blocks_per_split,
-                               int64_t(occupancy.num_sms) * occupancy.blocks_per_sm);
+int cluster_bound(const AttentionLaunch& a, bool tensor_core_kernel) {
+    const int bound = a.decode_cluster_splits >= 0 ? a.decode_cluster_splits
+                      : tensor_core_kernel         ? kMaxClusterSplits
+                                                   : 0;
+    return std::min(bound, kMaxClusterSplits);
 }
 
 // One decode launch of Kernel (decode_kernel or decode_mma_kernel, same arguments; smem_bytes of
 // dynamic shared memory; tensor_core_kernel: decode_mma_kernel, which takes the cluster form by
-// default) over head_chunks blocks per KV head, and the combine of its splits.
+// default) over head_chunks blocks per KV head, and the combine of its splits. The plan
+// (decode_plan.h) comes from host-side bounds and the kernel's occupancy only.
 template <auto Kernel, typename Cache>
 void launch_decode(const AttentionLaunch& a, int64_t head_chunks, size_t smem_bytes,
                    void* workspace, size_t workspace_bytes, cudaStream_t stream,
-                   bool tensor_core_kernel = false) {
+                   bool tensor_core_kernel) {
     MI_LAUNCH_CHECK(a.num_seqs <= 65535, "attention decode: batch too large for one launch");
-    const Occupancy& occupancy = decode_occupancy<Kernel>(smem_bytes);
+    const DecodeOccupancy& occupancy = decode_occupancy<Kernel>(smem_bytes);
     const int64_t blocks_per_key = a.num_kv_heads * head_chunks;
-    const int cluster_splits =
-        plan_cluster_splits(a, a.num_seqs * blocks_per_key, occupancy, tensor_core_kernel);
-    const bool cluster = cluster_splits > 1;
-    const int num_splits =
-        cluster ? cluster_splits
-                : plan_splits(a, a.num_seqs * blocks_per_key, occupancy, workspace_bytes);
+    const int64_t workspace_splits = int64_t(
+        workspace_bytes / (size_t(a.num_tokens) * partial_row_bytes(a.num_heads, a.head_dim)));
+    const DecodePlan plan = plan_decode(
+        {a.num_seqs, a.max_seq_len, blocks_per_key, a.decode_min_keys,
+         cluster_bound(a, tensor_core_kernel), std::min<int64_t>(kMaxSplits, workspace_splits)},
+        occupancy);
+    const int num_splits = plan.num_splits;
     const DecodeSplitArgs ds{num_splits > 1 ? a.decode_lengths : nullptr,
                              a.decode_order,
-                             std::max(occupancy.num_sms * occupancy.blocks_per_sm, 1),
+                             int(std::max<int64_t>(occupancy.slots(), 1)),
                              a.decode_min_keys,
                              int(blocks_per_key),
-                             cluster};
+                             plan.cluster};
     const dim3 grid(unsigned(blocks_per_key), unsigned(a.num_seqs), unsigned(num_splits));
     auto* partial_o = static_cast<float*>(workspace);
-    float* partial_lse = num_splits > 1 && !cluster
+    float* partial_lse = num_splits > 1 && !plan.cluster
                              ? partial_o + a.num_tokens * a.num_heads * num_splits * a.head_dim
                              : nullptr;
     launch_kernel_in_clusters(
-        Kernel, grid, dim3(1, 1, cluster ? unsigned(num_splits) : 1u), kThreads, smem_bytes, stream,
-        static_cast<const bf16*>(a.q), static_cast<const Cache*>(a.k_cache),
+        Kernel, grid, dim3(1, 1, plan.cluster ? unsigned(num_splits) : 1u), kThreads, smem_bytes,
+        stream, static_cast<const bf16*>(a.q), static_cast<const Cache*>(a.k_cache),
         static_cast<const Cache*>(a.v_cache), a.k_scale, a.v_scale, a.query_start, a.seq_lens,
         a.block_table, int(a.max_pages), int(a.num_heads), int(a.num_kv_heads), int(a.page_size),
         page_shift_of(a.page_size), a.scale * 1.4426950408889634f, num_splits, ds, a.qkv_step,
         static_cast<bf16*>(a.out), partial_o, partial_lse);
     MI_CUDA_CHECK(cudaGetLastError());
-    if (num_splits > 1 && !cluster) {
+    if (num_splits > 1 && !plan.cluster) {
         const int64_t rows = a.num_tokens * a.num_heads;
         const auto combine =
             a.head_dim == 128 ? combine_kernel<128> : combine_kernel<64>;  // the two head_dims
@@ -964,64 +936,80 @@ void launch_decode(const AttentionLaunch& a, int64_t head_chunks, size_t smem_by
     }
 }
 
-// The smallest decode_kernel instance that holds the group (groups above 8 are split into
-// chunks of 8).
-template <int kHeadDim, typename Cache>
-void launch_decode_cuda_cores(const AttentionLaunch& a, int64_t group, void* workspace,
-                              size_t workspace_bytes, cudaStream_t stream) {
-    if (group == 1)
-        return launch_decode<decode_kernel<kHeadDim, 1, Cache>, Cache>(a, 1, 0, workspace,
-                                                                       workspace_bytes, stream);
-    if (group == 2)
-        return launch_decode<decode_kernel<kHeadDim, 2, Cache>, Cache>(a, 1, 0, workspace,
-                                                                       workspace_bytes, stream);
-    if (group <= 4)
-        return launch_decode<decode_kernel<kHeadDim, 4, Cache>, Cache>(a, 1, 0, workspace,
-                                                                       workspace_bytes, stream);
-    const int64_t head_chunks = (group + kMaxHeadsPerBlock - 1) / kMaxHeadsPerBlock;
-    return launch_decode<decode_kernel<kHeadDim, kMaxHeadsPerBlock, Cache>, Cache>(
-        a, head_chunks, 0, workspace, workspace_bytes, stream);
-}
+// A row of the dispatch table: launch_decode of one kernel instance, its query heads cut into
+// chunks of kBlockHeads a block.
+using DecodeLaunch = void (*)(const AttentionLaunch&, void*, size_t, cudaStream_t);
 
-// Whether GQA groups of this size take decode_mma_kernel (launch_decode_group's rule).
-bool group_takes_mma(int64_t group) {
-    return group >= 4 && group <= 16;
-}
-
-// The kernel for the GQA group: decode_mma_kernel for groups of 4 to 16, else the smallest
-// decode_kernel instance that holds the group (groups above 8 are split into chunks of 8).
-template <int kHeadDim, typename Cache>
-void launch_decode_group(const AttentionLaunch& a, void* workspace, size_t workspace_bytes,
-                         cudaStream_t stream) {
+template <auto Kernel, int kHeadDim, typename Cache, int kBlockHeads, bool kTensorCores>
+void launch_instance(const AttentionLaunch& a, void* workspace, size_t workspace_bytes,
+                     cudaStream_t stream) {
     const int64_t group = a.num_heads / a.num_kv_heads;
-    MI_LAUNCH_CHECK(a.qkv_step.qkv == nullptr || !group_takes_mma(group),
-                    "attention decode: qkv_step with a GQA group of 4 to 16 (see "
-                    "decode_supports_qkv_step)");
-    // Groups of 1 to 3 keep decode_kernel, faster there than either tensor-core form; groups of
-    // 4 to 8 fill the tile's 8 columns with their heads, 9 to 16 its 16 rows
-    // (bench/RESULTS.md#decode-tensor-cores).
-    if (group >= 4 && group <= 8)
-        return launch_decode<decode_mma_kernel<kHeadDim, Cache, true>, Cache>(
-            a, 1, decode_mma_smem_bytes<kHeadDim>(), workspace, workspace_bytes, stream, true);
-    if (group >= 9 && group <= 16)
-        return launch_decode<decode_mma_kernel<kHeadDim, Cache, false>, Cache>(
-            a, 1, decode_mma_smem_bytes<kHeadDim>(), workspace, workspace_bytes, stream, true);
-    return launch_decode_cuda_cores<kHeadDim, Cache>(a, group, workspace, workspace_bytes, stream);
+    launch_decode<Kernel, Cache>(a, (group + kBlockHeads - 1) / kBlockHeads,
+                                 kTensorCores ? decode_mma_smem_bytes<kHeadDim>() : 0, workspace,
+                                 workspace_bytes, stream, kTensorCores);
 }
+template <int kHeadDim, int kHeads, typename Cache>
+constexpr DecodeLaunch cuda_cores =
+    launch_instance<decode_kernel<kHeadDim, kHeads, Cache>, kHeadDim, Cache, kHeads, false>;
+template <int kHeadDim, typename Cache, bool kHeadsAsColumns>
+constexpr DecodeLaunch tensor_cores =
+    launch_instance<decode_mma_kernel<kHeadDim, Cache, kHeadsAsColumns>, kHeadDim, Cache, 16, true>;
 
-template <int kHeadDim>
-void launch_decode_head_dim(const AttentionLaunch& a, void* workspace, size_t workspace_bytes,
-                            cudaStream_t stream) {
-    if (a.fp8_cache)
-        launch_decode_group<kHeadDim, uint8_t>(a, workspace, workspace_bytes, stream);
-    else
-        launch_decode_group<kHeadDim, bf16>(a, workspace, workspace_bytes, stream);
+struct DecodeInstance {
+    int head_dim;
+    bool fp8_cache;
+    int64_t min_group, max_group;  // the GQA groups (query heads a KV head) it takes
+    bool uses_tensor_cores;        // decode_mma_kernel: no qkv_step (decode_supports_qkv_step)
+    DecodeLaunch launch;
+};
+constexpr int64_t kAnyGroup = INT64_MAX;
+
+// Every decode kernel the product runs, and what runs it. Groups of 1 to 3 take decode_kernel,
+// faster there than either tensor-core form; groups of 4 to 8 fill the mma tile's 8 columns with
+// their heads, 9 to 16 its 16 rows (bench/RESULTS.md#decode-tensor-cores); larger groups take
+// decode_kernel in chunks of 8 heads.
+constexpr DecodeInstance kDecodeInstances[] = {
+    {128, false, 1, 1, false, cuda_cores<128, 1, bf16>},
+    {128, false, 2, 2, false, cuda_cores<128, 2, bf16>},
+    {128, false, 3, 3, false, cuda_cores<128, 4, bf16>},
+    {128, false, 4, 8, true, tensor_cores<128, bf16, true>},
+    {128, false, 9, 16, true, tensor_cores<128, bf16, false>},
+    {128, false, 17, kAnyGroup, false, cuda_cores<128, kMaxHeadsPerBlock, bf16>},
+    {128, true, 1, 1, false, cuda_cores<128, 1, uint8_t>},
+    {128, true, 2, 2, false, cuda_cores<128, 2, uint8_t>},
+    {128, true, 3, 3, false, cuda_cores<128, 4, uint8_t>},
+    {128, true, 4, 8, true, tensor_cores<128, uint8_t, true>},
+    {128, true, 9, 16, true, tensor_cores<128, uint8_t, false>},
+    {128, true, 17, kAnyGroup, false, cuda_cores<128, kMaxHeadsPerBlock, uint8_t>},
+    {64, false, 1, 1, false, cuda_cores<64, 1, bf16>},
+    {64, false, 2, 2, false, cuda_cores<64, 2, bf16>},
+    {64, false, 3, 3, false, cuda_cores<64, 4, bf16>},
+    {64, false, 4, 8, true, tensor_cores<64, bf16, true>},
+    {64, false, 9, 16, true, tensor_cores<64, bf16, false>},
+    {64, false, 17, kAnyGroup, false, cuda_cores<64, kMaxHeadsPerBlock, bf16>},
+    {64, true, 1, 1, false, cuda_cores<64, 1, uint8_t>},
+    {64, true, 2, 2, false, cuda_cores<64, 2, uint8_t>},
+    {64, true, 3, 3, false, cuda_cores<64, 4, uint8_t>},
+    {64, true, 4, 8, true, tensor_cores<64, uint8_t, true>},
+    {64, true, 9, 16, true, tensor_cores<64, uint8_t, false>},
+    {64, true, 17, kAnyGroup, false, cuda_cores<64, kMaxHeadsPerBlock, uint8_t>},
+};
+
+// The row for (head_dim, cache, group); nullptr: no decode kernel for it.
+const DecodeInstance* find_decode_instance(int64_t head_dim, bool fp8_cache, int64_t group) {
+    for (const DecodeInstance& d : kDecodeInstances)
+        if (d.head_dim == head_dim && d.fp8_cache == fp8_cache && group >= d.min_group &&
+            group <= d.max_group)
+            return &d;
+    return nullptr;
 }
 
 }  // namespace
 
 bool decode_supports_qkv_step(int64_t num_heads, int64_t num_kv_heads) {
-    return num_kv_heads > 0 && !group_takes_mma(num_heads / num_kv_heads);
+    if (num_kv_heads <= 0) return false;
+    const DecodeInstance* d = find_decode_instance(128, false, num_heads / num_kv_heads);
+    return d != nullptr && !d->uses_tensor_cores;
 }
 
 size_t attention_workspace_bytes(int64_t max_tokens, int64_t num_heads, int64_t head_dim) {
@@ -1033,16 +1021,15 @@ void launch_attention_decode(const AttentionLaunch& a, void* workspace, size_t w
                              cudaStream_t stream) {
     if (a.num_seqs == 0 || a.num_tokens == 0) return;
     if (workspace == nullptr) workspace_bytes = 0;
-    switch (a.head_dim) {
-        case 64:
-            launch_decode_head_dim<64>(a, workspace, workspace_bytes, stream);
-            break;
-        case 128:
-            launch_decode_head_dim<128>(a, workspace, workspace_bytes, stream);
-            break;
-        default:
-            MI_LAUNCH_CHECK(false, "attention decode: head_dim must be 64 or 128");
-    }
+    MI_LAUNCH_CHECK(a.num_kv_heads > 0 && a.num_heads % a.num_kv_heads == 0,
+                    "attention decode: query heads must be a multiple of the KV heads");
+    const int64_t group = a.num_heads / a.num_kv_heads;
+    const DecodeInstance* d = find_decode_instance(a.head_dim, a.fp8_cache, group);
+    MI_LAUNCH_CHECK(d != nullptr, "attention decode: head_dim must be 64 or 128");
+    MI_LAUNCH_CHECK(a.qkv_step.qkv == nullptr || !d->uses_tensor_cores,
+                    "attention decode: qkv_step with a GQA group of 4 to 16 (see "
+                    "decode_supports_qkv_step)");
+    d->launch(a, workspace, workspace_bytes, stream);
 }
 
 }  // namespace miniinfer::cuda

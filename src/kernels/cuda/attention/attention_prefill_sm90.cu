@@ -147,6 +147,61 @@ __device__ __forceinline__ void widen_raw_stage(uint8_t* smem_base, uint32_t sme
     }
 }
 
+// The kernel's two products, each a batch of wgmmas waited for before it returns.
+
+// s = Q·Kᵀ over the K tile at shared address k_tile: k16 slice kc of the dims is 32 bytes into
+// a row of half kc / 4.
+template <typename Elem>
+__device__ __forceinline__ void score_tile(float (&s)[kBlockN / 8][4],
+                                           const uint32_t (&q_frag)[kHeadDim / 16][4],
+                                           uint32_t k_tile) {
+#pragma unroll
+    for (int nt = 0; nt < kBlockN / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
+    wgmma_fence();
+#pragma unroll
+    for (int kc = 0; kc < kHeadDim / 16; ++kc)
+        wgmma_rs<64, Elem, false>(
+            s, q_frag[kc], smem_desc(k_tile + uint32_t((kc / 4) * kHalfBytes + (kc % 4) * 32)));
+    wgmma_commit();
+    wgmma_wait<0>();
+#pragma unroll
+    for (int nt = 0; nt < kBlockN / 8; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) wgmma_fence_operand(s[nt][i]);
+}
+
+// o += P·V over the V tile at shared address v_tile, P the softmax weights online_softmax left
+// in s: P's k16 slice kk (keys 16 kk ..) is s's n8 blocks 2 kk and 2 kk + 1; V's is its rows
+// 16 kk .., two atoms (2048 bytes) per slice.
+template <typename Elem>
+__device__ __forceinline__ void accumulate_tile(float (&o)[kHeadDim / 8][4],
+                                                const float (&s)[kBlockN / 8][4], uint32_t v_tile) {
+    uint32_t p[kBlockN / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        p[kk][0] = pack_pair<Elem>(s[2 * kk][0], s[2 * kk][1]);
+        p[kk][1] = pack_pair<Elem>(s[2 * kk][2], s[2 * kk][3]);
+        p[kk][2] = pack_pair<Elem>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        p[kk][3] = pack_pair<Elem>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk)
+        wgmma_rs<128, Elem, true>(
+            o, p[kk],
+            smem_desc_mn(v_tile + uint32_t(kk * 2 * kWgmmaAtomBytes), uint32_t(kHalfBytes)));
+    wgmma_commit();
+    wgmma_wait<0>();
+#pragma unroll
+    for (int dt = 0; dt < kHeadDim / 8; ++dt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) wgmma_fence_operand(o[dt][i]);
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) wgmma_fence_operand(p[kk][i]);
+}
+
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 // q, k_cache, v_cache, query_start, seq_lens, block_table, out: as prefill_kernel's
@@ -248,54 +303,15 @@ __global__ void __launch_bounds__(kThreads, std::is_same_v<Cache, uint8_t> ? 2 :
             if (tile + 2 < num_tiles) find_pages(key_begin + 2 * kBlockN);  // read during the step
         }
 
-        // S = Q·Kᵀ: k16 slice kc of the dims is 32 bytes into a row of half kc / 4.
         float s[kBlockN / 8][4];
-#pragma unroll
-        for (int nt = 0; nt < kBlockN / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.f;
-        wgmma_fence();
-#pragma unroll
-        for (int kc = 0; kc < kHeadDim / 16; ++kc)
-            wgmma_rs<64, Elem, false>(
-                s, q_frag[kc], smem_desc(k_tile + uint32_t((kc / 4) * kHalfBytes + (kc % 4) * 32)));
-        wgmma_commit();
-        wgmma_wait<0>();
-#pragma unroll
-        for (int nt = 0; nt < kBlockN / 8; ++nt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) wgmma_fence_operand(s[nt][i]);
-
+        score_tile<Elem>(s, q_frag, k_tile);
         // Tile 0 holds key 0, which every row sees: no empty rows (kMayBeEmpty false). Only
         // tiles reaching past the smallest limit need the mask.
         online_softmax<kHeadDim, kBlockN, false>(s, row_max, row_sum, o, score_scale,
                                                  key_begin + kBlockN - 1 > min_limit, key_begin,
                                                  row_limit);
 
-        // O += P·V: P's k16 slice kk (keys 16 kk ..) is S's n8 blocks 2 kk and 2 kk + 1; V's is
-        // its rows 16 kk .., two atoms (2048 bytes) per slice.
-        uint32_t p[kBlockN / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < kBlockN / 16; ++kk) {
-            p[kk][0] = pack_pair<Elem>(s[2 * kk][0], s[2 * kk][1]);
-            p[kk][1] = pack_pair<Elem>(s[2 * kk][2], s[2 * kk][3]);
-            p[kk][2] = pack_pair<Elem>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            p[kk][3] = pack_pair<Elem>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-        }
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kBlockN / 16; ++kk)
-            wgmma_rs<128, Elem, true>(
-                o, p[kk],
-                smem_desc_mn(v_tile + uint32_t(kk * 2 * kWgmmaAtomBytes), uint32_t(kHalfBytes)));
-        wgmma_commit();
-        wgmma_wait<0>();
-#pragma unroll
-        for (int dt = 0; dt < kHeadDim / 8; ++dt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) wgmma_fence_operand(o[dt][i]);
-#pragma unroll
-        for (int kk = 0; kk < kBlockN / 16; ++kk)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) wgmma_fence_operand(p[kk][i]);
+        accumulate_tile<Elem>(o, s, v_tile);
 
         __syncthreads();  // every warp's wgmmas are done with this stage (FP8: the f16 tiles)
         if constexpr (!kFp8) {

@@ -1,6 +1,6 @@
 // Communicator: the collectives a tensor-parallel block needs on the GPU. Without tensor
 // parallelism there is none (blocks hold a null pointer and skip the reduction); with it,
-// NcclCommunicator (layers/cuda/nccl_communicator.h).
+// NcclCommunicator (distributed/nccl_communicator.h).
 #pragma once
 
 #include <cuda_runtime.h>

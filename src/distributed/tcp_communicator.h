@@ -22,7 +22,7 @@
 #include <string_view>
 #include <vector>
 
-#include "layers/communicator.h"
+#include "distributed/communicator.h"
 
 namespace miniinfer {
 

@@ -1,13 +1,13 @@
 // NcclCommunicator: the GPU collectives over NCCL, one rank per GPU. Ranks find each other
 // through an id that rank 0 makes (unique_id()) and hands to the others out of band (the
-// tensor-parallel TCP links, layers/tcp_communicator.h); the constructor blocks until every rank
-// of the world has joined. Collectives run on the caller's stream and may be captured in CUDA
+// tensor-parallel TCP links, distributed/tcp_communicator.h); the constructor blocks until every
+// rank of the world has joined. Collectives run on the caller's stream and may be captured in CUDA
 // graphs. The NVLink multicast (NVLS) path is left to NCCL_NVLS_ENABLE in the environment.
 #pragma once
 
 #include <string>
 
-#include "layers/cuda/communicator.h"
+#include "distributed/cuda_communicator.h"
 
 namespace miniinfer::cuda {
 

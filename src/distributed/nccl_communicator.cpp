@@ -1,4 +1,4 @@
-#include "layers/cuda/nccl_communicator.h"
+#include "distributed/nccl_communicator.h"
 
 #include <nccl.h>
 

@@ -1,6 +1,6 @@
-// The fa2 decode's split choice (kernels/cuda/attention/decode_split.h), a pure function the decode
+// The fa2 decode's split choice (kernels/cuda/attention/decode_plan.h), a pure function the decode
 // kernels run on the device: checked here on the host, for the shapes the benchmarks meet.
-#include "kernels/cuda/attention/decode_split.h"
+#include "kernels/cuda/attention/decode_plan.h"
 
 #include <gtest/gtest.h>
 
@@ -31,7 +31,7 @@ int64_t busy_blocks(const Case& c, int64_t chunk) {
     return n * c.blocks_per_key;
 }
 
-TEST(DecodeSplit, BatchThatFillsTheGpuIsNotSplit) {
+TEST(DecodePlan, BatchThatFillsTheGpuIsNotSplit) {
     // 30B-A3B decode256: 256 sequences of 128 .. 1148 keys, 4 KV heads, 3 blocks an SM on 132
     // SMs, a grid of 3 splits (planned from a 4,096-key bound).
     Case c{{}, 4, 396, 3, 128};
@@ -41,14 +41,14 @@ TEST(DecodeSplit, BatchThatFillsTheGpuIsNotSplit) {
     EXPECT_EQ(busy_blocks(c, chunk), 256 * 4);
 }
 
-TEST(DecodeSplit, BatchOneSplitsByMinKeys) {
+TEST(DecodePlan, BatchOneSplitsByMinKeys) {
     // bs1 on the 0.6B: one sequence of 384 keys, 8 KV heads, 2,112 slots, 32 splits allowed.
     const Case c{{384}, 8, 2112, 32, 128};
     EXPECT_EQ(chunk_of(c), 128);  // 3 splits of 128 keys, not 24 of 16
     EXPECT_EQ(busy_blocks(c, chunk_of(c)), 3 * 8);
 }
 
-TEST(DecodeSplit, MidBatchAboutOneWave) {
+TEST(DecodePlan, MidBatchAboutOneWave) {
     // 100 sequences of about 800 keys on 2,112 slots, 5 splits allowed.
     Case c{{}, 8, 2112, 5, 128};
     for (int i = 0; i < 100; ++i) c.lens.push_back(700 + 2 * i);
@@ -57,7 +57,7 @@ TEST(DecodeSplit, MidBatchAboutOneWave) {
     EXPECT_LE(busy_blocks(c, chunk), c.slots + 100 * c.blocks_per_key);  // about one wave
 }
 
-TEST(DecodeSplit, RandomBatchesFitTheGridInGranules) {
+TEST(DecodePlan, RandomBatchesFitTheGridInGranules) {
     std::mt19937 rng(7);
     for (int trial = 0; trial < 2000; ++trial) {
         Case c{{},
@@ -77,14 +77,14 @@ TEST(DecodeSplit, RandomBatchesFitTheGridInGranules) {
 }
 
 // The host side of the plan: the grid's splits per sequence.
-TEST(DecodeSplit, KeysAllowWholeSplitsOfMinKeys) {
+TEST(DecodePlan, KeysAllowWholeSplitsOfMinKeys) {
     EXPECT_EQ(decode_splits_the_keys_allow(1, 64), 1);
     EXPECT_EQ(decode_splits_the_keys_allow(64, 64), 1);
     EXPECT_EQ(decode_splits_the_keys_allow(65, 64), 2);
     EXPECT_EQ(decode_splits_the_keys_allow(1024, 64), 16);
 }
 
-TEST(DecodeSplit, PlainSplitsFillWholeWaves) {
+TEST(DecodePlan, PlainSplitsFillWholeWaves) {
     // bs1 on the 30B-A3B's heads: 4 blocks a split, 396 slots: below a wave at every count, so
     // the most allowed (fill grows with the splits).
     EXPECT_EQ(decode_plain_splits(16, 4, 396), 16);
@@ -103,7 +103,7 @@ TEST(DecodeSplit, PlainSplitsFillWholeWaves) {
     EXPECT_EQ(decode_plain_splits(4, 3, 0), 1);
 }
 
-TEST(DecodeSplit, ClusterSplitsOnlyWhenEveryClusterFitsAtOnce) {
+TEST(DecodePlan, ClusterSplitsOnlyWhenEveryClusterFitsAtOnce) {
     // bs1, 4 KV heads, a bound of 16 and 1,024 keys (16 splits of 64 allowed): 16.
     EXPECT_EQ(decode_cluster_splits(16, 1, 4, 33, 16), 16);
     // Fewer keys: as many as they allow, and none below two.
@@ -115,6 +115,44 @@ TEST(DecodeSplit, ClusterSplitsOnlyWhenEveryClusterFitsAtOnce) {
     // Clusters off (bound 0 or 1).
     EXPECT_EQ(decode_cluster_splits(0, 1, 4, 33, 16), 0);
     EXPECT_EQ(decode_cluster_splits(1, 1, 4, 33, 16), 0);
+}
+
+TEST(DecodePlan, ClusterFormAtSmallBatchesElsePlainSplits) {
+    // The 30B-A3B's tensor-core decode on an H100: 4 KV heads, 132 SMs x 3 blocks, 33 clusters
+    // of 16 at once, a bound of 16, min 64 keys a split, the grid's 64 splits.
+    const DecodeOccupancy gpu{132, 3, 33};
+    DecodeBounds b{1, 4096, 4, 64, 16, 64};
+    DecodePlan p = plan_decode(b, gpu);
+    EXPECT_TRUE(p.cluster);
+    EXPECT_EQ(p.num_splits, 16);
+    // 8 sequences x 4 KV heads = 32 clusters still fit at once; each is one cluster, not
+    // counted once per sequence again.
+    b.num_seqs = 8;
+    p = plan_decode(b, gpu);
+    EXPECT_TRUE(p.cluster);
+    EXPECT_EQ(p.num_splits, 16);
+    // 9 x 4 = 36 do not: the plain form, splits filling whole waves of 396 blocks.
+    b.num_seqs = 9;
+    p = plan_decode(b, gpu);
+    EXPECT_FALSE(p.cluster);
+    EXPECT_EQ(p.num_splits, decode_plain_splits(64, 36, 396));
+    // Clusters off: the plain form at bs1 too, bounded by the keys (4,096 / 64 = 64 splits).
+    b = {1, 4096, 4, 64, 0, 64};
+    p = plan_decode(b, gpu);
+    EXPECT_FALSE(p.cluster);
+    EXPECT_EQ(p.num_splits, decode_plain_splits(64, 4, 396));
+}
+
+TEST(DecodePlan, WorkspaceAndShortSequencesBoundThePlainSplits) {
+    const DecodeOccupancy gpu{132, 4, 0};
+    // 100 keys allow 2 splits of 64 at most, whatever the waves would like.
+    EXPECT_LE(plan_decode({1, 100, 8, 64, 0, 64}, gpu).num_splits, 2);
+    // A workspace that holds one split: never split.
+    EXPECT_EQ(plan_decode({1, 8192, 8, 64, 0, 1}, gpu).num_splits, 1);
+    // A workspace bound of 0 (no workspace) reads as one split too.
+    EXPECT_EQ(plan_decode({1, 8192, 8, 64, 0, 0}, gpu).num_splits, 1);
+    // A batch that fills the GPU: one split.
+    EXPECT_EQ(plan_decode({512, 1024, 8, 64, 0, 64}, gpu).num_splits, 1);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // The collectives a tensor-parallel CPU model needs (QwenModel with CpuParallel), behind one
 // interface with two transports:
 //  - CpuCommunicator: ranks that are threads of one process (CpuModelRunner::load_parallel);
-//  - TcpCommunicator (layers/tcp_communicator.h): ranks in other processes, on this host or
+//  - TcpCommunicator (distributed/tcp_communicator.h): ranks in other processes, on this host or
 //    others (--nnodes), over TCP.
 // They exist to prove the sharding without a GPU: the same column/row split as the CUDA blocks
 // (layers/cuda/), with the partial sums added here instead of by NCCL.

@@ -1,4 +1,4 @@
-#include "layers/communicator.h"
+#include "distributed/communicator.h"
 
 #include <algorithm>
 #include <cstring>

@@ -1,4 +1,4 @@
-#include "layers/tcp_communicator.h"
+#include "distributed/tcp_communicator.h"
 
 #include <netdb.h>
 #include <netinet/in.h>
