@@ -366,11 +366,12 @@ struct DecodeShape {
 // far below f16's 65,504 (|q| · 448 · 16 terms), and the sum is multiplied back.
 constexpr float kQkHalfScale = 16.f;
 
-// Step 0: this lane's dims of each of the block's query heads, pre-scaled for exp2 (q_scale):
-// fp32 in q_reg, and for f16 math also as f16 pairs divided by kQkHalfScale in q_half. Heads past
-// num_block_heads are zeros.
-template <class S, int kHeads>
-__device__ __forceinline__ void load_queries(const bf16* (&q_rows)[kHeads], int num_block_heads,
+// Step 0: this lane's dims of each of the block's query heads (head h's at q_head0 + h x
+// kHeadDim), pre-scaled for exp2 (q_scale): fp32 in q_reg, and for f16 math also as f16 pairs
+// divided by kQkHalfScale in q_half. Heads past num_block_heads are zeros. The kernel calls it
+// once with a global and once with a shared pointer, so each call's loads know their space.
+template <class S, int kHeadDim, int kHeads>
+__device__ __forceinline__ void load_queries(const bf16* q_head0, int num_block_heads,
                                              float q_scale, float (&q_reg)[kHeads][S::kLaneDims],
                                              __half2 (&q_half)[kHeads][S::kLaneDims / 2]) {
 #pragma unroll
@@ -379,7 +380,7 @@ __device__ __forceinline__ void load_queries(const bf16* (&q_rows)[kHeads], int 
 #pragma unroll
             for (int c = 0; c < S::kLaneDims / 8; ++c) {
                 float f[8];
-                bf16x8_to_float(*reinterpret_cast<const uint4*>(q_rows[h] + 8 * c), f);
+                bf16x8_to_float(*reinterpret_cast<const uint4*>(q_head0 + h * kHeadDim + 8 * c), f);
 #pragma unroll
                 for (int e = 0; e < 8; ++e) q_reg[h][8 * c + e] = f[e] * q_scale;
             }
@@ -712,13 +713,13 @@ __global__ void __launch_bounds__(kThreads)
         qkv_step<kHeadDim>(fq, token, num_heads, num_kv_heads, head_begin, num_block_heads, kv_head,
                            new_key, q_scale, const_cast<Cache*>(k_cache),
                            const_cast<Cache*>(v_cache), qs);
-    const bf16* q_rows[kHeads];
-#pragma unroll
-    for (int h = 0; h < kHeads; ++h)
-        q_rows[h] = fq.qkv != nullptr ? &qs.q[h][dim0] : q + (row0 + h) * kHeadDim + dim0;
     float q_reg[kHeads][S::kLaneDims];
     __half2 q_half[kHeads][S::kLaneDims / 2];
-    load_queries<S>(q_rows, num_block_heads, q_scale, q_reg, q_half);
+    if (fq.qkv != nullptr)
+        load_queries<S, kHeadDim>(&qs.q[0][dim0], num_block_heads, q_scale, q_reg, q_half);
+    else
+        load_queries<S, kHeadDim>(q + row0 * kHeadDim + dim0, num_block_heads, q_scale, q_reg,
+                                  q_half);
 
     float m[kHeads], l[kHeads], acc[kHeads][S::kLaneDims];
 #pragma unroll
