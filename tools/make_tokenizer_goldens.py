@@ -312,6 +312,10 @@ JINJA_CASES = [
     ("{{ '4x-y z(a'|title }}|{{ '4x-y z(a'.title() }}|{{ 'ab1'.capitalize() }}|{{ (1, 'x') is lower }}|{{ '123' is lower }}|{{ 'ABC' is upper }}", {}),
     ("{{ 3.7 is odd }}|{{ 3.0 is odd }}|{{ -3 is odd }}|{{ 4.5 is divisibleby 1.5 }}|{{ 7 is divisibleby 2 }}|{{ 2|round }}|{{ 2|round(1, 'floor') }}|{{ true * 'ab' }}|{{ 2 * [1] }}|{{ (1,) * 2 }}", {}),
     ("{% if xs|selectattr('a') %}iterators are true{% endif %}|{% if xs|select|list %}x{% else %}lists are not{% endif %}|{% if d|items %}y{% endif %}|{{ 'k' in nothing }}|{{ nothing is sequence }}", {"xs": [1, 2], "d": {}}),
+    # |safe makes a markupsafe.Markup: `+` with a plain string escapes the plain one
+    ("{{ '<p>' + (d|tojson|safe) + '</p>' }}|{{ '<p>' ~ (d|tojson|safe) ~ '</p>' }}|{% set v = d|tojson|safe if d is mapping else d|string %}{{ v }}", {"d": {"k": "<&>'\""}}),
+    ("{{ ('<b>'|safe) + '<i>' }}|{{ ('<b>'|safe|trim) + '<i>' }}|{{ ('<b>'|safe|upper) + '<i>' }}|{{ ('<b>'|safe|string) + '<i>' }}|{{ ('<b>'|safe|title) + '<i>' }}|{{ ('<b>'|safe|replace('b', 'c')) + '<i>' }}", {}),
+    ("{{ (5|safe) ~ (none|safe) }}|{{ ('x'|safe) * 2 + '<' }}|{{ ('<x>'|safe)[1:] + '<' }}|{{ ('<x>'|safe)[0] + '<' }}|{{ ('x'|safe) + ('<'|safe) }}|{{ 'a' + 'b'|safe + '<' }}|{{ ('&'|safe) == '&' }}|{{ ('0'|safe) and 'y' }}", {}),
     # errors
     ("{{ nothing|int }}", {}),
     ("{{ raise_exception('custom failure') }}", {}),
@@ -327,6 +331,7 @@ JINJA_CASES = [
     ("{% for a, b in [1, 2] %}{% endfor %}", {}),
     ("{{ x.y.z }}", {"x": {"y": 1}}),
     ("{{ none.x }}|{{ 5.x }}|{{ [1].x }}", {}),
+    ("{{ ('<'|safe) + 1 }}", {}),
 ]
 
 
