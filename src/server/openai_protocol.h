@@ -53,8 +53,9 @@ inline constexpr std::array<std::string_view, 4> kChatRoles = {"system", "user",
 // (+ tools, kwargs; kwargs carries add_generation_prompt) into a prompt string; an Error it
 // throws becomes one that names the message at fault, never the template's internals.
 // Messages are normalised first, as vLLM does: text parts joined with "\n", a missing or null
-// content "" (a tool-call turn), "developer" read as "system"; a non-text part (image, audio,
-// file) is refused naming its type. `any_role`: accept roles outside kChatRoles (a custom
+// content "" (a tool-call turn), "developer" read as "system"; a non-text part (image, video,
+// audio, file) is refused naming its type and the missing feature ("vision input (images and
+// video) is not supported"). `any_role`: accept roles outside kChatRoles (a custom
 // --chat-template decides what they mean). `auto_tool_choice`: the server parses tool calls
 // (--enable-auto-tool-choice --tool-call-parser hermes); without it a request with tools and
 // tool_choice "auto" is refused, as vLLM refuses it. tool_choice "none" renders the tools but

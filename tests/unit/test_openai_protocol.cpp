@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "server/openai_protocol.h"
 #include "server/request_fields.h"
 #include "server/tool_calls.h"
@@ -297,8 +299,23 @@ TEST(ChatMessages, TextPartsAreJoinedAndOtherPartsRefusedByType) {
     const std::string why = error_of([&] { normalise_messages(image, false); });
     EXPECT_NE(why.find("message 0 (user)"), std::string::npos) << why;
     EXPECT_NE(why.find("'image_url'"), std::string::npos) << why;
+    EXPECT_NE(why.find("vision input (images and video) is not supported"), std::string::npos)
+        << why;
     EXPECT_NE(why.find("text only"), std::string::npos) << why;
     EXPECT_EQ(why.find("base64"), std::string::npos) << why;
+    // Qwen3.5's template takes {"type": "image"} and {"type": "video"} parts; so does vLLM.
+    for (const char* type : {"image", "video", "video_url"}) {
+        const Json part = Json::parse(fmt::format(
+            R"([{{"role": "user", "content": [{{"type": "{}", "{}": "x"}}]}}])", type, type));
+        EXPECT_NE(error_of([&] { normalise_messages(part, false); }).find("vision input"),
+                  std::string::npos)
+            << type;
+    }
+    const Json audio = Json::parse(
+        R"([{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "AA"}}]}])");
+    EXPECT_NE(
+        error_of([&] { normalise_messages(audio, false); }).find("audio input is not supported"),
+        std::string::npos);
 }
 
 TEST(ChatMessages, ToolCallTurnsWithoutContentAndDeveloperRole) {
