@@ -1,6 +1,7 @@
 #include "server/openai_protocol.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include <fmt/ranges.h>
 
@@ -239,6 +240,11 @@ ApiRequest parse_chat_request(
                 "message's content as it is, so it cannot be continued");
         prompt.resize(at + last.size());
     }
+    // Qwen3.5's template ends its generation prompt with "<think>\n" when thinking is on.
+    const size_t open = prompt.rfind(kThinkOpen);
+    r.reasoning_open =
+        open != std::string::npos &&
+        prompt.find_first_not_of(" \n", open + std::strlen(kThinkOpen)) == std::string::npos;
     r.prompts.push_back(Prompt::from_text(std::move(prompt)));
     return r;
 }
