@@ -6,8 +6,9 @@
    combining classes and decompositions (from a tiny C program, UTF8PROC_DUMP) are compared
    with `tokenizers`' NFD/NFC on every code point.
 2. Regex classes: `tokenizers` runs Oniguruma, whose Unicode tables are newer than PCRE2
-   10.42's, and whose \s differs from PCRE2's. \p{L}, \p{N} and \s are compared on every
-   code point (PCRE2 through PCRE2_DUMP, Hugging Face through a Split pre-tokenizer).
+   10.42's, and whose \s differs from PCRE2's. \p{L}, \p{N}, \p{M} (Qwen3.5's pattern) and
+   \s are compared on every code point (PCRE2 through PCRE2_DUMP, Hugging Face through a
+   Split pre-tokenizer).
 
 Prints the C++ tables of src/tokenizer/hf_unicode.cpp.
 
@@ -43,8 +44,8 @@ PCRE2_DUMP = r"""
 #include <pcre2.h>
 #include <stdio.h>
 int main(void) {
-    const char* patterns[] = {"\\p{L}", "\\p{N}", "\\s"};
-    for (int k = 0; k < 3; ++k) {
+    const char* patterns[] = {"\\p{L}", "\\p{N}", "\\s", "\\p{M}"};
+    for (int k = 0; k < 4; ++k) {
         PCRE2_UCHAR32 pattern[8];
         int n = 0, err;
         PCRE2_SIZE offset;
@@ -93,13 +94,13 @@ def print_table(name, code_points):
 
 
 def regex_class_differences():
-    pcre = [set(), set(), set()]
+    pcre = [set(), set(), set(), set()]
     for line in run_c(PCRE2_DUMP, "-lpcre2-32").splitlines():
         k, cp = line.split()
         pcre[int(k)].add(int(cp, 16))
     cps = [c for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF]
     result = []
-    for k, pattern in enumerate([r"\p{L}", r"\p{N}", r"\s"]):
+    for k, pattern in enumerate([r"\p{L}", r"\p{N}", r"\s", r"\p{M}"]):
         split = pre_tokenizers.Split(Regex(pattern), "removed")  # a matched character vanishes
         hf = {c for c in cps if not split.pre_tokenize_str(chr(c))}
         result.append((hf - pcre[k], pcre[k] - hf, hf))
@@ -136,11 +137,13 @@ def main():
             if nfc.normalize_str("".join(map(chr, decomposition))) != chr(cp):
                 inert.add(decomposition[-1])
     print_table("kUnknownToHfNormalizer", inert)
-    (letters, no_letters, _), (numbers, no_numbers, _), (hf_spaces, pcre2_spaces, _) = regex_class_differences()
-    if no_letters or no_numbers or hf_spaces:
-        raise SystemExit("PCRE2 lacks spaces or has letters/numbers Hugging Face lacks: extend adapt_regex")
+    classes = regex_class_differences()
+    (letters, no_letters, _), (numbers, no_numbers, _), (hf_spaces, pcre2_spaces, _), (marks, no_marks, _) = classes
+    if no_letters or no_numbers or no_marks or hf_spaces:
+        raise SystemExit("PCRE2 lacks spaces or has letters/numbers/marks Hugging Face lacks: extend adapt_regex")
     print_table("kHfExtraLetters", letters)
     print_table("kHfExtraNumbers", numbers)
+    print_table("kHfExtraMarks", marks)
     print_table("kPcre2OnlySpaces", pcre2_spaces)
 
 

@@ -13,7 +13,18 @@ The corpus is built here: hand-written prose in many scripts, code, emoji and ZW
 combining marks, digit runs, contractions in every case, whitespace runs, control characters,
 special-token strings, and seeded random mixes of all of those.
 
+Qwen3.5's tokenizer has its own form (a split pattern that keeps combining marks in words,
+33 added tokens, chat template with content parts and XML tool calls). Its fixture,
+tests/fixtures/qwen35-tokenizer, is a small byte-level BPE trained here in that form
+(--rebuild-qwen35-fixture; the chat template there is hand-written), and its goldens are
+  qwen35_encode.jsonl  as encode.jsonl, plus pieces: the pre-tokenizer's pieces (byte-level
+                       spelled) of the normalized text; ids_plain is left out when it equals
+                       ids, decoded when it equals text, decoded_skip when it equals decoded
+  qwen35_chat.jsonl    as chat.jsonl, plus rows with error: true where the template refuses
+
 usage: make_tokenizer_goldens.py [--model tests/fixtures/qwen3-demo] [--out tests/tokenizer/golden]
+                                 [--qwen35-model tests/fixtures/qwen35-tokenizer]
+                                 [--rebuild-qwen35-fixture]
 needs: pip install tokenizers transformers jinja2
 """
 import argparse
@@ -213,7 +224,7 @@ def random_conversations(rng, count):
     return out
 
 
-def chat_cases():
+def chat_cases(num_random=150):
     sys_msg = {"role": "system", "content": "You are a helpful assistant."}
     user = {"role": "user", "content": "What is the capital of France?"}
     answer = {"role": "assistant", "content": "The capital of France is Paris."}
@@ -246,11 +257,189 @@ def chat_cases():
         for tools, agp, kwargs in variants:
             cases.append({"messages": msgs, "tools": tools, "add_generation_prompt": agp, "kwargs": kwargs})
     rng = random.Random(7)
-    for msgs in random_conversations(random.Random(99), 150):
+    for msgs in random_conversations(random.Random(99), num_random):
         for tools, agp, kwargs in rng.sample(variants, 2):
             cases.append({"messages": msgs, "tools": tools, "add_generation_prompt": agp, "kwargs": kwargs})
     return cases
 
+
+
+# ---- Qwen3.5's form --------------------------------------------------------------------------
+
+# Qwen3.5's split (transformers' Qwen3_5Tokenizer and the checkpoints' tokenizer.json): Qwen3's,
+# with combining marks (\p{M}) kept in words and out of punctuation runs.
+QWEN35_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"
+                  r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Its added tokens follow the BPE vocabulary (248,044 tokens there, a few hundred here):
+# Qwen3's 26 in Qwen3's order, then these, all special.
+QWEN35_AUDIO_TOKENS = ["<|audio_start|>", "<|audio_end|>", "<tts_pad>", "<tts_text_bos>",
+                       "<tts_text_eod>", "<tts_text_bos_single>", "<|audio_pad|>"]
+QWEN35_VOCAB_SIZE = 640  # 256 bytes + 384 merges
+# Text whose words carry combining marks: Indic vowel signs and viramas, Thai tone marks, Arabic
+# and Hebrew vowel points, Latin letters with combining accents, marks after non-letters.
+MARK_PROSE = [
+    "नमस्ते दुनिया, क्या हाल है? मैं ठीक हूँ।", "संस्कृतम् अतीव प्राचीना भाषा अस्ति।",
+    "আমার সোনার বাংলা, আমি তোমায় ভালোবাসি।", "தமிழ் மொழி மிகவும் பழமையானது.",
+    "ภาษาไทยมีวรรณยุกต์ ่ ้ ๊ ๋ และสระ ิ ี ึ ื", "ພາສາລາວ ສະບາຍດີ ຂອບໃຈ",
+    "بِسْمِ ٱللَّٰهِ ٱلرَّحْمَٰنِ ٱلرَّحِيمِ", "בְּרֵאשִׁית בָּרָא אֱלֹהִים",
+    "Tiếng Việt: Xin chào, tôi tên là Nguyễn.", "ಕನ್ನಡ ಭಾಷೆ ಸುಂದರವಾಗಿದೆ", "മലയാളം ഭാഷ",
+    "Z\u0351a\u0362l\u0336g\u0337o\u0338 t\u0301e\u0302x\u0303t\u0304", "e\u0301le\u0300ve na\u0308ive",
+]
+
+
+def hf_marks():
+    """Every code point that is \p{M} to Hugging Face (Oniguruma's tables)."""
+    from tokenizers import Regex, pre_tokenizers
+    split = pre_tokenizers.Split(Regex(r"\p{M}"), "removed")
+    return [c for c in range(0x300, 0x110000)
+            if not 0xD800 <= c <= 0xDFFF and not split.pre_tokenize_str(chr(c))]
+
+
+def qwen35_corpus(marks):
+    corpus = build_corpus(num_random=600) + MARK_PROSE
+    corpus += [unicodedata.normalize("NFD", t) for t in MARK_PROSE]
+    # Marks in every position the pattern distinguishes: inside and after words, after a space,
+    # a digit, punctuation, an apostrophe and a newline, alone, in runs.
+    for m in map(chr, marks):
+        corpus.append(f"a{m}b {m}x 1{m} !{m}? '{m}s\n{m}")
+    corpus += ["'\u0301s", "x'\u0301S", "1\u0301", "!\u0301!", " \u0301", "\u0301" * 5, "don\u0301't"]
+    seen = set()
+    return [t for t in corpus if not (t in seen or seen.add(t))]
+
+
+def build_qwen35_fixture(out_dir, marks):
+    """Trains a small byte-level BPE in Qwen3.5's form and writes tokenizer.json and
+    tokenizer_config.json into out_dir (chat_template.jinja there is written by hand)."""
+    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN35_PATTERN), "isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    trainer = trainers.BpeTrainer(vocab_size=QWEN35_VOCAB_SIZE, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    # Mark-heavy words weigh more, so that merges join letters with the marks after them (also
+    # the marks PCRE2 10.42 does not know) and a wrong split shows in the ids.
+    mark_words = [f"a{chr(m)}" for m in marks[::7]] + [f"\u0628{chr(m)}" for m in (0x897, 0x64E, 0x651)]
+    tok.train_from_iterator((PROSE + CODE) * 2 + MARK_PROSE * 6 + mark_words * 4, trainer)
+    spec = json.loads(tok.to_str())
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+    spec["pre_tokenizer"]["pretokenizers"][1] = byte_level
+    spec["post_processor"] = spec["decoder"] = byte_level
+    qwen3 = json.load(open("tests/fixtures/qwen3-demo/tokenizer.json", encoding="utf-8"))
+    contents = [(t["content"], t["special"]) for t in qwen3["added_tokens"]]
+    contents += [(c, True) for c in QWEN35_AUDIO_TOKENS]
+    first = len(spec["model"]["vocab"])
+    spec["added_tokens"] = [{"id": first + i, "content": c, "single_word": False, "lstrip": False,
+                             "rstrip": False, "normalized": False, "special": special}
+                            for i, (c, special) in enumerate(contents)]
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(spec, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    config = {
+        "add_prefix_space": False,
+        "added_tokens_decoder": {str(t["id"]): {k: t[k] for k in ("content", "lstrip", "normalized", "rstrip",
+                                                                  "single_word", "special")}
+                                 for t in spec["added_tokens"]},
+        "bos_token": None, "clean_up_tokenization_spaces": False, "eos_token": "<|im_end|>",
+        "errors": "replace", "model_max_length": 262144, "pad_token": "<|endoftext|>",
+        "split_special_tokens": False, "tokenizer_class": "Qwen3_5Tokenizer", "unk_token": None,
+    }
+    with open(os.path.join(out_dir, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, ensure_ascii=False, indent=2)
+        f.write("\n")
+
+
+def qwen35_chat_cases():
+    """Qwen3's fixed cases (JSON-string tool arguments are refused by Qwen3.5's template: error
+    rows), content given as parts (text, image, video), and seeded random chats with parts."""
+    image = {"type": "image", "image": "file:///cat.png"}
+    image_url = {"type": "image_url", "image_url": {"url": "https://example.com/cat.png"}}
+    video = {"type": "video", "video": "file:///clip.mp4"}
+    text = {"type": "text", "text": "What is in it?"}
+    call = {"type": "function", "function": {"name": "get_weather", "arguments": {
+        "city": "Paris", "days": [1, 2], "options": {"unit": "celsius", "alerts": None},
+        "verbose": True, "ratio": 0.5, "note": "<b>&</b>"}}}
+    conversations = [
+        [{"role": "user", "content": [text, image]}],
+        [{"role": "system", "content": [{"type": "text", "text": "Look closely."}]},
+         {"role": "user", "content": [image_url, text, video, image]},
+         {"role": "assistant", "content": [{"type": "text", "text": "A cat and a clip."}]},
+         {"role": "user", "content": [video, {"type": "text", "text": "And now?"}]}],
+        [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": None, "tool_calls": [call]},
+         {"role": "tool", "content": [{"type": "text", "text": "Sunny"}]}, {"role": "tool", "content": "21 C"}],
+        [{"role": "user", "content": "Weather?"},
+         {"role": "assistant", "content": "Checking.", "reasoning_content": "Use the tool.",
+          "tool_calls": [call, {"name": "search", "arguments": {"query": "Paris"}}, {"name": "noop"}]},
+         {"role": "tool", "content": "ok"}, {"role": "assistant", "content": "<think>\nDone.\n</think>\n\nSunny."}],
+        [{"role": "tool", "content": "orphan result"}, {"role": "user", "content": "q"}],
+        [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a", "reasoning_content": 42}],
+        # refused by the template
+        [{"role": "system", "content": [image]}, {"role": "user", "content": "q"}],
+        [{"role": "user", "content": [{"type": "audio", "audio": "a.wav"}]}],
+        [{"role": "user", "content": 5}],
+        [{"role": "user", "content": "<tool_response>\nonly results\n</tool_response>"}],
+        [{"role": "user", "content": "q"}, {"role": "critic", "content": "x"}],
+        [],
+    ]
+    variants = [(tools, agp, kwargs) for tools in (None, [WEATHER_TOOL, SEARCH_TOOL]) for agp in (True, False)
+                for kwargs in ({}, {"enable_thinking": False}, {"add_vision_id": True})]
+    cases = [{"messages": m, "tools": t, "add_generation_prompt": a, "kwargs": k}
+             for m in conversations for t, a, k in variants]
+    cases += chat_cases(num_random=0)
+    rng = random.Random(35)
+    parts = [text, image, image_url, video, {"type": "text", "text": ""}]
+    for msgs in random_conversations(random.Random(135), 100):
+        for msg in msgs:
+            if rng.random() < 0.3 and msg["role"] != "system":
+                msg["content"] = [dict(rng.choice(parts)) for _ in range(rng.randint(1, 3))]
+            for call in msg.get("tool_calls", []):  # Qwen3.5's template takes arguments as a mapping
+                fn = call.get("function", call)
+                if isinstance(fn["arguments"], str):
+                    fn["arguments"] = json.loads(fn["arguments"])
+        for tools, agp, kwargs in rng.sample(variants, 2):
+            cases.append({"messages": msgs, "tools": tools, "add_generation_prompt": agp, "kwargs": kwargs})
+    return cases
+
+
+def write_qwen35_goldens(model_dir, out_dir, marks):
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+    tok = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
+    hf = AutoTokenizer.from_pretrained(model_dir)
+    corpus = qwen35_corpus(marks)
+    with open(os.path.join(out_dir, "qwen35_encode.jsonl"), "w", encoding="utf-8") as f:
+        for text in corpus:
+            tok.encode_special_tokens = False
+            ids = tok.encode(text, add_special_tokens=True).ids
+            # transformers builds Qwen3_5Tokenizer's pipeline itself: it must agree.
+            assert hf(text)["input_ids"] == ids, text
+            tok.encode_special_tokens = True
+            ids_plain = tok.encode(text, add_special_tokens=True).ids
+            pieces = [p for p, _ in tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(text))]
+            decoded = tok.decode(ids, skip_special_tokens=False)
+            decoded_skip = tok.decode(ids, skip_special_tokens=True)
+            # A few hundred tokens make long id lists: fields equal to another are left out.
+            row = {"text": text, "ids": ids, "pieces": pieces}
+            if ids_plain != ids:
+                row["ids_plain"] = ids_plain
+            if decoded != text:
+                row["decoded"] = decoded
+            if decoded_skip != decoded:
+                row["decoded_skip"] = decoded_skip
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    cases = qwen35_chat_cases()
+    with open(os.path.join(out_dir, "qwen35_chat.jsonl"), "w", encoding="utf-8") as f:
+        for case in cases:
+            try:
+                text = hf.apply_chat_template(case["messages"], tools=case["tools"], tokenize=False,
+                                              add_generation_prompt=case["add_generation_prompt"], **case["kwargs"])
+                row = {**case, "text": text}
+            except Exception as e:  # the template refused (raise_exception) or failed
+                row = {**case, "error": True, "message": str(e)}
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    print(f"{len(corpus)} Qwen3.5 encode cases, {len(cases)} Qwen3.5 chat cases written to {out_dir}")
 
 JINJA_CASES = [
     # whitespace control: trim_blocks, lstrip_blocks, explicit -, + opt-outs
@@ -312,6 +501,10 @@ JINJA_CASES = [
     ("{{ '4x-y z(a'|title }}|{{ '4x-y z(a'.title() }}|{{ 'ab1'.capitalize() }}|{{ (1, 'x') is lower }}|{{ '123' is lower }}|{{ 'ABC' is upper }}", {}),
     ("{{ 3.7 is odd }}|{{ 3.0 is odd }}|{{ -3 is odd }}|{{ 4.5 is divisibleby 1.5 }}|{{ 7 is divisibleby 2 }}|{{ 2|round }}|{{ 2|round(1, 'floor') }}|{{ true * 'ab' }}|{{ 2 * [1] }}|{{ (1,) * 2 }}", {}),
     ("{% if xs|selectattr('a') %}iterators are true{% endif %}|{% if xs|select|list %}x{% else %}lists are not{% endif %}|{% if d|items %}y{% endif %}|{{ 'k' in nothing }}|{{ nothing is sequence }}", {"xs": [1, 2], "d": {}}),
+    # |safe makes a markupsafe.Markup: `+` with a plain string escapes the plain one
+    ("{{ '<p>' + (d|tojson|safe) + '</p>' }}|{{ '<p>' ~ (d|tojson|safe) ~ '</p>' }}|{% set v = d|tojson|safe if d is mapping else d|string %}{{ v }}", {"d": {"k": "<&>'\""}}),
+    ("{{ ('<b>'|safe) + '<i>' }}|{{ ('<b>'|safe|trim) + '<i>' }}|{{ ('<b>'|safe|upper) + '<i>' }}|{{ ('<b>'|safe|string) + '<i>' }}|{{ ('<b>'|safe|title) + '<i>' }}|{{ ('<b>'|safe|replace('b', 'c')) + '<i>' }}", {}),
+    ("{{ (5|safe) ~ (none|safe) }}|{{ ('x'|safe) * 2 + '<' }}|{{ ('<x>'|safe)[1:] + '<' }}|{{ ('<x>'|safe)[0] + '<' }}|{{ ('x'|safe) + ('<'|safe) }}|{{ 'a' + 'b'|safe + '<' }}|{{ ('&'|safe) == '&' }}|{{ ('0'|safe) and 'y' }}", {}),
     # errors
     ("{{ nothing|int }}", {}),
     ("{{ raise_exception('custom failure') }}", {}),
@@ -327,6 +520,7 @@ JINJA_CASES = [
     ("{% for a, b in [1, 2] %}{% endfor %}", {}),
     ("{{ x.y.z }}", {"x": {"y": 1}}),
     ("{{ none.x }}|{{ 5.x }}|{{ [1].x }}", {}),
+    ("{{ ('<'|safe) + 1 }}", {}),
 ]
 
 
@@ -350,6 +544,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="tests/fixtures/qwen3-demo")
     ap.add_argument("--out", default="tests/tokenizer/golden")
+    ap.add_argument("--qwen35-model", default="tests/fixtures/qwen35-tokenizer")
+    ap.add_argument("--rebuild-qwen35-fixture", action="store_true",
+                    help="retrain the Qwen3.5-form tokenizer (changes every Qwen3.5 id)")
     args = ap.parse_args()
     from tokenizers import Tokenizer
     from transformers import AutoTokenizer
@@ -379,6 +576,10 @@ def main():
         for row in jinja_rows:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
     print(f"{len(corpus)} encode cases, {len(cases)} chat cases, {len(jinja_rows)} Jinja cases written to {args.out}")
+    marks = hf_marks()
+    if args.rebuild_qwen35_fixture:
+        build_qwen35_fixture(args.qwen35_model, marks)
+    write_qwen35_goldens(args.qwen35_model, args.out, marks)
 
 
 if __name__ == "__main__":

@@ -90,7 +90,7 @@ Json HttpServer::Impl::choice_json(const ApiRequest& r, size_t index, Choice&,
     }
     Json message = {{"role", "assistant"}, {"content", out.text}};
     if (split_reasoning) {
-        ReasoningSplitter splitter;
+        ReasoningSplitter splitter(r.reasoning_open);
         auto [reasoning, content] = splitter.feed(out.text);
         auto [r2, c2] = splitter.finish();
         message["content"] = content + c2;
@@ -119,6 +119,7 @@ void HttpServer::Impl::stream_response(httplib::Response& res, std::shared_ptr<A
                                        std::shared_ptr<OutputChannel> channel,
                                        std::vector<std::string> ids, std::string response_id) {
     auto state = std::make_shared<std::vector<Choice>>(ids.size());
+    for (Choice& c : *state) c.splitter = ReasoningSplitter(r->reasoning_open);
     auto index = std::make_shared<std::map<std::string, size_t>>();
     for (size_t i = 0; i < ids.size(); ++i) (*index)[ids[i]] = i;
     auto remaining = std::make_shared<size_t>(ids.size());

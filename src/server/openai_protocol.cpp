@@ -1,6 +1,7 @@
 #include "server/openai_protocol.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include <fmt/ranges.h>
 
@@ -12,6 +13,16 @@ namespace {
 
 constexpr const char* kThinkOpen = "<think>";
 constexpr const char* kThinkClose = "</think>";
+
+// What a non-text content part would need (OpenAI's and vLLM's part types), for the 400 that
+// refuses it. Multimodal checkpoints (Qwen3.5's) are served as their text model.
+std::string_view missing_input_feature(std::string_view part_type) {
+    for (std::string_view vision : {"image_url", "image", "image_embeds", "video_url", "video"})
+        if (part_type == vision) return "vision input (images and video) is not supported";
+    for (std::string_view audio : {"input_audio", "audio_url", "audio"})
+        if (part_type == audio) return "audio input is not supported";
+    return "only text parts are supported";
+}
 
 // Fields both endpoints take: the sampling ones (SamplingParams::from_json), n, stream and the
 // response options; the table refuses what is not supported before any is read.
@@ -123,9 +134,9 @@ Json normalise_messages(const Json& messages, bool any_role) {
                 const std::string type = part["type"].get<std::string>();
                 if (type != "text")
                     fail(
-                        "message {} ({}): content part {} is of type '{}': this model takes "
-                        "text only",
-                        i, role, k, type.substr(0, 32));
+                        "message {} ({}): content part {} is of type '{}': {}; this server "
+                        "takes text only",
+                        i, role, k, type.substr(0, 32), missing_input_feature(type));
                 if (!part.contains("text") || !part["text"].is_string())
                     fail("message {} ({}): text part {} must have a string 'text'", i, role, k);
                 if (k > 0) text += "\n";  // as vLLM joins text parts
@@ -229,6 +240,11 @@ ApiRequest parse_chat_request(
                 "message's content as it is, so it cannot be continued");
         prompt.resize(at + last.size());
     }
+    // Qwen3.5's template ends its generation prompt with "<think>\n" when thinking is on.
+    const size_t open = prompt.rfind(kThinkOpen);
+    r.reasoning_open =
+        open != std::string::npos &&
+        prompt.find_first_not_of(" \n", open + std::strlen(kThinkOpen)) == std::string::npos;
     r.prompts.push_back(Prompt::from_text(std::move(prompt)));
     return r;
 }

@@ -39,8 +39,11 @@ struct ApiRequest {
     std::string request_id;          // the client's: the response id is <prefix>-<request_id>
     bool add_special_tokens = true;  // the tokenizer's post-processor tokens (chat: false)
     bool include_reasoning = true;   // false: no reasoning_content in the answer
-    bool return_token_ids = false;   // prompt_token_ids and each choice's token_ids
-    bool tokens_as_ids = false;      // logprobs name tokens "token_id:<id>"
+    // The prompt ends inside an open "<think>" (Qwen3.5's generation prompt): the answer starts
+    // with reasoning, without the tag.
+    bool reasoning_open = false;
+    bool return_token_ids = false;  // prompt_token_ids and each choice's token_ids
+    bool tokens_as_ids = false;     // logprobs name tokens "token_id:<id>"
 };
 
 // The message roles the model's own (Qwen) chat template renders; any other role would be
@@ -53,8 +56,9 @@ inline constexpr std::array<std::string_view, 4> kChatRoles = {"system", "user",
 // (+ tools, kwargs; kwargs carries add_generation_prompt) into a prompt string; an Error it
 // throws becomes one that names the message at fault, never the template's internals.
 // Messages are normalised first, as vLLM does: text parts joined with "\n", a missing or null
-// content "" (a tool-call turn), "developer" read as "system"; a non-text part (image, audio,
-// file) is refused naming its type. `any_role`: accept roles outside kChatRoles (a custom
+// content "" (a tool-call turn), "developer" read as "system"; a non-text part (image, video,
+// audio, file) is refused naming its type and the missing feature ("vision input (images and
+// video) is not supported"). `any_role`: accept roles outside kChatRoles (a custom
 // --chat-template decides what they mean). `auto_tool_choice`: the server parses tool calls
 // (--enable-auto-tool-choice --tool-call-parser hermes); without it a request with tools and
 // tool_choice "auto" is refused, as vLLM refuses it. tool_choice "none" renders the tools but
@@ -71,15 +75,18 @@ ApiRequest parse_chat_request(
 Json normalise_messages(const Json& messages, bool any_role);
 
 // Splits Qwen3's "<think>...</think>" reasoning from the answer, also when the tags arrive
-// split across streamed deltas.
+// split across streamed deltas. `reasoning_open` (ApiRequest::reasoning_open): the prompt
+// opened the block, so the text is reasoning up to "</think>" (or to its end, when cut off).
 class ReasoningSplitter {
   public:
+    explicit ReasoningSplitter(bool reasoning_open = false)
+        : state_(reasoning_open ? State::kThinking : State::kStart) {}
     // Returns {reasoning delta, content delta} for the next piece of generated text.
     std::pair<std::string, std::string> feed(const std::string& text);
     std::pair<std::string, std::string> finish();  // flushes what was held back
 
   private:
-    enum class State { kStart, kThinking, kAnswer } state_ = State::kStart;
+    enum class State { kStart, kThinking, kAnswer } state_;
     std::string held_;
     bool strip_newlines_ = false;
 };

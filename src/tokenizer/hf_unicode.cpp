@@ -41,6 +41,14 @@ constexpr CodePointRange kHfExtraNumbers[] = {
     {0x16130, 0x16139}, {0x16D70, 0x16D79}, {0x1CCF0, 0x1CCF9}, {0x1D2C0, 0x1D2D3},
     {0x1E4F0, 0x1E4F9}, {0x1E5F1, 0x1E5FA},
 };
+constexpr CodePointRange kHfExtraMarks[] = {
+    {0x0897, 0x0897},   {0x0CF3, 0x0CF3},   {0x0ECE, 0x0ECE},   {0x10D69, 0x10D6D},
+    {0x10EFC, 0x10EFF}, {0x11241, 0x11241}, {0x113B8, 0x113C0}, {0x113C2, 0x113C2},
+    {0x113C5, 0x113C5}, {0x113C7, 0x113CA}, {0x113CC, 0x113D0}, {0x113D2, 0x113D2},
+    {0x113E1, 0x113E2}, {0x11F00, 0x11F01}, {0x11F03, 0x11F03}, {0x11F34, 0x11F3A},
+    {0x11F3E, 0x11F42}, {0x11F5A, 0x11F5A}, {0x13440, 0x13440}, {0x13447, 0x13455},
+    {0x1611E, 0x1612F}, {0x1E08F, 0x1E08F}, {0x1E4EC, 0x1E4EF}, {0x1E5EE, 0x1E5EF},
+};
 constexpr CodePointRange kPcre2OnlySpaces[] = {
     {0x180E, 0x180E},
 };
@@ -64,16 +72,22 @@ std::string class_items(const CodePointRange (&table)[N]) {
 
 }  // namespace
 
-bool has_new_letter_or_number(std::string_view text) {
+bool has_hf_only_class_member(std::string_view text, bool marks) {
+    // Characters below the first table entry are skipped by their UTF-8 lead byte alone:
+    // U+1000 (lead 0xE1) for letters and numbers, U+0800 (lead 0xE0) once marks count.
     static_assert(kHfExtraLetters[0].first >= 0x1000 && kHfExtraNumbers[0].first >= 0x1000);
+    static_assert(kHfExtraMarks[0].first >= 0x0800);
+    const uint8_t first_lead = marks ? 0xE0 : 0xE1;
     for (size_t pos = 0; pos < text.size();) {
         const auto lead = uint8_t(text[pos]);
-        if (lead < 0xE1) {  // below U+1000: skip the character
+        if (lead < first_lead) {  // skip the character
             pos += lead < 0x80 ? 1 : lead < 0xE0 ? 2 : 3;
             continue;
         }
         const char32_t c = utf8::next(text, pos);
-        if (contains(kHfExtraLetters, c) || contains(kHfExtraNumbers, c)) return true;
+        if (contains(kHfExtraLetters, c) || contains(kHfExtraNumbers, c) ||
+            (marks && contains(kHfExtraMarks, c)))
+            return true;
     }
     return false;
 }
@@ -82,7 +96,7 @@ bool unknown_to_normalizer(char32_t c) {
     return c >= 0x7FD && contains(kUnknownToHfNormalizer, c);
 }
 
-// \p{L} and \p{N} gain Oniguruma's newer characters as extra class items. PCRE2's \s has
+// \p{L}, \p{N} and \p{M} gain Oniguruma's newer characters as extra class items. PCRE2's \s has
 // spaces Oniguruma's lacks; class subtraction is not available, so those are removed with a
 // look-ahead instead: \s → (?:(?!X)\s), \S → (?:\S|X), [..\s..] → (?:(?!X)[..\s..]) and
 // [^..\s..] → (?:[^..\s..]|X), where X is the class of PCRE2-only spaces (U+180E).
@@ -91,14 +105,16 @@ std::string adapt_regex(std::string_view p, bool classes_only_spaces) {
         "\\p{L}" + (classes_only_spaces ? "" : class_items(kHfExtraLetters));
     const std::string numbers =
         "\\p{N}" + (classes_only_spaces ? "" : class_items(kHfExtraNumbers));
+    const std::string marks = "\\p{M}" + (classes_only_spaces ? "" : class_items(kHfExtraMarks));
     const std::string extra_spaces = "[" + class_items(kPcre2OnlySpaces) + "]";
     std::string out;
     bool in_class = false, negated = false, class_has_space = false;
     size_t class_start = 0;
     for (size_t i = 0; i < p.size();) {
         const std::string_view rest = p.substr(i);
-        if (rest.starts_with("\\p{L}") || rest.starts_with("\\p{N}")) {
-            const std::string& items = rest[3] == 'L' ? letters : numbers;
+        if (rest.starts_with("\\p{L}") || rest.starts_with("\\p{N}") ||
+            rest.starts_with("\\p{M}")) {
+            const std::string& items = rest[3] == 'L' ? letters : rest[3] == 'N' ? numbers : marks;
             out += in_class || classes_only_spaces ? items : "[" + items + "]";
             i += 5;
         } else if (rest.starts_with("\\s") || rest.starts_with("\\S")) {

@@ -15,15 +15,16 @@ namespace miniinfer::hf_unicode {
 // place, as starters with no decomposition.
 bool unknown_to_normalizer(char32_t c);
 
-// Rewrites \p{L}, \p{N}, \s and \S in a tokenizer.json regex so that PCRE2 matches the
+// Rewrites \p{L}, \p{N}, \p{M}, \s and \S in a tokenizer.json regex so that PCRE2 matches the
 // characters Oniguruma matches in Hugging Face. Error for \S inside a character class.
 // (Assumes no class lists a PCRE2-only space, U+180E, explicitly.)
 // With classes_only_spaces, only \s and \S are rewritten: the cheaper pattern (the long
 // \p{L} class costs PCRE2's JIT about 2x) that is equivalent on text for which
-// has_new_letter_or_number() is false.
+// has_hf_only_class_member() is false.
 std::string adapt_regex(std::string_view pattern, bool classes_only_spaces = false);
 
-// True when valid UTF-8 `text` has a character that is \p{L} or \p{N} to Oniguruma only.
-bool has_new_letter_or_number(std::string_view text);
+// True when valid UTF-8 `text` has a character that is \p{L} or \p{N} to Oniguruma only or,
+// with `marks` (for patterns that use \p{M}, as Qwen3.5's does), \p{M} to Oniguruma only.
+bool has_hf_only_class_member(std::string_view text, bool marks);
 
 }  // namespace miniinfer::hf_unicode

@@ -63,6 +63,7 @@ Regex::Regex(std::string_view pattern, bool literal) {
     fast_code_ =
         compile_jit(literal ? std::string(pattern) : hf_unicode::adapt_regex(pattern, true),
                     options, pattern, fast_jit_);
+    uses_marks_ = !literal && pattern.find("\\p{M}") != std::string_view::npos;
 }
 
 Regex::~Regex() {
@@ -72,7 +73,7 @@ Regex::~Regex() {
 
 void Regex::for_each_match(std::string_view text,
                            const std::function<void(size_t, size_t)>& on_match) const {
-    const bool full = hf_unicode::has_new_letter_or_number(text);
+    const bool full = hf_unicode::has_hf_only_class_member(text, uses_marks_);
     const auto* code = static_cast<const pcre2_code*>(full ? code_ : fast_code_);
     const bool jit = full ? jit_ : fast_jit_;
     // One match block per thread and pattern use; reused across calls on this thread.

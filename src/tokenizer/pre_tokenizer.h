@@ -63,11 +63,13 @@ class Regex {
                         const std::function<void(size_t, size_t)>& on_match) const;
 
   private:
-    // Oniguruma-compatible pattern, and a faster one equal to it on text without the letters
-    // and numbers only Oniguruma knows (see hf_unicode.h); both pcre2_code_8*.
+    // Oniguruma-compatible pattern, and a faster one equal to it on text without the letters,
+    // numbers and (when the pattern has \p{M}) marks only Oniguruma knows (see hf_unicode.h);
+    // both pcre2_code_8*.
     void* code_ = nullptr;
     void* fast_code_ = nullptr;
     bool jit_ = false, fast_jit_ = false;
+    bool uses_marks_ = false;
 };
 
 }  // namespace miniinfer

@@ -180,6 +180,8 @@ def test_openai_client_content_parts_and_tool_turns(server):
             {"type": "text", "text": "What is this?"},
             {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}]}])
     assert "image_url" in str(e.value) and "text only" in str(e.value)
+    assert "vision input (images and video) is not supported" in str(e.value)
+    assert e.value.status_code == 400
     assert not INTERNALS.search(str(e.value))
     with pytest.raises(openai.BadRequestError) as e:
         c.chat.completions.create(model=DEMO, max_tokens=4, messages=[{"role": "user", "content": "x"}],

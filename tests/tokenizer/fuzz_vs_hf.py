@@ -123,7 +123,8 @@ def main():
                 print(f"MISMATCH text={raw!r}\n  hf    ={want_special} / {want_plain} / {want_decoded!r}"
                       f"\n  ours  ={got_special} / {got_plain} / {got_decoded!r}")
     vocab_size = hf.get_vocab_size(with_added_tokens=True)
-    id_lists = [[rng.choice([rng.randrange(vocab_size + 20), rng.randrange(151643, vocab_size), rng.randrange(256)])
+    added_ids = sorted(hf.get_added_tokens_decoder()) or [0]
+    id_lists = [[rng.choice([rng.randrange(vocab_size + 20), rng.choice(added_ids), rng.randrange(256)])
                  for _ in range(rng.randint(0, 12))] for _ in range(args.count // 5)]
     proc = subprocess.run([args.driver, args.model_dir], capture_output=True, text=True,
                           input="".join("ids " + " ".join(map(str, ids)) + "\n" for ids in id_lists))

@@ -26,4 +26,9 @@ inline std::string qwen3_dir() {
     return std::string(MINIINFER_FIXTURES) + "/qwen3-demo";
 }
 
+// A small byte-level BPE in Qwen3.5's form (made by tools/make_tokenizer_goldens.py).
+inline std::string qwen35_dir() {
+    return std::string(MINIINFER_FIXTURES) + "/qwen35-tokenizer";
+}
+
 }  // namespace miniinfer::testing

@@ -5,6 +5,7 @@
 #include "golden_util.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/hf_unicode.h"
+#include "tokenizer/pre_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/utf8.h"
 
@@ -47,8 +48,42 @@ TEST(HfUnicode, RegexClassesFollowOniguruma) {
     EXPECT_EQ(adapt_regex(R"([\s\]]x)"), R"((?:(?![\x{180E}])[\s\]])x)");
     EXPECT_EQ(adapt_regex(R"(\[a\x{41}[]b])"), R"(\[a\x{41}[]b])");  // other escapes untouched
     EXPECT_THROW(adapt_regex(R"([\S])"), Error);
+    // \p{M} (Qwen3.5's pattern) gains Oniguruma's newer marks, such as U+0897 ARABIC PEPET.
+    EXPECT_NE(adapt_regex(R"([\p{L}\p{M}]+)").find(R"(\p{M}\x{897})"), std::string::npos);
+    EXPECT_EQ(adapt_regex(R"([\p{L}\p{M}]+)", true), R"([\p{L}\p{M}]+)");
+    EXPECT_TRUE(hf_unicode::has_hf_only_class_member("a\u0897b", /*marks=*/true));
+    EXPECT_FALSE(hf_unicode::has_hf_only_class_member("a\u0897b", /*marks=*/false));
+    EXPECT_FALSE(hf_unicode::has_hf_only_class_member("na\u0308ive \u0928\u092E", true));
     EXPECT_TRUE(hf_unicode::unknown_to_normalizer(0x09FE));
     EXPECT_FALSE(hf_unicode::unknown_to_normalizer(0x0301));
+}
+
+// Qwen3.5's split keeps combining marks with the letters before them ([\p{L}\p{M}]+), where
+// Qwen2/Qwen3's (\p{L}+) cuts a word at each mark.
+TEST(PreTokenizer, Qwen35PatternKeepsMarksInWords) {
+    auto pieces = [](const char* pattern, std::string_view text) {
+        Json spec = {{"type", "Split"},
+                     {"pattern", {{"Regex", pattern}}},
+                     {"behavior", "Isolated"},
+                     {"invert", false}};
+        std::vector<std::string> out;
+        PreTokenizer::from_json(spec).split(text, [&](std::string_view p) { out.emplace_back(p); });
+        return out;
+    };
+    using Pieces = std::vector<std::string>;
+    constexpr const char* kQwen35 =
+        R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+    constexpr const char* kQwen3 =
+        R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+    // "नमस्ते": the vowel signs and the virama are marks.
+    EXPECT_EQ(pieces(kQwen35, "\u0928\u092E\u0938\u094D\u0924\u0947 x"),
+              (Pieces{"\u0928\u092E\u0938\u094D\u0924\u0947", " x"}));
+    EXPECT_EQ(pieces(kQwen3, "\u0928\u092E\u0938\u094D\u0924\u0947 x"),
+              (Pieces{"\u0928\u092E\u0938", "\u094D\u0924", "\u0947", " x"}));
+    EXPECT_EQ(pieces(kQwen35, "e\u0301t\u00E9 'S"), (Pieces{"e\u0301t\u00E9", " '", "S"}));
+    EXPECT_EQ(pieces(kQwen35, " \u0301\u0301!"), (Pieces{" \u0301\u0301", "!"}));
+    // A mark PCRE2 10.42 does not know yet (U+0897, Unicode 16) is still a mark.
+    EXPECT_EQ(pieces(kQwen35, "\u0628\u0897\u0628 1"), (Pieces{"\u0628\u0897\u0628", " ", "1"}));
 }
 
 TEST(ByteLevel, AlphabetIsABijection) {

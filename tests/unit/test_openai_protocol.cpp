@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "server/openai_protocol.h"
 #include "server/request_fields.h"
 #include "server/tool_calls.h"
@@ -10,8 +12,9 @@ using namespace miniinfer;
 
 namespace {
 // Feeds `text` in pieces of `step` bytes; returns {reasoning, content}.
-std::pair<std::string, std::string> split(const std::string& text, size_t step) {
-    ReasoningSplitter s;
+std::pair<std::string, std::string> split(const std::string& text, size_t step,
+                                          bool reasoning_open = false) {
+    ReasoningSplitter s(reasoning_open);
     std::string reasoning, content;
     for (size_t i = 0; i < text.size(); i += step) {
         auto [r, c] = s.feed(text.substr(i, step));
@@ -38,6 +41,27 @@ TEST(ReasoningSplitter, NoThinkingAndUnfinishedThinking) {
     EXPECT_EQ(split("<think>still thinking when cut off", 4),
               (std::pair<std::string, std::string>{"still thinking when cut off", ""}));
     EXPECT_EQ(split("<thin", 2), (std::pair<std::string, std::string>{"", "<thin"}));
+}
+
+// Qwen3.5's generation prompt ends with "<think>\n" (thinking on): the model starts with its
+// reasoning, and the prompt, not the output, opened the block.
+TEST(ReasoningSplitter, BlockOpenedByThePrompt) {
+    const std::string text = "Let me think.\n</think>\n\nThe answer is 4.";
+    for (size_t step = 1; step <= text.size(); ++step)
+        EXPECT_EQ(split(text, step, true),
+                  (std::pair<std::string, std::string>{"Let me think.\n", "The answer is 4."}))
+            << step;
+    EXPECT_EQ(split("cut off while thinking", 5, true),
+              (std::pair<std::string, std::string>{"cut off while thinking", ""}));
+    auto opens = [](const std::string& rendered) {
+        auto render = [&](const Json&, const Json&, const Json&) { return rendered; };
+        const Json body = Json::parse(R"({"messages": [{"role": "user", "content": "hi"}]})");
+        return parse_chat_request(body, SamplingParams{}, render).reasoning_open;
+    };
+    EXPECT_TRUE(opens("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n"));
+    EXPECT_FALSE(opens("<|im_start|>assistant\n<think>\n\n</think>\n\n"));  // thinking off
+    EXPECT_FALSE(opens("<|im_start|>assistant\n"));                         // Qwen3
+    EXPECT_FALSE(opens("<think>\nold</think>\n<|im_start|>assistant\n"));
 }
 
 TEST(OpenAiProtocol, ParsesPromptsAndRejectsBadOnes) {
@@ -297,8 +321,23 @@ TEST(ChatMessages, TextPartsAreJoinedAndOtherPartsRefusedByType) {
     const std::string why = error_of([&] { normalise_messages(image, false); });
     EXPECT_NE(why.find("message 0 (user)"), std::string::npos) << why;
     EXPECT_NE(why.find("'image_url'"), std::string::npos) << why;
+    EXPECT_NE(why.find("vision input (images and video) is not supported"), std::string::npos)
+        << why;
     EXPECT_NE(why.find("text only"), std::string::npos) << why;
     EXPECT_EQ(why.find("base64"), std::string::npos) << why;
+    // Qwen3.5's template takes {"type": "image"} and {"type": "video"} parts; so does vLLM.
+    for (const char* type : {"image", "video", "video_url"}) {
+        const Json part = Json::parse(fmt::format(
+            R"([{{"role": "user", "content": [{{"type": "{}", "{}": "x"}}]}}])", type, type));
+        EXPECT_NE(error_of([&] { normalise_messages(part, false); }).find("vision input"),
+                  std::string::npos)
+            << type;
+    }
+    const Json audio = Json::parse(
+        R"([{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "AA"}}]}])");
+    EXPECT_NE(
+        error_of([&] { normalise_messages(audio, false); }).find("audio input is not supported"),
+        std::string::npos);
 }
 
 TEST(ChatMessages, ToolCallTurnsWithoutContentAndDeveloperRole) {

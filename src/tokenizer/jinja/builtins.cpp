@@ -129,13 +129,15 @@ Value filter(const std::string& name, const Value& v, const Args& args) {
         o.sort_keys = args.get(3, "sort_keys").value_or(Value(false)).truthy();
         return v.to_json(o);
     }
-    if (name == "trim") return py::strip(v.str(), args.get(0, "chars"), true, true);
-    if (name == "upper") return py::map_case(v.str(), py::Case::kUpper);
-    if (name == "lower") return py::map_case(v.str(), py::Case::kLower);
+    // Jinja2's soft_str keeps a Markup a Markup through these.
+    auto keep_markup = [&](std::string s) { return v.is_markup() ? Value::markup(s) : Value(s); };
+    if (name == "trim") return keep_markup(py::strip(v.str(), args.get(0, "chars"), true, true));
+    if (name == "upper") return keep_markup(py::map_case(v.str(), py::Case::kUpper));
+    if (name == "lower") return keep_markup(py::map_case(v.str(), py::Case::kLower));
     if (name == "title") return jinja_title(v.str());
-    if (name == "capitalize") return py::map_case(v.str(), py::Case::kCapitalize);
-    if (name == "string") return v.str();
-    if (name == "safe") return v;
+    if (name == "capitalize") return keep_markup(py::map_case(v.str(), py::Case::kCapitalize));
+    if (name == "string") return keep_markup(v.str());
+    if (name == "safe") return Value::markup(v.str());  // Markup(value): str() of anything
     if (name == "default" || name == "d") {
         const auto boolean = args.get(1, "boolean");
         const bool use_default = v.is_undefined() || (boolean && boolean->truthy() && !v.truthy());

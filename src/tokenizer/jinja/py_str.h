@@ -24,6 +24,9 @@ std::string replace(const std::string& s, const std::string& old, const std::str
 // str.startswith / endswith; `arg` may be a tuple (list) of candidates.
 bool starts_or_ends(const std::string& s, const Value& arg, bool starts);
 
+// markupsafe.escape: & < > ' " as HTML entities.
+std::string html_escape(const std::string& s);
+
 enum class Case { kLower, kUpper, kTitle, kCapitalize };
 std::string map_case(const std::string& s, Case mode);
 

@@ -6,6 +6,7 @@
 #include "core/check.h"
 #include "tokenizer/jinja/builtins.h"
 #include "tokenizer/jinja/parser.h"
+#include "tokenizer/jinja/py_str.h"
 #include "tokenizer/utf8.h"
 
 namespace miniinfer::jinja {
@@ -193,6 +194,7 @@ class Renderer {
             int64_t i = key.as_int();
             if (i < 0) i += int64_t(items.size());
             if (i < 0 || i >= int64_t(items.size())) return Undefined{"[" + key.str() + "]"};
+            if (obj.is_markup()) return Value::markup(items[size_t(i)].as_string());
             return items[size_t(i)];
         }
         if (key.is_string()) return get_attr(obj, key.as_string());
@@ -225,13 +227,20 @@ class Renderer {
         if (!obj.is_string()) return out;
         std::string s;
         for (const Value& c : out) s += c.as_string();
-        return s;
+        return obj.is_markup() ? Value::markup(std::move(s)) : Value(std::move(s));
     }
 
     static Value arithmetic(const std::string& op, const Value& a, const Value& b) {
         if (a.is_undefined() || b.is_undefined())
             fail("'{}' is undefined", (a.is_undefined() ? a : b).undefined_name());
-        if (op == "+" && a.is_string() && b.is_string()) return a.as_string() + b.as_string();
+        if (op == "+" && a.is_string() && b.is_string()) {
+            if (!a.is_markup() && !b.is_markup()) return a.as_string() + b.as_string();
+            // markupsafe: Markup + str and str + Markup escape the plain operand.
+            auto markup_text = [](const Value& v) {
+                return v.is_markup() ? v.as_string() : py::html_escape(v.as_string());
+            };
+            return Value::markup(markup_text(a) + markup_text(b));
+        }
         if (op == "+" && a.is_list() && b.is_list()) {
             List l = a.as_list();
             l.insert(l.end(), b.as_list().begin(), b.as_list().end());
@@ -249,7 +258,7 @@ class Renderer {
             if (seq.is_string()) {
                 std::string out;
                 for (int64_t i = 0; i < n; ++i) out += seq.as_string();
-                return out;
+                return seq.is_markup() ? Value::markup(std::move(out)) : Value(std::move(out));
             }
             List out;
             for (int64_t i = 0; i < n; ++i)

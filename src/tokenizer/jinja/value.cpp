@@ -77,6 +77,7 @@ std::string Value::type_name() const {
     static const char* names[] = {"Undefined", "NoneType", "bool", "int",     "float",
                                   "str",       "list",     "dict", "function"};
     if (is_dict() && as_dict().is_namespace) return "Namespace";
+    if (markup_) return "Markup";
     return names[v_.index()];
 }
 

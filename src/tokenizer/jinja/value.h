@@ -79,6 +79,17 @@ class Value {
         v.iterator_ = true;
         return v;
     }
+    // A markupsafe.Markup string (what |safe returns). It prints as it is, but `+` with a plain
+    // string HTML-escapes the plain one, as Jinja2 does even with autoescape off (transformers'
+    // setting). Markup survives |trim, |upper, |lower, |capitalize, |string, indexing, slicing
+    // and repetition, as in Jinja2; other filters and str methods give plain strings here (Jinja2
+    // keeps Markup through a few more, such as .strip() and .split()).
+    static Value markup(std::string s) {
+        Value v(std::move(s));
+        v.markup_ = true;
+        return v;
+    }
+    bool is_markup() const { return markup_; }
 
     bool is_undefined() const { return std::holds_alternative<Undefined>(v_); }
     bool is_none() const { return std::holds_alternative<std::nullptr_t>(v_); }
@@ -131,6 +142,7 @@ class Value {
     Storage v_;
     bool tuple_ = false;
     bool iterator_ = false;
+    bool markup_ = false;
 };
 
 // Python float repr (shortest round-trip, '1.0', '1e+16', 'inf', 'nan').
