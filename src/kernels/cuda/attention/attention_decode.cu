@@ -404,7 +404,7 @@ template <class S, typename Cache>
 __device__ __forceinline__ void load_keys(const Cache* __restrict__ k_cache,
                                           const Cache* __restrict__ v_cache, const int32_t* pages,
                                           int first, int key_end, int page_size, int page_shift,
-                                          bool one_page, int64_t row_stride, int64_t offset,
+                                          bool one_page, int64_t row_stride, int offset,
                                           typename S::Vec (&k_raw)[S::kKeysPerSlot],
                                           typename S::Vec (&v_raw)[S::kKeysPerSlot]) {
     using Vec = typename S::Vec;
@@ -730,7 +730,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int e = 0; e < S::kLaneDims; ++e) acc[h][e] = 0.f;
     }
     const int64_t row_stride = int64_t(num_kv_heads) * kHeadDim;
-    const int64_t lane_offset = int64_t(kv_head) * kHeadDim + dim0;
+    const int lane_offset = kv_head * kHeadDim + dim0;  // 32-bit: the loop keeps it in one register
     for (int base = key_begin + warp * S::kWarpKeys; base < key_end;
          base += kWarps * S::kWarpKeys) {
         const int first = base + slot * S::kKeysPerSlot;
