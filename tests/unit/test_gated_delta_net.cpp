@@ -139,7 +139,7 @@ std::vector<float> run_delta_rule(DeltaRule rule, const Goldens& gd, const std::
     return out;
 }
 
-// The rows of the batch's last sequence (130 tokens from zeros), [begin, end) of `full`.
+// Rows [begin, end) of `full`, a [rows, row_len] buffer.
 std::vector<float> rows(const std::vector<float>& full, int64_t row_len, int64_t begin,
                         int64_t end) {
     return std::vector<float>(full.begin() + begin * row_len, full.begin() + end * row_len);
