@@ -51,19 +51,20 @@ void linear(const float* x, int64_t n, int64_t in, const float* w, const float* 
         std::max<int64_t>(1, 16384 / std::max<int64_t>(1, in * n)));
 }
 
-void rms_norm(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y) {
+void rms_norm(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y,
+              float weight_offset) {
     for (int64_t r = 0; r < rows; ++r) {
         const float* xr = x + r * dim;
         float* yr = y + r * dim;
         const float inv_rms = 1.f / std::sqrt(dot(xr, xr, dim) / float(dim) + eps);
-        for (int64_t i = 0; i < dim; ++i) yr[i] = w[i] * (xr[i] * inv_rms);
+        for (int64_t i = 0; i < dim; ++i) yr[i] = (w[i] + weight_offset) * (xr[i] * inv_rms);
     }
 }
 
 void add_rms_norm(float* residual, const float* x, const float* w, int64_t rows, int64_t dim,
-                  float eps, float* y) {
+                  float eps, float* y, float weight_offset) {
     add_inplace(residual, x, rows * dim);
-    rms_norm(residual, w, rows, dim, eps, y);
+    rms_norm(residual, w, rows, dim, eps, y, weight_offset);
 }
 
 void rope_neox(float* x, int64_t n, int64_t num_heads, int64_t head_dim, const int32_t* positions,

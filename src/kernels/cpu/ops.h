@@ -16,12 +16,15 @@ void embedding(const int32_t* ids, int64_t n, const float* table, int64_t hidden
 void linear(const float* x, int64_t n, int64_t in, const float* w, const float* bias, int64_t out,
             float* y);
 
-// y[rows, dim] = x / sqrt(mean(x²) + eps) * w[dim]. y may alias x.
-void rms_norm(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y);
+// y[rows, dim] = x / sqrt(mean(x²) + eps) * (w[dim] + weight_offset). y may alias x.
+// weight_offset 1: zero-centred weights (Qwen3.5's and Qwen3-Next's norms, x * (1 + w)), the
+// sum 1 + w rounded to f32 before the product as transformers computes it; 0 leaves w as is.
+void rms_norm(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y,
+              float weight_offset = 0.f);
 
 // residual[rows, dim] += x; y = rms_norm(residual). The pre-norm decoder's "add & norm".
 void add_rms_norm(float* residual, const float* x, const float* w, int64_t rows, int64_t dim,
-                  float eps, float* y);
+                  float eps, float* y, float weight_offset = 0.f);
 
 // Rotary embedding, NeoX layout (rotate the two halves of each head), in place.
 // x: [n, num_heads, head_dim]; positions[n]; inv_freq[head_dim / 2]; cos and sin are each
