@@ -49,9 +49,11 @@ void EngineConfig::resolve(const ModelConfig& model) {
         fail("page_size must be in [1, 1024], got {}", page_size);
     if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0))
         fail("gpu_memory_utilization must be in (0, 1], got {}", gpu_memory_utilization);
-    if (max_model_len < 0 || kv_cache_bytes < 0 || num_pages < 0 || max_num_batched_tokens < 0)
+    if (max_model_len < 0 || kv_cache_bytes < 0 || num_pages < 0 || max_num_batched_tokens < 0 ||
+        num_state_slots < 0)
         fail(
-            "max_model_len, kv_cache_bytes, num_pages and max_num_batched_tokens must not be "
+            "max_model_len, kv_cache_bytes, num_pages, num_state_slots and max_num_batched_tokens "
+            "must not be "
             "negative");
     if (max_model_len == 0) max_model_len = model.max_context_len();
     if (max_model_len > model.max_context_len())

@@ -23,6 +23,9 @@ struct EngineConfig {
     // CPU KV budget; 0: max_num_seqs x min(max_model_len, 2048) tokens, <= 4 GiB
     int64_t kv_cache_bytes = 0;
     int64_t num_pages = 0;  // > 0 overrides both budgets (tests)
+    // Hybrid models (Gated DeltaNet layers): the requests that hold a recurrent state at once,
+    // one state slot each (scheduler: admission waits for a free slot). 0: none (other models).
+    int64_t num_state_slots = 0;
     bool enable_prefix_caching = true;
     bool enforce_eager = false;  // CUDA: no graphs (every step launched kernel by kernel)
     // The plain loop (schedule, run, process) even where the runner can overlap the next step

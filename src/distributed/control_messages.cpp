@@ -8,9 +8,9 @@
 namespace miniinfer {
 
 std::string encode_step(const ForwardBatch& b) {
-    const std::span<const int32_t> parts[] = {b.input_ids,     b.positions,   b.query_start,
-                                              b.seq_lens,      b.block_table, b.slot_mapping,
-                                              b.logits_indices};
+    const std::span<const int32_t> parts[] = {b.input_ids,      b.positions,   b.query_start,
+                                              b.seq_lens,       b.block_table, b.slot_mapping,
+                                              b.logits_indices, b.state_slots};
     std::string out(1, 'S');
     auto put = [&](const void* p, size_t n) { out.append(static_cast<const char*>(p), n); };
     put(&b.max_pages, sizeof b.max_pages);

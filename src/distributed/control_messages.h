@@ -21,10 +21,11 @@ namespace miniinfer {
 std::string encode_step(const ForwardBatch& b);
 // A decoded step: the arrays a ForwardBatch views.
 struct DecodedStep {
-    std::vector<int32_t> parts[7];
+    std::vector<int32_t> parts[8];
     int64_t max_pages = 0;
     ForwardBatch batch() const {
-        return {parts[0], parts[1], parts[2], parts[3], parts[4], max_pages, parts[5], parts[6]};
+        return {parts[0],  parts[1], parts[2], parts[3], parts[4],
+                max_pages, parts[5], parts[6], parts[7]};
     }
 };
 // The other control messages: `step` is set for a step, unset for the end ('Q', or an empty

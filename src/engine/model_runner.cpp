@@ -153,8 +153,7 @@ std::vector<SampledToken> CpuModelRunner::run(const Batch& b,
                                               std::span<const SamplerInput> sampling) {
     MI_CHECK(sampling.size() == b.logits_indices.size(), "{} sampling inputs for {} logits rows",
              sampling.size(), b.logits_indices.size());
-    ForwardBatch fb{b.input_ids,   b.positions, b.query_start,  b.seq_lens,
-                    b.block_table, b.max_pages, b.slot_mapping, b.logits_indices};
+    const ForwardBatch fb = forward_batch_of(b);
     Tensor logits = forward_all_ranks(fb);  // [num_sampling, vocab]
     if (sampling.empty()) return {};
     std::vector<SamplerInput> inputs(sampling.begin(), sampling.end());

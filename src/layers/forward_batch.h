@@ -17,6 +17,9 @@ struct ForwardBatch {
     int64_t max_pages = 0;                    // row stride of block_table
     std::span<const int32_t> slot_mapping;    // [num_tokens] where each token's K/V goes
     std::span<const int32_t> logits_indices;  // [num_logits] rows whose logits are wanted
+    // Hybrid models: [num_seqs] each sequence's slot in the state pool; a sequence whose first
+    // row is position 0 starts from a zero state, the others continue the slot's.
+    std::span<const int32_t> state_slots;
 
     int64_t num_tokens() const { return int64_t(input_ids.size()); }
     int64_t num_seqs() const { return int64_t(seq_lens.size()); }

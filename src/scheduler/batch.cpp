@@ -23,6 +23,7 @@ void build_batch(Batch& b, int64_t page_size) {
         }
         b.query_start.push_back(int32_t(b.input_ids.size()));
         b.seq_lens.push_back(int32_t(s.start + s.num_tokens));
+        b.state_slots.push_back(r.state_slot);
         b.block_table.insert(b.block_table.end(), r.pages.begin(), r.pages.end());
         b.block_table.resize(b.block_table.size() + size_t(b.max_pages) - r.pages.size(), 0);
         if (s.samples) {

@@ -25,6 +25,7 @@ struct Batch {
     std::vector<int32_t> block_table;  // [num_seqs, max_pages]
     int64_t max_pages = 0;
     std::vector<int32_t> slot_mapping;  // [num_tokens]
+    std::vector<int32_t> state_slots;   // [num_seqs] each request's state slot (-1: none)
     std::vector<int32_t>
         logits_indices;              // [num_sampling_seqs] row of each sampling seq's last token
     std::vector<Request*> sampling;  // [num_sampling_seqs] the requests those rows belong to

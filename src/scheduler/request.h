@@ -39,6 +39,9 @@ struct Request {
     std::string error;
 
     std::vector<int32_t> pages;
+    // Hybrid models: the slot of the state pool holding this request's recurrent state after
+    // its num_computed tokens (-1: none; held while running, released with the pages).
+    int32_t state_slot = -1;
     int64_t num_computed = 0;   // tokens whose K/V are in pages
     size_t num_tree_pages = 0;  // leading pages owned by the RadixCache
     RadixCache::Node* cache_node = nullptr;

@@ -7,11 +7,13 @@
 namespace miniinfer {
 
 Scheduler::Scheduler(const EngineConfig& config)
-    : config_(config), allocator_(int32_t(config.num_pages)) {
+    : config_(config),
+      allocator_(int32_t(config.num_pages)),
+      state_slots_(int32_t(config.num_state_slots)) {
     MI_CHECK(config.page_size > 0 && config.num_pages > 0 && config.max_num_seqs > 0 &&
                  config.max_num_batched_tokens > 0 && config.max_model_len > 0,
              "bad scheduler config");
-    if (config.enable_prefix_caching)
+    if (config.enable_prefix_caching && !uses_state())
         cache_ = std::make_unique<RadixCache>(config.page_size, allocator_);
 }
 
@@ -78,6 +80,11 @@ Batch Scheduler::schedule() {
 }
 
 bool Scheduler::admit(Request* r, int64_t& budget, Batch& batch) {
+    if (uses_state()) {
+        const auto slot = state_slots_.allocate(1);
+        if (!slot) return false;
+        r->state_slot = slot->front();
+    }
     if (cache_) {
         RadixCache::Match m = cache_->match_prefix(r->all_tokens(), r->num_tokens() - 1);
         cache_->lock(m.node);
@@ -133,6 +140,10 @@ bool Scheduler::try_allocate(Request* r, int64_t num_pages) {
 // Full pages with computed K/V go to the prefix cache (so a preempted request, or the next
 // request with the same prefix, finds them); the rest go back to the allocator.
 void Scheduler::release_pages(Request* r) {
+    if (r->state_slot >= 0) {
+        state_slots_.free(std::span(&r->state_slot, 1));
+        r->state_slot = -1;
+    }
     if (cache_ && r->cache_node) {
         const size_t full = size_t(r->num_computed / config_.page_size);
         const std::vector<int32_t> tokens = r->all_tokens();
@@ -181,8 +192,19 @@ void Scheduler::check_invariants() const {
         owned.insert(owned.end(), r->pages.begin() + long(r->num_tree_pages), r->pages.end());
     }
     for (const Request* r : waiting_)
-        MI_CHECK(r->pages.empty() && r->cache_node == nullptr && r->state == RequestState::kWaiting,
-                 "waiting request {} holds pages", r->id);
+        MI_CHECK(r->pages.empty() && r->cache_node == nullptr && r->state_slot < 0 &&
+                     r->state == RequestState::kWaiting,
+                 "waiting request {} holds pages or a state slot", r->id);
+    // Every state slot is free or held by exactly one running request.
+    std::vector<int> holders(size_t(state_slots_.num_pages()), 0);
+    for (const Request* r : running_) {
+        MI_CHECK(uses_state() == (r->state_slot >= 0), "request {}: state slot {}", r->id,
+                 r->state_slot);
+        if (r->state_slot >= 0) ++holders.at(size_t(r->state_slot));
+    }
+    for (int32_t s = 0; s < state_slots_.num_pages(); ++s)
+        MI_CHECK(holders[size_t(s)] + (state_slots_.is_free(s) ? 1 : 0) == 1,
+                 "state slot {} held {} times", s, holders[size_t(s)]);
     if (cache_) {
         cache_->check_invariants(owned);
         return;

@@ -10,6 +10,11 @@
 // then the newest running request is preempted (its full pages go to the prefix cache, the
 // rest are freed, it waits again at the head of the queue).
 //
+// Hybrid models (EngineConfig::num_state_slots > 0) also give each running request a state
+// slot: admission waits for a free one, preemption and finish give it back (a readmitted
+// request recomputes from its first token). Their prefix caching needs the state at the cached
+// prefix's end, which the slots do not keep yet: it is off for them.
+//
 // Requests are owned by the caller (the engine); the scheduler keeps pointers until they
 // finish. It never sees a kernel or a layer: it hands out a Batch and gets tokens back.
 #pragma once
@@ -60,6 +65,7 @@ class Scheduler {
 
   private:
     bool reserve_pages(Request* r, int64_t num_tokens);  // pages for tokens [0, num_tokens)
+    bool uses_state() const { return state_slots_.num_pages() > 0; }
     bool try_allocate(Request* r, int64_t num_pages);
     void release_pages(Request* r);  // to the prefix cache or the allocator
     bool preempt_newest(const Request* keep);
@@ -67,6 +73,7 @@ class Scheduler {
 
     EngineConfig config_;
     PageAllocator allocator_;
+    PageAllocator state_slots_;          // EngineConfig::num_state_slots slots (hybrid models)
     std::unique_ptr<RadixCache> cache_;  // null when prefix caching is off
     std::deque<Request*> waiting_;
     std::vector<Request*> running_;  // in admission order

@@ -2,12 +2,14 @@
 // against a fake KV cache: each token's slot must hold exactly that request's token at that
 // position, including pages shared through the prefix cache and pages reused after eviction.
 // The same with overlap scheduling (the runner's input ids then hold placeholders for tokens
-// the previous step samples, which ModelRunner::launch resolves).
+// the previous step samples, which ModelRunner::launch resolves), and with state slots (hybrid
+// models): each slot must hold the state of exactly the tokens before the step's first.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <map>
 #include <random>
+#include <set>
 
 #include "engine/llm_engine.h"
 
@@ -34,9 +36,11 @@ class FakeRunner : public ModelRunner {
 
     std::vector<SampledToken> run(const Batch& b, std::span<const SamplerInput> sampling) override {
         ++steps;
+        std::set<int32_t> slots_in_step;
         for (size_t s = 0; s < b.seqs.size(); ++s) {
             const int32_t first = b.query_start[s], len = b.seq_lens[s];
             const int32_t start = len - (b.query_start[s + 1] - first);
+            check_state(b, s, start, len, slots_in_step);
             // Context written in earlier steps must be intact.
             for (int32_t p = 0; p < start; ++p) {
                 const int32_t page =
@@ -67,15 +71,36 @@ class FakeRunner : public ModelRunner {
         return out;
     }
     int64_t steps = 0;
+    int64_t state_steps = 0;  // sequences that ran with a state slot
 
   private:
+    // A fake recurrent state: the request and how many of its tokens the slot has consumed. A
+    // sequence starting at 0 resets it; any other must find its own request's state at exactly
+    // its start. Slots are distinct within a step.
+    void check_state(const Batch& b, size_t s, int32_t start, int32_t len,
+                     std::set<int32_t>& slots_in_step) {
+        const int32_t slot = b.state_slots[s];
+        if (slot < 0) return;
+        ++state_steps;
+        EXPECT_TRUE(slots_in_step.insert(slot).second) << "state slot " << slot << " twice";
+        const Request* r = b.seqs[s].request;
+        if (start > 0) {
+            const auto it = state_.find(slot);
+            ASSERT_TRUE(it != state_.end()) << "state slot " << slot << " never written";
+            EXPECT_EQ(it->second, (std::pair{r, start})) << r->id << " resumes a stale state";
+        }
+        state_[slot] = {r, len};
+    }
+
     ModelConfig config_;
     int64_t page_size_;
     bool overlap_;
-    std::map<int64_t, std::pair<int32_t, int32_t>> kv_;  // slot -> (position, token)
+    std::map<int64_t, std::pair<int32_t, int32_t>> kv_;            // slot -> (position, token)
+    std::map<int32_t, std::pair<const Request*, int32_t>> state_;  // state slot -> (request, len)
 };
 
-EngineConfig small_config(int64_t num_pages, int64_t page_size, bool prefix_caching) {
+EngineConfig small_config(int64_t num_pages, int64_t page_size, bool prefix_caching,
+                          int64_t num_state_slots = 0) {
     EngineConfig c;
     c.model_dir = "(fake)";
     c.num_pages = num_pages;
@@ -84,23 +109,27 @@ EngineConfig small_config(int64_t num_pages, int64_t page_size, bool prefix_cach
     c.max_num_batched_tokens = 16;
     c.max_model_len = num_pages * page_size;
     c.enable_prefix_caching = prefix_caching;
+    c.num_state_slots = num_state_slots;
     return c;
 }
 
 }  // namespace
 
-// (prefix caching, overlap scheduling)
-class SchedulerFuzz : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
+// (prefix caching, overlap scheduling, state slots)
+class SchedulerFuzz : public ::testing::TestWithParam<std::tuple<bool, bool, bool>> {};
 
 // Random requests (a third stop early on a stop token), random aborts and a pool too small for
 // them all. Every finished request holds exactly the fake's tokens up to its stop, its streamed
 // deltas add up to its final output, and nothing of it comes after that.
 TEST_P(SchedulerFuzz, RandomRequestsAbortsAndATinyPool) {
-    const auto [prefix_caching, overlap] = GetParam();
+    const auto [prefix_caching, overlap, state] = GetParam();
     const int64_t page_size = 4, num_pages = 24, vocab = 50;
     constexpr int32_t kStopToken = 7;
-    LLMEngine engine(small_config(num_pages, page_size, prefix_caching),
-                     std::make_unique<FakeRunner>(vocab, page_size, overlap), std::nullopt);
+    // 5 state slots for 8 sequences: admission also waits for a slot.
+    auto runner = std::make_unique<FakeRunner>(vocab, page_size, overlap);
+    const FakeRunner& fake = *runner;
+    LLMEngine engine(small_config(num_pages, page_size, prefix_caching, state ? 5 : 0),
+                     std::move(runner), std::nullopt);
     ASSERT_EQ(engine.overlapping(), overlap);
     std::mt19937 rng(prefix_caching ? 11 : 12);
     std::map<std::string, int64_t> expected_len;  // id -> max_tokens
@@ -186,19 +215,47 @@ TEST_P(SchedulerFuzz, RandomRequestsAbortsAndATinyPool) {
     const int64_t cached = s.prefix_cache() ? s.prefix_cache()->num_cached_pages() : 0;
     EXPECT_EQ(s.allocator().num_free() + cached, num_pages);
     EXPECT_EQ(s.kv_usage(), 0.0);
-    if (prefix_caching) {
+    if (prefix_caching && !state) {
         int64_t reused = 0;
         for (const auto& [id, out] : done) reused += out.num_cached_tokens;
         EXPECT_GT(reused, 0);
     }
+    EXPECT_EQ(fake.state_steps > 0, state);
+    if (state) {
+        EXPECT_EQ(s.prefix_cache(), nullptr) << "prefix caching is off with state slots";
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(CachingAndOverlap, SchedulerFuzz,
-                         ::testing::Combine(::testing::Bool(), ::testing::Bool()),
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool(),
+                                            ::testing::Bool()),
                          [](const auto& info) {
                              return std::string(std::get<0>(info.param) ? "cache" : "no_cache") +
-                                    (std::get<1>(info.param) ? "_overlap" : "_plain");
+                                    (std::get<1>(info.param) ? "_overlap" : "_plain") +
+                                    (std::get<2>(info.param) ? "_state" : "");
                          });
+
+// Five state slots, eight sequences allowed: the sixth request waits for a slot, not a page,
+// and gets the slot the first one gives back.
+TEST(Scheduler, StateSlotsBoundAdmission) {
+    LLMEngine engine(small_config(64, 4, false, 5), std::make_unique<FakeRunner>(50, 4),
+                     std::nullopt);
+    SamplingParams p;
+    p.max_tokens = 3;
+    p.ignore_eos = true;
+    for (int i = 0; i < 6; ++i)
+        engine.add_request(Prompt::from_ids({1, 2}), p, "r" + std::to_string(i));
+    engine.step();
+    EXPECT_EQ(engine.scheduler().num_running(), 5u);
+    EXPECT_EQ(engine.scheduler().num_waiting(), 1u);
+    engine.scheduler().check_invariants();
+    while (engine.scheduler().num_waiting() > 0) engine.step();
+    EXPECT_LE(engine.scheduler().num_running(), 5u);
+    while (engine.has_unfinished()) {
+        engine.step();
+        engine.scheduler().check_invariants();
+    }
+}
 
 TEST(Scheduler, RejectsWhatCanNeverRun) {
     LLMEngine engine(small_config(8, 4, true), std::make_unique<FakeRunner>(50, 4), std::nullopt);
