@@ -19,7 +19,7 @@ struct ForwardBatch {
     std::span<const int32_t> logits_indices;  // [num_logits] rows whose logits are wanted
     // Hybrid models: [num_seqs] each sequence's slot in the state pool; a sequence whose first
     // row is position 0 starts from a zero state, the others continue the slot's.
-    std::span<const int32_t> state_slots;
+    std::span<const int32_t> state_slots = {};
 
     int64_t num_tokens() const { return int64_t(input_ids.size()); }
     int64_t num_seqs() const { return int64_t(seq_lens.size()); }
