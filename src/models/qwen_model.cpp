@@ -10,6 +10,7 @@ namespace miniinfer {
 
 QwenModel::QwenModel(ModelConfig config, ModelWeights weights, CpuParallel parallel)
     : config_(std::move(config)), weights_(std::move(weights)), parallel_(parallel) {
+    check_engine_support(config_);
     MI_CHECK(parallel_.world == 1 || parallel_.comm, "tensor parallelism needs a communicator");
     const int64_t world = parallel_.world;
     std::tie(vocab_begin_, vocab_end_) = vocab_range(config_.vocab_size, parallel_.rank, world);
