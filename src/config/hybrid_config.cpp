@@ -47,10 +47,8 @@ std::string describe_layer_pattern(const std::vector<LayerType>& types) {
 
 void check_engine_support(const ModelConfig& config) {
     if (config.is_hybrid())
-        fail(
-            "model_type {}: the hybrid Gated DeltaNet model is not supported by the engine yet "
-            "(its config and checkpoint load: see `miniinfer inspect`)",
-            config.model_type);
+        fail("model_type {}: the hybrid Gated DeltaNet model is not supported by the engine yet",
+             config.model_type);
 }
 
 namespace config_parsing {

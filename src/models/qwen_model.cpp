@@ -53,6 +53,7 @@ QwenModel::QwenModel(ModelConfig config, ModelWeights weights, CpuParallel paral
 QwenModel QwenModel::load(const std::filesystem::path& model_dir, LoadFormat format, uint64_t seed,
                           CpuParallel parallel) {
     ModelConfig config = ModelConfig::load(model_dir);
+    check_engine_support(config);  // before the weights are read
     const WeightTarget target{.dtype = DType::kF32,
                               .rank = parallel.rank,
                               .world = parallel.world,
