@@ -54,7 +54,7 @@ Json hybrid_summary(const ModelConfig& c, const CheckpointLayout& layout) {
             {"zero_centered_norm", c.zero_centered_norm},
             {"checkpoint_layout",
              {{"prefix", layout.prefix},
-              {"experts", c.num_experts == 0      ? "none"
+              {"experts", c.num_experts == 0     ? "none"
                           : layout.fused_experts ? "fused (experts.gate_up_proj, down_proj)"
                                                  : "per expert"},
               {"linear_attention_projections",
@@ -67,8 +67,8 @@ Json hybrid_summary(const ModelConfig& c, const CheckpointLayout& layout) {
 std::vector<std::string> not_supported(const ModelConfig& c, const UnusedTensors& unused) {
     std::vector<std::string> out;
     if (c.has_vision || unused.vision > 0)
-        out.push_back(fmt::format("vision input ({} model.visual.* tensors not loaded)",
-                                  unused.vision));
+        out.push_back(
+            fmt::format("vision input ({} model.visual.* tensors not loaded)", unused.vision));
     if (unused.mtp > 0)
         out.push_back(
             fmt::format("multi-token prediction ({} mtp.* tensors not loaded)", unused.mtp));
@@ -151,22 +151,22 @@ void print_hybrid(const Json& j) {
         "state       %.3f MiB per request (S fp32 %.3f MiB, conv window fp32 %.3f MiB); 1 GiB "
         "holds %lld requests' state\n",
         mib(state), mib(h["gdn_recurrent_state_bytes"].get<int64_t>()),
-        mib(h["gdn_conv_state_bytes"].get<int64_t>()), (long long)(kGiB / std::max<int64_t>(1, state)));
+        mib(h["gdn_conv_state_bytes"].get<int64_t>()),
+        (long long)(kGiB / std::max<int64_t>(1, state)));
     const auto kv = j["kv_bytes_per_token"].get<int64_t>();
     std::printf(
         "kv cache    %lld bytes per token in bf16 (full-attention layers only: %lld of %lld); "
         "1 GiB holds %lld tokens\n",
         (long long)kv, h["num_full_attention_layers"].get<long long>(),
-        j["num_layers"].get<long long>(),
-        (long long)(kGiB / std::max<int64_t>(1, kv)));
-    std::printf("rotary      %lld of %lld dims per head (partial_rotary_factor %g)%s\n",
-                h["rotary_dim"].get<long long>(), j["head_dim"].get<long long>(),
-                h["partial_rotary_factor"].get<double>(),
-                h["mrope_section"].empty()
-                    ? ""
-                    : fmt::format(", mrope sections {} (text: plain positions)",
-                                  h["mrope_section"].dump())
-                          .c_str());
+        j["num_layers"].get<long long>(), (long long)(kGiB / std::max<int64_t>(1, kv)));
+    std::printf(
+        "rotary      %lld of %lld dims per head (partial_rotary_factor %g)%s\n",
+        h["rotary_dim"].get<long long>(), j["head_dim"].get<long long>(),
+        h["partial_rotary_factor"].get<double>(),
+        h["mrope_section"].empty()
+            ? ""
+            : fmt::format(", mrope sections {} (text: plain positions)", h["mrope_section"].dump())
+                  .c_str());
     std::printf("gates       attention output gate %s, norms zero-centred (x * (1 + w)) %s\n",
                 h["attn_output_gate"].get<bool>() ? "yes" : "no",
                 h["zero_centered_norm"].get<bool>() ? "yes" : "no");

@@ -112,8 +112,7 @@ void parse_hybrid(const Json& json, const std::string& where, ModelConfig& cfg) 
     parse_layer_types(json, where, cfg);
     parse_linear_attention(json, where, cfg);
     if (json_get_or<bool>(json, "attention_bias", false, where))
-        fail("{}: attention_bias is true; the hybrid models' attention has no biases here",
-             where);
+        fail("{}: attention_bias is true; the hybrid models' attention has no biases here", where);
     // transformers' attention always gates; the released configs say so.
     if (!json_get_or<bool>(json, "attn_output_gate", true, where))
         fail("{}: attn_output_gate is false; only the gated attention is supported", where);

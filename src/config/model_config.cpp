@@ -85,11 +85,14 @@ namespace {
 using config_parsing::require_positive;
 
 Arch parse_arch(const std::string& model_type, const std::string& where) {
-    static const std::pair<const char*, Arch> kArchs[] = {
-        {"qwen2", Arch::kQwen2},          {"qwen3", Arch::kQwen3},
-        {"qwen3_moe", Arch::kQwen3Moe},   {"qwen3_5", Arch::kQwen35},
-        {"qwen3_5_text", Arch::kQwen35},  {"qwen3_5_moe", Arch::kQwen35Moe},
-        {"qwen3_5_moe_text", Arch::kQwen35Moe}, {"qwen3_next", Arch::kQwen3Next}};
+    static const std::pair<const char*, Arch> kArchs[] = {{"qwen2", Arch::kQwen2},
+                                                          {"qwen3", Arch::kQwen3},
+                                                          {"qwen3_moe", Arch::kQwen3Moe},
+                                                          {"qwen3_5", Arch::kQwen35},
+                                                          {"qwen3_5_text", Arch::kQwen35},
+                                                          {"qwen3_5_moe", Arch::kQwen35Moe},
+                                                          {"qwen3_5_moe_text", Arch::kQwen35Moe},
+                                                          {"qwen3_next", Arch::kQwen3Next}};
     std::string names;
     for (const auto& [name, arch] : kArchs) {
         if (model_type == name) return arch;
@@ -102,12 +105,14 @@ Arch parse_arch(const std::string& model_type, const std::string& where) {
 // (where it says one) must be the text model of the wrapper's.
 const Json& text_config(const Json& json, const std::string& model_type, const std::string& where) {
     if (!json.contains("text_config") || !json["text_config"].is_object())
-        fail("{}: missing field 'text_config' (model_type '{}' nests the language model's config "
-             "there)",
-             where, model_type);
+        fail(
+            "{}: missing field 'text_config' (model_type '{}' nests the language model's config "
+            "there)",
+            where, model_type);
     const Json& text = json["text_config"];
     const std::string want = model_type + "_text";
-    const auto text_type = json_get_or<std::string>(text, "model_type", want, where + " text_config");
+    const auto text_type =
+        json_get_or<std::string>(text, "model_type", want, where + " text_config");
     if (text_type != want)
         fail("{} text_config: model_type '{}' does not belong in a '{}' config (expected '{}')",
              where, text_type, model_type, want);
@@ -140,8 +145,7 @@ void parse_moe(const Json& json, const std::string& where, ModelConfig& cfg) {
     if (!cfg.is_hybrid()) return;
     cfg.shared_expert_intermediate_size =
         json_get<int64_t>(json, "shared_expert_intermediate_size", where);
-    require_positive(cfg.shared_expert_intermediate_size, "shared_expert_intermediate_size",
-                     where);
+    require_positive(cfg.shared_expert_intermediate_size, "shared_expert_intermediate_size", where);
     for (int64_t l = 0; l < cfg.num_layers; ++l)
         if (!cfg.is_moe_layer(l)) {  // a dense layer: the MLP of intermediate_size
             cfg.intermediate_size = json_get<int64_t>(json, "intermediate_size", where);

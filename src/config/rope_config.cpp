@@ -182,10 +182,10 @@ void parse_partial_rotary(const Json& json, const std::string& where,
          {"rope_scaling.mrope_section", from(scaling, &ParsedRope::mrope_section)}},
         where);
     cfg.mrope_interleaved =
-        agreed<bool>({{"rope_parameters.mrope_interleaved",
-                       from(params, &ParsedRope::mrope_interleaved)},
-                      {"rope_scaling.mrope_interleaved", from(scaling, &ParsedRope::mrope_interleaved)}},
-                     where)
+        agreed<bool>(
+            {{"rope_parameters.mrope_interleaved", from(params, &ParsedRope::mrope_interleaved)},
+             {"rope_scaling.mrope_interleaved", from(scaling, &ParsedRope::mrope_interleaved)}},
+            where)
             .value_or(false);
     if (!section) return;
     cfg.mrope_section = *section;

@@ -15,7 +15,10 @@ Parts group_rows(const std::string& name, const Shape& shape, int64_t groups, in
                  int64_t offset, int64_t len) {
     Parts parts;
     for (int64_t g = 0; g < groups; ++g)
-        parts.push_back({name, shape, Shard::kReplicated, {},
+        parts.push_back({name,
+                         shape,
+                         Shard::kReplicated,
+                         {},
                          RowRange{g * stride + offset, g * stride + offset + len}});
     return parts;
 }
@@ -77,8 +80,7 @@ void assemble_fused_experts(const ModelConfig& c, const std::string& mlp, Weight
     // Already our layout: gate rows then up rows per expert; down [hidden, I] per expert.
     lw.experts_gate_up =
         a.single(mlp + "experts.gate_up_proj", {E, 2 * I, H}, Shard::kReplicated, {E, 2 * I, H});
-    lw.experts_down =
-        a.single(mlp + "experts.down_proj", {E, H, I}, Shard::kReplicated, {E, H, I});
+    lw.experts_down = a.single(mlp + "experts.down_proj", {E, H, I}, Shard::kReplicated, {E, H, I});
 }
 
 void assemble_shared_expert(const ModelConfig& c, const std::string& mlp, WeightAssembler& a,

@@ -65,11 +65,10 @@ ModelWeights assemble(const ModelConfig& c, const CheckpointLayout& layout, cons
         if (c.is_linear_attention_layer(l)) {
             lw.linear_attn = assemble_linear_attention(c, layout, p + "linear_attn.", a);
         } else {
-            lw.qkv = c.attn_output_gate
-                         ? assemble_gated_qkv(c, attn, a)
-                         : a.fused({{attn + "q_proj.weight", {q, H}, kCol},
-                                    {attn + "k_proj.weight", {kv, H}, kCol, kv_t},
-                                    {attn + "v_proj.weight", {kv, H}, kCol, kv_t}});
+            lw.qkv = c.attn_output_gate ? assemble_gated_qkv(c, attn, a)
+                                        : a.fused({{attn + "q_proj.weight", {q, H}, kCol},
+                                                   {attn + "k_proj.weight", {kv, H}, kCol, kv_t},
+                                                   {attn + "v_proj.weight", {kv, H}, kCol, kv_t}});
             if (c.attention_bias)
                 lw.qkv_bias = a.fused({{attn + "q_proj.bias", {q}, kCol},
                                        {attn + "k_proj.bias", {kv}, kCol, kv_t},
@@ -278,8 +277,8 @@ ModelWeights load_weights(const ModelConfig& config, const std::filesystem::path
         skipped.push_back(fmt::format(
             "{} vision tensors (model.visual.*: image input is not supported)", unused.vision));
     if (unused.mtp > 0)
-        skipped.push_back(fmt::format(
-            "{} multi-token-prediction tensors (mtp.*: not supported)", unused.mtp));
+        skipped.push_back(
+            fmt::format("{} multi-token-prediction tensors (mtp.*: not supported)", unused.mtp));
     if (!skipped.empty())
         MI_LOG_INFO("{}: skipped {}", model_dir.string(), fmt::join(skipped, " and "));
     if (unused.other > 0)

@@ -311,8 +311,8 @@ TEST(ModelConfig, EveryFixtureParses) {
     for (const char* name : {"qwen2-tiny", "qwen3-tiny", "qwen3-moe-tiny"}) {
         ModelConfig c = ModelConfig::load(kFixtures / name);
         EXPECT_FALSE(c.is_hybrid()) << name;
-        EXPECT_EQ(c.layer_types, std::vector<LayerType>(size_t(c.num_layers),
-                                                        LayerType::kFullAttention));
+        EXPECT_EQ(c.layer_types,
+                  std::vector<LayerType>(size_t(c.num_layers), LayerType::kFullAttention));
         EXPECT_EQ(c.num_kv_layers(), c.num_layers);
         EXPECT_EQ(c.rotary_dim, c.head_dim);
         EXPECT_EQ(c.gdn_state_bytes(), 0);

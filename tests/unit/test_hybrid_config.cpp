@@ -120,7 +120,7 @@ TEST(HybridConfig, Qwen3NextOlderRopeSpelling) {
     EXPECT_EQ(c.arch, Arch::kQwen3Next);
     EXPECT_EQ(c.layer_types, (std::vector<LayerType>{kL, kL, kL, kF}));
     EXPECT_EQ(describe_layer_pattern(c.layer_types), "linear x3, full x1");
-    EXPECT_EQ(c.rope_theta, 5e6);  // top-level rope_theta, rope_scaling null
+    EXPECT_EQ(c.rope_theta, 5e6);              // top-level rope_theta, rope_scaling null
     EXPECT_EQ(c.partial_rotary_factor, 0.25);  // top level
     EXPECT_EQ(c.rotary_dim, 16);
     EXPECT_TRUE(c.mrope_section.empty());

@@ -331,16 +331,18 @@ TEST(HybridWeights, LayoutFoundFromTheCheckpointNames) {
 TEST(HybridWeights, MissingOrMisshapenTensorsAreNamed) {
     auto next = copy_without("qwen3-next-tiny", "hybrid_missing_ba",
                              {"model.layers.2.linear_attn.in_proj_ba.weight"});
-    EXPECT_THAT(error_message([&] { load_weights(ModelConfig::load(next), next); }),
-                HasSubstr("checkpoint has no tensor 'model.layers.2.linear_attn.in_proj_ba.weight'"));
+    EXPECT_THAT(
+        error_message([&] { load_weights(ModelConfig::load(next), next); }),
+        HasSubstr("checkpoint has no tensor 'model.layers.2.linear_attn.in_proj_ba.weight'"));
     auto moe = copy_without("qwen3.5-moe-tiny", "hybrid_missing_alog",
                             {"model.language_model.layers.1.linear_attn.A_log"});
     EXPECT_THAT(error_message([&] { load_weights(ModelConfig::load(moe), moe); }),
                 HasSubstr("no tensor 'model.language_model.layers.1.linear_attn.A_log'"));
     auto gate = copy_without("qwen3.5-moe-tiny", "hybrid_missing_shared_gate",
                              {"model.language_model.layers.3.mlp.shared_expert_gate.weight"});
-    EXPECT_THAT(error_message([&] { load_weights(ModelConfig::load(gate), gate); }),
-                HasSubstr("no tensor 'model.language_model.layers.3.mlp.shared_expert_gate.weight'"));
+    EXPECT_THAT(
+        error_message([&] { load_weights(ModelConfig::load(gate), gate); }),
+        HasSubstr("no tensor 'model.language_model.layers.3.mlp.shared_expert_gate.weight'"));
 
     // A config whose sizes are not the checkpoint's: the first tensor that disagrees, named.
     auto dir = fresh_dir("hybrid_misshapen");
@@ -362,9 +364,8 @@ TEST(HybridWeights, MissingOrMisshapenTensorsAreNamed) {
 
 TEST(HybridWeights, ParallelismAndServingRefused) {
     const ModelConfig c = ModelConfig::load(kFixtures / "qwen3.5-tiny");
-    EXPECT_THAT(error_message([&] {
-                    load_weights(c, kFixtures / "qwen3.5-tiny", {.rank = 0, .world = 2});
-                }),
+    EXPECT_THAT(error_message(
+                    [&] { load_weights(c, kFixtures / "qwen3.5-tiny", {.rank = 0, .world = 2}); }),
                 HasSubstr("model_type qwen3_5_text: tensor and expert parallelism are not "
                           "supported for the hybrid Gated DeltaNet models yet"));
     EXPECT_THAT(error_message([&] { QwenModel::load(kFixtures / "qwen3-next-tiny"); }),
