@@ -175,6 +175,7 @@ ModelConfig ModelConfig::from_json(const Json& top, const std::string& top_where
     cfg.num_layers = json_get<int64_t>(json, "num_hidden_layers", where);
     cfg.num_heads = json_get<int64_t>(json, "num_attention_heads", where);
     cfg.num_kv_heads = json_get_or<int64_t>(json, "num_key_value_heads", cfg.num_heads, where);
+    // (A hybrid MoE's intermediate_size is checked in parse_moe: only dense layers need it.)
     for (auto [v, f] : {std::pair{cfg.vocab_size, "vocab_size"},
                         {cfg.hidden_size, "hidden_size"},
                         {moe_hybrid ? 1 : cfg.intermediate_size, "intermediate_size"},

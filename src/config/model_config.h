@@ -79,7 +79,7 @@ struct ModelConfig {
     std::string model_type;
     int64_t vocab_size = 0;
     int64_t hidden_size = 0;
-    int64_t intermediate_size = 0;  // dense MLP
+    int64_t intermediate_size = 0;  // dense MLP (0: a hybrid MoE without dense layers)
     int64_t num_layers = 0;
     int64_t num_heads = 0;
     int64_t num_kv_heads = 0;
