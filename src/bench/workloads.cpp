@@ -93,7 +93,7 @@ double sol_seconds(const BenchWorkload& w, const ModelConfig& c, int64_t max_num
     };
 
     const double kv_per_token =
-        2.0 * double(c.num_layers * c.num_kv_heads * c.head_dim) * kv_element_bytes;
+        2.0 * double(c.num_kv_layers() * c.num_kv_heads * c.head_dim) * kv_element_bytes;
     double seconds = 0;
     for (size_t begin = 0; begin < w.prompts.size(); begin += size_t(max_num_seqs)) {
         const size_t end = std::min(w.prompts.size(), begin + size_t(max_num_seqs));

@@ -9,7 +9,7 @@ namespace miniinfer {
 
 int64_t EngineConfig::kv_bytes_per_token(const ModelConfig& m) const {
     const int64_t element = device == "cpu" ? 4 : fp8_kv_cache() ? 1 : 2;
-    return 2 * m.num_layers * m.num_kv_heads * m.head_dim * element;
+    return 2 * m.num_kv_layers() * m.num_kv_heads * m.head_dim * element;
 }
 
 // 8192 on the GPU: prefill steps that large run the GEMMs and the MoE experts at a higher rate
@@ -23,6 +23,7 @@ int64_t EngineConfig::default_max_num_batched_tokens(const std::string& device, 
 }
 
 void EngineConfig::resolve(const ModelConfig& model) {
+    check_engine_support(model);
     if (device != "cpu" && device != "cuda")
         fail("device '{}' is not supported (cpu, cuda)", device);
     if (attention_backend != "auto" && attention_backend != "fa2" &&

@@ -68,13 +68,15 @@ struct EngineConfig {
     // (the file's EOS ids still apply), else a folder holding a generation_config.json.
     std::string generation_config = "auto";
 
-    // Fills derived fields for `model` and validates. Throws Error naming the field. If the
-    // cache cannot hold max_model_len tokens, max_model_len shrinks to what it holds.
+    // Fills derived fields for `model` and validates. Throws Error naming the field, or for a
+    // model the engine cannot run yet (check_engine_support). If the cache cannot hold
+    // max_model_len tokens, max_model_len shrinks to what it holds.
     void resolve(const ModelConfig& model);
     // What resolve() makes of max_num_batched_tokens = 0 (the CLI's --help states it).
     static int64_t default_max_num_batched_tokens(const std::string& device, bool moe);
     // Bytes of K/V one token takes on this device: f32 on the CPU (an FP8 cache keeps the
-    // rounded values in f32 there), bf16 on CUDA, one byte with an FP8 cache on CUDA.
+    // rounded values in f32 there), bf16 on CUDA, one byte with an FP8 cache on CUDA. Only the
+    // layers that keep K/V count (a hybrid's full-attention layers).
     int64_t kv_bytes_per_token(const ModelConfig& model) const;
 
     // Every field as JSON, and back (how the pipeline hands the config to its engine process).

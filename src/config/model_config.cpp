@@ -1,10 +1,13 @@
 #include "config/model_config.h"
 
+#include "config/config_parsing.h"
+
 #include <algorithm>
 #include <cmath>
 #include <optional>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace miniinfer {
 namespace {
@@ -24,118 +27,6 @@ DType parse_torch_dtype(const std::string& name, const std::string& where) {
     fail("{}: field 'torch_dtype' is '{}'; supported: bfloat16, float16, float32", where, name);
 }
 
-// One rope dictionary ("rope_parameters" or "rope_scaling") as transformers 5 reads it, and the
-// rope_theta it names, if any.
-struct ParsedRope {
-    RopeScaling scaling;
-    std::optional<double> theta;
-};
-
-ParsedRope parse_rope_dict(const Json& dict, const std::string& field, const ModelConfig& cfg) {
-    if (!dict.is_object()) fail("{}: must be an object or null", field);
-    ParsedRope out;
-    // "type" is the 4.x spelling of "rope_type"; transformers takes rope_type where both are.
-    std::string kind = json_get_or<std::string>(dict, "type", "default", field);
-    if (dict.contains("rope_type")) {
-        const auto rope_type = json_get<std::string>(dict, "rope_type", field);
-        if (dict.contains("type") && rope_type != kind)
-            fail("{}: 'rope_type' is '{}' but 'type' is '{}'", field, rope_type, kind);
-        kind = rope_type;
-    }
-    std::vector<std::string> known = {"rope_type", "type", "rope_theta", "partial_rotary_factor"};
-    RopeScaling& rs = out.scaling;
-    if (kind == "default") {
-        rs.kind = RopeScaling::Kind::kNone;
-    } else if (kind == "linear") {
-        rs.kind = RopeScaling::Kind::kLinear;
-        rs.factor = json_get<double>(dict, "factor", field);
-        known.push_back("factor");
-    } else if (kind == "yarn") {
-        rs.kind = RopeScaling::Kind::kYarn;
-        rs.factor = json_get<double>(dict, "factor", field);
-        // transformers fills it in from max_position_embeddings when absent.
-        rs.original_max_position_embeddings = json_get_or<int64_t>(
-            dict, "original_max_position_embeddings", cfg.max_position_embeddings, field);
-        if (rs.original_max_position_embeddings <= 0)
-            fail("{}: 'original_max_position_embeddings' must be positive, got {}", field,
-                 rs.original_max_position_embeddings);
-        // transformers reads these with `or`: 0 means the default, as null does.
-        const double beta_fast = json_get_or<double>(dict, "beta_fast", 0.0, field);
-        const double beta_slow = json_get_or<double>(dict, "beta_slow", 0.0, field);
-        rs.beta_fast = beta_fast != 0.0 ? beta_fast : 32.0;
-        rs.beta_slow = beta_slow != 0.0 ? beta_slow : 1.0;
-        rs.truncate = json_get_or<bool>(dict, "truncate", true, field);
-        auto mscale = [](double scale, double m) {
-            return scale <= 1.0 ? 1.0 : 0.1 * m * std::log(scale) + 1.0;
-        };
-        const double m = json_get_or<double>(dict, "mscale", 0.0, field);
-        const double m_all = json_get_or<double>(dict, "mscale_all_dim", 0.0, field);
-        if (dict.contains("attention_factor") && !dict["attention_factor"].is_null()) {
-            rs.attention_factor = json_get<double>(dict, "attention_factor", field);
-            if (!(rs.attention_factor > 0.0))
-                fail("{}: 'attention_factor' must be > 0, got {}", field, rs.attention_factor);
-        } else if (m != 0.0 && m_all != 0.0) {
-            rs.attention_factor = mscale(rs.factor, m) / mscale(rs.factor, m_all);
-        } else {
-            rs.attention_factor = mscale(rs.factor, 1.0);
-        }
-        for (const char* k :
-             {"factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "truncate",
-              "mscale", "mscale_all_dim", "attention_factor"})
-            known.push_back(k);
-    } else {
-        fail("{}: rope type '{}' is not implemented (supported: default, linear, yarn)", field,
-             kind);
-    }
-    if (rs.kind != RopeScaling::Kind::kNone && !(rs.factor >= 1.0))
-        fail("{}: 'factor' must be >= 1, got {}", field, rs.factor);
-    // Rotating only part of each head (partial_rotary_factor < 1) is not implemented.
-    const double partial = json_get_or<double>(dict, "partial_rotary_factor", 1.0, field);
-    if (partial != 1.0)
-        fail("{}: 'partial_rotary_factor' is {}; only 1 (the whole head rotates) is supported",
-             field, partial);
-    if (dict.contains("rope_theta") && !dict["rope_theta"].is_null())
-        out.theta = json_get<double>(dict, "rope_theta", field);
-    for (const auto& [key, value] : dict.items())
-        if (std::find(known.begin(), known.end(), key) == known.end())
-            fail(
-                "{}: field '{}' is not read for rope type '{}' (it would change nothing here; "
-                "remove it or use a supported rope type)",
-                field, key, kind);
-    return out;
-}
-
-// Newer transformers write "rope_parameters" {rope_type, rope_theta, factor, ...}; older ones
-// "rope_theta" and "rope_scaling" {type | rope_type, factor, ...}. Both mean the same; where a
-// config has both, they must agree (transformers would take rope_scaling and drop the other).
-void parse_rope(const Json& json, const std::string& where, ModelConfig& cfg) {
-    auto present = [&](const char* key) { return json.contains(key) && !json[key].is_null(); };
-    std::optional<ParsedRope> params, scaling;
-    if (present("rope_parameters"))
-        params = parse_rope_dict(json["rope_parameters"], where + " rope_parameters", cfg);
-    if (present("rope_scaling"))
-        scaling = parse_rope_dict(json["rope_scaling"], where + " rope_scaling", cfg);
-    if (params && scaling && params->scaling != scaling->scaling)
-        fail("{}: 'rope_parameters' ({}) and 'rope_scaling' ({}) disagree", where,
-             params->scaling.describe(), scaling->scaling.describe());
-    // rope_theta may sit at the top level or in either dictionary; every one given must agree.
-    std::vector<std::pair<std::string, double>> thetas;
-    if (present("rope_theta"))
-        thetas.emplace_back("rope_theta", json_get<double>(json, "rope_theta", where));
-    if (params && params->theta) thetas.emplace_back("rope_parameters.rope_theta", *params->theta);
-    if (scaling && scaling->theta) thetas.emplace_back("rope_scaling.rope_theta", *scaling->theta);
-    for (const auto& [name, theta] : thetas)
-        if (theta != thetas.front().second)
-            fail("{}: '{}' ({}) and '{}' ({}) disagree", where, thetas.front().first,
-                 thetas.front().second, name, theta);
-    if (!thetas.empty()) cfg.rope_theta = thetas.front().second;
-    if (!(cfg.rope_theta > 1.0)) fail("{}: rope_theta must be > 1, got {}", where, cfg.rope_theta);
-    if (params)
-        cfg.rope_scaling = params->scaling;
-    else if (scaling)
-        cfg.rope_scaling = scaling->scaling;
-}
-
 // A quantized checkpoint's weights are not the bf16 / f16 / f32 the loader reads: refuse it by
 // its method rather than load its packed integers or scales as if they were weights.
 void parse_quantization(const Json& json, const std::string& where) {
@@ -152,26 +43,10 @@ void parse_quantization(const Json& json, const std::string& where) {
     fail("{}: quantization method '{}' is not supported (supported: none)", field, method);
 }
 
-void require_positive(int64_t value, const char* field, const std::string& where) {
-    if (value <= 0) fail("{}: field '{}' must be positive, got {}", where, field, value);
-}
-
 }  // namespace
 
-std::string RopeScaling::describe() const {
-    switch (kind) {
-        case Kind::kNone:
-            return "none";
-        case Kind::kLinear:
-            return fmt::format("linear (factor {})", factor);
-        case Kind::kYarn:
-            return fmt::format(
-                "yarn (factor {}, original_max_position_embeddings {}, beta_fast {}, beta_slow "
-                "{}, attention_factor {}, truncate {})",
-                factor, original_max_position_embeddings, beta_fast, beta_slow, attention_factor,
-                truncate);
-    }
-    return "?";
+void config_parsing::require_positive(int64_t value, const char* field, const std::string& where) {
+    if (value <= 0) fail("{}: field '{}' must be positive, got {}", where, field, value);
 }
 
 std::string arch_name(Arch arch) {
@@ -182,6 +57,12 @@ std::string arch_name(Arch arch) {
             return "qwen3";
         case Arch::kQwen3Moe:
             return "qwen3_moe";
+        case Arch::kQwen35:
+            return "qwen3_5";
+        case Arch::kQwen35Moe:
+            return "qwen3_5_moe";
+        case Arch::kQwen3Next:
+            return "qwen3_next";
     }
     return "?";
 }
@@ -200,29 +81,104 @@ bool ModelConfig::is_moe_layer(int64_t layer) const {
     return (layer + 1) % decoder_sparse_step == 0;
 }
 
-ModelConfig ModelConfig::from_json(const Json& json, const std::string& where) {
-    if (!json.is_object()) fail("{}: expected a JSON object", where);
+namespace {
+using config_parsing::require_positive;
+
+Arch parse_arch(const std::string& model_type, const std::string& where) {
+    static const std::pair<const char*, Arch> kArchs[] = {{"qwen2", Arch::kQwen2},
+                                                          {"qwen3", Arch::kQwen3},
+                                                          {"qwen3_moe", Arch::kQwen3Moe},
+                                                          {"qwen3_5", Arch::kQwen35},
+                                                          {"qwen3_5_text", Arch::kQwen35},
+                                                          {"qwen3_5_moe", Arch::kQwen35Moe},
+                                                          {"qwen3_5_moe_text", Arch::kQwen35Moe},
+                                                          {"qwen3_next", Arch::kQwen3Next}};
+    std::string names;
+    for (const auto& [name, arch] : kArchs) {
+        if (model_type == name) return arch;
+        names += (names.empty() ? "" : ", ") + std::string(name);
+    }
+    fail("{}: model_type '{}' is not supported (supported: {})", where, model_type, names);
+}
+
+// The multimodal forms keep the language model's fields in "text_config", whose own model_type
+// (where it says one) must be the text model of the wrapper's.
+const Json& text_config(const Json& json, const std::string& model_type, const std::string& where) {
+    if (!json.contains("text_config") || !json["text_config"].is_object())
+        fail(
+            "{}: missing field 'text_config' (model_type '{}' nests the language model's config "
+            "there)",
+            where, model_type);
+    const Json& text = json["text_config"];
+    const std::string want = model_type + "_text";
+    const auto text_type =
+        json_get_or<std::string>(text, "model_type", want, where + " text_config");
+    if (text_type != want)
+        fail("{} text_config: model_type '{}' does not belong in a '{}' config (expected '{}')",
+             where, text_type, model_type, want);
+    return text;
+}
+
+// The experts. Qwen3-MoE and Qwen3-Next place them by mlp_only_layers and decoder_sparse_step;
+// a qwen3_5_moe has them in every layer, top-k always renormalised.
+void parse_moe(const Json& json, const std::string& where, ModelConfig& cfg) {
+    // transformers 5 writes num_local_experts; the hub's checkpoints num_experts.
+    cfg.num_experts = json.contains("num_experts")
+                          ? json_get<int64_t>(json, "num_experts", where)
+                          : json_get<int64_t>(json, "num_local_experts", where);
+    cfg.num_experts_per_tok = json_get<int64_t>(json, "num_experts_per_tok", where);
+    cfg.moe_intermediate_size = json_get<int64_t>(json, "moe_intermediate_size", where);
+    if (cfg.arch == Arch::kQwen35Moe) {
+        cfg.norm_topk_prob = true;
+    } else {
+        cfg.norm_topk_prob =
+            json_get_or<bool>(json, "norm_topk_prob", cfg.arch == Arch::kQwen3Next, where);
+        cfg.decoder_sparse_step = json_get_or<int64_t>(json, "decoder_sparse_step", 1, where);
+        cfg.mlp_only_layers = json_get_or<std::vector<int64_t>>(json, "mlp_only_layers", {}, where);
+    }
+    require_positive(cfg.num_experts, "num_experts", where);
+    require_positive(cfg.moe_intermediate_size, "moe_intermediate_size", where);
+    require_positive(cfg.decoder_sparse_step, "decoder_sparse_step", where);
+    if (cfg.num_experts_per_tok <= 0 || cfg.num_experts_per_tok > cfg.num_experts)
+        fail("{}: num_experts_per_tok must be in [1, num_experts={}], got {}", where,
+             cfg.num_experts, cfg.num_experts_per_tok);
+    if (!cfg.is_hybrid()) return;
+    cfg.shared_expert_intermediate_size =
+        json_get<int64_t>(json, "shared_expert_intermediate_size", where);
+    require_positive(cfg.shared_expert_intermediate_size, "shared_expert_intermediate_size", where);
+    for (int64_t l = 0; l < cfg.num_layers; ++l)
+        if (!cfg.is_moe_layer(l)) {  // a dense layer: the MLP of intermediate_size
+            cfg.intermediate_size = json_get<int64_t>(json, "intermediate_size", where);
+            require_positive(cfg.intermediate_size, "intermediate_size", where);
+            break;
+        }
+}
+
+}  // namespace
+
+ModelConfig ModelConfig::from_json(const Json& top, const std::string& top_where) {
+    if (!top.is_object()) fail("{}: expected a JSON object", top_where);
     ModelConfig cfg;
-    cfg.model_type = json_get<std::string>(json, "model_type", where);
-    if (cfg.model_type == "qwen2")
-        cfg.arch = Arch::kQwen2;
-    else if (cfg.model_type == "qwen3")
-        cfg.arch = Arch::kQwen3;
-    else if (cfg.model_type == "qwen3_moe")
-        cfg.arch = Arch::kQwen3Moe;
-    else
-        fail("{}: model_type '{}' is not supported (supported: qwen2, qwen3, qwen3_moe)", where,
-             cfg.model_type);
+    cfg.model_type = json_get<std::string>(top, "model_type", top_where);
+    cfg.arch = parse_arch(cfg.model_type, top_where);
+    cfg.has_vision = cfg.model_type == "qwen3_5" || cfg.model_type == "qwen3_5_moe";
+    const Json& json = cfg.has_vision ? text_config(top, cfg.model_type, top_where) : top;
+    const std::string where = cfg.has_vision ? top_where + " text_config" : top_where;
+    const bool hybrid = cfg.is_hybrid();
+    // A hybrid MoE model may have no dense layer, and then no intermediate_size.
+    const bool moe_hybrid = cfg.arch == Arch::kQwen35Moe || cfg.arch == Arch::kQwen3Next;
 
     cfg.vocab_size = json_get<int64_t>(json, "vocab_size", where);
     cfg.hidden_size = json_get<int64_t>(json, "hidden_size", where);
-    cfg.intermediate_size = json_get<int64_t>(json, "intermediate_size", where);
+    cfg.intermediate_size = moe_hybrid ? json_get_or<int64_t>(json, "intermediate_size", 0, where)
+                                       : json_get<int64_t>(json, "intermediate_size", where);
     cfg.num_layers = json_get<int64_t>(json, "num_hidden_layers", where);
     cfg.num_heads = json_get<int64_t>(json, "num_attention_heads", where);
     cfg.num_kv_heads = json_get_or<int64_t>(json, "num_key_value_heads", cfg.num_heads, where);
+    // (A hybrid MoE's intermediate_size is checked in parse_moe: only dense layers need it.)
     for (auto [v, f] : {std::pair{cfg.vocab_size, "vocab_size"},
                         {cfg.hidden_size, "hidden_size"},
-                        {cfg.intermediate_size, "intermediate_size"},
+                        {moe_hybrid ? 1 : cfg.intermediate_size, "intermediate_size"},
                         {cfg.num_layers, "num_hidden_layers"},
                         {cfg.num_heads, "num_attention_heads"},
                         {cfg.num_kv_heads, "num_key_value_heads"}})
@@ -230,8 +186,12 @@ ModelConfig ModelConfig::from_json(const Json& json, const std::string& where) {
     if (cfg.num_heads % cfg.num_kv_heads != 0)
         fail("{}: num_attention_heads ({}) is not a multiple of num_key_value_heads ({})", where,
              cfg.num_heads, cfg.num_kv_heads);
-    // Qwen2 has no head_dim field: always hidden / heads. Qwen3 may set it apart.
-    if (cfg.arch != Arch::kQwen2) cfg.head_dim = json_get_or<int64_t>(json, "head_dim", 0, where);
+    // Qwen2 has no head_dim field: always hidden / heads. Qwen3 may set it apart; the hybrids'
+    // (256 in the releases) is never hidden / heads, so they must say it.
+    if (hybrid)
+        cfg.head_dim = json_get<int64_t>(json, "head_dim", where);
+    else if (cfg.arch != Arch::kQwen2)
+        cfg.head_dim = json_get_or<int64_t>(json, "head_dim", 0, where);
     if (cfg.head_dim == 0) {
         if (cfg.hidden_size % cfg.num_heads != 0)
             fail(
@@ -246,48 +206,46 @@ ModelConfig ModelConfig::from_json(const Json& json, const std::string& where) {
     cfg.rms_norm_eps = json_get_or<double>(json, "rms_norm_eps", 1e-6, where);
     cfg.max_position_embeddings =
         json_get_or<int64_t>(json, "max_position_embeddings", 32768, where);
-    parse_rope(json, where, cfg);
+    config_parsing::parse_rope(json, where, cfg);
 
     std::string act = json_get_or<std::string>(json, "hidden_act", "silu", where);
     if (act != "silu") fail("{}: hidden_act '{}' is not supported (only silu)", where, act);
     if (json_get_or<bool>(json, "use_sliding_window", false, where))
         fail("{}: use_sliding_window is true; sliding-window attention is not supported", where);
-    if (json.contains("layer_types") && json["layer_types"].is_array())
-        for (const auto& t : json["layer_types"])
-            if (t != "full_attention")
-                fail("{}: layer_types contains '{}'; only full_attention is supported", where,
-                     t.dump());
+    if (hybrid) {
+        config_parsing::parse_hybrid(json, where, cfg);
+    } else {
+        if (json.contains("layer_types") && json["layer_types"].is_array())
+            for (const auto& t : json["layer_types"])
+                if (t != "full_attention")
+                    fail("{}: layer_types contains '{}'; only full_attention is supported", where,
+                         t.dump());
+        cfg.layer_types.assign(size_t(cfg.num_layers), LayerType::kFullAttention);
+    }
 
     cfg.attention_bias =
         cfg.arch == Arch::kQwen2 || json_get_or<bool>(json, "attention_bias", false, where);
     cfg.qk_norm = cfg.arch != Arch::kQwen2;
-    cfg.tie_word_embeddings = json_get_or<bool>(json, "tie_word_embeddings", false, where);
+    // The multimodal wrapper's own flag decides (transformers ties by the outer config).
+    cfg.tie_word_embeddings = json_get_or<bool>(top, "tie_word_embeddings", false, top_where);
 
-    if (cfg.arch == Arch::kQwen3Moe) {
-        // transformers 5 writes num_local_experts; the hub's checkpoints num_experts.
-        cfg.num_experts = json.contains("num_experts")
-                              ? json_get<int64_t>(json, "num_experts", where)
-                              : json_get<int64_t>(json, "num_local_experts", where);
-        cfg.num_experts_per_tok = json_get<int64_t>(json, "num_experts_per_tok", where);
-        cfg.moe_intermediate_size = json_get<int64_t>(json, "moe_intermediate_size", where);
-        cfg.norm_topk_prob = json_get_or<bool>(json, "norm_topk_prob", false, where);
-        cfg.decoder_sparse_step = json_get_or<int64_t>(json, "decoder_sparse_step", 1, where);
-        cfg.mlp_only_layers = json_get_or<std::vector<int64_t>>(json, "mlp_only_layers", {}, where);
-        require_positive(cfg.num_experts, "num_experts", where);
-        require_positive(cfg.moe_intermediate_size, "moe_intermediate_size", where);
-        require_positive(cfg.decoder_sparse_step, "decoder_sparse_step", where);
-        if (cfg.num_experts_per_tok <= 0 || cfg.num_experts_per_tok > cfg.num_experts)
-            fail("{}: num_experts_per_tok must be in [1, num_experts={}], got {}", where,
-                 cfg.num_experts, cfg.num_experts_per_tok);
-    }
+    if (cfg.arch == Arch::kQwen3Moe || moe_hybrid) parse_moe(json, where, cfg);
 
-    parse_quantization(json, where);
+    parse_quantization(top, top_where);
+    if (cfg.has_vision) parse_quantization(json, where);
 
+    // Token ids and dtype: the text config's, else the wrapper's.
     cfg.eos_token_ids = int_or_list(json, "eos_token_id", where);
+    if (cfg.eos_token_ids.empty() && cfg.has_vision)
+        cfg.eos_token_ids = int_or_list(top, "eos_token_id", top_where);
     cfg.bos_token_id = json_get_or<int64_t>(json, "bos_token_id", -1, where);
-    std::string dtype_field = json.contains("torch_dtype") ? "torch_dtype" : "dtype";
-    cfg.dtype =
-        parse_torch_dtype(json_get_or<std::string>(json, dtype_field, "bfloat16", where), where);
+    if (cfg.bos_token_id < 0 && cfg.has_vision)
+        cfg.bos_token_id = json_get_or<int64_t>(top, "bos_token_id", -1, top_where);
+    const bool own_dtype = json.contains("torch_dtype") || json.contains("dtype");
+    const Json& dtype_json = own_dtype || !cfg.has_vision ? json : top;
+    std::string dtype_field = dtype_json.contains("torch_dtype") ? "torch_dtype" : "dtype";
+    cfg.dtype = parse_torch_dtype(
+        json_get_or<std::string>(dtype_json, dtype_field, "bfloat16", where), where);
     return cfg;
 }
 

@@ -54,6 +54,11 @@ std::unique_ptr<CudaModel> make_cuda_model(const ModelConfig& config, ModelWeigh
         case Arch::kQwen3:
         case Arch::kQwen3Moe:
             return std::make_unique<QwenCudaModel>(config, std::move(weights), comm, tuning);
+        case Arch::kQwen35:
+        case Arch::kQwen35Moe:
+        case Arch::kQwen3Next:
+            check_engine_support(config);
+            break;
     }
     fail("{}: not supported on CUDA", config.model_type);
 }

@@ -10,6 +10,7 @@ namespace miniinfer {
 
 QwenModel::QwenModel(ModelConfig config, ModelWeights weights, CpuParallel parallel)
     : config_(std::move(config)), weights_(std::move(weights)), parallel_(parallel) {
+    check_engine_support(config_);
     MI_CHECK(parallel_.world == 1 || parallel_.comm, "tensor parallelism needs a communicator");
     const int64_t world = parallel_.world;
     std::tie(vocab_begin_, vocab_end_) = vocab_range(config_.vocab_size, parallel_.rank, world);
@@ -52,6 +53,7 @@ QwenModel::QwenModel(ModelConfig config, ModelWeights weights, CpuParallel paral
 QwenModel QwenModel::load(const std::filesystem::path& model_dir, LoadFormat format, uint64_t seed,
                           CpuParallel parallel) {
     ModelConfig config = ModelConfig::load(model_dir);
+    check_engine_support(config);  // before the weights are read
     const WeightTarget target{.dtype = DType::kF32,
                               .rank = parallel.rank,
                               .world = parallel.world,

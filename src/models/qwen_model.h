@@ -35,6 +35,8 @@ struct CpuParallel {
 
 class QwenModel {
   public:
+    // Throws Error for a model the engine cannot run yet (check_engine_support: the hybrid
+    // Gated DeltaNet models, whose weights load_weights reads all the same).
     QwenModel(ModelConfig config, ModelWeights weights, CpuParallel parallel = {});
 
     // config.json + checkpoint (or dummy weights) from a model directory. Errors name the file.

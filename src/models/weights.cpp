@@ -8,32 +8,19 @@
 #include <random>
 #include <tuple>
 
+#include <fmt/ranges.h>
+
 #include "core/host_memory.h"
 #include "core/logging.h"
 #include "core/thread_pool.h"
 #include "loader/checkpoint.h"
+#include "models/hybrid_weights.h"
+#include "models/weight_assembler.h"
 
 namespace miniinfer {
 namespace {
 
-std::string layer_prefix(int64_t l) {
-    return fmt::format("model.layers.{}.", l);
-}
-
 using Block = WeightBlock;
-
-Block shard_block(const Shape& shape, Shard shard, const WeightTarget& target) {
-    const int64_t rows = shape.at(0), cols = shape.size() > 1 ? shape[1] : 1;
-    Block b{rows, cols, 0, rows, 0, cols};
-    if (shard == Shard::kColumn) {
-        b.row_begin = target.rank * rows / target.world;
-        b.row_end = (target.rank + 1) * rows / target.world;
-    } else if (shard == Shard::kRow) {
-        b.col_begin = target.rank * cols / target.world;
-        b.col_end = (target.rank + 1) * cols / target.world;
-    }
-    return b;
-}
 
 // The k/v projections' target: the rank's own share, or with fewer KV heads than ranks the one
 // head it replicates (as rank r / (world / kv) of a world of kv).
@@ -44,92 +31,6 @@ WeightTarget kv_target(const ModelConfig& c, const WeightTarget& t) {
     kv.rank = t.rank / (t.world / c.num_kv_heads);
     return kv;
 }
-
-// Collects (source tensor -> slice of a fused destination) copies, then runs them in parallel.
-// Without a source it only lists the tensors it would read (and allocates nothing).
-class Assembler {
-  public:
-    struct Part {
-        std::string name;
-        Shape shape;  // the whole source tensor's
-        Shard shard;
-        std::optional<WeightTarget> target = {};  // this part's shard when not the load's
-    };
-
-    // Without a writer (null `write`) it only plans: lists the tensors, allocates nothing.
-    Assembler(WeightWriter writer, WeightTarget target)
-        : writer_(std::move(writer)), target_(std::move(target)) {}
-
-    // Concatenates each part's shard along dim 0 into one new tensor of the target's dtype,
-    // shaped `view` (already in shard sizes) if given.
-    Tensor fused(const std::vector<Part>& parts, const Shape& view = {}) {
-        for (const Part& part : parts) jobs_.push_back({part, nullptr});
-        if (!writer_.write) return Tensor();
-        std::vector<Shape> local;
-        for (const Part& part : parts) local.push_back(shard_shape(part));
-        Shape shape = local.at(0);
-        shape[0] = 0;
-        for (const Shape& s : local) shape[0] += s[0];
-        Tensor out = writer_.allocate ? writer_.allocate(shape, target_.dtype)
-                                      : Tensor::zeros(shape, target_.dtype);
-        auto* dst = static_cast<char*>(out.raw());
-        for (size_t i = 0; i < parts.size(); ++i) {
-            jobs_[jobs_.size() - parts.size() + i].dst = dst;
-            int64_t numel = 1;
-            for (int64_t d : local[i]) numel *= d;
-            dst += size_t(numel) * dtype_size(target_.dtype);
-        }
-        bytes_written_ += int64_t(out.nbytes());
-        return view.empty() ? out : out.view(view);
-    }
-    Tensor single(const std::string& name, const Shape& shape, Shard shard = Shard::kReplicated) {
-        return fused({{name, shape, shard}});
-    }
-
-    std::vector<std::pair<std::string, Shape>> planned() const {
-        std::vector<std::pair<std::string, Shape>> out;
-        for (const Job& j : jobs_) out.emplace_back(j.part.name, j.part.shape);
-        return out;
-    }
-
-    void run(LoadStats* stats) {
-        if (!writer_.write) return;
-        auto write = [&](int64_t begin, int64_t end) {
-            for (int64_t i = begin; i < end; ++i) {
-                const Job& j = jobs_[size_t(i)];
-                writer_.write(
-                    j.part.name, j.part.shape,
-                    shard_block(j.part.shape, j.part.shard, j.part.target.value_or(target_)),
-                    j.dst);
-            }
-        };
-        if (writer_.parallel)
-            ThreadPool::current().parallel_for(int64_t(jobs_.size()), write);
-        else
-            write(0, int64_t(jobs_.size()));
-        stats->num_tensors = int64_t(jobs_.size());
-        stats->bytes_written = bytes_written_;
-    }
-
-  private:
-    struct Job {
-        Part part;
-        void* dst;
-    };
-
-    Shape shard_shape(const Part& part) const {
-        Block b = shard_block(part.shape, part.shard, part.target.value_or(target_));
-        Shape s = part.shape;
-        s[0] = b.row_end - b.row_begin;
-        if (s.size() > 1) s[1] = b.col_end - b.col_begin;
-        return s;
-    }
-
-    WeightWriter writer_;
-    WeightTarget target_;
-    std::vector<Job> jobs_;
-    int64_t bytes_written_ = 0;
-};
 
 }  // namespace
 
@@ -147,33 +48,40 @@ int64_t kv_heads_per_rank(int64_t num_kv_heads, int64_t world) {
 
 namespace {
 
-ModelWeights assemble(const ModelConfig& c, const WeightTarget& t, Assembler& a) {
+ModelWeights assemble(const ModelConfig& c, const CheckpointLayout& layout, const WeightTarget& t,
+                      WeightAssembler& a) {
     const int64_t H = c.hidden_size, D = c.head_dim, q = c.q_size(), kv = c.kv_size();
     const Shard kCol = Shard::kColumn, kRow = Shard::kRow;
     const WeightTarget kv_t = kv_target(c, t);
     ModelWeights w;
     // Vocab-parallel: each rank holds a range of the vocabulary's rows (vocab_range).
-    w.embed = a.single("model.embed_tokens.weight", {c.vocab_size, H}, kCol);
+    w.embed = a.single(layout.prefix + "embed_tokens.weight", {c.vocab_size, H}, kCol);
     for (int64_t l = 0; l < c.num_layers; ++l) {
-        const std::string p = layer_prefix(l), attn = p + "self_attn.", mlp = p + "mlp.";
+        const std::string p = fmt::format("{}layers.{}.", layout.prefix, l),
+                          attn = p + "self_attn.", mlp = p + "mlp.";
         LayerWeights lw;
         lw.input_norm = a.single(p + "input_layernorm.weight", {H});
         lw.post_attention_norm = a.single(p + "post_attention_layernorm.weight", {H});
-        lw.qkv = a.fused({{attn + "q_proj.weight", {q, H}, kCol},
-                          {attn + "k_proj.weight", {kv, H}, kCol, kv_t},
-                          {attn + "v_proj.weight", {kv, H}, kCol, kv_t}});
-        if (c.attention_bias)
-            lw.qkv_bias = a.fused({{attn + "q_proj.bias", {q}, kCol},
-                                   {attn + "k_proj.bias", {kv}, kCol, kv_t},
-                                   {attn + "v_proj.bias", {kv}, kCol, kv_t}});
-        if (c.qk_norm) {
-            lw.q_norm = a.single(attn + "q_norm.weight", {D});
-            lw.k_norm = a.single(attn + "k_norm.weight", {D});
+        if (c.is_linear_attention_layer(l)) {
+            lw.linear_attn = assemble_linear_attention(c, layout, p + "linear_attn.", a);
+        } else {
+            lw.qkv = c.attn_output_gate ? assemble_gated_qkv(c, attn, a)
+                                        : a.fused({{attn + "q_proj.weight", {q, H}, kCol},
+                                                   {attn + "k_proj.weight", {kv, H}, kCol, kv_t},
+                                                   {attn + "v_proj.weight", {kv, H}, kCol, kv_t}});
+            if (c.attention_bias)
+                lw.qkv_bias = a.fused({{attn + "q_proj.bias", {q}, kCol},
+                                       {attn + "k_proj.bias", {kv}, kCol, kv_t},
+                                       {attn + "v_proj.bias", {kv}, kCol, kv_t}});
+            if (c.qk_norm) {
+                lw.q_norm = a.single(attn + "q_norm.weight", {D});
+                lw.k_norm = a.single(attn + "k_norm.weight", {D});
+            }
+            lw.o_proj = a.single(attn + "o_proj.weight", {H, q}, kRow);
+            // Replicated: added once to the row-parallel sum, not on every rank's partial.
+            if (c.attention_bias && c.arch != Arch::kQwen2)
+                lw.o_bias = a.single(attn + "o_proj.bias", {H});
         }
-        lw.o_proj = a.single(attn + "o_proj.weight", {H, q}, kRow);
-        // Replicated: added once to the row-parallel sum, not on every rank's partial.
-        if (c.attention_bias && c.arch != Arch::kQwen2)
-            lw.o_bias = a.single(attn + "o_proj.bias", {H});
         if (c.is_moe_layer(l)) {
             // Expert parallelism keeps the experts whole (each rank uses its range of them).
             const int64_t E = c.num_experts, I = c.moe_intermediate_size,
@@ -181,15 +89,20 @@ ModelWeights assemble(const ModelConfig& c, const WeightTarget& t, Assembler& a)
             const Shard e_col = t.expert_parallel ? Shard::kReplicated : kCol;
             const Shard e_row = t.expert_parallel ? Shard::kReplicated : kRow;
             lw.router = a.single(mlp + "gate.weight", {E, H});
-            std::vector<Assembler::Part> gate_up, down;
-            for (int64_t e = 0; e < E; ++e) {
-                const std::string ep = fmt::format("{}experts.{}.", mlp, e);
-                gate_up.push_back({ep + "gate_proj.weight", {I, H}, e_col});
-                gate_up.push_back({ep + "up_proj.weight", {I, H}, e_col});
-                down.push_back({ep + "down_proj.weight", {H, I}, e_row});
+            if (layout.fused_experts) {
+                assemble_fused_experts(c, mlp, a, lw);
+            } else {
+                std::vector<WeightAssembler::Part> gate_up, down;
+                for (int64_t e = 0; e < E; ++e) {
+                    const std::string ep = fmt::format("{}experts.{}.", mlp, e);
+                    gate_up.push_back({ep + "gate_proj.weight", {I, H}, e_col});
+                    gate_up.push_back({ep + "up_proj.weight", {I, H}, e_col});
+                    down.push_back({ep + "down_proj.weight", {H, I}, e_row});
+                }
+                lw.experts_gate_up = a.fused(gate_up, {E, 2 * I_r, H});
+                lw.experts_down = a.fused(down, {E, H, I_r});
             }
-            lw.experts_gate_up = a.fused(gate_up, {E, 2 * I_r, H});
-            lw.experts_down = a.fused(down, {E, H, I_r});
+            if (c.shared_expert_intermediate_size > 0) assemble_shared_expert(c, mlp, a, lw);
         } else {
             const int64_t I = c.intermediate_size;
             lw.gate_up = a.fused(
@@ -198,7 +111,7 @@ ModelWeights assemble(const ModelConfig& c, const WeightTarget& t, Assembler& a)
         }
         w.layers.push_back(std::move(lw));
     }
-    w.norm = a.single("model.norm.weight", {H});
+    w.norm = a.single(layout.prefix + "norm.weight", {H});
     w.lm_head =
         c.tie_word_embeddings ? w.embed : a.single("lm_head.weight", {c.vocab_size, H}, kCol);
     a.run(&w.stats);
@@ -212,6 +125,11 @@ void check_target(const ModelConfig& c, const WeightTarget& t) {
     if (t.world < 1 || t.rank < 0 || t.rank >= t.world)
         fail("tensor-parallel rank {} of world {}: need world >= 1 and 0 <= rank < world", t.rank,
              t.world);
+    if (c.is_hybrid() && (t.world > 1 || t.expert_parallel))
+        fail(
+            "model_type {}: tensor and expert parallelism are not supported for the hybrid Gated "
+            "DeltaNet models yet",
+            c.model_type);
     auto check_divides = [&](const char* what, int64_t n) {
         if (n % t.world != 0)
             fail("tensor-parallel world {} does not divide {} = {}", t.world, what, n);
@@ -284,7 +202,7 @@ void generate_block(uint64_t seed, const std::string& name, const Shape& shape, 
 DummyInit dummy_init(const std::string& name, const Shape& shape) {
     if (name.find("norm") != std::string::npos) return {.scale = 0.f, .constant = 1.f};
     if (name.ends_with("bias")) return {.scale = 0.f, .constant = 0.f};
-    if (shape.size() == 2 && !name.starts_with("model.embed"))
+    if (shape.size() >= 2 && name.find("embed_tokens") == std::string::npos)
         return {.scale = 1.f / std::sqrt(float(shape[1]))};
     return {};
 }
@@ -292,10 +210,10 @@ DummyInit dummy_init(const std::string& name, const Shape& shape) {
 namespace {
 
 // assemble_weights once the target has been checked.
-ModelWeights assemble_checked(const ModelConfig& config, const WeightTarget& target,
-                              WeightWriter writer) {
-    Assembler a(std::move(writer), target);
-    return assemble(config, target, a);
+ModelWeights assemble_checked(const ModelConfig& config, const CheckpointLayout& layout,
+                              const WeightTarget& target, WeightWriter writer) {
+    WeightAssembler a(std::move(writer), target);
+    return assemble(config, layout, target, a);
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -305,8 +223,13 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 }  // namespace
 
 std::vector<std::pair<std::string, Shape>> expected_tensors(const ModelConfig& config) {
-    Assembler plan(WeightWriter{}, WeightTarget{});
-    assemble(config, WeightTarget{}, plan);
+    return expected_tensors(config, default_layout(config));
+}
+
+std::vector<std::pair<std::string, Shape>> expected_tensors(const ModelConfig& config,
+                                                            const CheckpointLayout& layout) {
+    WeightAssembler plan(WeightWriter{}, WeightTarget{});
+    assemble(config, layout, WeightTarget{}, plan);
     return plan.planned();
 }
 
@@ -338,25 +261,34 @@ ModelWeights load_weights(const ModelConfig& config, const std::filesystem::path
     const auto start = std::chrono::steady_clock::now();
     check_target(config, target);
     Checkpoint ckpt = Checkpoint::open(model_dir);
-    auto expected = expected_tensors(config);
+    const CheckpointLayout layout = detect_layout(config, ckpt);
+    auto expected = expected_tensors(config, layout);
     for (const auto& [name, shape] : expected) ckpt.get(name, shape);  // all errors before any work
     // The KV cache scales an FP8-quantised checkpoint carries: per layer (k, v), 0 for none.
     std::vector<std::pair<float, float>> kv_scales;
-    size_t used = expected.size();
     for (int64_t l = 0; l < config.num_layers; ++l) {
-        const std::string prefix = fmt::format("model.layers.{}.self_attn.", l);
+        const std::string prefix = fmt::format("{}layers.{}.self_attn.", layout.prefix, l);
         kv_scales.emplace_back(kv_scale(ckpt, prefix + "k_scale"),
                                kv_scale(ckpt, prefix + "v_scale"));
-        used += (kv_scales.back().first > 0.f) + (kv_scales.back().second > 0.f);
     }
-    if (ckpt.num_tensors() > used)
+    const UnusedTensors unused = unused_tensors(ckpt, expected);
+    std::vector<std::string> skipped;
+    if (unused.vision > 0)
+        skipped.push_back(fmt::format(
+            "{} vision tensors (model.visual.*: image input is not supported)", unused.vision));
+    if (unused.mtp > 0)
+        skipped.push_back(
+            fmt::format("{} multi-token-prediction tensors (mtp.*: not supported)", unused.mtp));
+    if (!skipped.empty())
+        MI_LOG_INFO("{}: skipped {}", model_dir.string(), fmt::join(skipped, " and "));
+    if (unused.other > 0)
         MI_LOG_WARN("{}: {} checkpoint tensors are not used by the model", model_dir.string(),
-                    ckpt.num_tensors() - used);
+                    unused.other);
     WeightWriter writer;
     writer.write = [&](const std::string& name, const Shape& shape, const Block& b, void* dst) {
         copy_block(ckpt, name, shape, b, target.dtype, dst);
     };
-    ModelWeights w = assemble_checked(config, target, std::move(writer));
+    ModelWeights w = assemble_checked(config, layout, target, std::move(writer));
     for (int64_t l = 0; l < config.num_layers; ++l)
         std::tie(w.layers[size_t(l)].k_scale, w.layers[size_t(l)].v_scale) = kv_scales[size_t(l)];
     LoadStats& s = w.stats;
@@ -386,7 +318,7 @@ ModelWeights dummy_weights(const ModelConfig& config, uint64_t seed, const Weigh
 ModelWeights assemble_weights(const ModelConfig& config, const WeightTarget& target,
                               WeightWriter writer) {
     check_target(config, target);
-    return assemble_checked(config, target, std::move(writer));
+    return assemble_checked(config, default_layout(config), target, std::move(writer));
 }
 
 }  // namespace miniinfer

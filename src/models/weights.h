@@ -1,9 +1,33 @@
-// Loading a Qwen2 / Qwen3 / Qwen3-MoE checkpoint into the fused layout the model runs on.
+// Loading a Qwen2 / Qwen3 / Qwen3-MoE / Qwen3.5 / Qwen3-Next checkpoint into the fused layout
+// the model runs on.
 //
 // Fusion at load time: q/k/v projections (and biases) become one [q + 2 kv, hidden] matrix,
 // gate/up one [2 inter, hidden] matrix (gate rows first), and a MoE layer's experts two stacked
 // tensors. Every tensor config.json implies is checked for presence, shape and dtype before any
 // data is read; a tied model reuses the embedding as lm_head.
+//
+// The hybrid models (Qwen3.5, Qwen3.5-MoE, Qwen3-Next), whatever form their checkpoint takes
+// (CheckpointLayout), load into one layout:
+//   full attention  q_proj holds per head [q_h; gate_h] (head_dim rows each); it is
+//                   de-interleaved at load time, the gates going after v: qkv is
+//                   [q; k; v; gate], [2 q + 2 kv, hidden]. The first q + 2 kv outputs are then
+//                   exactly Qwen3's qkv and the gate one contiguous [tokens, q] block (one GEMM,
+//                   no strided gate reads).
+//   linear attention (Gated DeltaNet) LinearAttentionWeights: Qwen3.5's in_proj_qkv / z / b / a
+//                   as they are; Qwen3-Next's in_proj_qkvz and in_proj_ba, which hold per key
+//                   head g [q_g; k_g; v_g; z_g] and [b_g; a_g] (g's num_value_heads /
+//                   num_key_heads value heads in v, z, b and a), are split into the same parts in
+//                   Qwen3.5's order at load time.
+//   MoE             per-expert experts.<e>.{gate,up,down}_proj or Qwen3.5's fused
+//                   experts.gate_up_proj [E, 2 I, hidden] and experts.down_proj [E, hidden, I]:
+//                   both become experts_gate_up / experts_down; the shared expert's gate/up is
+//                   fused like a dense MLP's.
+// Norm weights are kept as stored (zero-centred ones are not turned into 1 + w: in bf16 that
+// sum would round). The vision tower (model.visual.*) and the multi-token-prediction layers
+// (mtp.*) are skipped, and the load logs how many tensors of each. A 1-D weight may be F32
+// among bf16 ones (A_log, the gated norm, as the released Qwen3.5 files have them): each
+// source tensor is converted from its own dtype. Tensor parallelism (world > 1) is refused for
+// the hybrids for now.
 //
 // The target: the loader writes host tensors of target.dtype straight from the memory-mapped
 // checkpoint (bf16 -> bf16 is a copy; f16 / f32 sources are converted element by element, never
@@ -33,6 +57,7 @@
 #include "config/model_config.h"
 #include "core/tensor.h"
 #include "layers/shard.h"
+#include "loader/checkpoint.h"
 
 namespace miniinfer {
 
@@ -65,6 +90,20 @@ struct LoadStats {
     int64_t peak_host_bytes = 0;  // the process's VmHWM when it returned
 };
 
+// A Gated DeltaNet layer (config.linear_attention: kd = key_dim, vd = value_dim, nv =
+// num_value_heads, C = conv_dim = 2 kd + vd, K = conv_kernel_dim).
+struct LinearAttentionWeights {
+    Tensor in_proj_qkv;     // [C, hidden]: q (kd rows), k (kd), v (vd); heads in order
+    Tensor in_proj_z;       // [vd, hidden]: the output gate, per value head
+    Tensor in_proj_b;       // [nv, hidden]: beta = sigmoid(b)
+    Tensor in_proj_a;       // [nv, hidden]: g = -exp(A_log) * softplus(a + dt_bias)
+    Tensor conv1d;          // [C, K]: channel c's causal taps, oldest input first
+    Tensor A_log, dt_bias;  // [nv]
+    Tensor norm;            // [value_head_dim]: the gated RMSNorm's weight (x * w, not 1 + w)
+    Tensor out_proj;        // [hidden, vd]
+    bool defined() const { return in_proj_qkv.defined(); }
+};
+
 struct LayerWeights {
     // Shapes are world 1's; a shard divides q, kv, inter and moe_inter by world (and
     // ModelWeights' embed and lm_head rows into vocab_range).
@@ -75,6 +114,12 @@ struct LayerWeights {
     Tensor gate_up, down;   // dense: [2 inter, hidden], [hidden, inter]
     Tensor router;          // MoE: [num_experts, hidden]
     Tensor experts_gate_up, experts_down;  // MoE: [E, 2 moe_inter, hidden], [E, hidden, moe_inter]
+    // Hybrids. A linear-attention layer has linear_attn and no qkv / q_norm / k_norm / o_proj;
+    // a full-attention one's qkv carries the output gate ([2 q + 2 kv, hidden], see above).
+    LinearAttentionWeights linear_attn;
+    // MoE hybrids: the shared expert, scaled by sigmoid(shared_expert_gate . x).
+    Tensor shared_gate_up, shared_down;  // [2 shared_inter, hidden], [hidden, shared_inter]
+    Tensor shared_expert_gate;           // [1, hidden]
     // An FP8-quantised checkpoint's KV cache scales (self_attn.k_scale / v_scale, vLLM's names),
     // used with --kv-cache-dtype fp8; 0 where the checkpoint has none (then 1.0, as vLLM).
     float k_scale = 0.f, v_scale = 0.f;
@@ -89,8 +134,36 @@ struct ModelWeights {
     LoadStats stats;
 };
 
-// The tensors a Hugging Face checkpoint of this config holds: (name, shape), whole (unsharded).
+// How a checkpoint names and packs a model's tensors. default_layout is what transformers
+// writes for the config's model_type; load_weights and detect_layout take the checkpoint's own
+// (a multimodal checkpoint's files loaded with a text-only config, say).
+struct CheckpointLayout {
+    // The language model's tensors: "model." or, in a multimodal checkpoint,
+    // "model.language_model." (lm_head.weight is at the top level in both).
+    std::string prefix = "model.";
+    bool fused_experts = false;  // experts.gate_up_proj + experts.down_proj (Qwen3.5)
+    bool grouped_gdn = false;    // in_proj_qkvz + in_proj_ba (Qwen3-Next)
+    bool operator==(const CheckpointLayout&) const = default;
+};
+CheckpointLayout default_layout(const ModelConfig& config);
+// The hybrids: the layout the checkpoint's names show (an unknown form keeps the default, and
+// the load then names the first missing tensor). Others: default_layout.
+CheckpointLayout detect_layout(const ModelConfig& config, const Checkpoint& ckpt);
+
+// The tensors a Hugging Face checkpoint of this config holds: (name, shape), whole (unsharded),
+// each once.
 std::vector<std::pair<std::string, Shape>> expected_tensors(const ModelConfig& config);
+std::vector<std::pair<std::string, Shape>> expected_tensors(const ModelConfig& config,
+                                                            const CheckpointLayout& layout);
+
+// The checkpoint's tensors outside `expected`, by kind.
+struct UnusedTensors {
+    int64_t vision = 0;  // model.visual.*: the vision tower (image input is not supported)
+    int64_t mtp = 0;     // mtp.*: multi-token prediction (not supported)
+    int64_t other = 0;   // anything else (KV cache scales are not counted here)
+};
+UnusedTensors unused_tensors(const Checkpoint& ckpt,
+                             const std::vector<std::pair<std::string, Shape>>& expected);
 
 enum class LoadFormat { kSafetensors, kDummy };
 LoadFormat parse_load_format(const std::string& name);  // "auto" | "safetensors" | "dummy"
@@ -105,8 +178,9 @@ ModelWeights dummy_weights(const ModelConfig& config, uint64_t seed,
                            const WeightTarget& target = {});
 
 // How --load-format dummy fills a tensor (host and GPU alike): norms are `constant` 1, biases
-// `constant` 0 (scale 0 for both), matrices N(0, scale²) with scale 1 / sqrt(in_features), the
-// embedding and other tensors N(0, 1). Unit-scale activations whatever the depth.
+// `constant` 0 (scale 0 for both), matrices N(0, scale²) with scale 1 / sqrt(in_features) (the
+// last dim; fused experts and conv1d too), the embedding and other tensors N(0, 1). Unit-scale
+// activations whatever the depth.
 struct DummyInit {
     float scale = 1.f;  // 0: every element is `constant`
     float constant = 0.f;
@@ -114,7 +188,9 @@ struct DummyInit {
 DummyInit dummy_init(const std::string& name, const Shape& shape);
 
 // The part of a source tensor one rank holds (by the tensor's Shard rule). The tensor is seen
-// as [rows, cols]; a 1-D tensor is [rows, 1].
+// as [rows, cols]: a 1-D tensor as [rows, 1], an N-D one as [all dims but the last, the last]
+// (fused experts [E, 2 I, hidden] as [E 2 I, hidden], conv1d [C, 1, K] as [C, K]). A part of
+// a source tensor (Qwen3-Next's q rows of one key head, say) is a block of some of its rows.
 struct WeightBlock {
     int64_t rows = 0, cols = 0;
     int64_t row_begin = 0, row_end = 0, col_begin = 0, col_end = 0;
@@ -125,7 +201,9 @@ struct WeightBlock {
 struct WeightWriter {
     // A destination tensor (null: a host tensor of the target's dtype).
     std::function<Tensor(const Shape& shape, DType dtype)> allocate;
-    // Writes `block` of source tensor `name` (whole shape `shape`) to dst, row after row.
+    // Writes `block` of source tensor `name` (whole shape `shape`) to dst, row after row. Once
+    // per source tensor, or once per part of one that is split (a hybrid's q_proj or
+    // in_proj_qkvz: blocks of some of its rows).
     std::function<void(const std::string& name, const Shape& shape, const WeightBlock& block,
                        void* dst)>
         write;

@@ -88,6 +88,49 @@ def test_inspect_misshapen_tensor(demo_copy):
     assert_clean_error(code, err, "model.safetensors", "mlp.gate_proj.weight", "expected [64, 32]")
 
 
+HYBRIDS = {"qwen3.5-tiny": "qwen3_5_text", "qwen3.5-moe-tiny": "qwen3_5_moe",
+           "qwen3-next-tiny": "qwen3_next"}
+NOT_YET = "the hybrid Gated DeltaNet model is not supported by the engine yet"
+
+
+@pytest.mark.parametrize("name", HYBRIDS)
+def test_inspect_hybrid(name):
+    model = os.path.join(FIXTURES, name)
+    code, out, err = run("inspect", "--model", model)
+    assert code == 0, err
+    assert "layers      linear x3, full x1" in out
+    assert "MiB per request" in out and "bytes per token in bf16 (full-attention layers only" in out
+    assert NOT_YET in out
+    code, out, err = run("inspect", "--model", model, "--json")
+    assert code == 0, err
+    info = json.loads(out)
+    hybrid = info["hybrid"]
+    assert hybrid["num_linear_attention_layers"] == 3 * hybrid["num_full_attention_layers"]
+    assert info["kv_bytes_per_token"] == (2 * hybrid["num_full_attention_layers"] *
+                                          info["num_kv_heads"] * info["head_dim"] * 2)
+    la = hybrid["linear_attention"]
+    state = (la["num_value_heads"] * la["key_head_dim"] * la["value_head_dim"] * 4 +
+             (la["conv_kernel_dim"] - 1) * (2 * la["num_key_heads"] * la["key_head_dim"] +
+                                            la["num_value_heads"] * la["value_head_dim"]) * 4)
+    assert hybrid["gdn_state_bytes_per_request"] == hybrid["num_linear_attention_layers"] * state
+    assert hybrid["rotary_dim"] == info["head_dim"] // 4
+    skipped = info["skipped_tensors"]
+    assert skipped["mtp"] > 0 or name == "qwen3.5-tiny"
+    assert (skipped["vision"] > 0) == (name == "qwen3.5-moe-tiny")
+    assert any("vision input" in s for s in info["not_supported"]) == (name == "qwen3.5-moe-tiny")
+
+
+@pytest.mark.parametrize("name", HYBRIDS)
+def test_hybrid_refused_by_the_engine(name, tmp_path):
+    model = os.path.join(FIXTURES, name)
+    code, _, err = run("logits", "--model", model, "--ids", "1,2")
+    assert_clean_error(code, err, f"model_type {HYBRIDS[name]}: {NOT_YET}")
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt_token_ids": [1, 2, 3]}\n')
+    code, _, err = run("generate", "--model", model, "--input", str(prompts))
+    assert_clean_error(code, err, f"model_type {HYBRIDS[name]}: {NOT_YET}")
+
+
 def test_logits_matches_hugging_face_greedy():
     ref = json.load(open(os.path.join(DEMO, "reference.json")))
     for prompt in ref["prompts"]:

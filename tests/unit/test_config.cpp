@@ -293,7 +293,10 @@ TEST(ModelConfig, EveryFixtureParses) {
     for (auto [name, arch] : {std::pair{"qwen2-tiny", Arch::kQwen2},
                               {"qwen3-tiny", Arch::kQwen3},
                               {"qwen3-moe-tiny", Arch::kQwen3Moe},
-                              {"qwen3-demo", Arch::kQwen3}}) {
+                              {"qwen3-demo", Arch::kQwen3},
+                              {"qwen3.5-tiny", Arch::kQwen35},
+                              {"qwen3.5-moe-tiny", Arch::kQwen35Moe},
+                              {"qwen3-next-tiny", Arch::kQwen3Next}}) {
         ModelConfig c = ModelConfig::load(kFixtures / name);
         EXPECT_EQ(c.arch, arch) << name;
         EXPECT_GT(c.num_layers, 0);
@@ -304,6 +307,17 @@ TEST(ModelConfig, EveryFixtureParses) {
     EXPECT_EQ(moe.mlp_only_layers, (std::vector<int64_t>{1}));
     EXPECT_TRUE(moe.is_moe_layer(0));
     EXPECT_FALSE(moe.is_moe_layer(1));
+    // Qwen2/3/3-MoE: every layer full attention, the whole head rotating, K/V in every layer.
+    for (const char* name : {"qwen2-tiny", "qwen3-tiny", "qwen3-moe-tiny"}) {
+        ModelConfig c = ModelConfig::load(kFixtures / name);
+        EXPECT_FALSE(c.is_hybrid()) << name;
+        EXPECT_EQ(c.layer_types,
+                  std::vector<LayerType>(size_t(c.num_layers), LayerType::kFullAttention));
+        EXPECT_EQ(c.num_kv_layers(), c.num_layers);
+        EXPECT_EQ(c.rotary_dim, c.head_dim);
+        EXPECT_EQ(c.gdn_state_bytes(), 0);
+        EXPECT_FALSE(c.attn_output_gate || c.zero_centered_norm || c.has_vision);
+    }
 }
 
 TEST(ModelConfig, BrokenConfigsNameTheField) {
