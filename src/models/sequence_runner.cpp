@@ -46,8 +46,7 @@ Tensor SequenceRunner::append(std::span<const int32_t> ids, bool last_only) {
                        .block_table = block_table_,
                        .max_pages = int64_t(block_table_.size()),
                        .slot_mapping = slots,
-                       .logits_indices = logits_rows,
-                       .state_slots = {}};
+                       .logits_indices = logits_rows};
     Tensor logits = model_.forward(batch, kv_);
     tokens_.insert(tokens_.end(), ids.begin(), ids.end());
     return logits;

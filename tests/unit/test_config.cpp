@@ -10,8 +10,10 @@
 #include "config/generation_config.h"
 #include "config/model_config.h"
 #include "config/tuning.h"
+#include "config_testing.h"
 
 using namespace miniinfer;
+using miniinfer::testing::error_of;
 
 namespace {
 const std::filesystem::path kFixtures = MINIINFER_FIXTURES;
@@ -29,14 +31,6 @@ Json qwen3_0_6b() {
       "use_sliding_window": false, "vocab_size": 151936})");
 }
 
-std::string error_of(const Json& json) {
-    try {
-        ModelConfig::from_json(json, "config.json");
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
-}
 }  // namespace
 
 TEST(ModelConfig, HubQwen3) {

@@ -6,8 +6,10 @@
 
 #include "config/engine_config.h"
 #include "config/model_config.h"
+#include "config_testing.h"
 
 using namespace miniinfer;
+using miniinfer::testing::error_of;
 
 namespace {
 const std::filesystem::path kFixtures = MINIINFER_FIXTURES;
@@ -15,15 +17,6 @@ constexpr LayerType kL = LayerType::kLinearAttention, kF = LayerType::kFullAtten
 
 Json fixture_json(const char* name) {
     return read_json_file(kFixtures / name / "config.json");
-}
-
-std::string error_of(const Json& json) {
-    try {
-        ModelConfig::from_json(json, "config.json");
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "";
 }
 
 // The fields that make the text model, equal between the forms of one checkpoint.

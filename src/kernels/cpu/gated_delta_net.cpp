@@ -6,24 +6,10 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "kernels/cpu/scalar_math.h"
 
 namespace miniinfer::cpu {
 namespace {
-
-inline float dot(const float* a, const float* b, int64_t n) {
-    float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
-    return sum;
-}
-
-inline float sigmoid(float x) {
-    return 1.f / (1.f + std::exp(-x));
-}
-
-inline float silu(float x) {
-    return x / (1.f + std::exp(-x));
-}
 
 // torch.nn.functional.softplus with its defaults (beta 1, threshold 20).
 inline float softplus(float x) {

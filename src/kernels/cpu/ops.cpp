@@ -8,23 +8,13 @@
 
 #include "core/dtype.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/scalar_math.h"
 
 namespace miniinfer::cpu {
 namespace {
 
 ThreadPool& pool() {
     return ThreadPool::current();
-}
-
-inline float dot(const float* a, const float* b, int64_t n) {
-    float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
-    return sum;
-}
-
-inline float silu(float x) {
-    return x / (1.f + std::exp(-x));
 }
 
 }  // namespace

@@ -1007,6 +1007,7 @@ const DecodeInstance* find_decode_instance(int64_t head_dim, bool fp8_cache, int
 
 }  // namespace
 
+// Which rows use tensor cores depends on the group alone, so any head_dim and cache answers.
 bool decode_supports_qkv_step(int64_t num_heads, int64_t num_kv_heads) {
     if (num_kv_heads <= 0) return false;
     const DecodeInstance* d = find_decode_instance(128, false, num_heads / num_kv_heads);
