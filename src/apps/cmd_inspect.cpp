@@ -73,9 +73,9 @@ std::vector<std::string> not_supported(const ModelConfig& c, const UnusedTensors
         out.push_back(
             fmt::format("multi-token prediction ({} mtp.* tensors not loaded)", unused.mtp));
     try {
-        check_engine_support(c);
+        check_engine_support(c, "cuda");
     } catch (const Error& e) {
-        out.push_back(fmt::format("serving ({})", e.what()));
+        out.push_back(fmt::format("serving on CUDA ({})", e.what()));
     }
     return out;
 }

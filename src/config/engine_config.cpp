@@ -23,9 +23,9 @@ int64_t EngineConfig::default_max_num_batched_tokens(const std::string& device, 
 }
 
 void EngineConfig::resolve(const ModelConfig& model) {
-    check_engine_support(model);
     if (device != "cpu" && device != "cuda")
         fail("device '{}' is not supported (cpu, cuda)", device);
+    check_engine_support(model, device, tensor_parallel_size);
     if (attention_backend != "auto" && attention_backend != "fa2" &&
         attention_backend != "flashinfer")
         fail("attention_backend '{}' is not supported (auto, fa2, flashinfer)", attention_backend);
@@ -67,6 +67,10 @@ void EngineConfig::resolve(const ModelConfig& model) {
                                model.rope_scaling.factor));
     if (max_num_batched_tokens == 0)
         max_num_batched_tokens = default_max_num_batched_tokens(device, model.num_experts > 0);
+    if (model.num_linear_attention_layers() > 0 && num_state_slots == 0)
+        // A slot for every running request, the states within the CPU cache's 4 GiB bound.
+        num_state_slots =
+            std::clamp<int64_t>((int64_t(4) << 30) / model.gdn_state_bytes(), 1, max_num_seqs);
     if (num_pages == 0 && device == "cuda")
         return;  // the CUDA runner sizes the cache from free memory
     if (num_pages == 0) {
@@ -96,6 +100,7 @@ static void visit_fields(Config& c, Visit&& visit) {
     visit("gpu_memory_utilization", c.gpu_memory_utilization);
     visit("kv_cache_bytes", c.kv_cache_bytes);
     visit("num_pages", c.num_pages);
+    visit("num_state_slots", c.num_state_slots);
     visit("enable_prefix_caching", c.enable_prefix_caching);
     visit("enforce_eager", c.enforce_eager);
     visit("disable_overlap", c.disable_overlap);

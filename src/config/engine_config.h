@@ -24,7 +24,8 @@ struct EngineConfig {
     int64_t kv_cache_bytes = 0;
     int64_t num_pages = 0;  // > 0 overrides both budgets (tests)
     // Hybrid models (Gated DeltaNet layers): the requests that hold a recurrent state at once,
-    // one state slot each (scheduler: admission waits for a free slot). 0: none (other models).
+    // one state slot each (scheduler: admission waits for a free slot). 0: derived (a hybrid:
+    // max_num_seqs, fewer if their states would pass 4 GiB; other models: none).
     int64_t num_state_slots = 0;
     bool enable_prefix_caching = true;
     bool enforce_eager = false;  // CUDA: no graphs (every step launched kernel by kernel)

@@ -45,10 +45,19 @@ std::string describe_layer_pattern(const std::vector<LayerType>& types) {
     return out;
 }
 
-void check_engine_support(const ModelConfig& config) {
-    if (config.is_hybrid())
-        fail("model_type {}: the hybrid Gated DeltaNet model is not supported by the engine yet",
-             config.model_type);
+void check_engine_support(const ModelConfig& config, const std::string& device,
+                          int64_t tensor_parallel_size) {
+    if (!config.is_hybrid()) return;
+    if (device != "cpu")
+        fail(
+            "model_type {}: the hybrid Gated DeltaNet model runs on --device cpu only so far "
+            "(its CUDA kernels are not written yet)",
+            config.model_type);
+    if (tensor_parallel_size > 1)
+        fail(
+            "model_type {}: tensor parallelism is not supported for the hybrid Gated DeltaNet "
+            "models yet (tensor_parallel_size {})",
+            config.model_type, tensor_parallel_size);
 }
 
 namespace config_parsing {

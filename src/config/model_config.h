@@ -158,10 +158,10 @@ std::string arch_name(Arch arch);
 // period of layer_types, as runs of one type, and how often it repeats).
 std::string describe_layer_pattern(const std::vector<LayerType>& layer_types);
 
-// Throws Error while the engine (the model runners, the scheduler and its cache) cannot run
-// this model: today the hybrid Gated DeltaNet models, whose config and weights load but whose
-// layers and per-request state the engine does not have yet. The one place that decides it:
-// EngineConfig::resolve (every way of serving), QwenModel and make_cuda_model call it.
-void check_engine_support(const ModelConfig& config);
+// Throws Error where the engine cannot run this model on `device` (cpu | cuda): the hybrid
+// Gated DeltaNet models run on the CPU only so far, without tensor parallelism. The one place
+// that decides it: EngineConfig::resolve (every way of serving) and make_cuda_model call it.
+void check_engine_support(const ModelConfig& config, const std::string& device,
+                          int64_t tensor_parallel_size = 1);
 
 }  // namespace miniinfer

@@ -105,9 +105,9 @@ std::unique_ptr<ModelRunner> load_runner(EngineConfig& config) {
             config.model_dir, format, config.seed, config.tensor_parallel_size,
             config.enable_expert_parallel, config.num_pages, config.page_size);
     } else {
-        runner =
-            std::make_unique<CpuModelRunner>(QwenModel::load(config.model_dir, format, config.seed),
-                                             config.num_pages, config.page_size);
+        runner = std::make_unique<CpuModelRunner>(
+            QwenModel::load(config.model_dir, format, config.seed), config.num_pages,
+            config.page_size, config.num_state_slots);
     }
     if (config.fp8_kv_cache()) runner->use_fp8_kv_cache();
     return runner;

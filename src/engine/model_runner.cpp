@@ -37,9 +37,13 @@ std::vector<SampledToken> ModelRunner::collect() {
     return tokens;
 }
 
-CpuModelRunner::CpuModelRunner(QwenModel model, int64_t num_pages, int64_t page_size) {
+CpuModelRunner::CpuModelRunner(QwenModel model, int64_t num_pages, int64_t page_size,
+                               int64_t num_state_slots) {
     const ModelConfig& c = model.config();
-    kv_.emplace_back(c.num_layers, num_pages, page_size, c.num_kv_heads, c.head_dim);
+    MI_CHECK(num_state_slots > 0 || c.num_linear_attention_layers() == 0,
+             "{}: a hybrid model needs state slots", c.model_type);
+    kv_.emplace_back(c.num_kv_layers(), num_pages, page_size, c.num_kv_heads, c.head_dim);
+    if (num_state_slots > 0) state_.emplace(c, num_state_slots);
     models_.push_back(std::move(model));
 }
 
@@ -133,7 +137,7 @@ Tensor CpuModelRunner::forward_all_ranks(const ForwardBatch& fb) {
         ThreadPool::Bind bind(*pools_[0]);
         return models_[0].forward(fb, kv_[0]);
     }
-    if (models_.size() == 1) return models_[0].forward(fb, kv_[0]);
+    if (models_.size() == 1) return models_[0].forward(fb, kv_[0], state_ ? &*state_ : nullptr);
     std::vector<std::future<Tensor>> others;
     for (size_t r = 1; r < models_.size(); ++r)
         others.push_back(std::async(std::launch::async, [this, r, &fb] {

@@ -80,7 +80,9 @@ class ModelRunner {
 
 class CpuModelRunner : public ModelRunner {
   public:
-    CpuModelRunner(QwenModel model, int64_t num_pages, int64_t page_size);
+    // A hybrid model's Gated DeltaNet states: num_state_slots of them (the scheduler's slots).
+    CpuModelRunner(QwenModel model, int64_t num_pages, int64_t page_size,
+                   int64_t num_state_slots = 0);
     // Tensor parallelism over `world` ranks, threads of this process: rank r loads its shards
     // (QwenModel::load with CpuParallel{r, world}) and keeps its KV heads in a cache of its own;
     // each step runs every rank at once (each on a thread pool of its own share of the cores)
@@ -116,6 +118,7 @@ class CpuModelRunner : public ModelRunner {
     // One entry per rank (one in all without tensor parallelism).
     std::vector<QwenModel> models_;
     std::vector<KvCache> kv_;
+    std::optional<StateCache> state_;  // hybrids (no tensor parallelism for them yet)
     std::unique_ptr<CpuCommunicator::Group> group_;
     std::vector<std::unique_ptr<CpuCommunicator>> comms_;
     std::vector<std::unique_ptr<ThreadPool>> pools_;

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "kernels/cpu/gated_delta_net.h"
 #include "kernels/cpu/ops.h"
 
 namespace miniinfer {
@@ -22,8 +23,8 @@ Tensor RMSNorm::forward(const Tensor& x) const {
     const int64_t dim = weight.size(0);
     MI_CHECK(x.size(-1) == dim, "RMSNorm [{}]: input {}", dim, x.describe());
     Tensor y = Tensor::zeros(x.shape(), DType::kF32);
-    cpu::rms_norm(x.data<float>(), weight.data<float>(), x.numel() / dim, dim, eps,
-                  y.data<float>());
+    cpu::rms_norm(x.data<float>(), weight.data<float>(), x.numel() / dim, dim, eps, y.data<float>(),
+                  weight_offset);
     return y;
 }
 
@@ -33,35 +34,37 @@ Tensor RMSNorm::forward_add(const Tensor& x, Tensor& residual) const {
              x.describe(), residual.describe());
     Tensor y = Tensor::zeros(x.shape(), DType::kF32);
     cpu::add_rms_norm(residual.data<float>(), x.data<float>(), weight.data<float>(),
-                      x.numel() / dim, dim, eps, y.data<float>());
+                      x.numel() / dim, dim, eps, y.data<float>(), weight_offset);
     return y;
 }
 
 // Every value rounded to f32 where transformers' modeling_rope_utils.py rounds it (its tensors
 // are f32, its scalars Python doubles), so the frequencies match it bit for bit:
-//   default: inv_freq[i] = 1 / theta^(2i / head_dim); linear: that / factor;
-//   yarn: a blend of that (extrapolation) and 1 / (factor theta^(2i / head_dim))
-//   (interpolation), by a linear ramp between the beta_fast and beta_slow correction dims.
-Rotary::Rotary(int64_t head_dim, double theta, const RopeScaling& scaling) : head_dim_(head_dim) {
-    const int64_t half = head_dim / 2;
+//   default: inv_freq[i] = 1 / theta^(2i / dim); linear: that / factor;
+//   yarn: a blend of that (extrapolation) and 1 / (factor theta^(2i / dim))
+//   (interpolation), by a linear ramp between the beta_fast and beta_slow correction dims;
+// dim is rotary_dim, the rotating part of a head.
+Rotary::Rotary(int64_t head_dim, double theta, const RopeScaling& scaling, int64_t rotary_dim)
+    : head_dim_(head_dim), rotary_dim_(rotary_dim > 0 ? rotary_dim : head_dim) {
+    const int64_t dim = rotary_dim_, half = dim / 2;
     // YaRN's correction range: the dimensions that turn beta times over the original context.
     double low = 0, high = 0;
     if (scaling.kind == RopeScaling::Kind::kYarn) {
         auto correction_dim = [&](double rotations) {
-            return (double(head_dim) * std::log(double(scaling.original_max_position_embeddings) /
-                                                (rotations * 2 * M_PI))) /
+            return (double(dim) * std::log(double(scaling.original_max_position_embeddings) /
+                                           (rotations * 2 * M_PI))) /
                    (2 * std::log(theta));
         };
         low = correction_dim(scaling.beta_fast);
         high = correction_dim(scaling.beta_slow);
         if (scaling.truncate) low = std::floor(low), high = std::ceil(high);
         low = std::max(low, 0.0);
-        high = std::min(high, double(head_dim - 1));
+        high = std::min(high, double(dim - 1));
         if (low == high) high += 0.001;  // as transformers: no division by zero
         attention_scale_ = float(scaling.attention_factor);
     }
     for (int64_t i = 0; i < half; ++i) {
-        const float exponent = float(2 * i) / float(head_dim);
+        const float exponent = float(2 * i) / float(dim);
         const float pos_freq = std::pow(float(theta), exponent);
         const float freq = 1.0f / pos_freq;
         switch (scaling.kind) {
@@ -89,7 +92,7 @@ void Rotary::apply(Tensor& x, std::span<const int32_t> positions) const {
     MI_CHECK(x.ndim() == 3 && x.size(2) == head_dim_ && x.size(0) == int64_t(positions.size()),
              "Rotary: {} with {} positions", x.describe(), positions.size());
     cpu::rope_neox(x.data<float>(), x.size(0), x.size(1), head_dim_, positions.data(),
-                   inv_freq_.data(), attention_scale_);
+                   inv_freq_.data(), attention_scale_, rotary_dim_);
 }
 
 Tensor PagedAttention::forward(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -148,6 +151,10 @@ Tensor FusedMoE::forward(const Tensor& x) const {
     cpu::moe_experts(x.data<float>(), n, hidden, expert_ids.data(), weights.data(), top_k,
                      gate_up.data<float>(), down.data<float>(), num_experts, inter,
                      out.data<float>());
+    if (shared.gate_up.weight.defined()) {
+        const Tensor y = shared.forward(x), gate = shared_gate.forward(x);  // [n, hidden], [n, 1]
+        cpu::add_sigmoid_scaled(out.data<float>(), y.data<float>(), gate.data<float>(), n, hidden);
+    }
     return out;
 }
 
@@ -167,7 +174,9 @@ Tensor Attention::forward(const Tensor& x, const ForwardBatch& batch, const Tens
     Tensor q = Tensor::zeros({n, attention.num_heads, D}, DType::kF32);
     Tensor k = Tensor::zeros({n, attention.num_kv_heads, D}, DType::kF32);
     Tensor v = Tensor::zeros({n, attention.num_kv_heads, D}, DType::kF32);
-    const int64_t row = q_size + 2 * kv_size;
+    const int64_t row = q_size + 2 * kv_size + (output_gate ? q_size : 0);
+    MI_CHECK(qkv_out.size(1) == row, "Attention: qkv gives {} columns, {} expected",
+             qkv_out.size(1), row);
     for (int64_t t = 0; t < n; ++t) {
         const float* src = qkv_out.data<float>() + t * row;
         std::memcpy(q.data<float>() + t * q_size, src, size_t(q_size) * sizeof(float));
@@ -181,7 +190,51 @@ Tensor Attention::forward(const Tensor& x, const ForwardBatch& batch, const Tens
     }
     rotary.apply(q, batch.positions);
     rotary.apply(k, batch.positions);
-    return o_proj.forward(attention.forward(q, k, v, batch, k_cache, v_cache, page_size));
+    Tensor o = attention.forward(q, k, v, batch, k_cache, v_cache, page_size);
+    if (output_gate)  // the gates follow v in each row
+        cpu::mul_sigmoid(o.data<float>(), qkv_out.data<float>() + q_size + 2 * kv_size, n, q_size,
+                         row);
+    return o_proj.forward(o);
+}
+
+Tensor GatedDeltaNet::forward(const Tensor& x, const ForwardBatch& batch, Tensor& conv_state,
+                              Tensor& recurrent_state) const {
+    const int64_t n = x.size(0), conv_dim = conv1d.size(0), value_dim = num_v_heads * head_v_dim;
+    MI_CHECK(int64_t(batch.state_slots.size()) == batch.num_seqs(),
+             "GatedDeltaNet: {} state slots for {} sequences", batch.state_slots.size(),
+             batch.num_seqs());
+    Tensor qkv = in_proj_qkv.forward(x);  // [n, conv_dim]
+    cpu::causal_conv1d_silu({.x = qkv.data<float>(),
+                             .weight = conv1d.data<float>(),
+                             .query_start = batch.query_start.data(),
+                             .state_slots = batch.state_slots.data(),
+                             .num_seqs = batch.num_seqs(),
+                             .channels = conv_dim,
+                             .kernel_len = conv1d.size(1),
+                             .conv_state = conv_state.data<float>(),
+                             .out = qkv.data<float>()});
+    const Tensor a = in_proj_a.forward(x), b = in_proj_b.forward(x);  // [n, num_v_heads]
+    Tensor g = Tensor::zeros({n, num_v_heads}, DType::kF32);
+    Tensor beta = Tensor::zeros({n, num_v_heads}, DType::kF32);
+    cpu::gdn_gates(a.data<float>(), b.data<float>(), A_log.data<float>(), dt_bias.data<float>(), n,
+                   num_v_heads, g.data<float>(), beta.data<float>());
+    Tensor o = Tensor::zeros({n, value_dim}, DType::kF32);
+    cpu::gated_delta_rule_chunked({.qkv = qkv.data<float>(),
+                                   .g = g.data<float>(),
+                                   .beta = beta.data<float>(),
+                                   .query_start = batch.query_start.data(),
+                                   .state_slots = batch.state_slots.data(),
+                                   .num_seqs = batch.num_seqs(),
+                                   .num_k_heads = num_k_heads,
+                                   .num_v_heads = num_v_heads,
+                                   .head_k_dim = head_k_dim,
+                                   .head_v_dim = head_v_dim,
+                                   .state = recurrent_state.data<float>(),
+                                   .out = o.data<float>()});
+    const Tensor z = in_proj_z.forward(x);  // [n, value_dim]
+    cpu::rms_norm_gated(o.data<float>(), z.data<float>(), norm.data<float>(), n * num_v_heads,
+                        head_v_dim, eps, o.data<float>());
+    return out_proj.forward(o);
 }
 
 }  // namespace miniinfer

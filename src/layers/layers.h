@@ -21,6 +21,7 @@ struct Linear {
 struct RMSNorm {
     Tensor weight;  // [dim]
     float eps = 1e-6f;
+    float weight_offset = 0.f;  // 1: zero-centred weights, x * (1 + w) (the hybrids)
     // x: [rows, dim] (or [n, heads, dim]: normalises each head).
     Tensor forward(const Tensor& x) const;
     // residual += x, then returns norm(residual). Mutates residual.
@@ -32,16 +33,18 @@ struct RMSNorm {
 class Rotary {
   public:
     Rotary() = default;  // head_dim 0: set before use
-    Rotary(int64_t head_dim, double theta, const RopeScaling& scaling = {});
+    // rotary_dim < head_dim: partial rotary (the hybrids), the frequencies those of a
+    // rotary_dim-wide head, as transformers computes them; 0: head_dim.
+    Rotary(int64_t head_dim, double theta, const RopeScaling& scaling = {}, int64_t rotary_dim = 0);
     void apply(Tensor& x,
                std::span<const int32_t> positions) const;  // x: [n, heads, head_dim], in place
-    const std::vector<float>& inv_freq() const { return inv_freq_; }
+    const std::vector<float>& inv_freq() const { return inv_freq_; }  // [rotary_dim / 2]
     // cos and sin are multiplied by it (YaRN's attention factor; 1 otherwise).
     float attention_scale() const { return attention_scale_; }
 
   private:
-    int64_t head_dim_ = 0;
-    std::vector<float> inv_freq_;  // [head_dim / 2]
+    int64_t head_dim_ = 0, rotary_dim_ = 0;
+    std::vector<float> inv_freq_;
     float attention_scale_ = 1.f;
 };
 
@@ -60,12 +63,15 @@ struct PagedAttention {
 
 // The attention block, Qwen2 / Qwen3 style (layers/cuda/attention.h is its GPU twin):
 //   QKV projection -> per-head q/k RMSNorm (Qwen3) -> rotary -> paged attention -> O projection
+// The hybrids' gated attention: qkv also emits a gate per query dimension after v, and the
+// attention's output is multiplied by sigmoid(gate) before o_proj.
 struct Attention {
-    Linear qkv;              // [(heads + 2 kv_heads) * head_dim, hidden]
-    Linear o_proj;           // [hidden, heads * head_dim]
+    Linear qkv;     // [(heads + 2 kv_heads) * head_dim, hidden]; output_gate: + heads * head_dim
+    Linear o_proj;  // [hidden, heads * head_dim]
     RMSNorm q_norm, k_norm;  // [head_dim] (Qwen3), or undefined weights (Qwen2)
     Rotary rotary;
     PagedAttention attention;
+    bool output_gate = false;
     // x: [n, hidden], already normed -> [n, hidden]; writes this step's K/V into the caches.
     Tensor forward(const Tensor& x, const ForwardBatch& batch, const Tensor& k_cache,
                    const Tensor& v_cache, int64_t page_size) const;
@@ -77,7 +83,8 @@ struct DenseMlp {
     Tensor forward(const Tensor& x) const;
 };
 
-// Qwen3-MoE sparse block: softmax router, top-k experts, optional renormalisation.
+// Qwen3-MoE sparse block: softmax router, top-k experts, optional renormalisation; the
+// hybrids' MoE adds a shared expert on every token, scaled by sigmoid(shared_gate . x).
 struct FusedMoE {
     Linear router;   // [num_experts, hidden], no bias
     Tensor gate_up;  // [num_experts, 2 * inter, hidden]
@@ -87,7 +94,28 @@ struct FusedMoE {
     // Expert parallelism: only experts [expert_begin, expert_end) are computed (a rank's
     // partial sum); expert_end -1: all of them.
     int64_t expert_begin = 0, expert_end = -1;
+    DenseMlp shared;     // undefined weights: no shared expert
+    Linear shared_gate;  // [1, hidden]
     Tensor forward(const Tensor& x) const;
+};
+
+// The hybrids' Gated DeltaNet block (linear attention), kernels/cpu/gated_delta_net.h's ops
+// strung together as transformers' Qwen3_5GatedDeltaNet:
+//   in_proj_qkv -> causal conv1d + SiLU -> gated delta rule (q, k L2-normalised; state S per
+//   value head) -> RMSNorm(o) * w * silu(in_proj_z x) -> out_proj
+// with g = -exp(A_log) softplus(in_proj_a x + dt_bias) and beta = sigmoid(in_proj_b x). Each
+// sequence's conv window and S live in slot batch.state_slots[s] of the layer's state tensors
+// (kvcache/state_cache.h); the chunked rule runs prefill and decode alike.
+struct GatedDeltaNet {
+    Linear in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj;
+    Tensor conv1d;          // [conv_dim, kernel]
+    Tensor A_log, dt_bias;  // [num_v_heads]
+    Tensor norm;            // [head_v_dim]
+    int64_t num_k_heads = 0, num_v_heads = 0, head_k_dim = 0, head_v_dim = 0;
+    float eps = 1e-6f;
+    // x: [n, hidden], already normed -> [n, hidden]; advances the sequences' states.
+    Tensor forward(const Tensor& x, const ForwardBatch& batch, Tensor& conv_state,
+                   Tensor& recurrent_state) const;
 };
 
 // Rows `ids` of the embedding table: [n] -> [n, hidden].

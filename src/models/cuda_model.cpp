@@ -57,7 +57,7 @@ std::unique_ptr<CudaModel> make_cuda_model(const ModelConfig& config, ModelWeigh
         case Arch::kQwen35:
         case Arch::kQwen35Moe:
         case Arch::kQwen3Next:
-            check_engine_support(config);
+            check_engine_support(config, "cuda");
             break;
     }
     fail("{}: not supported on CUDA", config.model_type);

@@ -10,35 +10,61 @@ namespace miniinfer {
 
 QwenModel::QwenModel(ModelConfig config, ModelWeights weights, CpuParallel parallel)
     : config_(std::move(config)), weights_(std::move(weights)), parallel_(parallel) {
-    check_engine_support(config_);
     MI_CHECK(parallel_.world == 1 || parallel_.comm, "tensor parallelism needs a communicator");
     const int64_t world = parallel_.world;
     std::tie(vocab_begin_, vocab_end_) = vocab_range(config_.vocab_size, parallel_.rank, world);
     const float eps = float(config_.rms_norm_eps);
-    const Rotary rotary(config_.head_dim, config_.rope_theta, config_.rope_scaling);
+    const float offset = config_.zero_centered_norm ? 1.f : 0.f;
+    const Rotary rotary(config_.head_dim, config_.rope_theta, config_.rope_scaling,
+                        config_.rotary_dim);
+    const LinearAttentionConfig& la = config_.linear_attention;
+    int64_t kv_layers = 0, state_layers = 0;
     for (int64_t l = 0; l < config_.num_layers; ++l) {
         const LayerWeights& w = weights_.layers[size_t(l)];
         Layer layer;
-        layer.input_norm = {w.input_norm, eps};
-        layer.post_attention_norm = {w.post_attention_norm, eps};
-        layer.attention = {
-            .qkv = {w.qkv, w.qkv_bias},
-            // A row-parallel layer's bias joins one rank's partial sum only.
-            .o_proj = {w.o_proj, parallel_.rank == 0 ? w.o_bias : Tensor()},
-            .q_norm = {w.q_norm, eps},
-            .k_norm = {w.k_norm, eps},
-            .rotary = rotary,
-            .attention = {.num_heads = config_.num_heads / world,
-                          .num_kv_heads = num_local_kv_heads(),
-                          .head_dim = config_.head_dim,
-                          .scale = float(1.0 / std::sqrt(double(config_.head_dim)))}};
+        layer.input_norm = {w.input_norm, eps, offset};
+        layer.post_attention_norm = {w.post_attention_norm, eps, offset};
+        layer.is_linear = config_.is_linear_attention_layer(l);
+        layer.cache_layer = layer.is_linear ? state_layers++ : kv_layers++;
+        if (layer.is_linear) {
+            const LinearAttentionWeights& g = w.linear_attn;
+            layer.linear_attn = {.in_proj_qkv = {g.in_proj_qkv, Tensor()},
+                                 .in_proj_z = {g.in_proj_z, Tensor()},
+                                 .in_proj_b = {g.in_proj_b, Tensor()},
+                                 .in_proj_a = {g.in_proj_a, Tensor()},
+                                 .out_proj = {g.out_proj, Tensor()},
+                                 .conv1d = g.conv1d,
+                                 .A_log = g.A_log,
+                                 .dt_bias = g.dt_bias,
+                                 .norm = g.norm,
+                                 .num_k_heads = la.num_key_heads,
+                                 .num_v_heads = la.num_value_heads,
+                                 .head_k_dim = la.key_head_dim,
+                                 .head_v_dim = la.value_head_dim,
+                                 .eps = eps};
+        } else {
+            layer.attention = {
+                .qkv = {w.qkv, w.qkv_bias},
+                // A row-parallel layer's bias joins one rank's partial sum only.
+                .o_proj = {w.o_proj, parallel_.rank == 0 ? w.o_bias : Tensor()},
+                .q_norm = {w.q_norm, eps, offset},
+                .k_norm = {w.k_norm, eps, offset},
+                .rotary = rotary,
+                .attention = {.num_heads = config_.num_heads / world,
+                              .num_kv_heads = num_local_kv_heads(),
+                              .head_dim = config_.head_dim,
+                              .scale = float(1.0 / std::sqrt(double(config_.head_dim)))},
+                .output_gate = config_.attn_output_gate};
+        }
         layer.is_moe = config_.is_moe_layer(l);
         if (layer.is_moe) {
             layer.moe = {.router = {w.router, Tensor()},
                          .gate_up = w.experts_gate_up,
                          .down = w.experts_down,
                          .top_k = config_.num_experts_per_tok,
-                         .renormalize = config_.norm_topk_prob};
+                         .renormalize = config_.norm_topk_prob,
+                         .shared = {{w.shared_gate_up, Tensor()}, {w.shared_down, Tensor()}},
+                         .shared_gate = {w.shared_expert_gate, Tensor()}};
             if (parallel_.expert_parallel)
                 std::tie(layer.moe.expert_begin, layer.moe.expert_end) =
                     expert_range(config_.num_experts, parallel_.rank, world);
@@ -47,13 +73,12 @@ QwenModel::QwenModel(ModelConfig config, ModelWeights weights, CpuParallel paral
         }
         layers_.push_back(std::move(layer));
     }
-    final_norm_ = {weights_.norm, eps};
+    final_norm_ = {weights_.norm, eps, offset};
 }
 
 QwenModel QwenModel::load(const std::filesystem::path& model_dir, LoadFormat format, uint64_t seed,
                           CpuParallel parallel) {
     ModelConfig config = ModelConfig::load(model_dir);
-    check_engine_support(config);  // before the weights are read
     const WeightTarget target{.dtype = DType::kF32,
                               .rank = parallel.rank,
                               .world = parallel.world,
@@ -76,16 +101,29 @@ int64_t QwenModel::num_local_kv_heads() const {
     return kv_heads_per_rank(config_.num_kv_heads, parallel_.world);
 }
 
-Tensor QwenModel::forward(const ForwardBatch& batch, KvCache& kv) const {
+void QwenModel::reset_new_states(const ForwardBatch& batch, StateCache* state) const {
+    if (config_.num_linear_attention_layers() == 0) return;
+    MI_CHECK(state && int64_t(batch.state_slots.size()) == batch.num_seqs(),
+             "forward: a hybrid model needs a state slot for each of its {} sequences",
+             batch.num_seqs());
+    for (int64_t s = 0; s < batch.num_seqs(); ++s)
+        if (batch.positions[size_t(batch.query_start[size_t(s)])] == 0)
+            state->reset(batch.state_slots[size_t(s)]);
+}
+
+Tensor QwenModel::forward(const ForwardBatch& batch, KvCache& kv, StateCache* state) const {
     MI_CHECK(batch.num_tokens() > 0 && batch.positions.size() == batch.input_ids.size(),
              "forward: {} tokens, {} positions", batch.num_tokens(), batch.positions.size());
+    reset_new_states(batch, state);
     Tensor residual = embed_tokens(batch.input_ids);
     Tensor h = layers_[0].input_norm.forward(residual);
     for (size_t l = 0; l < layers_.size(); ++l) {
         const Layer& layer = layers_[l];
         if (l > 0) h = layer.input_norm.forward_add(h, residual);
-        Tensor attn =
-            layer.attention.forward(h, batch, kv.k(int64_t(l)), kv.v(int64_t(l)), kv.page_size());
+        const int64_t c = layer.cache_layer;
+        Tensor attn = layer.is_linear
+                          ? layer.linear_attn.forward(h, batch, state->conv(c), state->recurrent(c))
+                          : layer.attention.forward(h, batch, kv.k(c), kv.v(c), kv.page_size());
         if (parallel_.comm) parallel_.comm->all_reduce_sum(attn);  // o_proj is row-parallel
         h = layer.post_attention_norm.forward_add(attn, residual);
         h = layer.is_moe ? layer.moe.forward(h) : layer.mlp.forward(h);

@@ -1,11 +1,16 @@
-// QwenModel: Qwen2, Qwen3 and Qwen3-MoE, written once: the CPU reference (the GPU model,
-// models/qwen_cuda_model.h, mirrors it).
+// QwenModel: Qwen2, Qwen3, Qwen3-MoE and the hybrids (Qwen3.5, Qwen3.5-MoE, Qwen3-Next),
+// written once: the CPU reference (the GPU model, models/qwen_cuda_model.h, mirrors the first
+// three).
 //
-//   embed -> N x [ norm -> attention -> add & norm -> MLP or MoE ] -> add & norm -> lm_head
+//   embed -> N x [ norm -> attention or Gated DeltaNet -> add & norm -> MLP or MoE ]
+//         -> add & norm -> lm_head
 //
-// What differs between the three is a config option, not a copy: Qwen2's q/k/v biases
+// What differs between them is a config option, not a copy: Qwen2's q/k/v biases
 // (attention_bias), Qwen3's per-head q/k RMSNorm (qk_norm), Qwen3-MoE's sparse layers
-// (is_moe_layer). The model reads and writes K/V in the paged KvCache the caller owns.
+// (is_moe_layer); the hybrids' linear-attention layers (layer_types), gated attention with
+// partial rotary (attn_output_gate, rotary_dim), zero-centred norms and shared experts. The
+// model reads and writes K/V in the paged KvCache the caller owns (one layer of it per
+// full-attention layer) and a hybrid's Gated DeltaNet state in the caller's StateCache.
 #pragma once
 
 #include <filesystem>
@@ -14,6 +19,7 @@
 #include "config/model_config.h"
 #include "distributed/communicator.h"
 #include "kvcache/kv_cache.h"
+#include "kvcache/state_cache.h"
 #include "layers/forward_batch.h"
 #include "layers/layers.h"
 #include "models/weights.h"
@@ -35,8 +41,6 @@ struct CpuParallel {
 
 class QwenModel {
   public:
-    // Throws Error for a model the engine cannot run yet (check_engine_support: the hybrid
-    // Gated DeltaNet models, whose weights load_weights reads all the same).
     QwenModel(ModelConfig config, ModelWeights weights, CpuParallel parallel = {});
 
     // config.json + checkpoint (or dummy weights) from a model directory. Errors name the file.
@@ -50,8 +54,10 @@ class QwenModel {
 
     // One step: writes this step's K/V into `kv` and returns the logits of the rows
     // batch.logits_indices: [num_logits, vocab] f32. Token ids must be < vocab_size (the
-    // caller validates user input).
-    Tensor forward(const ForwardBatch& batch, KvCache& kv) const;
+    // caller validates user input). A hybrid also advances each sequence's state in slot
+    // batch.state_slots[s] of `state`, first zeroing the slots of sequences whose rows start at
+    // position 0.
+    Tensor forward(const ForwardBatch& batch, KvCache& kv, StateCache* state = nullptr) const;
 
     // Stores K/V rounded to FP8 e4m3 from now on (EngineConfig::kv_cache_dtype fp8): each layer
     // at the scales its checkpoint gives (LayerWeights::k_scale, v_scale), else at these
@@ -61,14 +67,19 @@ class QwenModel {
   private:
     Tensor embed_tokens(std::span<const int32_t> ids) const;  // [n, hidden], whole on every rank
     Tensor lm_head(const Tensor& normed) const;               // [n, vocab], whole on every rank
+    void reset_new_states(const ForwardBatch& batch, StateCache* state) const;
 
     // QwenCudaModel::Layer holds the same blocks (layers/cuda/), minus MoE so far.
     struct Layer {
         RMSNorm input_norm, post_attention_norm;
         Attention attention;  // qkv, q/k norm (Qwen3), rotary, paged attention, o_proj
+        GatedDeltaNet linear_attn;
         DenseMlp mlp;
         FusedMoE moe;
-        bool is_moe = false;
+        bool is_moe = false, is_linear = false;
+        // The layer's index among the KvCache's layers (attention) or the StateCache's
+        // (Gated DeltaNet).
+        int64_t cache_layer = 0;
     };
 
     ModelConfig config_;

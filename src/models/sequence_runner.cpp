@@ -11,9 +11,10 @@ SequenceRunner::SequenceRunner(const QwenModel& model, int64_t max_len, int64_t 
     : model_(model),
       max_len_(max_len),
       page_size_(page_size),
-      kv_(model.config().num_layers, (max_len + page_size - 1) / page_size, page_size,
+      kv_(model.config().num_kv_layers(), (max_len + page_size - 1) / page_size, page_size,
           model.num_local_kv_heads(), model.config().head_dim),
       block_table_(size_t(kv_.num_pages())) {
+    if (model.config().num_linear_attention_layers() > 0) state_.emplace(model.config(), 1);
     // Pages in reverse order, so a test catches any code that assumes page i holds tokens
     // [i * page_size, (i + 1) * page_size).
     std::iota(block_table_.rbegin(), block_table_.rend(), 0);
@@ -38,7 +39,7 @@ Tensor SequenceRunner::append(std::span<const int32_t> ids, bool last_only) {
         if (!last_only || i == n - 1) logits_rows.push_back(int32_t(i));
     }
     const int32_t query_start[2] = {0, int32_t(n)};
-    const int32_t seq_len = int32_t(start + n);
+    const int32_t seq_len = int32_t(start + n), state_slot = 0;
     ForwardBatch batch{.input_ids = ids,
                        .positions = positions,
                        .query_start = query_start,
@@ -46,8 +47,9 @@ Tensor SequenceRunner::append(std::span<const int32_t> ids, bool last_only) {
                        .block_table = block_table_,
                        .max_pages = int64_t(block_table_.size()),
                        .slot_mapping = slots,
-                       .logits_indices = logits_rows};
-    Tensor logits = model_.forward(batch, kv_);
+                       .logits_indices = logits_rows,
+                       .state_slots = std::span(&state_slot, state_ ? 1 : 0)};
+    Tensor logits = model_.forward(batch, kv_, state_ ? &*state_ : nullptr);
     tokens_.insert(tokens_.end(), ids.begin(), ids.end());
     return logits;
 }

@@ -1,9 +1,11 @@
 // SequenceRunner: feeds one token sequence through a QwenModel, a chunk at a time, keeping its
-// K/V in its own paged KvCache (pages handed out in order). The smallest correct driver of
+// K/V in its own paged KvCache (pages handed out in order) and a hybrid's state in its own
+// one-slot StateCache. The smallest correct driver of
 // the model: `miniinfer logits` and the model tests use it; the engine's scheduler replaces
 // it for many sequences at once.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -31,6 +33,7 @@ class SequenceRunner {
     const QwenModel& model_;
     int64_t max_len_, page_size_;
     KvCache kv_;
+    std::optional<StateCache> state_;  // a hybrid's, in slot 0
     std::vector<int32_t> block_table_;
     std::vector<int32_t> tokens_;
 };

@@ -316,29 +316,40 @@ TEST(HybridConfig, LayerPatternInWords) {
     EXPECT_EQ(describe_layer_pattern({}), "no layers");
 }
 
-// Serving a hybrid model fails in one place with one message, while its config parses.
-TEST(HybridConfig, TheEngineRefusesThemForNow) {
+// The hybrids run on the CPU, one rank; CUDA and tensor parallelism refuse them in one place
+// with one message each, also through EngineConfig::resolve.
+TEST(HybridConfig, TheEngineRunsThemOnTheCpuOnlySoFar) {
+    auto expect_error = [](auto&& f, const std::string& want, const char* name) {
+        try {
+            f();
+            ADD_FAILURE() << name << ": no error";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+        }
+    };
     for (const char* name : {"qwen3.5-tiny", "qwen3.5-moe-tiny", "qwen3-next-tiny"}) {
         const ModelConfig c = ModelConfig::load(kFixtures / name);
-        const std::string want = "model_type " + c.model_type +
-                                 ": the hybrid Gated DeltaNet model is not supported by the "
-                                 "engine yet";
-        try {
-            check_engine_support(c);
-            ADD_FAILURE() << name << ": no error";
-        } catch (const Error& e) {
-            EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
-        }
+        EXPECT_NO_THROW(check_engine_support(c, "cpu"));
+        const std::string cuda = "model_type " + c.model_type +
+                                 ": the hybrid Gated DeltaNet model runs on --device cpu only";
+        expect_error([&] { check_engine_support(c, "cuda"); }, cuda, name);
         EngineConfig engine;
         engine.model_dir = (kFixtures / name).string();
-        try {
-            engine.resolve(c);
-            ADD_FAILURE() << name << ": no error";
-        } catch (const Error& e) {
-            EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
-        }
-        // K/V only for the full-attention layers (f32 on the CPU).
+        engine.device = "cuda";
+        expect_error([&] { engine.resolve(c); }, cuda, name);
+        engine.device = "cpu";
+        engine.tensor_parallel_size = 2;
+        expect_error([&] { engine.resolve(c); }, "tensor parallelism is not supported", name);
+        engine.tensor_parallel_size = 1;
+        engine.resolve(c);
+        // A state slot per running request; K/V only for the full-attention layers (f32 on
+        // the CPU).
+        EXPECT_EQ(engine.num_state_slots, engine.max_num_seqs) << name;
         EXPECT_EQ(engine.kv_bytes_per_token(c), 2 * c.num_kv_layers() * c.kv_size() * 4);
     }
-    EXPECT_NO_THROW(check_engine_support(ModelConfig::load(kFixtures / "qwen3-tiny")));
+    const ModelConfig qwen3 = ModelConfig::load(kFixtures / "qwen3-tiny");
+    EXPECT_NO_THROW(check_engine_support(qwen3, "cuda", 8));
+    EngineConfig engine;
+    engine.resolve(qwen3);
+    EXPECT_EQ(engine.num_state_slots, 0);
 }

@@ -58,8 +58,9 @@ void add_rms_norm(float* residual, const float* x, const float* w, int64_t rows,
 }
 
 void rope_neox(float* x, int64_t n, int64_t num_heads, int64_t head_dim, const int32_t* positions,
-               const float* inv_freq, float attention_scale) {
-    const int64_t half = head_dim / 2;
+               const float* inv_freq, float attention_scale, int64_t rotary_dim) {
+    if (rotary_dim == 0) rotary_dim = head_dim;
+    const int64_t half = rotary_dim / 2;
     std::vector<float> cos_row(static_cast<size_t>(half)), sin_row(static_cast<size_t>(half));
     for (int64_t t = 0; t < n; ++t) {
         for (int64_t i = 0; i < half; ++i) {
@@ -76,6 +77,18 @@ void rope_neox(float* x, int64_t n, int64_t num_heads, int64_t head_dim, const i
                 v[i + half] = b * cos_row[size_t(i)] + a * sin_row[size_t(i)];
             }
         }
+    }
+}
+
+void mul_sigmoid(float* x, const float* gate, int64_t rows, int64_t cols, int64_t gate_stride) {
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < cols; ++i) x[r * cols + i] *= sigmoid(gate[r * gate_stride + i]);
+}
+
+void add_sigmoid_scaled(float* out, const float* y, const float* gate, int64_t rows, int64_t cols) {
+    for (int64_t r = 0; r < rows; ++r) {
+        const float scale = sigmoid(gate[r]);
+        for (int64_t i = 0; i < cols; ++i) out[r * cols + i] += scale * y[r * cols + i];
     }
 }
 

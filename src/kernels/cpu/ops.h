@@ -27,10 +27,19 @@ void add_rms_norm(float* residual, const float* x, const float* w, int64_t rows,
                   float eps, float* y, float weight_offset = 0.f);
 
 // Rotary embedding, NeoX layout (rotate the two halves of each head), in place.
-// x: [n, num_heads, head_dim]; positions[n]; inv_freq[head_dim / 2]; cos and sin are each
+// x: [n, num_heads, head_dim]; positions[n]; inv_freq[rotary_dim / 2]; cos and sin are each
 // multiplied by attention_scale (YaRN's attention factor; 1 leaves them as they are).
+// rotary_dim < head_dim (partial rotary, the hybrids): only each head's first rotary_dim
+// dimensions rotate, as two halves of rotary_dim / 2; the rest pass through. 0: head_dim.
 void rope_neox(float* x, int64_t n, int64_t num_heads, int64_t head_dim, const int32_t* positions,
-               const float* inv_freq, float attention_scale = 1.f);
+               const float* inv_freq, float attention_scale = 1.f, int64_t rotary_dim = 0);
+
+// x[r, i] *= sigmoid(gate[r * gate_stride + i]) for x [rows, cols]: the hybrids' gated
+// attention output (its gate columns inside the QKV projection's rows).
+void mul_sigmoid(float* x, const float* gate, int64_t rows, int64_t cols, int64_t gate_stride);
+
+// out[r, i] += sigmoid(gate[r]) * y[r, i] for [rows, cols]: the hybrids' shared expert.
+void add_sigmoid_scaled(float* out, const float* y, const float* gate, int64_t rows, int64_t cols);
 
 // out[n, inter] = silu(gate_up[:, :inter]) * gate_up[:, inter:]
 void silu_mul(const float* gate_up, int64_t n, int64_t inter, float* out);

@@ -1,0 +1,237 @@
+// The hybrid models (Qwen3.5, Qwen3.5-MoE, Qwen3-Next) on the CPU against Hugging Face's own
+// outputs (tools/make_fixtures.py: fp32 on the fixtures' bf16 weights): logits within 1e-4 of
+// the largest, prompts whole or in chunks, decode steps carrying the Gated DeltaNet state,
+// several sequences in one step, and the engine's greedy outputs whatever the batching,
+// chunking, preemption or number of state slots.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "core/json.h"
+#include "engine/llm_engine.h"
+#include "engine/request_inputs.h"
+#include "kernels/cpu/ops.h"
+#include "loader/safetensors.h"
+#include "models/sequence_runner.h"
+
+using namespace miniinfer;
+
+namespace {
+const std::filesystem::path kFixtures = MINIINFER_FIXTURES;
+constexpr float kRelativeTolerance = 1e-4f;  // of the largest |logit|
+
+struct Reference {
+    std::vector<std::vector<int32_t>> prompts, greedy;
+    std::vector<Tensor> logits;         // [prompt length, vocab]: every prompt position
+    std::vector<Tensor> greedy_logits;  // [greedy length, vocab]: before each greedy token
+};
+
+Reference load_reference(const std::string& name) {
+    Json json = read_json_file(kFixtures / name / "reference.json");
+    SafetensorsFile file = SafetensorsFile::open(kFixtures / name / "reference.safetensors");
+    Reference ref;
+    for (size_t p = 0; p < json["prompts"].size(); ++p) {
+        const Json& prompt = json["prompts"][p];
+        ref.prompts.push_back(prompt["ids"].get<std::vector<int32_t>>());
+        ref.greedy.push_back(prompt["greedy"].get<std::vector<int32_t>>());
+        ref.logits.push_back(file.tensor("logits." + std::to_string(p)));
+        ref.greedy_logits.push_back(file.tensor("greedy_logits." + std::to_string(p)));
+    }
+    return ref;
+}
+
+// max |ours - theirs| / max |theirs| over rows [0, rows) of both.
+float relative_error(const Tensor& ours, const Tensor& theirs, int64_t rows) {
+    const int64_t vocab = theirs.size(1);
+    float max_delta = 0, max_abs = 0;
+    for (int64_t i = 0; i < rows * vocab; ++i) {
+        max_delta = std::max(max_delta, std::fabs(ours.data<float>()[i] - theirs.data<float>()[i]));
+        max_abs = std::max(max_abs, std::fabs(theirs.data<float>()[i]));
+    }
+    return max_delta / max_abs;
+}
+
+class HybridFixture : public ::testing::TestWithParam<std::string> {};
+
+// Every prompt position's logits, the prompt whole and in chunks of 5 and of 48 (the delta
+// rule's 64-token chunks then start mid-prompt).
+TEST_P(HybridFixture, PromptLogitsMatchHuggingFace) {
+    const std::string name = GetParam();
+    QwenModel model = QwenModel::load(kFixtures / name);
+    const Reference ref = load_reference(name);
+    for (size_t p = 0; p < ref.prompts.size(); ++p) {
+        const std::vector<int32_t>& ids = ref.prompts[p];
+        for (size_t chunk : {ids.size(), size_t(5), size_t(48)}) {
+            SequenceRunner runner(model, int64_t(ids.size()), chunk == 5 ? 3 : 16);
+            std::vector<Tensor> parts;
+            for (size_t b = 0; b < ids.size(); b += chunk)
+                parts.push_back(runner.append(std::span(ids).subspan(b, std::min(chunk, ids.size() - b))));
+            Tensor logits = Tensor::zeros({int64_t(ids.size()), model.config().vocab_size},
+                                          DType::kF32);
+            int64_t at = 0;
+            for (const Tensor& t : parts) {
+                std::copy_n(t.data<float>(), t.numel(), logits.data<float>() + at);
+                at += t.numel();
+            }
+            const float err = relative_error(logits, ref.logits[p], int64_t(ids.size()));
+            EXPECT_LE(err, kRelativeTolerance) << name << " prompt " << p << " chunk " << chunk;
+            if (chunk == ids.size())
+                std::printf("[ %s prompt %zu: %zu tokens, max |dlogit| %.2e of the largest ]\n",
+                            name.c_str(), p, ids.size(), double(err));
+        }
+    }
+}
+
+// Decode: after the prompt, Hugging Face's greedy tokens one at a time, each step continuing
+// the state of the last; the logits before each token match its no-cache logits, and the
+// argmax is its greedy token.
+TEST_P(HybridFixture, DecodeStepsMatchHuggingFace) {
+    const std::string name = GetParam();
+    QwenModel model = QwenModel::load(kFixtures / name);
+    const Reference ref = load_reference(name);
+    const int64_t vocab = model.config().vocab_size;
+    for (size_t p = 0; p < ref.prompts.size(); ++p) {
+        const std::vector<int32_t>& greedy = ref.greedy[p];
+        SequenceRunner runner(model, int64_t(ref.prompts[p].size() + greedy.size()));
+        Tensor steps = Tensor::zeros({int64_t(greedy.size()), vocab}, DType::kF32);
+        Tensor logits = runner.append(ref.prompts[p], true);
+        for (size_t i = 0; i < greedy.size(); ++i) {
+            std::copy_n(logits.data<float>(), vocab, steps.data<float>() + int64_t(i) * vocab);
+            int32_t next = 0;
+            cpu::argmax_rows(logits.data<float>(), 1, vocab, &next);
+            EXPECT_EQ(next, greedy[i]) << name << " prompt " << p << " step " << i;
+            if (i + 1 < greedy.size()) logits = runner.append(std::span(&greedy[i], 1), true);
+        }
+        const float err = relative_error(steps, ref.greedy_logits[p], int64_t(greedy.size()));
+        EXPECT_LE(err, kRelativeTolerance) << name << " prompt " << p;
+        std::printf("[ %s prompt %zu: %zu decode steps, max |dlogit| %.2e of the largest ]\n",
+                    name.c_str(), p, greedy.size(), double(err));
+    }
+}
+
+// Several sequences in one step (a prefill, a chunk continuing a state, a decode) give each
+// sequence's logits alone: the varlen batch and the state slots are right.
+TEST_P(HybridFixture, MixedBatchEqualsSeparateRuns) {
+    const std::string name = GetParam();
+    QwenModel model = QwenModel::load(kFixtures / name);
+    const ModelConfig& config = model.config();
+    const int64_t vocab = config.vocab_size, page_size = 4, max_pages = 60;
+    const Reference ref = load_reference(name);
+    const std::vector<int32_t>& a = ref.prompts[3];  // 200 tokens
+    const std::vector<int32_t>& b = ref.prompts[1];  // 7 tokens
+
+    // Alone: a's last 70 rows after a 130-token prefix; b whole; c = a[:12] decoding token 12.
+    SequenceRunner ra(model, 200, page_size), rb(model, 200, page_size), rc(model, 200, page_size);
+    ra.append(std::span(a).first(130));
+    Tensor la = ra.append(std::span(a).subspan(130));
+    Tensor lb = rb.append(b);
+    rc.append(std::span(a).first(12));
+    Tensor lc = rc.append(std::span(a).subspan(12, 1));
+
+    // Together, in one KvCache and one StateCache (sequence i in slot 2 - i)...
+    KvCache kv(config.num_kv_layers(), 3 * max_pages, page_size, config.num_kv_heads,
+               config.head_dim);
+    StateCache state(config, 3);
+    std::vector<int32_t> table(3 * max_pages);
+    std::iota(table.begin(), table.end(), 0);
+    std::reverse(table.begin(), table.end());
+    auto step = [&](const std::vector<std::pair<int, std::span<const int32_t>>>& parts,
+                    const std::vector<int>& starts) {
+        std::vector<int32_t> ids, pos, qs = {0}, lens, slots, rows, bt, state_slots;
+        for (size_t i = 0; i < parts.size(); ++i) {
+            const auto& [seq, tokens] = parts[i];
+            for (size_t j = 0; j < tokens.size(); ++j) {
+                const int p = starts[i] + int(j);
+                ids.push_back(tokens[j]);
+                pos.push_back(p);
+                slots.push_back(table[size_t(seq * max_pages + p / page_size)] *
+                                    int32_t(page_size) +
+                                p % int32_t(page_size));
+            }
+            qs.push_back(int32_t(ids.size()));
+            lens.push_back(starts[i] + int(tokens.size()));
+            rows.push_back(int32_t(ids.size()) - 1);
+            bt.insert(bt.end(), table.begin() + seq * max_pages,
+                      table.begin() + (seq + 1) * max_pages);
+            state_slots.push_back(2 - seq);
+        }
+        ForwardBatch batch{ids, pos, qs, lens, bt, max_pages, slots, rows, state_slots};
+        return model.forward(batch, kv, &state);
+    };
+    // ...a stale state in b's slot, which its first step must not read...
+    state.copy(2, 1);
+    step({{0, std::span(a).first(130)}, {2, std::span(a).first(12)}}, {0, 0});
+    // ...then a's chunk, b's whole prompt and c's decode token in one mixed step.
+    Tensor mixed =
+        step({{0, std::span(a).subspan(130)}, {1, std::span(b)}, {2, std::span(a).subspan(12, 1)}},
+             {130, 0, 12});
+    const Tensor* alone[3] = {&la, &lb, &lc};
+    for (int s = 0; s < 3; ++s) {
+        const float* x = alone[s]->data<float>() + (alone[s]->size(0) - 1) * vocab;
+        const float* y = mixed.data<float>() + s * vocab;
+        for (int64_t v = 0; v < vocab; ++v)
+            ASSERT_NEAR(x[v], y[v], 1e-4) << name << " sequence " << s << " token " << v;
+    }
+}
+
+SamplingParams greedy(int64_t max_tokens) {
+    SamplingParams p;
+    p.temperature = 0;
+    p.max_tokens = max_tokens;
+    p.ignore_eos = true;
+    return p;
+}
+
+// The engine: Hugging Face's greedy continuations of every prompt (one of 200 tokens), however
+// the steps are batched and chunked, under preemption (recomputed from a fresh state), and with
+// fewer state slots than requests (admission waits for a slot).
+TEST_P(HybridFixture, EngineGreedyMatchesHuggingFaceInEveryBatchingMode) {
+    const Reference ref = load_reference(GetParam());
+    struct Mode {
+        const char* name;
+        int64_t budget, num_pages, page_size, state_slots;
+        int copies;
+    };
+    for (Mode m : {Mode{"together", 2048, 128, 16, 0, 1},
+                   {"chunked budget 5", 5, 128, 16, 0, 1},
+                   {"chunked budget 48", 48, 128, 16, 0, 1},
+                   {"two state slots", 2048, 400, 4, 2, 2},
+                   {"tiny pool (preemption)", 2048, 70, 4, 0, 3}}) {
+        EngineConfig c;
+        c.model_dir = (kFixtures / GetParam()).string();
+        c.max_model_len = 240;
+        c.max_num_batched_tokens = m.budget;
+        c.num_pages = m.num_pages;
+        c.page_size = m.page_size;
+        c.num_state_slots = m.state_slots;
+        LLMEngine engine(c);
+        std::vector<Prompt> all;
+        std::vector<std::vector<int32_t>> expected;
+        for (int k = 0; k < m.copies; ++k)
+            for (size_t p = 0; p < ref.prompts.size(); ++p) {
+                all.push_back(Prompt::from_ids(ref.prompts[p]));
+                expected.push_back(ref.greedy[p]);
+            }
+        const std::vector<RequestOutput> outs = engine.generate(all, greedy(32));
+        ASSERT_EQ(outs.size(), expected.size()) << m.name;
+        for (size_t i = 0; i < outs.size(); ++i)
+            EXPECT_EQ(outs[i].token_ids, expected[i]) << GetParam() << " " << m.name << " " << i;
+        if (m.num_pages == 70) {
+            EXPECT_GE(engine.scheduler().num_preemptions(), 1) << m.name;
+            std::printf("[ %s %s: %lld preemptions ]\n", GetParam().c_str(), m.name,
+                        (long long)engine.scheduler().num_preemptions());
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, HybridFixture, ::testing::Values("qwen3.5-tiny", "qwen3.5-moe-tiny", "qwen3-next-tiny"),
+                         [](const auto& info) {
+                             std::string s = info.param;
+                             std::replace(s.begin(), s.end(), '-', '_');
+                             std::replace(s.begin(), s.end(), '.', '_');
+                             return s;
+                         });
+
+}  // namespace
