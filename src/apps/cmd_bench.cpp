@@ -84,11 +84,13 @@ struct Workload {
 // The prefix cache's share of a run's prompt tokens, against the share that was resent.
 Json hit_rates_json(const bench::MultiturnRun& run) {
     const auto rates = [](const bench::MultiturnRun::Tally& t) {
-        return Json{{"prompt_tokens", t.prompt_tokens},
+        return Json{{"turns", t.num_turns},
+                    {"prompt_tokens", t.prompt_tokens},
                     {"cached_prompt_tokens", t.cached_tokens},
                     {"resent_prompt_tokens", t.resent_tokens},
                     {"hit_rate", t.hit_rate()},
-                    {"ideal_hit_rate", t.ideal_hit_rate()}};
+                    {"ideal_hit_rate", t.ideal_hit_rate()},
+                    {"tokens_short_per_turn", t.tokens_short_per_turn()}};
     };
     return {{"all_turns", rates(run.tally())}, {"later_turns", rates(run.later_turn_tally())}};
 }
@@ -227,10 +229,12 @@ void print_row(const Json& r, int64_t run_index, int64_t runs) {
         const auto percent = [&](const char* turns, const char* rate) {
             return 100.0 * cache[turns][rate].get<double>();
         };
-        std::printf(" prefix cache hits %.1f%% of prompt tokens (ideal %.1f%%), turns >= 2 %.1f%% "
-                    "(ideal %.1f%%)",
-                    percent("all_turns", "hit_rate"), percent("all_turns", "ideal_hit_rate"),
-                    percent("later_turns", "hit_rate"), percent("later_turns", "ideal_hit_rate"));
+        std::printf(
+            " prefix cache hits %.1f%% of prompt tokens (ideal %.1f%%), turns >= 2 %.1f%% (ideal "
+            "%.1f%%, %.1f tokens short a turn)",
+            percent("all_turns", "hit_rate"), percent("all_turns", "ideal_hit_rate"),
+            percent("later_turns", "hit_rate"), percent("later_turns", "ideal_hit_rate"),
+            cache["later_turns"]["tokens_short_per_turn"].get<double>());
     }
     if (!r["steps"].is_null() && r["steps"].get<int64_t>() > 0) {
         const double idle = r["gpu_idle_ms"].get<double>(), busy = r["gpu_busy_ms"].get<double>();

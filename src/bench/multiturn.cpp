@@ -84,6 +84,7 @@ std::vector<MultiturnRun::Turn> MultiturnRun::first_turns() {
         turns.push_back(make_turn(c, 0, w_.system_prompt));
         in_flight_[size_t(c)] = turns.back();
         // The first conversation's request sent the system prompt; every other one resends it.
+        ++first_.num_turns;
         first_.prompt_tokens += int64_t(turns.back().prompt.size());
         first_.resent_tokens += c > 0 ? int64_t(w_.system_prompt.size()) : 0;
     }
@@ -108,12 +109,13 @@ std::optional<MultiturnRun::Turn> MultiturnRun::finish(int64_t conversation_idx,
     history.insert(history.end(), output.begin(), output.end());
     later_.resent_tokens += int64_t(history.size());
     done = make_turn(conversation_idx, done.turn_idx + 1, std::move(history));
+    ++later_.num_turns;
     later_.prompt_tokens += int64_t(done.prompt.size());
     return done;
 }
 
 MultiturnRun::Tally MultiturnRun::tally() const {
-    return {first_.prompt_tokens + later_.prompt_tokens,
+    return {first_.num_turns + later_.num_turns, first_.prompt_tokens + later_.prompt_tokens,
             first_.cached_tokens + later_.cached_tokens,
             first_.resent_tokens + later_.resent_tokens};
 }

@@ -61,9 +61,14 @@ class MultiturnRun {
     // Prompt tokens of a set of turns: all, those the prefix cache held, those resent (a
     // prefix earlier requests had already sent: the most a prefix cache could hold).
     struct Tally {
-        int64_t prompt_tokens = 0, cached_tokens = 0, resent_tokens = 0;
+        int64_t num_turns = 0, prompt_tokens = 0, cached_tokens = 0, resent_tokens = 0;
         double hit_rate() const { return ratio(cached_tokens); }
         double ideal_hit_rate() const { return ratio(resent_tokens); }
+        // How far a turn's cache hit falls short of its resent prefix, on average: a page-
+        // granular cache loses under a page (plus the last output token, which has no K/V yet).
+        double tokens_short_per_turn() const {
+            return num_turns > 0 ? double(resent_tokens - cached_tokens) / double(num_turns) : 0;
+        }
 
       private:
         double ratio(int64_t n) const {
