@@ -271,7 +271,8 @@ void run(const BenchOptions& o) {
             w.multiturn = bench::make_multiturn_workload(
                 o.multiturn, engine.model_config().vocab_size, engine.config().max_model_len);
     for (const Workload& w : workloads)
-        if (w.multiturn) std::printf("multiturn: %s\n", describe(w.multiturn->shape).c_str());
+        if (w.multiturn)
+            std::printf("multiturn: %s\n", bench::describe(w.multiturn->shape).c_str());
 
     const std::optional<GpuPeak> peak = sol_peak(engine.config(), o);
     if (peak) std::printf("%s\n", bench::describe(*peak).c_str());

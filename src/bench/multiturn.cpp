@@ -16,13 +16,14 @@ MultiturnShape fit_to(MultiturnShape s, int64_t max_model_len) {
     const auto scale = [&](int64_t& len) {
         len = std::max<int64_t>(1, len * max_model_len / longest);
     };
-    for (int64_t* len : {&s.system_len, &s.user_len_min, &s.user_len_max, &s.output_len_min,
-                         &s.output_len_max})
+    for (int64_t* len :
+         {&s.system_len, &s.user_len_min, &s.user_len_max, &s.output_len_min, &s.output_len_max})
         scale(*len);
     if (s.longest_conversation() > max_model_len)
-        fail("multiturn: {} turns of at least 2 tokens each and a system prompt do not fit "
-             "max_model_len {}",
-             s.num_turns, max_model_len);
+        fail(
+            "multiturn: {} turns of at least 2 tokens each and a system prompt do not fit "
+            "max_model_len {}",
+            s.num_turns, max_model_len);
     return s;
 }
 

@@ -71,10 +71,14 @@ TEST(BenchMultiturn, FitsSmallModels) {
 // Each next turn resends the previous prompt and its output; the tally counts that as resent,
 // and the turns after the first apart from the first.
 TEST(BenchMultiturn, RunResendsEachConversationsHistory) {
-    const MultiturnWorkload w = make_multiturn_workload(
-        {.num_conversations = 2, .num_turns = 2, .system_len = 8, .user_len_min = 2,
-         .user_len_max = 4, .output_len_min = 3, .output_len_max = 5},
-        512, 4096);
+    const MultiturnWorkload w = make_multiturn_workload({.num_conversations = 2,
+                                                         .num_turns = 2,
+                                                         .system_len = 8,
+                                                         .user_len_min = 2,
+                                                         .user_len_max = 4,
+                                                         .output_len_min = 3,
+                                                         .output_len_max = 5},
+                                                        512, 4096);
     MultiturnRun run(w);
     const std::vector<MultiturnRun::Turn> first = run.first_turns();
     ASSERT_EQ(first.size(), 2u);
