@@ -65,7 +65,8 @@ class MultiturnRun {
         double hit_rate() const { return ratio(cached_tokens); }
         double ideal_hit_rate() const { return ratio(resent_tokens); }
         // How far a turn's cache hit falls short of its resent prefix, on average: a page-
-        // granular cache loses under a page (plus the last output token, which has no K/V yet).
+        // granular cache loses 1 to page_size tokens (whole pages only; the last output token
+        // has no K/V).
         double tokens_short_per_turn() const {
             return num_turns > 0 ? double(resent_tokens - cached_tokens) / double(num_turns) : 0;
         }
