@@ -111,7 +111,10 @@ def main(argv: Any = None) -> None:
         raise SystemExit(f"--runs {a.runs}: at least 1")
     workloads = []
     for name in a.workload or ["balanced"]:
-        w = _lib.call_json("mi_bench_workload", name.encode(), a.balanced_file.encode())
+        try:
+            w = _lib.call_json("mi_bench_workload", name.encode(), a.balanced_file.encode())
+        except ValueError as e:  # an unknown name, or multiturn (`miniinfer bench` only)
+            raise SystemExit(f"--workload {name}: {e}") from None
         if a.num_seqs > 0:
             if a.num_seqs > len(w["prompts"]):
                 raise SystemExit(f"--num-seqs {a.num_seqs}: {name} has {len(w['prompts'])} requests")

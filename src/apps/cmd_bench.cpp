@@ -1,6 +1,8 @@
 // miniinfer bench: the standard offline workloads of BENCHMARKS.md, timed from the moment all
 // requests are submitted (model loaded, one warm-up request done) until the last token, with
-// the speed of light (SOL) for the same workload on this card (bench/gpu_peak.h).
+// the speed of light (SOL) for the same workload on this card (bench/gpu_peak.h). The multiturn
+// workload submits each conversation's next turn as its last one finishes and reports how much of
+// the prompts the prefix cache held (bench/multiturn.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -9,12 +11,13 @@
 #include <numeric>
 #include <optional>
 #include <string>
-#include <unordered_set>
+#include <unordered_map>
 #include <vector>
 
 #include "apps/commands.h"
 #include "apps/engine_options.h"
 #include "bench/gpu_peak.h"
+#include "bench/multiturn.h"
 #include "bench/workloads.h"
 #include "config/tuning.h"
 #include "core/logging.h"
@@ -28,6 +31,7 @@ namespace {
 using bench::BenchWorkload;
 using bench::GpuPeak;
 using bench::make_bench_workload;
+using bench::MultiturnWorkload;
 using bench::sol_seconds;
 
 struct BenchOptions {
@@ -39,6 +43,7 @@ struct BenchOptions {
     int64_t profile_top = 0;  // > 0: CUPTI kernel times of each run, this many rows
     double hbm_bytes_per_s = 0, matmul_flops = 0;  // > 0: given, in place of the card's
     std::vector<std::string> tuning;               // key=value fields of config/tuning.h
+    bench::MultiturnShape multiturn;               // before scaling to the model
 };
 
 // The SOL's figures: the card's (--device cuda), with --hbm-bytes-per-s / --matmul-flops in place
@@ -67,42 +72,81 @@ std::optional<GpuPeak> sol_peak(const EngineConfig& c, const BenchOptions& o) {
     return peak;
 }
 
-using Workload = BenchWorkload;
+// A workload as bench runs it: `requests` all submitted at the start, or (multiturn, built once
+// the engine knows the model's vocabulary and max_model_len) conversations whose turns follow one
+// another.
+struct Workload {
+    std::string name;
+    BenchWorkload requests;
+    std::optional<MultiturnWorkload> multiturn;
+};
+
+// The prefix cache's share of a run's prompt tokens, against the share that was resent.
+Json hit_rates_json(const bench::MultiturnRun& run) {
+    const auto rates = [](const bench::MultiturnRun::Tally& t) {
+        return Json{{"turns", t.num_turns},
+                    {"prompt_tokens", t.prompt_tokens},
+                    {"cached_prompt_tokens", t.cached_tokens},
+                    {"resent_prompt_tokens", t.resent_tokens},
+                    {"hit_rate", t.hit_rate()},
+                    {"ideal_hit_rate", t.ideal_hit_rate()},
+                    {"tokens_short_per_turn", t.tokens_short_per_turn()}};
+    };
+    return {{"all_turns", rates(run.tally())}, {"later_turns", rates(run.later_turn_tally())}};
+}
 
 Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o,
                   const std::optional<GpuPeak>& peak) {
+    using Clock = std::chrono::steady_clock;
     SamplingParams p;
-    p.temperature = w.temperature;
+    p.temperature = w.multiturn ? w.multiturn->temperature : w.requests.temperature;
     p.ignore_eos = true;
-    int64_t prompt_tokens = 0;
+    int64_t prompt_tokens = 0, num_requests = 0;
+    // Time to first token of each request, from its submission: how long the scheduler's
+    // prefill order kept it waiting.
+    std::unordered_map<std::string, Clock::time_point> waiting_since;
+    std::vector<double> ttft_ms;
+    std::unordered_map<std::string, int64_t> conversation_of;  // multiturn: request id -> index
+    const auto submit = [&](const std::vector<int32_t>& prompt, int64_t max_tokens,
+                            Clock::time_point now) {
+        p.max_tokens = max_tokens;
+        p.seed = uint64_t(num_requests++);
+        const std::string id = engine.add_request(Prompt::from_ids(prompt), p);
+        prompt_tokens += int64_t(prompt.size());
+        waiting_since.emplace(id, now);
+        return id;
+    };
+    std::optional<bench::MultiturnRun> conversations;
     std::optional<KernelProfiler> profiler;
     if (o.profile_top > 0) profiler.emplace();
-    const auto start = std::chrono::steady_clock::now();
-    for (size_t i = 0; i < w.prompts.size(); ++i) {
-        p.max_tokens = w.max_tokens[i];
-        p.seed = i;
-        engine.add_request(Prompt::from_ids(w.prompts[i]), p);
-        prompt_tokens += int64_t(w.prompts[i].size());
+    const auto start = Clock::now();
+    for (size_t i = 0; i < w.requests.prompts.size(); ++i)
+        submit(w.requests.prompts[i], w.requests.max_tokens[i], start);
+    if (w.multiturn) {
+        conversations.emplace(*w.multiturn);
+        for (const bench::MultiturnRun::Turn& turn : conversations->first_turns())
+            conversation_of[submit(turn.prompt, turn.max_tokens, start)] = turn.conversation_idx;
     }
     int64_t output_tokens = 0, cached_tokens = 0;
-    // Time to first token of each request: all are submitted at `start`, so this is how long
-    // the scheduler's prefill order kept each waiting.
-    std::unordered_set<std::string> started;
-    std::vector<double> ttft_ms;
     engine.reset_step_timing();
     while (engine.has_unfinished())
         for (const RequestOutput& out : engine.step()) {
-            if (!out.new_token_ids.empty() && started.insert(out.request_id).second)
-                ttft_ms.push_back(
-                    1000.0 * std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-                                 .count());
-            if (out.finished) {
-                output_tokens += int64_t(out.token_ids.size());
-                cached_tokens += out.num_cached_tokens;
+            const auto now = Clock::now();
+            if (auto it = waiting_since.find(out.request_id);
+                !out.new_token_ids.empty() && it != waiting_since.end()) {
+                ttft_ms.push_back(1000.0 * std::chrono::duration<double>(now - it->second).count());
+                waiting_since.erase(it);
             }
+            if (!out.finished) continue;
+            output_tokens += int64_t(out.token_ids.size());
+            cached_tokens += out.num_cached_tokens;
+            if (!conversations) continue;
+            // The next turn goes in at once, so that it is scheduled with the running ones.
+            const int64_t c = conversation_of.at(out.request_id);
+            if (auto next = conversations->finish(c, out.token_ids, out.num_cached_tokens))
+                conversation_of[submit(next->prompt, next->max_tokens, now)] = c;
         }
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     std::sort(ttft_ms.begin(), ttft_ms.end());
     const auto ttft_quantile = [&](double q) {
         return ttft_ms.empty() ? Json(nullptr)
@@ -121,10 +165,12 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o,
                                {"total_us", k.total_us},
                                {"exposed_us", k.exposed_us}});
     }
-    const double sol = peak
-                           ? sol_seconds(w, engine.model_config(), engine.config().max_num_seqs,
-                                         peak->hardware, engine.config().fp8_kv_cache() ? 1.0 : 2.0)
-                           : 0.0;
+    // No SOL for multiturn: sol_seconds runs all requests at once, and a turn waits for the last.
+    const bool has_sol = peak && !w.multiturn;
+    const double sol =
+        has_sol ? sol_seconds(w.requests, engine.model_config(), engine.config().max_num_seqs,
+                              peak->hardware, engine.config().fp8_kv_cache() ? 1.0 : 2.0)
+                : 0.0;
     const EngineConfig& c = engine.config();
     const std::optional<ModelRunner::StepTiming> t = engine.step_timing();
     return {{"workload", w.name},
@@ -138,7 +184,7 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o,
             {"page_size", c.page_size},
             {"cuda_graphs", c.device == "cuda" && !c.enforce_eager},
             {"overlap", engine.overlapping()},
-            {"requests", w.prompts.size()},
+            {"requests", num_requests},
             {"prompt_tokens", prompt_tokens},
             {"cached_prompt_tokens", cached_tokens},  // found in the prefix cache
             {"output_tokens", output_tokens},
@@ -149,9 +195,11 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o,
             {"ttft_mean_ms", ttft_ms.empty() ? Json(nullptr) : Json(ttft_mean)},
             {"ttft_p50_ms", ttft_quantile(0.5)},
             {"ttft_p99_ms", ttft_quantile(0.99)},
-            {"sol_hardware", peak ? Json(bench::describe(*peak)) : Json(nullptr)},
-            {"sol_tok_per_s", peak ? Json(double(output_tokens) / sol) : Json(nullptr)},
-            {"percent_of_sol", peak ? Json(100.0 * sol / seconds) : Json(nullptr)},
+            {"sol_hardware", has_sol ? Json(bench::describe(*peak)) : Json(nullptr)},
+            {"sol_tok_per_s", has_sol ? Json(double(output_tokens) / sol) : Json(nullptr)},
+            {"percent_of_sol", has_sol ? Json(100.0 * sol / seconds) : Json(nullptr)},
+            {"multiturn", w.multiturn ? Json(bench::describe(w.multiturn->shape)) : Json(nullptr)},
+            {"prefix_cache", conversations ? hit_rates_json(*conversations) : Json(nullptr)},
             {"kernels", std::move(kernels)}};
 }
 
@@ -177,6 +225,17 @@ void print_row(const Json& r, int64_t run_index, int64_t runs) {
                     r["ttft_p99_ms"].get<double>());
     if (r["workload"] == "bs1")
         std::printf(" %.3f ms/token", r["ms_per_output_token"].get<double>());
+    if (const Json& cache = r["prefix_cache"]; !cache.is_null()) {
+        const auto percent = [&](const char* turns, const char* rate) {
+            return 100.0 * cache[turns][rate].get<double>();
+        };
+        std::printf(
+            " prefix cache hits %.1f%% of prompt tokens (ideal %.1f%%), turns >= 2 %.1f%% (ideal "
+            "%.1f%%, %.1f tokens short a turn)",
+            percent("all_turns", "hit_rate"), percent("all_turns", "ideal_hit_rate"),
+            percent("later_turns", "hit_rate"), percent("later_turns", "ideal_hit_rate"),
+            cache["later_turns"]["tokens_short_per_turn"].get<double>());
+    }
     if (!r["steps"].is_null() && r["steps"].get<int64_t>() > 0) {
         const double idle = r["gpu_idle_ms"].get<double>(), busy = r["gpu_busy_ms"].get<double>();
         std::printf(" GPU idle between steps %.1f us/step (%.1f%% of %lld steps' GPU time)",
@@ -191,7 +250,9 @@ void print_row(const Json& r, int64_t run_index, int64_t runs) {
 void run(const BenchOptions& o) {
     std::vector<Workload> workloads;
     for (const std::string& name : o.workloads)
-        workloads.push_back(make_bench_workload(name, o.balanced_file));
+        workloads.push_back(name == "multiturn"
+                                ? Workload{name, {}, {}}
+                                : Workload{name, make_bench_workload(name, o.balanced_file), {}});
     const EngineConfig config = o.engine.resolve();
     if (o.profile_top > 0 && config.device != "cuda")
         fail("--profile-kernels records GPU kernels: it needs --device cuda");
@@ -204,6 +265,14 @@ void run(const BenchOptions& o) {
     warm.ignore_eos = true;
     warm.temperature = 0.6;
     engine.generate({Prompt::from_ids(std::vector<int32_t>(64, 1))}, warm);
+
+    for (Workload& w : workloads)
+        if (w.name == "multiturn")
+            w.multiturn = bench::make_multiturn_workload(
+                o.multiturn, engine.model_config().vocab_size, engine.config().max_model_len);
+    for (const Workload& w : workloads)
+        if (w.multiturn)
+            std::printf("multiturn: %s\n", bench::describe(w.multiturn->shape).c_str());
 
     const std::optional<GpuPeak> peak = sol_peak(engine.config(), o);
     if (peak) std::printf("%s\n", bench::describe(*peak).c_str());
@@ -251,7 +320,7 @@ void run(const BenchOptions& o) {
                 "the prefix cache: %.1f%% in run 1, %.1f%% in %s |\n",
                 w.name.c_str(), first, later / double(o.runs - 1), later_runs.c_str(),
                 percent(first_cached, 1), percent(later_cached, o.runs - 1), later_runs.c_str());
-        } else if (first_cached > 0) {
+        } else if (first_cached > 0 && !w.multiturn) {
             // A single run that found prompts in the cache (an earlier workload's, or a user's
             // --workload repeated) measured less prefill than the workload holds: say so.
             std::printf("| %s: %lld of its %lld prompt tokens came from the prefix cache |\n",
@@ -275,9 +344,18 @@ void add_bench(CLI::App& app) {
         "--workload balanced --workload bs1");
     add_engine_options(*cmd, opts->engine);
     cmd->add_option("--workload", opts->workloads,
-                    "balanced, decode128, decode256, short256, prefill256, bs1 (repeatable)")
+                    "balanced, decode128, decode256, short256, prefill256, bs1, multiturn "
+                    "(repeatable)")
         ->capture_default_str();
     cmd->add_option("--balanced-file", opts->balanced_file, "The balanced workload's prompts")
+        ->capture_default_str();
+    cmd->add_option("--conversations", opts->multiturn.num_conversations,
+                    "multiturn: conversations, all started at once")
+        ->check(CLI::Range(int64_t(1), int64_t(100000)))
+        ->capture_default_str();
+    cmd->add_option("--turns", opts->multiturn.num_turns,
+                    "multiturn: turns per conversation (lengths shrink to fit --max-model-len)")
+        ->check(CLI::Range(int64_t(1), int64_t(1000)))
         ->capture_default_str();
     cmd->add_option("--json", opts->json_out, "Also write the results as JSON here");
     cmd->add_option("--runs", opts->runs,

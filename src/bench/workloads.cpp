@@ -59,6 +59,10 @@ BenchWorkload make_bench_workload(const std::string& name, const std::string& ba
         w.name = name;
         return w;
     }
+    if (name == "multiturn")
+        fail(
+            "workload 'multiturn' resends what the model generated, so its turns are not known in "
+            "advance: only `miniinfer bench` runs it");
     fail("unknown workload '{}' (balanced, decode128, decode256, short256, prefill256, bs1)", name);
 }
 

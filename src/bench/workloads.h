@@ -21,7 +21,8 @@ struct BenchWorkload {
 // decode128, decode256, short256, prefill256, bs1: fixed shapes of uniform random ids in
 // [0, 10000) from mt19937(0), mt19937(1), ... mt19937(4) in that order (one seed each, so that no
 // workload finds another's prompts in the prefix cache), temperature 0. Throws Error for an
-// unknown name or a bad file.
+// unknown name, for multiturn (bench/multiturn.h: its prompts depend on the model's outputs), or a
+// bad file.
 BenchWorkload make_bench_workload(const std::string& name, const std::string& balanced_file);
 
 // `num_prompts` prompts of `input_len` uniform random ids in [0, 10000) (mt19937(seed)), each

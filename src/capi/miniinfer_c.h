@@ -110,7 +110,8 @@ MI_API char* mi_apply_chat_template(mi_engine* engine, const char* messages_json
 MI_API int mi_sampling_params_validate(const char* params_json, char** error);
 
 /* `miniinfer bench`'s workloads: {"name", "prompts": [[ids]], "max_tokens": [...],
- * "temperature"} for a name (balanced, decode128, ...); balanced_file holds balanced's prompts. */
+ * "temperature"} for a name (balanced, decode128, ...); balanced_file holds balanced's prompts.
+ * multiturn is an error (ValueError): its prompts depend on the model's outputs. */
 MI_API char* mi_bench_workload(const char* name, const char* balanced_file, char** error);
 /* The speed of light of a workload (the JSON above) on this engine's model and max_num_seqs,
  * for the given memory bandwidth and matrix rate (see bench/workloads.h). -1 on error. */

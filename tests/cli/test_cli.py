@@ -269,6 +269,46 @@ def test_bench_runs_reports_first_run_and_steady_state(tmp_path):
     assert code == 1 and err.startswith("error: --runs"), err
 
 
+def test_bench_multiturn_reports_its_prefix_cache_hit_rate(tmp_path):
+    # 8 conversations of 4 turns on qwen3-tiny (ids below its 512-token vocabulary), every length
+    # scaled by 512 / 1280 to fit --max-model-len 512.
+    args = ("bench", "--model", os.path.join(FIXTURES, "qwen3-tiny"), "--workload", "multiturn",
+            "--conversations", "8", "--max-model-len", "512")
+    code, out, err = run(*args, "--json", str(tmp_path / "cached.json"))
+    assert code == 0, err
+    assert "multiturn: 8 conversations x 4 turns: system prompt 102 tokens, user messages 12-51, " \
+           "outputs 25-51" in out, out
+    row = [l for l in out.splitlines() if l.startswith("| multiturn ")][0]
+    assert "prefix cache hits" in row and "turns >= 2" in row, row
+    assert "came from the prefix cache" not in out  # the row says it
+    r = json.loads((tmp_path / "cached.json").read_text())[0]
+    assert r["requests"] == 32 and r["percent_of_sol"] is None
+    cache = r["prefix_cache"]
+    later = cache["later_turns"]
+    assert cache["all_turns"]["turns"] == 32 and later["turns"] == 24
+    assert cache["all_turns"]["cached_prompt_tokens"] == r["cached_prompt_tokens"]
+    assert cache["all_turns"]["prompt_tokens"] == r["prompt_tokens"]
+    # Each later turn resends its whole history; the cache holds all of it but the last page.
+    assert 0 < later["ideal_hit_rate"] < 1
+    assert later["hit_rate"] >= 0.8 * later["ideal_hit_rate"], later
+    assert 0 < later["tokens_short_per_turn"] <= r["page_size"], later
+
+    code, out, err = run(*args, "--no-prefix-caching", "--json", str(tmp_path / "off.json"))
+    assert code == 0, err
+    off = json.loads((tmp_path / "off.json").read_text())[0]["prefix_cache"]
+    for turns in ("all_turns", "later_turns"):
+        assert off[turns]["cached_prompt_tokens"] == 0 and off[turns]["hit_rate"] == 0, off
+        # ignore_eos: the same lengths, so the same prompts' sizes and the same ideal
+        assert off[turns]["ideal_hit_rate"] == cache[turns]["ideal_hit_rate"], off
+    assert "prefix cache hits 0.0% of prompt tokens" in out, out
+
+
+def test_multiturn_runs_only_in_the_offline_bench():
+    # Its turns resend the model's outputs: bench-serve (and the C API) cannot list them up front.
+    code, _, err = run("bench-serve", "--workload", "multiturn")
+    assert_clean_error(code, err, "workload 'multiturn'", "only `miniinfer bench` runs it")
+
+
 def test_tensor_parallel_short_option():
     base = ("generate", "--model", DEMO, "--prompt", "Hello", "--max-tokens", "6", "--temperature", "0")
     code, one, err = run(*base)

@@ -69,3 +69,9 @@ def test_python_benchmark_runs_a_workload_again_and_reports_first_and_steady():
     bad = subprocess.run([sys.executable, str(REPO / "bench" / "bench_miniinfer.py"), "--model",
                           DEMO, "--runs", "0"], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert bad.returncode != 0 and "--runs 0: at least 1" in bad.stderr
+    # multiturn's prompts depend on the outputs: `miniinfer bench` runs it, the C API refuses it.
+    bad = subprocess.run([sys.executable, str(REPO / "bench" / "bench_miniinfer.py"), "--model",
+                          DEMO, "--workload", "multiturn"],
+                         capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert bad.returncode != 0 and "--workload multiturn: " in bad.stderr, bad.stderr
+    assert "Traceback" not in bad.stderr, bad.stderr
