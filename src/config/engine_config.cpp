@@ -51,11 +51,10 @@ void EngineConfig::resolve(const ModelConfig& model) {
     if (!(gpu_memory_utilization > 0.0 && gpu_memory_utilization <= 1.0))
         fail("gpu_memory_utilization must be in (0, 1], got {}", gpu_memory_utilization);
     if (max_model_len < 0 || kv_cache_bytes < 0 || num_pages < 0 || max_num_batched_tokens < 0 ||
-        num_state_slots < 0)
+        num_state_slots < 0 || state_snapshot_interval < 1)
         fail(
             "max_model_len, kv_cache_bytes, num_pages, num_state_slots and max_num_batched_tokens "
-            "must not be "
-            "negative");
+            "must not be negative, state_snapshot_interval must be positive");
     if (max_model_len == 0) max_model_len = model.max_context_len();
     if (max_model_len > model.max_context_len())
         fail("max_model_len {} exceeds the model's {}", max_model_len,
@@ -68,9 +67,10 @@ void EngineConfig::resolve(const ModelConfig& model) {
     if (max_num_batched_tokens == 0)
         max_num_batched_tokens = default_max_num_batched_tokens(device, model.num_experts > 0);
     if (model.num_linear_attention_layers() > 0 && num_state_slots == 0)
-        // A slot for every running request, the states within the CPU cache's 4 GiB bound.
-        num_state_slots =
-            std::clamp<int64_t>((int64_t(4) << 30) / model.gdn_state_bytes(), 1, max_num_seqs);
+        // A slot for every running request and, with prefix caching, as many for snapshots;
+        // within the CPU cache's 4 GiB bound.
+        num_state_slots = std::clamp<int64_t>((int64_t(4) << 30) / model.gdn_state_bytes(), 1,
+                                              max_num_seqs * (enable_prefix_caching ? 2 : 1));
     if (num_pages == 0 && device == "cuda")
         return;  // the CUDA runner sizes the cache from free memory
     if (num_pages == 0) {
@@ -101,6 +101,7 @@ static void visit_fields(Config& c, Visit&& visit) {
     visit("kv_cache_bytes", c.kv_cache_bytes);
     visit("num_pages", c.num_pages);
     visit("num_state_slots", c.num_state_slots);
+    visit("state_snapshot_interval", c.state_snapshot_interval);
     visit("enable_prefix_caching", c.enable_prefix_caching);
     visit("enforce_eager", c.enforce_eager);
     visit("disable_overlap", c.disable_overlap);

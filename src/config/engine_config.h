@@ -24,9 +24,14 @@ struct EngineConfig {
     int64_t kv_cache_bytes = 0;
     int64_t num_pages = 0;  // > 0 overrides both budgets (tests)
     // Hybrid models (Gated DeltaNet layers): the requests that hold a recurrent state at once,
-    // one state slot each (scheduler: admission waits for a free slot). 0: derived (a hybrid:
-    // max_num_seqs, fewer if their states would pass 4 GiB; other models: none).
+    // one state slot each (scheduler: admission waits for a free slot), and the prefix cache's
+    // state snapshots. 0: derived (a hybrid: max_num_seqs, twice that with prefix caching,
+    // fewer if their states would pass 4 GiB; other models: none).
     int64_t num_state_slots = 0;
+    // Hybrid models' prefix cache: tokens between snapshots of a request's state (rounded up to
+    // whole pages): a cached prefix is reused up to its last snapshot. 64: the delta rule's
+    // chunk length.
+    int64_t state_snapshot_interval = 64;
     bool enable_prefix_caching = true;
     bool enforce_eager = false;  // CUDA: no graphs (every step launched kernel by kernel)
     // The plain loop (schedule, run, process) even where the runner can overlap the next step

@@ -17,10 +17,14 @@ struct RadixCache::Node {
     int64_t lock_count = 0;  // locks on this node or below it
     int64_t own_locks = 0;   // locks taken on this very node
     uint64_t last_access = 0;
+    int32_t snapshot = -1;  // the state after this node's last token (-1: none)
 };
 
-RadixCache::RadixCache(int64_t page_size, PageAllocator& allocator)
-    : page_size_(page_size), allocator_(allocator), root_(std::make_unique<Node>()) {
+RadixCache::RadixCache(int64_t page_size, PageAllocator& allocator, PageAllocator* snapshot_slots)
+    : page_size_(page_size),
+      allocator_(allocator),
+      snapshot_slots_(snapshot_slots),
+      root_(std::make_unique<Node>()) {
     MI_CHECK(page_size > 0, "page size {}", page_size);
 }
 
@@ -71,9 +75,30 @@ RadixCache::Match RadixCache::match_prefix(std::span<const int32_t> tokens, int6
         pos += k * P;
         node = child;
     }
+    if (snapshot_slots_) {  // back to the deepest node with the state after it
+        for (; node != root_.get() && node->snapshot < 0; node = node->parent)
+            pos -= node->tokens.size();
+        match.pages.resize(pos / P);
+        match.snapshot = node->snapshot;
+    }
     match.num_tokens = int64_t(pos);
     match.node = node;
     return match;
+}
+
+RadixCache::Node* RadixCache::node_ending_at(std::span<const int32_t> tokens, int64_t num_tokens) {
+    const size_t P = size_t(page_size_), end = size_t(num_tokens);
+    Node* node = root_.get();
+    for (size_t pos = 0; pos < end;) {
+        Node* child = node->children
+                          .at(std::vector<int32_t>(tokens.begin() + long(pos),
+                                                   tokens.begin() + long(pos + P)))
+                          .get();
+        if (pos + child->tokens.size() > end) child = split(child, int64_t((end - pos) / P));
+        pos += child->tokens.size();
+        node = child;
+    }
+    return node;
 }
 
 void RadixCache::lock(Node* node) {
@@ -92,7 +117,8 @@ void RadixCache::unlock(Node* node) {
     }
 }
 
-int64_t RadixCache::insert(std::span<const int32_t> tokens, std::span<const int32_t> pages) {
+int64_t RadixCache::insert(std::span<const int32_t> tokens, std::span<const int32_t> pages,
+                           std::span<const Snapshot> snapshots) {
     const size_t P = size_t(page_size_);
     const size_t num_pages = std::min(pages.size(), tokens.size() / P);
     Node* node = root_.get();
@@ -124,10 +150,46 @@ int64_t RadixCache::insert(std::span<const int32_t> tokens, std::span<const int3
     // Tokens already cached: everything walked before a new leaf (or all of it).
     int64_t cached = 0;
     for (Node* n = node; n != root_.get(); n = n->parent) cached += int64_t(n->tokens.size());
+    for (const Snapshot& s : snapshots) {
+        MI_CHECK(snapshot_slots_ && s.num_tokens > 0 && s.num_tokens % page_size_ == 0,
+                 "snapshot after {} tokens", s.num_tokens);
+        Node* at =
+            s.num_tokens <= int64_t(num_pages * P) ? node_ending_at(tokens, s.num_tokens) : nullptr;
+        if (at && at->snapshot < 0) {
+            at->snapshot = s.slot;
+            ++num_snapshots_;
+        } else {
+            snapshot_slots_->free(std::span(&s.slot, 1));
+        }
+    }
     return std::min<int64_t>(cached, int64_t(num_pages * P));
 }
 
+void RadixCache::free_snapshot(Node* node) {
+    if (node->snapshot < 0) return;
+    snapshot_slots_->free(std::span(&node->snapshot, 1));
+    node->snapshot = -1;
+    --num_snapshots_;
+}
+
+int64_t RadixCache::evict_snapshots(int64_t num_snapshots) {
+    std::vector<Node*> held;
+    std::vector<Node*> stack = {root_.get()};
+    while (!stack.empty()) {
+        Node* n = stack.back();
+        stack.pop_back();
+        for (auto& [_, child] : n->children) stack.push_back(child.get());
+        if (n->snapshot >= 0 && n->lock_count == 0) held.push_back(n);
+    }
+    std::sort(held.begin(), held.end(),
+              [](const Node* a, const Node* b) { return a->last_access < b->last_access; });
+    const int64_t freed = std::min<int64_t>(num_snapshots, int64_t(held.size()));
+    for (int64_t i = 0; i < freed; ++i) free_snapshot(held[size_t(i)]);
+    return freed;
+}
+
 void RadixCache::free_subtree(Node* node) {
+    free_snapshot(node);
     allocator_.free(node->pages);
     num_cached_pages_ -= int64_t(node->pages.size());
     if (node->lock_count == 0) num_evictable_pages_ -= int64_t(node->pages.size());
@@ -158,7 +220,13 @@ int64_t RadixCache::evict(int64_t num_pages) {
     return freed;
 }
 
-void RadixCache::check_invariants(std::span<const int32_t> request_pages) const {
+void RadixCache::check_invariants(std::span<const int32_t> request_pages,
+                                  std::span<const int32_t> request_slots) const {
+    std::vector<int> slot_owners(size_t(snapshot_slots_ ? snapshot_slots_->num_pages() : 0), 0);
+    for (int32_t s = 0; s < int32_t(slot_owners.size()); ++s)
+        slot_owners[size_t(s)] = (snapshot_slots_->is_free(s) ? 1 : 0);
+    for (int32_t s : request_slots) ++slot_owners.at(size_t(s));
+    int64_t snapshots = 0;
     std::vector<int> owners(size_t(allocator_.num_pages()), 0);
     for (int32_t p = 0; p < allocator_.num_pages(); ++p)
         owners[size_t(p)] += allocator_.is_free(p) ? 1 : 0;
@@ -186,6 +254,10 @@ void RadixCache::check_invariants(std::span<const int32_t> request_pages) const 
                  "lock count {} != own {} + children {}", node->lock_count, node->own_locks,
                  child_locks);
         for (int32_t p : node->pages) ++owners[size_t(p)];
+        if (node->snapshot >= 0) {
+            ++slot_owners.at(size_t(node->snapshot));
+            ++snapshots;
+        }
         cached += int64_t(node->pages.size());
         if (node->lock_count == 0) evictable += int64_t(node->pages.size());
     }
@@ -195,6 +267,10 @@ void RadixCache::check_invariants(std::span<const int32_t> request_pages) const 
              num_evictable_pages_);
     for (size_t p = 0; p < owners.size(); ++p)
         MI_CHECK(owners[p] == 1, "page {} has {} owners (free / request / cached)", p, owners[p]);
+    MI_CHECK(snapshots == num_snapshots_, "snapshots {} != counter {}", snapshots, num_snapshots_);
+    for (size_t s = 0; s < slot_owners.size(); ++s)
+        MI_CHECK(slot_owners[s] == 1, "state slot {} has {} owners (free / request / snapshot)", s,
+                 slot_owners[s]);
 }
 
 }  // namespace miniinfer

@@ -203,6 +203,23 @@ Tensor GatedDeltaNet::forward(const Tensor& x, const ForwardBatch& batch, Tensor
     MI_CHECK(int64_t(batch.state_slots.size()) == batch.num_seqs(),
              "GatedDeltaNet: {} state slots for {} sequences", batch.state_slots.size(),
              batch.num_seqs());
+    // The step's snapshots as the ops take them: rows and slot per sequence (no snapshot: null).
+    std::vector<int32_t> snapshot_rows, snapshot_slots;
+    if (!batch.state_snapshots.empty()) {
+        snapshot_rows.assign(size_t(batch.num_seqs()), 0);
+        snapshot_slots.assign(size_t(batch.num_seqs()), -1);
+        for (const StateSnapshot& s : batch.state_snapshots) {
+            MI_CHECK(s.seq >= 0 && s.seq < batch.num_seqs() && snapshot_rows[size_t(s.seq)] == 0 &&
+                         s.rows > 0 &&
+                         s.rows <= batch.query_start[size_t(s.seq) + 1] -
+                                       batch.query_start[size_t(s.seq)],
+                     "GatedDeltaNet: bad snapshot of sequence {} after {} rows", s.seq, s.rows);
+            snapshot_rows[size_t(s.seq)] = s.rows;
+            snapshot_slots[size_t(s.seq)] = s.slot;
+        }
+    }
+    const int32_t* rows = snapshot_rows.empty() ? nullptr : snapshot_rows.data();
+    const int32_t* slots = snapshot_slots.empty() ? nullptr : snapshot_slots.data();
     Tensor qkv = in_proj_qkv.forward(x);  // [n, conv_dim]
     cpu::causal_conv1d_silu({.x = qkv.data<float>(),
                              .weight = conv1d.data<float>(),
@@ -212,7 +229,9 @@ Tensor GatedDeltaNet::forward(const Tensor& x, const ForwardBatch& batch, Tensor
                              .channels = conv_dim,
                              .kernel_len = conv1d.size(1),
                              .conv_state = conv_state.data<float>(),
-                             .out = qkv.data<float>()});
+                             .out = qkv.data<float>(),
+                             .snapshot_rows = rows,
+                             .snapshot_slots = slots});
     const Tensor a = in_proj_a.forward(x), b = in_proj_b.forward(x);  // [n, num_v_heads]
     Tensor g = Tensor::zeros({n, num_v_heads}, DType::kF32);
     Tensor beta = Tensor::zeros({n, num_v_heads}, DType::kF32);
@@ -230,7 +249,9 @@ Tensor GatedDeltaNet::forward(const Tensor& x, const ForwardBatch& batch, Tensor
                                    .head_k_dim = head_k_dim,
                                    .head_v_dim = head_v_dim,
                                    .state = recurrent_state.data<float>(),
-                                   .out = o.data<float>()});
+                                   .out = o.data<float>(),
+                                   .snapshot_rows = rows,
+                                   .snapshot_slots = slots});
     const Tensor z = in_proj_z.forward(x);  // [n, value_dim]
     cpu::rms_norm_gated(o.data<float>(), z.data<float>(), norm.data<float>(), n * num_v_heads,
                         head_v_dim, eps, o.data<float>());

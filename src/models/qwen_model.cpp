@@ -101,11 +101,12 @@ int64_t QwenModel::num_local_kv_heads() const {
     return kv_heads_per_rank(config_.num_kv_heads, parallel_.world);
 }
 
-void QwenModel::reset_new_states(const ForwardBatch& batch, StateCache* state) const {
+void QwenModel::prepare_states(const ForwardBatch& batch, StateCache* state) const {
     if (config_.num_linear_attention_layers() == 0) return;
     MI_CHECK(state && int64_t(batch.state_slots.size()) == batch.num_seqs(),
              "forward: a hybrid model needs a state slot for each of its {} sequences",
              batch.num_seqs());
+    for (const StateRestore& r : batch.state_restores) state->copy(r.from, r.to);
     for (int64_t s = 0; s < batch.num_seqs(); ++s)
         if (batch.positions[size_t(batch.query_start[size_t(s)])] == 0)
             state->reset(batch.state_slots[size_t(s)]);
@@ -114,7 +115,7 @@ void QwenModel::reset_new_states(const ForwardBatch& batch, StateCache* state) c
 Tensor QwenModel::forward(const ForwardBatch& batch, KvCache& kv, StateCache* state) const {
     MI_CHECK(batch.num_tokens() > 0 && batch.positions.size() == batch.input_ids.size(),
              "forward: {} tokens, {} positions", batch.num_tokens(), batch.positions.size());
-    reset_new_states(batch, state);
+    prepare_states(batch, state);
     Tensor residual = embed_tokens(batch.input_ids);
     Tensor h = layers_[0].input_norm.forward(residual);
     for (size_t l = 0; l < layers_.size(); ++l) {

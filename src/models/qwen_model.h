@@ -55,8 +55,8 @@ class QwenModel {
     // One step: writes this step's K/V into `kv` and returns the logits of the rows
     // batch.logits_indices: [num_logits, vocab] f32. Token ids must be < vocab_size (the
     // caller validates user input). A hybrid also advances each sequence's state in slot
-    // batch.state_slots[s] of `state`, first zeroing the slots of sequences whose rows start at
-    // position 0.
+    // batch.state_slots[s] of `state`: first the batch's restores are copied and the slots of
+    // sequences whose rows start at position 0 zeroed; its snapshots are taken on the way.
     Tensor forward(const ForwardBatch& batch, KvCache& kv, StateCache* state = nullptr) const;
 
     // Stores K/V rounded to FP8 e4m3 from now on (EngineConfig::kv_cache_dtype fp8): each layer
@@ -67,7 +67,8 @@ class QwenModel {
   private:
     Tensor embed_tokens(std::span<const int32_t> ids) const;  // [n, hidden], whole on every rank
     Tensor lm_head(const Tensor& normed) const;               // [n, vocab], whole on every rank
-    void reset_new_states(const ForwardBatch& batch, StateCache* state) const;
+    // Restores cached snapshots, then zeroes the slots of sequences starting at position 0.
+    void prepare_states(const ForwardBatch& batch, StateCache* state) const;
 
     // QwenCudaModel::Layer holds the same blocks (layers/cuda/), minus MoE so far.
     struct Layer {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "layers/forward_batch.h"
 #include "scheduler/request.h"
 
 namespace miniinfer {
@@ -14,6 +15,10 @@ struct ScheduledSeq {
     int64_t start;       // first token computed this step (= request's num_computed)
     int64_t num_tokens;  // tokens computed this step
     bool samples;        // this chunk reaches the request's last token: sample the next one
+    // Hybrids with prefix caching: the step also snapshots the state after the request's
+    // first snapshot_tokens tokens into this state slot (-1: no snapshot).
+    int32_t snapshot_slot = -1;
+    int64_t snapshot_tokens = 0;
 };
 
 struct Batch {
@@ -26,6 +31,8 @@ struct Batch {
     int64_t max_pages = 0;
     std::vector<int32_t> slot_mapping;  // [num_tokens]
     std::vector<int32_t> state_slots;   // [num_seqs] each request's state slot (-1: none)
+    std::vector<StateRestore> state_restores;
+    std::vector<StateSnapshot> state_snapshots;
     std::vector<int32_t>
         logits_indices;              // [num_sampling_seqs] row of each sampling seq's last token
     std::vector<Request*> sampling;  // [num_sampling_seqs] the requests those rows belong to

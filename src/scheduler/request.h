@@ -42,6 +42,12 @@ struct Request {
     // Hybrid models: the slot of the state pool holding this request's recurrent state after
     // its num_computed tokens (-1: none; held while running, released with the pages).
     int32_t state_slot = -1;
+    // Hybrids with prefix caching: the newest snapshot of this request's state that a launched
+    // step takes (after its first snapshot_tokens tokens; goes to the prefix cache with its
+    // pages), and the cached snapshot its next step starts from (-1: none).
+    int32_t snapshot_slot = -1;
+    int64_t snapshot_tokens = 0;
+    int32_t restore_from = -1;
     int64_t num_computed = 0;   // tokens whose K/V are in pages
     size_t num_tree_pages = 0;  // leading pages owned by the RadixCache
     RadixCache::Node* cache_node = nullptr;

@@ -13,8 +13,36 @@ Scheduler::Scheduler(const EngineConfig& config)
     MI_CHECK(config.page_size > 0 && config.num_pages > 0 && config.max_num_seqs > 0 &&
                  config.max_num_batched_tokens > 0 && config.max_model_len > 0,
              "bad scheduler config");
-    if (config.enable_prefix_caching && !uses_state())
-        cache_ = std::make_unique<RadixCache>(config.page_size, allocator_);
+    if (config.enable_prefix_caching)
+        cache_ = std::make_unique<RadixCache>(config.page_size, allocator_,
+                                              uses_state() ? &state_slots_ : nullptr);
+}
+
+int64_t Scheduler::snapshot_interval() const {
+    const int64_t page = config_.page_size;
+    return (config_.state_snapshot_interval + page - 1) / page * page;
+}
+
+std::optional<int32_t> Scheduler::allocate_state_slot() {
+    auto slot = state_slots_.allocate(1);
+    if (!slot && cache_ && cache_->evict_snapshots(1) > 0) slot = state_slots_.allocate(1);
+    if (!slot) return std::nullopt;
+    return slot->front();
+}
+
+// A step keeps the state at the last snapshot boundary its tokens pass (one per sequence: the
+// delta rule then ends a chunk there), when that is newer than the request's last snapshot.
+void Scheduler::plan_snapshots(Batch& batch) {
+    if (!cache_ || !uses_state()) return;
+    const int64_t interval = snapshot_interval();
+    for (ScheduledSeq& s : batch.seqs) {
+        const int64_t boundary = (s.start + s.num_tokens) / interval * interval;
+        if (boundary <= s.start || boundary <= s.request->snapshot_tokens) continue;
+        if (const auto slot = allocate_state_slot()) {
+            s.snapshot_slot = *slot;
+            s.snapshot_tokens = boundary;
+        }
+    }
 }
 
 void Scheduler::validate_request(const Request& r) const {
@@ -75,15 +103,16 @@ Batch Scheduler::schedule() {
         running_.push_back(waiting_.front());
         waiting_.pop_front();
     }
+    plan_snapshots(batch);
     build_batch(batch, config_.page_size);
     return batch;
 }
 
 bool Scheduler::admit(Request* r, int64_t& budget, Batch& batch) {
     if (uses_state()) {
-        const auto slot = state_slots_.allocate(1);
+        const auto slot = allocate_state_slot();
         if (!slot) return false;
-        r->state_slot = slot->front();
+        r->state_slot = *slot;
     }
     if (cache_) {
         RadixCache::Match m = cache_->match_prefix(r->all_tokens(), r->num_tokens() - 1);
@@ -92,6 +121,7 @@ bool Scheduler::admit(Request* r, int64_t& budget, Batch& batch) {
         r->pages = m.pages;
         r->num_tree_pages = m.pages.size();
         r->num_computed = m.num_tokens;
+        r->restore_from = m.snapshot;  // the node's: kept while the lock holds it
     }
     const int64_t chunk = std::min(r->num_tokens() - r->num_computed, budget);
     if (!reserve_pages(r, r->num_computed + chunk)) {
@@ -107,7 +137,15 @@ bool Scheduler::admit(Request* r, int64_t& budget, Batch& batch) {
 }
 
 void Scheduler::update(const Batch& batch) {
-    for (const auto& s : batch.seqs) s.request->num_computed += s.num_tokens;
+    for (const auto& s : batch.seqs) {
+        Request* r = s.request;
+        r->num_computed += s.num_tokens;
+        r->restore_from = -1;
+        if (s.snapshot_slot < 0) continue;
+        if (r->snapshot_slot >= 0) state_slots_.free(std::span(&r->snapshot_slot, 1));
+        r->snapshot_slot = s.snapshot_slot;
+        r->snapshot_tokens = s.snapshot_tokens;
+    }
 }
 
 void Scheduler::finish(Request* r, FinishReason reason) {
@@ -147,9 +185,11 @@ void Scheduler::release_pages(Request* r) {
     if (cache_ && r->cache_node) {
         const size_t full = size_t(r->num_computed / config_.page_size);
         const std::vector<int32_t> tokens = r->all_tokens();
+        std::vector<RadixCache::Snapshot> snapshots;
+        if (r->snapshot_slot >= 0) snapshots.push_back({r->snapshot_tokens, r->snapshot_slot});
         const int64_t cached_len =
             cache_->insert(std::span(tokens).first(full * size_t(config_.page_size)),
-                           std::span(r->pages).first(full));
+                           std::span(r->pages).first(full), snapshots);
         const size_t cached_pages = size_t(cached_len / config_.page_size);
         for (size_t i = r->num_tree_pages; i < r->pages.size(); ++i)
             if (i < cached_pages || i >= full) allocator_.free(std::span(&r->pages[i], 1));
@@ -160,6 +200,9 @@ void Scheduler::release_pages(Request* r) {
     r->pages.clear();
     r->num_tree_pages = 0;
     r->cache_node = nullptr;
+    r->snapshot_slot = -1;
+    r->snapshot_tokens = 0;
+    r->restore_from = -1;
 }
 
 // The newest running request (other than `keep`) gives its pages back and waits again.
@@ -195,20 +238,24 @@ void Scheduler::check_invariants() const {
         MI_CHECK(r->pages.empty() && r->cache_node == nullptr && r->state_slot < 0 &&
                      r->state == RequestState::kWaiting,
                  "waiting request {} holds pages or a state slot", r->id);
-    // Every state slot is free or held by exactly one running request.
-    std::vector<int> holders(size_t(state_slots_.num_pages()), 0);
+    // Every state slot is free, held by exactly one running request (its state or its newest
+    // snapshot) or a snapshot in the prefix cache.
+    std::vector<int32_t> slots;
     for (const Request* r : running_) {
         MI_CHECK(uses_state() == (r->state_slot >= 0), "request {}: state slot {}", r->id,
                  r->state_slot);
-        if (r->state_slot >= 0) ++holders.at(size_t(r->state_slot));
+        for (int32_t s : {r->state_slot, r->snapshot_slot})
+            if (s >= 0) slots.push_back(s);
     }
+    if (cache_) {
+        cache_->check_invariants(owned, slots);
+        return;
+    }
+    std::vector<int> holders(size_t(state_slots_.num_pages()), 0);
+    for (int32_t s : slots) ++holders.at(size_t(s));
     for (int32_t s = 0; s < state_slots_.num_pages(); ++s)
         MI_CHECK(holders[size_t(s)] + (state_slots_.is_free(s) ? 1 : 0) == 1,
                  "state slot {} held {} times", s, holders[size_t(s)]);
-    if (cache_) {
-        cache_->check_invariants(owned);
-        return;
-    }
     std::vector<int> count(size_t(allocator_.num_pages()), 0);
     for (int32_t p : owned) ++count[size_t(p)];
     for (int32_t p = 0; p < allocator_.num_pages(); ++p)

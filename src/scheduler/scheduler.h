@@ -11,9 +11,13 @@
 // rest are freed, it waits again at the head of the queue).
 //
 // Hybrid models (EngineConfig::num_state_slots > 0) also give each running request a state
-// slot: admission waits for a free one, preemption and finish give it back (a readmitted
-// request recomputes from its first token). Their prefix caching needs the state at the cached
-// prefix's end, which the slots do not keep yet: it is off for them.
+// slot: admission waits for a free one, preemption and finish give it back. Their prefix cache
+// needs the state at a cached prefix's end: a step snapshots a sequence's state at the last
+// multiple of snapshot_interval() its tokens pass (into a free slot, or one an LRU snapshot of
+// the cache gives back), the request keeps its newest snapshot and hands it to the cache with
+// its pages; an admitted request resumes from the longest cached prefix that has one (its
+// first step restores it). A cached prefix is thus at most one interval shorter than the
+// whole pages a Qwen3 request would reuse.
 //
 // Requests are owned by the caller (the engine); the scheduler keeps pointers until they
 // finish. It never sees a kernel or a layer: it hands out a Batch and gets tokens back.
@@ -21,6 +25,7 @@
 
 #include <deque>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "config/engine_config.h"
@@ -57,6 +62,8 @@ class Scheduler {
     const PageAllocator& allocator() const { return allocator_; }
     const RadixCache* prefix_cache() const { return cache_.get(); }
     const EngineConfig& config() const { return config_; }
+    // Tokens between state snapshots: EngineConfig::state_snapshot_interval in whole pages.
+    int64_t snapshot_interval() const;
     // Free pages plus evictable cached pages, as a fraction of all pages in use (for metrics).
     double kv_usage() const;
 
@@ -70,6 +77,9 @@ class Scheduler {
     void release_pages(Request* r);  // to the prefix cache or the allocator
     bool preempt_newest(const Request* keep);
     bool admit(Request* r, int64_t& budget, Batch& batch);
+    // A free state slot, evicting the prefix cache's least recently used snapshot if needed.
+    std::optional<int32_t> allocate_state_slot();
+    void plan_snapshots(Batch& batch);
 
     EngineConfig config_;
     PageAllocator allocator_;

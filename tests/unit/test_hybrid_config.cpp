@@ -344,7 +344,7 @@ TEST(HybridConfig, TheEngineRunsThemOnTheCpuOnlySoFar) {
         engine.resolve(c);
         // A state slot per running request; K/V only for the full-attention layers (f32 on
         // the CPU).
-        EXPECT_EQ(engine.num_state_slots, engine.max_num_seqs) << name;
+        EXPECT_EQ(engine.num_state_slots, 2 * engine.max_num_seqs) << name;  // and snapshots
         EXPECT_EQ(engine.kv_bytes_per_token(c), 2 * c.num_kv_layers() * c.kv_size() * 4);
     }
     const ModelConfig qwen3 = ModelConfig::load(kFixtures / "qwen3-tiny");

@@ -67,9 +67,10 @@ TEST_P(HybridFixture, PromptLogitsMatchHuggingFace) {
             SequenceRunner runner(model, int64_t(ids.size()), chunk == 5 ? 3 : 16);
             std::vector<Tensor> parts;
             for (size_t b = 0; b < ids.size(); b += chunk)
-                parts.push_back(runner.append(std::span(ids).subspan(b, std::min(chunk, ids.size() - b))));
-            Tensor logits = Tensor::zeros({int64_t(ids.size()), model.config().vocab_size},
-                                          DType::kF32);
+                parts.push_back(
+                    runner.append(std::span(ids).subspan(b, std::min(chunk, ids.size() - b))));
+            Tensor logits =
+                Tensor::zeros({int64_t(ids.size()), model.config().vocab_size}, DType::kF32);
             int64_t at = 0;
             for (const Tensor& t : parts) {
                 std::copy_n(t.data<float>(), t.numel(), logits.data<float>() + at);
@@ -226,7 +227,51 @@ TEST_P(HybridFixture, EngineGreedyMatchesHuggingFaceInEveryBatchingMode) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, HybridFixture, ::testing::Values("qwen3.5-tiny", "qwen3.5-moe-tiny", "qwen3-next-tiny"),
+// The prefix cache: a resent prompt and a conversation's next turn resume from the state
+// snapshot of their longest cached prefix (at most one snapshot interval short of it) and
+// generate what an engine without the cache generates (Hugging Face's tokens where known).
+TEST_P(HybridFixture, PrefixCacheHitsRestoreTheState) {
+    const Reference ref = load_reference(GetParam());
+    auto config = [&](bool caching) {
+        EngineConfig c;
+        c.model_dir = (kFixtures / GetParam()).string();
+        c.max_model_len = 320;
+        c.num_pages = 128;
+        c.enable_prefix_caching = caching;
+        return c;
+    };
+    LLMEngine cached(config(true)), plain(config(false));
+    const std::vector<int32_t>& prompt = ref.prompts[3];  // 200 tokens
+    const RequestOutput first = cached.generate({Prompt::from_ids(prompt)}, greedy(32))[0];
+    EXPECT_EQ(first.token_ids, ref.greedy[3]);
+    EXPECT_EQ(first.num_cached_tokens, 0);
+    // The same prompt: the prefill's snapshot after 192 tokens (the last multiple of 64).
+    const RequestOutput again = cached.generate({Prompt::from_ids(prompt)}, greedy(32))[0];
+    EXPECT_EQ(again.token_ids, ref.greedy[3]);
+    EXPECT_EQ(again.num_cached_tokens, 192);
+    // Two more turns, each resending the conversation so far and a new message.
+    std::vector<int32_t> history = prompt;
+    std::vector<int32_t> last = first.token_ids;
+    for (int turn = 1; turn <= 2; ++turn) {
+        const int64_t resent = int64_t(history.size() + last.size()) - 1;  // the last: no state
+        history.insert(history.end(), last.begin(), last.end());
+        history.insert(history.end(), ref.prompts[1].begin(), ref.prompts[1].end());
+        const RequestOutput hit = cached.generate({Prompt::from_ids(history)}, greedy(24))[0];
+        const RequestOutput miss = plain.generate({Prompt::from_ids(history)}, greedy(24))[0];
+        EXPECT_EQ(hit.token_ids, miss.token_ids) << "turn " << turn;
+        EXPECT_EQ(miss.num_cached_tokens, 0);
+        EXPECT_GT(hit.num_cached_tokens, resent - cached.scheduler().snapshot_interval())
+            << "turn " << turn;
+        EXPECT_LE(hit.num_cached_tokens, resent) << "turn " << turn;
+        std::printf("[ %s turn %d: %lld of %lld resent tokens from the cache ]\n",
+                    GetParam().c_str(), turn, (long long)hit.num_cached_tokens, (long long)resent);
+        last = hit.token_ids;
+    }
+    cached.scheduler().check_invariants();
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, HybridFixture,
+                         ::testing::Values("qwen3.5-tiny", "qwen3.5-moe-tiny", "qwen3-next-tiny"),
                          [](const auto& info) {
                              std::string s = info.param;
                              std::replace(s.begin(), s.end(), '-', '_');

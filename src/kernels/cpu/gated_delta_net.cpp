@@ -41,9 +41,18 @@ struct HeadJob {
     float g(int64_t t) const { return a.g[t * a.num_v_heads + head]; }
     float beta(int64_t t) const { return a.beta[t * a.num_v_heads + head]; }
     float* out(int64_t t) const { return a.out + (t * a.num_v_heads + head) * a.head_v_dim; }
-    float* state() const {
-        return a.state +
-               (int64_t(a.state_slots[seq]) * a.num_v_heads + head) * a.head_k_dim * a.head_v_dim;
+    float* state() const { return state_of(a.state_slots[seq]); }
+    // The row after which the state is snapshot (-1: none), and the copy to its slot.
+    int64_t snapshot_end() const {
+        return a.snapshot_rows && a.snapshot_rows[seq] > 0 ? begin() + a.snapshot_rows[seq] : -1;
+    }
+    void snapshot() const {
+        std::copy_n(state(), a.head_k_dim * a.head_v_dim, state_of(a.snapshot_slots[seq]));
+    }
+
+  private:
+    float* state_of(int32_t slot) const {
+        return a.state + (int64_t(slot) * a.num_v_heads + head) * a.head_k_dim * a.head_v_dim;
     }
 };
 
@@ -70,8 +79,14 @@ void causal_conv1d_silu(const CausalConv1dArgs& a) {
             std::vector<float> window(size_t(a.kernel_len));  // oldest first; last: this row
             for (int64_t job = lo; job < hi; ++job) {
                 const int64_t s = job / a.channels, c = job % a.channels;
-                float* state = a.conv_state + int64_t(a.state_slots[s]) * history * a.channels + c;
+                const auto state_of = [&](int32_t slot) {
+                    return a.conv_state + int64_t(slot) * history * a.channels + c;
+                };
+                float* state = state_of(a.state_slots[s]);
                 const float* w = a.weight + c * a.kernel_len;
+                const int64_t snapshot_end = a.snapshot_rows && a.snapshot_rows[s] > 0
+                                                 ? a.query_start[s] + a.snapshot_rows[s]
+                                                 : -1;
                 for (int64_t i = 0; i < history; ++i) window[size_t(i)] = state[i * a.channels];
                 for (int64_t t = a.query_start[s]; t < a.query_start[s + 1]; ++t) {
                     // x is read before out is written, and the window keeps its own copy of
@@ -81,6 +96,9 @@ void causal_conv1d_silu(const CausalConv1dArgs& a) {
                     for (int64_t i = 0; i < a.kernel_len; ++i) sum += w[i] * window[size_t(i)];
                     a.out[t * a.channels + c] = silu(sum);
                     std::copy(window.begin() + 1, window.end(), window.begin());
+                    if (t + 1 == snapshot_end)
+                        for (int64_t i = 0; i < history; ++i)
+                            state_of(a.snapshot_slots[s])[i * a.channels] = window[size_t(i)];
                 }
                 for (int64_t i = 0; i < history; ++i) state[i * a.channels] = window[size_t(i)];
             }
@@ -123,6 +141,7 @@ void gated_delta_rule_recurrent(const GatedDeltaRuleArgs& args) {
                     S[i * dv + j] += k[size_t(i)] * delta[size_t(j)];
                     out[j] += S[i * dv + j] * q[size_t(i)];
                 }
+            if (t + 1 == job.snapshot_end()) job.snapshot();
         }
     });
 }
@@ -144,8 +163,10 @@ void gated_delta_rule_chunked(const GatedDeltaRuleArgs& args) {
             c(size(C)), beta(size(C)), attn(size(C * C)), ut(size(C * C)), kb(size(dk)),
             acc(size(dv));
         float* S = job.state();  // [dk, dv]
-        for (int64_t start = job.begin(); start < job.end(); start += C) {
-            const int64_t n = std::min(C, job.end() - start);
+        const int64_t snapshot_end = job.snapshot_end();
+        for (int64_t start = job.begin(), n = 0; start < job.end(); start += n) {
+            // A chunk also ends where the state is snapshot.
+            n = std::min(C, (start < snapshot_end ? snapshot_end : job.end()) - start);
             double cum = 0;  // torch's cumsum accumulates f32 in double on the CPU
             for (int64_t i = 0; i < n; ++i) {
                 const int64_t t = start + i;
@@ -216,6 +237,7 @@ void gated_delta_rule_chunked(const GatedDeltaRuleArgs& args) {
                 for (int64_t d = 0; d < dv; ++d)
                     S[e * dv + d] = S[e * dv + d] * chunk_decay + acc[size_t(d)];
             }
+            if (start + n == snapshot_end) job.snapshot();
         }
     });
 }

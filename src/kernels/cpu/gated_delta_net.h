@@ -10,6 +10,9 @@
 // its rows, so a prompt gives the same result processed at once, in chunks or token by token
 // (up to float rounding in the chunked delta rule, whose chunks start at each call's first row).
 // A new sequence's slot must hold zeros; a restored prefix's slot, the snapshot taken after it.
+// Snapshots for the prefix cache: where snapshot_rows is given, sequence s also copies its state
+// after its first snapshot_rows[s] rows of the call (> 0; 0: none) into slot
+// snapshot_slots[s], as it passes that row (the chunked rule ends a chunk there).
 //
 // Like ops.h: plain loops over raw contiguous row-major buffers, f32, spread over the
 // ThreadPool; the kernels trust their inputs (the layers check shapes).
@@ -33,6 +36,8 @@ struct CausalConv1dArgs {
     int64_t num_seqs, channels, kernel_len;
     float* conv_state;  // [num_slots, kernel_len - 1, channels], read and updated
     float* out;         // [num_tokens, channels]; may alias x
+    const int32_t* snapshot_rows = nullptr;   // [num_seqs] or null (see above)
+    const int32_t* snapshot_slots = nullptr;  // [num_seqs]
 };
 void causal_conv1d_silu(const CausalConv1dArgs& args);
 
@@ -59,6 +64,8 @@ struct GatedDeltaRuleArgs {
     int64_t num_seqs, num_k_heads, num_v_heads, head_k_dim, head_v_dim;
     float* state;  // [num_slots, num_v_heads, head_k_dim, head_v_dim], in place
     float* out;    // [num_tokens, num_v_heads, head_v_dim]
+    const int32_t* snapshot_rows = nullptr;   // [num_seqs] or null (see above)
+    const int32_t* snapshot_slots = nullptr;  // [num_seqs]
 };
 
 // Token by token, as transformers' torch_recurrent_gated_delta_rule (its decode step): the
