@@ -297,6 +297,88 @@ TEST(GatedDeltaNet, DeltaRuleCarriesItsStateAcrossCalls) {
     }
 }
 
+// A snapshot after r rows holds what a call over the first r rows leaves, and the call's
+// outputs and final state are those of two calls split at r, bit for bit (the chunked rule ends
+// a chunk at the snapshot): the conv and both forms of the rule.
+TEST(GatedDeltaNet, SnapshotsHoldTheStateAtTheirRow) {
+    const Goldens& gd = goldens();
+    const int64_t s = gd.num_seqs - 1, begin = gd.query_start[size_t(s)],
+                  len = gd.seq_lens[size_t(s)];
+    const int64_t out_row = gd.num_v_heads * gd.head_v_dim;
+    const int64_t state_len = gd.num_v_heads * gd.head_k_dim * gd.head_v_dim;
+    const int64_t conv_len = (gd.kernel_len - 1) * gd.channels;
+    const auto x = rows(gd["conv.x"], gd.channels, begin, begin + len);
+    const auto weight = gd["conv.weight"];
+    const auto qkv = rows(gd.qkv(), gd.qkv_row(), begin, begin + len);
+    const auto g = rows(gd["gates.g"], gd.num_v_heads, begin, begin + len);
+    const auto beta = rows(gd["gates.beta"], gd.num_v_heads, begin, begin + len);
+    const int32_t slots[2] = {0, 1};
+    for (const int32_t r : {1, 37, 64, 100}) {
+        const int32_t snapshot_rows = r;
+        // The conv: [0, r) then [r, len) in slot 0, against one call snapshotting into slot 1.
+        std::vector<float> split_state(size_t(2 * conv_len), 0.f), split_out(x.size(), NAN);
+        for (const auto& [lo, hi] : {std::pair{0, r}, std::pair{r, int32_t(len)}}) {
+            const int32_t qs[2] = {lo, hi};
+            cpu::causal_conv1d_silu({.x = x.data(),
+                                     .weight = weight.data(),
+                                     .query_start = qs,
+                                     .state_slots = &slots[0],
+                                     .num_seqs = 1,
+                                     .channels = gd.channels,
+                                     .kernel_len = gd.kernel_len,
+                                     .conv_state = split_state.data(),
+                                     .out = split_out.data()});
+            if (lo == 0) std::copy_n(split_state.begin(), conv_len, split_state.begin() + conv_len);
+        }
+        std::vector<float> state(size_t(2 * conv_len), 0.f), out(x.size(), NAN);
+        const int32_t qs[2] = {0, int32_t(len)};
+        cpu::causal_conv1d_silu({.x = x.data(),
+                                 .weight = weight.data(),
+                                 .query_start = qs,
+                                 .state_slots = &slots[0],
+                                 .num_seqs = 1,
+                                 .channels = gd.channels,
+                                 .kernel_len = gd.kernel_len,
+                                 .conv_state = state.data(),
+                                 .out = out.data(),
+                                 .snapshot_rows = &snapshot_rows,
+                                 .snapshot_slots = &slots[1]});
+        EXPECT_EQ(out, split_out) << "conv, snapshot after " << r;
+        EXPECT_EQ(state, split_state) << "conv, snapshot after " << r;
+
+        for (DeltaRule rule : {cpu::gated_delta_rule_chunked, cpu::gated_delta_rule_recurrent}) {
+            auto call = [&](int32_t lo, int32_t hi, std::vector<float>& pool, std::vector<float>& o,
+                            const int32_t* snap_rows) {
+                const int32_t q[2] = {0, hi - lo};
+                rule({.qkv = qkv.data() + lo * gd.qkv_row(),
+                      .g = g.data() + lo * gd.num_v_heads,
+                      .beta = beta.data() + lo * gd.num_v_heads,
+                      .query_start = q,
+                      .state_slots = &slots[0],
+                      .num_seqs = 1,
+                      .num_k_heads = gd.num_k_heads,
+                      .num_v_heads = gd.num_v_heads,
+                      .head_k_dim = gd.head_k_dim,
+                      .head_v_dim = gd.head_v_dim,
+                      .state = pool.data(),
+                      .out = o.data() + lo * out_row,
+                      .snapshot_rows = snap_rows,
+                      .snapshot_slots = &slots[1]});
+            };
+            std::vector<float> split_pool(size_t(2 * state_len), 0.f);
+            std::vector<float> split_o(size_t(len * out_row), NAN);
+            call(0, r, split_pool, split_o, nullptr);
+            std::copy_n(split_pool.begin(), state_len, split_pool.begin() + state_len);
+            call(r, int32_t(len), split_pool, split_o, nullptr);
+            std::vector<float> pool(size_t(2 * state_len), 0.f), o(size_t(len * out_row), NAN);
+            call(0, int32_t(len), pool, o, &snapshot_rows);
+            const char* form = rule == cpu::gated_delta_rule_chunked ? "chunked" : "recurrent";
+            EXPECT_EQ(o, split_o) << form << ", snapshot after " << r;
+            EXPECT_EQ(pool, split_pool) << form << ", snapshot after " << r;
+        }
+    }
+}
+
 TEST(GatedDeltaNet, GatedRmsNormMatchesHuggingFace) {
     const Goldens& gd = goldens();
     const auto x = gd["norm.x"], z = gd["norm.z"];
