@@ -19,15 +19,15 @@ def free_port():
 
 
 class Server:
-    """`miniinfer serve` on the demo model; its log (stdout and stderr) goes to a file."""
+    """`miniinfer serve` on the demo model (or `model`); its log (stdout and stderr) goes to a file."""
 
-    def __init__(self, *args):
+    def __init__(self, *args, model=DEMO):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_file = tempfile.NamedTemporaryFile("w+", prefix="miniinfer-serve-", suffix=".log")
         defaults = [flag_value for flag, value in [("--max-model-len", "256"), ("--kv-cache-mb", "64")]
                     if flag not in args for flag_value in (flag, value)]
-        self.proc = subprocess.Popen([BIN, "serve", DEMO, "--port", str(self.port), *defaults, *args],
+        self.proc = subprocess.Popen([BIN, "serve", model, "--port", str(self.port), *defaults, *args],
                                      stdout=self.log_file, stderr=subprocess.STDOUT, text=True)
         deadline = time.time() + 120
         while time.time() < deadline and self.proc.poll() is None:
