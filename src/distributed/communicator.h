@@ -6,9 +6,9 @@
 // The host ones take host tensors and ignore the stream; NCCL takes device tensors and runs on
 // the stream, capturable in CUDA graphs, with no host sync (except min_over_ranks).
 //
-// all_reduce_sum gives every rank the same bits: the host transports add in rank order
-// (0 + x_0 + x_1 + ...), NCCL in its own fixed order. Every rank of a group must make the same
-// calls in the same order.
+// all_reduce_sum on the host adds in rank order (0 + x_0 + x_1 + ...), so every rank gets the
+// same bits whichever transport runs; NCCL adds in its own order. Every rank of a group must make
+// the same calls in the same order.
 #pragma once
 
 #include <cstdint>

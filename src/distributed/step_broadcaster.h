@@ -3,14 +3,13 @@
 // run_worker_node). It owns rank 0's TCP links to them (tcp_communicator.h) and this node's rank
 // threads; a runner holds it and sees no link. Every other rank holds a StepReceiver.
 //
-// The start-up, rank 0 on the left:
-//   constructor: listen, start this node's ranks,   StepReceiver: join rank 0 (run_rank)
-//     accept every rank, send the welcome  ->         receive_welcome(), then its RankMain:
-//   load its own shard                                 check and load its own
-//   wait_for_ranks(): every status, then go   <->     report(status): "" or why not
-// A backend may add rounds of report / wait_for_ranks (CUDA: one before NCCL's start, whose
-// collectives would wait forever for a rank that cannot come). Then each step: broadcast(batch)
-// here, next_step() there, until end().
+// The start-up, rank 0 on the left, every other rank on the right:
+//   constructor: listen, start this node's ranks,     run_rank: a StepReceiver joins rank 0,
+//     accept every rank, send the welcome     ->        receive_welcome(), then its RankMain:
+//   load its own shard                                  load its own
+//   wait_for_ranks(): every status, then go   <->       report(status): "" or why not; the answer
+// CUDA adds a round before NCCL's start, whose collectives would wait forever for a rank that
+// cannot come. Then each step: broadcast(batch) here, next_step() there, until end().
 #pragma once
 
 #include <memory>

@@ -17,6 +17,7 @@
 #include "core/thread_pool.h"
 #include "distributed/cpu_communicator.h"
 #include "distributed/step_broadcaster.h"
+#include "distributed/step_receiver.h"
 #include "kvcache/kv_cache.h"
 #include "layers/sampler.h"
 #include "models/qwen_model.h"
