@@ -1,65 +1,43 @@
-// The collectives a tensor-parallel CPU model needs (QwenModel with CpuParallel), behind one
-// interface with two transports:
-//  - CpuCommunicator: ranks that are threads of one process (CpuModelRunner::load_parallel);
-//  - TcpCommunicator (distributed/tcp_communicator.h): ranks in other processes, on this host or
-//    others (--nnodes), over TCP.
-// They exist to prove the sharding without a GPU: the same column/row split as the CUDA blocks
-// (layers/cuda/), with the partial sums added here instead of by NCCL.
+// Communicator: the collectives a tensor-parallel model needs, one interface for every backend.
+// A model holds a null pointer without tensor parallelism and skips the collectives. Beside it:
+//  - CpuCommunicator (cpu_communicator.h): ranks that are threads of one process;
+//  - TcpCommunicator (tcp_communicator.h): ranks in other processes, on this host or others;
+//  - NcclCommunicator (nccl_communicator.h): one rank per GPU, device tensors.
+// The host ones take host tensors and ignore the stream; NCCL takes device tensors and runs on
+// the stream, capturable in CUDA graphs, with no host sync (except min_over_ranks).
 //
-// all_reduce_sum adds the ranks' tensors in rank order (0 + x_0 + x_1 + ...), so every rank
-// gets the same bits, whatever the transport; all_gather_columns puts the ranks' column blocks
-// side by side (the vocab-parallel LM head's logits). Every rank of a group must make the same
-// calls in the same order.
+// all_reduce_sum on the host adds in rank order (0 + x_0 + x_1 + ...), so every rank gets the
+// same bits whichever transport runs; NCCL adds in its own order. Every rank of a group must make
+// the same calls in the same order.
 #pragma once
 
-#include <barrier>
 #include <cstdint>
-#include <vector>
 
 #include "core/tensor.h"
 
 namespace miniinfer {
+
+// The CUDA stream (cudaStream_t) a device collective is ordered on, opaque so that this header
+// needs no CUDA; host communicators ignore it.
+using CommStream = void*;
 
 class Communicator {
   public:
     virtual ~Communicator() = default;
     virtual int64_t rank() const = 0;
     virtual int64_t world() const = 0;
-    // x (f32, same shape on every rank) = the sum of x over the ranks, in place.
-    virtual void all_reduce_sum(Tensor& x) = 0;
-    // out [rows, sum of the ranks' cols] (f32) = the ranks' local [rows, cols_r] blocks in rank
-    // order, on every rank.
-    virtual void all_gather_columns(const Tensor& local, Tensor& out) = 0;
-};
-
-// The two transports' all_gather_columns, gathered: a [rows, cols] block into out's columns
-// [*at, *at + cols), rows = out.size(0); *at moves past it. Checks that it fits.
-void place_columns(Tensor& out, const float* block, int64_t cols, int64_t* at);
-
-class CpuCommunicator final : public Communicator {
-  public:
-    // What the ranks of one group share.
-    class Group {
-      public:
-        explicit Group(int64_t world);
-        int64_t world() const { return int64_t(slots_.size()); }
-
-      private:
-        friend class CpuCommunicator;
-        std::barrier<> barrier_;
-        std::vector<const float*> slots_;  // each rank's tensor during a collective
-        std::vector<int64_t> cols_;        // each rank's column count (all_gather_columns)
-    };
-
-    CpuCommunicator(Group& group, int64_t rank) : group_(&group), rank_(rank) {}
-    int64_t rank() const override { return rank_; }
-    int64_t world() const override { return group_->world(); }
-    void all_reduce_sum(Tensor& x) override;
-    void all_gather_columns(const Tensor& local, Tensor& out) override;
-
-  private:
-    Group* group_;
-    int64_t rank_;
+    // x (same shape on every rank) = the sum of x over the ranks, in place. Host: f32 only;
+    // NCCL: bf16 or f32.
+    virtual void all_reduce_sum(Tensor& x, CommStream stream = nullptr) = 0;
+    // out = every rank's `local`, rank after rank, flat: out.numel() is the sum of the ranks'
+    // local.numel() (NCCL: the same on every rank), one dtype throughout.
+    virtual void all_gather(const Tensor& local, Tensor& out, CommStream stream = nullptr) = 0;
+    // x = rank 0's x on every rank, in place.
+    virtual void broadcast_from_rank0(Tensor& x, CommStream stream = nullptr) = 0;
+    // The smallest of every rank's `value` (host in, host out; a device communicator
+    // synchronises `stream`): ranks agree on sizes each measured alone (the KV cache's pages).
+    // This one gathers the values through all_gather of host tensors.
+    virtual int64_t min_over_ranks(int64_t value, CommStream stream = nullptr);
 };
 
 }  // namespace miniinfer

@@ -1,7 +1,7 @@
 // What the ranks of a tensor-parallel group say to each other over their TCP links
 // (distributed/tcp_communicator.h), besides the collectives: rank 0's welcome once they have
-// joined, then one control message per step (the step's batch, which every rank runs too) and the
-// end.
+// joined, its answer to their statuses (go on, or the end), then one control message per step (the
+// step's batch, which every rank runs too) and the end.
 #pragma once
 
 #include <chrono>
@@ -32,6 +32,8 @@ struct DecodedStep {
 // message). Throws Error on a message that is neither.
 std::optional<DecodedStep> decode_control(const std::string& message);
 constexpr char kQuitMessage = 'Q';
+// Rank 0's answer once every rank has reported ready (the end answers a refusal).
+constexpr char kGoMessage = 'G';
 
 namespace tensor_parallel {
 // How long ranks wait for each other to join (other nodes may start later, by hand).

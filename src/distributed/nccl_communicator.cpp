@@ -20,6 +20,15 @@ ncclComm_t as_comm(void* p) {
     return static_cast<ncclComm_t>(p);
 }
 
+cudaStream_t as_stream(CommStream stream) {
+    return static_cast<cudaStream_t>(stream);
+}
+
+void check_device(const Tensor& t) {
+    MI_CHECK(t.device() == Device::kCUDA && t.is_contiguous(),
+             "NcclCommunicator: contiguous device tensors only, got {}", t.describe());
+}
+
 ncclDataType_t nccl_type(DType t) {
     switch (t) {
         case DType::kBF16:
@@ -56,32 +65,35 @@ NcclCommunicator::~NcclCommunicator() {
     if (comm_) ncclCommDestroy(as_comm(comm_));
 }
 
-void NcclCommunicator::all_reduce_sum(Tensor& x, cudaStream_t stream) {
+void NcclCommunicator::all_reduce_sum(Tensor& x, CommStream stream) {
+    check_device(x);
     MI_NCCL_CHECK(ncclAllReduce(x.raw(), x.raw(), size_t(x.numel()), nccl_type(x.dtype()), ncclSum,
-                                as_comm(comm_), stream));
+                                as_comm(comm_), as_stream(stream)));
 }
 
-void NcclCommunicator::all_gather(const Tensor& local, Tensor& out, cudaStream_t stream) {
+void NcclCommunicator::all_gather(const Tensor& local, Tensor& out, CommStream stream) {
+    check_device(local);
+    check_device(out);
     MI_CHECK(out.dtype() == local.dtype() && out.numel() == world_ * local.numel(),
              "all_gather: {} into {} over {} ranks", local.describe(), out.describe(), world_);
     MI_NCCL_CHECK(ncclAllGather(local.raw(), out.raw(), size_t(local.numel()),
-                                nccl_type(local.dtype()), as_comm(comm_), stream));
+                                nccl_type(local.dtype()), as_comm(comm_), as_stream(stream)));
 }
 
-void NcclCommunicator::broadcast_from_rank0(Tensor& x, cudaStream_t stream) {
+void NcclCommunicator::broadcast_from_rank0(Tensor& x, CommStream stream) {
+    check_device(x);
     MI_NCCL_CHECK(ncclBroadcast(x.raw(), x.raw(), size_t(x.numel()), nccl_type(x.dtype()), 0,
-                                as_comm(comm_), stream));
+                                as_comm(comm_), as_stream(stream)));
 }
 
-int64_t NcclCommunicator::min_over_ranks(int64_t value, cudaStream_t stream) {
+int64_t NcclCommunicator::min_over_ranks(int64_t value, CommStream stream) {
+    const cudaStream_t s = as_stream(stream);
     DeviceBuffer buf(sizeof(int64_t));
-    MI_CUDA_CHECK(
-        cudaMemcpyAsync(buf.data(), &value, sizeof value, cudaMemcpyHostToDevice, stream));
-    MI_NCCL_CHECK(
-        ncclAllReduce(buf.data(), buf.data(), 1, ncclInt64, ncclMin, as_comm(comm_), stream));
+    MI_CUDA_CHECK(cudaMemcpyAsync(buf.data(), &value, sizeof value, cudaMemcpyHostToDevice, s));
+    MI_NCCL_CHECK(ncclAllReduce(buf.data(), buf.data(), 1, ncclInt64, ncclMin, as_comm(comm_), s));
     int64_t out = 0;
-    MI_CUDA_CHECK(cudaMemcpyAsync(&out, buf.data(), sizeof out, cudaMemcpyDeviceToHost, stream));
-    MI_CUDA_CHECK(cudaStreamSynchronize(stream));
+    MI_CUDA_CHECK(cudaMemcpyAsync(&out, buf.data(), sizeof out, cudaMemcpyDeviceToHost, s));
+    MI_CUDA_CHECK(cudaStreamSynchronize(s));
     return out;
 }
 

@@ -1,5 +1,5 @@
-// NcclCommunicator: the GPU collectives over NCCL, one rank per GPU. Ranks find each other
-// through an id that rank 0 makes (unique_id()) and hands to the others out of band (the
+// NcclCommunicator: the Communicator of device tensors, over NCCL, one rank per GPU. Ranks find
+// each other through an id that rank 0 makes (unique_id()) and hands to the others out of band (the
 // tensor-parallel TCP links, distributed/tcp_communicator.h); the constructor blocks until every
 // rank of the world has joined. Collectives run on the caller's stream and may be captured in CUDA
 // graphs. The NVLink multicast (NVLS) path is left to NCCL_NVLS_ENABLE in the environment.
@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "distributed/cuda_communicator.h"
+#include "distributed/communicator.h"
 
 namespace miniinfer::cuda {
 
@@ -23,10 +23,10 @@ class NcclCommunicator final : public Communicator {
 
     int64_t rank() const override { return rank_; }
     int64_t world() const override { return world_; }
-    void all_reduce_sum(Tensor& x, cudaStream_t stream) override;  // bf16 or f32
-    void all_gather(const Tensor& local, Tensor& out, cudaStream_t stream) override;
-    void broadcast_from_rank0(Tensor& x, cudaStream_t stream) override;
-    int64_t min_over_ranks(int64_t value, cudaStream_t stream) override;
+    void all_reduce_sum(Tensor& x, CommStream stream = nullptr) override;
+    void all_gather(const Tensor& local, Tensor& out, CommStream stream = nullptr) override;
+    void broadcast_from_rank0(Tensor& x, CommStream stream = nullptr) override;
+    int64_t min_over_ranks(int64_t value, CommStream stream = nullptr) override;
 
   private:
     void* comm_ = nullptr;  // ncclComm_t

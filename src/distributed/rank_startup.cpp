@@ -9,7 +9,6 @@
 #include "core/check.h"
 #include "core/logging.h"
 #include "core/thread_pool.h"
-#include "distributed/control_messages.h"
 
 namespace miniinfer::tensor_parallel {
 
@@ -19,15 +18,11 @@ int rank_threads(int64_t ranks_here) {
 
 void run_rank(const EngineConfig& config, int64_t rank, int64_t ranks_here, RankMain main,
               const std::atomic<bool>* give_up) {
-    const int64_t world = config.tensor_parallel_size;
     ThreadPool pool(rank_threads(ranks_here));
     ThreadPool::Bind bind(pool);
-    TcpCommunicator comm(config.master_addr, int(config.master_port), rank, world, kJoinTimeout,
-                         give_up);
-    const std::optional<std::string> hello = comm.receive_control();
-    // Rank 0 sends a JSON welcome, or the end if it failed to start.
-    if (!hello || hello->empty() || (*hello)[0] != '{') return;
-    main(config, rank, rank % ranks_here, comm, Json::parse(*hello));
+    StepReceiver steps(config, rank, give_up);
+    if (const std::optional<Json> welcome = steps.receive_welcome())
+        main(config, rank, rank % ranks_here, steps, *welcome);
 }
 
 std::thread start_rank_thread(const EngineConfig& config, int64_t rank, int64_t ranks_here,

@@ -1,5 +1,5 @@
-// Tensor-parallel start-up of the ranks other than 0 (rank 0's end is step_broadcaster.h).
-// A rank joins rank 0 over TCP (distributed/tcp_communicator.h), reads its welcome
+// Tensor-parallel start-up of the ranks other than 0 (rank 0's end is step_broadcaster.h, which
+// gives the exchange's order). A rank joins rank 0 over TCP (StepReceiver), reads its welcome
 // (control_messages.h), then runs its device's RankMain: load its shard, report to rank 0, run
 // every step rank 0 sends until the end. The RankMains belong to the runners
 // (run_cpu_rank in engine/model_runner.h, run_cuda_rank in engine/cuda_model_runner.h); who
@@ -12,15 +12,15 @@
 
 #include "config/engine_config.h"
 #include "core/json.h"
-#include "distributed/tcp_communicator.h"
+#include "distributed/step_receiver.h"
 
 namespace miniinfer::tensor_parallel {
 
 // A rank's life after the welcome. local_rank: its index among this node's ranks (a CUDA rank's
-// device). links: its TCP link to rank 0 (statuses up, control messages down; the CPU's
-// collectives too). Throws Error.
+// device). steps: its end of rank 0's links (report, steps; the CPU's collectives too). Throws
+// Error.
 using RankMain = void (*)(const EngineConfig& config, int64_t rank, int64_t local_rank,
-                          TcpCommunicator& links, const Json& welcome);
+                          StepReceiver& steps, const Json& welcome);
 
 // Each of `ranks_here` ranks computing at once on this machine gets a pool of its share of the
 // cores.
@@ -29,7 +29,7 @@ int rank_threads(int64_t ranks_here);
 // Rank `rank` (> 0) of config's world, on this thread: joins rank 0 (on a thread pool of its own
 // for everything it does, loading included: ranks on threads of one process must not share one),
 // reads the welcome and runs `main`; returns at once if rank 0 sends the end instead of a
-// welcome. give_up: see TcpCommunicator. Throws Error.
+// welcome. give_up: see StepReceiver. Throws Error.
 void run_rank(const EngineConfig& config, int64_t rank, int64_t ranks_here, RankMain main,
               const std::atomic<bool>* give_up = nullptr);
 

@@ -106,6 +106,11 @@ addrinfo* resolve(const std::string& addr, int port, bool passive) {
     return result;
 }
 
+void check_host(const Tensor& t) {
+    MI_CHECK(t.device() == Device::kCPU && t.is_contiguous(),
+             "TcpCommunicator: contiguous host tensors only, got {}", t.describe());
+}
+
 int remaining_ms(Clock::time_point deadline) {
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
@@ -250,14 +255,14 @@ TcpCommunicator::~TcpCommunicator() {
     if (listen_fd_ >= 0) ::close(listen_fd_);
 }
 
-void TcpCommunicator::all_reduce_sum(Tensor& x) {
+void TcpCommunicator::all_reduce_sum(Tensor& x, CommStream) {
+    check_host(x);
     MI_CHECK(x.dtype() == DType::kF32, "all_reduce_sum: f32 only");
     const int64_t n = x.numel();
-    const uint64_t bytes = uint64_t(n) * sizeof(float);
     float* data = x.data<float>();
     if (rank_ != 0) {
-        write_frame(peers_[0], data, bytes);
-        read_frame_into(peers_[0], data, bytes, 0);
+        write_frame(peers_[0], data, x.nbytes());
+        read_frame_into(peers_[0], data, x.nbytes(), 0);
         return;
     }
     // 0 + x_0 + x_1 + ...: the order CpuCommunicator adds in (0 + x_0 turns -0 into +0), in
@@ -265,36 +270,47 @@ void TcpCommunicator::all_reduce_sum(Tensor& x) {
     for (int64_t i = 0; i < n; ++i) data[i] = 0.f + data[i];
     scratch_.resize(size_t(n));
     for (int64_t r = 1; r < world_; ++r) {
-        read_frame_into(peers_[size_t(r - 1)], scratch_.data(), bytes, r);
+        read_frame_into(peers_[size_t(r - 1)], scratch_.data(), x.nbytes(), r);
         for (int64_t i = 0; i < n; ++i) data[i] += scratch_[size_t(i)];
     }
-    for (int fd : peers_) write_frame(fd, data, bytes);
+    for (int fd : peers_) write_frame(fd, data, x.nbytes());
 }
 
-void TcpCommunicator::all_gather_columns(const Tensor& local, Tensor& out) {
-    MI_CHECK(local.dtype() == DType::kF32 && out.dtype() == DType::kF32 && local.ndim() == 2 &&
-                 out.ndim() == 2 && local.size(0) == out.size(0),
-             "all_gather_columns: f32 [rows, cols] tensors with the same rows");
-    const int64_t rows = out.size(0), width = out.size(1);
-    const uint64_t out_bytes = uint64_t(out.numel()) * sizeof(float);
+void TcpCommunicator::all_gather(const Tensor& local, Tensor& out, CommStream) {
+    check_host(local);
+    check_host(out);
+    MI_CHECK(out.dtype() == local.dtype() && local.nbytes() <= out.nbytes(),
+             "all_gather: {} into {}", local.describe(), out.describe());
     if (rank_ != 0) {
-        write_frame(peers_[0], local.data<float>(), uint64_t(local.numel()) * sizeof(float));
-        read_frame_into(peers_[0], out.data<float>(), out_bytes, 0);
+        write_frame(peers_[0], local.raw(), local.nbytes());
+        read_frame_into(peers_[0], out.raw(), out.nbytes(), 0);
         return;
     }
-    int64_t at = 0;
-    place_columns(out, local.data<float>(), local.size(1), &at);
+    auto* bytes = static_cast<char*>(out.raw());
+    std::memcpy(bytes, local.raw(), local.nbytes());
+    size_t at = local.nbytes();
     for (int64_t r = 1; r < world_; ++r) {
         const std::optional<std::string> block = read_frame(peers_[size_t(r - 1)]);
         if (!block) fail("tensor-parallel link: rank {} closed the connection", r);
-        if (rows == 0 || block->size() % (size_t(rows) * sizeof(float)) != 0)
-            fail("tensor-parallel link: rank {} sent a block of {} bytes for {} rows", r,
-                 block->size(), rows);
-        place_columns(out, reinterpret_cast<const float*>(block->data()),
-                      int64_t(block->size() / (size_t(rows) * sizeof(float))), &at);
+        if (at + block->size() > out.nbytes())
+            fail("tensor-parallel link: rank {}'s block overflows all_gather's {}", r,
+                 out.describe());
+        std::memcpy(bytes + at, block->data(), block->size());
+        at += block->size();
     }
-    MI_CHECK(at == width, "all_gather_columns: {} columns gathered into {}", at, width);
-    for (int fd : peers_) write_frame(fd, out.data<float>(), out_bytes);
+    if (at != out.nbytes())
+        fail("tensor-parallel link: the ranks' blocks fill {} of all_gather's {} bytes", at,
+             out.nbytes());
+    for (int fd : peers_) write_frame(fd, out.raw(), out.nbytes());
+}
+
+void TcpCommunicator::broadcast_from_rank0(Tensor& x, CommStream) {
+    check_host(x);
+    if (rank_ != 0) {
+        read_frame_into(peers_[0], x.raw(), x.nbytes(), 0);
+        return;
+    }
+    for (int fd : peers_) write_frame(fd, x.raw(), x.nbytes());
 }
 
 void TcpCommunicator::send_control(std::string_view message) {

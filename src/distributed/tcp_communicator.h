@@ -4,8 +4,8 @@
 //
 // Rank 0 is the hub. It listens on the master address; every other rank connects to it and
 // says its rank and world. A collective sends every rank's tensor to rank 0, which adds them in
-// rank order (the bits CpuCommunicator gives) or puts them side by side, and sends the result
-// back. The same links carry rank 0's control messages (send_control / receive_control: the
+// rank order (the bits CpuCommunicator gives) or puts them one after another, and sends the
+// result back. The same links carry rank 0's control messages (send_control / receive_control: the
 // step every rank runs, and the end) and the ranks' one status message after loading
 // (send_status / receive_statuses), so that a rank that cannot load its shard fails the start
 // of rank 0 with its reason.
@@ -48,14 +48,15 @@ class TcpCommunicator final : public Communicator {
     int64_t rank() const override { return rank_; }
     int64_t world() const override { return world_; }
     int port() const { return port_; }  // rank 0: the port it listens on
-    void all_reduce_sum(Tensor& x) override;
-    void all_gather_columns(const Tensor& local, Tensor& out) override;
+    void all_reduce_sum(Tensor& x, CommStream = nullptr) override;
+    void all_gather(const Tensor& local, Tensor& out, CommStream = nullptr) override;
+    void broadcast_from_rank0(Tensor& x, CommStream = nullptr) override;
 
     // Rank 0: the same message to every other rank.
     void send_control(std::string_view message);
     // Ranks > 0: rank 0's next control message; nullopt once rank 0 has closed its link.
     std::optional<std::string> receive_control();
-    // Ranks > 0: one message to rank 0 (after loading: "" if ready, else why not).
+    // Ranks > 0: one message to rank 0 ("" if ready, else why not).
     void send_status(std::string_view status);
     // Rank 0: every other rank's status, in rank order (index 0: rank 1).
     std::vector<std::string> receive_statuses();

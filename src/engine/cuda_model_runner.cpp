@@ -60,7 +60,7 @@ struct CudaModelRunner::Impl {
         bool placeholders;  // token ids may name the last step's samples (overlap)
     };
 
-    Impl(const EngineConfig& config, cuda::Communicator* comm)
+    Impl(const EngineConfig& config, Communicator* comm)
         : opt(config),
           comm(comm),
           max_pages_per_seq((config.max_model_len + config.page_size - 1) / config.page_size),
@@ -92,7 +92,7 @@ struct CudaModelRunner::Impl {
     int32_t* host_ints() const { return static_cast<int32_t*>(host_inputs[staging]->data); }
 
     const EngineConfig opt;
-    cuda::Communicator* const comm;  // tensor parallelism, else null
+    Communicator* const comm;  // tensor parallelism, else null
     const int64_t max_pages_per_seq;
     Memory memory;
     int64_t num_pages = 0;
@@ -128,17 +128,19 @@ struct CudaModelRunner::Impl {
 
 // Tensor parallelism: what rank 0's runner holds besides its own rank.
 struct CudaModelRunner::Parallel {
-    StepBroadcaster steps;                     // to every other rank; this node's rank threads
-    std::unique_ptr<cuda::Communicator> nccl;  // this rank's
+    std::unique_ptr<StepBroadcaster> steps;  // to every other rank; this node's rank threads
+    std::unique_ptr<Communicator> nccl;      // this rank's
 
     // Tells every rank the end and waits for this node's (a rank still starting sees the closed
     // link).
-    void end() { steps.end(); }
+    void end() {
+        if (steps) steps->end();
+    }
     ~Parallel() { end(); }  // before nccl goes: no rank is left in a collective
 };
 
 CudaModelRunner::CudaModelRunner(const EngineConfig& config, ModelConfig model_config,
-                                 ModelWeights weights, cuda::Communicator* comm)
+                                 ModelWeights weights, Communicator* comm)
     : impl_(std::make_unique<Impl>(config, comm)) {
     if (cuda::device_count() == 0) fail("--device cuda: no CUDA device is visible");
     cuda::set_pdl_enabled(config.tuning.pdl);  // process-wide, as launch_kernel reads it
@@ -310,7 +312,7 @@ void CudaModelRunner::launch(const Batch& batch, std::span<const SamplerInput> s
     MI_CHECK(sampling.size() == batch.logits_indices.size(), "{} sampling inputs for {} rows",
              sampling.size(), batch.logits_indices.size());
     const ForwardBatch fb = forward_batch_of(batch);
-    if (parallel_) parallel_->steps.broadcast(fb);  // every rank runs it too
+    if (parallel_) parallel_->steps->broadcast(fb);  // every rank runs it too
     std::unique_ptr<Impl::StepEvents> events;
     if (m.opt.measure_gpu_idle) {
         events = std::make_unique<Impl::StepEvents>();
@@ -481,32 +483,14 @@ std::unique_ptr<CudaModelRunner> CudaModelRunner::load_parallel(const EngineConf
         fail("--tensor-parallel-size {} over {} node(s) needs {} GPUs here, {} visible", world,
              config.nnodes, here, cuda::device_count());
     const ModelConfig model = ModelConfig::load(config.model_dir);
-    auto parallel = std::make_unique<Parallel>();
-    // On one node the links stay on loopback, on a free port (two servers may run at once).
-    EngineConfig links = config;
-    if (config.nnodes == 1) {
-        links.master_addr = "127.0.0.1";
-        links.master_port = 0;
-    }
-    StepBroadcaster& steps = parallel->steps;
-    steps.set_links(std::make_unique<TcpCommunicator>(
-        TcpCommunicator::listen(links.master_addr, int(links.master_port), world)));
-    links.master_port = steps.links().port();
-    for (int64_t r = 1; r < here; ++r) steps.start_local_rank(links, r, here, run_cuda_rank);
-    MI_LOG_INFO("tensor-parallel rank 0 of {} on GPU 0: waiting for the others on {}:{}", world,
-                links.master_addr, links.master_port);
-    steps.links().accept_ranks(tensor_parallel::kJoinTimeout);
     const std::string id = cuda::NcclCommunicator::unique_id();
     Json welcome = tensor_parallel::welcome(config, model);
     welcome["nccl_id"] = tensor_parallel::to_hex(id);
-    steps.links().send_control(welcome.dump());
+    auto parallel = std::make_unique<Parallel>();
+    parallel->steps = std::make_unique<StepBroadcaster>(config, welcome, run_cuda_rank);
     // NCCL's start waits for every rank: first make sure every rank can come (its GPU, its
     // model), then let them all in at once.
-    std::string refusals;
-    for (const std::string& s : steps.links().receive_statuses())
-        refusals += s.empty() ? "" : s + "; ";
-    steps.links().send_control(refusals.empty() ? "go" : std::string(1, kQuitMessage));
-    if (!refusals.empty()) fail("tensor-parallel: {}", refusals.substr(0, refusals.size() - 2));
+    parallel->steps->wait_for_ranks();
     MI_CUDA_CHECK(cudaSetDevice(0));
     parallel->nccl = std::make_unique<cuda::NcclCommunicator>(id, 0, world);
     std::unique_ptr<CudaModelRunner> runner;
@@ -517,9 +501,7 @@ std::unique_ptr<CudaModelRunner> CudaModelRunner::load_parallel(const EngineConf
     } catch (const std::exception& e) {
         abort_group(0, e);
     }
-    const std::vector<std::string> statuses = steps.links().receive_statuses();
-    for (size_t i = 0; i < statuses.size(); ++i)
-        if (!statuses[i].empty()) fail("tensor-parallel rank {}: {}", i + 1, statuses[i]);
+    parallel->steps->wait_for_ranks();
     MI_LOG_INFO("tensor-parallel: all {} ranks joined NCCL and built their runners", world);
     runner->parallel_ = std::move(parallel);
     return runner;
@@ -527,9 +509,9 @@ std::unique_ptr<CudaModelRunner> CudaModelRunner::load_parallel(const EngineConf
 }
 
 void run_cuda_rank(const EngineConfig& config, int64_t rank, int64_t local_device,
-                   TcpCommunicator& comm, const Json& welcome) {
+                   StepReceiver& steps, const Json& welcome) {
 #ifndef MINIINFER_HAS_NCCL
-    (void)config, (void)local_device, (void)comm, (void)welcome;
+    (void)config, (void)local_device, (void)steps, (void)welcome;
     fail("tensor-parallel rank {} on CUDA needs NCCL, which this build of MiniInfer lacks", rank);
 #else
     // Whether this rank can come (rank 0 lets every rank into NCCL only if all can).
@@ -537,18 +519,17 @@ void run_cuda_rank(const EngineConfig& config, int64_t rank, int64_t local_devic
     std::optional<ModelConfig> model;
     try {
         if (local_device >= cuda::device_count())
-            fail("rank {} needs GPU {} of this node, {} visible", rank, local_device,
-                 cuda::device_count());
+            fail("needs GPU {} of this node, {} visible", local_device, cuda::device_count());
         MI_CUDA_CHECK(cudaSetDevice(int(local_device)));
         model.emplace(ModelConfig::load(config.model_dir));
         tensor_parallel::check_same_model(welcome, *model, config.model_dir);
     } catch (const Error& e) {
-        refusal = fmt::format("rank {}: {}", rank, e.what());
+        refusal = e.what();
     }
-    comm.send_status(refusal);
-    const std::optional<std::string> go = comm.receive_control();
-    if (!refusal.empty()) fail("tensor-parallel {}", refusal);
-    if (!go || *go != "go") return;  // another rank cannot come
+    if (!steps.report(refusal)) {
+        if (!refusal.empty()) fail("tensor-parallel rank {}: {}", rank, refusal);
+        return;  // another rank cannot come
+    }
     cuda::NcclCommunicator nccl(tensor_parallel::from_hex(welcome.at("nccl_id").get<std::string>()),
                                 rank, config.tensor_parallel_size);
     EngineConfig rank_config = config;  // rank 0's KV cache dtype, whatever this node was given
@@ -559,12 +540,9 @@ void run_cuda_rank(const EngineConfig& config, int64_t rank, int64_t local_devic
             rank_weights(*model, config, welcome.at("load_format").get<std::string>(),
                          welcome.at("seed").get<uint64_t>(), rank),
             &nccl);
-        comm.send_status("");
-        while (std::optional<std::string> m = comm.receive_control()) {
-            const std::optional<DecodedStep> step = decode_control(*m);
-            if (!step) return;
+        if (!steps.report("")) return;
+        while (const std::optional<DecodedStep> step = steps.next_step())
             runner.forward_only(step->batch());
-        }
     } catch (const std::exception& e) {
         abort_group(rank, e);
     }

@@ -17,8 +17,8 @@
 #include <string>
 
 #include "config/engine_config.h"
-#include "distributed/cuda_communicator.h"
-#include "distributed/tcp_communicator.h"
+#include "distributed/communicator.h"
+#include "distributed/step_receiver.h"
 #include "engine/model_runner.h"
 #include "models/weights.h"
 
@@ -35,12 +35,12 @@ class CudaModelRunner : public ModelRunner {
     // world constructs its runner at the same time (the warm-up steps and graph captures meet
     // in the collectives) and they agree on the smallest rank's KV pages.
     CudaModelRunner(const EngineConfig& config, ModelConfig model_config, ModelWeights weights,
-                    cuda::Communicator* comm = nullptr);
+                    Communicator* comm = nullptr);
     // Tensor parallelism (config.tensor_parallel_size > 1, node 0): rank 0 in this runner, this
     // node's other ranks on threads (one GPU each: rank r on device r of the node), other nodes'
-    // ranks in their processes (run_worker_node); NCCL for the collectives, the TCP links
-    // (distributed/tcp_communicator.h) for the NCCL id and, through a StepBroadcaster
-    // (distributed/step_broadcaster.h), each step's batch. Rank 0 samples.
+    // ranks in their processes (run_worker_node); NCCL for the collectives, a StepBroadcaster
+    // (distributed/step_broadcaster.h) for the start-up (the welcome carries the NCCL id) and
+    // each step's batch. Rank 0 samples.
     // Throws Error if NCCL is missing from this build or a rank fails to start.
     static std::unique_ptr<CudaModelRunner> load_parallel(const EngineConfig& config);
     ~CudaModelRunner() override;
@@ -67,16 +67,16 @@ class CudaModelRunner : public ModelRunner {
 
   private:
     struct Impl;
-    struct Parallel;                      // load_parallel's links, communicator and threads
+    struct Parallel;                      // load_parallel's StepBroadcaster and NCCL communicator
     std::unique_ptr<Parallel> parallel_;  // destroyed after impl_: the ranks end first
     std::unique_ptr<Impl> impl_;
 };
 
 // A CUDA rank > 0 on this thread (tensor_parallel::RankMain, distributed/rank_startup.h), after
-// it joined rank 0 (comm) and read its welcome: selects device `local_device`, joins NCCL, loads
-// its shard, builds its runner (with the other ranks), reports to rank 0, then runs every step
-// rank 0 sends until the end. Throws Error.
+// it joined rank 0 (steps) and read its welcome: selects device `local_device`, reports whether it
+// can come, joins NCCL, loads its shard, builds its runner (with the other ranks), reports again,
+// then runs every step rank 0 sends until the end. Throws Error.
 void run_cuda_rank(const EngineConfig& config, int64_t rank, int64_t local_device,
-                   TcpCommunicator& comm, const Json& welcome);
+                   StepReceiver& steps, const Json& welcome);
 
 }  // namespace miniinfer

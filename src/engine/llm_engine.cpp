@@ -120,7 +120,7 @@ tensor_parallel::RankMain rank_main(const EngineConfig& config) {
 #ifdef MINIINFER_HAS_CUDA
         return run_cuda_rank;
 #else
-        return [](const EngineConfig&, int64_t rank, int64_t, TcpCommunicator&, const Json&) {
+        return [](const EngineConfig&, int64_t rank, int64_t, StepReceiver&, const Json&) {
             fail("tensor-parallel rank {}: this build has no CUDA backend", rank);
         };
 #endif

@@ -70,7 +70,7 @@ std::unique_ptr<CpuModelRunner> CpuModelRunner::load_parallel(
 }
 
 void run_cpu_rank(const EngineConfig& config, int64_t rank, int64_t /*local_rank*/,
-                  TcpCommunicator& comm, const Json& w) {
+                  StepReceiver& steps, const Json& w) {
     const int64_t world = config.tensor_parallel_size;
     std::optional<QwenModel> model;
     std::optional<KvCache> kv;
@@ -79,7 +79,7 @@ void run_cpu_rank(const EngineConfig& config, int64_t rank, int64_t /*local_rank
         model.emplace(QwenModel::load(
             config.model_dir, parse_load_format(w.at("load_format").get<std::string>()),
             w.at("seed").get<uint64_t>(),
-            CpuParallel{rank, world, w.at("expert_parallel").get<bool>(), &comm}));
+            CpuParallel{rank, world, w.at("expert_parallel").get<bool>(), &steps.collectives()}));
         const ModelConfig& m = model->config();
         tensor_parallel::check_same_model(w, m, config.model_dir);
         if (w.at("kv_cache_dtype") != "auto") model->use_fp8_kv_cache();
@@ -88,37 +88,28 @@ void run_cpu_rank(const EngineConfig& config, int64_t rank, int64_t /*local_rank
     } catch (const Error& e) {
         status = e.what();
     }
-    comm.send_status(status);
-    if (!status.empty()) fail("tensor-parallel rank {}: {}", rank, status);
-    while (std::optional<std::string> m = comm.receive_control()) {
-        const std::optional<DecodedStep> step = decode_control(*m);
-        if (!step) return;
-        model->forward(step->batch(), *kv);
+    if (!steps.report(status)) {
+        if (!status.empty()) fail("tensor-parallel rank {}: {}", rank, status);
+        return;  // another rank cannot come
     }
+    while (const std::optional<DecodedStep> step = steps.next_step())
+        model->forward(step->batch(), *kv);
 }
 
 std::unique_ptr<CpuModelRunner> CpuModelRunner::load_distributed(const EngineConfig& config) {
-    const int64_t world = config.tensor_parallel_size, here = world / config.nnodes;
-    MI_CHECK(config.node_rank == 0 && world > 1, "load_distributed: node 0 of a group only");
+    const int64_t world = config.tensor_parallel_size;
     std::unique_ptr<CpuModelRunner> runner(new CpuModelRunner());
-    runner->pools_.push_back(std::make_unique<ThreadPool>(tensor_parallel::rank_threads(here)));
+    runner->pools_.push_back(
+        std::make_unique<ThreadPool>(tensor_parallel::rank_threads(world / config.nnodes)));
     ThreadPool::Bind bind(*runner->pools_[0]);  // this node's other ranks load at the same time
-    runner->steps_ = std::make_unique<StepBroadcaster>();
-    StepBroadcaster& steps = *runner->steps_;
-    for (int64_t r = 1; r < here; ++r) steps.start_local_rank(config, r, here, run_cpu_rank);
-    MI_LOG_INFO("tensor-parallel rank 0 of {} ({} nodes): waiting for the others on {}:{}", world,
-                config.nnodes, config.master_addr, config.master_port);
-    steps.set_links(std::make_unique<TcpCommunicator>(config.master_addr, int(config.master_port),
-                                                      0, world, tensor_parallel::kJoinTimeout));
+    runner->steps_ = std::make_unique<StepBroadcaster>(
+        config, tensor_parallel::welcome(config, ModelConfig::load(config.model_dir)),
+        run_cpu_rank);
     // The others load their shards while rank 0 loads its own.
-    steps.links().send_control(
-        tensor_parallel::welcome(config, ModelConfig::load(config.model_dir)).dump());
-    QwenModel model =
-        QwenModel::load(config.model_dir, parse_load_format(config.load_format), config.seed,
-                        CpuParallel{0, world, config.enable_expert_parallel, &steps.links()});
-    const std::vector<std::string> statuses = steps.links().receive_statuses();
-    for (size_t i = 0; i < statuses.size(); ++i)
-        if (!statuses[i].empty()) fail("tensor-parallel rank {}: {}", i + 1, statuses[i]);
+    QwenModel model = QwenModel::load(
+        config.model_dir, parse_load_format(config.load_format), config.seed,
+        CpuParallel{0, world, config.enable_expert_parallel, &runner->steps_->collectives()});
+    runner->steps_->wait_for_ranks();
     const ModelConfig& c = model.config();
     runner->kv_.emplace_back(c.num_layers, config.num_pages, config.page_size,
                              model.num_local_kv_heads(), c.head_dim);

@@ -15,9 +15,9 @@
 #include "config/engine_config.h"
 #include "config/model_config.h"
 #include "core/thread_pool.h"
-#include "distributed/communicator.h"
+#include "distributed/cpu_communicator.h"
 #include "distributed/step_broadcaster.h"
-#include "distributed/tcp_communicator.h"
+#include "distributed/step_receiver.h"
 #include "kvcache/kv_cache.h"
 #include "layers/sampler.h"
 #include "models/qwen_model.h"
@@ -33,10 +33,10 @@ inline ForwardBatch forward_batch_of(const Batch& b) {
 }
 
 // A CPU rank > 0 of a group over TCP (tensor_parallel::RankMain, distributed/rank_startup.h), after
-// it joined rank 0 (links) and read its welcome: loads its shard with rank 0's settings, reports,
+// it joined rank 0 (steps) and read its welcome: loads its shard with rank 0's settings, reports,
 // then runs every step until rank 0 says the end or closes its link. Throws Error.
-void run_cpu_rank(const EngineConfig& config, int64_t rank, int64_t local_rank,
-                  TcpCommunicator& links, const Json& welcome);
+void run_cpu_rank(const EngineConfig& config, int64_t rank, int64_t local_rank, StepReceiver& steps,
+                  const Json& welcome);
 
 class ModelRunner {
   public:
@@ -95,8 +95,8 @@ class CpuModelRunner : public ModelRunner {
                                                          int64_t num_pages, int64_t page_size);
     // Tensor parallelism over processes and hosts (config.nnodes > 1, node_rank 0): rank 0
     // here, this node's other ranks on threads and the other nodes' ranks in their processes
-    // (run_worker_node), all joined over TCP (TcpCommunicator). Each step's batch goes to every
-    // rank as a control message (StepBroadcaster); rank 0 samples. Throws Error if a rank does
+    // (run_worker_node), all joined over TCP and started by a StepBroadcaster, which sends each
+    // step's batch to every rank; rank 0 samples. Throws Error if a rank does
     // not join in time or cannot load its shard (with its reason). config: resolved.
     static std::unique_ptr<CpuModelRunner> load_distributed(const EngineConfig& config);
     ~CpuModelRunner() override;
@@ -123,7 +123,7 @@ class CpuModelRunner : public ModelRunner {
     std::unique_ptr<CpuCommunicator::Group> group_;
     std::vector<std::unique_ptr<CpuCommunicator>> comms_;
     std::vector<std::unique_ptr<ThreadPool>> pools_;
-    // load_distributed: rank 0's links to the other ranks, and this node's other ranks.
+    // load_distributed: rank 0's end of the group (its links and this node's other ranks).
     std::unique_ptr<StepBroadcaster> steps_;
 };
 

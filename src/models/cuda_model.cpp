@@ -48,7 +48,7 @@ ModelWeights dummy_cuda_weights(const ModelConfig& config, uint64_t seed,
 }
 
 std::unique_ptr<CudaModel> make_cuda_model(const ModelConfig& config, ModelWeights weights,
-                                           cuda::Communicator* comm, const Tuning& tuning) {
+                                           Communicator* comm, const Tuning& tuning) {
     switch (config.arch) {
         case Arch::kQwen2:
         case Arch::kQwen3:

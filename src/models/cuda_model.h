@@ -15,7 +15,7 @@
 
 #include "config/model_config.h"
 #include "config/tuning.h"
-#include "distributed/cuda_communicator.h"
+#include "distributed/communicator.h"
 #include "layers/cuda/attention_backend.h"
 #include "layers/cuda/step.h"
 #include "models/weights.h"
@@ -60,7 +60,6 @@ ModelWeights dummy_cuda_weights(const ModelConfig& config, uint64_t seed,
 
 // tuning: the fields the layers read (moe_silu_tile).
 std::unique_ptr<CudaModel> make_cuda_model(const ModelConfig& config, ModelWeights weights,
-                                           cuda::Communicator* comm = nullptr,
-                                           const Tuning& tuning = {});
+                                           Communicator* comm = nullptr, const Tuning& tuning = {});
 
 }  // namespace miniinfer

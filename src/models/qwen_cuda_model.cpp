@@ -25,7 +25,7 @@ Tensor upload(Tensor& host) {
     return device;
 }
 
-cuda::Linear linear(Tensor& weight, Tensor& bias, Shard shard, cuda::Communicator* comm) {
+cuda::Linear linear(Tensor& weight, Tensor& bias, Shard shard, Communicator* comm) {
     return {.weight = upload(weight), .bias = upload(bias), .shard = shard, .comm = comm};
 }
 
@@ -35,7 +35,7 @@ cuda::RmsNorm norm(Tensor& weight, double eps) {
 
 }  // namespace
 
-QwenCudaModel::QwenCudaModel(ModelConfig config, ModelWeights w, cuda::Communicator* comm,
+QwenCudaModel::QwenCudaModel(ModelConfig config, ModelWeights w, Communicator* comm,
                              const Tuning& tuning)
     : config_(std::move(config)) {
     const ModelConfig& c = config_;

@@ -31,7 +31,7 @@ namespace miniinfer {
 
 class QwenCudaModel final : public CudaModel {
   public:
-    QwenCudaModel(ModelConfig config, ModelWeights weights, cuda::Communicator* comm,
+    QwenCudaModel(ModelConfig config, ModelWeights weights, Communicator* comm,
                   const Tuning& tuning = {});
 
     const ModelConfig& config() const override { return config_; }
@@ -60,7 +60,7 @@ class QwenCudaModel final : public CudaModel {
     Tensor embed_, lm_head_;  // [vocab, hidden]; the same tensor when tied
     // Tensor parallelism: null, or the collectives; embed_ and lm_head_ then hold the rows
     // [vocab_begin_, vocab_begin_ + vocab / world) (vocab-parallel, models/weights.h).
-    cuda::Communicator* comm_ = nullptr;
+    Communicator* comm_ = nullptr;
     int64_t vocab_begin_ = 0;
     std::vector<Layer> layers_;
     std::vector<std::pair<float, float>> kv_scales_;  // LayerWeights' k_scale, v_scale

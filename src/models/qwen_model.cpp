@@ -164,8 +164,18 @@ Tensor QwenModel::embed_tokens(std::span<const int32_t> ids) const {
 Tensor QwenModel::lm_head(const Tensor& normed) const {
     Tensor local = Linear{weights_.lm_head, Tensor()}.forward(normed);  // [n, this rank's range]
     if (!parallel_.comm) return local;
-    Tensor logits = Tensor::zeros({normed.size(0), config_.vocab_size}, DType::kF32);
-    parallel_.comm->all_gather_columns(local, logits);
+    const int64_t n = normed.size(0), vocab = config_.vocab_size;
+    Tensor gathered = Tensor::zeros({n * vocab}, DType::kF32);  // rank r's [n, its range] blocks
+    parallel_.comm->all_gather(local, gathered);
+    Tensor logits = Tensor::zeros({n, vocab}, DType::kF32);
+    const float* block = gathered.data<float>();
+    for (int64_t r = 0; r < parallel_.world; ++r) {  // the blocks side by side
+        const auto [begin, end] = vocab_range(vocab, r, parallel_.world);
+        for (int64_t i = 0; i < n; ++i)
+            std::memcpy(logits.data<float>() + i * vocab + begin, block + i * (end - begin),
+                        size_t(end - begin) * sizeof(float));
+        block += n * (end - begin);
+    }
     return logits;
 }
 

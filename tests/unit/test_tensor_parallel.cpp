@@ -11,6 +11,7 @@
 #include <future>
 
 #include "core/json.h"
+#include "distributed/cpu_communicator.h"
 #include "distributed/tcp_communicator.h"
 #include "engine/llm_engine.h"
 #include "loader/safetensors.h"
@@ -124,52 +125,59 @@ INSTANTIATE_TEST_SUITE_P(
 // (the CLI test runs them as processes).
 TEST(TcpCommunicator, CollectivesEqualCpuCommunicators) {
     for (int64_t world : {2, 3}) {
-        const int64_t n = 1000, rows = 3;
+        const int64_t n = 1000;
         auto make = [&](int64_t r) {
             Tensor x = Tensor::zeros({n}, DType::kF32);
             for (int64_t i = 0; i < n; ++i)
                 x.data<float>()[i] = std::sin(float(i * (r + 1))) * float(1 << (i % 20));
             return x;
         };
-        auto local_block = [&](int64_t r) {  // rank r holds r + 2 columns
-            Tensor b = Tensor::zeros({rows, r + 2}, DType::kF32);
+        auto local_block = [&](int64_t r) {  // rank r holds r + 2 elements
+            Tensor b = Tensor::zeros({r + 2}, DType::kF32);
             for (int64_t i = 0; i < b.numel(); ++i) b.data<float>()[i] = float(100 * r + i);
             return b;
         };
-        const int64_t width = world * (world + 3) / 2;  // sum of r + 2
-        // Reference: threads with CpuCommunicator.
-        std::vector<Tensor> want(static_cast<size_t>(world)),
-            want_gather(static_cast<size_t>(world));
-        {
+        const int64_t gathered = world * (world + 3) / 2;  // sum of r + 2
+        // What each rank ends with: the sum, the gathered blocks, rank 0's tensor, the minimum.
+        struct Results {
+            std::vector<Tensor> sum, gather, broadcast;
+            std::vector<int64_t> min;
+            explicit Results(int64_t world)
+                : sum(size_t(world)),
+                  gather(size_t(world)),
+                  broadcast(size_t(world)),
+                  min(size_t(world)) {}
+        };
+        auto body = [&](Communicator& comm, int64_t r, Results& out) {
+            out.sum[size_t(r)] = make(r);
+            comm.all_reduce_sum(out.sum[size_t(r)]);
+            out.gather[size_t(r)] = Tensor::zeros({gathered}, DType::kF32);
+            comm.all_gather(local_block(r), out.gather[size_t(r)]);
+            out.broadcast[size_t(r)] = make(r);
+            comm.broadcast_from_rank0(out.broadcast[size_t(r)]);
+            out.min[size_t(r)] = comm.min_over_ranks(10 - r);
+        };
+        Results want(world), got(world);
+        {  // reference: threads with CpuCommunicator
             CpuCommunicator::Group group(world);
             std::vector<std::future<void>> ranks;
             for (int64_t r = 0; r < world; ++r)
                 ranks.push_back(std::async(std::launch::async, [&, r] {
                     CpuCommunicator comm(group, r);
-                    want[size_t(r)] = make(r);
-                    comm.all_reduce_sum(want[size_t(r)]);
-                    want_gather[size_t(r)] = Tensor::zeros({rows, width}, DType::kF32);
-                    comm.all_gather_columns(local_block(r), want_gather[size_t(r)]);
+                    body(comm, r, want);
                 }));
             for (auto& f : ranks) f.get();
         }
         TcpCommunicator hub = TcpCommunicator::listen("127.0.0.1", 0, world);
         const int port = hub.port();
-        std::vector<Tensor> got(static_cast<size_t>(world)), got_gather(static_cast<size_t>(world));
         std::vector<std::string> controls(static_cast<size_t>(world));
-        auto body = [&](TcpCommunicator& comm, int64_t r) {
-            got[size_t(r)] = make(r);
-            comm.all_reduce_sum(got[size_t(r)]);
-            got_gather[size_t(r)] = Tensor::zeros({rows, width}, DType::kF32);
-            comm.all_gather_columns(local_block(r), got_gather[size_t(r)]);
-        };
         std::vector<std::future<void>> others;
         for (int64_t r = 1; r < world; ++r)
             others.push_back(std::async(std::launch::async, [&, r] {
                 TcpCommunicator comm("127.0.0.1", port, r, world, std::chrono::seconds(20));
                 comm.send_status(r == 1 ? "" : "rank " + std::to_string(r) + " is fine");
                 controls[size_t(r)] = comm.receive_control().value();
-                body(comm, r);
+                body(comm, r, got);
                 EXPECT_FALSE(comm.receive_control().has_value());  // rank 0 closed its link
             }));
         {
@@ -181,17 +189,24 @@ TEST(TcpCommunicator, CollectivesEqualCpuCommunicators) {
                 EXPECT_EQ(statuses[1], "rank 2 is fine");
             }
             hub.send_control("step 1");
-            body(hub, 0);
+            body(hub, 0, got);
             TcpCommunicator closing = std::move(hub);  // destroyed here: the links close
         }
         for (auto& f : others) f.get();
+        const auto same_bits = [](const Tensor& a, const Tensor& b) {
+            return a.nbytes() == b.nbytes() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+        };
         for (int64_t r = 0; r < world; ++r) {
-            EXPECT_EQ(std::memcmp(got[size_t(r)].raw(), want[size_t(0)].raw(), size_t(n) * 4), 0)
-                << "world " << world << " rank " << r;
-            EXPECT_EQ(std::memcmp(got_gather[size_t(r)].raw(), want_gather[0].raw(),
-                                  size_t(rows * width) * 4),
-                      0)
-                << "world " << world << " rank " << r;
+            SCOPED_TRACE("world " + std::to_string(world) + " rank " + std::to_string(r));
+            for (const Results* res : {&want, &got}) {
+                EXPECT_TRUE(same_bits(res->sum[size_t(r)], want.sum[0]));
+                EXPECT_TRUE(same_bits(res->broadcast[size_t(r)], make(0)));
+                EXPECT_EQ(res->min[size_t(r)], 10 - (world - 1));
+                const float* g = res->gather[size_t(r)].data<float>();
+                for (int64_t q = 0, at = 0; q < world; at += q + 2, ++q)
+                    for (int64_t i = 0; i < q + 2; ++i) EXPECT_EQ(g[at + i], float(100 * q + i));
+            }
+            EXPECT_TRUE(same_bits(got.sum[size_t(r)], want.sum[size_t(r)]));
             if (r > 0) {
                 EXPECT_EQ(controls[size_t(r)], "step 1");
             }

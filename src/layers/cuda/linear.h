@@ -6,7 +6,7 @@
 #include <cuda_runtime.h>
 
 #include "core/tensor.h"
-#include "distributed/cuda_communicator.h"
+#include "distributed/communicator.h"
 #include "kernels/cuda/norm/rms_norm.h"
 #include "layers/cuda/step.h"
 #include "layers/shard.h"
