@@ -9,8 +9,10 @@
 #include "core/json.h"
 #include "engine/llm_engine.h"
 #include "engine/request_inputs.h"
+#include "engine_testing.h"
 
 using namespace miniinfer;
+using miniinfer::testing::greedy;
 using ::testing::HasSubstr;
 
 namespace {
@@ -36,14 +38,6 @@ EngineConfig config_for(const std::string& name) {
     c.max_model_len = 256;
     c.num_pages = 64;
     return c;
-}
-
-SamplingParams greedy(int64_t max_tokens) {
-    SamplingParams p;
-    p.temperature = 0;
-    p.max_tokens = max_tokens;
-    p.ignore_eos = true;
-    return p;
 }
 
 std::vector<Prompt> prompts_of(const Reference& ref) {

@@ -316,8 +316,8 @@ TEST(GatedDeltaNet, SnapshotsHoldTheStateAtTheirRow) {
     for (const int32_t r : {1, 37, 64, 100}) {
         const int32_t snapshot_rows = r;
         // The conv: [0, r) then [r, len) in slot 0, against one call snapshotting into slot 1.
-        std::vector<float> split_state(size_t(2 * conv_len), 0.f), split_out(x.size(), NAN);
-        for (const auto& [lo, hi] : {std::pair{0, r}, std::pair{r, int32_t(len)}}) {
+        auto conv = [&](int32_t lo, int32_t hi, std::vector<float>& state, std::vector<float>& out,
+                        const int32_t* snap_rows) {
             const int32_t qs[2] = {lo, hi};
             cpu::causal_conv1d_silu({.x = x.data(),
                                      .weight = weight.data(),
@@ -326,23 +326,17 @@ TEST(GatedDeltaNet, SnapshotsHoldTheStateAtTheirRow) {
                                      .num_seqs = 1,
                                      .channels = gd.channels,
                                      .kernel_len = gd.kernel_len,
-                                     .conv_state = split_state.data(),
-                                     .out = split_out.data()});
-            if (lo == 0) std::copy_n(split_state.begin(), conv_len, split_state.begin() + conv_len);
-        }
+                                     .conv_state = state.data(),
+                                     .out = out.data(),
+                                     .snapshot_rows = snap_rows,
+                                     .snapshot_slots = &slots[1]});
+        };
+        std::vector<float> split_state(size_t(2 * conv_len), 0.f), split_out(x.size(), NAN);
+        conv(0, r, split_state, split_out, nullptr);
+        std::copy_n(split_state.begin(), conv_len, split_state.begin() + conv_len);
+        conv(r, int32_t(len), split_state, split_out, nullptr);
         std::vector<float> state(size_t(2 * conv_len), 0.f), out(x.size(), NAN);
-        const int32_t qs[2] = {0, int32_t(len)};
-        cpu::causal_conv1d_silu({.x = x.data(),
-                                 .weight = weight.data(),
-                                 .query_start = qs,
-                                 .state_slots = &slots[0],
-                                 .num_seqs = 1,
-                                 .channels = gd.channels,
-                                 .kernel_len = gd.kernel_len,
-                                 .conv_state = state.data(),
-                                 .out = out.data(),
-                                 .snapshot_rows = &snapshot_rows,
-                                 .snapshot_slots = &slots[1]});
+        conv(0, int32_t(len), state, out, &snapshot_rows);
         EXPECT_EQ(out, split_out) << "conv, snapshot after " << r;
         EXPECT_EQ(state, split_state) << "conv, snapshot after " << r;
 

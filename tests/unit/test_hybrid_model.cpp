@@ -12,11 +12,13 @@
 #include "core/json.h"
 #include "engine/llm_engine.h"
 #include "engine/request_inputs.h"
+#include "engine_testing.h"
 #include "kernels/cpu/ops.h"
 #include "loader/safetensors.h"
 #include "models/sequence_runner.h"
 
 using namespace miniinfer;
+using miniinfer::testing::greedy;
 
 namespace {
 const std::filesystem::path kFixtures = MINIINFER_FIXTURES;
@@ -175,14 +177,6 @@ TEST_P(HybridFixture, MixedBatchEqualsSeparateRuns) {
         for (int64_t v = 0; v < vocab; ++v)
             ASSERT_NEAR(x[v], y[v], 1e-4) << name << " sequence " << s << " token " << v;
     }
-}
-
-SamplingParams greedy(int64_t max_tokens) {
-    SamplingParams p;
-    p.temperature = 0;
-    p.max_tokens = max_tokens;
-    p.ignore_eos = true;
-    return p;
 }
 
 // The engine: Hugging Face's greedy continuations of every prompt (one of 200 tokens), however
