@@ -15,6 +15,7 @@
 #include "engine_testing.h"
 #include "kernels/cpu/ops.h"
 #include "loader/safetensors.h"
+#include "model_testing.h"
 #include "models/sequence_runner.h"
 
 using namespace miniinfer;
@@ -24,24 +25,10 @@ namespace {
 const std::filesystem::path kFixtures = MINIINFER_FIXTURES;
 constexpr float kRelativeTolerance = 1e-4f;  // of the largest |logit|
 
-struct Reference {
-    std::vector<std::vector<int32_t>> prompts, greedy;
-    std::vector<Tensor> logits;         // [prompt length, vocab]: every prompt position
-    std::vector<Tensor> greedy_logits;  // [greedy length, vocab]: before each greedy token
-};
+using miniinfer::testing::Reference;
 
 Reference load_reference(const std::string& name) {
-    Json json = read_json_file(kFixtures / name / "reference.json");
-    SafetensorsFile file = SafetensorsFile::open(kFixtures / name / "reference.safetensors");
-    Reference ref;
-    for (size_t p = 0; p < json["prompts"].size(); ++p) {
-        const Json& prompt = json["prompts"][p];
-        ref.prompts.push_back(prompt["ids"].get<std::vector<int32_t>>());
-        ref.greedy.push_back(prompt["greedy"].get<std::vector<int32_t>>());
-        ref.logits.push_back(file.tensor("logits." + std::to_string(p)));
-        ref.greedy_logits.push_back(file.tensor("greedy_logits." + std::to_string(p)));
-    }
-    return ref;
+    return miniinfer::testing::load_reference(kFixtures / name);
 }
 
 // max |ours - theirs| / max |theirs| over rows [0, rows) of both.
@@ -117,66 +104,12 @@ TEST_P(HybridFixture, DecodeStepsMatchHuggingFace) {
 // Several sequences in one step (a prefill, a chunk continuing a state, a decode) give each
 // sequence's logits alone: the varlen batch and the state slots are right.
 TEST_P(HybridFixture, MixedBatchEqualsSeparateRuns) {
-    const std::string name = GetParam();
-    QwenModel model = QwenModel::load(kFixtures / name);
-    const ModelConfig& config = model.config();
-    const int64_t vocab = config.vocab_size, page_size = 4, max_pages = 60;
-    const Reference ref = load_reference(name);
-    const std::vector<int32_t>& a = ref.prompts[3];  // 200 tokens
-    const std::vector<int32_t>& b = ref.prompts[1];  // 7 tokens
-
-    // Alone: a's last 70 rows after a 130-token prefix; b whole; c = a[:12] decoding token 12.
-    SequenceRunner ra(model, 200, page_size), rb(model, 200, page_size), rc(model, 200, page_size);
-    ra.append(std::span(a).first(130));
-    Tensor la = ra.append(std::span(a).subspan(130));
-    Tensor lb = rb.append(b);
-    rc.append(std::span(a).first(12));
-    Tensor lc = rc.append(std::span(a).subspan(12, 1));
-
-    // Together, in one KvCache and one StateCache (sequence i in slot 2 - i)...
-    KvCache kv(config.num_kv_layers(), 3 * max_pages, page_size, config.num_kv_heads,
-               config.head_dim);
-    StateCache state(config, 3);
-    std::vector<int32_t> table(3 * max_pages);
-    std::iota(table.begin(), table.end(), 0);
-    std::reverse(table.begin(), table.end());
-    auto step = [&](const std::vector<std::pair<int, std::span<const int32_t>>>& parts,
-                    const std::vector<int>& starts) {
-        std::vector<int32_t> ids, pos, qs = {0}, lens, slots, rows, bt, state_slots;
-        for (size_t i = 0; i < parts.size(); ++i) {
-            const auto& [seq, tokens] = parts[i];
-            for (size_t j = 0; j < tokens.size(); ++j) {
-                const int p = starts[i] + int(j);
-                ids.push_back(tokens[j]);
-                pos.push_back(p);
-                slots.push_back(table[size_t(seq * max_pages + p / page_size)] *
-                                    int32_t(page_size) +
-                                p % int32_t(page_size));
-            }
-            qs.push_back(int32_t(ids.size()));
-            lens.push_back(starts[i] + int(tokens.size()));
-            rows.push_back(int32_t(ids.size()) - 1);
-            bt.insert(bt.end(), table.begin() + seq * max_pages,
-                      table.begin() + (seq + 1) * max_pages);
-            state_slots.push_back(2 - seq);
-        }
-        ForwardBatch batch{ids, pos, qs, lens, bt, max_pages, slots, rows, state_slots};
-        return model.forward(batch, kv, &state);
-    };
-    // ...a stale state in b's slot, which its first step must not read...
-    state.copy(2, 1);
-    step({{0, std::span(a).first(130)}, {2, std::span(a).first(12)}}, {0, 0});
-    // ...then a's chunk, b's whole prompt and c's decode token in one mixed step.
-    Tensor mixed =
-        step({{0, std::span(a).subspan(130)}, {1, std::span(b)}, {2, std::span(a).subspan(12, 1)}},
-             {130, 0, 12});
-    const Tensor* alone[3] = {&la, &lb, &lc};
-    for (int s = 0; s < 3; ++s) {
-        const float* x = alone[s]->data<float>() + (alone[s]->size(0) - 1) * vocab;
-        const float* y = mixed.data<float>() + s * vocab;
-        for (int64_t v = 0; v < vocab; ++v)
-            ASSERT_NEAR(x[v], y[v], 1e-4) << name << " sequence " << s << " token " << v;
-    }
+    QwenModel model = QwenModel::load(kFixtures / GetParam());
+    const Reference ref = load_reference(GetParam());
+    // a: 200 tokens, its last 70 after a 130-token prefix (over a delta-rule chunk boundary);
+    // b: 7 tokens.
+    miniinfer::testing::expect_mixed_step_equals_separate_runs(model, ref.prompts[3],
+                                                               ref.prompts[1], 130);
 }
 
 // The engine: Hugging Face's greedy continuations of every prompt (one of 200 tokens), however

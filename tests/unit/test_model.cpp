@@ -9,6 +9,7 @@
 #include "core/json.h"
 #include "kernels/cpu/ops.h"
 #include "loader/safetensors.h"
+#include "model_testing.h"
 #include "models/sequence_runner.h"
 
 using namespace miniinfer;
@@ -17,24 +18,10 @@ namespace {
 const std::filesystem::path kFixtures = MINIINFER_FIXTURES;
 constexpr float kLogitTolerance = 1e-3f;
 
-struct Reference {
-    std::vector<std::vector<int32_t>> prompts, greedy;
-    std::vector<std::vector<int64_t>> positions;
-    std::vector<Tensor> logits;  // [positions, vocab] f32
-};
+using miniinfer::testing::Reference;
 
 Reference load_reference(const std::string& name) {
-    Json json = read_json_file(kFixtures / name / "reference.json");
-    SafetensorsFile file = SafetensorsFile::open(kFixtures / name / "reference.safetensors");
-    Reference ref;
-    for (size_t p = 0; p < json["prompts"].size(); ++p) {
-        const Json& prompt = json["prompts"][p];
-        ref.prompts.push_back(prompt["ids"].get<std::vector<int32_t>>());
-        ref.greedy.push_back(prompt["greedy"].get<std::vector<int32_t>>());
-        ref.positions.push_back(prompt["logits_positions"].get<std::vector<int64_t>>());
-        ref.logits.push_back(file.tensor("logits." + std::to_string(p)));
-    }
-    return ref;
+    return miniinfer::testing::load_reference(kFixtures / name);
 }
 
 class HuggingFaceFixture : public ::testing::TestWithParam<std::string> {};
@@ -157,59 +144,10 @@ TEST(HuggingFaceRope, FrequenciesMatchExactly) {
 // same logits as each run alone: the varlen batch layout is right.
 TEST(QwenModel, MixedBatchEqualsSeparateRuns) {
     QwenModel model = QwenModel::load(kFixtures / "qwen3-moe-tiny");
-    const int64_t vocab = model.config().vocab_size, page_size = 4, max_pages = 10;
-    Reference ref = load_reference("qwen3-moe-tiny");
-    const std::vector<int32_t>& a = ref.prompts[2];  // 37 tokens
-    const std::vector<int32_t>& b = ref.prompts[1];  // 7 tokens
-
-    // Alone: a's last 6 rows after a 31-token prefix; b whole; c = a[:12] decoding token 12.
-    SequenceRunner ra(model, 40, page_size), rb(model, 40, page_size), rc(model, 40, page_size);
-    ra.append(std::span(a).first(31));
-    Tensor la = ra.append(std::span(a).subspan(31));
-    Tensor lb = rb.append(b);
-    rc.append(std::span(a).first(12));
-    Tensor lc = rc.append(std::span(a).subspan(12, 1));
-
-    // Together, in one KvCache: first the prefixes (a[:31] and a[:12]) as one step...
-    KvCache kv(model.config().num_layers, 3 * max_pages, page_size, model.config().num_kv_heads,
-               model.config().head_dim);
-    std::vector<int32_t> table(3 * max_pages);
-    std::iota(table.begin(), table.end(), 0);
-    std::reverse(table.begin(), table.end());
-    auto step = [&](const std::vector<std::pair<int, std::span<const int32_t>>>& parts,
-                    const std::vector<int>& starts) {
-        std::vector<int32_t> ids, pos, qs = {0}, lens, slots, rows, bt;
-        for (size_t i = 0; i < parts.size(); ++i) {
-            const auto& [seq, tokens] = parts[i];
-            for (size_t j = 0; j < tokens.size(); ++j) {
-                const int p = starts[i] + int(j);
-                ids.push_back(tokens[j]);
-                pos.push_back(p);
-                slots.push_back(table[size_t(seq * max_pages + p / page_size)] *
-                                    int32_t(page_size) +
-                                p % int32_t(page_size));
-            }
-            qs.push_back(int32_t(ids.size()));
-            lens.push_back(starts[i] + int(tokens.size()));
-            rows.push_back(int32_t(ids.size()) - 1);
-            bt.insert(bt.end(), table.begin() + seq * max_pages,
-                      table.begin() + (seq + 1) * max_pages);
-        }
-        ForwardBatch batch{ids, pos, qs, lens, bt, max_pages, slots, rows};
-        return model.forward(batch, kv);
-    };
-    step({{0, std::span(a).first(31)}, {2, std::span(a).first(12)}}, {0, 0});
-    // ...then a's chunk, b's whole prompt and c's decode token in one mixed step.
-    Tensor mixed =
-        step({{0, std::span(a).subspan(31)}, {1, std::span(b)}, {2, std::span(a).subspan(12, 1)}},
-             {31, 0, 12});
-    const Tensor* alone[3] = {&la, &lb, &lc};
-    for (int s = 0; s < 3; ++s) {
-        const float* x = alone[s]->data<float>() + (alone[s]->size(0) - 1) * vocab;
-        const float* y = mixed.data<float>() + s * vocab;
-        for (int64_t v = 0; v < vocab; ++v)
-            ASSERT_NEAR(x[v], y[v], 1e-4) << "sequence " << s << " token " << v;
-    }
+    const Reference ref = load_reference("qwen3-moe-tiny");
+    // a: 37 tokens, its last 6 after a 31-token prefix; b: 7 tokens.
+    miniinfer::testing::expect_mixed_step_equals_separate_runs(model, ref.prompts[2],
+                                                               ref.prompts[1], 31);
 }
 
 TEST(QwenModel, BadTokenIdsAreErrors) {
