@@ -11,7 +11,8 @@ import pytest
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 DEMO = str(FIXTURES / "qwen3-demo")  # what scripts/demo.sh runs: the real tokenizer, random weights
-HF_FIXTURES = ["qwen2-tiny", "qwen3-tiny", "qwen3-moe-tiny", "qwen3-moe-wide", "qwen3-demo"]
+HF_FIXTURES = ["qwen2-tiny", "qwen3-tiny", "qwen3-moe-tiny", "qwen3-moe-wide", "qwen3-demo",
+               "qwen3.5-tiny", "qwen3.5-moe-tiny", "qwen3-next-tiny"]
 
 
 def reference(name):

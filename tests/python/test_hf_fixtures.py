@@ -25,7 +25,7 @@ def test_greedy_matches_hugging_face_alone_and_batched(name):
             assert engine.generate([prompt], greedy(ref), use_tqdm=False)[0]["token_ids"] == want
 
 
-@pytest.mark.parametrize("name", ["qwen3-tiny", "qwen3-demo"])
+@pytest.mark.parametrize("name", ["qwen3-tiny", "qwen3-demo", "qwen3.5-moe-tiny"])
 def test_greedy_matches_hugging_face_multiprocess(name):
     ref = reference(name)
     prompts = [p["ids"] for p in ref["prompts"]]
