@@ -7,10 +7,10 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <string>
 #include <numeric>
 #include <optional>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -124,8 +124,8 @@ inline void expect_mixed_step_equals_separate_runs(const QwenModel& model,
     MixedSteps steps(model, 3, (max_len + page_size - 1) / page_size, page_size);
     if (model.config().num_linear_attention_layers() > 0) steps.state().copy(2, 1);
     steps.step({{0, a.first(size_t(split)), 0}, {2, a.first(12), 0}});
-    const Tensor mixed = steps.step({{0, a.subspan(size_t(split)), split}, {1, b, 0},
-                                     {2, a.subspan(12, 1), 12}});
+    const Tensor mixed =
+        steps.step({{0, a.subspan(size_t(split)), split}, {1, b, 0}, {2, a.subspan(12, 1), 12}});
     const Tensor* alone[3] = {&la, &lb, &lc};
     for (int s = 0; s < 3; ++s) {
         const float* x = alone[s]->data<float>() + (alone[s]->size(0) - 1) * vocab;
