@@ -27,9 +27,9 @@ namespace miniinfer {
 
 // The model's view of a scheduled batch.
 inline ForwardBatch forward_batch_of(const Batch& b) {
-    return {b.input_ids,   b.positions,      b.query_start,    b.seq_lens,
-            b.block_table, b.max_pages,      b.slot_mapping,   b.logits_indices,
-            b.state_slots, b.state_restores, b.state_snapshots};
+    return {b.input_ids,   b.positions,      b.query_start,   b.seq_lens,
+            b.block_table, b.max_pages,      b.slot_mapping,  b.logits_indices,
+            b.state_slots, b.state_restores, b.snapshot_rows, b.snapshot_slots};
 }
 
 // A CPU rank > 0 of a group over TCP (tensor_parallel::RankMain, distributed/rank_startup.h), after

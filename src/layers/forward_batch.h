@@ -9,15 +9,9 @@
 namespace miniinfer {
 
 // The hybrids' prefix cache: a sequence resuming a cached prefix starts from a copy of the
-// prefix's state snapshot (restore), and a step keeps a copy of a sequence's state after some of
-// its rows for later requests (snapshot).
+// prefix's state snapshot.
 struct StateRestore {
     int32_t from, to;  // state slots: the cached snapshot, the sequence's own slot
-};
-struct StateSnapshot {
-    int32_t seq;   // the sequence (index into the step's sequences)
-    int32_t rows;  // after its first `rows` rows of this step (> 0)
-    int32_t slot;  // into this state slot
 };
 
 struct ForwardBatch {
@@ -32,8 +26,12 @@ struct ForwardBatch {
     // Hybrid models: [num_seqs] each sequence's slot in the state pool; a sequence whose first
     // row is position 0 starts from a zero state, the others continue the slot's.
     std::span<const int32_t> state_slots = {};
-    std::span<const StateRestore> state_restores = {};    // done before the step, in order
-    std::span<const StateSnapshot> state_snapshots = {};  // at most one per sequence
+    std::span<const StateRestore> state_restores = {};  // done before the step, in order
+    // Hybrids with prefix caching, [num_seqs] or empty: sequence s also copies its state after its
+    // first snapshot_rows[s] rows of this step (0: none) into slot snapshot_slots[s], for later
+    // requests (kernels/cpu/gated_delta_net.h takes them as they are).
+    std::span<const int32_t> snapshot_rows = {};
+    std::span<const int32_t> snapshot_slots = {};
 
     int64_t num_tokens() const { return int64_t(input_ids.size()); }
     int64_t num_seqs() const { return int64_t(seq_lens.size()); }

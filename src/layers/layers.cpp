@@ -203,23 +203,13 @@ Tensor GatedDeltaNet::forward(const Tensor& x, const ForwardBatch& batch, Tensor
     MI_CHECK(int64_t(batch.state_slots.size()) == batch.num_seqs(),
              "GatedDeltaNet: {} state slots for {} sequences", batch.state_slots.size(),
              batch.num_seqs());
-    // The step's snapshots as the ops take them: rows and slot per sequence (no snapshot: null).
-    std::vector<int32_t> snapshot_rows, snapshot_slots;
-    if (!batch.state_snapshots.empty()) {
-        snapshot_rows.assign(size_t(batch.num_seqs()), 0);
-        snapshot_slots.assign(size_t(batch.num_seqs()), -1);
-        for (const StateSnapshot& s : batch.state_snapshots) {
-            MI_CHECK(s.seq >= 0 && s.seq < batch.num_seqs() && snapshot_rows[size_t(s.seq)] == 0 &&
-                         s.rows > 0 &&
-                         s.rows <= batch.query_start[size_t(s.seq) + 1] -
-                                       batch.query_start[size_t(s.seq)],
-                     "GatedDeltaNet: bad snapshot of sequence {} after {} rows", s.seq, s.rows);
-            snapshot_rows[size_t(s.seq)] = s.rows;
-            snapshot_slots[size_t(s.seq)] = s.slot;
-        }
-    }
-    const int32_t* rows = snapshot_rows.empty() ? nullptr : snapshot_rows.data();
-    const int32_t* slots = snapshot_slots.empty() ? nullptr : snapshot_slots.data();
+    MI_CHECK(batch.snapshot_rows.size() == batch.snapshot_slots.size() &&
+                 (batch.snapshot_rows.empty() ||
+                  int64_t(batch.snapshot_rows.size()) == batch.num_seqs()),
+             "GatedDeltaNet: {} snapshot rows for {} sequences", batch.snapshot_rows.size(),
+             batch.num_seqs());
+    const int32_t* rows = batch.snapshot_rows.empty() ? nullptr : batch.snapshot_rows.data();
+    const int32_t* slots = batch.snapshot_slots.empty() ? nullptr : batch.snapshot_slots.data();
     Tensor qkv = in_proj_qkv.forward(x);  // [n, conv_dim]
     cpu::causal_conv1d_silu({.x = qkv.data<float>(),
                              .weight = conv1d.data<float>(),

@@ -105,7 +105,7 @@ struct FusedMoE {
 //   value head) -> RMSNorm(o) * w * silu(in_proj_z x) -> out_proj
 // with g = -exp(A_log) softplus(in_proj_a x + dt_bias) and beta = sigmoid(in_proj_b x). Each
 // sequence's conv window and S live in slot batch.state_slots[s] of the layer's state tensors
-// (kvcache/state_cache.h), and batch.state_snapshots copy them mid-step; the chunked rule runs
+// (kvcache/state_cache.h), and batch.snapshot_rows copy them mid-step; the chunked rule runs
 // prefill and decode alike.
 struct GatedDeltaNet {
     Linear in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj;

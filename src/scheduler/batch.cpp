@@ -24,11 +24,7 @@ void build_batch(Batch& b, int64_t page_size) {
         b.query_start.push_back(int32_t(b.input_ids.size()));
         b.seq_lens.push_back(int32_t(s.start + s.num_tokens));
         b.state_slots.push_back(r.state_slot);
-        const int32_t seq = int32_t(b.seq_lens.size()) - 1;
         if (r.restore_from >= 0) b.state_restores.push_back({r.restore_from, r.state_slot});
-        if (s.snapshot_slot >= 0)
-            b.state_snapshots.push_back(
-                {seq, int32_t(s.snapshot_tokens - s.start), s.snapshot_slot});
         b.block_table.insert(b.block_table.end(), r.pages.begin(), r.pages.end());
         b.block_table.resize(b.block_table.size() + size_t(b.max_pages) - r.pages.size(), 0);
         if (s.samples) {
@@ -36,6 +32,13 @@ void build_batch(Batch& b, int64_t page_size) {
             b.sampling.push_back(s.request);
         }
     }
+    if (std::any_of(b.seqs.begin(), b.seqs.end(),
+                    [](const ScheduledSeq& s) { return s.snapshot_slot >= 0; }))
+        for (const auto& s : b.seqs) {
+            b.snapshot_rows.push_back(s.snapshot_slot >= 0 ? int32_t(s.snapshot_tokens - s.start)
+                                                           : 0);
+            b.snapshot_slots.push_back(s.snapshot_slot);
+        }
 }
 
 }  // namespace miniinfer

@@ -32,7 +32,7 @@ struct Batch {
     std::vector<int32_t> slot_mapping;  // [num_tokens]
     std::vector<int32_t> state_slots;   // [num_seqs] each request's state slot (-1: none)
     std::vector<StateRestore> state_restores;
-    std::vector<StateSnapshot> state_snapshots;
+    std::vector<int32_t> snapshot_rows, snapshot_slots;  // [num_seqs] with any snapshot, else empty
     std::vector<int32_t>
         logits_indices;              // [num_sampling_seqs] row of each sampling seq's last token
     std::vector<Request*> sampling;  // [num_sampling_seqs] the requests those rows belong to

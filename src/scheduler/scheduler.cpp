@@ -32,16 +32,22 @@ std::optional<int32_t> Scheduler::allocate_state_slot() {
 
 // A step keeps the state at the last snapshot boundary its tokens pass (one per sequence: the
 // delta rule then ends a chunk there), when that is newer than the request's last snapshot.
+// The slots they lack are taken from the cache's snapshots in one eviction pass.
 void Scheduler::plan_snapshots(Batch& batch) {
     if (!cache_ || !uses_state()) return;
     const int64_t interval = snapshot_interval();
+    std::vector<ScheduledSeq*> wanted;
     for (ScheduledSeq& s : batch.seqs) {
-        const int64_t boundary = (s.start + s.num_tokens) / interval * interval;
-        if (boundary <= s.start || boundary <= s.request->snapshot_tokens) continue;
-        if (const auto slot = allocate_state_slot()) {
-            s.snapshot_slot = *slot;
-            s.snapshot_tokens = boundary;
-        }
+        s.snapshot_tokens = (s.start + s.num_tokens) / interval * interval;
+        if (s.snapshot_tokens > s.start && s.snapshot_tokens > s.request->snapshot_tokens)
+            wanted.push_back(&s);
+    }
+    const int64_t missing = int64_t(wanted.size()) - state_slots_.num_free();
+    if (missing > 0) cache_->evict_snapshots(missing);
+    for (ScheduledSeq* s : wanted) {
+        const auto slot = state_slots_.allocate(1);
+        if (!slot) break;
+        s->snapshot_slot = slot->front();
     }
 }
 

@@ -98,12 +98,12 @@ class FakeRunner : public ModelRunner {
             ASSERT_EQ(tokens[size_t(p)], r->token(p)) << r->id << " resumes another's state";
         tokens.insert(tokens.end(), b.input_ids.begin() + b.query_start[s],
                       b.input_ids.begin() + b.query_start[s + 1]);
-        for (const StateSnapshot& snap : b.state_snapshots)
-            if (snap.seq == int32_t(s)) {
-                EXPECT_NE(snap.slot, slot);
-                EXPECT_TRUE(snap.rows > 0 && start + snap.rows <= len);
-                state_[snap.slot].assign(tokens.begin(), tokens.begin() + start + snap.rows);
-            }
+        if (!b.snapshot_rows.empty() && b.snapshot_rows[s] > 0) {
+            const int32_t rows = b.snapshot_rows[s], snap = b.snapshot_slots[s];
+            EXPECT_NE(snap, slot);
+            EXPECT_TRUE(start + rows <= len);
+            state_[snap].assign(tokens.begin(), tokens.begin() + start + rows);
+        }
     }
 
     ModelConfig config_;
