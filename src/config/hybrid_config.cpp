@@ -48,16 +48,31 @@ std::string describe_layer_pattern(const std::vector<LayerType>& types) {
 void check_engine_support(const ModelConfig& config, const std::string& device,
                           int64_t tensor_parallel_size) {
     if (!config.is_hybrid()) return;
-    if (device != "cpu")
-        fail(
-            "model_type {}: the hybrid Gated DeltaNet model runs on --device cpu only so far "
-            "(its CUDA kernels are not written yet)",
-            config.model_type);
     if (tensor_parallel_size > 1)
         fail(
             "model_type {}: tensor parallelism is not supported for the hybrid Gated DeltaNet "
             "models yet (tensor_parallel_size {})",
             config.model_type, tensor_parallel_size);
+    if (device != "cuda") return;
+    const auto refuse = [&](const std::string& what) {
+        fail("model_type {}: {} does not run on --device cuda yet (--device cpu runs it)",
+             config.model_type, what);
+    };
+    const LinearAttentionConfig& la = config.linear_attention;
+    if (config.head_dim != 64 && config.head_dim != 128)
+        refuse(fmt::format("head_dim {} (the GPU's attention kernels take 64 and 128)",
+                           config.head_dim));
+    if (la.key_head_dim != la.value_head_dim || (la.key_head_dim != 64 && la.key_head_dim != 128))
+        refuse(fmt::format(
+            "linear_key_head_dim {} with linear_value_head_dim {} (the GPU's Gated DeltaNet "
+            "kernel takes both 64 or both 128)",
+            la.key_head_dim, la.value_head_dim));
+    if (la.conv_kernel_dim != 4)
+        refuse(fmt::format("linear_conv_kernel_dim {} (the GPU's conv kernel is 4 wide)",
+                           la.conv_kernel_dim));
+    if (config.num_experts > 256)
+        refuse(
+            fmt::format("num_experts {} (the GPU's routing takes up to 256)", config.num_experts));
 }
 
 namespace config_parsing {

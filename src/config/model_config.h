@@ -159,8 +159,9 @@ std::string arch_name(Arch arch);
 std::string describe_layer_pattern(const std::vector<LayerType>& layer_types);
 
 // Throws Error where the engine cannot run this model on `device` (cpu | cuda): the hybrid
-// Gated DeltaNet models run on the CPU only so far, without tensor parallelism. The one place
-// that decides it: EngineConfig::resolve (every way of serving) and make_cuda_model call it.
+// Gated DeltaNet models run without tensor parallelism, and on the GPU only at the dimensions
+// its kernels take so far (head_dim 64 or 128, ...), naming the one that does not fit. The one
+// place that decides it: EngineConfig::resolve (every way of serving) and make_cuda_model call it.
 void check_engine_support(const ModelConfig& config, const std::string& device,
                           int64_t tensor_parallel_size = 1);
 

@@ -15,13 +15,24 @@ int64_t StepInputLayout::write(const ForwardBatch& b, int32_t* host) const {
     std::copy(b.query_start.begin(), b.query_start.end(), host + query_start);
     std::copy(b.seq_lens.begin(), b.seq_lens.end(), host + seq_lens);
     std::copy(b.logits_indices.begin(), b.logits_indices.end(), host + logits_indices);
+    std::copy(b.state_slots.begin(), b.state_slots.end(), host + state_slots);
+    if (b.snapshot_rows.empty()) {
+        std::fill_n(host + snapshot_rows, b.num_seqs(), 0);
+    } else {
+        std::copy(b.snapshot_rows.begin(), b.snapshot_rows.end(), host + snapshot_rows);
+        std::copy(b.snapshot_slots.begin(), b.snapshot_slots.end(), host + snapshot_slots);
+    }
     std::copy(b.block_table.begin(), b.block_table.end(), host + table);
     return table + int64_t(b.block_table.size());
 }
 
 DecodeGraphs::DecodeGraphs(StepInputLayout layout, int64_t max_num_seqs, int64_t page_size,
-                           int32_t* device_inputs)
-    : layout_(layout), max_num_seqs_(max_num_seqs), page_size_(page_size), device_(device_inputs) {
+                           int32_t* device_inputs, int32_t dummy_state_slot)
+    : layout_(layout),
+      max_num_seqs_(max_num_seqs),
+      page_size_(page_size),
+      dummy_state_slot_(dummy_state_slot),
+      device_(device_inputs) {
     for (int64_t b : {1, 2, 4}) sizes_.push_back(b);
     for (int64_t b = 8; b <= max_num_seqs; b += b < 64 ? 8 : 16) sizes_.push_back(b);
     if (sizes_.back() != max_num_seqs && max_num_seqs > 4) sizes_.push_back(max_num_seqs);
@@ -80,6 +91,9 @@ size_t DecodeGraphs::capture(int64_t dummy_page, bool warm_up, int32_t* host,
         host[L.query_start + i] = int32_t(i);
         host[L.seq_lens + i] = 1;
         host[L.logits_indices + i] = int32_t(i);
+        host[L.state_slots + i] = dummy_state_slot_;
+        host[L.snapshot_rows + i] = 0;
+        host[L.snapshot_slots + i] = 0;
     }
     host[L.query_start + S] = int32_t(S);
     std::fill(host + L.graph_table, host + L.graph_table + S * G, int32_t(dummy_page));
@@ -129,6 +143,13 @@ int64_t DecodeGraphs::stage(const ForwardBatch& b, int64_t dummy_page, int32_t* 
         host[L.query_start + i] = int32_t(i);
         host[L.seq_lens + i] = real ? b.seq_lens[size_t(i)] : 1;
         host[L.logits_indices + i] = int32_t(i);
+        // Hybrids: padded rows start a state of their own in the dummy slot (position 0).
+        host[L.state_slots + i] =
+            real && !b.state_slots.empty() ? b.state_slots[size_t(i)] : dummy_state_slot_;
+        host[L.snapshot_rows + i] =
+            real && !b.snapshot_rows.empty() ? b.snapshot_rows[size_t(i)] : 0;
+        host[L.snapshot_slots + i] =
+            real && !b.snapshot_slots.empty() ? b.snapshot_slots[size_t(i)] : 0;
     }
     host[L.query_start + B] = int32_t(B);
     // The compact table goes to the eager table's place in the host buffer, the padded rows'

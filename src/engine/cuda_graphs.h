@@ -30,23 +30,28 @@ struct StepInputLayout {
     StepInputLayout() = default;
     // For steps of up to max_tokens tokens and max_seqs sequences of up to max_pages_per_seq
     // pages: [ids | positions | slots] x max_tokens, query_start (max_seqs + 1), seq_lens,
-    // logits_indices, then the two block tables.
+    // logits_indices, state_slots, snapshot_rows, snapshot_slots, then the two block tables.
     StepInputLayout(int64_t max_tokens, int64_t max_seqs, int64_t max_pages_per_seq)
         : positions(max_tokens),
           slots(2 * max_tokens),
           query_start(3 * max_tokens),
           seq_lens(query_start + max_seqs + 1),
           logits_indices(seq_lens + max_seqs),
-          table(logits_indices + max_seqs),
+          state_slots(logits_indices + max_seqs),
+          snapshot_rows(state_slots + max_seqs),
+          snapshot_slots(snapshot_rows + max_seqs),
+          table(snapshot_slots + max_seqs),
           graph_table(table + max_seqs * max_pages_per_seq),
           max_pages_per_seq(max_pages_per_seq),
           total(graph_table + max_seqs * max_pages_per_seq) {}
 
     // Writes a batch's inputs to `host` at these offsets, its block table at its own stride at
-    // `table`; returns how many ints from the start the device copy needs.
+    // `table` (a batch without snapshots gets snapshot_rows 0); returns how many ints from the
+    // start the device copy needs.
     int64_t write(const ForwardBatch& b, int32_t* host) const;
 
     int64_t positions = 0, slots = 0, query_start = 0, seq_lens = 0, logits_indices = 0;
+    int64_t state_slots = 0, snapshot_rows = 0, snapshot_slots = 0;
     int64_t table = 0;        // eager steps' block table, at the batch's own stride
     int64_t graph_table = 0;  // the graphs' block table: [max_num_seqs, max_pages_per_seq]
     int64_t max_pages_per_seq = 0;
@@ -64,9 +69,10 @@ class DecodeGraphs {
   public:
     // Nothing is captured yet. device_inputs: the runner's input buffer on the device, which it
     // keeps alive and which must be graph_table + max_num_seqs * max_pages_per_seq ints long
-    // (as must the host stagings capture() and stage() write).
+    // (as must the host stagings capture() and stage() write). dummy_state_slot: the hybrids'
+    // state slot that padded rows use (one past the scheduler's), like the dummy KV page.
     DecodeGraphs(StepInputLayout layout, int64_t max_num_seqs, int64_t page_size,
-                 int32_t* device_inputs);
+                 int32_t* device_inputs, int32_t dummy_state_slot = 0);
     ~DecodeGraphs();
     DecodeGraphs(const DecodeGraphs&) = delete;
     DecodeGraphs& operator=(const DecodeGraphs&) = delete;
@@ -107,6 +113,7 @@ class DecodeGraphs {
     void destroy();
     StepInputLayout layout_;
     int64_t max_num_seqs_, page_size_;
+    int32_t dummy_state_slot_;
     int32_t* device_;
     std::vector<int64_t> sizes_;
     std::map<int64_t, Graph> graphs_;  // batch size -> graph

@@ -12,6 +12,7 @@
 #include "distributed/step_broadcaster.h"
 #include "engine/cuda_graphs.h"
 #include "engine/cuda_sampler.h"
+#include "kernels/cuda/gdn/gated_delta_net.h"
 #include "kernels/cuda/primitives/launch.h"
 #include "kernels/cuda/sampling/sampling.h"
 #ifdef MINIINFER_HAS_NCCL
@@ -44,7 +45,7 @@ size_t free_device_memory() {
 struct CudaModelRunner::Impl {
     // The device memory each construction phase took, for the fit check and the log line.
     struct Memory {
-        size_t weights = 0, activations = 0;
+        size_t weights = 0, activations = 0, states = 0;
         size_t free_after_weights = 0;
         size_t graphs = 0;         // the graphs' trial (or only) capture
         size_t graphs_kept = 0;    // what the device kept of the trial after destroying it
@@ -75,7 +76,9 @@ struct CudaModelRunner::Impl {
     void capture_and_log();
 
     void allocate_kv(int64_t pages);  // pages + 1 (the dummy page); 0 frees the pool
-    size_t page_bytes() const;        // one KV page, K and V of every layer
+    void allocate_states();           // the hybrids' state slots + 1 (the dummy slot)
+    void restore_states(std::span<const StateRestore> restores);
+    size_t page_bytes() const;  // one KV page, K and V of every layer
     size_t capture_graphs(bool warm_up);
     void plan_attention(int64_t num_seqs);  // from the host inputs' first rows
     int32_t* next_staging();                // the host staging the next step writes
@@ -100,6 +103,9 @@ struct CudaModelRunner::Impl {
     std::unique_ptr<CudaModel> model;
     std::unique_ptr<cuda::AttentionBackend> attention;
     std::vector<cuda::KvLayer> kv;  // per layer: [num_pages + 1, page_size, kv_heads, head_dim]
+    // A hybrid's Gated DeltaNet layers: num_state_slots + 1 slots each (the last: padded graph
+    // rows').
+    std::vector<cuda::StateLayer> states;
 
     // Step inputs: host staging (pinned) and its device copy, i32, at the offsets of `in`. Two
     // stagings, used in turn: with overlap the next step is written while the last one's copy
@@ -165,6 +171,7 @@ void CudaModelRunner::Impl::allocate_step_buffers() {
     const int64_t T = opt.max_num_batched_tokens, S = opt.max_num_seqs;
     for (auto& h : host_inputs) h = std::make_unique<cuda::PinnedBuffer>(size_t(in.total) * 4);
     dev_inputs = cuda::device_tensor({in.total}, DType::kI32);
+    allocate_states();
     model->allocate_activations(T, S);
     const CudaModel::AttentionDims dims = model->attention_dims();
     attention = cuda::make_attention_backend(opt.attention_backend,
@@ -177,7 +184,32 @@ void CudaModelRunner::Impl::allocate_step_buffers() {
                                              opt.tuning);
     sampler = std::make_unique<CudaSampler>(S, model->config().vocab_size, opt.max_model_len);
     if (!opt.enforce_eager)
-        graphs = std::make_unique<DecodeGraphs>(in, S, opt.page_size, dev_inputs.data<int32_t>());
+        graphs = std::make_unique<DecodeGraphs>(in, S, opt.page_size, dev_inputs.data<int32_t>(),
+                                                int32_t(opt.num_state_slots));
+}
+
+// A slot for each of the scheduler's num_state_slots, and the dummy slot, taken before the KV
+// cache is sized: the two share gpu_memory_utilization.
+void CudaModelRunner::Impl::allocate_states() {
+    const CudaModel::StateDims d = model->state_dims();
+    if (d.num_layers == 0) return;
+    MI_CHECK(opt.num_state_slots > 0, "a hybrid model needs state slots (num_state_slots)");
+    const int64_t slots = opt.num_state_slots + 1;
+    for (int64_t l = 0; l < d.num_layers; ++l) {
+        cuda::StateLayer layer{
+            cuda::device_tensor({slots, d.conv_window, d.conv_dim}, DType::kF32),
+            cuda::device_tensor({slots, d.num_v_heads, d.head_k_dim, d.head_v_dim}, DType::kF32)};
+        memory.states += layer.conv.nbytes() + layer.recurrent.nbytes();
+        states.push_back(std::move(layer));
+    }
+}
+
+void CudaModelRunner::Impl::restore_states(std::span<const StateRestore> restores) {
+    for (const StateRestore& r : restores)
+        for (cuda::StateLayer& layer : states) {
+            cuda::copy_state_slot(layer.conv, r.from, r.to, stream.get());
+            cuda::copy_state_slot(layer.recurrent, r.from, r.to, stream.get());
+        }
 }
 
 // The graphs' memory, measured against a minimal KV pool before the real one is sized. What
@@ -195,7 +227,8 @@ void CudaModelRunner::Impl::measure_graphs() {
         allocate_kv(0);
         memory.graph_reserve = memory.graphs - memory.graphs_kept + kGraphMarginBytes;
     }
-    memory.activations = memory.free_after_weights - free_device_memory() - memory.graphs_kept;
+    memory.activations =
+        memory.free_after_weights - free_device_memory() - memory.graphs_kept - memory.states;
 }
 
 // The KV cache takes what gpu_memory_utilization leaves after the graphs.
@@ -209,10 +242,10 @@ void CudaModelRunner::Impl::size_kv_cache() {
     if (comm && opt.num_pages <= 0) num_pages = comm->min_over_ranks(num_pages, stream.get());
     if (num_pages < 1)
         fail(
-            "the model does not fit: {:.0f} MiB of weights, {:.0f} MiB of activations and {:.0f} "
-            "MiB for CUDA graphs, {:.0f} MiB usable of {:.0f} MiB (gpu_memory_utilization {}); "
-            "nothing is left for the KV cache ({:.2f} MiB a page)",
-            memory.weights / kMiB, memory.activations / kMiB,
+            "the model does not fit: {:.0f} MiB of weights, {:.0f} MiB of activations, {:.0f} MiB "
+            "of state slots and {:.0f} MiB for CUDA graphs, {:.0f} MiB usable of {:.0f} MiB "
+            "(gpu_memory_utilization {}); nothing is left for the KV cache ({:.2f} MiB a page)",
+            memory.weights / kMiB, memory.activations / kMiB, memory.states / kMiB,
             (memory.graphs + kGraphMarginBytes) / kMiB, usable / kMiB, total / kMiB,
             opt.gpu_memory_utilization, page / kMiB);
     allocate_kv(num_pages);
@@ -223,11 +256,12 @@ void CudaModelRunner::Impl::capture_and_log() {
     if (!memory.graphs_measured) memory.graphs = captured;
     const double kv_bytes = double(num_pages + 1) * double(page_bytes());
     MI_LOG_INFO(
-        "CUDA memory: weights {:.0f} MiB, activations {:.0f} MiB, graphs {:.0f} MiB ({} decode "
+        "CUDA memory: weights {:.0f} MiB, activations {:.0f} MiB, state slots {:.0f} MiB, graphs "
+        "{:.0f} MiB ({} decode "
         "sizes, measured before the KV cache was sized, + {:.0f} MiB margin), KV cache {:.0f} MiB "
         "= {} pages of {} tokens ({} tokens); {:.0f} MiB on the card; attention backend {}",
-        memory.weights / kMiB, memory.activations / kMiB, memory.graphs / kMiB,
-        graphs ? graphs->batch_sizes().size() : 0,
+        memory.weights / kMiB, memory.activations / kMiB, memory.states / kMiB,
+        memory.graphs / kMiB, graphs ? graphs->batch_sizes().size() : 0,
         memory.graphs_measured ? kGraphMarginBytes / kMiB : 0.0, kv_bytes / kMiB, num_pages,
         opt.page_size, num_pages * opt.page_size, device_memory().second / kMiB, attention->name());
     if (graphs && !graphs->batch_sizes().empty())
@@ -390,6 +424,7 @@ void CudaModelRunner::Impl::forward(const ForwardBatch& b) {
              "batch of {} tokens / {} seqs / {} pages exceeds the runner's buffers", n, s,
              b.max_pages);
     last_num_logits = num_logits;
+    restore_states(b.state_restores);
     int32_t* host = next_staging();
     if (const int64_t graph_size = graphs ? graphs->stage(b, dummy_page, host, stream.get()) : 0) {
         staged[staging].record(stream.get());
@@ -429,7 +464,10 @@ cuda::StepInputs CudaModelRunner::Impl::step_inputs(const StepShape& sh) const {
             .query_start = inputs_view(in.query_start, {s + 1}),
             .seq_lens = inputs_view(in.seq_lens, {s}),
             .block_table = inputs_view(sh.table_offset, {s, sh.table_stride}),
-            .logits_indices = inputs_view(in.logits_indices, {sh.num_logits})};
+            .logits_indices = inputs_view(in.logits_indices, {sh.num_logits}),
+            .state_slots = inputs_view(in.state_slots, {s}),
+            .snapshot_rows = inputs_view(in.snapshot_rows, {s}),
+            .snapshot_slots = inputs_view(in.snapshot_slots, {s})};
 }
 
 // Overlap: the token ids that name the last step's samples, replaced by them on the device.
@@ -441,7 +479,7 @@ void CudaModelRunner::Impl::resolve_placeholders(const cuda::StepInputs& inputs)
 void CudaModelRunner::Impl::run_model(const StepShape& sh) {
     const cuda::StepInputs inputs = step_inputs(sh);
     if (sh.placeholders) resolve_placeholders(inputs);
-    model->forward(inputs, kv, *attention, stream.get());
+    model->forward(inputs, kv, states, *attention, stream.get());
 }
 
 namespace {

@@ -57,8 +57,8 @@ std::unique_ptr<CudaModel> make_cuda_model(const ModelConfig& config, ModelWeigh
         case Arch::kQwen35:
         case Arch::kQwen35Moe:
         case Arch::kQwen3Next:
-            check_engine_support(config, "cuda");
-            break;
+            check_engine_support(config, "cuda", comm ? comm->world() : 1);
+            return std::make_unique<QwenCudaModel>(config, std::move(weights), comm, tuning);
     }
     fail("{}: not supported on CUDA", config.model_type);
 }

@@ -31,6 +31,14 @@ class CudaModel {
         int64_t num_layers, num_heads, num_kv_heads, head_dim;
     };
     virtual AttentionDims attention_dims() const = 0;
+    // The hybrids' Gated DeltaNet layers (num_layers 0 for the others): one state slot's
+    // conv window [conv_window, conv_dim] and recurrent state [num_v_heads, head_k_dim,
+    // head_v_dim] per layer, f32 (cuda::StateLayer).
+    struct StateDims {
+        int64_t num_layers = 0, conv_window = 0, conv_dim = 0, num_v_heads = 0, head_k_dim = 0,
+                head_v_dim = 0;
+    };
+    virtual StateDims state_dims() const = 0;
     virtual size_t weight_bytes() const = 0;  // this rank's weights on the device
     // Per layer, the FP8 KV cache scales (k, v) the checkpoint gives; 0 where it gives none.
     virtual std::vector<std::pair<float, float>> checkpoint_kv_scales() const = 0;
@@ -38,9 +46,11 @@ class CudaModel {
     // rows. Call once, before forward().
     virtual void allocate_activations(int64_t max_tokens, int64_t max_logits) = 0;
     // One step's kernels on `stream`: no host work, no allocation, no sync (capturable). Writes
-    // this step's K/V into kv (one KvLayer per layer) and the logits of in.logits_indices' rows.
+    // this step's K/V into kv (one KvLayer per attention layer), advances a hybrid's states
+    // (one StateLayer per Gated DeltaNet layer) and writes the logits of in.logits_indices' rows.
     virtual void forward(const cuda::StepInputs& in, std::span<cuda::KvLayer> kv,
-                         cuda::AttentionBackend& attention, cudaStream_t stream) = 0;
+                         std::span<cuda::StateLayer> states, cuda::AttentionBackend& attention,
+                         cudaStream_t stream) = 0;
     // The last forward's logits: [rows, vocab] f32 (the LM head's fp32 sums, never rounded to
     // bf16: near-ties resolve as in Hugging Face's fp32 model).
     virtual Tensor logits(int64_t rows) const = 0;

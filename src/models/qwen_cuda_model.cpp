@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/check.h"
+#include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
 #include "kernels/cuda/elementwise/embedding.h"
 #include "kernels/cuda/elementwise/gather_rows.h"
@@ -29,8 +30,42 @@ cuda::Linear linear(Tensor& weight, Tensor& bias, Shard shard, Communicator* com
     return {.weight = upload(weight), .bias = upload(bias), .shard = shard, .comm = comm};
 }
 
-cuda::RmsNorm norm(Tensor& weight, double eps) {
-    return {.weight = upload(weight), .eps = float(eps)};
+// A zero-centred norm's weight as the kernels take it: 1 + w, rounded to bf16 once.
+Tensor upload_norm(Tensor& weight, bool zero_centered) {
+    if (!weight.defined() || !zero_centered) return upload(weight);
+    Tensor host = weight.device() == Device::kCUDA ? cuda::to_host(weight) : weight;
+    weight = Tensor();
+    Tensor f32 = host.to_f32();
+    for (int64_t i = 0; i < f32.numel(); ++i) f32.data<float>()[i] += 1.f;
+    Tensor bf16 = Tensor::zeros(f32.shape(), DType::kBF16);
+    convert_elements(f32.raw(), DType::kF32, bf16.raw(), DType::kBF16, f32.numel());
+    return cuda::to_device(bf16);
+}
+
+cuda::RmsNorm norm(Tensor& weight, double eps, bool zero_centered) {
+    return {.weight = upload_norm(weight, zero_centered), .eps = float(eps)};
+}
+
+// The parts' rows one under the other on the device, zero rows after them up to a multiple of
+// `align` rows (so that a GEMM's output rows stay 16-byte aligned); the parts are released.
+Tensor stack_rows(std::initializer_list<Tensor*> parts, int64_t align) {
+    std::vector<Tensor> device;
+    int64_t rows = 0;
+    for (Tensor* p : parts) {
+        device.push_back(upload(*p));
+        rows += device.back().size(0);
+    }
+    const int64_t cols = device.front().size(1);
+    Tensor out = cuda::device_tensor({(rows + align - 1) / align * align, cols}, DType::kBF16);
+    MI_CUDA_CHECK(cudaMemset(out.raw(), 0, out.nbytes()));
+    size_t offset = 0;
+    for (const Tensor& d : device) {
+        MI_CHECK(d.size(1) == cols, "stack_rows: {} columns, {} expected", d.size(1), cols);
+        MI_CUDA_CHECK(cudaMemcpy(static_cast<char*>(out.raw()) + offset, d.raw(), d.nbytes(),
+                                 cudaMemcpyDeviceToDevice));
+        offset += d.nbytes();
+    }
+    return out;
 }
 
 }  // namespace
@@ -51,31 +86,59 @@ QwenCudaModel::QwenCudaModel(ModelConfig config, ModelWeights w, Communicator* c
     }
     embed_ = upload(w.embed);
     lm_head_ = c.tie_word_embeddings ? embed_ : upload(w.lm_head);
-    final_norm_ = norm(w.norm, c.rms_norm_eps);
+    const bool zc = c.zero_centered_norm;
+    final_norm_ = norm(w.norm, c.rms_norm_eps, zc);
 
-    const Rotary rotary(c.head_dim, c.rope_theta, c.rope_scaling);
-    Tensor freq = Tensor::zeros({c.head_dim / 2}, DType::kF32);
+    const Rotary rotary(c.head_dim, c.rope_theta, c.rope_scaling, c.rotary_dim);
+    Tensor freq = Tensor::zeros({int64_t(rotary.inv_freq().size())}, DType::kF32);
     std::copy(rotary.inv_freq().begin(), rotary.inv_freq().end(), freq.data<float>());
     const Tensor inv_freq = cuda::to_device(freq);
 
     Tensor none;
+    int64_t kv_layers = 0, state_layers = 0;
     for (LayerWeights& lw : w.layers) {
+        const int64_t l = int64_t(layers_.size());
         Layer layer;
-        layer.input_norm = norm(lw.input_norm, c.rms_norm_eps);
-        layer.post_attention_norm = norm(lw.post_attention_norm, c.rms_norm_eps);
-        cuda::Attention& a = layer.attention;
-        a.qkv = linear(lw.qkv, lw.qkv_bias, Shard::kColumn, comm);
-        a.o_proj = linear(lw.o_proj, lw.o_bias, Shard::kRow, comm);
-        a.q_norm = upload(lw.q_norm);
-        a.k_norm = upload(lw.k_norm);
-        a.inv_freq = inv_freq;
-        a.rope_scale = rotary.attention_scale();
-        a.num_heads = c.num_heads / world;
-        a.num_kv_heads = kv_heads_per_rank(c.num_kv_heads, world);
-        a.head_dim = c.head_dim;
-        a.eps = float(c.rms_norm_eps);
-        a.scale = float(1.0 / std::sqrt(double(c.head_dim)));
-        layer.is_moe = c.is_moe_layer(int64_t(layers_.size()));
+        layer.input_norm = norm(lw.input_norm, c.rms_norm_eps, zc);
+        layer.post_attention_norm = norm(lw.post_attention_norm, c.rms_norm_eps, zc);
+        layer.is_linear = c.is_linear_attention_layer(l);
+        layer.cache_layer = layer.is_linear ? state_layers++ : kv_layers++;
+        if (layer.is_linear) {
+            LinearAttentionWeights& g = lw.linear_attn;
+            const LinearAttentionConfig& la = c.linear_attention;
+            layer.linear_attn = {
+                .in_proj = {.weight = stack_rows(
+                                {&g.in_proj_qkv, &g.in_proj_z, &g.in_proj_b, &g.in_proj_a}, 8),
+                            .bias = {},
+                            .shard = Shard::kReplicated,
+                            .comm = nullptr},
+                .out_proj = linear(g.out_proj, none, Shard::kRow, comm),
+                .conv1d = upload(g.conv1d),
+                .A_log = upload(g.A_log),
+                .dt_bias = upload(g.dt_bias),
+                .norm = upload(g.norm),
+                .num_k_heads = la.num_key_heads,
+                .num_v_heads = la.num_value_heads,
+                .head_k_dim = la.key_head_dim,
+                .head_v_dim = la.value_head_dim,
+                .eps = float(c.rms_norm_eps)};
+        } else {
+            cuda::Attention& a = layer.attention;
+            a.qkv = linear(lw.qkv, lw.qkv_bias, Shard::kColumn, comm);
+            a.o_proj = linear(lw.o_proj, lw.o_bias, Shard::kRow, comm);
+            a.q_norm = upload_norm(lw.q_norm, zc);
+            a.k_norm = upload_norm(lw.k_norm, zc);
+            a.inv_freq = inv_freq;
+            a.rope_scale = rotary.attention_scale();
+            a.num_heads = c.num_heads / world;
+            a.num_kv_heads = kv_heads_per_rank(c.num_kv_heads, world);
+            a.head_dim = c.head_dim;
+            a.rotary_dim = c.rotary_dim;
+            a.output_gate = c.attn_output_gate;
+            a.eps = float(c.rms_norm_eps);
+            a.scale = float(1.0 / std::sqrt(double(c.head_dim)));
+        }
+        layer.is_moe = c.is_moe_layer(l);
         if (layer.is_moe) {
             layer.moe = {.router = linear(lw.router, none, Shard::kReplicated, comm),
                          .experts_gate_up = upload(lw.experts_gate_up),
@@ -83,19 +146,44 @@ QwenCudaModel::QwenCudaModel(ModelConfig config, ModelWeights w, Communicator* c
                          .top_k = c.num_experts_per_tok,
                          .renormalize = c.norm_topk_prob,
                          .comm = comm,
-                         .silu_tile = tuning.moe_silu_tile};
+                         .silu_tile = tuning.moe_silu_tile,
+                         .shared = {},
+                         .shared_gate = {}};
+            if (lw.shared_gate_up.defined()) {
+                layer.moe.shared = {
+                    .gate_up = linear(lw.shared_gate_up, none, Shard::kColumn, comm),
+                    .down = linear(lw.shared_down, none, Shard::kRow, comm)};
+                Tensor gate = upload(lw.shared_expert_gate);  // [1, hidden]
+                layer.moe.shared_gate = gate.view({gate.numel()});
+            }
         } else {
             layer.mlp.gate_up = linear(lw.gate_up, none, Shard::kColumn, comm);
             layer.mlp.down = linear(lw.down, none, Shard::kRow, comm);
         }
+        if (!layer.is_linear) kv_scales_.emplace_back(lw.k_scale, lw.v_scale);
         layers_.push_back(std::move(layer));
-        kv_scales_.emplace_back(lw.k_scale, lw.v_scale);
     }
 }
 
 CudaModel::AttentionDims QwenCudaModel::attention_dims() const {
-    const cuda::Attention& a = layers_.at(0).attention;
-    return {int64_t(layers_.size()), a.num_heads, a.num_kv_heads, a.head_dim};
+    const auto a =
+        std::find_if(layers_.begin(), layers_.end(), [](const Layer& l) { return !l.is_linear; });
+    MI_CHECK(a != layers_.end(), "the model has no attention layer");
+    return {config_.num_kv_layers(), a->attention.num_heads, a->attention.num_kv_heads,
+            a->attention.head_dim};
+}
+
+CudaModel::StateDims QwenCudaModel::state_dims() const {
+    const auto g =
+        std::find_if(layers_.begin(), layers_.end(), [](const Layer& l) { return l.is_linear; });
+    if (g == layers_.end()) return {};
+    const cuda::GatedDeltaNet& d = g->linear_attn;
+    return {config_.num_linear_attention_layers(),
+            d.conv1d.size(1) - 1,
+            d.conv_dim(),
+            d.num_v_heads,
+            d.head_k_dim,
+            d.head_v_dim};
 }
 
 size_t QwenCudaModel::weight_bytes() const {
@@ -105,15 +193,25 @@ size_t QwenCudaModel::weight_bytes() const {
         return l.weight.nbytes() + (l.bias.defined() ? l.bias.nbytes() : 0);
     };
     for (const Layer& l : layers_) {
-        const cuda::Attention& a = l.attention;
         bytes += l.input_norm.weight.nbytes() + l.post_attention_norm.weight.nbytes();
-        bytes += linear(a.qkv) + linear(a.o_proj);
-        if (l.is_moe)
+        if (l.is_linear) {
+            const cuda::GatedDeltaNet& g = l.linear_attn;
+            bytes += linear(g.in_proj) + linear(g.out_proj) + g.conv1d.nbytes() + g.A_log.nbytes() +
+                     g.dt_bias.nbytes() + g.norm.nbytes();
+        } else {
+            const cuda::Attention& a = l.attention;
+            bytes += linear(a.qkv) + linear(a.o_proj);
+            if (a.q_norm.defined()) bytes += a.q_norm.nbytes() + a.k_norm.nbytes();
+        }
+        if (l.is_moe) {
             bytes +=
                 linear(l.moe.router) + l.moe.experts_gate_up.nbytes() + l.moe.experts_down.nbytes();
-        else
+            if (l.moe.shared_gate.defined())
+                bytes += linear(l.moe.shared.gate_up) + linear(l.moe.shared.down) +
+                         l.moe.shared_gate.nbytes();
+        } else {
             bytes += linear(l.mlp.gate_up) + linear(l.mlp.down);
-        if (a.q_norm.defined()) bytes += a.q_norm.nbytes() + a.k_norm.nbytes();
+        }
     }
     return bytes;
 }
@@ -122,9 +220,12 @@ void QwenCudaModel::allocate_activations(int64_t max_tokens, int64_t max_logits)
     const int64_t H = config_.hidden_size, V = config_.vocab_size;
     for (Tensor* t : {&hidden_, &residual_[0], &residual_[1], &normed_, &attn_out_})
         *t = cuda::device_tensor({max_tokens, H}, DType::kBF16);
-    attention_buffers_ = layers_.at(0).attention.allocate_buffers(max_tokens);
     // One set of scratch per block kind, shared by the layers of that kind.
     for (const Layer& layer : layers_) {
+        if (layer.is_linear && !gdn_buffers_.proj.defined())
+            gdn_buffers_ = layer.linear_attn.allocate_buffers(max_tokens);
+        if (!layer.is_linear && !attention_buffers_.qkv.defined())
+            attention_buffers_ = layer.attention.allocate_buffers(max_tokens);
         if (layer.is_moe && !moe_buffers_.logits.defined())
             moe_buffers_ = layer.moe.allocate_buffers(max_tokens);
         if (!layer.is_moe && !mlp_buffers_.act.defined())
@@ -141,7 +242,8 @@ void QwenCudaModel::allocate_activations(int64_t max_tokens, int64_t max_logits)
 }
 
 void QwenCudaModel::forward(const cuda::StepInputs& in, std::span<cuda::KvLayer> kv,
-                            cuda::AttentionBackend& attention, cudaStream_t stream) {
+                            std::span<cuda::StateLayer> states, cuda::AttentionBackend& attention,
+                            cudaStream_t stream) {
     using cuda::rows;
     const cuda::Step step{.in = in, .stream = stream, .gemm = gemm_, .attention = attention};
     const int64_t n = in.num_tokens;
@@ -165,8 +267,12 @@ void QwenCudaModel::forward(const cuda::StepInputs& in, std::span<cuda::KvLayer>
         const Layer& layer = layers_[l];
         // The residual stream: layer 0 normalises the embedding; later layers add the MLP
         // output first.
-        layer.attention.forward(add_and_norm(layer.input_norm, l == 0 ? nullptr : &x), attn_out,
-                                kv[l], step, attention_buffers_);
+        const cuda::AddRmsNorm input = add_and_norm(layer.input_norm, l == 0 ? nullptr : &x);
+        const size_t c = size_t(layer.cache_layer);
+        if (layer.is_linear)
+            layer.linear_attn.forward(input, attn_out, states[c], step, gdn_buffers_);
+        else
+            layer.attention.forward(input, attn_out, kv[c], step, attention_buffers_);
         const cuda::AddRmsNorm post = add_and_norm(layer.post_attention_norm, &attn_out);
         if (layer.is_moe)
             layer.moe.forward(post, x, step, moe_buffers_);

@@ -1,14 +1,16 @@
-// QwenCudaModel: Qwen2, Qwen3 and Qwen3-MoE on the GPU, written once (the CPU reference is
-// QwenModel, models/qwen_model.h; read the two side by side).
+// QwenCudaModel: Qwen2, Qwen3, Qwen3-MoE and the hybrids (Qwen3.5, Qwen3.5-MoE, Qwen3-Next) on
+// the GPU, written once (the CPU reference is QwenModel, models/qwen_model.h; read the two side
+// by side).
 //
-//   embed -> N x [ add & norm -> attention -> add & norm -> MLP or MoE ] -> gather the sampled rows
-//   -> add & norm -> lm_head -> f32 logits
+//   embed -> N x [ add & norm -> attention or Gated DeltaNet -> add & norm -> MLP or MoE ]
+//   -> gather the sampled rows -> add & norm -> lm_head -> f32 logits
 //
-// What differs between the three is a config option, as on the CPU: Qwen2's q/k/v biases
+// What differs between them is a config option, as on the CPU: Qwen2's q/k/v biases
 // (attention_bias), Qwen3's per-head q/k RMSNorm (qk_norm), Qwen3-MoE's sparse layers
-// (is_moe_layer). The residual stream is carried in
-// its own buffer and added inside the next norm (add_rms_norm), so each layer reads: x (the
-// last block's output) and the residual; the norm adds them. Each norm writes the sum into the
+// (is_moe_layer), the hybrids' linear-attention layers, gated attention with partial rotary,
+// zero-centred norms (their weights uploaded as 1 + w) and shared experts. The residual stream is
+// carried in its own buffer and added inside the next norm (add_rms_norm), so each layer reads: x
+// (the last block's output) and the residual; the norm adds them. Each norm writes the sum into the
 // other of two residual buffers (residual_[0], residual_[1]): a block's first linear layer may
 // run the norm inside its GEMV (Linear::forward with an AddRmsNorm), where every thread block
 // reads the old stream while one of them writes the new.
@@ -23,6 +25,7 @@
 
 #include "kernels/cuda/gemm/gemm.h"
 #include "layers/cuda/attention.h"
+#include "layers/cuda/gated_delta_net.h"
 #include "layers/cuda/mlp.h"
 #include "layers/cuda/moe.h"
 #include "models/cuda_model.h"
@@ -36,13 +39,15 @@ class QwenCudaModel final : public CudaModel {
 
     const ModelConfig& config() const override { return config_; }
     AttentionDims attention_dims() const override;
+    StateDims state_dims() const override;
     size_t weight_bytes() const override;
     std::vector<std::pair<float, float>> checkpoint_kv_scales() const override {
         return kv_scales_;
     }
     void allocate_activations(int64_t max_tokens, int64_t max_logits) override;
     void forward(const cuda::StepInputs& in, std::span<cuda::KvLayer> kv,
-                 cuda::AttentionBackend& attention, cudaStream_t stream) override;
+                 std::span<cuda::StateLayer> states, cuda::AttentionBackend& attention,
+                 cudaStream_t stream) override;
     Tensor logits(int64_t rows) const override { return cuda::rows(logits_, rows); }
 
   private:
@@ -50,9 +55,12 @@ class QwenCudaModel final : public CudaModel {
     struct Layer {
         cuda::RmsNorm input_norm, post_attention_norm;
         cuda::Attention attention;
+        cuda::GatedDeltaNet linear_attn;  // the hybrids' linear-attention layers
         cuda::Mlp mlp;
         cuda::Moe moe;  // Qwen3-MoE's sparse layers (config.is_moe_layer)
-        bool is_moe = false;
+        bool is_moe = false, is_linear = false;
+        // The layer's index among the KV pool's layers (attention) or the state pool's (GDN).
+        int64_t cache_layer = 0;
     };
 
     ModelConfig config_;
@@ -69,6 +77,7 @@ class QwenCudaModel final : public CudaModel {
     // Activations for the largest step (allocate_activations).
     Tensor hidden_, residual_[2], normed_, attn_out_;  // [max_tokens, hidden]
     cuda::Attention::Buffers attention_buffers_;
+    cuda::GatedDeltaNet::Buffers gdn_buffers_;
     cuda::Mlp::Buffers mlp_buffers_;
     cuda::Moe::Buffers moe_buffers_;
     Tensor last_hidden_, last_residual_, last_normed_;  // [max_logits, hidden]: sampled rows

@@ -90,7 +90,6 @@ def test_inspect_misshapen_tensor(demo_copy):
 
 HYBRIDS = {"qwen3.5-tiny": "qwen3_5_text", "qwen3.5-moe-tiny": "qwen3_5_moe",
            "qwen3-next-tiny": "qwen3_next"}
-NOT_ON_CUDA = "the hybrid Gated DeltaNet model runs on --device cpu only so far"
 
 
 @pytest.mark.parametrize("name", HYBRIDS)
@@ -100,7 +99,7 @@ def test_inspect_hybrid(name):
     assert code == 0, err
     assert "layers      linear x3, full x1" in out
     assert "MiB per request" in out and "bytes per token in bf16 (full-attention layers only" in out
-    assert NOT_ON_CUDA in out
+    assert "does not run on --device cuda" not in out
     code, out, err = run("inspect", "--model", model, "--json")
     assert code == 0, err
     info = json.loads(out)
@@ -117,7 +116,8 @@ def test_inspect_hybrid(name):
     skipped = info["skipped_tensors"]
     assert skipped["mtp"] > 0 or name == "qwen3.5-tiny"
     assert (skipped["vision"] > 0) == (name == "qwen3.5-moe-tiny")
-    assert any("vision input" in s for s in info["not_supported"]) == (name == "qwen3.5-moe-tiny")
+    assert any("vision input" in s
+               for s in info.get("not_supported", [])) == (name == "qwen3.5-moe-tiny")
 
 
 @pytest.mark.parametrize("name", HYBRIDS)
@@ -134,8 +134,6 @@ def test_hybrid_runs_on_the_cpu(name, tmp_path):
                          "8", "--temperature", "0", "--ignore-eos")
     assert code == 0, err
     assert json.loads(out.splitlines()[0])["token_ids"] == prompt["greedy"][:8]
-    code, _, err = run("generate", "--model", model, "--input", str(prompts), "--device", "cuda")
-    assert_clean_error(code, err, f"model_type {HYBRIDS[name]}: {NOT_ON_CUDA}")
 
 
 def test_logits_matches_hugging_face_greedy():

@@ -103,6 +103,7 @@ inline void expect_runner_matches(const std::string& name, CudaModelRunner& gpu)
         // GPU: one prefill with logits at every position.
         Request r;
         r.prompt_ids.assign(c.sequence.begin(), c.sequence.begin() + n);
+        if (config.is_hybrid()) r.state_slot = 0;
         r.pages.resize(size_t((n + 15) / 16));
         std::iota(r.pages.rbegin(), r.pages.rend(), 0);
         Batch b;
@@ -173,7 +174,10 @@ inline void expect_runner_matches(const std::string& name, CudaModelRunner& gpu)
 
 inline void expect_teacher_forced_matches(const std::string& name) {
     ModelConfig config = ModelConfig::load(kFixtures / name);
-    CudaModelRunner gpu(runner_config(128, 256, 64), config, bf16_weights(config, name));
+    // The hybrids' fixtures have a 200-token prompt: logits at 231 positions.
+    EngineConfig c = runner_config(config.is_hybrid() ? 256 : 128, 256, 64);
+    if (config.is_hybrid()) c.num_state_slots = 1;
+    CudaModelRunner gpu(c, config, bf16_weights(config, name));
     expect_runner_matches(name, gpu);
 }
 

@@ -1,16 +1,16 @@
 #include "layers/cuda/attention.h"
 
 #include "core/cuda/device_buffer.h"
+#include "kernels/cuda/elementwise/gates.h"
 #include "kernels/cuda/norm/qk_norm_rope.h"
 #include "layers/cuda/attention_backend.h"
 
 namespace miniinfer::cuda {
 
 Attention::Buffers Attention::allocate_buffers(int64_t max_tokens) const {
-    return {
-        .qkv = device_tensor({max_tokens, (num_heads + 2 * num_kv_heads) * head_dim}, DType::kBF16),
-        .q = device_tensor({max_tokens, num_heads, head_dim}, DType::kBF16),
-        .out = device_tensor({max_tokens, num_heads * head_dim}, DType::kBF16)};
+    return {.qkv = device_tensor({max_tokens, qkv.weight.size(0)}, DType::kBF16),
+            .q = device_tensor({max_tokens, num_heads, head_dim}, DType::kBF16),
+            .out = device_tensor({max_tokens, num_heads * head_dim}, DType::kBF16)};
 }
 
 void Attention::forward(const AddRmsNorm& input, Tensor& y, KvLayer& kv, const Step& step,
@@ -23,8 +23,9 @@ void Attention::forward(const AddRmsNorm& input, Tensor& y, KvLayer& kv, const S
     const Tensor* kn = k_norm.defined() ? &k_norm : nullptr;
     // A decode step on a backend that can: the decode kernel normalises, rotates and stores
     // itself (AttentionParams::qkv_step), one kernel fewer.
-    const bool qkv_in_decode =
-        in.max_query_len == 1 && step.attention.decode_takes_qkv_step(in.num_seqs);
+    const bool qkv_in_decode = in.max_query_len == 1 && !output_gate &&
+                               (rotary_dim == 0 || rotary_dim == head_dim) &&
+                               step.attention.decode_takes_qkv_step(in.num_seqs);
     const DecodeQkvStep qkv_step{.qkv = &qkv_out,
                                  .q_norm = qn,
                                  .k_norm = kn,
@@ -36,7 +37,7 @@ void Attention::forward(const AddRmsNorm& input, Tensor& y, KvLayer& kv, const S
     if (!qkv_in_decode)
         qk_norm_rope_store(qkv_out, qn, kn, eps, in.positions, inv_freq, in.slots, num_heads,
                            num_kv_heads, head_dim, q, kv.k, kv.v, step.stream, kv.k_scale,
-                           kv.v_scale, rope_scale);
+                           kv.v_scale, rope_scale, rotary_dim);
     const AttentionParams params =
         with_step_sequences({.q = &q,
                              .k_cache = &kv.k,
@@ -48,6 +49,8 @@ void Attention::forward(const AddRmsNorm& input, Tensor& y, KvLayer& kv, const S
                              .qkv_step = qkv_in_decode ? &qkv_step : nullptr},
                             in);
     step.attention.run(params, step.stream);
+    if (output_gate)
+        mul_sigmoid(out, qkv_out, (num_heads + 2 * num_kv_heads) * head_dim, step.stream);
     o_proj.forward(out, y, step);
 }
 

@@ -1,6 +1,7 @@
 #include "layers/cuda/moe.h"
 
 #include "core/cuda/device_buffer.h"
+#include "kernels/cuda/elementwise/gates.h"
 #include "kernels/cuda/elementwise/silu_mul.h"
 #include "kernels/cuda/gemm/grouped_gemm.h"
 #include "kernels/cuda/moe/moe_gemv.h"
@@ -12,17 +13,26 @@ Moe::Buffers Moe::allocate_buffers(int64_t max_tokens) const {
     const int64_t E = num_experts(), hidden = experts_down.size(1), inter = experts_down.size(2);
     // Any step up to max_tokens fits: its rows with its own tile are at most these.
     const int64_t R = moe_max_rows(max_tokens, top_k, E, kGroupedGemmMaxTileRows);
-    return {.logits = device_tensor({max_tokens, E}, DType::kBF16),
-            .topk_ids = device_tensor({max_tokens, top_k}, DType::kI32),
-            .topk_weights = device_tensor({max_tokens, top_k}, DType::kF32),
-            .slot_row = device_tensor({max_tokens, top_k}, DType::kI32),
-            .permute_workspace =
-                device_tensor({moe_permute_workspace_elems(max_tokens, top_k, E)}, DType::kI32),
-            .expert_offsets = device_tensor({E + 1}, DType::kI32),
-            .row_token = device_tensor({R}, DType::kI32),
-            .gate_up = device_tensor({R, 2 * inter}, DType::kBF16),
-            .act = device_tensor({R, inter}, DType::kBF16),
-            .y_perm = device_tensor({R, hidden}, DType::kBF16)};
+    // The router's logits in f32: bf16 logits flip the choice between near-equal experts
+    // (Hugging Face's fp32 model is the reference), and the router is one small GEMM a layer.
+    Buffers buf{.logits = device_tensor({max_tokens, E}, DType::kF32),
+                .topk_ids = device_tensor({max_tokens, top_k}, DType::kI32),
+                .topk_weights = device_tensor({max_tokens, top_k}, DType::kF32),
+                .slot_row = device_tensor({max_tokens, top_k}, DType::kI32),
+                .permute_workspace =
+                    device_tensor({moe_permute_workspace_elems(max_tokens, top_k, E)}, DType::kI32),
+                .expert_offsets = device_tensor({E + 1}, DType::kI32),
+                .row_token = device_tensor({R}, DType::kI32),
+                .gate_up = device_tensor({R, 2 * inter}, DType::kBF16),
+                .act = device_tensor({R, inter}, DType::kBF16),
+                .y_perm = device_tensor({R, hidden}, DType::kBF16),
+                .shared = {},
+                .shared_out = {}};
+    if (shared.gate_up.weight.defined()) {
+        buf.shared = shared.allocate_buffers(max_tokens);
+        buf.shared_out = device_tensor({max_tokens, hidden}, DType::kBF16);
+    }
+    return buf;
 }
 
 namespace {
@@ -75,6 +85,13 @@ void Moe::forward(const AddRmsNorm& input, Tensor& y, const Step& step, Buffers&
         moe_gemv_down_combine(act, ids, weights, experts_down, y, st);
     } else {
         grouped_experts(*this, x, ids, weights, y, st, buf);
+    }
+    if (shared.gate_up.weight.defined()) {
+        Tensor gate_up = rows(buf.shared.gate_up, n), act = rows(buf.shared.act, n);
+        Tensor out = rows(buf.shared_out, n);
+        shared.gate_up.forward(x, gate_up, step);
+        shared.down.forward_silu_mul(gate_up, act, out, step);
+        add_gated_shared_expert(x, shared_gate, out, y, st);
     }
     if (comm) comm->all_reduce_sum(y, st);
 }

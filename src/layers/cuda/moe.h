@@ -11,6 +11,9 @@
 // Up to kMoeGemvMaxPairs (token, choice) pairs (decode at small batch) take a shorter path:
 // router, top-k, then two gemv-style kernels straight from the choices (moe_gemv.h).
 //
+// The hybrids' MoE adds a shared expert on every token (a dense MLP), scaled by
+// sigmoid(shared_gate · x).
+//
 // Every size comes from the host-side token count and the config, none from the routing, so a
 // decode step with this block can be captured in a CUDA graph. The combine adds each token's k
 // rows in a fixed order, without atomics: the same input gives the same output, run to run.
@@ -20,6 +23,7 @@
 
 #include "config/tuning.h"
 #include "layers/cuda/linear.h"
+#include "layers/cuda/mlp.h"
 #include "layers/cuda/step.h"
 
 namespace miniinfer::cuda {
@@ -34,12 +38,14 @@ struct Moe {
     // SiLU·mul inside the gate_up GEMM up to this row tile, its own kernel above
     // (Tuning::moe_silu_tile).
     int64_t silu_tile = Tuning{}.moe_silu_tile;
+    Mlp shared;          // undefined weights: no shared expert
+    Tensor shared_gate;  // [hidden] bf16
 
     int64_t num_experts() const { return experts_gate_up.size(0); }
 
     // Scratch shared by every MoE layer, allocated once for the largest step.
     struct Buffers {
-        Tensor logits;                  // [max_tokens, E] bf16
+        Tensor logits;                  // [max_tokens, E] f32
         Tensor topk_ids, topk_weights;  // [max_tokens, k] i32, f32
         Tensor slot_row;                // [max_tokens, k] i32: each choice's permuted row
         Tensor permute_workspace;       // moe_permute's scratch, i32
@@ -48,6 +54,8 @@ struct Moe {
         Tensor gate_up;                 // [max_rows, 2 * inter] bf16: gate_up when not fused
         Tensor act;                     // [max_rows, inter] bf16: SiLU(gate) * up per row
         Tensor y_perm;                  // [max_rows, hidden] bf16: the down projection per row
+        Mlp::Buffers shared;            // the shared expert's
+        Tensor shared_out;              // [max_tokens, hidden] bf16
     };
     Buffers allocate_buffers(int64_t max_tokens) const;
 

@@ -23,6 +23,9 @@ struct StepInputs {
     Tensor query_start, seq_lens;        // [num_seqs + 1], [num_seqs]
     Tensor block_table;                  // [num_seqs, pages per row]
     Tensor logits_indices;               // [num_logits]: the rows that are sampled
+    // Hybrids: [num_seqs] each sequence's state slot, and the rows after which its state is
+    // snapshot (0: none) into which slot (kernels/cuda/gdn/gated_delta_net.h).
+    Tensor state_slots, snapshot_rows, snapshot_slots;
 };
 
 // One layer's KV pages: [num_pages, page_size, num_kv_heads, head_dim] bf16 each.
@@ -30,6 +33,13 @@ struct StepInputs {
 struct KvLayer {
     Tensor k, v;
     float k_scale = 1.f, v_scale = 1.f;  // an FP8 cache's per-tensor scales
+};
+
+// One Gated DeltaNet layer's state pool (a hybrid's; kvcache/state_cache.h has the layout):
+// conv [num_slots, kernel - 1, conv_dim] and recurrent [num_slots, value heads, head_k_dim,
+// head_v_dim], both f32.
+struct StateLayer {
+    Tensor conv, recurrent;
 };
 
 struct Step {

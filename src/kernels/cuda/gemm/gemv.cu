@@ -316,8 +316,9 @@ constexpr std::array<std::array<KernelFn<Out>, kMaxRows>, 3> kKernels = {
 };
 template <typename Out>
 constexpr const auto& kPlainKernels = kKernels<Out, XFrom::kGlobal, kGemvRowsPerLaunch>;
-template <XFrom kX>
-constexpr const auto& kFusedKernels = kKernels<__nv_bfloat16, kX, kGemvFusedMaxRows>;
+// f32 out only with the norm prologue: the MoE router's logits.
+template <XFrom kX, typename Out = __nv_bfloat16>
+constexpr const auto& kFusedKernels = kKernels<Out, kX, kGemvFusedMaxRows>;
 
 // Rows beyond one launch's kGemvRowsPerLaunch: further launches, each re-reading w.
 template <typename Out>
@@ -361,9 +362,11 @@ Grid grid_for(int64_t n, int cols) {
 // What both fused forms need besides their prologue's operands: m rows of k (the x that the
 // prologue computes) with w, bias and a bf16 y as gemv takes them, few enough rows, and room in
 // shared memory.
-bool fused_supported(int64_t m, int64_t k, const Tensor& w, const Tensor* bias, const Tensor& y) {
-    if (!is_cuda_tensor(w, DType::kBF16) || !is_cuda_tensor(y, DType::kBF16) || w.ndim() != 2)
-        return false;
+bool fused_supported(int64_t m, int64_t k, const Tensor& w, const Tensor* bias, const Tensor& y,
+                     bool f32_out = false) {
+    const bool y_ok =
+        is_cuda_tensor(y, DType::kBF16) || (f32_out && is_cuda_tensor(y, DType::kF32));
+    if (!is_cuda_tensor(w, DType::kBF16) || !y_ok || w.ndim() != 2) return false;
     const int64_t n = w.size(0);
     if (k <= 0 || w.size(1) != k || k % kVecElems != 0 || !aligned16(w.raw())) return false;
     if (m < 1 || m > kGemvFusedMaxRows || m * k * 2 > kGemvFusedMaxSharedBytes) return false;
@@ -372,24 +375,24 @@ bool fused_supported(int64_t m, int64_t k, const Tensor& w, const Tensor* bias, 
            (is_cuda_tensor(*bias, DType::kBF16) && bias->ndim() == 1 && bias->size(0) == n);
 }
 
-template <XFrom kX>
+template <XFrom kX, typename Out = __nv_bfloat16>
 void launch_fused(const Tensor& w, const Tensor* bias, Tensor& y, int64_t m,
                   const PrologueArgs& args, cudaStream_t stream) {
     const int64_t n = w.size(0), k = w.size(1);
     if (n == 0) return;
     const Grid g = grid_for(n, pick_cols(n, k));
     static const bool shared_allowed = [] {  // every specialisation, once
-        for (const auto& by_cols : kFusedKernels<kX>)
-            for (const KernelFn<__nv_bfloat16> f : by_cols)
+        for (const auto& by_cols : kFusedKernels<kX, Out>)
+            for (const KernelFn<Out> f : by_cols)
                 MI_CUDA_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    int(kGemvFusedMaxSharedBytes)));
         return true;
     }();
     (void)shared_allowed;
-    launch_kernel(kFusedKernels<kX>[g.cols_idx][m - 1], unsigned(g.blocks), kThreads,
+    launch_kernel(kFusedKernels<kX, Out>[g.cols_idx][m - 1], unsigned(g.blocks), kThreads,
                   size_t(m * k * 2), stream, static_cast<const __nv_bfloat16*>(nullptr),
                   w.data<__nv_bfloat16>(), bias ? bias->data<__nv_bfloat16>() : nullptr,
-                  y.data<__nv_bfloat16>(), n, int(k), args);
+                  y.data<Out>(), n, int(k), args);
     MI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -441,7 +444,8 @@ bool gemv_rms_norm_supported(const AddRmsNorm& in, const Tensor& w, const Tensor
     const Tensor& r = *in.residual;
     if (!is_cuda_tensor(r, DType::kBF16) || r.ndim() < 1 || w.ndim() != 2 ||
         r.size(-1) != w.size(1) || !aligned16(r.raw()) ||
-        !fused_supported(r.numel() / std::max<int64_t>(w.size(1), 1), w.size(1), w, bias, y))
+        !fused_supported(r.numel() / std::max<int64_t>(w.size(1), 1), w.size(1), w, bias, y,
+                         /*f32_out=*/true))
         return false;
     if (!is_cuda_tensor(*in.weight, DType::kBF16) || in.weight->ndim() != 1 ||
         in.weight->size(0) != w.size(1) || !aligned16(in.weight->raw()))
@@ -459,19 +463,22 @@ bool gemv_rms_norm_supported(const AddRmsNorm& in, const Tensor& w, const Tensor
 void gemv_rms_norm(const AddRmsNorm& in, const Tensor& w, const Tensor* bias, Tensor& y,
                    cudaStream_t stream) {
     MI_LAUNCH_CHECK(gemv_rms_norm_supported(in, w, bias, y),
-                    "gemv_rms_norm: operands as for gemv (y bf16) with the norm's rows as x, at "
+                    "gemv_rms_norm: operands as for gemv with the norm's rows as x, at "
                     "most 4 rows whose bf16 values fit in 64 KB, weight [k], and residual_out "
                     "a third buffer besides residual and delta");
-    launch_fused<XFrom::kRmsNorm>(
-        w, bias, y, in.residual->numel() / w.size(1),
-        {.delta = in.delta ? in.delta->data<__nv_bfloat16>() : nullptr,
-         .residual = in.residual->data<__nv_bfloat16>(),
-         .residual_out = in.delta ? in.residual_out->data<__nv_bfloat16>() : nullptr,
-         .weight = in.weight->data<__nv_bfloat16>(),
-         .normed = in.normed ? in.normed->data<__nv_bfloat16>() : nullptr,
-         .eps = in.eps,
-         .gate_up = nullptr},
-        stream);
+    const PrologueArgs args{
+        .delta = in.delta ? in.delta->data<__nv_bfloat16>() : nullptr,
+        .residual = in.residual->data<__nv_bfloat16>(),
+        .residual_out = in.delta ? in.residual_out->data<__nv_bfloat16>() : nullptr,
+        .weight = in.weight->data<__nv_bfloat16>(),
+        .normed = in.normed ? in.normed->data<__nv_bfloat16>() : nullptr,
+        .eps = in.eps,
+        .gate_up = nullptr};
+    const int64_t m = in.residual->numel() / w.size(1);
+    if (y.dtype() == DType::kF32)
+        launch_fused<XFrom::kRmsNorm, float>(w, bias, y, m, args, stream);
+    else
+        launch_fused<XFrom::kRmsNorm>(w, bias, y, m, args, stream);
 }
 
 bool gemv_silu_mul_supported(const Tensor& gate_up, const Tensor& w, const Tensor* bias,

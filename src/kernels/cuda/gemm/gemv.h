@@ -43,7 +43,8 @@ inline constexpr int64_t kGemvFusedMaxSharedBytes = 64 << 10;
 // (rms_norm.h) inside. Its arithmetic is add_rms_norm's but for the order of the fp32 sum of
 // squares. Block 0 also writes in.residual_out and in.normed (when given), so residual_out must
 // be another buffer than residual (all blocks read that). The rows: in.residual's, 16-byte
-// aligned like the norm's other operands; weight [k].
+// aligned like the norm's other operands; weight [k]. y may also be f32 here (the MoE router's
+// logits).
 bool gemv_rms_norm_supported(const AddRmsNorm& in, const Tensor& w, const Tensor* bias,
                              const Tensor& y);
 void gemv_rms_norm(const AddRmsNorm& in, const Tensor& w, const Tensor* bias, Tensor& y,

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/cuda/cuda_check.h"
 #include "kernels/cuda/primitives/check_tensor.h"
@@ -33,21 +34,27 @@ struct alignas(2 * kVec) BF16Vec {
 constexpr int kRouteWarps = 4;  // tokens per block
 
 // An expert's logit and id as one key whose unsigned order is the ranking: higher logit first,
-// equal logits to the lower id. High half: the bf16 bits made order-preserving (-0 taken as +0,
-// as a float compare does); low half: 0xFFFF - e. Every key is above 0, the key of none.
-__device__ __forceinline__ unsigned route_key(__nv_bfloat16 logit, int e) {
-    unsigned b = __bfloat16_as_ushort(logit);
-    if (b == 0x8000u) b = 0;
-    const unsigned ordered = (b & 0x8000u) ? (~b & 0xFFFFu) : (b | 0x8000u);
-    return (ordered << 16) | (0xFFFFu - unsigned(e));
-}
-__device__ __forceinline__ float route_key_logit(unsigned key) {
-    const unsigned ordered = key >> 16;
-    const unsigned b = (ordered & 0x8000u) ? (ordered & 0x7FFFu) : (~ordered & 0xFFFFu);
-    return __uint_as_float(b << 16);
+// equal logits to the lower id. High 23 bits: the f32 bits made order-preserving (-0 taken as
+// +0, as a float compare does), the mantissa's lowest 9 dropped (logits within 2^-14 of each
+// other rank as equal; a bf16 logit loses nothing); low 9 bits: kKeyIds - e. Every key is above
+// 0, the key of none.
+constexpr unsigned kKeyIds = 0x1FFu;
+__device__ __forceinline__ unsigned route_key(float logit, int e) {
+    unsigned b = __float_as_uint(logit);
+    if (b == 0x80000000u) b = 0;
+    const unsigned ordered = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+    return (ordered & ~kKeyIds) | (kKeyIds - unsigned(e));
 }
 __device__ __forceinline__ int route_key_expert(unsigned key) {
-    return int(0xFFFFu - (key & 0xFFFFu));
+    return int(kKeyIds - (key & kKeyIds));
+}
+static_assert(kMoeMaxExperts <= kKeyIds + 1);
+
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) {
+    return __bfloat162float(v);
+}
+__device__ __forceinline__ float to_float(float v) {
+    return v;
 }
 
 // topk_ids[0..k), topk_weights[0..k) = the top_k experts of softmax(row) and their weights (see
@@ -58,8 +65,8 @@ __device__ __forceinline__ int route_key_expert(unsigned key) {
 // routing's exposed time at batch 1 nearly halves. It stays a kernel of its own: routing in the
 // router GEMV's last block instead grew the router's exposed time by more than this kernel's
 // (bench/RESULTS.md#moe-route-redux).
-template <int kPerLane>
-__device__ __forceinline__ void route_token(const __nv_bfloat16* row, int num_experts, int top_k,
+template <int kPerLane, typename Logit>
+__device__ __forceinline__ void route_token(const Logit* row, int num_experts, int top_k,
                                             bool renormalize, int32_t* topk_ids,
                                             float* topk_weights, int lane) {
     unsigned key[kPerLane];  // 0: past E, or already chosen
@@ -67,29 +74,34 @@ __device__ __forceinline__ void route_token(const __nv_bfloat16* row, int num_ex
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
         const int e = lane + 32 * i;
-        const __nv_bfloat16 logit = e < num_experts ? row[e] : __float2bfloat16(0.f);
-        key[i] = e < num_experts ? route_key(logit, e) : 0u;
-        v[i] = __bfloat162float(logit);
+        v[i] = e < num_experts ? to_float(row[e]) : 0.f;
+        key[i] = e < num_experts ? route_key(v[i], e) : 0u;
     }
-    // Choice j goes to lane j. Ranking by logit equals ranking by probability (exp and the
-    // division by one sum are monotonic).
+    // Choice j goes to lane j, with its logit. Ranking by logit equals ranking by probability
+    // (exp and the division by one sum are monotonic).
     unsigned my_key = 0;
+    float my_logit = 0.f;
     for (int j = 0; j < top_k; ++j) {
         unsigned mine = 0;
 #pragma unroll
         for (int i = 0; i < kPerLane; ++i) mine = max(mine, key[i]);
         const unsigned best = __reduce_max_sync(kFullWarpMask, mine);
         const int e = route_key_expert(best);
+        float logit = 0.f;
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i)
+            if (i == e / 32) logit = v[i];
+        logit = __shfl_sync(kFullWarpMask, logit, e % 32);
         if (e % 32 == lane) {
 #pragma unroll
             for (int i = 0; i < kPerLane; ++i)
                 if (i == e / 32) key[i] = 0;
         }
-        if (lane == j) my_key = best;
+        if (lane == j) my_key = best, my_logit = logit;
     }
     // The first choice holds the row's largest logit: the softmax's shift.
-    const float row_max = route_key_logit(__shfl_sync(kFullWarpMask, my_key, 0));
-    const float my_exp = expf(route_key_logit(my_key) - row_max);
+    const float row_max = __shfl_sync(kFullWarpMask, my_logit, 0);
+    const float my_exp = expf(my_logit - row_max);
     float denom;
     if (renormalize) {
         // The chosen exps' sum: the softmax denominator cancels, and so does its rounding.
@@ -109,10 +121,10 @@ __device__ __forceinline__ void route_token(const __nv_bfloat16* row, int num_ex
 }
 
 // logits: [n, E]; topk_ids, topk_weights: [n, k]. A warp per token (route_token).
-template <int kPerLane>
-__global__ void moe_route_kernel(const __nv_bfloat16* __restrict__ logits, int64_t n,
-                                 int num_experts, int top_k, bool renormalize,
-                                 int32_t* __restrict__ topk_ids, float* __restrict__ topk_weights) {
+template <int kPerLane, typename Logit>
+__global__ void moe_route_kernel(const Logit* __restrict__ logits, int64_t n, int num_experts,
+                                 int top_k, bool renormalize, int32_t* __restrict__ topk_ids,
+                                 float* __restrict__ topk_weights) {
     pdl_wait();
     pdl_trigger();
     const int lane = threadIdx.x % 32;
@@ -126,13 +138,19 @@ __global__ void moe_route_kernel(const __nv_bfloat16* __restrict__ logits, int64
 void launch_route(const Tensor& logits, int64_t n, int num_experts, int top_k, bool renormalize,
                   Tensor& topk_ids, Tensor& topk_weights, cudaStream_t stream) {
     const unsigned blocks = unsigned((n + kRouteWarps - 1) / kRouteWarps);
-    const auto kernel = num_experts <= 32    ? moe_route_kernel<1>
-                        : num_experts <= 64  ? moe_route_kernel<2>
-                        : num_experts <= 128 ? moe_route_kernel<4>
-                                             : moe_route_kernel<8>;
-    launch_kernel(kernel, blocks, kRouteWarps * 32, 0, stream, logits.data<__nv_bfloat16>(), n,
-                  num_experts, top_k, renormalize, topk_ids.data<int32_t>(),
-                  topk_weights.data<float>());
+    const auto launch = [&](auto* row) {
+        using Logit = std::remove_const_t<std::remove_pointer_t<decltype(row)>>;
+        const auto kernel = num_experts <= 32    ? moe_route_kernel<1, Logit>
+                            : num_experts <= 64  ? moe_route_kernel<2, Logit>
+                            : num_experts <= 128 ? moe_route_kernel<4, Logit>
+                                                 : moe_route_kernel<8, Logit>;
+        launch_kernel(kernel, blocks, kRouteWarps * 32, 0, stream, row, n, num_experts, top_k,
+                      renormalize, topk_ids.data<int32_t>(), topk_weights.data<float>());
+    };
+    if (logits.dtype() == DType::kF32)
+        launch(logits.data<float>());
+    else
+        launch(logits.data<__nv_bfloat16>());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -359,7 +377,9 @@ int64_t moe_max_rows(int64_t n, int64_t top_k, int64_t num_experts, int64_t tile
 
 void moe_route(const Tensor& logits, int64_t top_k, bool renormalize, Tensor& topk_ids,
                Tensor& topk_weights, cudaStream_t stream) {
-    check_cuda_tensor(logits, DType::kBF16, "moe_route: logits", {kAnySize, kAnySize});  // [n, E]
+    // [n, E], f32 (the router's sums as they are) or bf16
+    check_cuda_tensor(logits, logits.dtype() == DType::kF32 ? DType::kF32 : DType::kBF16,
+                      "moe_route: logits", {kAnySize, kAnySize});
     const int64_t n = logits.size(0), num_experts = logits.size(1);
     MI_LAUNCH_CHECK(num_experts >= 1 && num_experts <= kMoeMaxExperts,
                     "moe_route: 1 to kMoeMaxExperts experts");

@@ -1,6 +1,6 @@
 // The routing half of a mixture-of-experts block on the GPU (see moe_routing.cu). One MoE layer:
 //
-//   router GEMM        logits = x · W_gateᵀ                          [n, E] bf16   (cuda::Gemm)
+//   router GEMM        logits = x · W_gateᵀ                          [n, E] f32    (cuda::Gemm)
 //   moe_route          softmax, top-k, renormalise -> topk_ids, topk_weights [n, k]
 //   moe_permute        topk_ids -> expert_offsets [E + 1], row_token [max_rows], slot_row [n, k]
 //   moe_gather         x -> x_perm [max_rows, H]: each expert's tokens in contiguous rows
@@ -41,7 +41,8 @@ int64_t moe_max_rows(int64_t n, int64_t top_k, int64_t num_experts, int64_t tile
 // as cpu::moe_route), their probabilities, divided by the chosen ones' sum when renormalize
 // (Qwen3-MoE's norm_topk_prob). Experts are ranked by logit, which orders them as p does without
 // the rounding of the division.
-//   logits:       [n, E] bf16, E <= kMoeMaxExperts (the router GEMM's output)
+// Experts whose logits agree to 2^-14 (relative) rank as equal, ties to the lower id.
+//   logits:       [n, E] f32 or bf16, E <= kMoeMaxExperts (the router GEMM's output)
 //   topk_ids:     [n, k] i32, written; k = top_k <= min(E, kMoeMaxTopK); best first
 //   topk_weights: [n, k] f32, written
 void moe_route(const Tensor& logits, int64_t top_k, bool renormalize, Tensor& topk_ids,

@@ -52,23 +52,30 @@ __device__ __forceinline__ void store_cache8(uint8_t* dst, const float (&x)[8], 
     *reinterpret_cast<uint2*>(dst) = make_uint2(word[0], word[1]);
 }
 
-// qkv: [n, num_heads + 2 * num_kv_heads, kHeadDim]; q_norm, k_norm: [kHeadDim] or null (both
-// or neither); positions, slot_mapping: [n]; inv_freq: [kHeadDim / 2], rope_scale its cos/sin
-// multiplier;
+// qkv: [n, row_stride], heads num_heads + 2 * num_kv_heads of kHeadDim from column 0; q_norm,
+// k_norm: [kHeadDim] or null (both or neither); positions, slot_mapping: [n]; inv_freq:
+// [rotary_dim / 2], rope_scale its cos/sin multiplier; rotary_dim < kHeadDim: partial rotary
+// (the first rotary_dim elements of a head rotate, NeoX style among themselves);
 // q_out: [n, num_heads, kHeadDim]; k_cache, v_cache: [num_slots, num_kv_heads, kHeadDim]; every
 // row 16-byte aligned (the launcher checks).
 // Grid: (n, ceil(total_heads / (kWarps * heads_per_warp))); block: kWarps warps. Heads q first,
 // then k, v.
 template <int kHeadDim, typename Cache>
-__global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_store_kernel(
-    const __nv_bfloat16* __restrict__ qkv, const __nv_bfloat16* __restrict__ q_norm,
-    const __nv_bfloat16* __restrict__ k_norm, float eps, const int32_t* __restrict__ positions,
-    const float* __restrict__ inv_freq, float rope_scale, const int32_t* __restrict__ slot_mapping,
-    int num_heads, int num_kv_heads, __nv_bfloat16* __restrict__ q_out, Cache* __restrict__ k_cache,
-    Cache* __restrict__ v_cache, float k_inv_scale, float v_inv_scale) {
+__global__ void __launch_bounds__(kWarps * 32)
+    qk_norm_rope_store_kernel(const __nv_bfloat16* __restrict__ qkv, int64_t row_stride,
+                              int rotary_dim, const __nv_bfloat16* __restrict__ q_norm,
+                              const __nv_bfloat16* __restrict__ k_norm, float eps,
+                              const int32_t* __restrict__ positions,
+                              const float* __restrict__ inv_freq, float rope_scale,
+                              const int32_t* __restrict__ slot_mapping, int num_heads,
+                              int num_kv_heads, __nv_bfloat16* __restrict__ q_out,
+                              Cache* __restrict__ k_cache, Cache* __restrict__ v_cache,
+                              float k_inv_scale, float v_inv_scale) {
     constexpr int kLanes = kHeadDim / 16;  // lanes a head
     constexpr int kHalf = kHeadDim / 2;
     __shared__ float sin_of[kHalf], cos_of[kHalf];  // token t's rotary angles
+    // Partial rotary: each warp's heads, for the lanes to read their elements' partners.
+    __shared__ float partners[kWarps][32 * 16];
     pdl_wait();
     pdl_trigger();
     const int total_heads = num_heads + 2 * num_kv_heads;
@@ -80,12 +87,12 @@ __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_store_kernel(
     const int64_t e0 = 8 * s;  // the lane's first element; its partners at e0 + kHalf
     uint4 raw[2] = {};
     if (valid) {
-        const __nv_bfloat16* src = qkv + (int64_t(t) * total_heads + head) * kHeadDim + e0;
+        const __nv_bfloat16* src = qkv + int64_t(t) * row_stride + int64_t(head) * kHeadDim + e0;
         raw[0] = *reinterpret_cast<const uint4*>(src);
         raw[1] = *reinterpret_cast<const uint4*>(src + kHalf);
     }
     const float pos = float(positions[t]);
-    for (int i = int(threadIdx.x); i < kHalf; i += kWarps * 32)
+    for (int i = int(threadIdx.x); i < rotary_dim / 2; i += kWarps * 32)
         rope_angle(pos, inv_freq[i], rope_scale, sin_of[i], cos_of[i]);
     __syncthreads();
 
@@ -126,9 +133,35 @@ __global__ void __launch_bounds__(kWarps * 32) qk_norm_rope_store_kernel(
             }
         }
     }
-    if (!valid || is_v) return;
+    if (rotary_dim < kHeadDim) {  // every lane: the warp meets in __syncwarp
+        // Element i < rotary_dim / 2 pairs with i + rotary_dim / 2, which another lane may hold.
+        float* head_x = partners[threadIdx.x / 32] + (lane / kLanes) * kHeadDim;
 #pragma unroll
-    for (int e = 0; e < 8; ++e) rotate_pair(x[0][e], x[1][e], sin_of[e0 + e], cos_of[e0 + e]);
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int e = 0; e < 8; ++e) head_x[h * kHalf + e0 + e] = x[h][e];
+        __syncwarp();
+        const int r2 = rotary_dim / 2;
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+                const int i = h * kHalf + int(e0) + e;
+                if (i < r2) {
+                    float lo = x[h][e], hi = head_x[i + r2];
+                    rotate_pair(lo, hi, sin_of[i], cos_of[i]);
+                    x[h][e] = lo;
+                } else if (i < rotary_dim) {
+                    float lo = head_x[i - r2], hi = x[h][e];
+                    rotate_pair(lo, hi, sin_of[i - r2], cos_of[i - r2]);
+                    x[h][e] = hi;
+                }
+            }
+    }
+    if (!valid || is_v) return;
+    if (rotary_dim == kHeadDim)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) rotate_pair(x[0][e], x[1][e], sin_of[e0 + e], cos_of[e0 + e]);
     if (is_q) {
         __nv_bfloat16* dst = q_out + (int64_t(t) * num_heads + head) * kHeadDim + e0;
         *reinterpret_cast<uint4*>(dst) = pack_bf16x8(x[0]);
@@ -147,19 +180,23 @@ void qk_norm_rope_store(const Tensor& qkv, const Tensor* q_norm, const Tensor* k
                         const Tensor& positions, const Tensor& inv_freq, const Tensor& slot_mapping,
                         int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, Tensor& q_out,
                         Tensor& k_cache, Tensor& v_cache, cudaStream_t stream, float k_scale,
-                        float v_scale, float rope_scale) {
+                        float v_scale, float rope_scale, int64_t rotary_dim) {
     MI_LAUNCH_CHECK(num_heads > 0 && num_kv_heads > 0,
                     "qk_norm_rope_store: head counts must be positive");
     const int64_t total_heads = num_heads + 2 * num_kv_heads;
-    // qkv: [n, (heads + 2 * kv_heads) * head_dim]
-    check_cuda_tensor(qkv, DType::kBF16, "qk_norm_rope_store: qkv",
-                      {kAnySize, total_heads * head_dim});
+    // qkv: [n, (heads + 2 * kv_heads) * head_dim + any columns after]
+    check_cuda_tensor(qkv, DType::kBF16, "qk_norm_rope_store: qkv", {kAnySize, kAnySize});
+    MI_LAUNCH_CHECK(qkv.size(1) >= total_heads * head_dim && qkv.size(1) % 8 == 0,
+                    "qk_norm_rope_store: qkv rows must hold the heads (and be 16-byte multiples)");
     const int64_t n = qkv.size(0);
+    if (rotary_dim == 0) rotary_dim = head_dim;
+    MI_LAUNCH_CHECK(rotary_dim % 2 == 0 && rotary_dim > 0 && rotary_dim <= head_dim,
+                    "qk_norm_rope_store: rotary_dim must be even and in (0, head_dim]");
     if (q_norm) check_cuda_tensor(*q_norm, DType::kBF16, "qk_norm_rope_store: q_norm", {head_dim});
     if (k_norm) check_cuda_tensor(*k_norm, DType::kBF16, "qk_norm_rope_store: k_norm", {head_dim});
     check_cuda_tensor(positions, DType::kI32, "qk_norm_rope_store: positions", {n});
     check_cuda_tensor(slot_mapping, DType::kI32, "qk_norm_rope_store: slot_mapping", {n});
-    check_cuda_tensor(inv_freq, DType::kF32, "qk_norm_rope_store: inv_freq", {head_dim / 2});
+    check_cuda_tensor(inv_freq, DType::kF32, "qk_norm_rope_store: inv_freq", {rotary_dim / 2});
     check_cuda_tensor(q_out, DType::kBF16, "qk_norm_rope_store: q_out");
     MI_LAUNCH_CHECK(q_out.size(0) == n && q_out.numel() == n * num_heads * head_dim,
                     "qk_norm_rope_store: q_out must be [n, num_heads, head_dim]");
@@ -191,7 +228,8 @@ void qk_norm_rope_store(const Tensor& qkv, const Tensor* q_norm, const Tensor* k
         constexpr int kHeadDim = decltype(head_dim_tag)::value;
         using Cache = std::remove_pointer_t<decltype(k_ptr)>;
         launch_kernel(qk_norm_rope_store_kernel<kHeadDim, Cache>, grid, kWarps * 32, 0, stream,
-                      qkv.data<__nv_bfloat16>(), q_norm ? q_norm->data<__nv_bfloat16>() : nullptr,
+                      qkv.data<__nv_bfloat16>(), qkv.size(1), int(rotary_dim),
+                      q_norm ? q_norm->data<__nv_bfloat16>() : nullptr,
                       k_norm ? k_norm->data<__nv_bfloat16>() : nullptr, eps,
                       positions.data<int32_t>(), inv_freq.data<float>(), rope_scale,
                       slot_mapping.data<int32_t>(), int(num_heads), int(num_kv_heads),

@@ -13,9 +13,12 @@ namespace miniinfer::cuda {
 //   q_out[t, h]                    = rope(rms_norm_per_head(q[t, h], q_norm), positions[t])
 //   k_cache[slot_mapping[t], kvh]  = rope(rms_norm_per_head(k[t, kvh], k_norm), positions[t])
 //   v_cache[slot_mapping[t], kvh]  = v[t, kvh]
-// qkv: [n, (num_heads + 2 * num_kv_heads) * head_dim] bf16 (q heads, then k heads, then v heads)
+// qkv: [n, ≥ (num_heads + 2 * num_kv_heads) * head_dim] bf16 (q heads, then k heads, then v
+//   heads; columns after them, such as gated attention's gates, are not read)
 // q_norm, k_norm: [head_dim] bf16, or both nullptr (Qwen2: no per-head norm)
-// positions: [n] i32; inv_freq: [head_dim / 2] f32 (the CPU Rotary's values, uploaded once);
+// positions: [n] i32; inv_freq: [rotary_dim / 2] f32 (the CPU Rotary's values, uploaded once);
+//   rotary_dim < head_dim (0: head_dim): partial rotary, only a head's first rotary_dim elements
+//   rotate (the hybrids);
 //   rope_scale: every cos and sin is multiplied by it (Rotary::attention_scale, YaRN's; > 0)
 // slot_mapping: [n] i32, slot = page * page_size + offset, every slot valid and distinct
 // k_cache, v_cache: [num_pages, page_size, num_kv_heads, head_dim] bf16 (mutated at the slots
@@ -30,6 +33,6 @@ void qk_norm_rope_store(const Tensor& qkv, const Tensor* q_norm, const Tensor* k
                         const Tensor& positions, const Tensor& inv_freq, const Tensor& slot_mapping,
                         int64_t num_heads, int64_t num_kv_heads, int64_t head_dim, Tensor& q_out,
                         Tensor& k_cache, Tensor& v_cache, cudaStream_t stream, float k_scale = 1.f,
-                        float v_scale = 1.f, float rope_scale = 1.f);
+                        float v_scale = 1.f, float rope_scale = 1.f, int64_t rotary_dim = 0);
 
 }  // namespace miniinfer::cuda
