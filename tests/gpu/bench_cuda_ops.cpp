@@ -25,6 +25,7 @@
 #include "kernels/cuda/elementwise/embedding.h"
 #include "kernels/cuda/elementwise/gather_rows.h"
 #include "kernels/cuda/elementwise/silu_mul.h"
+#include "kernels/cuda/gdn/gated_delta_net.h"
 #include "kernels/cuda/gemm/gemm.h"
 #include "kernels/cuda/gemm/gemv.h"
 #include "kernels/cuda/gemm/grouped_gemm.h"
@@ -480,6 +481,66 @@ void bench_sampling() {
     }
 }
 
+// The Gated DeltaNet ops at Qwen3.5-35B-A3B's shapes (16 key heads, 32 value heads of 128,
+// conv 4): decode steps of 1 and 64 sequences, where the f32 states' read and write bound the
+// time (the bytes counted), and a 2048-token prefill of one sequence.
+void bench_gdn() {
+    constexpr int64_t nk = 16, nv = 32, d = 128, C = 2 * nk * d + nv * d, Z = nv * d;
+    const int64_t cols = C + Z + 2 * nv;
+    for (auto [seqs, len] : {std::pair<int64_t, int64_t>{1, 1}, {64, 1}, {1, 2048}}) {
+        const int64_t n = seqs * len;
+        std::vector<int32_t> qs(static_cast<size_t>(seqs) + 1), pos(static_cast<size_t>(n)),
+            slots(static_cast<size_t>(seqs)), zeros(static_cast<size_t>(seqs), 0);
+        for (int64_t s = 0; s <= seqs; ++s) qs[size_t(s)] = int32_t(s * len);
+        for (int64_t t = 0; t < n; ++t) pos[size_t(t)] = int32_t(len == 1 ? 100 : t % len);
+        std::iota(slots.begin(), slots.end(), 0);
+        const auto ints = [](const std::vector<int32_t>& v) {
+            Tensor h = Tensor::zeros({int64_t(v.size())}, DType::kI32);
+            std::copy(v.begin(), v.end(), h.data<int32_t>());
+            return cuda::to_device(h);
+        };
+        Tensor d_qs = ints(qs), d_pos = ints(pos), d_slots = ints(slots), d_zeros = ints(zeros);
+        const cuda::GdnSequences sq{&d_qs, &d_pos, &d_slots, &d_zeros, &d_zeros};
+        Tensor proj = cuda::to_device(random_bf16({n, cols}, g_rng, 1.f));
+        Tensor conv_w = cuda::to_device(random_bf16({C, 4}, g_rng, 0.5f));
+        Tensor small = cuda::to_device(random_bf16({nv}, g_rng, 0.5f));
+        Tensor norm_w = cuda::to_device(random_bf16({d}, g_rng, 0.5f));
+        Tensor conv_state = cuda::device_tensor({seqs, 3, C}, DType::kF32);
+        Tensor state = cuda::device_tensor({seqs, nv, d, d}, DType::kF32);
+        MI_CUDA_CHECK(cudaMemset(conv_state.raw(), 0, conv_state.nbytes()));
+        MI_CUDA_CHECK(cudaMemset(state.raw(), 0, state.nbytes()));
+        Tensor qkv = cuda::device_tensor({n, C}, DType::kBF16);
+        Tensor out = cuda::device_tensor({n, Z}, DType::kBF16);
+        const std::string shape = std::to_string(seqs) + " seqs x " + std::to_string(len) +
+                                  (len == 1 ? " token" : " tokens");
+        if (wanted("gdn conv1d"))
+            print_bench_row("gdn conv1d", shape, time_launch([&](cudaStream_t s) {
+                                cuda::causal_conv1d_silu(proj, conv_w, sq, conv_state, qkv, s);
+                            }),
+                            double(n) * C * kBf16 * 2 + 2.0 * conv_state.nbytes());
+        if (wanted("gdn delta rule"))
+            print_bench_row("gdn delta rule", shape, time_launch([&](cudaStream_t s) {
+                                cuda::gated_delta_rule({.qkv = &qkv,
+                                                        .zba = &proj,
+                                                        .z_col = C,
+                                                        .b_col = C + Z,
+                                                        .a_col = C + Z + nv,
+                                                        .A_log = &small,
+                                                        .dt_bias = &small,
+                                                        .norm_weight = &norm_w,
+                                                        .norm_eps = 1e-6f,
+                                                        .num_k_heads = nk,
+                                                        .num_v_heads = nv,
+                                                        .head_k_dim = d,
+                                                        .head_v_dim = d,
+                                                        .state = &state,
+                                                        .out = &out},
+                                                       sq, s);
+                            }),
+                            2.0 * double(state.nbytes()) + double(n) * (C + 2 * Z) * kBf16);
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -556,6 +617,7 @@ int main(int argc, char** argv) {
         }
     }
     bench_sampling();
+    if (wanted_group("gdn")) bench_gdn();
     if (wanted_group("moe"))
         for (int64_t tokens : moe_tokens) bench_moe(tokens);
     MI_CUDA_CHECK(cudaDeviceSynchronize());
