@@ -818,3 +818,19 @@ TEST(CudaAttentionFlashInferPlan, ManySequencesFillTheGridWithoutSplit) {
         EXPECT_GT(plan.items, plan.ctas) << describe(cfg);
     }
 }
+
+// head_dim 256 (Qwen3.5: groups of 8 and 6; and 4), fa2 only: prefill (the mma.sync kernel),
+// decode (the tensor-core kernel), mixed batches, long split decodes, an FP8 cache.
+TEST(CudaAttentionHeadDim256, Fa2MatchesCpu) {
+    REQUIRE_GPU();
+    std::mt19937 rng(256);
+    const auto fa2 = [](const Batch& b) { return run_backend("fa2", b); };
+    for (const Config& cfg :
+         {Config{16, 2, 256, 16}, Config{24, 4, 256, 24}, Config{8, 2, 256, 64}}) {
+        for (const std::vector<Seq>* seqs :
+             {&kPrefillSeqs, &kDecodeSeqs, &kMixedSeqs, &kLongMixedDecodeSeqs})
+            attention_testing::expect_matches_cpu(cfg, *seqs, rng, fa2);
+        expect_fp8_matches_cpu("fa2", cfg, kMixedSeqs, rng, 0.25f, 2.f);
+        expect_fp8_matches_cpu("fa2", cfg, kLongMixedDecodeSeqs, rng, 2.f, 0.5f);
+    }
+}

@@ -29,8 +29,8 @@ void check_attention_params(const AttentionParams& p) {
     check_cuda_tensor(p.out, DType::kBF16, "paged attention: out", {kAny, kAny});
     const int64_t num_tokens = p.q->size(0), num_heads = p.q->size(1), head_dim = p.q->size(2);
     const int64_t num_kv_heads = p.k_cache->size(2);
-    MI_LAUNCH_CHECK(head_dim == 64 || head_dim == 128,
-                    "paged attention: head_dim must be 64 or 128");
+    MI_LAUNCH_CHECK(head_dim == 64 || head_dim == 128 || head_dim == 256,
+                    "paged attention: head_dim must be 64, 128 or 256");
     MI_LAUNCH_CHECK(
         p.k_cache->size(3) == head_dim && p.v_cache->shape() == p.k_cache->shape(),
         "paged attention: k_cache/v_cache must be [num_pages, page_size, num_kv_heads, head_dim]");

@@ -91,8 +91,8 @@ struct AttentionParams {
 // decode of groups 4 to 16, where it measured slower (bench/RESULTS.md#decode-qkv-step).
 bool decode_supports_qkv_step(int64_t num_heads, int64_t num_kv_heads);
 
-// The launchers' common validation of p (both backends): dtypes, ranks, contiguity, head_dim 64
-// or 128, K/V shapes, GQA ratio, the lengths against num_seqs, out's shape and the host-side
+// The launchers' common validation of p (both backends): dtypes, ranks, contiguity, head_dim 64,
+// 128 or 256, K/V shapes, GQA ratio, the lengths against num_seqs, out's shape and the host-side
 // bounds. Aborts with a message (MI_LAUNCH_CHECK) on a violation: a caller's bug.
 void check_attention_params(const AttentionParams& p);
 
@@ -103,7 +103,8 @@ size_t attention_workspace_bytes(int64_t max_tokens, int64_t num_heads, int64_t 
 // Prefill (any query length, cached prefix, causal) and decode (query length 1, split-KV
 // "flash decoding" with a combine step) in one call; picks the kernel per the batch shape:
 // max_query_len == 1 takes the decode kernels, anything else the prefill kernel.
-// Writes p.out; reads everything else. head_dim 64 or 128; any page size; a bf16 or FP8 cache.
+// Writes p.out; reads everything else. head_dim 64 or 128, or 256 with a GQA group of 4 to 8
+// (Qwen3.5's); any page size; a bf16 or FP8 cache.
 void paged_attention(const AttentionParams& p, void* workspace, size_t workspace_bytes,
                      cudaStream_t stream);
 

@@ -36,9 +36,10 @@ constexpr int kThreads = kWarps * 32;
 // sequence's row tiles run last first (prefill_row_tile): under the causal mask they see
 // the most keys, and starting them early keeps the light ones for the tail.
 // Three blocks per SM (168 registers at head_dim 128, no spills): 12 warps to cover the barriers
-// and the tile loads.
+// and the tile loads. At head_dim 256 one (its O rows alone take 128 registers a thread, and its
+// K/V stages 135 KiB).
 template <int kHeadDim, typename Cache>
-__global__ void __launch_bounds__(kThreads, 3)
+__global__ void __launch_bounds__(kThreads, kHeadDim > 128 ? 1 : 3)
     prefill_kernel(const bf16* __restrict__ q, const Cache* __restrict__ k_cache,
                    const Cache* __restrict__ v_cache, float k_scale, float v_scale,
                    const int32_t* __restrict__ query_start, const int32_t* __restrict__ seq_lens,
@@ -136,8 +137,14 @@ void launch_attention_prefill(const AttentionLaunch& a, cudaStream_t stream) {
             else
                 launch_prefill<128, bf16>(a, grid, stream);
             break;
+        case 256:
+            if (a.fp8_cache)
+                launch_prefill<256, uint8_t>(a, grid, stream);
+            else
+                launch_prefill<256, bf16>(a, grid, stream);
+            break;
         default:
-            MI_LAUNCH_CHECK(false, "attention prefill: head_dim must be 64 or 128");
+            MI_LAUNCH_CHECK(false, "attention prefill: head_dim must be 64, 128 or 256");
     }
 }
 
