@@ -98,6 +98,8 @@ double sol_seconds(const BenchWorkload& w, const ModelConfig& c, int64_t max_num
 
     const double kv_per_token =
         2.0 * double(c.num_kv_layers() * c.num_kv_heads * c.head_dim) * kv_element_bytes;
+    // A hybrid's Gated DeltaNet state (f32): each live sequence's read and written once a step.
+    const double state_per_seq = 2.0 * double(c.gdn_state_bytes());
     double seconds = 0;
     for (size_t begin = 0; begin < w.prompts.size(); begin += size_t(max_num_seqs)) {
         const size_t end = std::min(w.prompts.size(), begin + size_t(max_num_seqs));
@@ -111,7 +113,7 @@ double sol_seconds(const BenchWorkload& w, const ModelConfig& c, int64_t max_num
             for (size_t r = begin; r < end; ++r)
                 if (w.max_tokens[r] > k) {
                     live += 1;
-                    kv += double(int64_t(w.prompts[r].size()) + k) * kv_per_token;
+                    kv += double(int64_t(w.prompts[r].size()) + k) * kv_per_token + state_per_seq;
                 }
             seconds += std::max((step_bytes(live) + kv) / hw.hbm_bytes_per_s,
                                 2 * matmul_params * live / hw.matmul_flops);

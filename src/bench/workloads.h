@@ -40,7 +40,9 @@ BenchWorkload make_random_workload(int64_t num_prompts, int64_t input_len, int64
 //     layers) whole, but of each MoE layer's experts only those its tokens route to: with the
 //     near-uniform routing of random weights, `t` tokens choosing k of E experts touch
 //     E (1 - (1 - k/E)^t) distinct experts on average (expected_distinct_experts). Its FLOPs per
-//     token count k experts per MoE layer, plus the router.
+//     token count k experts per MoE layer, plus the router;
+//   hybrid model: K/V of its full-attention layers only, and each live sequence's Gated DeltaNet
+//     state (ModelConfig::gdn_state_bytes) read and written once a step.
 struct SolHardware {
     // bytes/s and dense bf16 FLOP/s; these: an H200's (bench takes the card's, bench/gpu_peak.h)
     double hbm_bytes_per_s = 4.8e12, matmul_flops = 790e12;

@@ -153,3 +153,25 @@ TEST(BenchSol, UnknownCardsFromDeviceProperties) {
     const ModelConfig c = ModelConfig::load(kBench / "qwen3-0.6b");
     EXPECT_GT(sol_seconds(one_request(4), c, 256, unknown.hardware), 0.0);
 }
+
+// Qwen3.5-35B-A3B: K/V only for its 10 full-attention layers, and each live sequence's Gated
+// DeltaNet state (30 layers of 32 x 128 x 128 f32 plus the conv windows) read and written once
+// a step: at batch 256 the states (2 x 256 x 63 MB) outweigh every expert.
+TEST(BenchSol, HybridStepReadsAndWritesTheStates) {
+    const ModelConfig c = ModelConfig::load(kBench / "qwen3.5-35b-a3b");
+    const SolHardware hw{.hbm_bytes_per_s = 4.8e12, .matmul_flops = 1e30};  // memory only
+    const double state = double(c.gdn_state_bytes());
+    EXPECT_EQ(state, 30 * (32 * 128 * 128 * 4.0 + 3 * 8192 * 4.0));
+    BenchWorkload w = one_request(1);
+    const double one = sol_seconds(w, c, 256, hw);
+    w.prompts = {{1}, {2}};
+    w.max_tokens = {1, 1};
+    const double two = sol_seconds(w, c, 256, hw);
+    // The second sequence adds its token's K/V, its state twice, and the experts it touches
+    // beyond the first's.
+    const double kv = 2.0 * 10 * 2 * 256 * 2;
+    const double expert = 3.0 * 512 * 2048 * 2;
+    const double more_experts =
+        40 * expert * (expected_distinct_experts(256, 8, 2) - expected_distinct_experts(256, 8, 1));
+    EXPECT_NEAR(two - one, (kv + 2 * state + more_experts) / 4.8e12, 1e-9);
+}
