@@ -66,9 +66,9 @@ void EngineConfig::resolve(const ModelConfig& model) {
                                model.rope_scaling.factor));
     if (max_num_batched_tokens == 0)
         max_num_batched_tokens = default_max_num_batched_tokens(device, model.num_experts > 0);
-    if (model.num_linear_attention_layers() > 0 && num_state_slots == 0)
+    if (model.num_linear_attention_layers() > 0 && num_state_slots == 0 && device != "cuda")
         // A slot for every running request and, with prefix caching, as many for snapshots;
-        // within the CPU cache's 4 GiB bound.
+        // within the CPU cache's 4 GiB bound. (The CUDA runner sizes its own from free memory.)
         num_state_slots = std::clamp<int64_t>((int64_t(4) << 30) / model.gdn_state_bytes(), 1,
                                               max_num_seqs * (enable_prefix_caching ? 2 : 1));
     if (num_pages == 0 && device == "cuda")

@@ -78,6 +78,9 @@ class DecodeGraphs {
     DecodeGraphs& operator=(const DecodeGraphs&) = delete;
 
     const std::vector<int64_t>& batch_sizes() const { return sizes_; }
+    // The hybrids' dummy state slot, when the runner sizes its pool after construction (before
+    // the captures that bake it in).
+    void set_dummy_state_slot(int32_t slot) { dummy_state_slot_ = slot; }
     // Kernels in the captured graph of batch size B (0 if none): one decode step's launches.
     int64_t num_kernels(int64_t batch_size) const;
     bool empty() const { return graphs_.empty(); }

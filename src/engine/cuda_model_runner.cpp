@@ -75,8 +75,9 @@ struct CudaModelRunner::Impl {
     void size_kv_cache();
     void capture_and_log();
 
-    void allocate_kv(int64_t pages);  // pages + 1 (the dummy page); 0 frees the pool
-    void allocate_states();           // the hybrids' state slots + 1 (the dummy slot)
+    void allocate_kv(int64_t pages);      // pages + 1 (the dummy page); 0 frees the pool
+    void allocate_states(int64_t slots);  // a hybrid's state slots + 1 (the dummy slot); 0 frees
+    size_t state_slot_bytes() const;      // one slot, every Gated DeltaNet layer
     void restore_states(std::span<const StateRestore> restores);
     size_t page_bytes() const;  // one KV page, K and V of every layer
     size_t capture_graphs(bool warm_up);
@@ -106,6 +107,7 @@ struct CudaModelRunner::Impl {
     // A hybrid's Gated DeltaNet layers: num_state_slots + 1 slots each (the last: padded graph
     // rows').
     std::vector<cuda::StateLayer> states;
+    int64_t num_state_slots = 0;
 
     // Step inputs: host staging (pinned) and its device copy, i32, at the offsets of `in`. Two
     // stagings, used in turn: with overlap the next step is written while the last one's copy
@@ -171,7 +173,9 @@ void CudaModelRunner::Impl::allocate_step_buffers() {
     const int64_t T = opt.max_num_batched_tokens, S = opt.max_num_seqs;
     for (auto& h : host_inputs) h = std::make_unique<cuda::PinnedBuffer>(size_t(in.total) * 4);
     dev_inputs = cuda::device_tensor({in.total}, DType::kI32);
-    allocate_states();
+    // The graphs are first measured against one slot when size_kv_cache sizes the pool.
+    if (model->state_dims().num_layers > 0)
+        allocate_states(opt.num_state_slots > 0 ? opt.num_state_slots : 1);
     model->allocate_activations(T, S);
     const CudaModel::AttentionDims dims = model->attention_dims();
     attention = cuda::make_attention_backend(opt.attention_backend,
@@ -185,23 +189,31 @@ void CudaModelRunner::Impl::allocate_step_buffers() {
     sampler = std::make_unique<CudaSampler>(S, model->config().vocab_size, opt.max_model_len);
     if (!opt.enforce_eager)
         graphs = std::make_unique<DecodeGraphs>(in, S, opt.page_size, dev_inputs.data<int32_t>(),
-                                                int32_t(opt.num_state_slots));
+                                                int32_t(num_state_slots));
 }
 
-// A slot for each of the scheduler's num_state_slots, and the dummy slot, taken before the KV
-// cache is sized: the two share gpu_memory_utilization.
-void CudaModelRunner::Impl::allocate_states() {
+size_t CudaModelRunner::Impl::state_slot_bytes() const {
     const CudaModel::StateDims d = model->state_dims();
-    if (d.num_layers == 0) return;
-    MI_CHECK(opt.num_state_slots > 0, "a hybrid model needs state slots (num_state_slots)");
-    const int64_t slots = opt.num_state_slots + 1;
+    return size_t(d.num_layers) * sizeof(float) *
+           size_t(d.conv_window * d.conv_dim + d.num_v_heads * d.head_k_dim * d.head_v_dim);
+}
+
+// `slots` for the scheduler and the dummy slot that padded graph rows use (the last).
+void CudaModelRunner::Impl::allocate_states(int64_t slots) {
+    states.clear();  // free the old pool first
+    num_state_slots = slots;
+    memory.states = 0;
+    if (slots == 0) return;
+    const CudaModel::StateDims d = model->state_dims();
     for (int64_t l = 0; l < d.num_layers; ++l) {
         cuda::StateLayer layer{
-            cuda::device_tensor({slots, d.conv_window, d.conv_dim}, DType::kF32),
-            cuda::device_tensor({slots, d.num_v_heads, d.head_k_dim, d.head_v_dim}, DType::kF32)};
+            cuda::device_tensor({slots + 1, d.conv_window, d.conv_dim}, DType::kF32),
+            cuda::device_tensor({slots + 1, d.num_v_heads, d.head_k_dim, d.head_v_dim},
+                                DType::kF32)};
         memory.states += layer.conv.nbytes() + layer.recurrent.nbytes();
         states.push_back(std::move(layer));
     }
+    if (graphs) graphs->set_dummy_state_slot(int32_t(slots));
 }
 
 void CudaModelRunner::Impl::restore_states(std::span<const StateRestore> restores) {
@@ -231,10 +243,26 @@ void CudaModelRunner::Impl::measure_graphs() {
         memory.free_after_weights - free_device_memory() - memory.graphs_kept - memory.states;
 }
 
-// The KV cache takes what gpu_memory_utilization leaves after the graphs.
+// The KV cache takes what gpu_memory_utilization leaves after the graphs (and a hybrid's state
+// slots: a slot for every sequence max_num_seqs allows and, with prefix caching, as many for
+// snapshots, within half of that, unless num_state_slots sets them).
 void CudaModelRunner::Impl::size_kv_cache() {
     const size_t page = page_bytes(), total = device_memory().second;
     const double usable = double(total) * opt.gpu_memory_utilization;
+    if (!states.empty() && opt.num_state_slots <= 0) {
+        const double left = usable - double(total - free_device_memory()) + double(memory.states) -
+                            double(memory.graph_reserve);
+        const int64_t wanted = opt.max_num_seqs * (opt.enable_prefix_caching ? 2 : 1);
+        const int64_t fit = int64_t(std::max(0.0, left / 2) / double(state_slot_bytes())) - 1;
+        if (fit < 1)
+            fail(
+                "the model does not fit: {:.0f} MiB of weights and {:.0f} MiB of activations "
+                "leave no room for a Gated DeltaNet state slot ({:.0f} MiB) in {:.0f} MiB usable "
+                "(gpu_memory_utilization {})",
+                memory.weights / kMiB, memory.activations / kMiB, state_slot_bytes() / kMiB,
+                usable / kMiB, opt.gpu_memory_utilization);
+        allocate_states(std::min(wanted, fit));
+    }
     const double budget = usable - double(total - free_device_memory()) -
                           double(memory.graph_reserve) - double(page);  // the dummy page
     num_pages = opt.num_pages > 0 ? opt.num_pages : int64_t(std::max(0.0, budget) / double(page));
@@ -256,11 +284,11 @@ void CudaModelRunner::Impl::capture_and_log() {
     if (!memory.graphs_measured) memory.graphs = captured;
     const double kv_bytes = double(num_pages + 1) * double(page_bytes());
     MI_LOG_INFO(
-        "CUDA memory: weights {:.0f} MiB, activations {:.0f} MiB, state slots {:.0f} MiB, graphs "
-        "{:.0f} MiB ({} decode "
+        "CUDA memory: weights {:.0f} MiB, activations {:.0f} MiB, state slots {:.0f} MiB ({} "
+        "slots), graphs {:.0f} MiB ({} decode "
         "sizes, measured before the KV cache was sized, + {:.0f} MiB margin), KV cache {:.0f} MiB "
         "= {} pages of {} tokens ({} tokens); {:.0f} MiB on the card; attention backend {}",
-        memory.weights / kMiB, memory.activations / kMiB, memory.states / kMiB,
+        memory.weights / kMiB, memory.activations / kMiB, memory.states / kMiB, num_state_slots,
         memory.graphs / kMiB, graphs ? graphs->batch_sizes().size() : 0,
         memory.graphs_measured ? kGraphMarginBytes / kMiB : 0.0, kv_bytes / kMiB, num_pages,
         opt.page_size, num_pages * opt.page_size, device_memory().second / kMiB, attention->name());
@@ -324,6 +352,9 @@ const ModelConfig& CudaModelRunner::config() const {
 }
 int64_t CudaModelRunner::num_pages() const {
     return impl_->num_pages;
+}
+int64_t CudaModelRunner::num_state_slots() const {
+    return impl_->num_state_slots;
 }
 
 Tensor CudaModelRunner::last_logits() const {

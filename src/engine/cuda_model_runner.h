@@ -1,16 +1,17 @@
 // CudaModelRunner: the ModelRunner on one GPU. It knows no architecture: the model
 // (models/cuda_model.h, picked by make_cuda_model) launches the layers; the runner owns what
 // every model needs around them — the memory budget, the paged KV pool, the step inputs'
-// staging, the decode CUDA graphs, the attention backend's per-step plan, and sampling.
+// staging, the decode CUDA graphs, the attention backend's per-step plan, and sampling; for a
+// hybrid model, the Gated DeltaNet state slots too.
 //
 // At construction, in phases: upload the weights (bf16, as the loader wrote them); allocate
 // every activation for the worst step (max_num_batched_tokens tokens, max_num_seqs sampled
 // rows); measure the decode CUDA graphs' memory (captured once against a one-page KV pool, then
-// destroyed; see cuda_graphs.h); give the KV cache the rest of gpu_memory_utilization of the
-// card, in pages; capture the graphs for real; log weights / activations / graphs / KV cache
-// in MiB. A step copies the Batch to the GPU in one transfer, plans attention on the host, runs
-// the model's forward (or replays a graph for a decode-only batch) and samples on the GPU
-// (cuda_sampler.h: penalties and masks included).
+// destroyed; see cuda_graphs.h); give a hybrid's state slots their share and the KV cache the
+// rest of gpu_memory_utilization of the card, in pages; capture the graphs for real; log weights /
+// activations / graphs / KV cache in MiB. A step copies the Batch to the GPU in one transfer, plans
+// attention on the host, runs the model's forward (or replays a graph for a decode-only batch) and
+// samples on the GPU (cuda_sampler.h: penalties and masks included).
 #pragma once
 
 #include <memory>
@@ -28,7 +29,9 @@ class CudaModelRunner : public ModelRunner {
   public:
     // config: resolved (EngineConfig::resolve); reads page_size, max_num_seqs,
     // max_num_batched_tokens, max_model_len, gpu_memory_utilization, num_pages (> 0: exactly
-    // that many KV pages), enforce_eager and attention_backend. weights: bf16 host tensors
+    // that many KV pages), num_state_slots (a hybrid's; 0: a slot for each of max_num_seqs and,
+    // with enable_prefix_caching, as many for snapshots, within half the memory left for the
+    // KV cache), enforce_eager and attention_backend. weights: bf16 host tensors
     // (load_weights / dummy_weights with WeightTarget{DType::kBF16}), released as they upload.
     // Throws Error when the model does not fit (with the numbers) or does not run on CUDA.
     // comm (tensor parallelism): this rank's collectives, or null on one GPU. Every rank of a
@@ -47,6 +50,8 @@ class CudaModelRunner : public ModelRunner {
 
     const ModelConfig& config() const override;
     int64_t num_pages() const;
+    // A hybrid's state slots (EngineConfig::num_state_slots, or sized with the KV cache when 0).
+    int64_t num_state_slots() const;
     std::vector<SampledToken> run(const Batch& batch,
                                   std::span<const SamplerInput> sampling) override;
     // Overlap: launch() stages the step (its placeholders are resolved on the device, from the

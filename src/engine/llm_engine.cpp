@@ -83,6 +83,7 @@ std::unique_ptr<ModelRunner> load_runner(EngineConfig& config) {
         auto runner =
             std::make_unique<CudaModelRunner>(config, std::move(model_config), std::move(weights));
         config.num_pages = runner->num_pages();
+        config.num_state_slots = runner->num_state_slots();
         return runner;
 #else
         fail(
