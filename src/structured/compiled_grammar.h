@@ -6,7 +6,8 @@
 // unknown parent (or returns exactly at its last byte); rejected if every stack dies before
 // any returns; uncertain if a stack returned with bytes left: those bytes (the suffix) depend
 // on what called p's rule and are checked at run time from the real parent. Uncertain tokens
-// are few (a JSON string's body ends in its own rule, so only tokens such as `",` are).
+// are few (a JSON string's body ends in its own rule, so only tokens such as `",` are) and
+// are kept as trie subtrees, walked at run time only below bytes the real caller accepts.
 #pragma once
 
 #include <cstdint>
@@ -19,14 +20,23 @@
 
 namespace miniinfer::structured {
 
+// Tokens whose stack returned into p's caller with bytes left: every token below trie node
+// `node` (at `depth`), whose bytes [return_depth, depth) come right after the return.
+struct UncertainSubtree {
+    int32_t node;
+    int32_t return_depth;
+    int32_t depth;
+};
+
 struct PositionMask {
-    bool lists_rejected =
-        false;  // ids are the rejected tokens (the rest accepted), else the accepted
+    // The accepted tokens: as ids when few, else as a mask ([num_mask_words] uint32; an OR of
+    // 4,748 words beats setting tens of thousands of bits one by one).
     std::vector<int32_t> ids;
-    // Context-dependent tokens: (token id, index into suffixes) pairs; a token may appear
-    // once per byte offset at which its stack returned.
-    std::vector<std::pair<int32_t, int32_t>> uncertain;
-    std::vector<std::string> suffixes;
+    std::vector<uint32_t> bits;
+    // Sorted by the first byte after the return; bucket_begin[b]..bucket_begin[b + 1] is the
+    // run for byte b, so the run time looks only at bytes the caller can take next.
+    std::vector<UncertainSubtree> uncertain;
+    std::vector<int32_t> bucket_begin;  // [257] when uncertain is not empty
 };
 
 class CompiledGrammar {

@@ -16,6 +16,23 @@ ExprPtr make(Expr e) {
 
 using Seq = std::vector<Grammar::Elem>;
 
+// The branches of an alternation, nested alternations flattened (a | (b | c) is a | b | c).
+void branches_of(const Expr& e, std::vector<const Expr*>& out) {
+    if (e.kind == Expr::Kind::kAlt) {
+        for (const ExprPtr& c : e.children) branches_of(*c, out);
+    } else if (e.kind == Expr::Kind::kSeq && e.children.size() == 1) {
+        branches_of(*e.children[0], out);
+    } else {
+        out.push_back(&e);
+    }
+}
+
+std::vector<const Expr*> branches_of(const Expr& e) {
+    std::vector<const Expr*> out;
+    branches_of(e, out);
+    return out;
+}
+
 // Lowers Expr rules into the flat Grammar. Alternations nested inside a sequence and
 // repetitions of anything but a byte class become helper rules; a starred alternation's
 // branches are inlined into its loop rule, so a JSON string's characters loop inside one rule.
@@ -76,11 +93,7 @@ class Lowerer {
     }
 
     void lower_alternatives(int32_t idx, const Expr& body) {
-        if (body.kind == Expr::Kind::kAlt) {
-            for (const ExprPtr& c : body.children) lower_branch(idx, *c, -1);
-        } else {
-            lower_branch(idx, body, -1);
-        }
+        for (const Expr* branch : branches_of(body)) lower_branch(idx, *branch, -1);
     }
 
     // One alternative of rule idx: expr, then a reference to `tail` when tail >= 0.
@@ -142,23 +155,20 @@ class Lowerer {
         if (auto it = repeats_.find(key); it != repeats_.end()) return it->second;
         const int32_t idx = helper_rule(owner);
         repeats_[key] = idx;
-        if (child.kind == Expr::Kind::kAlt) {
-            for (const ExprPtr& c : child.children) lower_branch(idx, *c, idx);
-        } else {
-            lower_branch(idx, child, idx);
-        }
+        for (const Expr* branch : branches_of(child)) lower_branch(idx, *branch, idx);
         bodies_[idx].emplace_back();
         return idx;
     }
 
-    // Up to n more copies: O_n ::= child O_{n-1} | "", O_1 ::= child | "".
+    // Up to n more copies: O_n ::= child O_{n-1} | "", O_1 ::= child | "" (the child's
+    // branches inlined, as in star_rule).
     int32_t bounded_rule(const Expr& child, int n, int32_t owner) {
         const std::pair<const Expr*, int> key{&child, n};
         if (auto it = repeats_.find(key); it != repeats_.end()) return it->second;
         const int32_t tail = n > 1 ? bounded_rule(child, n - 1, owner) : -1;
         const int32_t idx = helper_rule(owner);
         repeats_[key] = idx;
-        lower_branch(idx, child, tail);
+        for (const Expr* branch : branches_of(child)) lower_branch(idx, *branch, tail);
         bodies_[idx].emplace_back();
         return idx;
     }

@@ -49,13 +49,15 @@ class GrammarMatcher {
         bool terminated = false;
     };
     const StackState& current() const { return history_.back().state; }
-    bool suffix_allowed(int32_t parent, const std::string& suffix);
+    // Adds the context-dependent tokens of a top whose real caller is `parent`.
+    void mark_uncertain(const PositionMask& pm, int32_t parent, std::span<uint32_t> mask);
+    // Sets every token below trie node whose bytes the stacks in walk_states_[level] take.
+    void mark_subtree(int32_t node, size_t level, std::span<uint32_t> mask);
 
     std::shared_ptr<const CompiledGrammar> grammar_;
     StackArena arena_;
-    std::vector<Entry> history_;  // history_[0]: the start; one entry per accepted token
-    std::vector<uint32_t> scratch_;
-    std::vector<int8_t> suffix_results_;
+    std::vector<Entry> history_;           // history_[0]: the start; one entry per accepted token
+    std::vector<StackState> walk_states_;  // by depth below an uncertain subtree
 };
 
 }  // namespace miniinfer::structured

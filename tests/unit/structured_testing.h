@@ -10,6 +10,7 @@
 #include "core/json.h"
 #include "structured/compiled_grammar.h"
 #include "structured/grammar_matcher.h"
+#include "structured/stack_arena.h"
 #include "structured/vocabulary.h"
 #include "tokenizer/tokenizer.h"
 
@@ -26,12 +27,18 @@ inline std::shared_ptr<const structured::Vocabulary> byte_vocab() {
     return vocab;
 }
 
-// True if the whole of text is a complete document of the grammar.
-inline bool matches(structured::Grammar grammar, std::string_view text) {
-    auto compiled =
-        std::make_shared<const structured::CompiledGrammar>(std::move(grammar), byte_vocab());
-    structured::GrammarMatcher m(compiled);
-    return m.accept_bytes(text) && m.can_end();
+// True if the whole of text is a complete document of the grammar (the stacks alone: no
+// vocabulary, no masks).
+inline bool matches(const structured::Grammar& grammar, std::string_view text) {
+    structured::StackArena arena(grammar);
+    structured::StackState state, next;
+    arena.start_state(state);
+    for (char c : text) {
+        arena.advance(state, uint8_t(c), next);
+        if (next.empty()) return false;
+        std::swap(state, next);
+    }
+    return state.can_end;
 }
 
 inline const Tokenizer& qwen3_tokenizer() {

@@ -83,16 +83,32 @@ TEST(StructuredMasks, EqualBruteForceSchemaSuite) {
     }
 }
 
-// Every valid document of the suite is allowed token by token and ends with a stop token;
-// every invalid one is refused. (The suite: tests/data/structured/make_schemas.py.)
-TEST(StructuredMasks, SchemaSuiteOnQwen3Vocabulary) {
+// Every valid document of the suite is a complete document and every invalid one is refused
+// (the suite: tests/data/structured/make_schemas.py).
+TEST(StructuredMasks, SchemaSuiteAcceptsValidRefusesInvalid) {
     const auto& suite = miniinfer::testing::schema_suite();
     ASSERT_GE(suite.size(), 200u);
+    for (const auto& c : suite) {
+        SCOPED_TRACE(c.name);
+        const Grammar g = json_schema_grammar(c.schema);
+        for (const std::string& text : c.valid)
+            EXPECT_TRUE(miniinfer::testing::matches(g, text)) << text;
+        for (const std::string& text : c.invalid)
+            EXPECT_FALSE(miniinfer::testing::matches(g, text)) << text;
+    }
+}
+
+// On Qwen3's vocabulary, a quarter of the suite (compiling all of it takes ~30 s on two
+// cores: bounded strings cost a trie walk per length): each valid document's tokens are in
+// the mask one by one, and the stop token after the last.
+TEST(StructuredMasks, SchemaSuiteTokenByTokenOnQwen3Vocabulary) {
+    const auto& suite = miniinfer::testing::schema_suite();
     GrammarCache cache(miniinfer::testing::qwen3_vocab());
     const Vocabulary& vocab = cache.vocab();
     std::vector<uint32_t> mask(vocab.num_mask_words());
     const int32_t stop = vocab.stop_ids()[0];
-    for (const auto& c : suite) {
+    for (size_t i = 0; i < suite.size(); i += 4) {
+        const auto& c = suite[i];
         auto compiled = cache.get({StructuredSpec::Kind::kJsonSchema, c.schema, {}});
         for (const std::string& text : c.valid) {
             GrammarMatcher m(compiled);
@@ -105,10 +121,6 @@ TEST(StructuredMasks, SchemaSuiteOnQwen3Vocabulary) {
             m.fill_next_token_mask(mask);
             EXPECT_TRUE(bit(mask, stop)) << c.name << ": " << text;
             EXPECT_TRUE(m.accept_token(stop));
-        }
-        for (const std::string& text : c.invalid) {
-            GrammarMatcher m(compiled);
-            EXPECT_FALSE(m.accept_bytes(text) && m.can_end()) << c.name << " accepts " << text;
         }
     }
 }
