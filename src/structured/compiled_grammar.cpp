@@ -5,11 +5,16 @@
 #include <string>
 #include <unordered_map>
 
+#include "core/check.h"
 #include "structured/stack_arena.h"
 
 namespace miniinfer::structured {
 
 namespace {
+
+// The compile budget in trie nodes visited (about 10 ns each): a grammar of a request must
+// not occupy a core for minutes.
+constexpr int64_t kMaxVisitedNodes = 300'000'000;
 
 // For every rule, the bytes that may come right after it returns (FOLLOW, over bytes): a
 // token's bytes after its stack returned into the unknown caller can only start with these.
@@ -130,6 +135,11 @@ class PositionWalker {
         const auto& tokens = vocab_.trie_tokens();
         const Vocabulary::TrieNode& n = trie[node];
         for (int32_t i = n.self_begin; i < n.self_end; ++i) accepted_.push_back(tokens[i]);
+        if (++num_visited_ > kMaxVisitedNodes)
+            fail(
+                "grammar: too large to compile against this vocabulary (over {} trie steps; "
+                "long bounded repetitions such as maxLength cost one vocabulary walk each)",
+                kMaxVisitedNodes);
         const bool popped_here = table_.state(state).base_done;
         if (popped_here) pops_.push_back(depth);
         if (path_.size() <= depth) path_.resize(depth + 1);
@@ -177,6 +187,7 @@ class PositionWalker {
     StateTable& table_;
     std::vector<size_t> pops_;   // depths at which a stack returned, on the current path
     std::vector<uint8_t> path_;  // the current path's bytes
+    int64_t num_visited_ = 0;    // over all positions: the compile budget
     ByteSet follow_;             // depths at which a stack returned, on the current path
     std::vector<int32_t> accepted_;
     PositionMask result_;

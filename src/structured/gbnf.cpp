@@ -11,6 +11,9 @@ namespace miniinfer::structured {
 
 namespace {
 
+// Deeper groups would only serve to overflow the parser's stack.
+constexpr int kMaxNesting = 256;
+
 bool is_name_char(char c) {
     return std::isalnum(uint8_t(c)) || c == '-' || c == '_';
 }
@@ -101,11 +104,13 @@ class GbnfParser {
             return utf8_class({{0, kMaxCodepoint}});
         }
         if (c == '(') {
+            if (++depth_ > kMaxNesting) error("groups nested too deeply");
             ++i_;
             skip_space();
             ExprPtr e = parse_alternates();
             if (peek() != ')') error("missing ')'");
             ++i_;
+            --depth_;
             return e;
         }
         if (is_name_char(c)) return ref(parse_name());
@@ -230,6 +235,7 @@ class GbnfParser {
 
     std::string_view text_;
     size_t i_ = 0;
+    int depth_ = 0;
 };
 
 }  // namespace

@@ -163,14 +163,20 @@ class Lowerer {
     // Up to n more copies: O_n ::= child O_{n-1} | "", O_1 ::= child | "" (the child's
     // branches inlined, as in star_rule).
     int32_t bounded_rule(const Expr& child, int n, int32_t owner) {
-        const std::pair<const Expr*, int> key{&child, n};
-        if (auto it = repeats_.find(key); it != repeats_.end()) return it->second;
-        const int32_t tail = n > 1 ? bounded_rule(child, n - 1, owner) : -1;
-        const int32_t idx = helper_rule(owner);
-        repeats_[key] = idx;
-        for (const Expr* branch : branches_of(child)) lower_branch(idx, *branch, tail);
-        bodies_[idx].emplace_back();
-        return idx;
+        int32_t tail = -1;
+        for (int k = 1; k <= n; ++k) {  // bottom up: no recursion as deep as n
+            const std::pair<const Expr*, int> key{&child, k};
+            if (auto it = repeats_.find(key); it != repeats_.end()) {
+                tail = it->second;
+                continue;
+            }
+            const int32_t idx = helper_rule(owner);
+            repeats_[key] = idx;
+            for (const Expr* branch : branches_of(child)) lower_branch(idx, *branch, tail);
+            bodies_[idx].emplace_back();
+            tail = idx;
+        }
+        return tail;
     }
 
     const std::map<std::string, ExprPtr>& rules_;

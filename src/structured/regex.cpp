@@ -11,6 +11,9 @@ namespace {
 
 using Ranges = std::vector<CodepointRange>;
 
+// Deeper groups would only serve to overflow the parser's stack.
+constexpr int kMaxNesting = 256;
+
 const Ranges kDigit = {{'0', '9'}};
 const Ranges kWord = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
 const Ranges kSpace = {{'\t', '\r'}, {' ', ' '}};
@@ -118,6 +121,7 @@ class RegexParser {
     }
 
     ExprPtr parse_group() {
+        if (++depth_ > kMaxNesting) error("groups nested too deeply");
         ++i_;
         if (peek() == '?') {
             const std::string_view rest = text_.substr(i_);
@@ -138,6 +142,7 @@ class RegexParser {
         ExprPtr e = parse_alt();
         if (peek() != ')') error("missing ')'");
         ++i_;
+        --depth_;
         return e;
     }
 
@@ -286,6 +291,7 @@ class RegexParser {
     std::string_view text_;
     bool json_string_;
     size_t i_ = 0;
+    int depth_ = 0;
 };
 
 }  // namespace

@@ -62,6 +62,8 @@ TEST(StructuredGbnf, Errors) {
                 HasSubstr("defined twice"));
     EXPECT_THAT(error_of([] { parse_gbnf("root ::= \"a\n"); }), HasSubstr("line"));
     EXPECT_THAT(error_of([] { parse_gbnf("root ::= (\"a\""); }), HasSubstr("missing ')'"));
+    EXPECT_THAT(error_of([] { parse_gbnf("root ::= " + std::string(100000, '(')); }),
+                HasSubstr("nested too deeply"));
 }
 
 TEST(StructuredRegex, AcceptsAndRejects) {
@@ -89,6 +91,8 @@ TEST(StructuredRegex, Errors) {
     EXPECT_THAT(error_of([] { regex_grammar("[a-"); }), HasSubstr("missing ']'"));
     EXPECT_THAT(error_of([] { regex_grammar("*a"); }), HasSubstr("without anything to repeat"));
     EXPECT_THAT(error_of([] { regex_grammar("a{3,1}"); }), HasSubstr("n < m"));
+    EXPECT_THAT(error_of([] { regex_grammar(std::string(100000, '(')); }),
+                HasSubstr("nested too deeply"));
 }
 
 TEST(StructuredJson, AnyValue) {
