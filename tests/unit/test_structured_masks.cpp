@@ -83,6 +83,29 @@ TEST(StructuredMasks, EqualBruteForceSchemaSuite) {
     }
 }
 
+// Rolling back speculative tokens gives back the masks of the earlier state exactly.
+TEST(StructuredMasks, RollbackRestoresMasks) {
+    auto compiled = std::make_shared<const CompiledGrammar>(any_json_grammar(),
+                                                            miniinfer::testing::qwen3_vocab());
+    GrammarMatcher m(compiled);
+    const auto ids =
+        miniinfer::testing::qwen3_tokenizer().encode(R"({"a":["xyz",12,{"b":null}],"c":"dé"})");
+    std::vector<std::vector<uint32_t>> masks;
+    for (int32_t id : ids) {
+        masks.emplace_back(compiled->vocab().num_mask_words());
+        m.fill_next_token_mask(masks.back());
+        ASSERT_TRUE(m.accept_token(id));
+    }
+    std::vector<uint32_t> mask(compiled->vocab().num_mask_words());
+    for (size_t back = 1; back <= ids.size(); back += 3) {
+        m.rollback(int(back));
+        m.fill_next_token_mask(mask);
+        EXPECT_EQ(mask, masks[ids.size() - back]) << back;
+        for (size_t i = ids.size() - back; i < ids.size(); ++i) ASSERT_TRUE(m.accept_token(ids[i]));
+    }
+    EXPECT_TRUE(m.can_end());
+}
+
 // Every valid document of the suite is a complete document and every invalid one is refused
 // (the suite: tests/data/structured/make_schemas.py).
 TEST(StructuredMasks, SchemaSuiteAcceptsValidRefusesInvalid) {
