@@ -172,6 +172,17 @@ TEST(StructuredJson, StringsFormatsAndPatterns) {
     EXPECT_FALSE(matches(g, R"({"s":"abcd"})"));
 }
 
+TEST(StructuredJson, EmailAndUriFormats) {
+    const Grammar email = json_schema_grammar(R"({"type":"string","format":"email"})");
+    EXPECT_TRUE(matches(email, R"("bob.smith+x@mail.example.org")"));
+    EXPECT_FALSE(matches(email, R"("bob..smith@example.org")"));
+    EXPECT_FALSE(matches(email, R"("bob@localhost")"));
+    const Grammar uri = json_schema_grammar(R"({"type":"string","format":"uri"})");
+    EXPECT_TRUE(matches(uri, R"("https://example.com/a?b=1#c")"));
+    EXPECT_FALSE(matches(uri, R"("https://exa mple.com")"));
+    EXPECT_FALSE(matches(uri, R"("/relative/path")"));
+}
+
 TEST(StructuredJson, ErrorsNameTheKeyword) {
     auto err = [](const char* schema) { return error_of([&] { json_schema_grammar(schema); }); };
     EXPECT_THAT(err(R"({"type":"array","uniqueItems":true})"), HasSubstr("'uniqueItems'"));
