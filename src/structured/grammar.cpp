@@ -252,6 +252,34 @@ void check_left_recursion(const Grammar& g) {
     }
 }
 
+// A grammar whose root can never complete would leave a request with no token to sample.
+void check_root_productive(const Grammar& g) {
+    using K = Grammar::ElemKind;
+    std::vector<char> productive(g.rule_alts.size(), 0);
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (size_t r = 0; r < g.rule_alts.size(); ++r) {
+            if (productive[r]) continue;
+            for (int32_t p : g.rule_alts[r]) {
+                bool ok = true;
+                for (; g.elems[p].kind != K::kEnd && ok; ++p) {
+                    const auto& e = g.elems[p];
+                    ok = e.kind == K::kBytesStar ||
+                         (e.kind == K::kBytes && g.classes[e.arg].any()) ||
+                         (e.kind == K::kRef && productive[e.arg]);
+                }
+                if (ok) {
+                    productive[r] = 1;
+                    changed = true;
+                    break;
+                }
+            }
+        }
+    }
+    if (!productive[g.root])
+        fail("grammar: matches nothing (rule '{}' can never complete)", g.rule_names[g.root]);
+}
+
 std::string class_to_string(const ByteSet& b) {
     if (b.count() == 1) {
         for (int c = 0; c < 256; ++c)
@@ -349,6 +377,7 @@ void GrammarBuilder::add_rule(const std::string& name, ExprPtr body) {
 Grammar GrammarBuilder::build(const std::string& root) const {
     Grammar g = Lowerer(rules_).run(root);
     check_left_recursion(g);
+    check_root_productive(g);
     return g;
 }
 

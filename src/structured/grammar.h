@@ -10,7 +10,8 @@
 //
 // Lowering rejects (miniinfer::Error) an undefined rule, a rule defined twice and left
 // recursion (a rule that can reach itself without consuming a byte), which a pushdown
-// matcher cannot run; it throws when the lowered grammar exceeds kMaxGrammarElements.
+// matcher cannot run, and a root that can never complete (nothing could be sampled); it
+// throws when the lowered grammar exceeds kMaxGrammarElements.
 #pragma once
 
 #include <bitset>

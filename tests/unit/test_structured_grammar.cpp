@@ -54,6 +54,7 @@ TEST(StructuredGbnf, RecursionAndEscapes) {
 
 TEST(StructuredGbnf, Errors) {
     EXPECT_THAT(error_of([] { parse_gbnf("root ::= foo"); }), HasSubstr("undefined rule 'foo'"));
+    EXPECT_THAT(error_of([] { parse_gbnf("root ::= \"a\" root"); }), HasSubstr("matches nothing"));
     EXPECT_THAT(error_of([] { parse_gbnf("start ::= \"a\""); }), HasSubstr("no rule named 'root'"));
     EXPECT_THAT(error_of([] { parse_gbnf("root ::= root \"a\" | \"b\""); }),
                 HasSubstr("left-recursive"));
@@ -198,6 +199,10 @@ TEST(StructuredJson, ErrorsNameTheKeyword) {
     EXPECT_THAT(err(R"({"type":"widget"})"), HasSubstr("unknown type 'widget'"));
     EXPECT_THAT(err(R"({"type":"object","required":["a"]})"), HasSubstr("'a'"));
     EXPECT_THAT(err("{"), HasSubstr("not valid JSON"));
+    EXPECT_THAT(err("false"), HasSubstr("matches nothing"));
+    EXPECT_THAT(err(R"({"type":[]})"), HasSubstr("matches nothing"));
+    EXPECT_THAT(err(R"({"type":"object","properties":{"a":false},"required":["a"]})"),
+                HasSubstr("matches nothing"));
     EXPECT_THAT(err(R"js({"type":"string","pattern":"(?=x)"})js"), HasSubstr("lookaround"));
 }
 
