@@ -257,7 +257,8 @@ LLMEngine::InFlight LLMEngine::launch(const Batch& batch) {
                                         .prompt_ids = r->prompt_ids,
                                         .output_ids = r->output_ids,
                                         .eos_ids = stop_rules_.eos_token_ids,
-                                        .seed = r->seed});
+                                        .seed = r->seed,
+                                        .token_bitmask = {}});
     runner_->launch(batch, sampling);
     scheduler_->update(batch);
     InFlight step;

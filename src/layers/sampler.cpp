@@ -122,6 +122,12 @@ std::vector<int32_t> banned_bad_word_ids(const SamplingParams& p,
 void apply_penalties(std::span<float> logits, const SamplerInput& in) {
     const SamplingParams& p = *in.params;
     const size_t vocab = logits.size();
+    if (!in.token_bitmask.empty()) {
+        MI_CHECK(in.token_bitmask.size() == (vocab + 31) / 32,
+                 "token bitmask of {} words for {} tokens", in.token_bitmask.size(), vocab);
+        for (size_t i = 0; i < vocab; ++i)
+            if (!((in.token_bitmask[i / 32] >> (i % 32)) & 1u)) logits[i] = kNegInf;
+    }
     if (p.allowed_token_ids) {
         std::vector<char> allowed(vocab, 0);
         for (int64_t id : *p.allowed_token_ids) allowed[checked_id(id, vocab, "allowed")] = 1;

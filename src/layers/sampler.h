@@ -1,7 +1,7 @@
 // The CPU reference sampler: one request's logits → one token, in vLLM's order:
-//   allowed_token_ids mask → bad_words mask → logit_bias → repetition penalty
-//   → frequency/presence penalties → min_tokens masking
-//   → greedy argmax (temperature 0), or: / temperature → min_p → top_k → top_p → draw.
+//   structured output's token bitmask → allowed_token_ids mask → bad_words mask → logit_bias →
+//   repetition penalty → frequency/presence penalties → min_tokens masking → greedy argmax
+//   (temperature 0), or: / temperature → min_p → top_k → top_p → draw.
 // Requests are independent: the draw is Philox4x32-10 at key = seed, counter = step (the number
 // of tokens generated so far), so a seeded request gets the same tokens whatever batch it is in,
 // and after a preemption. The CUDA sampler is tested against this one.
@@ -25,6 +25,9 @@ struct SamplerInput {
     std::span<const int32_t> output_ids;     // generated so far: penalties, min_tokens, the step
     std::span<const int64_t> eos_ids;  // masked, with stop_token_ids, while output < min_tokens
     uint64_t seed = 0;                 // params->seed, or one the engine drew at request creation
+    // Structured output: [ceil(vocab / 32)] words, bit (id % 32) of word (id / 32) set when the
+    // request's grammar allows token id (structured/grammar_matcher.h); empty: no grammar.
+    std::span<const uint32_t> token_bitmask;
 };
 
 struct SampledToken {
@@ -41,7 +44,8 @@ SampledToken sample(const SamplerInput& in);
 std::vector<SampledToken> sample_batch(std::span<const SamplerInput> inputs);
 
 // The steps before temperature, in place on `logits` ([vocab], initially a copy of in.logits):
-// -inf for every token outside params->allowed_token_ids (when set); -inf for the ids
+// -inf for every token in.token_bitmask clears (when set); -inf for every token outside
+// params->allowed_token_ids (when set); -inf for the ids
 // banned_bad_word_ids gives; logits[id] += bias for each logit_bias entry, in list order (a
 // repeated id adds each); repetition penalty (logit > 0 ? logit / p : logit * p, each token of
 // prompt ∪ output once); logit -= frequency * count + presence * (count > 0) over output

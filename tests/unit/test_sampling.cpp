@@ -26,7 +26,8 @@ SamplerInput input(std::span<const float> logits, const SamplingParams& p, uint6
             .prompt_ids = {},
             .output_ids = output,
             .eos_ids = {},
-            .seed = seed};
+            .seed = seed,
+            .token_bitmask = {}};
 }
 
 // The filtered softmax written out directly from the definitions, to check the sampler against.
@@ -237,6 +238,35 @@ TEST(Sampler, EmpiricalDistributionMatchesFilteredSoftmax) {
     cold.temperature = 0.7;
     EXPECT_GT(chi_square(kSmallLogits, cold, expected_distribution(kSmallLogits, warm), kDraws),
               100);
+}
+
+// Structured output's mask comes first: a masked token stays -inf whatever its bias, the
+// greedy choice and the distribution keep to the allowed tokens (ids past 32 included).
+TEST(Sampler, TokenBitmaskMasksFirst) {
+    std::vector<float> raw(40, 0.f);
+    raw[0] = 5.f;
+    raw[3] = 1.f;
+    raw[35] = 2.f;
+    const std::vector<uint32_t> mask = {1u << 3, 1u << (35 - 32)};
+    SamplingParams p;
+    p.temperature = 0.0;
+    p.logit_bias = {{0, 10.f}, {3, 0.5f}};
+    SamplerInput in = input(raw, p);
+    in.token_bitmask = mask;
+    std::vector<float> logits = raw;
+    apply_penalties(logits, in);
+    EXPECT_EQ(logits[0], -std::numeric_limits<float>::infinity());
+    EXPECT_FLOAT_EQ(logits[3], 1.5f);
+    EXPECT_FLOAT_EQ(logits[35], 2.f);
+    EXPECT_EQ(sample(in).token, 35);
+    p.temperature = 1.0;
+    const std::vector<double> dist = sampling_distribution(in);
+    for (size_t i = 0; i < dist.size(); ++i) {
+        if (i != 3 && i != 35) {
+            EXPECT_EQ(dist[i], 0.0) << i;
+        }
+    }
+    EXPECT_NEAR(dist[3] + dist[35], 1.0, 1e-12);
 }
 
 TEST(Sampler, PenaltiesFollowTheFormulas) {
