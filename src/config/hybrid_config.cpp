@@ -59,13 +59,9 @@ void check_engine_support(const ModelConfig& config, const std::string& device,
              config.model_type, what);
     };
     const LinearAttentionConfig& la = config.linear_attention;
-    const int64_t group = config.num_heads / std::max<int64_t>(config.num_kv_heads, 1);
-    if (config.head_dim != 64 && config.head_dim != 128 &&
-        !(config.head_dim == 256 && group >= 4 && group <= 8))
-        refuse(fmt::format(
-            "head_dim {} with {} query heads a KV head (the GPU's attention kernels take 64 and "
-            "128, and 256 with 4 to 8)",
-            config.head_dim, group));
+    if (config.head_dim != 64 && config.head_dim != 128 && config.head_dim != 256)
+        refuse(fmt::format("head_dim {} (the GPU's attention kernels take 64, 128 and 256)",
+                           config.head_dim));
     if (la.key_head_dim != la.value_head_dim || (la.key_head_dim != 64 && la.key_head_dim != 128))
         refuse(fmt::format(
             "linear_key_head_dim {} with linear_value_head_dim {} (the GPU's Gated DeltaNet "

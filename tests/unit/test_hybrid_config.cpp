@@ -334,7 +334,7 @@ TEST(HybridConfig, TheEngineRunsThemWithoutTensorParallelism) {
         ModelConfig odd = c;  // a head size no GPU kernel is compiled for
         odd.head_dim = 96;
         expect_error([&] { check_engine_support(odd, "cuda"); },
-                     "model_type " + c.model_type + ": head_dim 96 with", name);
+                     "model_type " + c.model_type + ": head_dim 96 (the GPU's", name);
         EXPECT_NO_THROW(check_engine_support(odd, "cpu"));
         EngineConfig engine;
         engine.model_dir = (kFixtures / name).string();

@@ -22,7 +22,9 @@ class Fa2Backend final : public AttentionBackend {
         : workspace_(attention_workspace_bytes(s.max_tokens, s.num_heads, s.head_dim)),
           table_(size_t(2 + s.max_seqs) * sizeof(int32_t)),
           max_seqs_(s.max_seqs),
-          qkv_step_(cuda::decode_supports_qkv_step(s.num_heads, s.num_kv_heads)),
+          // head_dim 256 decodes in the prefill kernel, which takes no QKV step.
+          qkv_step_(s.head_dim != 256 &&
+                    cuda::decode_supports_qkv_step(s.num_heads, s.num_kv_heads)),
           tuning_(tuning) {}
     const char* name() const override { return "fa2"; }
     void plan(std::span<const int32_t>, std::span<const int32_t> seq_lens,

@@ -103,8 +103,8 @@ size_t attention_workspace_bytes(int64_t max_tokens, int64_t num_heads, int64_t 
 // Prefill (any query length, cached prefix, causal) and decode (query length 1, split-KV
 // "flash decoding" with a combine step) in one call; picks the kernel per the batch shape:
 // max_query_len == 1 takes the decode kernels, anything else the prefill kernel.
-// Writes p.out; reads everything else. head_dim 64 or 128, or 256 with a GQA group of 4 to 8
-// (Qwen3.5's); any page size; a bf16 or FP8 cache.
+// Writes p.out; reads everything else. head_dim 64, 128 or 256 (Qwen3.5's, whose decode steps
+// run in the prefill kernel for now); any page size; a bf16 or FP8 cache.
 void paged_attention(const AttentionParams& p, void* workspace, size_t workspace_bytes,
                      cudaStream_t stream);
 
