@@ -190,6 +190,10 @@ StructuredOutput StructuredOutput::from_json(const Json& json) {
                 out.choices.push_back(c.get<std::string>());
             }
             out.kind = Kind::kChoice;
+        } else if (key == "json_prefix" || key == "json_suffix") {
+            if (!v.is_string()) fail("'structured_outputs.{}' must be a string", key);
+            (key == "json_prefix" ? out.prefix : out.suffix) = v.get<std::string>();
+            continue;
         } else if (key == "disable_fallback" || key == "disable_any_whitespace" ||
                    key == "disable_additional_properties" || key == "whitespace_pattern" ||
                    key == "structural_tag") {
@@ -213,8 +217,12 @@ StructuredOutput StructuredOutput::from_json(const Json& json) {
 
 Json StructuredOutput::to_json() const {
     switch (kind) {
-        case Kind::kJsonSchema:
-            return {{"json", text}};
+        case Kind::kJsonSchema: {
+            Json j = {{"json", text}};
+            if (!prefix.empty()) j["json_prefix"] = prefix;
+            if (!suffix.empty()) j["json_suffix"] = suffix;
+            return j;
+        }
         case Kind::kJsonObject:
             return {{"json_object", true}};
         case Kind::kRegex:

@@ -21,6 +21,9 @@ struct StructuredOutput {
     Kind kind = Kind::kJsonObject;
     std::string text;                  // the schema (JSON text), the regex or the GBNF grammar
     std::vector<std::string> choices;  // kChoice: the output is exactly one of these
+    // kJsonSchema: texts around the document; the server's forced tool call ("<tool_call>\n",
+    // "\n</tool_call>"). JSON keys json_prefix / json_suffix (MiniInfer's own).
+    std::string prefix, suffix;
 
     // vLLM's names: exactly one of {"json": <schema object or its text>}, {"json_object": true},
     // {"regex": "..."}, {"grammar": "<GBNF>"}, {"choice": ["a", "b"]}. Error naming the key.

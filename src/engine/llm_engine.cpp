@@ -265,6 +265,8 @@ std::shared_ptr<const structured::CompiledGrammar> LLMEngine::compile(
     s.kind = structured::StructuredSpec::Kind(int(spec.kind));  // the same order (asserted above)
     s.text = spec.text;
     s.choices = spec.choices;
+    s.prefix = spec.prefix;
+    s.suffix = spec.suffix;
     return grammar_cache_->get(s);
 }
 

@@ -38,8 +38,8 @@ void read_structured(const Json& body, SamplingParams& params) {
     if (params.structured_outputs) asked.push_back("structured_outputs");
     auto set = [&](const char* field, StructuredOutput::Kind kind, std::string text) {
         asked.push_back(field);
-        params.structured_outputs =
-            StructuredOutput{.kind = kind, .text = std::move(text), .choices = {}};
+        params.structured_outputs = StructuredOutput{
+            .kind = kind, .text = std::move(text), .choices = {}, .prefix = {}, .suffix = {}};
     };
     using enum StructuredOutput::Kind;
     if (const Json rf = body.value("response_format", Json()); !rf.is_null()) {
@@ -238,6 +238,44 @@ namespace {
         "chat_template_kwargs)");
 }
 
+// tool_choice "required" or {"type": "function", "function": {"name": ...}}: the answer is one
+// call, as Qwen's template writes it (<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>),
+// its arguments following the tool's parameter schema. Returns whether a call is forced.
+bool forced_tool_call(const Json& choice, const Json& tools, SamplingParams& params) {
+    if (choice.is_null() || choice == "none" || choice == "auto") return false;
+    std::string name;
+    if (choice.is_object() && choice.value("type", Json()) == "function" &&
+        choice.contains("function") && choice["function"].is_object() &&
+        choice["function"].value("name", Json()).is_string())
+        name = choice["function"]["name"].get<std::string>();
+    else if (choice != "required")
+        fail(
+            "tool_choice must be \"none\", \"auto\", \"required\" or {{\"type\": \"function\", "
+            "\"function\": {{\"name\": ...}}}}");
+    if (!tools.is_array() || tools.empty()) fail("tool_choice {} needs 'tools'", choice.dump());
+    if (params.structured_outputs)
+        fail("tool_choice {} cannot be combined with another structured output constraint",
+             choice.dump());
+    Json calls = Json::array();
+    for (const Json& t : tools) {
+        const Json& f = t["function"];
+        if (!name.empty() && f["name"] != name) continue;
+        Json args = f.value("parameters", Json());
+        if (args.is_null()) args = {{"type", "object"}};
+        calls.push_back({{"type", "object"},
+                         {"properties", {{"name", {{"const", f["name"]}}}, {"arguments", args}}},
+                         {"required", {"name", "arguments"}}});
+    }
+    if (calls.empty()) fail("tool_choice names '{}', which is not one of 'tools'", name);
+    params.structured_outputs = StructuredOutput{
+        .kind = StructuredOutput::Kind::kJsonSchema,
+        .text = calls.size() == 1 ? calls[0].dump() : Json{{"anyOf", calls}}.dump(),
+        .choices = {},
+        .prefix = "<tool_call>\n",
+        .suffix = "\n</tool_call>"};
+    return true;
+}
+
 }  // namespace
 
 ApiRequest parse_chat_request(
@@ -266,12 +304,9 @@ ApiRequest parse_chat_request(
                     "...}}}}");
     }
     const Json choice = body.value("tool_choice", Json());
-    if (!choice.is_null() && !(choice.is_string() && (choice == "none" || choice == "auto")))
-        fail(
-            "tool_choice must be \"none\" or \"auto\" (\"required\" and named functions are "
-            "not supported)");
+    const bool forced = forced_tool_call(choice, tools, r.params);
     r.parse_tool_calls = tools.is_array() && !tools.empty() && choice != "none";
-    if (r.parse_tool_calls && !auto_tool_choice)
+    if (r.parse_tool_calls && !auto_tool_choice && !forced)
         fail(
             "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to "
             "be set");

@@ -52,8 +52,8 @@ constexpr RequestField kFields[] = {
     // Tools and reasoning.
     {"tools", C, kHonoured, "", "rendered by the chat template; calls parsed as Hermes JSON"},
     {"tool_choice", C, kHonoured, "",
-     "\"none\" or \"auto\" (needs --enable-auto-tool-choice); \"required\" and named functions "
-     "are not supported yet"},
+     "\"none\", \"auto\" (needs --enable-auto-tool-choice), \"required\" or a named function "
+     "(one call, its arguments following the tool's parameters: structured output)"},
     {"parallel_tool_calls", C, kDefaultOnly, "true",
      "every call the model writes is returned; limiting it to one is not supported"},
     {"functions", C, kRefused, "", "deprecated by OpenAI: send 'tools'"},

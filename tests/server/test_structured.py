@@ -70,3 +70,21 @@ def test_bad_constraints_are_400s_naming_them(client):
         client.chat.completions.create(model=DEMO, max_tokens=5, messages=[{"role": "user", "content": "x"}],
                                        response_format={"type": "json_object"})
     assert "enable_thinking" in str(e.value)
+
+
+def test_named_and_required_tool_choice_force_a_call(client):
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string", "maxLength": 10}}, "required": ["city"]}}}
+    other = {"type": "function", "function": {"name": "get_time", "parameters": {
+        "type": "object", "properties": {"zone": {"enum": ["CET", "UTC"]}}, "required": ["zone"]}}}
+    for choice in ({"type": "function", "function": {"name": "get_weather"}}, "required"):
+        r = client.chat.completions.create(model=DEMO, max_tokens=100, seed=5, tools=[weather, other],
+                                           tool_choice=choice, extra_body=NO_THINKING,
+                                           messages=[{"role": "user", "content": "Weather in Oslo?"}])
+        calls = r.choices[0].message.tool_calls
+        assert len(calls) == 1, r
+        args = json.loads(calls[0].function.arguments)
+        if calls[0].function.name == "get_weather":
+            assert isinstance(args["city"], str) and len(args["city"]) <= 10
+        else:
+            assert choice == "required" and args["zone"] in ("CET", "UTC")

@@ -287,8 +287,10 @@ TEST(StructuredFields, EachFieldReachesTheParams) {
     };
     EXPECT_FALSE(parsed({{"response_format", {{"type", "text"}}}}));
     EXPECT_EQ(parsed({{"response_format", {{"type", "json_object"}}}}),
-              (StructuredOutput{.kind = kJsonObject, .text = "", .choices = {}}));
-    const StructuredOutput json{.kind = kJsonSchema, .text = schema.dump(), .choices = {}};
+              (StructuredOutput{
+                  .kind = kJsonObject, .text = "", .choices = {}, .prefix = {}, .suffix = {}}));
+    const StructuredOutput json{
+        .kind = kJsonSchema, .text = schema.dump(), .choices = {}, .prefix = {}, .suffix = {}};
     EXPECT_EQ(parsed({{"response_format",
                        {{"type", "json_schema"},
                         {"json_schema", {{"name", "x"}, {"schema", schema}, {"strict", true}}}}}}),
@@ -296,12 +298,22 @@ TEST(StructuredFields, EachFieldReachesTheParams) {
     EXPECT_EQ(parsed({{"guided_json", schema}}), json);
     EXPECT_EQ(parsed({{"structured_outputs", {{"json", schema}}}}), json);
     EXPECT_EQ(parsed({{"guided_regex", "[a-z]+"}}),
-              (StructuredOutput{.kind = kRegex, .text = "[a-z]+", .choices = {}}));
+              (StructuredOutput{
+                  .kind = kRegex, .text = "[a-z]+", .choices = {}, .prefix = {}, .suffix = {}}));
     EXPECT_EQ(parsed({{"structured_outputs", {{"grammar", "root ::= \"a\""}}}}),
-              (StructuredOutput{.kind = kGrammar, .text = "root ::= \"a\"", .choices = {}}));
+              (StructuredOutput{.kind = kGrammar,
+                                .text = "root ::= \"a\"",
+                                .choices = {},
+                                .prefix = {},
+                                .suffix = {}}));
     EXPECT_EQ(parsed({{"guided_grammar", "root ::= \"a\""}}),
-              (StructuredOutput{.kind = kGrammar, .text = "root ::= \"a\"", .choices = {}}));
-    const StructuredOutput choice{.kind = kChoice, .text = "", .choices = {"a", "b"}};
+              (StructuredOutput{.kind = kGrammar,
+                                .text = "root ::= \"a\"",
+                                .choices = {},
+                                .prefix = {},
+                                .suffix = {}}));
+    const StructuredOutput choice{
+        .kind = kChoice, .text = "", .choices = {"a", "b"}, .prefix = {}, .suffix = {}};
     EXPECT_EQ(parsed({{"guided_choice", {"a", "b"}}}), choice);
     EXPECT_EQ(parsed({{"structured_outputs", {{"choice", {"a", "b"}}}}}), choice);
     // The pipeline's engine core gets the params as JSON.
@@ -329,6 +341,37 @@ TEST(StructuredFields, BadValuesAreErrorsNamingTheField) {
                 HasSubstr("exactly one"));
     EXPECT_THAT(why({{"guided_regex", "a"}, {"response_format", {{"type", "json_object"}}}}),
                 HasSubstr("guided_regex"));
+}
+
+TEST(StructuredFields, ToolChoiceRequiredOrNamedForcesOneCall) {
+    Json body = Json::parse(R"({"messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"type": "function", "function": {"name": "get_weather", "parameters":
+                     {"type": "object", "properties": {"city": {"type": "string"}}}}},
+                  {"type": "function", "function": {"name": "get_time"}}],
+        "chat_template_kwargs": {"enable_thinking": false},
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})");
+    // No --enable-auto-tool-choice needed: the call is forced.
+    ApiRequest r = parse_chat_request(body, SamplingParams{}, kRender, false, false);
+    ASSERT_TRUE(r.params.structured_outputs);
+    EXPECT_TRUE(r.parse_tool_calls);
+    EXPECT_EQ(r.params.structured_outputs->prefix, "<tool_call>\n");
+    EXPECT_EQ(r.params.structured_outputs->suffix, "\n</tool_call>");
+    EXPECT_THAT(r.params.structured_outputs->text, HasSubstr(R"({"const":"get_weather"})"));
+    EXPECT_THAT(r.params.structured_outputs->text, ::testing::Not(HasSubstr("get_time")));
+    body["tool_choice"] = "required";
+    r = parse_chat_request(body, SamplingParams{}, kRender, false, false);
+    EXPECT_THAT(r.params.structured_outputs->text, HasSubstr("anyOf"));
+    body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "nope"}}}};
+    EXPECT_THAT(error_of([&] { parse_chat_request(body, SamplingParams{}, kRender); }),
+                HasSubstr("'nope'"));
+    body["tool_choice"] = "required";
+    body["guided_regex"] = "a";
+    EXPECT_THAT(error_of([&] { parse_chat_request(body, SamplingParams{}, kRender); }),
+                HasSubstr("tool_choice"));
+    body.erase("guided_regex");
+    body.erase("tools");
+    EXPECT_THAT(error_of([&] { parse_chat_request(body, SamplingParams{}, kRender); }),
+                HasSubstr("needs 'tools'"));
 }
 
 // A thinking model would write <think> where the constraint starts: chat needs thinking off.

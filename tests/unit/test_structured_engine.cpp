@@ -30,7 +30,8 @@ SamplingParams constrained(StructuredOutput::Kind kind, std::string text, uint64
     p.max_tokens = 300;  // bounded documents end well before (a safety net: "length" fails)
     p.temperature = seed % 2 ? 1.0 : 0.0;
     p.seed = seed;
-    p.structured_outputs = StructuredOutput{.kind = kind, .text = std::move(text), .choices = {}};
+    p.structured_outputs = StructuredOutput{
+        .kind = kind, .text = std::move(text), .choices = {}, .prefix = {}, .suffix = {}};
     return p;
 }
 
