@@ -21,7 +21,7 @@ _ENGINE_FIELDS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty"
                   "presence_penalty", "frequency_penalty", "seed", "max_tokens", "min_tokens",
                   "stop", "stop_token_ids", "ignore_eos", "logprobs", "skip_special_tokens",
                   "include_stop_str_in_output", "logit_bias", "allowed_token_ids", "bad_words",
-                  "truncate_prompt_tokens")
+                  "truncate_prompt_tokens", "structured_outputs")
 _PYTHON_FIELDS = ("n",)  # handled here (LLM.generate fans a prompt out)
 
 
@@ -62,7 +62,10 @@ class SamplingParams:
         allowed_token_ids: only these tokens may be generated.
         bad_words: words never generated (their tokens, with and without a leading space).
         truncate_prompt_tokens: keep only the prompt's last k tokens (-1: max_model_len).
-        best_of, prompt_logprobs, detokenize, spaces_between_special_tokens, structured_outputs,
+        structured_outputs: the output follows a constraint, vLLM's StructuredOutputsParams or
+            a dict with exactly one of json (a schema), json_object (True), regex, grammar
+            (GBNF), choice (a list of strings); ends with EOS (finish_reason "stop").
+        best_of, prompt_logprobs, detokenize, spaces_between_special_tokens,
             guided_decoding, logits_processors, extra_args: vLLM's; values MiniInfer does not
             implement raise ValueError (the engine's request-field table, as the server's).
 
@@ -101,6 +104,11 @@ class SamplingParams:
     extra_args: Optional[Dict[str, Any]] = None
 
     def __post_init__(self) -> None:
+        if self.structured_outputs is not None and not isinstance(self.structured_outputs, dict):
+            # vLLM's StructuredOutputsParams (or this package's): its set fields, as the JSON
+            # the engine reads.
+            self.structured_outputs = {k: v for k, v in vars(self.structured_outputs).items()
+                                       if v is not None and v is not False and not k.startswith("_")}
         if isinstance(self.stop, str):
             self.stop = [self.stop]
         self.stop = list(self.stop) if self.stop is not None else []

@@ -153,6 +153,86 @@ void SamplingParams::validate(int64_t vocab_size) const {
     if (truncate_prompt_tokens && *truncate_prompt_tokens < 1 && *truncate_prompt_tokens != -1)
         fail("{}: 'truncate_prompt_tokens' must be -1 (max_model_len) or >= 1, got {}", kWhere,
              *truncate_prompt_tokens);
+    // A finished grammar allows only EOS: masking EOS would leave no token at all.
+    if (structured_outputs && ignore_eos)
+        fail("{}: 'ignore_eos' cannot be combined with structured output", kWhere);
+    if (structured_outputs && min_tokens > 0)
+        fail("{}: 'min_tokens' cannot be combined with structured output", kWhere);
+}
+
+StructuredOutput StructuredOutput::from_json(const Json& json) {
+    if (!json.is_object()) fail("'structured_outputs' must be an object, got {}", json.type_name());
+    StructuredOutput out;
+    int num_kinds = 0;
+    for (const auto& item : json.items()) {
+        const std::string& key = item.key();
+        const Json& v = item.value();
+        if (v.is_null()) continue;
+        if (key == "json") {
+            out.kind = Kind::kJsonSchema;
+            out.text = v.is_string() ? v.get<std::string>() : v.dump();
+            if (!v.is_string() && !v.is_object() && !v.is_boolean())
+                fail("'structured_outputs.json' must be a JSON schema (an object or its text)");
+        } else if (key == "json_object") {
+            if (!v.is_boolean()) fail("'structured_outputs.json_object' must be a boolean");
+            if (!v.get<bool>()) continue;
+            out.kind = Kind::kJsonObject;
+        } else if (key == "regex" || key == "grammar") {
+            if (!v.is_string() || v.get<std::string>().empty())
+                fail("'structured_outputs.{}' must be a non-empty string", key);
+            out.kind = key == "regex" ? Kind::kRegex : Kind::kGrammar;
+            out.text = v.get<std::string>();
+        } else if (key == "choice") {
+            if (!v.is_array() || v.empty())
+                fail("'structured_outputs.choice' must be a non-empty list of strings");
+            for (const Json& c : v) {
+                if (!c.is_string()) fail("'structured_outputs.choice' entries must be strings");
+                out.choices.push_back(c.get<std::string>());
+            }
+            out.kind = Kind::kChoice;
+        } else if (key == "json_prefix" || key == "json_suffix") {
+            if (!v.is_string()) fail("'structured_outputs.{}' must be a string", key);
+            (key == "json_prefix" ? out.prefix : out.suffix) = v.get<std::string>();
+            continue;
+        } else if (key == "disable_fallback" || key == "disable_any_whitespace" ||
+                   key == "disable_additional_properties" || key == "whitespace_pattern" ||
+                   key == "structural_tag") {
+            if (!v.is_boolean() || v.get<bool>())
+                fail("'structured_outputs.{}' is not supported", key);
+            continue;
+        } else {
+            fail(
+                "'structured_outputs.{}' is not a known key (json, json_object, regex, grammar, "
+                "choice)",
+                key);
+        }
+        ++num_kinds;
+    }
+    if (num_kinds != 1)
+        fail(
+            "'structured_outputs' must set exactly one of json, json_object, regex, grammar, "
+            "choice");
+    return out;
+}
+
+Json StructuredOutput::to_json() const {
+    switch (kind) {
+        case Kind::kJsonSchema: {
+            Json j = {{"json", text}};
+            if (!prefix.empty()) j["json_prefix"] = prefix;
+            if (!suffix.empty()) j["json_suffix"] = suffix;
+            return j;
+        }
+        case Kind::kJsonObject:
+            return {{"json_object", true}};
+        case Kind::kRegex:
+            return {{"regex", text}};
+        case Kind::kGrammar:
+            return {{"grammar", text}};
+        case Kind::kChoice:
+            return {{"choice", choices}};
+    }
+    return {};
 }
 
 SamplingParams SamplingParams::from_defaults(const GenerationConfig& gen) {
@@ -214,6 +294,8 @@ SamplingParams SamplingParams::from_json(const Json& json, const SamplingParams&
     }
     if (const Json* v = present(json, "truncate_prompt_tokens"))
         p.truncate_prompt_tokens = as_int64("truncate_prompt_tokens", *v);
+    if (const Json* v = present(json, "structured_outputs"))
+        p.structured_outputs = StructuredOutput::from_json(*v);
     return p;
 }
 
@@ -243,6 +325,7 @@ Json SamplingParams::to_json() const {
     if (!bad_words.empty()) j["bad_words"] = bad_words;
     if (!bad_words_token_ids.empty()) j["bad_words_token_ids"] = bad_words_token_ids;
     if (truncate_prompt_tokens) j["truncate_prompt_tokens"] = *truncate_prompt_tokens;
+    if (structured_outputs) j["structured_outputs"] = structured_outputs->to_json();
     return j;
 }
 

@@ -14,6 +14,24 @@
 
 namespace miniinfer {
 
+// A constraint on the output's text (vLLM's StructuredOutputsParams): the engine compiles it
+// into a grammar (src/structured/) and masks every token the grammar does not allow next.
+struct StructuredOutput {
+    enum class Kind { kJsonSchema, kJsonObject, kRegex, kGrammar, kChoice };
+    Kind kind = Kind::kJsonObject;
+    std::string text;                  // the schema (JSON text), the regex or the GBNF grammar
+    std::vector<std::string> choices;  // kChoice: the output is exactly one of these
+    // kJsonSchema: texts around the document; the server's forced tool call ("<tool_call>\n",
+    // "\n</tool_call>"). JSON keys json_prefix / json_suffix (MiniInfer's own).
+    std::string prefix, suffix;
+
+    // vLLM's names: exactly one of {"json": <schema object or its text>}, {"json_object": true},
+    // {"regex": "..."}, {"grammar": "<GBNF>"}, {"choice": ["a", "b"]}. Error naming the key.
+    static StructuredOutput from_json(const Json& json);
+    Json to_json() const;
+    bool operator==(const StructuredOutput&) const = default;
+};
+
 struct SamplingParams {
     double temperature = 1.0;         // >= 0; 0 = greedy
     int64_t top_k = 0;                // 0 or -1: all tokens (vLLM accepts -1; from_json stores 0)
@@ -43,6 +61,9 @@ struct SamplingParams {
     std::vector<std::vector<int32_t>> bad_words_token_ids;
     // Keep only the last k prompt tokens (vLLM: -1 = max_model_len); none: no truncation.
     std::optional<int64_t> truncate_prompt_tokens;
+    // Structured output (vLLM's structured_outputs); none: free text. Needs EOS (ignore_eos off,
+    // min_tokens 0): the grammar ends the text with a stop token.
+    std::optional<StructuredOutput> structured_outputs;
 
     // Every out-of-range, NaN or infinite value → Error naming the field and the value.
     // Token ids (stop_token_ids, logit_bias, allowed_token_ids, bad_words_token_ids) outside
@@ -59,7 +80,8 @@ struct SamplingParams {
     // frequency_penalty, seed (any 64-bit integer; negatives wrap), max_tokens, min_tokens,
     // stop (a string or a list of strings), stop_token_ids, ignore_eos, logprobs,
     // skip_special_tokens, include_stop_str_in_output, logit_bias ({"<token id>": bias}),
-    // allowed_token_ids, bad_words, bad_words_token_ids, truncate_prompt_tokens. `logprobs` may
+    // allowed_token_ids, bad_words, bad_words_token_ids, truncate_prompt_tokens, structured_outputs
+    // (StructuredOutput::from_json). `logprobs` may
     // also be a boolean as in OpenAI's chat API: true takes top_logprobs (default 0), false turns
     // logprobs off. A non-object, or a field of the wrong type → Error naming the field. Unknown
     // keys are ignored (the request-field table, server/request_fields.h, decides which may

@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <mutex>
 
 #include "core/host_memory.h"
 #include "core/logging.h"
 #include "distributed/rank_startup.h"
 #include "engine/request_inputs.h"
 #include "engine/scripted_runner.h"
+#include "structured/grammar_matcher.h"
+#include "structured/vocabulary.h"
 #ifdef MINIINFER_HAS_CUDA
 #include "core/cuda/device_buffer.h"
 #include "engine/cuda_model_runner.h"
@@ -23,14 +26,20 @@ struct LLMEngine::Tracked {
     std::vector<TokenLogprob> logprobs;
     size_t num_reported = 0;  // output tokens already in an output
     size_t num_resolved = 0;  // output tokens known (the rest are placeholders)
+    // Structured output: the grammar's position after the resolved tokens, and the mask of the
+    // next token (filled at launch; the runner reads it until the step is collected).
+    std::optional<structured::GrammarMatcher> matcher;
+    std::vector<uint32_t> mask;
 };
 
 namespace {
 
 // Penalties and bad words of more than one token read the generated ids' values, which a
-// placeholder does not have yet.
+// placeholder does not have yet; so does a grammar's mask (the matcher must have taken the
+// previous token), so structured requests give up the overlap.
 bool needs_output_values(const SamplingParams& p) {
-    return p.repetition_penalty != 1.0 || p.frequency_penalty != 0.0 || p.presence_penalty != 0.0 ||
+    return p.structured_outputs.has_value() || p.repetition_penalty != 1.0 ||
+           p.frequency_penalty != 0.0 || p.presence_penalty != 0.0 ||
            std::any_of(p.bad_words_token_ids.begin(), p.bad_words_token_ids.end(),
                        [](const auto& word) { return word.size() > 1; });
 }
@@ -129,6 +138,19 @@ tensor_parallel::RankMain rank_main(const EngineConfig& config) {
     return run_cpu_rank;
 }
 
+// The process's grammar cache of a vocabulary: engines of one model (the server's, a test's
+// several) compile each schema once. Keyed by the vocabulary's contents; never freed (one
+// entry per model served, each holding at most GrammarCache's max_entries grammars).
+std::shared_ptr<structured::GrammarCache> shared_grammar_cache(
+    std::shared_ptr<const structured::Vocabulary> vocab) {
+    static std::mutex mutex;
+    static std::map<uint64_t, std::shared_ptr<structured::GrammarCache>> caches;
+    std::lock_guard lock(mutex);
+    auto& cache = caches[vocab->fingerprint()];
+    if (!cache) cache = std::make_shared<structured::GrammarCache>(std::move(vocab));
+    return cache;
+}
+
 // EngineConfig::generation_config: where the sampling defaults come from (see there).
 GenerationConfig load_generation_config(const EngineConfig& c) {
     GenerationConfig model = GenerationConfig::load(c.model_dir);
@@ -212,6 +234,7 @@ std::string LLMEngine::add_request(const Prompt& prompt, const SamplingParams& p
     r.params = params;
     resolve_bad_words(r.params, tokenizer());
     if (!r.params.bad_words.empty()) r.params.validate(vocab);  // the resolved ids
+    if (params.structured_outputs) t->matcher.emplace(compile(*params.structured_outputs));
     r.seed = params.seed.value_or(seed_rng_());
     r.arrival = next_id_++;
     scheduler_->validate_request(r);
@@ -221,6 +244,30 @@ std::string LLMEngine::add_request(const Prompt& prompt, const SamplingParams& p
     scheduler_->add(&r);
     requests_.emplace(request_id, std::move(t));
     return request_id;
+}
+
+static_assert(
+    int(StructuredOutput::Kind::kChoice) == int(structured::StructuredSpec::Kind::kChoice) &&
+    int(StructuredOutput::Kind::kRegex) == int(structured::StructuredSpec::Kind::kRegex) &&
+    int(StructuredOutput::Kind::kJsonSchema) == int(structured::StructuredSpec::Kind::kJsonSchema));
+
+std::shared_ptr<const structured::CompiledGrammar> LLMEngine::compile(
+    const StructuredOutput& spec) {
+    if (!tokenizer_) fail("structured output needs the model's tokenizer.json");
+    if (config_.device == "cuda")
+        fail("structured output is not supported on --device cuda yet (the CPU backend has it)");
+    if (!grammar_cache_)
+        grammar_cache_ = shared_grammar_cache(structured::Vocabulary::from_tokenizer(
+            *tokenizer_, int32_t(model_config().vocab_size),
+            std::vector<int32_t>(stop_rules_.eos_token_ids.begin(),
+                                 stop_rules_.eos_token_ids.end())));
+    structured::StructuredSpec s;
+    s.kind = structured::StructuredSpec::Kind(int(spec.kind));  // the same order (asserted above)
+    s.text = spec.text;
+    s.choices = spec.choices;
+    s.prefix = spec.prefix;
+    s.suffix = spec.suffix;
+    return grammar_cache_->get(s);
 }
 
 std::vector<RequestOutput> LLMEngine::step() {
@@ -251,14 +298,22 @@ std::vector<RequestOutput> LLMEngine::step() {
 LLMEngine::InFlight LLMEngine::launch(const Batch& batch) {
     std::vector<SamplerInput> sampling;
     sampling.reserve(batch.sampling.size());
-    for (const Request* r : batch.sampling)
+    for (const Request* r : batch.sampling) {
+        Tracked& t = *requests_.at(r->id);
+        if (t.matcher) {  // step() processed this request's previous token first
+            MI_CHECK(t.num_resolved == r->output_ids.size(), "request {}: mask after a placeholder",
+                     r->id);
+            t.mask.resize(size_t(t.matcher->compiled().vocab().num_mask_words()));
+            t.matcher->fill_next_token_mask(t.mask);
+        }
         sampling.push_back(SamplerInput{.logits = {},
                                         .params = &r->params,
                                         .prompt_ids = r->prompt_ids,
                                         .output_ids = r->output_ids,
                                         .eos_ids = stop_rules_.eos_token_ids,
                                         .seed = r->seed,
-                                        .token_bitmask = {}});
+                                        .token_bitmask = t.mask});
+    }
     runner_->launch(batch, sampling);
     scheduler_->update(batch);
     InFlight step;
@@ -302,6 +357,19 @@ void LLMEngine::append_token(Tracked& t, size_t index, const SampledToken& sampl
     ++t.num_resolved;
     if (r.params.logprobs)
         t.logprobs.push_back({sampled.token, sampled.logprob, sampled.top_logprobs});
+    // The mask allowed only tokens the grammar takes (EOS once the text is complete). A token
+    // outside it means the mask allowed nothing (a grammar with a dead end): that request
+    // ends with an error rather than the server.
+    if (t.matcher && !t.matcher->accept_token(sampled.token)) {
+        r.error = fmt::format("structured output: the grammar allows no token after {} tokens",
+                              t.num_resolved - 1);
+        t.delta += t.output->finish(FinishReason::kError);
+        r.output_ids.resize(t.num_resolved - 1);
+        --t.num_resolved;
+        r.num_computed = std::min(r.num_computed, std::max<int64_t>(r.num_tokens() - 1, 0));
+        scheduler_->finish(&r, FinishReason::kError);
+        return;
+    }
     OutputProcessor::Update update = t.output->append(sampled.token);
     t.delta += update.delta_text;
     if (!update.finished()) return;

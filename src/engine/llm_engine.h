@@ -7,7 +7,8 @@
 //   while (engine.has_unfinished()) for (auto& o : engine.step()) ...;
 //
 // Bad input (empty or over-long prompt, invalid SamplingParams, ids outside the vocabulary,
-// text or bad_words without a tokenizer) is an Error for that request only: add_request throws
+// text, bad_words or structured output without a tokenizer; a bad schema, regex or grammar) is
+// an Error for that request only: add_request throws
 // and adds nothing; generate reports it as that request's finish_reason "error". Not thread-safe:
 // one thread drives it (the server puts it on its own thread).
 //
@@ -30,6 +31,7 @@
 #include "engine/output_processor.h"
 #include "engine/request_output.h"
 #include "scheduler/scheduler.h"
+#include "structured/grammar_cache.h"
 #include "tokenizer/tokenizer.h"
 
 namespace miniinfer {
@@ -99,6 +101,9 @@ class LLMEngine {
     void process(const InFlight& step, std::vector<RequestOutput>& outputs);
     void append_token(Tracked& t, size_t index, const SampledToken& sampled);
     RequestOutput output_of(Tracked& t);
+    // The compiled grammar of a request's structured_outputs (through grammar_cache_, taken
+    // on first use for the tokenizer's vocabulary). Error for a bad schema, regex or grammar.
+    std::shared_ptr<const structured::CompiledGrammar> compile(const StructuredOutput& spec);
 
     EngineConfig config_;
     std::unique_ptr<ModelRunner> runner_;
@@ -112,6 +117,8 @@ class LLMEngine {
     std::optional<InFlight> in_flight_;  // overlap: the step launched, not yet processed
     // Finished requests a launched step may still name; freed once that step is processed.
     std::vector<std::unique_ptr<Tracked>> retired_, retiring_;
+    // The process's grammars for this vocabulary, compiled once per distinct spec.
+    std::shared_ptr<structured::GrammarCache> grammar_cache_;
     std::mt19937_64 seed_rng_;
     int64_t next_id_ = 0;
 };

@@ -24,6 +24,63 @@ std::string_view missing_input_feature(std::string_view part_type) {
     return "only text parts are supported";
 }
 
+// A JSON schema given as an object (or its text) for `field`.
+std::string schema_text(const Json& v, const std::string& field) {
+    if (v.is_string()) return v.get<std::string>();
+    if (v.is_object() || v.is_boolean()) return v.dump();
+    fail("'{}' must be a JSON schema (an object), got {}", field, v.type_name());
+}
+
+// OpenAI's response_format and vLLM's guided_* fields, read into params.structured_outputs
+// (which from_json already filled from vLLM's structured_outputs). At most one may ask.
+void read_structured(const Json& body, SamplingParams& params) {
+    std::vector<std::string> asked;
+    if (params.structured_outputs) asked.push_back("structured_outputs");
+    auto set = [&](const char* field, StructuredOutput::Kind kind, std::string text) {
+        asked.push_back(field);
+        params.structured_outputs = StructuredOutput{
+            .kind = kind, .text = std::move(text), .choices = {}, .prefix = {}, .suffix = {}};
+    };
+    using enum StructuredOutput::Kind;
+    if (const Json rf = body.value("response_format", Json()); !rf.is_null()) {
+        if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
+            fail("'response_format' must be an object with a string 'type'");
+        const std::string type = rf["type"].get<std::string>();
+        if (type == "json_object") {
+            set("response_format", kJsonObject, "");
+        } else if (type == "json_schema") {
+            const Json js = rf.value("json_schema", Json());
+            if (!js.is_object() || !js.contains("schema"))
+                fail("'response_format.json_schema' must be an object with a 'schema'");
+            set("response_format", kJsonSchema,
+                schema_text(js["schema"], "response_format.json_schema.schema"));
+        } else if (type != "text") {
+            fail(
+                "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\", "
+                "got \"{}\"",
+                type.substr(0, 32));
+        }
+    }
+    if (const Json v = body.value("guided_json", Json()); !v.is_null())
+        set("guided_json", kJsonSchema, schema_text(v, "guided_json"));
+    for (auto [field, kind] : {std::pair{"guided_regex", kRegex}, {"guided_grammar", kGrammar}})
+        if (const Json v = body.value(field, Json()); !v.is_null()) {
+            if (!v.is_string() || v.get<std::string>().empty())
+                fail("'{}' must be a non-empty string", field);
+            set(field, kind, v.get<std::string>());
+        }
+    if (const Json v = body.value("guided_choice", Json()); !v.is_null()) {
+        if (!v.is_array() || v.empty()) fail("'guided_choice' must be a non-empty list of strings");
+        set("guided_choice", kChoice, "");
+        for (const Json& c : v) {
+            if (!c.is_string()) fail("'guided_choice' entries must be strings");
+            params.structured_outputs->choices.push_back(c.get<std::string>());
+        }
+    }
+    if (asked.size() > 1)
+        fail("only one structured output constraint may be given, got {}", fmt::join(asked, ", "));
+}
+
 // Fields both endpoints take: the sampling ones (SamplingParams::from_json), n, stream and the
 // response options; the table refuses what is not supported before any is read.
 void parse_common(const Json& body, const SamplingParams& defaults, ApiRequest& r,
@@ -32,6 +89,7 @@ void parse_common(const Json& body, const SamplingParams& defaults, ApiRequest& 
     check_request_fields(body, front_end);
     r.model = json_get_or<std::string>(body, "model", "", "request");
     r.params = SamplingParams::from_json(body, defaults);
+    read_structured(body, r.params);
     r.params.bad_words_token_ids.clear();  // the engine's, resolved from bad_words
     r.n = json_get_or<int64_t>(body, "n", 1, "request");
     if (r.n < 1 || r.n > 128) fail("'n' must be in [1, 128], got {}", r.n);
@@ -180,6 +238,44 @@ namespace {
         "chat_template_kwargs)");
 }
 
+// tool_choice "required" or {"type": "function", "function": {"name": ...}}: the answer is one
+// call, as Qwen's template writes it (<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>),
+// its arguments following the tool's parameter schema. Returns whether a call is forced.
+bool forced_tool_call(const Json& choice, const Json& tools, SamplingParams& params) {
+    if (choice.is_null() || choice == "none" || choice == "auto") return false;
+    std::string name;
+    if (choice.is_object() && choice.value("type", Json()) == "function" &&
+        choice.contains("function") && choice["function"].is_object() &&
+        choice["function"].value("name", Json()).is_string())
+        name = choice["function"]["name"].get<std::string>();
+    else if (choice != "required")
+        fail(
+            "tool_choice must be \"none\", \"auto\", \"required\" or {{\"type\": \"function\", "
+            "\"function\": {{\"name\": ...}}}}");
+    if (!tools.is_array() || tools.empty()) fail("tool_choice {} needs 'tools'", choice.dump());
+    if (params.structured_outputs)
+        fail("tool_choice {} cannot be combined with another structured output constraint",
+             choice.dump());
+    Json calls = Json::array();
+    for (const Json& t : tools) {
+        const Json& f = t["function"];
+        if (!name.empty() && f["name"] != name) continue;
+        Json args = f.value("parameters", Json());
+        if (args.is_null()) args = {{"type", "object"}};
+        calls.push_back({{"type", "object"},
+                         {"properties", {{"name", {{"const", f["name"]}}}, {"arguments", args}}},
+                         {"required", {"name", "arguments"}}});
+    }
+    if (calls.empty()) fail("tool_choice names '{}', which is not one of 'tools'", name);
+    params.structured_outputs = StructuredOutput{
+        .kind = StructuredOutput::Kind::kJsonSchema,
+        .text = calls.size() == 1 ? calls[0].dump() : Json{{"anyOf", calls}}.dump(),
+        .choices = {},
+        .prefix = "<tool_call>\n",
+        .suffix = "\n</tool_call>"};
+    return true;
+}
+
 }  // namespace
 
 ApiRequest parse_chat_request(
@@ -208,12 +304,9 @@ ApiRequest parse_chat_request(
                     "...}}}}");
     }
     const Json choice = body.value("tool_choice", Json());
-    if (!choice.is_null() && !(choice.is_string() && (choice == "none" || choice == "auto")))
-        fail(
-            "tool_choice must be \"none\" or \"auto\" (\"required\" and named functions are "
-            "not supported)");
+    const bool forced = forced_tool_call(choice, tools, r.params);
     r.parse_tool_calls = tools.is_array() && !tools.empty() && choice != "none";
-    if (r.parse_tool_calls && !auto_tool_choice)
+    if (r.parse_tool_calls && !auto_tool_choice && !forced)
         fail(
             "\"auto\" tool choice requires --enable-auto-tool-choice and --tool-call-parser to "
             "be set");
@@ -245,6 +338,16 @@ ApiRequest parse_chat_request(
     r.reasoning_open =
         open != std::string::npos &&
         prompt.find_first_not_of(" \n", open + std::strlen(kThinkOpen)) == std::string::npos;
+    // The constraint would apply from the first token, where a thinking model writes <think>.
+    // Thinking is on when turning it off changes the prompt (Qwen3's and Qwen3.5's templates).
+    if (r.params.structured_outputs && !continue_final) {
+        Json off = kwargs;
+        off["enable_thinking"] = false;
+        if (r.reasoning_open || render_chat(rendered, tools, off) != prompt)
+            fail(
+                "structured output with thinking is not supported yet: send "
+                "chat_template_kwargs {{\"enable_thinking\": false}}");
+    }
     r.prompts.push_back(Prompt::from_text(std::move(prompt)));
     return r;
 }

@@ -62,7 +62,8 @@ inline constexpr std::array<std::string_view, 4> kChatRoles = {"system", "user",
 // --chat-template decides what they mean). `auto_tool_choice`: the server parses tool calls
 // (--enable-auto-tool-choice --tool-call-parser hermes); without it a request with tools and
 // tool_choice "auto" is refused, as vLLM refuses it. tool_choice "none" renders the tools but
-// never parses a call; "required" and named functions are refused (they need guided decoding).
+// never parses a call; "required" and a named function force one call through structured
+// output (its arguments following the tool's parameters), with or without auto_tool_choice.
 ApiRequest parse_completion_request(const Json& body, const SamplingParams& defaults);
 ApiRequest parse_chat_request(
     const Json& body, const SamplingParams& defaults,

@@ -18,7 +18,7 @@ constexpr uint8_t kAll = C | P | Y;
 using enum FieldUse;
 
 constexpr std::string_view kStructured =
-    "structured output (JSON schema, regex, grammar, choice) is not supported yet";
+    "structured output: the output follows it (one per request)";
 
 // vLLM's chat and completion protocols (OpenAI's fields and vLLM's extras) and its
 // SamplingParams, each field once.
@@ -52,8 +52,8 @@ constexpr RequestField kFields[] = {
     // Tools and reasoning.
     {"tools", C, kHonoured, "", "rendered by the chat template; calls parsed as Hermes JSON"},
     {"tool_choice", C, kHonoured, "",
-     "\"none\" or \"auto\" (needs --enable-auto-tool-choice); \"required\" and named functions "
-     "need structured output, not supported yet"},
+     "\"none\", \"auto\" (needs --enable-auto-tool-choice), \"required\" or a named function "
+     "(one call, its arguments following the tool's parameters: structured output)"},
     {"parallel_tool_calls", C, kDefaultOnly, "true",
      "every call the model writes is returned; limiting it to one is not supported"},
     {"functions", C, kRefused, "", "deprecated by OpenAI: send 'tools'"},
@@ -87,16 +87,17 @@ constexpr RequestField kFields[] = {
     {"use_beam_search", kHttp, kDefaultOnly, "false", "beam search is not supported"},
     {"length_penalty", kHttp, kDefaultOnly, "1.0", "beam search is not supported"},
     {"logits_processors", kAll, kRefused, "", "custom logits processors are not supported"},
-    {"response_format", kHttp, kDefaultOnly, "{\"type\": \"text\"}", kStructured},
-    {"structured_outputs", kAll, kRefused, "", kStructured},
-    {"guided_json", kHttp, kRefused, "", kStructured},
-    {"guided_regex", kHttp, kRefused, "", kStructured},
-    {"guided_choice", kHttp, kRefused, "", kStructured},
-    {"guided_grammar", kHttp, kRefused, "", kStructured},
-    {"guided_decoding_backend", kHttp, kRefused, "", kStructured},
-    {"guided_whitespace_pattern", kHttp, kRefused, "", kStructured},
-    {"structural_tag", kHttp, kRefused, "", kStructured},
-    {"guided_decoding", Y, kRefused, "", kStructured},
+    {"response_format", kHttp, kHonoured, "",
+     "text, json_object or json_schema (structured output; chat: with enable_thinking false)"},
+    {"structured_outputs", kAll, kHonoured, "", "json, json_object, regex, grammar (GBNF), choice"},
+    {"guided_json", kHttp, kHonoured, "", kStructured},
+    {"guided_regex", kHttp, kHonoured, "", kStructured},
+    {"guided_choice", kHttp, kHonoured, "", kStructured},
+    {"guided_grammar", kHttp, kHonoured, "", kStructured},
+    {"guided_decoding_backend", kHttp, kInformational, "", "one grammar engine is built in"},
+    {"guided_whitespace_pattern", kHttp, kRefused, "", "the JSON grammar's whitespace is fixed"},
+    {"structural_tag", kHttp, kRefused, "", "structural tags are not supported"},
+    {"guided_decoding", Y, kRefused, "", "deprecated by vLLM: use structured_outputs"},
     // What comes back.
     {"stream", kHttp, kHonoured, "", ""},
     {"stream_options", kHttp, kHonoured, "",

@@ -13,13 +13,14 @@ std::string StructuredSpec::key() const {
     std::string k = fmt::format("{}:{}:", int(kind), text.size());
     k += text;
     for (const std::string& c : choices) k += fmt::format(":{}:{}", c.size(), c);
+    k += fmt::format("|{}:{}{}:{}", prefix.size(), prefix, suffix.size(), suffix);
     return k;
 }
 
 Grammar build_grammar(const StructuredSpec& spec) {
     switch (spec.kind) {
         case StructuredSpec::Kind::kJsonSchema:
-            return json_schema_grammar(spec.text);
+            return json_schema_grammar(spec.text, spec.prefix, spec.suffix);
         case StructuredSpec::Kind::kJsonObject:
             return any_json_grammar();
         case StructuredSpec::Kind::kRegex:

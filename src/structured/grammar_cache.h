@@ -19,6 +19,8 @@ struct StructuredSpec {
     Kind kind = Kind::kJsonObject;
     std::string text;                  // the schema (JSON text), the regex or the GBNF grammar
     std::vector<std::string> choices;  // kChoice: the output is exactly one of these
+    // kJsonSchema: texts around the document (a tool call's "<tool_call>\n" and "\n</tool_call>").
+    std::string prefix, suffix;
 
     // Identifies the spec's content (the cache key).
     std::string key() const;

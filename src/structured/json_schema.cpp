@@ -64,8 +64,10 @@ class SchemaConverter {
   public:
     explicit SchemaConverter(OJson root) : root_(std::move(root)) { add_common_rules(); }
 
-    Grammar build() {
-        builder_.add_rule("root", convert(root_, "#"));
+    Grammar build(std::string_view prefix = "", std::string_view suffix = "") {
+        ExprPtr doc = convert(root_, "#");
+        if (!prefix.empty() || !suffix.empty()) doc = seq({literal(prefix), doc, literal(suffix)});
+        builder_.add_rule("root", doc);
         for (size_t i = 0; i < pending_refs_.size(); ++i) {
             auto [name, path] = pending_refs_[i];
             builder_.add_rule(name, convert(resolve(path), path));
@@ -403,8 +405,10 @@ class SchemaConverter {
 
 }  // namespace
 
-Grammar json_schema_grammar(std::string_view schema_json) {
-    return SchemaConverter(parse_untrusted_json<OJson>(schema_json, "JSON schema")).build();
+Grammar json_schema_grammar(std::string_view schema_json, std::string_view prefix,
+                            std::string_view suffix) {
+    return SchemaConverter(parse_untrusted_json<OJson>(schema_json, "JSON schema"))
+        .build(prefix, suffix);
 }
 
 Grammar any_json_grammar() {

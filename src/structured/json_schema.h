@@ -25,7 +25,9 @@
 
 namespace miniinfer::structured {
 
-Grammar json_schema_grammar(std::string_view schema_json);
+// With prefix and suffix: the document between those texts (a tool call's tags).
+Grammar json_schema_grammar(std::string_view schema_json, std::string_view prefix = "",
+                            std::string_view suffix = "");
 // Any JSON value, compact (response_format json_object).
 Grammar any_json_grammar();
 

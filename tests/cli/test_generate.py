@@ -120,3 +120,15 @@ def test_fp8_kv_cache_keeps_the_demo_greedy_tokens():
     assert lines(out)[0]["token_ids"] == REF["prompts"][1]["greedy"]
     code, _, err = run("generate", "--model", DEMO, "--prompt", "x", "--kv-cache-dtype", "int4")
     assert code != 0 and "kv_cache_dtype 'int4' is not supported (auto, fp8, fp8_e4m3)" in err
+
+
+def test_structured_outputs_input_lines():
+    stdin = "\n".join(json.dumps(l) for l in [
+        {"prompt": "Pick", "temperature": 0, "max_tokens": 20, "structured_outputs": {"choice": ["up", "down"]}},
+        {"prompt": "Pick", "max_tokens": 20, "structured_outputs": {"json": {"type": "array", "uniqueItems": True}}},
+    ]) + "\n"
+    code, out, err = run("generate", "--model", DEMO, "--input", "-", stdin=stdin)
+    assert code == 1, err
+    r = lines(out)
+    assert r[0]["text"] in ("up", "down") and r[0]["finish_reason"] == "stop"
+    assert "uniqueItems" in r[1]["error"]

@@ -1,5 +1,7 @@
 """Bad parameters raise ValueError naming the field (the C++ rules, through the C API); bad
 engine options and prompts too; nothing runs and the engine stays usable."""
+import re
+
 import pytest
 
 from conftest import DEMO, small_engine_kwargs
@@ -28,7 +30,8 @@ from miniinfer.utils import SamplingParams
     ({"prompt_logprobs": 1}, "prompt_logprobs"),
     ({"best_of": 3}, "best_of"),
     ({"detokenize": False}, "detokenize"),
-    ({"structured_outputs": {"json": {"type": "object"}}}, "structured_outputs"),
+    ({"structured_outputs": {}}, "structured_outputs"),
+    ({"guided_decoding": {"json": {"type": "object"}}}, "guided_decoding"),
     ({"logits_processors": [print]}, "logits_processors"),
     ({"logit_bias": {5: 101}}, "logit_bias"),
     ({"allowed_token_ids": []}, "allowed_token_ids"),
@@ -38,6 +41,18 @@ from miniinfer.utils import SamplingParams
 def test_bad_sampling_params_raise_value_error_naming_the_field(kwargs, field):
     with pytest.raises(ValueError, match=f"'{field}'"):
         SamplingParams(**kwargs)
+
+
+def test_structured_outputs_constrain_the_text(demo_engine):
+    choices = ["yes", "no", "maybe not"]
+    out = demo_engine.generate(["Well?"], SamplingParams(temperature=0, max_tokens=20,
+                                                         structured_outputs={"choice": choices}),
+                               use_tqdm=False)
+    assert out[0]["text"] in choices and out[0]["finish_reason"] == "stop"
+    out = demo_engine.generate(["Code:"], SamplingParams(seed=3, max_tokens=20,
+                                                         structured_outputs={"regex": "[a-c]{4}"}),
+                               use_tqdm=False)
+    assert re.fullmatch("[a-c]{4}", out[0]["text"]) and out[0]["finish_reason"] == "stop"
 
 
 def test_the_servers_sampling_fields_are_honoured(demo_engine):

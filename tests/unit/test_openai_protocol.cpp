@@ -1,3 +1,4 @@
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -274,14 +275,117 @@ TEST(RequestFields, EveryRowIsHonouredOrRefusedByName) {
     EXPECT_EQ(error_of([&] { parse_chat_request(unknown, SamplingParams{}, kRender); }), "");
 }
 
-TEST(RequestFields, ResponseFormatTextIsTheDefaultAndJsonSchemaIsRefused) {
-    Json body = {{"prompt", "hi"}, {"response_format", {{"type", "text"}}}};
-    EXPECT_NO_THROW(parse_completion_request(body, SamplingParams{}));
-    body["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}};
-    EXPECT_NE(error_of([&] {
-                  parse_completion_request(body, SamplingParams{});
-              }).find("structured output"),
-              std::string::npos);
+using ::testing::HasSubstr;
+
+TEST(StructuredFields, EachFieldReachesTheParams) {
+    using enum StructuredOutput::Kind;
+    const Json schema = {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}}}};
+    auto parsed = [](Json extra) {
+        Json body = {{"prompt", "hi"}};
+        body.update(extra);
+        return parse_completion_request(body, SamplingParams{}).params.structured_outputs;
+    };
+    EXPECT_FALSE(parsed({{"response_format", {{"type", "text"}}}}));
+    EXPECT_EQ(parsed({{"response_format", {{"type", "json_object"}}}}),
+              (StructuredOutput{
+                  .kind = kJsonObject, .text = "", .choices = {}, .prefix = {}, .suffix = {}}));
+    const StructuredOutput json{
+        .kind = kJsonSchema, .text = schema.dump(), .choices = {}, .prefix = {}, .suffix = {}};
+    EXPECT_EQ(parsed({{"response_format",
+                       {{"type", "json_schema"},
+                        {"json_schema", {{"name", "x"}, {"schema", schema}, {"strict", true}}}}}}),
+              json);
+    EXPECT_EQ(parsed({{"guided_json", schema}}), json);
+    EXPECT_EQ(parsed({{"structured_outputs", {{"json", schema}}}}), json);
+    EXPECT_EQ(parsed({{"guided_regex", "[a-z]+"}}),
+              (StructuredOutput{
+                  .kind = kRegex, .text = "[a-z]+", .choices = {}, .prefix = {}, .suffix = {}}));
+    EXPECT_EQ(parsed({{"structured_outputs", {{"grammar", "root ::= \"a\""}}}}),
+              (StructuredOutput{.kind = kGrammar,
+                                .text = "root ::= \"a\"",
+                                .choices = {},
+                                .prefix = {},
+                                .suffix = {}}));
+    EXPECT_EQ(parsed({{"guided_grammar", "root ::= \"a\""}}),
+              (StructuredOutput{.kind = kGrammar,
+                                .text = "root ::= \"a\"",
+                                .choices = {},
+                                .prefix = {},
+                                .suffix = {}}));
+    const StructuredOutput choice{
+        .kind = kChoice, .text = "", .choices = {"a", "b"}, .prefix = {}, .suffix = {}};
+    EXPECT_EQ(parsed({{"guided_choice", {"a", "b"}}}), choice);
+    EXPECT_EQ(parsed({{"structured_outputs", {{"choice", {"a", "b"}}}}}), choice);
+    // The pipeline's engine core gets the params as JSON.
+    SamplingParams p;
+    p.structured_outputs = choice;
+    EXPECT_EQ(SamplingParams::from_json(p.to_json(), {}).structured_outputs, choice);
+}
+
+TEST(StructuredFields, BadValuesAreErrorsNamingTheField) {
+    auto why = [](Json extra) {
+        Json body = {{"prompt", "hi"}};
+        body.update(extra);
+        return error_of([&] { parse_completion_request(body, SamplingParams{}); });
+    };
+    EXPECT_THAT(why({{"response_format", {{"type", "xml"}}}}), HasSubstr("response_format.type"));
+    EXPECT_THAT(
+        why({{"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}}}}}}),
+        HasSubstr("'response_format.json_schema'"));
+    EXPECT_THAT(why({{"guided_json", 3}}), HasSubstr("'guided_json'"));
+    EXPECT_THAT(why({{"guided_regex", ""}}), HasSubstr("'guided_regex'"));
+    EXPECT_THAT(why({{"guided_choice", Json::array()}}), HasSubstr("'guided_choice'"));
+    EXPECT_THAT(why({{"structured_outputs", {{"xml", "a"}}}}),
+                HasSubstr("'structured_outputs.xml'"));
+    EXPECT_THAT(why({{"structured_outputs", {{"regex", "a"}, {"choice", {"a"}}}}}),
+                HasSubstr("exactly one"));
+    EXPECT_THAT(why({{"guided_regex", "a"}, {"response_format", {{"type", "json_object"}}}}),
+                HasSubstr("guided_regex"));
+}
+
+TEST(StructuredFields, ToolChoiceRequiredOrNamedForcesOneCall) {
+    Json body = Json::parse(R"({"messages": [{"role": "user", "content": "hi"}],
+        "tools": [{"type": "function", "function": {"name": "get_weather", "parameters":
+                     {"type": "object", "properties": {"city": {"type": "string"}}}}},
+                  {"type": "function", "function": {"name": "get_time"}}],
+        "chat_template_kwargs": {"enable_thinking": false},
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}}})");
+    // No --enable-auto-tool-choice needed: the call is forced.
+    ApiRequest r = parse_chat_request(body, SamplingParams{}, kRender, false, false);
+    ASSERT_TRUE(r.params.structured_outputs);
+    EXPECT_TRUE(r.parse_tool_calls);
+    EXPECT_EQ(r.params.structured_outputs->prefix, "<tool_call>\n");
+    EXPECT_EQ(r.params.structured_outputs->suffix, "\n</tool_call>");
+    EXPECT_THAT(r.params.structured_outputs->text, HasSubstr(R"({"const":"get_weather"})"));
+    EXPECT_THAT(r.params.structured_outputs->text, ::testing::Not(HasSubstr("get_time")));
+    body["tool_choice"] = "required";
+    r = parse_chat_request(body, SamplingParams{}, kRender, false, false);
+    EXPECT_THAT(r.params.structured_outputs->text, HasSubstr("anyOf"));
+    body["tool_choice"] = {{"type", "function"}, {"function", {{"name", "nope"}}}};
+    EXPECT_THAT(error_of([&] { parse_chat_request(body, SamplingParams{}, kRender); }),
+                HasSubstr("'nope'"));
+    body["tool_choice"] = "required";
+    body["guided_regex"] = "a";
+    EXPECT_THAT(error_of([&] { parse_chat_request(body, SamplingParams{}, kRender); }),
+                HasSubstr("tool_choice"));
+    body.erase("guided_regex");
+    body.erase("tools");
+    EXPECT_THAT(error_of([&] { parse_chat_request(body, SamplingParams{}, kRender); }),
+                HasSubstr("needs 'tools'"));
+}
+
+// A thinking model would write <think> where the constraint starts: chat needs thinking off.
+TEST(StructuredFields, ChatNeedsThinkingOff) {
+    Json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                 {"response_format", {{"type", "json_object"}}}};
+    EXPECT_THAT(error_of([&] { parse_chat_request(body, SamplingParams{}, kRender); }),
+                HasSubstr("enable_thinking"));
+    body["chat_template_kwargs"] = {{"enable_thinking", false}};
+    EXPECT_TRUE(parse_chat_request(body, SamplingParams{}, kRender).params.structured_outputs);
+    // A template without thinking renders the same prompt either way.
+    body.erase("chat_template_kwargs");
+    const auto no_thinking = [](const Json& m, const Json&, const Json&) { return m.dump(); };
+    EXPECT_TRUE(parse_chat_request(body, SamplingParams{}, no_thinking).params.structured_outputs);
 }
 
 TEST(RequestFields, HonouredSamplingFieldsReachTheParams) {

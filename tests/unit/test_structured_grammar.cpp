@@ -119,6 +119,16 @@ TEST(StructuredJson, ObjectsAndOptionalProperties) {
         EXPECT_FALSE(matches(g, bad)) << bad;
 }
 
+// A forced tool call: the document between the call's tags.
+TEST(StructuredJson, PrefixAndSuffixAroundTheDocument) {
+    const Grammar g = json_schema_grammar(R"({"type":"object","properties":{"a":{"const":1}},
+        "required":["a"]})",
+                                          "<tool_call>\n", "\n</tool_call>");
+    EXPECT_TRUE(matches(g, "<tool_call>\n{\"a\":1}\n</tool_call>"));
+    EXPECT_FALSE(matches(g, "{\"a\":1}"));
+    EXPECT_FALSE(matches(g, "<tool_call>\n{\"a\":1}"));
+}
+
 TEST(StructuredJson, AdditionalPropertiesAndArrays) {
     const Grammar g = json_schema_grammar(R"({"type":"object","properties":{
         "tags":{"type":"array","items":{"type":"string"},"minItems":1,"maxItems":2}},
@@ -208,18 +218,18 @@ TEST(StructuredJson, ErrorsNameTheKeyword) {
 
 TEST(StructuredGrammarCache, CompilesOnceByContent) {
     GrammarCache cache(miniinfer::testing::byte_vocab());
-    StructuredSpec a{StructuredSpec::Kind::kRegex, "a+", {}};
-    StructuredSpec b{StructuredSpec::Kind::kGrammar, "root ::= \"a\"+", {}};
+    StructuredSpec a{StructuredSpec::Kind::kRegex, "a+", {}, {}, {}};
+    StructuredSpec b{StructuredSpec::Kind::kGrammar, "root ::= \"a\"+", {}, {}, {}};
     auto g1 = cache.get(a);
     EXPECT_EQ(cache.get(a), g1);
     EXPECT_NE(cache.get(b), g1);
     EXPECT_EQ(cache.num_hits(), 1);
     EXPECT_EQ(cache.num_misses(), 2);
     EXPECT_THAT(error_of([&] {
-                    cache.get({StructuredSpec::Kind::kRegex, "(", {}});
+                    cache.get({StructuredSpec::Kind::kRegex, "(", {}, {}, {}});
                 }),
                 HasSubstr("regex"));
-    StructuredSpec choice{StructuredSpec::Kind::kChoice, "", {"yes", "no"}};
+    StructuredSpec choice{StructuredSpec::Kind::kChoice, "", {"yes", "no"}, {}, {}};
     GrammarMatcher m(cache.get(choice));
     EXPECT_TRUE(m.accept_bytes("no"));
     EXPECT_TRUE(m.must_end());
