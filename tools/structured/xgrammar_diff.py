@@ -4,6 +4,7 @@
 Run by hand in its own virtual environment (xgrammar pulls in torch), never in CI:
 
     python3 -m venv /tmp/xgr && /tmp/xgr/bin/pip install xgrammar transformers
+    ninja -C build-cpu structured_mask_dump
     build-cpu/bench/host/structured_mask_dump tests/fixtures/qwen3-demo \\
         tests/data/structured/schemas.jsonl 3 > /tmp/ours.jsonl
     /tmp/xgr/bin/python tools/structured/xgrammar_diff.py tests/fixtures/qwen3-demo \\
