@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "structured/utf8_ranges.h"
+#include "tokenizer/utf8.h"
 
 namespace miniinfer::structured {
 
@@ -207,7 +208,7 @@ class GbnfParser {
             if (at_end()) error("unterminated string");
             const uint32_t cp = parse_char();
             if (cp > kMaxCodepoint) error("character beyond U+10FFFF");
-            append_utf8(bytes, cp);
+            utf8::append(bytes, char32_t(cp));
         }
         ++i_;
         return literal(bytes);

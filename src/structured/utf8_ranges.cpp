@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "tokenizer/utf8.h"
 
 namespace miniinfer::structured {
 
@@ -14,7 +15,7 @@ int encoded_len(uint32_t cp) {
 
 std::string encode(uint32_t cp) {
     std::string s;
-    append_utf8(s, cp);
+    utf8::append(s, char32_t(cp));
     return s;
 }
 
@@ -104,24 +105,6 @@ ExprPtr utf8_class(const std::vector<CodepointRange>& ranges) {
     if (ascii.any()) branches.insert(branches.begin(), bytes_expr(ascii));
     if (branches.size() == 1) return branches[0];
     return alt(std::move(branches));
-}
-
-void append_utf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-        out += char(cp);
-    } else if (cp < 0x800) {
-        out += char(0xC0 | (cp >> 6));
-        out += char(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-        out += char(0xE0 | (cp >> 12));
-        out += char(0x80 | ((cp >> 6) & 0x3F));
-        out += char(0x80 | (cp & 0x3F));
-    } else {
-        out += char(0xF0 | (cp >> 18));
-        out += char(0x80 | ((cp >> 12) & 0x3F));
-        out += char(0x80 | ((cp >> 6) & 0x3F));
-        out += char(0x80 | (cp & 0x3F));
-    }
 }
 
 uint32_t decode_utf8(std::string_view text, size_t& i) {

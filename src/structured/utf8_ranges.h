@@ -25,7 +25,6 @@ std::vector<CodepointRange> normalize_ranges(std::vector<CodepointRange> ranges)
 std::vector<CodepointRange> complement_ranges(const std::vector<CodepointRange>& ranges);
 // Matches exactly the UTF-8 encodings of the code points in `ranges`.
 ExprPtr utf8_class(const std::vector<CodepointRange>& ranges);
-void append_utf8(std::string& out, uint32_t codepoint);
 // Decodes one UTF-8 character at text[i], advancing i; Error on invalid UTF-8.
 uint32_t decode_utf8(std::string_view text, size_t& i);
 
