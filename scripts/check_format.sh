@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Fails when a C++/CUDA file under src/ or tests/ differs from what clang-format (.clang-format,
+# Fails when a C++/CUDA file under src/, tests/ or bench/ differs from what clang-format (.clang-format,
 # clang-format 14 as on Debian 12) would write. Fix with: scripts/check_format.sh --fix
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mapfile -t files < <(git ls-files 'src/*.cpp' 'src/*.h' 'src/*.cu' 'src/*.cuh' \
-                                  'tests/*.cpp' 'tests/*.h' 'tests/*.cu' 'tests/*.cuh')
+                                  'tests/*.cpp' 'tests/*.h' 'tests/*.cu' 'tests/*.cuh' \
+                                  'bench/*.cpp' 'bench/*.h')
 if [ "${1:-}" = "--fix" ]; then
   clang-format -i "${files[@]}"
   exit 0

@@ -10,7 +10,7 @@ using namespace miniinfer;
 namespace {
 
 class NullRunner : public ModelRunner {
-public:
+  public:
     NullRunner() {
         config_.model_type = "null";
         config_.vocab_size = 151936;
@@ -22,7 +22,7 @@ public:
         return std::vector<SampledToken>(sampling.size(), SampledToken{7, 0.f, {}});
     }
 
-private:
+  private:
     ModelConfig config_;
 };
 
@@ -38,12 +38,18 @@ void BM_DecodeStep(benchmark::State& state) {
     p.max_tokens = 1 << 15;
     p.ignore_eos = true;
     p.temperature = 0;
-    for (int64_t i = 0; i < num_requests; ++i) engine.add_request(Prompt::from_ids(std::vector<int32_t>(128, 1)), p);
+    for (int64_t i = 0; i < num_requests; ++i)
+        engine.add_request(Prompt::from_ids(std::vector<int32_t>(128, 1)), p);
     engine.step();  // prefill
     for (auto _ : state) benchmark::DoNotOptimize(engine.step());
     state.SetItemsProcessed(state.iterations() * num_requests);
 }
-BENCHMARK(BM_DecodeStep)->Arg(1)->Arg(64)->Arg(256)->Unit(benchmark::kMicrosecond)->Iterations(2000);
+BENCHMARK(BM_DecodeStep)
+    ->Arg(1)
+    ->Arg(64)
+    ->Arg(256)
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(2000);
 
 }  // namespace
 

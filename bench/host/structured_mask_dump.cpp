@@ -23,7 +23,8 @@ int main(int argc, char** argv) {
     const Tokenizer tok = Tokenizer::load(argv[1]);
     const int num_prefixes = argc > 3 ? std::stoi(argv[3]) : 3;
     std::mt19937 rng(argc > 4 ? std::stoul(argv[4]) : 49);
-    auto vocab = Vocabulary::from_tokenizer(tok, tok.vocab_size(), {*tok.token_to_id("<|im_end|>")});
+    auto vocab =
+        Vocabulary::from_tokenizer(tok, tok.vocab_size(), {*tok.token_to_id("<|im_end|>")});
     std::vector<uint32_t> mask(vocab->num_mask_words());
     const std::string text = read_text_file(argv[2]);
     size_t start = 0;
@@ -32,7 +33,8 @@ int main(int argc, char** argv) {
         if (end == std::string::npos) end = text.size();
         const auto line = nlohmann::ordered_json::parse(text.substr(start, end - start));
         start = end + 1;
-        auto compiled = std::make_shared<const CompiledGrammar>(json_schema_grammar(line["schema"].dump()), vocab);
+        auto compiled = std::make_shared<const CompiledGrammar>(
+            json_schema_grammar(line["schema"].dump()), vocab);
         for (const auto& doc : line["valid"]) {
             const auto ids = tok.encode(doc.get<std::string>());
             for (int k = 0; k < num_prefixes; ++k) {

@@ -29,19 +29,22 @@ void report(const char* what, std::vector<double> v, const char* unit) {
     double sum = 0;
     for (double x : v) sum += x;
     auto at = [&v](double q) { return v[std::min(v.size() - 1, size_t(q * v.size()))]; };
-    fmt::print("{:<34} n={:<6} median {:8.1f} {}  p90 {:8.1f}  p99 {:8.1f}  max {:8.1f}  mean {:8.1f}\n",
-               what, v.size(), at(0.5), unit, at(0.9), at(0.99), v.back(), sum / v.size());
+    fmt::print(
+        "{:<34} n={:<6} median {:8.1f} {}  p90 {:8.1f}  p99 {:8.1f}  max {:8.1f}  mean {:8.1f}\n",
+        what, v.size(), at(0.5), unit, at(0.9), at(0.99), v.back(), sum / v.size());
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-    const std::string model_dir = argc > 1 ? argv[1] : MINIINFER_SOURCE_DIR "/tests/fixtures/qwen3-demo";
+    const std::string model_dir =
+        argc > 1 ? argv[1] : MINIINFER_SOURCE_DIR "/tests/fixtures/qwen3-demo";
     const std::string suite_path =
         argc > 2 ? argv[2] : MINIINFER_SOURCE_DIR "/tests/data/structured/schemas.jsonl";
     const Tokenizer tok = Tokenizer::load(model_dir);
     auto t0 = Clock::now();
-    auto vocab = Vocabulary::from_tokenizer(tok, tok.vocab_size(), {*tok.token_to_id("<|im_end|>")});
+    auto vocab =
+        Vocabulary::from_tokenizer(tok, tok.vocab_size(), {*tok.token_to_id("<|im_end|>")});
     fmt::print("vocabulary: {} tokens, trie of {} nodes, built in {:.1f} ms\n", vocab->size(),
                vocab->trie().size(), us_since(t0) / 1000);
 
@@ -56,7 +59,8 @@ int main(int argc, char** argv) {
         const auto line = nlohmann::ordered_json::parse(text.substr(start, end - start));
         start = end + 1;
         t0 = Clock::now();
-        auto compiled = std::make_shared<const CompiledGrammar>(json_schema_grammar(line["schema"].dump()), vocab);
+        auto compiled = std::make_shared<const CompiledGrammar>(
+            json_schema_grammar(line["schema"].dump()), vocab);
         compile_ms.push_back(us_since(t0) / 1000);
         for (const auto& doc : line["valid"]) {  // masks along valid documents
             GrammarMatcher m(compiled);
