@@ -119,13 +119,9 @@ class GbnfParser {
     }
 
     int parse_int() {
-        if (!std::isdigit(uint8_t(peek()))) error("expected a number in {m,n}");
-        long v = 0;
-        while (std::isdigit(uint8_t(peek()))) {
-            v = v * 10 + (text_[i_++] - '0');
-            if (v > 100000) error("repetition count too large");
-        }
-        return int(v);
+        const RepeatCount count = parse_repeat_count(text_, i_);
+        if (count.error) error(count.error);
+        return count.value;
     }
 
     ExprPtr parse_quantifiers(ExprPtr atom) {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cctype>
 #include <unordered_map>
 
 #include "core/check.h"
@@ -345,6 +346,17 @@ ExprPtr repeat(ExprPtr child, int min, int max) {
     e.min = min;
     e.max = max;
     return make(std::move(e));
+}
+
+RepeatCount parse_repeat_count(std::string_view text, size_t& i) {
+    const auto digit = [&] { return i < text.size() && std::isdigit(uint8_t(text[i])); };
+    if (!digit()) return {0, "expected a number in {m,n}"};
+    long v = 0;
+    while (digit()) {
+        v = v * 10 + (text[i++] - '0');
+        if (v > 100000) return {0, "repetition count too large"};
+    }
+    return {int(v), nullptr};
 }
 
 ExprPtr star(ExprPtr child) {

@@ -45,6 +45,14 @@ ExprPtr literal(std::string_view text);  // the bytes of text, in order ("" is e
 ExprPtr seq(std::vector<ExprPtr> children);
 ExprPtr alt(std::vector<ExprPtr> children);
 ExprPtr repeat(ExprPtr child, int min, int max);  // max -1: unbounded
+// The decimal count of a {m,n} repetition at text[i], i moved past its digits (GBNF and regex
+// alike); the error to raise, with the parser's position, when none starts there or it is over
+// 100,000.
+struct RepeatCount {
+    int value = 0;
+    const char* error = nullptr;
+};
+RepeatCount parse_repeat_count(std::string_view text, size_t& i);
 ExprPtr star(ExprPtr child);
 ExprPtr plus(ExprPtr child);
 ExprPtr optional(ExprPtr child);
