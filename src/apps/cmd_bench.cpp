@@ -44,7 +44,18 @@ struct BenchOptions {
     double hbm_bytes_per_s = 0, matmul_flops = 0;  // > 0: given, in place of the card's
     std::vector<std::string> tuning;               // key=value fields of config/tuning.h
     bench::MultiturnShape multiturn;               // before scaling to the model
+    std::string json_schema_file;  // set: every request (warm-up too) under this JSON schema
 };
+
+// --json-schema: the schema as every request's structured output. EOS is then the grammar's to
+// allow (ignore_eos off): a request ends at its max_tokens or where its document ends.
+void constrain(SamplingParams& p, const BenchOptions& o) {
+    if (o.json_schema_file.empty()) return;
+    p.ignore_eos = false;
+    p.structured_outputs.emplace();
+    p.structured_outputs->kind = StructuredOutput::Kind::kJsonSchema;
+    p.structured_outputs->text = read_text_file(o.json_schema_file);
+}
 
 // The SOL's figures: the card's (--device cuda), with --hbm-bytes-per-s / --matmul-flops in place
 // of theirs. On the CPU only figures given count (a figure not given bounds nothing), and with
@@ -101,7 +112,8 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o,
     SamplingParams p;
     p.temperature = w.multiturn ? w.multiturn->temperature : w.requests.temperature;
     p.ignore_eos = true;
-    int64_t prompt_tokens = 0, num_requests = 0;
+    constrain(p, o);
+    int64_t prompt_tokens = 0, num_requests = 0, finished_by_length = 0;
     // Time to first token of each request, from its submission: how long the scheduler's
     // prefill order kept it waiting.
     std::unordered_map<std::string, Clock::time_point> waiting_since;
@@ -138,6 +150,8 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o,
                 waiting_since.erase(it);
             }
             if (!out.finished) continue;
+            if (!out.error.empty()) fail("request {}: {}", out.request_id, out.error);
+            finished_by_length += out.finish_reason == "length";
             output_tokens += int64_t(out.token_ids.size());
             cached_tokens += out.num_cached_tokens;
             if (!conversations) continue;
@@ -185,6 +199,8 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o,
             {"cuda_graphs", c.device == "cuda" && !c.enforce_eager},
             {"overlap", engine.overlapping()},
             {"requests", num_requests},
+            {"json_schema", o.json_schema_file.empty() ? Json(nullptr) : Json(o.json_schema_file)},
+            {"finished_by_length", finished_by_length},
             {"prompt_tokens", prompt_tokens},
             {"cached_prompt_tokens", cached_tokens},  // found in the prefix cache
             {"output_tokens", output_tokens},
@@ -225,6 +241,10 @@ void print_row(const Json& r, int64_t run_index, int64_t runs) {
                     r["ttft_p99_ms"].get<double>());
     if (r["workload"] == "bs1")
         std::printf(" %.3f ms/token", r["ms_per_output_token"].get<double>());
+    if (!r["json_schema"].is_null())
+        std::printf(" under %s (%lld of the requests ended at max_tokens)",
+                    r["json_schema"].get<std::string>().c_str(),
+                    r["finished_by_length"].get<long long>());
     if (const Json& cache = r["prefix_cache"]; !cache.is_null()) {
         const auto percent = [&](const char* turns, const char* rate) {
             return 100.0 * cache[turns][rate].get<double>();
@@ -264,6 +284,7 @@ void run(const BenchOptions& o) {
     warm.max_tokens = 8;
     warm.ignore_eos = true;
     warm.temperature = 0.6;
+    constrain(warm, o);
     engine.generate({Prompt::from_ids(std::vector<int32_t>(64, 1))}, warm);
 
     for (Workload& w : workloads)
@@ -374,6 +395,10 @@ void add_bench(CLI::App& app) {
                     "else its device properties); on the CPU the SOL shows only when given");
     cmd->add_option("--matmul-flops", opts->matmul_flops,
                     "Dense bf16 matrix rate (FLOP/s) for the SOL, in place of the card's");
+    cmd->add_option("--json-schema", opts->json_schema_file,
+                    "Every request under this JSON schema (structured output): EOS only where "
+                    "its document ends; the model folder needs a tokenizer")
+        ->check(CLI::ExistingFile);
     cmd->add_option("--tuning", opts->tuning,
                     "key=value: a kernel threshold in place of its default, for comparisons "
                     "(repeatable; keys and defaults: src/config/tuning.h)");

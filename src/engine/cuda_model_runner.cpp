@@ -375,7 +375,8 @@ std::vector<SampledToken> CudaModelRunner::run(const Batch& batch,
 // step's: the K/V pages and slots a finished request frees are rewritten only after the step
 // that still wrote them, with no event. Only host memory needs care: the input staging and the
 // sampler's output buffers come in pairs, each guarded by an event.
-void CudaModelRunner::launch(const Batch& batch, std::span<const SamplerInput> sampling) {
+void CudaModelRunner::launch(const Batch& batch, std::span<const SamplerInput> sampling,
+                             const std::function<void()>& before_sampling) {
     Impl& m = *impl_;
     MI_CHECK(sampling.size() == batch.logits_indices.size(), "{} sampling inputs for {} rows",
              sampling.size(), batch.logits_indices.size());
@@ -387,6 +388,7 @@ void CudaModelRunner::launch(const Batch& batch, std::span<const SamplerInput> s
         events->start.record(m.stream.get());
     }
     m.forward(fb);
+    if (before_sampling) before_sampling();
     const int64_t n = int64_t(sampling.size());
     m.sampler->launch(m.model->logits(n), sampling, m.stream.get());
     m.share_tokens(n);

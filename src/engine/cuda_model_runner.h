@@ -57,7 +57,8 @@ class CudaModelRunner : public ModelRunner {
     // Overlap: launch() stages the step (its placeholders are resolved on the device, from the
     // previous step's sampled tokens), launches the forward pass and sampling, and returns;
     // collect() waits for the oldest launched step's tokens.
-    void launch(const Batch& batch, std::span<const SamplerInput> sampling) override;
+    void launch(const Batch& batch, std::span<const SamplerInput> sampling,
+                const std::function<void()>& before_sampling = {}) override;
     std::vector<SampledToken> collect() override;
     bool overlaps() const override;
     std::optional<StepTiming> step_timing() const override;

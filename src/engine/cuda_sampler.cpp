@@ -9,6 +9,7 @@
 #include "core/cuda/pinned_buffer.h"
 #include "kernels/cuda/sampling/penalties.h"
 #include "kernels/cuda/sampling/sampling.h"
+#include "kernels/cuda/sampling/token_bitmask.h"
 
 namespace miniinfer {
 namespace {
@@ -22,9 +23,10 @@ bool needs_penalties(const SamplerInput& r) {
     const SamplingParams& p = *r.params;
     const bool masking = int64_t(r.output_ids.size()) < p.min_tokens &&
                          (!r.eos_ids.empty() || !p.stop_token_ids.empty());
-    return masking || p.repetition_penalty != 1.0 || p.presence_penalty != 0.0 ||
-           p.frequency_penalty != 0.0 || p.allowed_token_ids.has_value() ||
-           !p.bad_words_token_ids.empty() || !p.logit_bias.empty();
+    return masking || !r.token_bitmask.empty() || p.repetition_penalty != 1.0 ||
+           p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 ||
+           p.allowed_token_ids.has_value() || !p.bad_words_token_ids.empty() ||
+           !p.logit_bias.empty();
 }
 
 Tensor rows(const Tensor& t, int64_t n) {
@@ -72,6 +74,11 @@ struct CudaSampler::Buffers {
         host_penalties;  // the penalty upload's staging and device copy
     cuda::DeviceBuffer dev_penalties;
     cuda::Event penalties_copied;  // the staging may be written again
+    // Structured output's masks: [rows, words] u32 then [rows] i32 logits rows, staged and
+    // copied once a step; allocated on the first masked step (5 MB at 256 rows of Qwen's vocab).
+    std::unique_ptr<cuda::PinnedBuffer> host_masks;
+    cuda::DeviceBuffer dev_masks;
+    cuda::Event masks_copied;
     std::deque<Launched> launched;
     int next_slot = 0;
 };
@@ -229,11 +236,47 @@ std::vector<SampledToken> CudaSampler::collect() {
     return out;
 }
 
+// The grammar's mask comes first, as in the CPU sampler: the rows with one get -inf wherever it
+// clears a bit.
+void CudaSampler::apply_token_bitmasks(Tensor& logits, std::span<const SamplerInput> rows_in,
+                                       const std::vector<int32_t>& penalised, cudaStream_t st) {
+    Buffers& B = *buf_;
+    const int64_t words = (vocab_ + 31) / 32;
+    std::vector<int32_t> masked;
+    for (int32_t i : penalised)
+        if (!rows_in[size_t(i)].token_bitmask.empty()) masked.push_back(i);
+    if (masked.empty()) return;
+    const int64_t n = int64_t(masked.size());
+    if (!B.host_masks) {
+        const size_t bytes = size_t(max_rows_) * size_t(words + 1) * 4;
+        B.host_masks = std::make_unique<cuda::PinnedBuffer>(bytes);
+        B.dev_masks = cuda::DeviceBuffer(bytes);
+    }
+    B.masks_copied.synchronize();  // the last upload may still read the staging
+    auto* host = static_cast<uint32_t*>(B.host_masks->data);
+    auto* mask_rows = reinterpret_cast<int32_t*>(host + n * words);
+    for (int64_t j = 0; j < n; ++j) {
+        const std::span<const uint32_t> mask = rows_in[size_t(masked[size_t(j)])].token_bitmask;
+        MI_CHECK(int64_t(mask.size()) == words, "token bitmask of {} words for {} tokens",
+                 mask.size(), vocab_);
+        std::copy(mask.begin(), mask.end(), host + j * words);
+        mask_rows[j] = masked[size_t(j)];
+    }
+    auto* dev = static_cast<uint32_t*>(B.dev_masks.data());
+    MI_CUDA_CHECK(
+        cudaMemcpyAsync(dev, host, size_t(n * (words + 1)) * 4, cudaMemcpyHostToDevice, st));
+    B.masks_copied.record(st);
+    const Tensor masks_d(dev, DType::kI32, {n, words}, Device::kCUDA);
+    const Tensor rows_d(dev + n * words, DType::kI32, {n}, Device::kCUDA);
+    cuda::apply_token_bitmask(logits, masks_d, rows_d, st);
+}
+
 // The CPU reference checks that ids lie in the vocabulary; the kernel trusts them, so the
 // staging checks them.
 void CudaSampler::apply_penalties(Tensor& logits, std::span<const SamplerInput> rows_in,
                                   const std::vector<int32_t>& penalised, cudaStream_t st) {
     Buffers& B = *buf_;
+    apply_token_bitmasks(logits, rows_in, penalised, st);
     const int64_t n = int64_t(penalised.size());
     // [n][bans]: this step's bad-word bans, found before the upload is sized
     std::vector<std::vector<int32_t>> banned(static_cast<size_t>(n));

@@ -1,12 +1,13 @@
 // CudaSampler: the CUDA runner's sampling step. For the rows whose logits penalties, biases or
-// masks change (allowed_token_ids, bad words, logit_bias, repetition/frequency/presence
-// penalties, min_tokens), it uploads their token lists (CSR, one copy per step; a step's
-// bad-word bans found on the host from output_ids) and applies them to its own copy of the
-// logits (kernels/cuda/sampling/penalties.h); then it samples every row on the GPU — argmax when
-// all rows are greedy without logprobs, else the full sampler (kernels/cuda/sampling/sampling.h) —
-// and copies the tokens and logprobs back (launch() enqueues, collect() waits for a step, so that
-// the runner can overlap steps). No row falls back to the CPU sampler; the results are the CPU
-// sampler's (layers/sampler.h) up to the float-sum boundaries sampling.h describes.
+// masks change (structured output's token bitmask, allowed_token_ids, bad words, logit_bias,
+// repetition/frequency/presence penalties, min_tokens), it uploads their token lists (CSR, one copy
+// per step; a step's bad-word bans found on the host from output_ids) and applies them to its own
+// copy of the logits (kernels/cuda/sampling/penalties.h); then it samples every row on the GPU —
+// argmax when all rows are greedy without logprobs, else the full sampler
+// (kernels/cuda/sampling/sampling.h) — and copies the tokens and logprobs back (launch() enqueues,
+// collect() waits for a step, so that the runner can overlap steps). No row falls back to the CPU
+// sampler; the results are the CPU sampler's (layers/sampler.h) up to the float-sum boundaries
+// sampling.h describes.
 #pragma once
 
 #include <memory>
@@ -53,6 +54,10 @@ class CudaSampler {
     // outside the vocabulary (validated params cannot hold one).
     void apply_penalties(Tensor& logits, std::span<const SamplerInput> rows_in,
                          const std::vector<int32_t>& penalised, cudaStream_t stream);
+    // Applies the structured-output masks of the penalised rows that have one (the mask upload,
+    // then kernels/cuda/sampling/token_bitmask.h); called first by apply_penalties.
+    void apply_token_bitmasks(Tensor& logits, std::span<const SamplerInput> rows_in,
+                              const std::vector<int32_t>& penalised, cudaStream_t stream);
     int64_t max_rows_, vocab_;
     std::unique_ptr<Buffers> buf_;
 };

@@ -30,16 +30,17 @@ struct LLMEngine::Tracked {
     // next token (filled at launch; the runner reads it until the step is collected).
     std::optional<structured::GrammarMatcher> matcher;
     std::vector<uint32_t> mask;
+    size_t grammar_tokens = 0;      // output tokens the matcher has taken
+    bool grammar_rejected = false;  // it refused the next one (the request ends in an error)
 };
 
 namespace {
 
 // Penalties and bad words of more than one token read the generated ids' values, which a
-// placeholder does not have yet; so does a grammar's mask (the matcher must have taken the
-// previous token), so structured requests give up the overlap.
+// placeholder does not have yet. (A grammar's mask needs them too, but only at sampling: launch
+// collects the previous step while the GPU runs the forward.)
 bool needs_output_values(const SamplingParams& p) {
-    return p.structured_outputs.has_value() || p.repetition_penalty != 1.0 ||
-           p.frequency_penalty != 0.0 || p.presence_penalty != 0.0 ||
+    return p.repetition_penalty != 1.0 || p.frequency_penalty != 0.0 || p.presence_penalty != 0.0 ||
            std::any_of(p.bad_words_token_ids.begin(), p.bad_words_token_ids.end(),
                        [](const auto& word) { return word.size() > 1; });
 }
@@ -254,8 +255,6 @@ static_assert(
 std::shared_ptr<const structured::CompiledGrammar> LLMEngine::compile(
     const StructuredOutput& spec) {
     if (!tokenizer_) fail("structured output needs the model's tokenizer.json");
-    if (config_.device == "cuda")
-        fail("structured output is not supported on --device cuda yet (the CPU backend has it)");
     if (!grammar_cache_)
         grammar_cache_ = shared_grammar_cache(structured::Vocabulary::from_tokenizer(
             *tokenizer_, int32_t(model_config().vocab_size),
@@ -278,11 +277,13 @@ std::vector<RequestOutput> LLMEngine::step() {
     // Penalties and bad words need the last token's value: then this step waits for it.
     if (previous && std::any_of(previous->rows.begin(), previous->rows.end(), [](const auto& row) {
             return needs_output_values(row.tracked->request.params);
-        }))
-        process(*std::exchange(previous, std::nullopt), outputs);
+        })) {
+        process(*previous, outputs);
+        previous.reset();
+    }
     Batch batch = scheduler_->schedule();
     if (!batch.empty()) {
-        InFlight launched = launch(batch);
+        InFlight launched = launch(batch, previous ? &*previous : nullptr);
         if (overlap_)
             in_flight_ = std::move(launched);
         else
@@ -294,17 +295,18 @@ std::vector<RequestOutput> LLMEngine::step() {
 
 // Hands the batch to the runner and, before its tokens exist, moves every request on: its
 // scheduled tokens count as computed and each sampled one gets a placeholder, so that the
-// next schedule can already give it its next step.
-LLMEngine::InFlight LLMEngine::launch(const Batch& batch) {
+// next schedule can already give it its next step. Rows under a grammar get their masks after
+// the forward is enqueued: the previous step (in flight, if any) is collected then, its tokens
+// advance the matchers, and the masks are computed while the GPU runs this step's forward.
+LLMEngine::InFlight LLMEngine::launch(const Batch& batch, InFlight* previous) {
     std::vector<SamplerInput> sampling;
     sampling.reserve(batch.sampling.size());
+    std::vector<Tracked*> constrained;
     for (const Request* r : batch.sampling) {
         Tracked& t = *requests_.at(r->id);
-        if (t.matcher) {  // step() processed this request's previous token first
-            MI_CHECK(t.num_resolved == r->output_ids.size(), "request {}: mask after a placeholder",
-                     r->id);
+        if (t.matcher) {
             t.mask.resize(size_t(t.matcher->compiled().vocab().num_mask_words()));
-            t.matcher->fill_next_token_mask(t.mask);
+            constrained.push_back(&t);
         }
         sampling.push_back(SamplerInput{.logits = {},
                                         .params = &r->params,
@@ -314,7 +316,23 @@ LLMEngine::InFlight LLMEngine::launch(const Batch& batch) {
                                         .seed = r->seed,
                                         .token_bitmask = t.mask});
     }
-    runner_->launch(batch, sampling);
+    auto fill_masks = [&] {
+        if (previous) collect_early(*previous);
+        for (Tracked* t : constrained) {
+            // A request its previous token ends (EOS, or a token the grammar refused) samples a
+            // token that is dropped: any mask does.
+            if (t->grammar_rejected || t->matcher->terminated()) {
+                std::fill(t->mask.begin(), t->mask.end(), ~0u);
+                continue;
+            }
+            MI_CHECK(t->grammar_tokens == t->request.output_ids.size(),
+                     "request {}: a mask before the grammar took every token", t->request.id);
+            t->matcher->fill_next_token_mask(t->mask);
+        }
+    };
+    runner_->launch(
+        batch, sampling,
+        constrained.empty() ? std::function<void()>() : std::function<void()>(fill_masks));
     scheduler_->update(batch);
     InFlight step;
     step.rows.reserve(batch.sampling.size());
@@ -330,8 +348,9 @@ LLMEngine::InFlight LLMEngine::launch(const Batch& batch) {
 
 // The launched step's tokens replace their placeholders, in order; a request that finished
 // meanwhile (an earlier token ended it, or an abort) drops its token.
-void LLMEngine::process(const InFlight& step, std::vector<RequestOutput>& outputs) {
-    std::vector<SampledToken> tokens = runner_->collect();
+void LLMEngine::process(InFlight& step, std::vector<RequestOutput>& outputs) {
+    std::vector<SampledToken> tokens =
+        step.tokens ? std::move(*std::exchange(step.tokens, std::nullopt)) : runner_->collect();
     MI_CHECK(tokens.size() == step.rows.size(), "{} tokens for {} sampling rows", tokens.size(),
              step.rows.size());
     // Requests retired before this step was processed are named by no launched step any more.
@@ -360,7 +379,8 @@ void LLMEngine::append_token(Tracked& t, size_t index, const SampledToken& sampl
     // The mask allowed only tokens the grammar takes (EOS once the text is complete). A token
     // outside it means the mask allowed nothing (a grammar with a dead end): that request
     // ends with an error rather than the server.
-    if (t.matcher && !t.matcher->accept_token(sampled.token)) {
+    advance_grammar(t, index, sampled.token);
+    if (t.grammar_rejected) {
         r.error = fmt::format("structured output: the grammar allows no token after {} tokens",
                               t.num_resolved - 1);
         t.delta += t.output->finish(FinishReason::kError);
@@ -376,6 +396,25 @@ void LLMEngine::append_token(Tracked& t, size_t index, const SampledToken& sampl
     r.output_ids.resize(t.num_resolved);
     r.num_computed = std::min(r.num_computed, r.num_tokens() - 1);
     scheduler_->finish(&r, update.finish_reason);
+}
+
+void LLMEngine::collect_early(InFlight& step) {
+    step.tokens = runner_->collect();
+    MI_CHECK(step.tokens->size() == step.rows.size(), "{} tokens for {} sampling rows",
+             step.tokens->size(), step.rows.size());
+    for (size_t i = 0; i < step.rows.size(); ++i)
+        if (!step.rows[i].tracked->request.finished())
+            advance_grammar(*step.rows[i].tracked, step.rows[i].index, (*step.tokens)[i].token);
+}
+
+void LLMEngine::advance_grammar(Tracked& t, size_t index, int32_t token) {
+    if (!t.matcher || t.grammar_tokens > index) return;  // none, or it took this token already
+    MI_CHECK(t.grammar_tokens == index, "request {}: the grammar is {} tokens behind", t.request.id,
+             index - t.grammar_tokens);
+    if (t.matcher->accept_token(token))
+        ++t.grammar_tokens;
+    else
+        t.grammar_rejected = true;
 }
 
 void LLMEngine::abort(const std::string& request_id) {

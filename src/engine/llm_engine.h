@@ -95,10 +95,18 @@ class LLMEngine {
             size_t index;  // of its placeholder in output_ids
         };
         std::vector<Row> rows;
+        // Its tokens when collected before it is processed (launch's structured-output masks).
+        std::optional<std::vector<SampledToken>> tokens;
     };
 
-    InFlight launch(const Batch& batch);
-    void process(const InFlight& step, std::vector<RequestOutput>& outputs);
+    // previous: the step in flight, if any (overlap).
+    InFlight launch(const Batch& batch, InFlight* previous);
+    void process(InFlight& step, std::vector<RequestOutput>& outputs);
+    // Collects the step's tokens into step.tokens and advances the grammars of its rows by them.
+    void collect_early(InFlight& step);
+    // The grammar of t takes output token `index` (once: again is a no-op); grammar_rejected if
+    // it refuses it.
+    void advance_grammar(Tracked& t, size_t index, int32_t token);
     void append_token(Tracked& t, size_t index, const SampledToken& sampled);
     RequestOutput output_of(Tracked& t);
     // The compiled grammar of a request's structured_outputs (through grammar_cache_, taken

@@ -9,7 +9,9 @@
 
 namespace miniinfer {
 
-void ModelRunner::launch(const Batch& batch, std::span<const SamplerInput> sampling) {
+void ModelRunner::launch(const Batch& batch, std::span<const SamplerInput> sampling,
+                         const std::function<void()>& before_sampling) {
+    if (before_sampling) before_sampling();
     const bool has_placeholders =
         std::any_of(batch.input_ids.begin(), batch.input_ids.end(), is_placeholder);
     std::vector<SampledToken> tokens;

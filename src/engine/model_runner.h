@@ -6,6 +6,7 @@
 
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -51,9 +52,13 @@ class ModelRunner {
     // may hold placeholder(i) for the token the previous launched step samples in its row i;
     // its SamplerInputs' output_ids may end with such a placeholder too, whose value the
     // sampler must not need (the engine collects first when penalties need the values).
-    // The default runs the step in launch(), after replacing placeholders on the host: the
-    // engine's overlap loop then works, without overlapping anything.
-    virtual void launch(const Batch& batch, std::span<const SamplerInput> sampling);
+    // before_sampling, when given, runs after the step's forward is enqueued and before its
+    // sampling is: there the engine collects the previous step and computes structured output's
+    // masks (which the sampling inputs' token_bitmask spans then hold) while the GPU runs the
+    // forward. The default runs the step in launch(), after replacing placeholders on the host:
+    // the engine's overlap loop then works, without overlapping anything.
+    virtual void launch(const Batch& batch, std::span<const SamplerInput> sampling,
+                        const std::function<void()>& before_sampling = {});
     virtual std::vector<SampledToken> collect();
     // Whether launch() returns before the step has run. The engine overlaps only then (and
     // for runners that ask for the loop anyway, to have it exercised: the CPU runner).

@@ -113,9 +113,8 @@ void paged_attention(const AttentionParams& p, void* workspace, size_t workspace
     check_attention_params(p);
     const AttentionLaunch a = make_attention_launch(p);
     if (a.num_tokens == 0 || a.num_seqs == 0 || a.max_query_len == 0) return;
-    // head_dim 256 (Qwen3.5) decodes in the prefill kernel for now: the tensor-core decode
-    // instanced at 256 left most of its output unwritten (test_cuda_attention).
-    if (a.max_query_len == 1 && a.head_dim != 256) {
+    if (a.max_query_len == 1 &&
+        attention_decode_supported(a.head_dim, a.fp8_cache, a.num_heads / a.num_kv_heads)) {
         launch_attention_decode(a, workspace, workspace ? workspace_bytes : 0, stream);
     } else {
         launch_attention_prefill(a, stream);

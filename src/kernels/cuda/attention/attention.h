@@ -102,9 +102,10 @@ size_t attention_workspace_bytes(int64_t max_tokens, int64_t num_heads, int64_t 
 
 // Prefill (any query length, cached prefix, causal) and decode (query length 1, split-KV
 // "flash decoding" with a combine step) in one call; picks the kernel per the batch shape:
-// max_query_len == 1 takes the decode kernels, anything else the prefill kernel.
-// Writes p.out; reads everything else. head_dim 64, 128 or 256 (Qwen3.5's, whose decode steps
-// run in the prefill kernel for now); any page size; a bf16 or FP8 cache.
+// max_query_len == 1 takes the decode kernels where one is compiled for the shape
+// (attention_decode_supported), anything else the prefill kernel.
+// Writes p.out; reads everything else. head_dim 64, 128 or 256; any page size; a bf16 or FP8
+// cache.
 void paged_attention(const AttentionParams& p, void* workspace, size_t workspace_bytes,
                      cudaStream_t stream);
 
@@ -151,5 +152,8 @@ void launch_attention_prefill(const AttentionLaunch& a, cudaStream_t stream);
 // decode and, with splits, the combine kernel.
 void launch_attention_decode(const AttentionLaunch& a, void* workspace, size_t workspace_bytes,
                              cudaStream_t stream);
+// Whether a decode kernel is compiled for the shape (head_dim 64 and 128: every group; 256: GQA
+// groups of 4 to 8); the others decode in the prefill kernel.
+bool attention_decode_supported(int64_t head_dim, bool fp8_cache, int64_t group);
 
 }  // namespace miniinfer::cuda

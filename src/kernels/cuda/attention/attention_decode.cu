@@ -226,8 +226,11 @@ __device__ __forceinline__ void combine_row(const float* __restrict__ partial_o,
                                             const float* __restrict__ partial_lse, int num_splits,
                                             int64_t row, bf16* __restrict__ out) {
     static_assert(kMaxSplits <= 64 && kHeadDim % 64 == 0);
-    constexpr int kDims = kHeadDim / 32;  // 2 or 4 a lane
-    using Vec = std::conditional_t<kDims == 4, float4, float2>;
+    constexpr int kDims = kHeadDim / 32;  // 2, 4 or 8 a lane
+    // A lane's dims of one split: one float2 or float4, two float4 at head_dim 256.
+    struct Vec {
+        std::conditional_t<kDims == 2, float2, float4> part[kDims <= 4 ? 1 : kDims / 4];
+    };
     const int lane = threadIdx.x % 32;
     const float* lse = partial_lse + row * num_splits;
     // Split s's log-sum-exp in lane s % 32 of lse_lo (s < 32) or lse_hi.
@@ -760,6 +763,8 @@ static_assert(decode_mma_smem_bytes<64>() - sizeof(SplitPartial<64, 16>) >=
               (kWarps * 16 * (64 + 2) + 2 * kWarps * 16) * sizeof(float));
 static_assert(decode_mma_smem_bytes<128>() - sizeof(SplitPartial<128, 16>) >=
               (kWarps * 16 * (128 + 2) + 2 * kWarps * 16) * sizeof(float));
+static_assert(decode_mma_smem_bytes<256>() - sizeof(SplitPartial<256, 16>) >=
+              (kWarps * 16 * (256 + 2) + 2 * kWarps * 16) * sizeof(float));
 
 // Decode for GQA groups of 4 to 16 query heads a KV head (Qwen3-4B/8B 4, 14B 5, 30B-A3B and
 // 32B 8): the group's heads are the packed rows of one 16-row mma tile, so the per-key math runs
@@ -928,8 +933,9 @@ void launch_decode(const AttentionLaunch& a, int64_t head_chunks, size_t smem_by
     MI_CUDA_CHECK(cudaGetLastError());
     if (num_splits > 1 && !plan.cluster) {
         const int64_t rows = a.num_tokens * a.num_heads;
-        const auto combine =
-            a.head_dim == 128 ? combine_kernel<128> : combine_kernel<64>;  // the two head_dims
+        const auto combine = a.head_dim == 256   ? combine_kernel<256>
+                             : a.head_dim == 128 ? combine_kernel<128>
+                                                 : combine_kernel<64>;
         launch_kernel(combine, unsigned((rows + kCombineWarps - 1) / kCombineWarps),
                       kCombineWarps * 32, 0, stream, partial_o, partial_lse, num_splits, rows,
                       static_cast<bf16*>(a.out));
@@ -968,9 +974,12 @@ constexpr int64_t kAnyGroup = INT64_MAX;
 // Every decode kernel the product runs, and what runs it. Groups of 1 to 3 take decode_kernel,
 // faster there than either tensor-core form; groups of 4 to 8 fill the mma tile's 8 columns with
 // their heads, 9 to 16 its 16 rows (bench/RESULTS.md#decode-tensor-cores); larger groups take
-// decode_kernel in chunks of 8 heads. (head_dim 256 decodes in the prefill kernel: see
-// paged_attention.)
+// decode_kernel in chunks of 8 heads. head_dim 256 (Qwen3.5 and Qwen3-Next: groups of 6 and 8)
+// has the groups of 4 to 8 alone; its other groups decode in the prefill kernel
+// (attention_decode_supported).
 constexpr DecodeInstance kDecodeInstances[] = {
+    {256, false, 4, 8, true, tensor_cores<256, bf16, true>},
+    {256, true, 4, 8, true, tensor_cores<256, uint8_t, true>},
     {128, false, 1, 1, false, cuda_cores<128, 1, bf16>},
     {128, false, 2, 2, false, cuda_cores<128, 2, bf16>},
     {128, false, 3, 3, false, cuda_cores<128, 4, bf16>},
@@ -1008,6 +1017,10 @@ const DecodeInstance* find_decode_instance(int64_t head_dim, bool fp8_cache, int
 
 }  // namespace
 
+bool attention_decode_supported(int64_t head_dim, bool fp8_cache, int64_t group) {
+    return find_decode_instance(head_dim, fp8_cache, group) != nullptr;
+}
+
 // Which rows use tensor cores depends on the group alone, so any head_dim and cache answers.
 bool decode_supports_qkv_step(int64_t num_heads, int64_t num_kv_heads) {
     if (num_kv_heads <= 0) return false;
@@ -1028,7 +1041,9 @@ void launch_attention_decode(const AttentionLaunch& a, void* workspace, size_t w
                     "attention decode: query heads must be a multiple of the KV heads");
     const int64_t group = a.num_heads / a.num_kv_heads;
     const DecodeInstance* d = find_decode_instance(a.head_dim, a.fp8_cache, group);
-    MI_LAUNCH_CHECK(d != nullptr, "attention decode: head_dim must be 64 or 128");
+    MI_LAUNCH_CHECK(d != nullptr,
+                    "attention decode: head_dim must be 64 or 128, or 256 with a GQA group of 4 "
+                    "to 8");
     MI_LAUNCH_CHECK(a.qkv_step.qkv == nullptr || !d->uses_tensor_cores,
                     "attention decode: qkv_step with a GQA group of 4 to 16 (see "
                     "decode_supports_qkv_step)");
