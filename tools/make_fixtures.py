@@ -592,12 +592,49 @@ def make_hybrid(name, spec, out_root, seed):
     print(f"  {name}: files {sorted(os.listdir(model_dir))}")
 
 
+def bf16_yardstick(model_dir, arch=AutoModelForCausalLM):
+    """Hugging Face's own bf16 model against its fp32 one, teacher-forced on each prompt of the
+    fixture's reference.json (prompt + greedy), written there as prompts[i]["bf16"]: how far a
+    correct bf16 implementation lands from the fp32 reference. An MoE model's bf16 router flips
+    near-tied experts, which moves a position's logits by far more than bf16 rounding does; the
+    MoE GPU tests bound their own difference by this."""
+    path = os.path.join(model_dir, "reference.json")
+    with open(path) as f:
+        ref = json.load(f)
+    impl = dict(attn_implementation="eager", experts_implementation="eager")
+    m32 = arch.from_pretrained(model_dir, dtype=torch.float32, **impl).eval()
+    m16 = arch.from_pretrained(model_dir, dtype=torch.bfloat16, **impl).eval()
+    for p in ref["prompts"]:
+        seq = p["ids"] + p["greedy"]
+        x = torch.tensor([seq[:-1]])
+        with torch.no_grad():
+            a = m32(x, use_cache=False).logits[0].float()
+            b = m16(x, use_cache=False).logits[0].float()
+        n = len(p["ids"])
+        row = (a - b).abs().max(dim=1).values
+        largest = float(a.abs().max())
+        p["bf16"] = dict(max_dlogit=float(row.max()), largest_logit=largest,
+                         positions_beyond_5pct=int((row > 0.05 * largest).sum()),
+                         greedy_argmax_differs=int((a[n - 1:].argmax(1) != b[n - 1:].argmax(1)).sum()))
+        print(f"  {os.path.basename(model_dir)} prompt of {n}: bf16 {p['bf16']}")
+    with open(path, "w") as f:
+        json.dump(ref, f, indent=1)
+
+
+def is_moe(spec):
+    return any(k in spec for k in ("num_experts", "num_local_experts")) or \
+        any(k in spec.get("text_config", {}) for k in ("num_experts",))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="tests/fixtures")
     ap.add_argument("--tokenizer", default="tests/fixtures/qwen3-tokenizer")
     ap.add_argument("--only", nargs="*", metavar="NAME[,NAME]",
                     help="make only these fixtures; the others' files are left as they are")
+    ap.add_argument("--bf16-yardstick-only", action="store_true",
+                    help="only (re)write the MoE fixtures' bf16 yardstick (bf16_yardstick) into "
+                         "their existing reference.json")
     args = ap.parse_args()
     only = {name for arg in args.only or [] for name in arg.split(",") if name}
     if only - FIXTURES.keys():
@@ -609,10 +646,13 @@ def main():
     for i, (name, spec) in enumerate(FIXTURES.items()):
         if only and name not in only:
             continue
-        if spec.get("hybrid"):
-            make_hybrid(name, spec, args.out, seed=1234 + i)
-        else:
-            make(name, spec, args.out, args.tokenizer, seed=1234 + i)
+        if not args.bf16_yardstick_only:
+            if spec.get("hybrid"):
+                make_hybrid(name, spec, args.out, seed=1234 + i)
+            else:
+                make(name, spec, args.out, args.tokenizer, seed=1234 + i)
+        if is_moe(spec):
+            bf16_yardstick(os.path.join(args.out, name), spec.get("arch", AutoModelForCausalLM))
 
 
 if __name__ == "__main__":
