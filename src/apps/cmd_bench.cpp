@@ -119,6 +119,8 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o,
     std::unordered_map<std::string, Clock::time_point> waiting_since;
     std::vector<double> ttft_ms;
     std::unordered_map<std::string, int64_t> conversation_of;  // multiturn: request id -> index
+    std::unordered_map<std::string, size_t> request_of;        // the others: id -> index
+    std::vector<int64_t> output_lengths(w.requests.prompts.size());
     const auto submit = [&](const std::vector<int32_t>& prompt, int64_t max_tokens,
                             Clock::time_point now) {
         p.max_tokens = max_tokens;
@@ -133,7 +135,7 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o,
     if (o.profile_top > 0) profiler.emplace();
     const auto start = Clock::now();
     for (size_t i = 0; i < w.requests.prompts.size(); ++i)
-        submit(w.requests.prompts[i], w.requests.max_tokens[i], start);
+        request_of[submit(w.requests.prompts[i], w.requests.max_tokens[i], start)] = i;
     if (w.multiturn) {
         conversations.emplace(*w.multiturn);
         for (const bench::MultiturnRun::Turn& turn : conversations->first_turns())
@@ -153,6 +155,8 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o,
             if (!out.error.empty()) fail("request {}: {}", out.request_id, out.error);
             finished_by_length += out.finish_reason == "length";
             output_tokens += int64_t(out.token_ids.size());
+            if (auto it = request_of.find(out.request_id); it != request_of.end())
+                output_lengths[it->second] = int64_t(out.token_ids.size());
             cached_tokens += out.num_cached_tokens;
             if (!conversations) continue;
             // The next turn goes in at once, so that it is scheduled with the running ones.
@@ -201,6 +205,7 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o,
             {"requests", num_requests},
             {"json_schema", o.json_schema_file.empty() ? Json(nullptr) : Json(o.json_schema_file)},
             {"finished_by_length", finished_by_length},
+            {"output_lengths", output_lengths},
             {"prompt_tokens", prompt_tokens},
             {"cached_prompt_tokens", cached_tokens},  // found in the prefix cache
             {"output_tokens", output_tokens},
@@ -311,6 +316,26 @@ void run(const BenchOptions& o) {
             Json r = run_workload(engine, w, o, peak);
             r["run"] = run_index;
             print_row(r, run_index, o.runs);
+            if (!o.json_schema_file.empty() && !w.multiturn) {
+                // The same requests unconstrained, each generating exactly as many tokens as
+                // it did under the schema: what the grammar costs, at equal work.
+                Workload same = w;
+                same.requests.max_tokens = r["output_lengths"].get<std::vector<int64_t>>();
+                for (int64_t& n : same.requests.max_tokens) n = std::max<int64_t>(n, 1);
+                BenchOptions plain = o;
+                plain.json_schema_file.clear();
+                Json u = run_workload(engine, same, plain, peak);
+                u["workload"] = w.name + " unconstrained, same lengths";
+                u["run"] = run_index;
+                print_row(u, run_index, o.runs);
+                std::printf(
+                    "| %s (run %lld): under the schema at %.1f%% of the unconstrained "
+                    "tok/s |\n",
+                    w.name.c_str(), (long long)run_index,
+                    100.0 * r["output_tok_per_s"].get<double>() /
+                        u["output_tok_per_s"].get<double>());
+                r["unconstrained_same_lengths"] = u;
+            }
             if (o.profile_top > 0) {
                 std::vector<KernelTime> times;
                 for (const Json& k : r["kernels"])

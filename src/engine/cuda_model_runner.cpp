@@ -360,6 +360,10 @@ int64_t CudaModelRunner::num_state_slots() const {
     return impl_->num_state_slots;
 }
 
+void CudaModelRunner::trace_routing(Tensor* trace) {
+    impl_->model->trace_routing(trace);
+}
+
 Tensor CudaModelRunner::last_logits() const {
     impl_->stream.synchronize();
     return cuda::to_host(impl_->model->logits(impl_->last_num_logits));

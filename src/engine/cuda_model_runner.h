@@ -66,6 +66,8 @@ class CudaModelRunner : public ModelRunner {
     // The f32 logits of the last run's sampled rows, copied to the host ([rows, vocab]; tests);
     // penalised rows hold their penalised logits.
     Tensor last_logits() const;
+    // Tests: the MoE layers' expert choices of each eager step into *trace (CudaModel's).
+    void trace_routing(Tensor* trace);
     // A rank > 0's step: the forward pass of `batch` (its collectives meet rank 0's), no
     // sampling: rank 0's sampled tokens arrive instead (overlap: the next step's placeholders
     // name them); returns when the step has run.

@@ -4,6 +4,7 @@
 // its inputs alone unless it says so.
 #pragma once
 
+#include <span>
 #include <vector>
 
 #include "config/model_config.h"
@@ -96,7 +97,9 @@ struct FusedMoE {
     int64_t expert_begin = 0, expert_end = -1;
     DenseMlp shared;     // undefined weights: no shared expert
     Linear shared_gate;  // [1, hidden]
-    Tensor forward(const Tensor& x) const;
+    // forced_ids (tests; QwenModel::force_routing): [n * top_k] experts taken in place of the
+    // router's top-k, weighted by their router probabilities (renormalised as configured).
+    Tensor forward(const Tensor& x, std::span<const int32_t> forced_ids = {}) const;
 };
 
 // The hybrids' Gated DeltaNet block (linear attention), kernels/cpu/gated_delta_net.h's ops

@@ -54,6 +54,10 @@ class CudaModel {
     // The last forward's logits: [rows, vocab] f32 (the LM head's fp32 sums, never rounded to
     // bf16: near-ties resolve as in Hugging Face's fp32 model).
     virtual Tensor logits(int64_t rows) const = 0;
+    // Tests: each eager forward then copies its MoE layers' expert choices into *trace
+    // ([MoE layers, tokens, top_k] i32 CUDA, on the stream; QwenModel::force_routing takes them);
+    // null: none. Not captured into CUDA graphs.
+    virtual void trace_routing(Tensor* trace) = 0;
 };
 
 // Uploads `weights` (bf16 host tensors, as load_weights(WeightTarget{kBF16, rank, world})

@@ -263,6 +263,7 @@ void QwenCudaModel::forward(const cuda::StepInputs& in, std::span<cuda::KvLayer>
     } else {
         cuda::embedding(in.token_ids, embed_, residual[cur], stream);
     }
+    int64_t moe_layer = 0;
     for (size_t l = 0; l < layers_.size(); ++l) {
         const Layer& layer = layers_[l];
         // The residual stream: layer 0 normalises the embedding; later layers add the MLP
@@ -274,9 +275,20 @@ void QwenCudaModel::forward(const cuda::StepInputs& in, std::span<cuda::KvLayer>
         else
             layer.attention.forward(input, attn_out, kv[c], step, attention_buffers_);
         const cuda::AddRmsNorm post = add_and_norm(layer.post_attention_norm, &attn_out);
-        if (layer.is_moe)
+        if (layer.is_moe) {
             layer.moe.forward(post, x, step, moe_buffers_);
-        else
+            if (routing_trace_) {
+                const int64_t n = in.num_tokens, k = layer.moe.top_k;
+                MI_CHECK(routing_trace_->size(0) > moe_layer && routing_trace_->size(1) >= n &&
+                             routing_trace_->size(2) == k,
+                         "routing trace {} for {} tokens", routing_trace_->describe(), n);
+                MI_CUDA_CHECK(cudaMemcpyAsync(
+                    routing_trace_->data<int32_t>() + moe_layer * routing_trace_->size(1) * k,
+                    moe_buffers_.topk_ids.raw(), size_t(n * k) * 4, cudaMemcpyDeviceToDevice,
+                    stream));
+            }
+            ++moe_layer;
+        } else
             layer.mlp.forward(post, x, step, mlp_buffers_);
     }
     const int64_t m = in.num_logits;

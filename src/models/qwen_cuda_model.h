@@ -49,6 +49,7 @@ class QwenCudaModel final : public CudaModel {
                  std::span<cuda::StateLayer> states, cuda::AttentionBackend& attention,
                  cudaStream_t stream) override;
     Tensor logits(int64_t rows) const override { return cuda::rows(logits_, rows); }
+    void trace_routing(Tensor* trace) override { routing_trace_ = trace; }
 
   private:
     // QwenModel::Layer field for field.
@@ -85,6 +86,7 @@ class QwenCudaModel final : public CudaModel {
     // Vocab-parallel LM head: this rank's logits [max_logits, vocab / world], and every rank's
     // after the all-gather ([world, max_logits, vocab / world], rank-major).
     Tensor logits_local_, logits_gathered_;
+    Tensor* routing_trace_ = nullptr;  // trace_routing
 };
 
 }  // namespace miniinfer

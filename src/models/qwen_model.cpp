@@ -118,6 +118,7 @@ Tensor QwenModel::forward(const ForwardBatch& batch, KvCache& kv, StateCache* st
     prepare_states(batch, state);
     Tensor residual = embed_tokens(batch.input_ids);
     Tensor h = layers_[0].input_norm.forward(residual);
+    size_t moe_layer = 0;
     for (size_t l = 0; l < layers_.size(); ++l) {
         const Layer& layer = layers_[l];
         if (l > 0) h = layer.input_norm.forward_add(h, residual);
@@ -127,7 +128,13 @@ Tensor QwenModel::forward(const ForwardBatch& batch, KvCache& kv, StateCache* st
                           : layer.attention.forward(h, batch, kv.k(c), kv.v(c), kv.page_size());
         if (parallel_.comm) parallel_.comm->all_reduce_sum(attn);  // o_proj is row-parallel
         h = layer.post_attention_norm.forward_add(attn, residual);
-        h = layer.is_moe ? layer.moe.forward(h) : layer.mlp.forward(h);
+        if (layer.is_moe) {
+            const size_t m = moe_layer++;
+            h = layer.moe.forward(h, m < forced_routing_.size() ? std::span(forced_routing_[m])
+                                                                : std::span<const int32_t>());
+        } else {
+            h = layer.mlp.forward(h);
+        }
         if (parallel_.comm) parallel_.comm->all_reduce_sum(h);  // down: row-parallel or experts
     }
     // Only the rows that sample need the final norm and the (large) lm_head.

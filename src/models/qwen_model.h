@@ -64,6 +64,14 @@ class QwenModel {
     // (vLLM's default scales are 1.0).
     void use_fp8_kv_cache(float k_scale = 1.f, float v_scale = 1.f);
 
+    // Tests: the MoE layers take these experts ([MoE layer][token * top_k], a forward's tokens
+    // in order) in place of their routers' top-k, each weighted by its router probability as
+    // usual, in every forward until cleared (empty). So a GPU's logits can be compared with the
+    // same routing, where its bf16 activations flipped a near-tied expert.
+    void force_routing(std::vector<std::vector<int32_t>> expert_ids) {
+        forced_routing_ = std::move(expert_ids);
+    }
+
   private:
     Tensor embed_tokens(std::span<const int32_t> ids) const;  // [n, hidden], whole on every rank
     Tensor lm_head(const Tensor& normed) const;               // [n, vocab], whole on every rank
@@ -89,6 +97,7 @@ class QwenModel {
     int64_t vocab_begin_ = 0, vocab_end_ = 0;  // this rank's rows of embed and lm_head
     std::vector<Layer> layers_;
     RMSNorm final_norm_;
+    std::vector<std::vector<int32_t>> forced_routing_;  // force_routing
 };
 
 }  // namespace miniinfer

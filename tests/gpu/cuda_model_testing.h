@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "config/model_config.h"
+#include "core/cuda/device_buffer.h"
 #include "core/json.h"
 #include "engine/cuda_model_runner.h"
 #include "engine/llm_engine.h"
@@ -100,6 +101,7 @@ inline void expect_runner_matches(const std::string& name, CudaModelRunner& gpu)
         // CPU: the reference logits' top-2 gaps.
         SequenceRunner cpu(cpu_model, n);
         Tensor logits = cpu.append(std::span(c.sequence).first(size_t(n)));
+        Tensor logits_forced;  // an MoE model's, with the GPU's routing
         // GPU: one prefill with logits at every position.
         Request r;
         r.prompt_ids.assign(c.sequence.begin(), c.sequence.begin() + n);
@@ -117,16 +119,39 @@ inline void expect_runner_matches(const std::string& name, CudaModelRunner& gpu)
         input.params = &greedy;
         std::vector<SamplerInput> inputs(static_cast<size_t>(n), input);
         b.sampling.assign(size_t(n), &r);
+        // An MoE model: the GPU's expert choices, for the CPU to take (below).
+        const int64_t top_k = config.num_experts_per_tok;
+        int64_t num_moe = 0;
+        for (int64_t l = 0; l < config.num_layers; ++l) num_moe += config.is_moe_layer(l);
+        Tensor trace;
+        if (num_moe > 0) {
+            trace = cuda::device_tensor({num_moe, n, top_k}, DType::kI32);
+            gpu.trace_routing(&trace);
+        }
         std::vector<SampledToken> tokens = gpu.run(b, inputs);
-        // Logits: bf16 end to end on the GPU against fp32 on the CPU. Relative to the logits'
-        // spread, the difference stays at the bf16 level (2^-8 relative per rounding, a few
-        // dozen roundings deep): within 5% of the largest |logit| at every position.
-        // An MoE model may also route a token differently: its router logits are bf16 on the
-        // GPU (as in Hugging Face's bf16 model) and f32 on the CPU, so where a token's k-th and
-        // (k+1)-th experts are within bf16 noise the GPU may pick the other one, and that
-        // position's logits move by more: for an MoE model the bound is 25% (the H200 measured
-        // 0.5%, 13% and 7% on the fixture's three prompts, with every greedy position equal) and
-        // the positions beyond 5% are only printed. The greedy checks below hold everywhere.
+        gpu.trace_routing(nullptr);
+        if (num_moe > 0) {
+            // Where the GPU's bf16 activations flipped a near-tied expert, the fp32 CPU took the
+            // other one, and that token's logits (and, through attention and the Gated DeltaNet
+            // state, later ones) move by far more than rounding: Hugging Face's own bf16 model
+            // moves up to 26% of the largest logit on these fixtures (reference.json's bf16).
+            // With the GPU's routing the CPU's logits measure the arithmetic alone, so the
+            // dense bound holds (the unforced logits still decide the greedy checks).
+            const Tensor ids = cuda::to_host(trace);
+            std::vector<std::vector<int32_t>> routing(static_cast<size_t>(num_moe));
+            for (int64_t m = 0; m < num_moe; ++m)
+                routing[size_t(m)].assign(ids.data<int32_t>() + m * n * top_k,
+                                          ids.data<int32_t>() + (m + 1) * n * top_k);
+            cpu_model.force_routing(std::move(routing));
+            SequenceRunner forced(cpu_model, n);
+            logits_forced = forced.append(std::span(c.sequence).first(size_t(n)));
+            cpu_model.force_routing({});
+        }
+        // Logits: bf16 end to end on the GPU against fp32 on the CPU (an MoE model's with the
+        // GPU's routing). Relative to the logits' spread, the difference stays at the bf16
+        // level (2^-8 relative per rounding, a few dozen roundings deep): within 5% of the
+        // largest |logit| at every position.
+        const Tensor& ref = num_moe > 0 ? logits_forced : logits;
         Tensor gpu_logits = gpu.last_logits();
         float max_abs = 0, max_delta = 0;
         for (int64_t i = 0; i < n * config.vocab_size; ++i)
@@ -136,8 +161,8 @@ inline void expect_runner_matches(const std::string& name, CudaModelRunner& gpu)
             float row_delta = 0;
             for (int64_t v = 0; v < config.vocab_size; ++v) {
                 const int64_t i = t * config.vocab_size + v;
-                row_delta = std::max(
-                    row_delta, std::fabs(gpu_logits.data<float>()[i] - logits.data<float>()[i]));
+                row_delta = std::max(row_delta,
+                                     std::fabs(gpu_logits.data<float>()[i] - ref.data<float>()[i]));
             }
             max_delta = std::max(max_delta, row_delta);
             beyond += row_delta > 0.05f * max_abs ? 1 : 0;
@@ -146,25 +171,22 @@ inline void expect_runner_matches(const std::string& name, CudaModelRunner& gpu)
             "[ %s: max |dlogit| GPU vs CPU %.3f (largest |logit| %.1f); %lld of %lld positions "
             "beyond 5%% ]\n",
             name.c_str(), max_delta, max_abs, (long long)beyond, (long long)n);
-        if (config.num_experts == 0)
-            EXPECT_EQ(beyond, 0) << name;
-        else
-            EXPECT_LE(max_delta, 0.25f * max_abs) << name;
+        EXPECT_EQ(beyond, 0) << name;
+        // Greedy: where the CPU's (routed as the GPU) top-2 gap is clear, the GPU's argmax is
+        // the CPU's, hence Hugging Face's where the routing is its own too.
         int agree = 0, clear = 0;
-        for (int64_t i = 0; i < n; ++i) {
-            const float* row = logits.data<float>() + i * config.vocab_size;
+        for (int64_t i = int64_t(c.prompt_len) - 1; i < n; ++i) {  // the greedy positions
+            const float* row = ref.data<float>() + i * config.vocab_size;
+            const int64_t best = std::max_element(row, row + config.vocab_size) - row;
             std::vector<float> sorted(row, row + config.vocab_size);
             std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(),
                               std::greater<float>());
             const bool is_clear = sorted[0] - sorted[1] > kTieGap;
-            const bool same = tokens[size_t(i)].token == c.sequence[size_t(i) + 1] ||
-                              i + 1 < int64_t(c.prompt_len);
-            if (i + 1 < int64_t(c.prompt_len))
-                continue;  // prompt positions have no reference next token
             agree += tokens[size_t(i)].token == c.sequence[size_t(i) + 1];
             clear += is_clear;
             if (is_clear) {
-                EXPECT_TRUE(same) << name << " position " << i << " gap " << sorted[0] - sorted[1];
+                EXPECT_EQ(tokens[size_t(i)].token, best)
+                    << name << " position " << i << " gap " << sorted[0] - sorted[1];
             }
         }
         std::printf("[ %s: %d of %zu greedy positions agree (%d with a clear top-2 gap) ]\n",
@@ -258,7 +280,7 @@ inline void expect_greedy_decode_agrees_with_cpu(const std::string& name, int64_
     for (const auto& out :
          engine.generate(prompts, std::vector<SamplingParams>(prompts.size(), greedy)))
         outputs.push_back(out.token_ids);
-    int near_ties = 0;
+    int near_ties = 0, misses = 0, num_tokens = 0;
     for (size_t i = 0; i < outputs.size(); ++i) {
         const std::vector<int32_t>& prompt = prompts[i % prompts.size()].token_ids;
         const std::vector<int32_t>& out = outputs[i];
@@ -271,15 +293,27 @@ inline void expect_greedy_decode_agrees_with_cpu(const std::string& name, int64_
             const float* row = logits.data<float>() +
                                (int64_t(prompt.size()) - 1 + int64_t(j)) * config.vocab_size;
             const float best = *std::max_element(row, row + config.vocab_size);
-            EXPECT_GE(row[out[j]], best - kTieGap)
-                << name << " output " << i << " token " << j << ": the GPU picked " << out[j]
-                << " at " << row[out[j]] << ", the CPU's best is " << best;
-            near_ties += row[out[j]] < best;
+            ++num_tokens;
+            near_ties += row[out[j]] < best && row[out[j]] >= best - kTieGap;
+            if (row[out[j]] >= best - kTieGap) continue;
+            ++misses;
+            std::printf("[ %s output %zu token %zu: the GPU picked %d at %.3f, the CPU's best is "
+                        "%.3f ]\n",
+                        name.c_str(), i, j, out[j], row[out[j]], best);
         }
     }
-    std::printf("[ %s, KV %s: %zu greedy decodes of %lld tokens, %d tokens at a near-tie ]\n",
-                name.c_str(), kv_cache_dtype.c_str(), outputs.size(), (long long)max_tokens,
-                near_ties);
+    std::printf(
+        "[ %s, KV %s: %zu greedy decodes of %lld tokens, %d tokens at a near-tie, %d beyond ]\n",
+        name.c_str(), kv_cache_dtype.c_str(), outputs.size(), (long long)max_tokens, near_ties,
+        misses);
+    // An MoE model's bf16 activations may flip a near-tied expert (expect_runner_matches),
+    // which moves that token's logits by more than a tie: Hugging Face's own bf16 model picks
+    // another argmax than its fp32 one at up to 2 of 32 greedy positions on these fixtures
+    // (reference.json's bf16). Up to 5% of the tokens may do so here; a dense model's none.
+    if (config.num_experts == 0)
+        EXPECT_EQ(misses, 0) << name;
+    else
+        EXPECT_LE(misses, num_tokens / 20) << name;
 }
 
 }  // namespace miniinfer::model_testing

@@ -55,6 +55,9 @@ TEST_P(CudaHybridModel, PrefixCacheHitsGiveTheSameTokens) {
     auto engine = [&](bool caching) {
         EngineConfig c = engine_config(GetParam());
         c.enable_prefix_caching = caching;
+        // Both engines live at once, and gpu_memory_utilization bounds the card's used memory:
+        // the first takes 15% of it, the second the rest of 30%.
+        c.gpu_memory_utilization = caching ? 0.15 : 0.3;
         return c;
     };
     LLMEngine cached(engine(true)), plain(engine(false));
