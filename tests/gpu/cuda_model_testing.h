@@ -297,9 +297,10 @@ inline void expect_greedy_decode_agrees_with_cpu(const std::string& name, int64_
             near_ties += row[out[j]] < best && row[out[j]] >= best - kTieGap;
             if (row[out[j]] >= best - kTieGap) continue;
             ++misses;
-            std::printf("[ %s output %zu token %zu: the GPU picked %d at %.3f, the CPU's best is "
-                        "%.3f ]\n",
-                        name.c_str(), i, j, out[j], row[out[j]], best);
+            std::printf(
+                "[ %s output %zu token %zu: the GPU picked %d at %.3f, the CPU's best is "
+                "%.3f ]\n",
+                name.c_str(), i, j, out[j], row[out[j]], best);
         }
     }
     std::printf(
