@@ -473,7 +473,7 @@ TEST(Weights, AssembleWithAWriterOfItsOwn) {
         ++allocated;
         return Tensor::zeros(shape, dtype);
     };
-    writer.write = [&](const std::string& name, const Shape&, const WeightBlock& b, void*) {
+    writer.write = [&](const std::string& name, const Shape&, const WeightBlock& b, DType, void*) {
         if (blocks.empty()) writer_thread = std::this_thread::get_id();
         one_thread = one_thread && std::this_thread::get_id() == writer_thread;
         EXPECT_TRUE(blocks.emplace(name, b).second) << name << " written twice";
