@@ -26,7 +26,11 @@ reference is the weight-only error; MiniInfer's block-scaled W8A8 path adds acti
 quantization on top, which tests/unit/test_fp8_model.cpp measures against it.
 
 reference.safetensors and reference.json have tools/make_fixtures.py's layout (logits.<p> of
-every prompt position; greedy continuations of 32 tokens without cache, their smallest top-2 gap).
+every prompt position; greedy continuations of 32 tokens without cache, their smallest top-2 gap)
+and also the W8A8 arithmetic emulated on that model (W8A8Emulation: every FP8 projection's input
+quantized per token and 128-group as finegrained-fp8's act_quant does, then multiplied by the
+dequantized weight): w8a8_logits.<p>, and greedy_w8a8 with its smallest gap. transformers cannot
+run its own W8A8 kernels without a GPU; this is the same arithmetic in torch, up to f32 order.
 
 Needs torch and transformers >= 5. Usage:
   python3 tools/make_fp8_fixtures.py --out tests/fixtures [--only NAME[,NAME]]
@@ -111,7 +115,7 @@ def write_fp8_checkpoint(src_dir, out_dir, modules_to_not_convert=None):
 
 def load_dequantized(model_dir):
     return AutoModelForCausalLM.from_pretrained(
-        model_dir, dtype=torch.float32, attn_implementation="eager",
+        model_dir, dtype=torch.float32, attn_implementation="eager", experts_implementation="eager",
         quantization_config=FineGrainedFP8Config(dequantize=True)).eval()
 
 
@@ -148,6 +152,40 @@ def make_moe_source(tmp, seed):
     return cfg.vocab_size
 
 
+def quantize_activations(x):
+    """finegrained-fp8's dynamic activation quantization, in torch on the CPU: per token and
+    group of 128 along the last dimension s = max|x| / 448, x -> e4m3(x / max(s, 1e-12)) x s."""
+    groups = x.float().reshape(*x.shape[:-1], x.shape[-1] // BLOCK, BLOCK)
+    s = groups.abs().amax(dim=-1, keepdim=True) / FP8_MAX
+    q = (groups / s.clamp(min=1e-12)).to(torch.float8_e4m3fn).float()
+    return (q * s).reshape(x.shape).to(x.dtype)
+
+
+class W8A8Emulation:
+    """Inside it, every linear over an FP8 weight of `model` (its dequantized projections, the
+    fused experts' slices included) quantizes its input first, as FP8Linear and FP8Experts do on
+    the GPU: sum_i (q_i s_x)(w_i s_w) is the block-scaled product up to f32 rounding order."""
+
+    def __init__(self, model):
+        self.ranges = [(p.data_ptr(), p.data_ptr() + p.numel() * p.element_size())
+                       for name, p in model.named_parameters()
+                       if is_projection(name) or name.endswith(("experts.gate_up_proj",
+                                                                 "experts.down_proj"))]
+
+    def __enter__(self):
+        self.linear = torch.nn.functional.linear
+
+        def linear(x, weight, bias=None):
+            if any(lo <= weight.data_ptr() < hi for lo, hi in self.ranges):
+                x = quantize_activations(x)
+            return self.linear(x, weight, bias)
+        torch.nn.functional.linear = linear
+        return self
+
+    def __exit__(self, *exc):
+        torch.nn.functional.linear = self.linear
+
+
 def write_reference(name, model_dir, prompts, source):
     model = load_dequantized(model_dir)
     tensors, records = {}, []
@@ -157,9 +195,17 @@ def write_reference(name, model_dir, prompts, source):
             positions = list(range(len(ids)))
             tensors[f"logits.{p}"] = logits[positions].contiguous()
             cont, gap, _ = make_fixtures.greedy(model, ids)
+            with W8A8Emulation(model):
+                w8a8 = model(torch.tensor([ids])).logits[0].float()
+                cont_w8a8, gap_w8a8, _ = make_fixtures.greedy(model, ids)
+            tensors[f"w8a8_logits.{p}"] = w8a8[positions].contiguous()
             records.append(dict(ids=ids, logits_positions=positions, greedy=cont,
-                                greedy_min_gap=gap))
-            print(f"  {name} prompt {p}: {len(ids)} tokens, greedy min top-2 gap {gap:.4f}")
+                                greedy_min_gap=gap, greedy_w8a8=cont_w8a8,
+                                greedy_w8a8_min_gap=gap_w8a8))
+            print(f"  {name} prompt {p}: {len(ids)} tokens, greedy min top-2 gap {gap:.4f}; "
+                  f"W8A8 emulated: max |dlogit| {float((w8a8 - logits).abs().max()):.3f}, "
+                  f"greedy min gap {gap_w8a8:.4f}, "
+                  f"{sum(a == b for a, b in zip(cont, cont_w8a8))} of {len(cont)} tokens equal")
     save_file(tensors, os.path.join(model_dir, "reference.safetensors"))
     with open(os.path.join(model_dir, "reference.json"), "w") as f:
         json.dump(dict(model=name, greedy_tokens=make_fixtures.GREEDY_TOKENS,

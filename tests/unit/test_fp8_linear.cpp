@@ -81,7 +81,8 @@ TEST(Fp8, ActivationGroupsQuantizeByTheirAmax) {
         for (int64_t g = 0; g < blocks(in); ++g) {
             const int64_t lo = g * kBlock, hi = std::min(in, lo + kBlock);
             float amax = 0.f;
-            for (int64_t i = lo; i < hi; ++i) amax = std::max(amax, std::fabs(x[size_t(t * in + i)]));
+            for (int64_t i = lo; i < hi; ++i)
+                amax = std::max(amax, std::fabs(x[size_t(t * in + i)]));
             const float want_s = amax / 448.f;
             ASSERT_EQ(s[size_t(t * blocks(in) + g)], want_s) << t << " " << g;
             float qmax = 0.f;
@@ -101,7 +102,8 @@ TEST(Fp8, ActivationGroupsQuantizeByTheirAmax) {
 TEST(Fp8, BlockLinearMatchesDoubleReference) {
     std::mt19937 rng(7);
     for (auto [n, in, out] : {std::tuple{1, 128, 128}, {5, 300, 200}, {7, 256, 384}, {2, 40, 9}}) {
-        const std::vector<float> x = randn(size_t(n * in), rng, 2.f), bias = randn(size_t(out), rng);
+        const std::vector<float> x = randn(size_t(n * in), rng, 2.f),
+                                 bias = randn(size_t(out), rng);
         const Fp8Weight w = random_weight(out, in, rng);
         std::vector<float> y(size_t(n * out));
         cpu::fp8_block_linear(x.data(), n, in, w.w.data(), w.scale.data(), bias.data(), out,
@@ -124,8 +126,8 @@ TEST(Fp8, BlockLinearMatchesDoubleReference) {
                 }
                 const double err = std::fabs(double(y[size_t(t * out + o)]) - want);
                 worst = std::max(worst, err / magnitude);
-                ASSERT_LE(err, 1e-5 * magnitude) << n << "x" << in << "x" << out << " t " << t
-                                                 << " o " << o;
+                ASSERT_LE(err, 1e-5 * magnitude)
+                    << n << "x" << in << "x" << out << " t " << t << " o " << o;
             }
         // The same through the layer.
         Tensor weight = Tensor::zeros({out, in}, DType::kF8E4M3);
@@ -137,8 +139,8 @@ TEST(Fp8, BlockLinearMatchesDoubleReference) {
         std::copy(bias.begin(), bias.end(), bt.data<float>());
         const Tensor yl = Linear{weight, bt, scale}.forward(xt);
         for (int64_t i = 0; i < n * out; ++i) ASSERT_EQ(yl.data<float>()[i], y[size_t(i)]);
-        std::printf("[ fp8 linear %dx%dx%d: worst error %.1e of the sum of |terms| ]\n", n, in,
-                    out, worst);
+        std::printf("[ fp8 linear %dx%dx%d: worst error %.1e of the sum of |terms| ]\n", n, in, out,
+                    worst);
     }
 }
 
