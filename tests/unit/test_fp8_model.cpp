@@ -139,8 +139,8 @@ TEST_P(Fp8Fixture, BlockScaledMatchesEmulatedW8A8) {
             float row_delta = 0;
             for (int64_t v = 0; v < vocab; ++v) {
                 const float theirs = emulated.data<float>()[t * vocab + v];
-                row_delta = std::max(row_delta,
-                                     std::fabs(logits.data<float>()[t * vocab + v] - theirs));
+                row_delta =
+                    std::max(row_delta, std::fabs(logits.data<float>()[t * vocab + v] - theirs));
                 max_abs = std::max(max_abs, std::fabs(theirs));
             }
             max_delta = std::max(max_delta, row_delta);
@@ -173,15 +173,13 @@ TEST_P(Fp8Fixture, BlockScaledMatchesEmulatedW8A8) {
             "Face's weight-only model: max |dlogit| %.3f (%.2f%% of the largest |logit| %.1f), "
             "%lld of %lld greedy positions keep its token, %lld of %lld clear ones ]\n",
             name.c_str(), p, double(max_delta), (long long)exact, (long long)emulated.size(0),
-            double(kW8A8Tolerance), (long long)clear_agree, (long long)clear,
-            double(a.max_delta), 100.0 * a.max_delta / a.max_abs, double(a.max_abs),
-            (long long)a.agree, (long long)a.positions, (long long)a.clear_agree,
-            (long long)a.clear);
+            double(kW8A8Tolerance), (long long)clear_agree, (long long)clear, double(a.max_delta),
+            100.0 * a.max_delta / a.max_abs, double(a.max_abs), (long long)a.agree,
+            (long long)a.positions, (long long)a.clear_agree, (long long)a.clear);
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Fp8Fixture,
-                         ::testing::Values("qwen3-tiny-fp8", "qwen3-moe-fp8"),
+INSTANTIATE_TEST_SUITE_P(Fixtures, Fp8Fixture, ::testing::Values("qwen3-tiny-fp8", "qwen3-moe-fp8"),
                          [](const auto& info) {
                              std::string s = info.param;
                              std::replace(s.begin(), s.end(), '-', '_');
@@ -252,8 +250,7 @@ TEST(Fp8Weights, LoadedLayout) {
         const Tensor k_scale = ckpt.get_any("model.layers.0.self_attn.k_proj.weight_scale_inv");
         EXPECT_EQ(l.qkv_scale.data<float>()[4], k_scale.data<float>()[0]);
         const Tensor k = ckpt.get_any("model.layers.0.self_attn.k_proj.weight");
-        EXPECT_EQ(std::memcmp(l.qkv.data<uint8_t>() + 512 * 128, k.data<uint8_t>(), 128 * 128),
-                  0);
+        EXPECT_EQ(std::memcmp(l.qkv.data<uint8_t>() + 512 * 128, k.data<uint8_t>(), 128 * 128), 0);
     }
     {
         const ModelConfig c = ModelConfig::load(kFixtures / "qwen3-moe-fp8");
@@ -274,9 +271,8 @@ TEST(Fp8Weights, LoadedLayout) {
 // (expert parallelism) load, each rank's q heads and dense MLP halves on block boundaries.
 TEST(Fp8Weights, ShardsOnlyOnBlockBoundaries) {
     const ModelConfig dense = ModelConfig::load(kFixtures / "qwen3-tiny-fp8");
-    const std::string e1 = error_of([&] {
-        load_weights(dense, kFixtures / "qwen3-tiny-fp8", {.rank = 1, .world = 2});
-    });
+    const std::string e1 = error_of(
+        [&] { load_weights(dense, kFixtures / "qwen3-tiny-fp8", {.rank = 1, .world = 2}); });
     EXPECT_NE(e1.find("model.layers.0.self_attn.k_proj.weight: rows/columns [64, 128) of its 128 "
                       "rows (tensor-parallel rank 1 of 2) do not start and end on the FP8 "
                       "checkpoint's 128-element scale blocks"),
@@ -285,10 +281,9 @@ TEST(Fp8Weights, ShardsOnlyOnBlockBoundaries) {
     const ModelConfig moe = ModelConfig::load(kFixtures / "qwen3-moe-fp8");
     const std::string e2 =
         error_of([&] { load_weights(moe, kFixtures / "qwen3-moe-fp8", {.rank = 0, .world = 2}); });
-    EXPECT_NE(e2.find("experts.0.gate_proj.weight: rows/columns [0, 64)"), std::string::npos)
-        << e2;
-    const ModelWeights ep = load_weights(
-        moe, kFixtures / "qwen3-moe-fp8", {.rank = 1, .world = 2, .expert_parallel = true});
+    EXPECT_NE(e2.find("experts.0.gate_proj.weight: rows/columns [0, 64)"), std::string::npos) << e2;
+    const ModelWeights ep = load_weights(moe, kFixtures / "qwen3-moe-fp8",
+                                         {.rank = 1, .world = 2, .expert_parallel = true});
     EXPECT_EQ(ep.layers[0].qkv.describe(), "f8e4m3[512, 128]");  // 2 q heads, 1 of k and of v
     EXPECT_EQ(ep.layers[0].qkv_scale.describe(), "f32[4, 1]");
     EXPECT_EQ(ep.layers[0].o_proj_scale.describe(), "f32[1, 2]");
@@ -330,11 +325,11 @@ TEST(Fp8Weights, DummyWeights) {
         const Tensor& w = c.num_experts > 0 ? l.experts_gate_up : l.qkv;
         const Tensor& s = c.num_experts > 0 ? l.experts_gate_up_scale : l.qkv_scale;
         EXPECT_EQ(w.dtype(), DType::kF8E4M3) << name;
-        EXPECT_EQ(std::memcmp(w.raw(), (c.num_experts > 0 ? b.layers[0].experts_gate_up
-                                                          : b.layers[0].qkv)
-                                           .raw(),
-                              w.nbytes()),
-                  0)
+        EXPECT_EQ(
+            std::memcmp(w.raw(),
+                        (c.num_experts > 0 ? b.layers[0].experts_gate_up : b.layers[0].qkv).raw(),
+                        w.nbytes()),
+            0)
             << name;
         int64_t nonzero = 0;
         for (int64_t i = 0; i < w.numel(); ++i) nonzero += (w.data<uint8_t>()[i] & 0x7f) != 0;
