@@ -348,4 +348,26 @@ TEST(Fp8Weights, DummyWeights) {
     }
 }
 
+// modules_to_not_convert keeps a module's projections plain (no scales expected), and refuses
+// a fusion of FP8 and plain projections, naming the tensor.
+TEST(Fp8Weights, ModulesNotConvertedStayPlain) {
+    Json json = read_json_file(kFixtures / "qwen3-tiny-fp8" / "config.json");
+    json["quantization_config"]["modules_to_not_convert"] = {"model.layers.1.mlp"};
+    const ModelConfig c = ModelConfig::from_json(json, "config.json");
+    int64_t scales = 0;
+    for (const auto& [name, shape] : expected_tensors(c)) {
+        scales += name.ends_with("weight_scale_inv");
+        EXPECT_FALSE(name.starts_with("model.layers.1.mlp.") && name.ends_with("_scale_inv"))
+            << name;
+    }
+    EXPECT_EQ(scales, 3 * 7 - 3);
+    json["quantization_config"]["modules_to_not_convert"] = {"k_proj"};
+    const ModelConfig mixed = ModelConfig::from_json(json, "config.json");
+    const std::string e = error_of([&] { expected_tensors(mixed); });
+    EXPECT_NE(e.find("model.layers.0.self_attn.q_proj.weight: fused at load with 2 other "
+                     "projections, of which only some are FP8"),
+              std::string::npos)
+        << e;
+}
+
 }  // namespace
