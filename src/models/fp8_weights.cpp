@@ -24,10 +24,10 @@ WeightBlock scale_block(const WeightBlock& b, const std::string& name, bool last
                         const WeightTarget& t) {
     const auto refuse = [&](const char* what, int64_t begin, int64_t end, int64_t size) {
         fail(
-            "{}: rows/columns [{}, {}) of its {} {} (tensor-parallel rank {} of {}) do not start "
-            "and end on the FP8 checkpoint's {}-element scale blocks; a block's one scale cannot "
-            "be split between ranks or fused projections",
-            name, begin, end, size, what, t.rank, t.world, kBlock);
+            "{}: {} [{}, {}) of {} (tensor-parallel rank {} of {}) do not start and end on the "
+            "FP8 checkpoint's {}-element scale blocks; a block's one scale cannot be split "
+            "between ranks or fused projections",
+            name, what, begin, end, size, t.rank, t.world, kBlock);
     };
     const bool rows_end_ok = b.row_end % kBlock == 0 || (b.row_end == b.rows && last_part);
     if (b.row_begin % kBlock != 0 || !rows_end_ok) refuse("rows", b.row_begin, b.row_end, b.rows);

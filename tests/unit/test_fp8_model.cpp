@@ -273,15 +273,15 @@ TEST(Fp8Weights, ShardsOnlyOnBlockBoundaries) {
     const ModelConfig dense = ModelConfig::load(kFixtures / "qwen3-tiny-fp8");
     const std::string e1 = error_of(
         [&] { load_weights(dense, kFixtures / "qwen3-tiny-fp8", {.rank = 1, .world = 2}); });
-    EXPECT_NE(e1.find("model.layers.0.self_attn.k_proj.weight: rows/columns [64, 128) of its 128 "
-                      "rows (tensor-parallel rank 1 of 2) do not start and end on the FP8 "
+    EXPECT_NE(e1.find("model.layers.0.self_attn.k_proj.weight: rows [64, 128) of 128 "
+                      "(tensor-parallel rank 1 of 2) do not start and end on the FP8 "
                       "checkpoint's 128-element scale blocks"),
               std::string::npos)
         << e1;
     const ModelConfig moe = ModelConfig::load(kFixtures / "qwen3-moe-fp8");
     const std::string e2 =
         error_of([&] { load_weights(moe, kFixtures / "qwen3-moe-fp8", {.rank = 0, .world = 2}); });
-    EXPECT_NE(e2.find("experts.0.gate_proj.weight: rows/columns [0, 64)"), std::string::npos) << e2;
+    EXPECT_NE(e2.find("experts.0.gate_proj.weight: rows [0, 64) of 128"), std::string::npos) << e2;
     const ModelWeights ep = load_weights(moe, kFixtures / "qwen3-moe-fp8",
                                          {.rank = 1, .world = 2, .expert_parallel = true});
     EXPECT_EQ(ep.layers[0].qkv.describe(), "f8e4m3[512, 128]");  // 2 q heads, 1 of k and of v
