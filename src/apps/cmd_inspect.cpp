@@ -102,6 +102,7 @@ Json inspect(const std::string& model_dir) {
                 {"vocab_size", c.vocab_size},
                 {"rope_theta", c.rope_theta},
                 {"rope_scaling", c.rope_scaling.describe()},
+                {"quantization", c.quantization.describe()},
                 {"rms_norm_eps", c.rms_norm_eps},
                 {"attention_bias", c.attention_bias},
                 {"qk_norm", c.qk_norm},
@@ -190,6 +191,7 @@ void print_text(const Json& j) {
         j["head_dim"].get<long long>(), j["rope_theta"].get<double>(),
         j["attention_bias"].get<bool>() ? "yes" : "no", j["qk_norm"].get<bool>() ? "yes" : "no");
     std::printf("rope        scaling %s\n", j["rope_scaling"].get<std::string>().c_str());
+    std::printf("quantized   %s\n", j["quantization"].get<std::string>().c_str());
     if (j.contains("hybrid")) print_hybrid(j);
     if (j.contains("num_experts"))
         std::printf("experts     %lld, top-%lld, moe_intermediate %lld, renormalise %s%s\n",

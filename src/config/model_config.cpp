@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <regex>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -27,26 +28,75 @@ DType parse_torch_dtype(const std::string& name, const std::string& where) {
     fail("{}: field 'torch_dtype' is '{}'; supported: bfloat16, float16, float32", where, name);
 }
 
-// A quantized checkpoint's weights are not the bf16 / f16 / f32 the loader reads: refuse it by
-// its method rather than load its packed integers or scales as if they were weights.
-void parse_quantization(const Json& json, const std::string& where) {
-    if (!json.contains("quantization_config") || json["quantization_config"].is_null()) return;
+// Block-scaled FP8 is read (QuantizationConfig); any other method, format, activation scheme or
+// block shape is refused by its field rather than loaded as if its bytes meant something else.
+QuantizationConfig parse_quantization(const Json& json, const std::string& where) {
+    QuantizationConfig quant;
+    if (!json.contains("quantization_config") || json["quantization_config"].is_null())
+        return quant;
     const Json& q = json["quantization_config"];
     const std::string field = where + " quantization_config";
     if (!q.is_object()) fail("{}: must be an object or null", field);
     const auto method = json_get<std::string>(q, "quant_method", field);
-    if (method == "fp8")
+    if (method != "fp8")
+        fail("{}: quantization method '{}' is not supported (supported: fp8)", field, method);
+    quant.method = QuantizationConfig::Method::kFp8;
+    const auto format = json_get_or<std::string>(q, "fmt", "e4m3", field);
+    if (format != "e4m3")
+        fail("{}: field 'fmt' is '{}'; FP8 weights are read as e4m3 only", field, format);
+    const auto activations = json_get_or<std::string>(q, "activation_scheme", "dynamic", field);
+    if (activations != "dynamic")
         fail(
-            "{}: quantization method 'fp8' is not supported: FP8 block-scaled checkpoints are not "
-            "yet supported (supported: none)",
+            "{}: field 'activation_scheme' is '{}'; only 'dynamic' (per-token scales computed at "
+            "run time) is supported",
+            field, activations);
+    if (!q.contains("weight_block_size") || q["weight_block_size"].is_null())
+        fail(
+            "{}: field 'weight_block_size' is missing; only block-scaled FP8 ([128, 128]) is "
+            "supported, not per-tensor scales",
             field);
-    fail("{}: quantization method '{}' is not supported (supported: none)", field, method);
+    const auto block = json_get<std::vector<int64_t>>(q, "weight_block_size", field);
+    if (block != std::vector<int64_t>{128, 128})
+        fail("{}: field 'weight_block_size' is [{}]; only [128, 128] is supported", field,
+             fmt::join(block, ", "));
+    quant.block_out = block[0];
+    quant.block_in = block[1];
+    if (q.contains("modules_to_not_convert") && !q["modules_to_not_convert"].is_null())
+        quant.modules_to_not_convert =
+            json_get<std::vector<std::string>>(q, "modules_to_not_convert", field);
+    for (const std::string& module : quant.modules_to_not_convert) {
+        try {
+            std::regex pattern(module);
+        } catch (const std::regex_error&) {
+            fail("{}: modules_to_not_convert entry '{}' is not a regular expression", field,
+                 module);
+        }
+    }
+    return quant;
 }
 
 }  // namespace
 
 void config_parsing::require_positive(int64_t value, const char* field, const std::string& where) {
     if (value <= 0) fail("{}: field '{}' must be positive, got {}", where, field, value);
+}
+
+bool QuantizationConfig::quantizes(const std::string& module) const {
+    if (!is_fp8()) return false;
+    for (const std::string& entry : modules_to_not_convert)
+        if (module.ends_with(entry) ||
+            std::regex_search(module, std::regex(entry), std::regex_constants::match_continuous))
+            return false;
+    return true;
+}
+
+std::string QuantizationConfig::describe() const {
+    if (!is_fp8()) return "none";
+    std::string out =
+        fmt::format("fp8 e4m3, dynamic activations, blocks {}x{}", block_out, block_in);
+    if (!modules_to_not_convert.empty())
+        out += fmt::format(" (not converted: {})", fmt::join(modules_to_not_convert, ", "));
+    return out;
 }
 
 std::string arch_name(Arch arch) {
@@ -231,8 +281,15 @@ ModelConfig ModelConfig::from_json(const Json& top, const std::string& top_where
 
     if (cfg.arch == Arch::kQwen3Moe || moe_hybrid) parse_moe(json, where, cfg);
 
-    parse_quantization(top, top_where);
-    if (cfg.has_vision) parse_quantization(json, where);
+    cfg.quantization = parse_quantization(top, top_where);
+    if (cfg.has_vision && !cfg.quantization.is_fp8())
+        cfg.quantization = parse_quantization(json, where);
+    if (cfg.quantization.is_fp8() && cfg.is_hybrid())
+        fail(
+            "{} quantization_config: quantization method 'fp8' is not supported for model_type "
+            "{} yet (FP8 checkpoints: qwen2, qwen3, qwen3_moe)",
+            cfg.has_vision && json.contains("quantization_config") ? where : top_where,
+            cfg.model_type);
 
     // Token ids and dtype: the text config's, else the wrapper's.
     cfg.eos_token_ids = int_or_list(json, "eos_token_id", where);

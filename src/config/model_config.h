@@ -1,9 +1,9 @@
 // ModelConfig: every field of a Hugging Face config.json that changes the math, for Qwen2,
 // Qwen3, Qwen3-MoE and the hybrid Gated DeltaNet models (Qwen3.5 dense and MoE, Qwen3-Next).
 // Reading is strict: an unknown model_type, a rope_scaling kind we do not implement,
-// rope_scaling and rope_parameters that disagree, a quantization_config, sliding-window
-// attention turned on, or an activation other than SiLU is an Error naming the field — never a
-// silently different model.
+// rope_scaling and rope_parameters that disagree, a quantization_config other than block-scaled
+// FP8, sliding-window attention turned on, or an activation other than SiLU is an Error naming
+// the field — never a silently different model.
 //
 // The hybrid models come in every form transformers writes: the multimodal checkpoints
 // (model_type qwen3_5 / qwen3_5_moe, the language model's fields nested in "text_config", whose
@@ -74,6 +74,30 @@ struct RopeScaling {
     std::string describe() const;
 };
 
+// A checkpoint's quantization_config. The one method read is Qwen's block-scaled FP8 (as
+// DeepSeek-V3's): {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+// "weight_block_size": [128, 128]}. Each quantized linear stores an e4m3 `weight` [out, in] and
+// an f32 `weight_scale_inv` [ceil(out / 128), ceil(in / 128)], the dequantized weight being the
+// e4m3 value times its block's scale; activations are quantized at run time, per token in groups
+// of 128 along the inner dimension. The projections of attention and of the (dense, expert)
+// MLPs are quantized; embeddings, norms, routers and lm_head never are, nor a module that
+// modules_to_not_convert names.
+struct QuantizationConfig {
+    enum class Method { kNone, kFp8 } method = Method::kNone;
+    int64_t block_out = 0, block_in = 0;  // weight_block_size: rows and columns per weight scale
+    std::vector<std::string> modules_to_not_convert;
+
+    bool is_fp8() const { return method == Method::kFp8; }
+    // Whether the projection `module` ("model.layers.3.mlp.down_proj": its weight's name without
+    // ".weight") is stored in FP8: under a quantizing method, unless an entry of
+    // modules_to_not_convert names it as transformers' should_convert_module matches one (the
+    // name starts with the entry, a regular expression, or ends with it).
+    bool quantizes(const std::string& module) const;
+    // "none"; "fp8 e4m3, dynamic activations, blocks 128x128 (not converted: lm_head)"
+    std::string describe() const;
+    bool operator==(const QuantizationConfig&) const = default;
+};
+
 struct ModelConfig {
     Arch arch = Arch::kQwen3;
     std::string model_type;
@@ -125,6 +149,8 @@ struct ModelConfig {
     std::vector<int64_t> eos_token_ids;
     int64_t bos_token_id = -1;
     DType dtype = DType::kBF16;  // torch_dtype / dtype: the checkpoint's weights
+    // quantization_config (Qwen2, Qwen3, Qwen3-MoE only; the hybrids' is refused).
+    QuantizationConfig quantization;
 
     int64_t q_size() const { return num_heads * head_dim; }
     // The longest context the positions are meant for: max_position_embeddings, or with YaRN

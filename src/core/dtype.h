@@ -1,4 +1,4 @@
-// Element types and the bf16/f16 <-> f32 conversions every backend shares.
+// Element types and the bf16/f16/e4m3 <-> f32 conversions every backend shares.
 #pragma once
 
 #include <bit>
@@ -8,7 +8,9 @@
 
 namespace miniinfer {
 
-enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kU8 };
+// kF8E4M3: FP8 e4m3 values (an FP8 checkpoint's weights, safetensors "F8_E4M3"); kU8: raw
+// bytes (an FP8 KV cache's pages, parameter blocks).
+enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kU8, kF8E4M3 };
 
 constexpr size_t dtype_size(DType dtype) {
     switch (dtype) {
@@ -23,6 +25,7 @@ constexpr size_t dtype_size(DType dtype) {
         case DType::kI64:
             return 8;
         case DType::kU8:
+        case DType::kF8E4M3:
             return 1;
     }
     return 0;
@@ -42,6 +45,8 @@ constexpr std::string_view dtype_name(DType dtype) {
             return "i64";
         case DType::kU8:
             return "u8";
+        case DType::kF8E4M3:
+            return "f8e4m3";
     }
     return "?";
 }

@@ -93,7 +93,7 @@ Tensor Tensor::to_f32() const {
 void copy_to_f32(const Tensor& src, float* dst) {
     const DType t = src.dtype();
     MI_CHECK(src.device() == Device::kCPU && src.is_contiguous() &&
-                 (t == DType::kF32 || t == DType::kBF16 || t == DType::kF16),
+                 (t == DType::kF32 || t == DType::kBF16 || t == DType::kF16 || t == DType::kF8E4M3),
              "copy_to_f32 of {}", src.describe());
     convert_elements(src.raw(), t, dst, DType::kF32, src.numel());
 }
@@ -123,6 +123,10 @@ void convert_elements(const void* src, DType src_dtype, void* dst, DType dst_dty
             case DType::kF16:
                 for (int64_t i = 0; i < len; ++i) f32[i] = f16_to_f32(s16[i]);
                 break;
+            case DType::kF8E4M3:
+                for (int64_t i = 0; i < len; ++i)
+                    f32[i] = e4m3_to_f32(static_cast<const uint8_t*>(s)[i]);
+                break;
             default:
                 MI_CHECK(false, "convert_elements from {}", dtype_name(src_dtype));
         }
@@ -135,6 +139,9 @@ void convert_elements(const void* src, DType src_dtype, void* dst, DType dst_dty
                 break;
             case DType::kF16:
                 for (int64_t i = 0; i < len; ++i) d16[i] = f32_to_f16(f32[i]);
+                break;
+            case DType::kF8E4M3:
+                for (int64_t i = 0; i < len; ++i) static_cast<uint8_t*>(d)[i] = f32_to_e4m3(f32[i]);
                 break;
             default:
                 MI_CHECK(false, "convert_elements to {}", dtype_name(dst_dtype));

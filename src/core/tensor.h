@@ -57,7 +57,7 @@ class Tensor {
     Tensor slice_rows(int64_t begin, int64_t end) const;
     // Same memory, another shape with the same number of elements (contiguous only).
     Tensor view(Shape shape) const;
-    // A contiguous f32 host copy (converts bf16 / f16).
+    // A contiguous f32 host copy (converts bf16 / f16 / e4m3).
     Tensor to_f32() const;
 
     std::string describe() const;  // "bf16[128, 64]"
@@ -73,11 +73,12 @@ class Tensor {
 
 std::string shape_str(const Shape& shape);
 
-// Writes a contiguous host tensor's elements (f32, bf16 or f16) to dst as f32.
+// Writes a contiguous host tensor's elements (f32, bf16, f16 or e4m3) to dst as f32.
 void copy_to_f32(const Tensor& src, float* dst);
 
-// Writes n elements of src (f32, bf16 or f16) to dst as dst_dtype (f32, bf16 or f16), each
-// pointer aligned to its dtype. Equal dtypes are a plain copy; narrowing rounds to nearest even.
+// Writes n elements of src (f32, bf16, f16 or e4m3) to dst as dst_dtype (the same four), each
+// pointer aligned to its dtype. Equal dtypes are a plain copy; narrowing rounds to nearest even
+// (to e4m3: saturating at +-448, f32_to_e4m3).
 void convert_elements(const void* src, DType src_dtype, void* dst, DType dst_dtype, int64_t n);
 
 }  // namespace miniinfer

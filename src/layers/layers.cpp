@@ -5,17 +5,35 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "kernels/cpu/fp8_linear.h"
 #include "kernels/cpu/gated_delta_net.h"
 #include "kernels/cpu/ops.h"
 
 namespace miniinfer {
+namespace {
+
+// The block scales of an FP8 weight [out, in]: [ceil(out / 128), ceil(in / 128)].
+int64_t fp8_scale_count(int64_t out, int64_t in) {
+    const int64_t b = cpu::kFp8Block;
+    return ((out + b - 1) / b) * ((in + b - 1) / b);
+}
+
+}  // namespace
 
 Tensor Linear::forward(const Tensor& x) const {
     const int64_t in = weight.size(1), out = weight.size(0), n = x.numel() / in;
     MI_CHECK(x.numel() == n * in, "Linear {}: input {}", weight.describe(), x.describe());
     Tensor y = Tensor::zeros({n, out}, DType::kF32);
-    cpu::linear(x.data<float>(), n, in, weight.data<float>(),
-                bias.defined() ? bias.data<float>() : nullptr, out, y.data<float>());
+    const float* b = bias.defined() ? bias.data<float>() : nullptr;
+    if (weight.dtype() == DType::kF8E4M3) {
+        MI_CHECK(weight_scale.defined() && weight_scale.numel() == fp8_scale_count(out, in),
+                 "Linear {}: FP8 weight with scales {}", weight.describe(),
+                 weight_scale.defined() ? weight_scale.describe() : "undefined");
+        cpu::fp8_block_linear(x.data<float>(), n, in, weight.data<uint8_t>(),
+                              weight_scale.data<float>(), b, out, y.data<float>());
+    } else {
+        cpu::linear(x.data<float>(), n, in, weight.data<float>(), b, out, y.data<float>());
+    }
     return y;
 }
 
@@ -169,9 +187,31 @@ Tensor FusedMoE::forward(const Tensor& x, std::span<const int32_t> forced_ids) c
         for (int32_t& e : expert_ids)
             if (e < expert_begin || e >= expert_end) e = -1;
     Tensor out = Tensor::zeros({n, hidden}, DType::kF32);
-    cpu::moe_experts(x.data<float>(), n, hidden, expert_ids.data(), weights.data(), top_k,
-                     gate_up.data<float>(), down.data<float>(), num_experts, inter,
-                     out.data<float>());
+    if (gate_up.dtype() == DType::kF8E4M3) {
+        MI_CHECK(gate_up_scale.numel() == num_experts * fp8_scale_count(2 * inter, hidden) &&
+                     down_scale.numel() == num_experts * fp8_scale_count(hidden, inter),
+                 "FusedMoE: FP8 experts {} {} with scales {} {}", gate_up.describe(),
+                 down.describe(), gate_up_scale.describe(), down_scale.describe());
+        std::vector<float> h2, h;
+        const cpu::ExpertMlp mlp = [&](int64_t e, const float* xs, int64_t m, float* ys) {
+            h2.resize(size_t(m * 2 * inter));
+            h.resize(size_t(m * inter));
+            cpu::fp8_block_linear(
+                xs, m, hidden, gate_up.data<uint8_t>() + e * 2 * inter * hidden,
+                gate_up_scale.data<float>() + e * fp8_scale_count(2 * inter, hidden), nullptr,
+                2 * inter, h2.data());
+            cpu::silu_mul(h2.data(), m, inter, h.data());
+            cpu::fp8_block_linear(h.data(), m, inter, down.data<uint8_t>() + e * hidden * inter,
+                                  down_scale.data<float>() + e * fp8_scale_count(hidden, inter),
+                                  nullptr, hidden, ys);
+        };
+        cpu::moe_experts(x.data<float>(), n, hidden, expert_ids.data(), weights.data(), top_k,
+                         num_experts, mlp, out.data<float>());
+    } else {
+        cpu::moe_experts(x.data<float>(), n, hidden, expert_ids.data(), weights.data(), top_k,
+                         gate_up.data<float>(), down.data<float>(), num_experts, inter,
+                         out.data<float>());
+    }
     if (shared.gate_up.weight.defined()) {
         const Tensor y = shared.forward(x), gate = shared_gate.forward(x);  // [n, hidden], [n, 1]
         cpu::add_sigmoid_scaled(out.data<float>(), y.data<float>(), gate.data<float>(), n, hidden);

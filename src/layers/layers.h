@@ -5,6 +5,7 @@
 #pragma once
 
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "config/model_config.h"
@@ -13,9 +14,16 @@
 
 namespace miniinfer {
 
+// An FP8 checkpoint's projection holds e4m3 weights and their block scales: its forward is the
+// block-scaled W8A8 product (kernels/cpu/fp8_linear.h); any other weight is f32.
 struct Linear {
-    Tensor weight;                          // [out, in]
-    Tensor bias;                            // [out] or undefined
+    Linear() = default;
+    Linear(Tensor weight, Tensor bias, Tensor weight_scale = {})
+        : weight(std::move(weight)), bias(std::move(bias)), weight_scale(std::move(weight_scale)) {}
+
+    Tensor weight;        // [out, in] f32, or e4m3 with weight_scale
+    Tensor bias;          // [out] or undefined
+    Tensor weight_scale;  // [ceil(out / 128), ceil(in / 128)] f32 for e4m3 weights, else undefined
     Tensor forward(const Tensor& x) const;  // [n, in] -> [n, out]
 };
 
@@ -88,8 +96,11 @@ struct DenseMlp {
 // hybrids' MoE adds a shared expert on every token, scaled by sigmoid(shared_gate . x).
 struct FusedMoE {
     Linear router;   // [num_experts, hidden], no bias
-    Tensor gate_up;  // [num_experts, 2 * inter, hidden]
-    Tensor down;     // [num_experts, hidden, inter]
+    Tensor gate_up;  // [num_experts, 2 * inter, hidden] f32, or e4m3 with gate_up_scale
+    Tensor down;     // [num_experts, hidden, inter] f32, or e4m3 with down_scale
+    // FP8 experts: each expert's block scales, [num_experts, 2 * inter / 128, ceil(hidden / 128)]
+    // and [num_experts, ceil(hidden / 128), ceil(inter / 128)] f32; else undefined.
+    Tensor gate_up_scale, down_scale;
     int64_t top_k = 0;
     bool renormalize = true;
     // Expert parallelism: only experts [expert_begin, expert_end) are computed (a rank's

@@ -35,8 +35,8 @@ class MappedFile : public Storage {
     }
 };
 
-// Element size of every dtype the format defines, so any valid file parses; only BF16, F16
-// and F32 can be turned into tensors.
+// Element size of every dtype the format defines, so any valid file parses; only BF16, F16,
+// F32 and F8_E4M3 can be turned into tensors.
 size_t element_bytes(const std::string& dtype) {
     static const std::map<std::string, size_t> sizes = {
         {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1},
@@ -133,9 +133,11 @@ Tensor SafetensorsFile::tensor(const std::string& name) const {
         dtype = DType::kF16;
     else if (e.dtype_name == "F32")
         dtype = DType::kF32;
+    else if (e.dtype_name == "F8_E4M3")
+        dtype = DType::kF8E4M3;
     else
-        fail("{}: tensor '{}' has dtype {}; expected BF16, F16 or F32", path_.string(), name,
-             e.dtype_name);
+        fail("{}: tensor '{}' has dtype {}; expected BF16, F16, F32 or F8_E4M3", path_.string(),
+             name, e.dtype_name);
     const char* p = data_ + e.begin;
     // The format aligns data only if the writer padded its header; Hugging Face's does, others
     // need not. Misaligned data is copied rather than read through a misaligned pointer.

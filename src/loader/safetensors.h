@@ -34,7 +34,7 @@ class SafetensorsFile {
     bool contains(const std::string& name) const { return entries_.count(name) != 0; }
     const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
-    // A view of tensor `name` (BF16, F16 or F32; other dtypes are an Error naming the file
+    // A view of tensor `name` (BF16, F16, F32 or F8_E4M3; other dtypes are an Error naming the file
     // and tensor). The view keeps the mapping alive.
     Tensor tensor(const std::string& name) const;
 

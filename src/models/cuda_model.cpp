@@ -22,7 +22,9 @@ ModelWeights dummy_cuda_weights(const ModelConfig& config, uint64_t seed,
         return cuda::device_tensor(shape, dtype);
     };
     writer.write = [&](const std::string& name, const Shape& shape, const WeightBlock& b,
-                       void* dst) {
+                       DType dtype, void* dst) {
+        MI_CHECK(dtype == DType::kBF16, "dummy_cuda_weights writes bf16, not {} ({})",
+                 dtype_name(dtype), name);
         const DummyInit init = dummy_init(name, shape);
         const int64_t n = (b.row_end - b.row_begin) * (b.col_end - b.col_begin);
         Tensor out(dst, DType::kBF16, {n}, Device::kCUDA);
@@ -49,15 +51,14 @@ ModelWeights dummy_cuda_weights(const ModelConfig& config, uint64_t seed,
 
 std::unique_ptr<CudaModel> make_cuda_model(const ModelConfig& config, ModelWeights weights,
                                            Communicator* comm, const Tuning& tuning) {
+    check_engine_support(config, "cuda", comm ? comm->world() : 1);
     switch (config.arch) {
         case Arch::kQwen2:
         case Arch::kQwen3:
         case Arch::kQwen3Moe:
-            return std::make_unique<QwenCudaModel>(config, std::move(weights), comm, tuning);
         case Arch::kQwen35:
         case Arch::kQwen35Moe:
         case Arch::kQwen3Next:
-            check_engine_support(config, "cuda", comm ? comm->world() : 1);
             return std::make_unique<QwenCudaModel>(config, std::move(weights), comm, tuning);
     }
     fail("{}: not supported on CUDA", config.model_type);

@@ -44,9 +44,9 @@ QwenModel::QwenModel(ModelConfig config, ModelWeights weights, CpuParallel paral
                                  .eps = eps};
         } else {
             layer.attention = {
-                .qkv = {w.qkv, w.qkv_bias},
+                .qkv = {w.qkv, w.qkv_bias, w.qkv_scale},
                 // A row-parallel layer's bias joins one rank's partial sum only.
-                .o_proj = {w.o_proj, parallel_.rank == 0 ? w.o_bias : Tensor()},
+                .o_proj = {w.o_proj, parallel_.rank == 0 ? w.o_bias : Tensor(), w.o_proj_scale},
                 .q_norm = {w.q_norm, eps, offset},
                 .k_norm = {w.k_norm, eps, offset},
                 .rotary = rotary,
@@ -61,6 +61,8 @@ QwenModel::QwenModel(ModelConfig config, ModelWeights weights, CpuParallel paral
             layer.moe = {.router = {w.router, Tensor()},
                          .gate_up = w.experts_gate_up,
                          .down = w.experts_down,
+                         .gate_up_scale = w.experts_gate_up_scale,
+                         .down_scale = w.experts_down_scale,
                          .top_k = config_.num_experts_per_tok,
                          .renormalize = config_.norm_topk_prob,
                          .shared = {{w.shared_gate_up, Tensor()}, {w.shared_down, Tensor()}},
@@ -69,7 +71,7 @@ QwenModel::QwenModel(ModelConfig config, ModelWeights weights, CpuParallel paral
                 std::tie(layer.moe.expert_begin, layer.moe.expert_end) =
                     expert_range(config_.num_experts, parallel_.rank, world);
         } else {
-            layer.mlp = {{w.gate_up, Tensor()}, {w.down, Tensor()}};
+            layer.mlp = {{w.gate_up, Tensor(), w.gate_up_scale}, {w.down, Tensor(), w.down_scale}};
         }
         layers_.push_back(std::move(layer));
     }
@@ -77,7 +79,7 @@ QwenModel::QwenModel(ModelConfig config, ModelWeights weights, CpuParallel paral
 }
 
 QwenModel QwenModel::load(const std::filesystem::path& model_dir, LoadFormat format, uint64_t seed,
-                          CpuParallel parallel) {
+                          CpuParallel parallel, Fp8Compute fp8) {
     ModelConfig config = ModelConfig::load(model_dir);
     const WeightTarget target{.dtype = DType::kF32,
                               .rank = parallel.rank,
@@ -85,6 +87,7 @@ QwenModel QwenModel::load(const std::filesystem::path& model_dir, LoadFormat for
                               .expert_parallel = parallel.expert_parallel};
     ModelWeights weights = format == LoadFormat::kDummy ? dummy_weights(config, seed, target)
                                                         : load_weights(config, model_dir, target);
+    if (fp8 == Fp8Compute::kDequantizedWeights) dequantize_fp8_weights(weights);
     return QwenModel(std::move(config), std::move(weights), parallel);
 }
 

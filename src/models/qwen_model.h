@@ -44,9 +44,11 @@ class QwenModel {
     QwenModel(ModelConfig config, ModelWeights weights, CpuParallel parallel = {});
 
     // config.json + checkpoint (or dummy weights) from a model directory. Errors name the file.
+    // An FP8 checkpoint's projections run as `fp8` says (the block-scaled W8A8 product, or
+    // weights dequantized to f32 at load).
     static QwenModel load(const std::filesystem::path& model_dir,
                           LoadFormat format = LoadFormat::kSafetensors, uint64_t seed = 0,
-                          CpuParallel parallel = {});
+                          CpuParallel parallel = {}, Fp8Compute fp8 = Fp8Compute::kBlockScaled);
 
     const ModelConfig& config() const { return config_; }
     // KV heads in this rank's cache (the config's, divided among or replicated over ranks).

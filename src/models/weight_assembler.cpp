@@ -31,16 +31,18 @@ WeightBlock shard_block(const Shape& shape, Shard shard, const WeightTarget& tar
     return b;
 }
 
-Tensor WeightAssembler::fused(const std::vector<Part>& parts, const Shape& view) {
-    for (const Part& part : parts) jobs_.push_back({part, nullptr});
+Tensor WeightAssembler::fused(const std::vector<Part>& parts, const Shape& view,
+                              std::optional<DType> dtype) {
+    const DType out_dtype = dtype.value_or(target_.dtype);
+    for (const Part& part : parts) jobs_.push_back({part, out_dtype, nullptr});
     if (!writer_.write) return Tensor();
     std::vector<WeightBlock> blocks;
     for (const Part& part : parts) blocks.push_back(block(part));
     Shape shape = {0};
     if (parts.at(0).shape.size() > 1) shape.push_back(blocks[0].col_end - blocks[0].col_begin);
     for (const WeightBlock& b : blocks) shape[0] += b.row_end - b.row_begin;
-    Tensor out = writer_.allocate ? writer_.allocate(shape, target_.dtype)
-                                  : Tensor::zeros(shape, target_.dtype);
+    Tensor out =
+        writer_.allocate ? writer_.allocate(shape, out_dtype) : Tensor::zeros(shape, out_dtype);
     auto* dst = static_cast<char*>(out.raw());
     for (size_t i = 0; i < parts.size(); ++i) {
         const WeightBlock& b = blocks[i];
@@ -48,7 +50,7 @@ Tensor WeightAssembler::fused(const std::vector<Part>& parts, const Shape& view)
                  "parts of different widths fused: {}", parts[i].name);
         jobs_[jobs_.size() - parts.size() + i].dst = dst;
         const int64_t numel = (b.row_end - b.row_begin) * (b.col_end - b.col_begin);
-        dst += size_t(numel) * dtype_size(target_.dtype);
+        dst += size_t(numel) * dtype_size(out_dtype);
     }
     bytes_written_ += int64_t(out.nbytes());
     return view.empty() ? out : out.view(view);
@@ -62,12 +64,18 @@ std::vector<std::pair<std::string, Shape>> WeightAssembler::planned() const {
     return out;
 }
 
+std::map<std::string, DType> WeightAssembler::planned_dtypes() const {
+    std::map<std::string, DType> out;
+    for (const Job& j : jobs_) out.emplace(j.part.name, j.dtype);
+    return out;
+}
+
 void WeightAssembler::run(LoadStats* stats) {
     if (!writer_.write) return;
     auto write = [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
             const Job& j = jobs_[size_t(i)];
-            writer_.write(j.part.name, j.part.shape, block(j.part), j.dst);
+            writer_.write(j.part.name, j.part.shape, block(j.part), j.dtype, j.dst);
         }
     };
     if (writer_.parallel)

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -33,16 +34,20 @@ class WeightAssembler {
         Shard shard = Shard::kReplicated;
         std::optional<WeightTarget> target = {};  // this part's shard when not the load's
         std::optional<RowRange> rows = {};        // only these rows of the source
+        // Exactly this block of the source, whatever the rule (an FP8 weight's scales: the
+        // blocks its weight's part covers, fp8_weights.h).
+        std::optional<WeightBlock> block = {};
     };
 
     // Without a writer (null `write`) it only plans: lists the tensors, allocates nothing.
     WeightAssembler(WeightWriter writer, WeightTarget target)
         : writer_(std::move(writer)), target_(std::move(target)) {}
 
-    // Concatenates each part's block along dim 0 into one new tensor of the target's dtype,
-    // [sum of the blocks' rows] for 1-D sources, [sum of rows, cols] otherwise, viewed as
-    // `view` (in shard sizes) if given.
-    Tensor fused(const std::vector<Part>& parts, const Shape& view = {});
+    // Concatenates each part's block along dim 0 into one new tensor of `dtype` (none: the
+    // target's), [sum of the blocks' rows] for 1-D sources, [sum of rows, cols] otherwise,
+    // viewed as `view` (in shard sizes) if given.
+    Tensor fused(const std::vector<Part>& parts, const Shape& view = {},
+                 std::optional<DType> dtype = std::nullopt);
     Tensor single(const std::string& name, const Shape& shape, Shard shard = Shard::kReplicated,
                   const Shape& view = {}) {
         return fused({{name, shape, shard}}, view);
@@ -50,15 +55,20 @@ class WeightAssembler {
 
     // The source tensors read, each once, in the order first planned.
     std::vector<std::pair<std::string, Shape>> planned() const;
+    // The dtype each planned source tensor is written as (the target's, or e4m3 for an FP8
+    // weight and f32 for its scales).
+    std::map<std::string, DType> planned_dtypes() const;
     // Runs every copy; stats: the source tensors read and the bytes written.
     void run(LoadStats* stats);
 
   private:
     struct Job {
         Part part;
+        DType dtype;
         void* dst;
     };
     WeightBlock block(const Part& part) const {
+        if (part.block) return *part.block;
         return shard_block(part.shape, part.shard, part.target.value_or(target_), part.rows);
     }
 

@@ -13,7 +13,9 @@
 #include "core/host_memory.h"
 #include "core/logging.h"
 #include "core/thread_pool.h"
+#include "kernels/cpu/fp8_linear.h"
 #include "loader/checkpoint.h"
+#include "models/fp8_weights.h"
 #include "models/hybrid_weights.h"
 #include "models/weight_assembler.h"
 
@@ -53,6 +55,12 @@ ModelWeights assemble(const ModelConfig& c, const CheckpointLayout& layout, cons
     const int64_t H = c.hidden_size, D = c.head_dim, q = c.q_size(), kv = c.kv_size();
     const Shard kCol = Shard::kColumn, kRow = Shard::kRow;
     const WeightTarget kv_t = kv_target(c, t);
+    // A projection: its weight, and its block scales in an FP8 checkpoint.
+    const auto projection = [&](const std::vector<WeightAssembler::Part>& parts,
+                                const Shape& view = {}) {
+        const ProjectionWeights p = assemble_projection(c, t, a, parts, view);
+        return std::pair{p.weight, p.scale};
+    };
     ModelWeights w;
     // Vocab-parallel: each rank holds a range of the vocabulary's rows (vocab_range).
     w.embed = a.single(layout.prefix + "embed_tokens.weight", {c.vocab_size, H}, kCol);
@@ -65,10 +73,14 @@ ModelWeights assemble(const ModelConfig& c, const CheckpointLayout& layout, cons
         if (c.is_linear_attention_layer(l)) {
             lw.linear_attn = assemble_linear_attention(c, layout, p + "linear_attn.", a);
         } else {
-            lw.qkv = c.attn_output_gate ? assemble_gated_qkv(c, attn, a)
-                                        : a.fused({{attn + "q_proj.weight", {q, H}, kCol},
-                                                   {attn + "k_proj.weight", {kv, H}, kCol, kv_t},
-                                                   {attn + "v_proj.weight", {kv, H}, kCol, kv_t}});
+            if (c.attn_output_gate) {
+                lw.qkv = assemble_gated_qkv(c, attn, a);
+            } else {
+                std::tie(lw.qkv, lw.qkv_scale) =
+                    projection({{attn + "q_proj.weight", {q, H}, kCol},
+                                {attn + "k_proj.weight", {kv, H}, kCol, kv_t},
+                                {attn + "v_proj.weight", {kv, H}, kCol, kv_t}});
+            }
             if (c.attention_bias)
                 lw.qkv_bias = a.fused({{attn + "q_proj.bias", {q}, kCol},
                                        {attn + "k_proj.bias", {kv}, kCol, kv_t},
@@ -77,7 +89,8 @@ ModelWeights assemble(const ModelConfig& c, const CheckpointLayout& layout, cons
                 lw.q_norm = a.single(attn + "q_norm.weight", {D});
                 lw.k_norm = a.single(attn + "k_norm.weight", {D});
             }
-            lw.o_proj = a.single(attn + "o_proj.weight", {H, q}, kRow);
+            std::tie(lw.o_proj, lw.o_proj_scale) =
+                projection({{attn + "o_proj.weight", {H, q}, kRow}});
             // Replicated: added once to the row-parallel sum, not on every rank's partial.
             if (c.attention_bias && c.arch != Arch::kQwen2)
                 lw.o_bias = a.single(attn + "o_proj.bias", {H});
@@ -99,15 +112,17 @@ ModelWeights assemble(const ModelConfig& c, const CheckpointLayout& layout, cons
                     gate_up.push_back({ep + "up_proj.weight", {I, H}, e_col});
                     down.push_back({ep + "down_proj.weight", {H, I}, e_row});
                 }
-                lw.experts_gate_up = a.fused(gate_up, {E, 2 * I_r, H});
-                lw.experts_down = a.fused(down, {E, H, I_r});
+                std::tie(lw.experts_gate_up, lw.experts_gate_up_scale) =
+                    projection(gate_up, {E, 2 * I_r, H});
+                std::tie(lw.experts_down, lw.experts_down_scale) = projection(down, {E, H, I_r});
             }
             if (c.shared_expert_intermediate_size > 0) assemble_shared_expert(c, mlp, a, lw);
         } else {
             const int64_t I = c.intermediate_size;
-            lw.gate_up = a.fused(
+            std::tie(lw.gate_up, lw.gate_up_scale) = projection(
                 {{mlp + "gate_proj.weight", {I, H}, kCol}, {mlp + "up_proj.weight", {I, H}, kCol}});
-            lw.down = a.single(mlp + "down_proj.weight", {H, I}, kRow);
+            std::tie(lw.down, lw.down_scale) =
+                projection({{mlp + "down_proj.weight", {H, I}, kRow}});
         }
         w.layers.push_back(std::move(lw));
     }
@@ -184,13 +199,15 @@ void generate_block(uint64_t seed, const std::string& name, const Shape& shape, 
                     DType dtype, void* dst) {
     std::mt19937_64 rng(seed ^ std::hash<std::string>{}(name));
     std::normal_distribution<float> normal(0.f, 1.f);
-    const DummyInit init = dummy_init(name, shape);
+    // An e4m3 weight is unit-scale: its block scales carry the 1 / sqrt(in_features).
+    const DummyInit init = dtype == DType::kF8E4M3 ? DummyInit{} : dummy_init(name, shape);
     const int64_t width = b.col_end - b.col_begin;
     const size_t out_row_bytes = size_t(width) * dtype_size(dtype);
     std::vector<float> row(size_t(b.cols));
     auto* out = static_cast<char*>(dst);
     for (int64_t r = 0; r < b.row_end; ++r) {
-        for (float& x : row) x = init.scale == 0.f ? init.constant : normal(rng) * init.scale;
+        for (float& x : row)
+            x = init.scale == 0.f ? init.constant : init.constant + normal(rng) * init.scale;
         if (r < b.row_begin) continue;
         convert_elements(row.data() + b.col_begin, DType::kF32, out, dtype, width);
         out += out_row_bytes;
@@ -200,6 +217,10 @@ void generate_block(uint64_t seed, const std::string& name, const Shape& shape, 
 }  // namespace
 
 DummyInit dummy_init(const std::string& name, const Shape& shape) {
+    if (name.ends_with("weight_scale_inv")) {
+        const float c = 1.f / std::sqrt(float(cpu::kFp8Block * shape.back()));
+        return {.scale = c / 10.f, .constant = c};
+    }
     if (name.find("norm") != std::string::npos) return {.scale = 0.f, .constant = 1.f};
     if (name.ends_with("bias")) return {.scale = 0.f, .constant = 0.f};
     if (shape.size() >= 2 && name.find("embed_tokens") == std::string::npos)
@@ -240,6 +261,21 @@ LoadFormat parse_load_format(const std::string& name) {
 }
 
 namespace {
+// An FP8 weight must be stored as e4m3 and nothing else may be: widening or narrowing either
+// without its scales would load a different model.
+void check_fp8_dtype(const Checkpoint& ckpt, const std::string& name, DType stored,
+                     DType written_as, const ModelConfig& config) {
+    const bool want_e4m3 = written_as == DType::kF8E4M3;
+    if (want_e4m3 == (stored == DType::kF8E4M3)) return;
+    if (want_e4m3)
+        fail(
+            "{}: tensor '{}' is {}, but quantization_config ({}) makes it an FP8 weight "
+            "(F8_E4M3, with a weight_scale_inv)",
+            ckpt.dir().string(), name, dtype_name(stored), config.quantization.describe());
+    fail("{}: tensor '{}' is F8_E4M3, but quantization_config ({}) does not quantize it",
+         ckpt.dir().string(), name, config.quantization.describe());
+}
+
 // A KV cache scale of the checkpoint: one positive number (shape [] or [1], any float dtype), or
 // 0 when the checkpoint has no such tensor.
 float kv_scale(const Checkpoint& ckpt, const std::string& name) {
@@ -262,8 +298,12 @@ ModelWeights load_weights(const ModelConfig& config, const std::filesystem::path
     check_target(config, target);
     Checkpoint ckpt = Checkpoint::open(model_dir);
     const CheckpointLayout layout = detect_layout(config, ckpt);
-    auto expected = expected_tensors(config, layout);
-    for (const auto& [name, shape] : expected) ckpt.get(name, shape);  // all errors before any work
+    WeightAssembler plan(WeightWriter{}, WeightTarget{});
+    assemble(config, layout, WeightTarget{}, plan);
+    const auto expected = plan.planned();
+    const auto written_as = plan.planned_dtypes();
+    for (const auto& [name, shape] : expected)  // all errors before any work
+        check_fp8_dtype(ckpt, name, ckpt.get(name, shape).dtype(), written_as.at(name), config);
     // The KV cache scales an FP8-quantised checkpoint carries: per layer (k, v), 0 for none.
     std::vector<std::pair<float, float>> kv_scales;
     for (int64_t l = 0; l < config.num_layers; ++l) {
@@ -285,9 +325,8 @@ ModelWeights load_weights(const ModelConfig& config, const std::filesystem::path
         MI_LOG_WARN("{}: {} checkpoint tensors are not used by the model", model_dir.string(),
                     unused.other);
     WeightWriter writer;
-    writer.write = [&](const std::string& name, const Shape& shape, const Block& b, void* dst) {
-        copy_block(ckpt, name, shape, b, target.dtype, dst);
-    };
+    writer.write = [&](const std::string& name, const Shape& shape, const Block& b, DType dtype,
+                       void* dst) { copy_block(ckpt, name, shape, b, dtype, dst); };
     ModelWeights w = assemble_checked(config, layout, target, std::move(writer));
     for (int64_t l = 0; l < config.num_layers; ++l)
         std::tie(w.layers[size_t(l)].k_scale, w.layers[size_t(l)].v_scale) = kv_scales[size_t(l)];
@@ -306,9 +345,8 @@ ModelWeights load_weights(const ModelConfig& config, const std::filesystem::path
 ModelWeights dummy_weights(const ModelConfig& config, uint64_t seed, const WeightTarget& target) {
     const auto start = std::chrono::steady_clock::now();
     WeightWriter writer;
-    writer.write = [&](const std::string& name, const Shape& shape, const Block& b, void* dst) {
-        generate_block(seed, name, shape, b, target.dtype, dst);
-    };
+    writer.write = [&](const std::string& name, const Shape& shape, const Block& b, DType dtype,
+                       void* dst) { generate_block(seed, name, shape, b, dtype, dst); };
     ModelWeights w = assemble_weights(config, target, std::move(writer));
     w.stats.seconds = seconds_since(start);
     w.stats.peak_host_bytes = peak_host_memory_bytes();
@@ -319,6 +357,34 @@ ModelWeights assemble_weights(const ModelConfig& config, const WeightTarget& tar
                               WeightWriter writer) {
     check_target(config, target);
     return assemble_checked(config, default_layout(config), target, std::move(writer));
+}
+
+namespace {
+// weight [..., rows, cols] e4m3 with scale [..., ceil(rows / 128), ceil(cols / 128)] -> f32.
+void dequantize_in_place(Tensor& weight, Tensor& scale) {
+    if (!scale.defined()) return;
+    const int64_t rows = weight.size(-2), cols = weight.size(-1);
+    const int64_t count = weight.numel() / (rows * cols);
+    const int64_t scales_each = scale.numel() / count;
+    Tensor out = Tensor::zeros(weight.shape(), DType::kF32);
+    for (int64_t m = 0; m < count; ++m)
+        cpu::dequantize_fp8_blocks(weight.data<uint8_t>() + m * rows * cols,
+                                   scale.data<float>() + m * scales_each, rows, cols,
+                                   out.data<float>() + m * rows * cols);
+    weight = out;
+    scale = Tensor();
+}
+}  // namespace
+
+void dequantize_fp8_weights(ModelWeights& weights) {
+    for (LayerWeights& l : weights.layers) {
+        dequantize_in_place(l.qkv, l.qkv_scale);
+        dequantize_in_place(l.o_proj, l.o_proj_scale);
+        dequantize_in_place(l.gate_up, l.gate_up_scale);
+        dequantize_in_place(l.down, l.down_scale);
+        dequantize_in_place(l.experts_gate_up, l.experts_gate_up_scale);
+        dequantize_in_place(l.experts_down, l.experts_down_scale);
+    }
 }
 
 }  // namespace miniinfer

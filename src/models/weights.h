@@ -120,12 +120,20 @@ struct LayerWeights {
     // MoE hybrids: the shared expert, scaled by sigmoid(shared_expert_gate . x).
     Tensor shared_gate_up, shared_down;  // [2 shared_inter, hidden], [hidden, shared_inter]
     Tensor shared_expert_gate;           // [1, hidden]
+    // A block-scaled FP8 checkpoint (config.quantization): each quantized projection above is
+    // e4m3 (world 1's shapes) and these are its f32 block scales, weight_scale_inv fused and
+    // sharded as the weight (QKV's row blocks stacked; a shard on block boundaries):
+    // [ceil(rows / 128), ceil(cols / 128)] of the weight's rows and cols, per expert for the
+    // experts. Undefined where the weight is not quantized.
+    Tensor qkv_scale, o_proj_scale, gate_up_scale, down_scale;
+    Tensor experts_gate_up_scale, experts_down_scale;
     // An FP8-quantised checkpoint's KV cache scales (self_attn.k_scale / v_scale, vLLM's names),
     // used with --kv-cache-dtype fp8; 0 where the checkpoint has none (then 1.0, as vLLM).
     float k_scale = 0.f, v_scale = 0.f;
 };
 
-// Host tensors of the target's dtype and shard.
+// Host tensors of the target's dtype and shard (an FP8 checkpoint's quantized projections:
+// e4m3 with f32 scales, whatever the target).
 struct ModelWeights {
     Tensor embed;  // [vocab, hidden]
     std::vector<LayerWeights> layers;
@@ -180,9 +188,11 @@ ModelWeights dummy_weights(const ModelConfig& config, uint64_t seed,
 // How --load-format dummy fills a tensor (host and GPU alike): norms are `constant` 1, biases
 // `constant` 0 (scale 0 for both), matrices N(0, scale²) with scale 1 / sqrt(in_features) (the
 // last dim; fused experts and conv1d too), the embedding and other tensors N(0, 1). Unit-scale
-// activations whatever the depth.
+// activations whatever the depth. An FP8 checkpoint's e4m3 weights are N(0, 1) rounded to e4m3
+// (their scale is 1 whatever this says) and their weight_scale_inv N(c, (c / 10)²) with
+// c = 1 / sqrt(128 x its columns), about 1 / sqrt(in_features).
 struct DummyInit {
-    float scale = 1.f;  // 0: every element is `constant`
+    float scale = 1.f;  // 0: every element is `constant`; else constant + N(0, scale²)
     float constant = 0.f;
 };
 DummyInit dummy_init(const std::string& name, const Shape& shape);
@@ -201,16 +211,26 @@ struct WeightBlock {
 struct WeightWriter {
     // A destination tensor (null: a host tensor of the target's dtype).
     std::function<Tensor(const Shape& shape, DType dtype)> allocate;
-    // Writes `block` of source tensor `name` (whole shape `shape`) to dst, row after row. Once
-    // per source tensor, or once per part of one that is split (a hybrid's q_proj or
-    // in_proj_qkvz: blocks of some of its rows).
+    // Writes `block` of source tensor `name` (whole shape `shape`) to dst as `dtype` (the
+    // target's; an FP8 weight's e4m3 and its scales' f32), row after row. Once per source
+    // tensor, or once per part of one that is split (a hybrid's q_proj or in_proj_qkvz: blocks
+    // of some of its rows).
     std::function<void(const std::string& name, const Shape& shape, const WeightBlock& block,
-                       void* dst)>
+                       DType dtype, void* dst)>
         write;
     bool parallel = true;  // write may run on several threads at once
 };
 // The fused, sharded layout of load_weights, filled by `writer` (stats: tensors and bytes).
 ModelWeights assemble_weights(const ModelConfig& config, const WeightTarget& target,
                               WeightWriter writer);
+
+// How the CPU model computes an FP8 checkpoint's projections.
+enum class Fp8Compute {
+    kBlockScaled,         // W8A8: activations quantized per token group, as the GPU will
+    kDequantizedWeights,  // weights widened once to f32 (e4m3 x scale), activations exact
+};
+// kDequantizedWeights: every e4m3 projection of `weights` replaced by its f32 dequantization
+// (and its scales dropped), so the two error sources can be told apart.
+void dequantize_fp8_weights(ModelWeights& weights);
 
 }  // namespace miniinfer

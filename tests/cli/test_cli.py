@@ -169,6 +169,28 @@ def test_logits_dummy_weights_need_no_checkpoint(tmp_path):
     assert_clean_error(code, err, "no model.safetensors")
 
 
+def test_fp8_checkpoint_inspect_and_logits(tmp_path):
+    """A block-scaled FP8 checkpoint: inspect names its quantization and dtypes and that CUDA
+    cannot serve it yet; the CPU computes its logits, from the checkpoint or dummy weights."""
+    model = os.path.join(FIXTURES, "qwen3-moe-fp8")
+    code, out, err = run("inspect", "--model", model)
+    assert code == 0, err
+    assert "quantized   fp8 e4m3, dynamic activations, blocks 128x128 (not converted: lm_head)" in out
+    code, out, err = run("inspect", "--model", model, "--json")
+    assert code == 0, err
+    info = json.loads(out)
+    assert info["quantization"].startswith("fp8 e4m3")
+    assert info["weight_dtypes"]["f8e4m3"] == 2 * (4 + 3 * 8) + (4 + 3)  # two MoE layers, one dense
+    assert any("FP8 block-scaled checkpoints" in s and "--device cuda" in s
+               for s in info["not_supported"]), info["not_supported"]
+    code, out, err = run("logits", "--model", model, "--ids", "1,2,3")
+    assert code == 0, err
+    assert len(json.loads(out)["positions"]) == 3
+    shutil.copy(os.path.join(model, "config.json"), tmp_path)
+    code, out, err = run("logits", "--model", str(tmp_path), "--ids", "1,2,3", "--load-format", "dummy")
+    assert code == 0, err
+
+
 def test_device_cuda_without_a_gpu_is_one_clear_error():
     """Before any weight is read or made: one error line, whichever the build."""
     if shutil.which("nvidia-smi") and subprocess.run(["nvidia-smi"], capture_output=True).returncode == 0:

@@ -262,25 +262,88 @@ TEST(ModelConfig, RopeFieldsRefusedByName) {
     EXPECT_NE(error("[1]").find("rope_scaling: must be an object or null"), std::string::npos);
 }
 
-TEST(ModelConfig, QuantizationConfigRefusedByMethod) {
+Json fp8_quantization() {
+    return {{"quant_method", "fp8"},
+            {"fmt", "e4m3"},
+            {"activation_scheme", "dynamic"},
+            {"weight_block_size", {128, 128}}};
+}
+
+TEST(ModelConfig, QuantizationConfigOnlyBlockScaledFp8) {
     auto error = [](Json quantization) {
         Json j = qwen3_0_6b();
         j["quantization_config"] = std::move(quantization);
         return error_of(j);
     };
     EXPECT_EQ(error(nullptr), "");
+    EXPECT_EQ(error(fp8_quantization()), "");
     EXPECT_NE(error({{"quant_method", "awq"}, {"bits", 4}})
                   .find("config.json quantization_config: quantization method 'awq' is not "
-                        "supported (supported: none)"),
+                        "supported (supported: fp8)"),
               std::string::npos);
-    const std::string fp8 =
-        error({{"quant_method", "fp8"}, {"weight_block_size", {128, 128}}, {"fmt", "e4m3"}});
-    EXPECT_NE(fp8.find("quantization method 'fp8' is not supported: FP8 block-scaled "
-                       "checkpoints are not yet supported"),
-              std::string::npos)
-        << fp8;
     EXPECT_NE(error({{"bits", 4}}).find("missing field 'quant_method'"), std::string::npos);
     EXPECT_NE(error("awq").find("quantization_config: must be an object"), std::string::npos);
+    // Every other FP8 flavour is refused by its field and value.
+    auto with = [](const char* key, Json value) {
+        Json q = fp8_quantization();
+        if (value.is_null())
+            q.erase(key);
+        else
+            q[key] = std::move(value);
+        return q;
+    };
+    EXPECT_NE(error(with("fmt", "e5m2")).find("field 'fmt' is 'e5m2'"), std::string::npos);
+    EXPECT_NE(error(with("activation_scheme", "static"))
+                  .find("field 'activation_scheme' is 'static'; only 'dynamic'"),
+              std::string::npos);
+    EXPECT_NE(error(with("weight_block_size", {64, 64}))
+                  .find("field 'weight_block_size' is [64, 64]; only [128, 128] is supported"),
+              std::string::npos);
+    EXPECT_NE(error(with("weight_block_size", {128})).find("is [128]"), std::string::npos);
+    EXPECT_NE(error(with("weight_block_size", nullptr))
+                  .find("field 'weight_block_size' is missing; only block-scaled FP8"),
+              std::string::npos);
+    EXPECT_NE(error(with("modules_to_not_convert", {"lm_head", "(bad"}))
+                  .find("modules_to_not_convert entry '(bad' is not a regular expression"),
+              std::string::npos);
+    // fmt and activation_scheme default as transformers' FineGrainedFP8Config does.
+    EXPECT_EQ(error(with("fmt", nullptr)), "");
+    EXPECT_EQ(error(with("activation_scheme", nullptr)), "");
+}
+
+TEST(ModelConfig, Fp8QuantizationParsed) {
+    Json j = qwen3_0_6b();
+    EXPECT_FALSE(ModelConfig::from_json(j, "c").quantization.is_fp8());
+    EXPECT_EQ(ModelConfig::from_json(j, "c").quantization.describe(), "none");
+    j["quantization_config"] = fp8_quantization();
+    j["quantization_config"]["modules_to_not_convert"] = {"lm_head", "model.layers.1.mlp",
+                                                          "o_proj"};
+    const QuantizationConfig q = ModelConfig::from_json(j, "c").quantization;
+    EXPECT_TRUE(q.is_fp8());
+    EXPECT_EQ(q.block_out, 128);
+    EXPECT_EQ(q.block_in, 128);
+    EXPECT_EQ(q.describe(),
+              "fp8 e4m3, dynamic activations, blocks 128x128 (not converted: lm_head, "
+              "model.layers.1.mlp, o_proj)");
+    // transformers' should_convert_module: an entry excludes the names it starts or ends.
+    EXPECT_TRUE(q.quantizes("model.layers.0.mlp.down_proj"));
+    EXPECT_FALSE(q.quantizes("model.layers.1.mlp.down_proj"));
+    EXPECT_FALSE(q.quantizes("model.layers.0.self_attn.o_proj"));
+    EXPECT_TRUE(q.quantizes("model.layers.0.self_attn.q_proj"));
+    EXPECT_FALSE(QuantizationConfig{}.quantizes("model.layers.0.self_attn.q_proj"));
+    // The CPU runs FP8 checkpoints; the GPU refuses them, by a message, until its kernels exist.
+    const ModelConfig c = ModelConfig::from_json(j, "c");
+    EXPECT_NO_THROW(check_engine_support(c, "cpu", 2));
+    try {
+        check_engine_support(c, "cuda");
+        ADD_FAILURE() << "an FP8 config on cuda was accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("FP8 block-scaled checkpoints (quantization_config "
+                                             "fp8 e4m3"),
+                  std::string::npos)
+            << e.what();
+        EXPECT_NE(std::string(e.what()).find("do not run on --device cuda yet"), std::string::npos);
+    }
 }
 
 TEST(ModelConfig, EveryFixtureParses) {

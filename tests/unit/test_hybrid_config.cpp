@@ -302,10 +302,17 @@ TEST(HybridConfig, BrokenFieldsNameTheKey) {
     const ModelConfig c = ModelConfig::from_json(moe, "c");
     EXPECT_TRUE(c.is_moe_layer(1));
     EXPECT_TRUE(c.norm_topk_prob);
-    // A quantization_config is refused in either config of a multimodal checkpoint.
-    moe["text_config"]["quantization_config"] = {{"quant_method", "fp8"}};
-    EXPECT_NE(error_of(moe).find("text_config quantization_config: quantization method 'fp8'"),
+    // A quantization_config is read in either config of a multimodal checkpoint, and FP8 is
+    // refused for the hybrids.
+    moe["text_config"]["quantization_config"] = {{"quant_method", "awq"}};
+    EXPECT_NE(error_of(moe).find("text_config quantization_config: quantization method 'awq'"),
               std::string::npos);
+    moe["text_config"]["quantization_config"] = {{"quant_method", "fp8"},
+                                                 {"weight_block_size", {128, 128}}};
+    EXPECT_NE(error_of(moe).find("text_config quantization_config: quantization method 'fp8' is "
+                                 "not supported for model_type qwen3_5_moe yet"),
+              std::string::npos)
+        << error_of(moe);
 }
 
 TEST(HybridConfig, LayerPatternInWords) {

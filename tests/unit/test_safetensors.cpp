@@ -104,7 +104,7 @@ TEST(Safetensors, WrongAndUnknownDtypes) {
     write_safetensors(p, {ints});
     SafetensorsFile f = SafetensorsFile::open(p);               // a valid file...
     std::string err = error_message([&] { f.tensor("ids"); });  // ...whose tensor we cannot use
-    EXPECT_THAT(err, HasSubstr("'ids' has dtype I64; expected BF16, F16 or F32"));
+    EXPECT_THAT(err, HasSubstr("'ids' has dtype I64; expected BF16, F16, F32 or F8_E4M3"));
     EXPECT_THAT(err, HasSubstr(p.string()));
     FakeTensor q{"q", "Q4_K", {2}, std::vector<uint8_t>(2)};
     write_safetensors(p, {q});

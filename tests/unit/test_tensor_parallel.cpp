@@ -253,3 +253,31 @@ TEST(TensorParallelConfig, UnsplittableWorldsAreErrors) {
             << e.what();
     }
 }
+
+// An FP8 checkpoint over ranks (W8A8): whole experts on 2 ranks give one rank's logits within
+// fp32 rounding; a split that would cut a 128-block of scales is refused when the engine starts.
+TEST(TensorParallelFp8, ExpertParallelEqualsOneRankAndSplitBlocksAreRefused) {
+    const Json ref = read_json_file(kFixtures / "qwen3-moe-fp8" / "reference.json");
+    for (size_t p = 0; p < ref["prompts"].size(); ++p) {
+        const auto prompt = ref["prompts"][p]["ids"].get<std::vector<int32_t>>();
+        const Tensor one = prompt_logits("qwen3-moe-fp8", 1, false, prompt)[0];
+        const std::vector<Tensor> ranks = prompt_logits("qwen3-moe-fp8", 2, true, prompt);
+        EXPECT_EQ(max_delta(ranks[1], ranks[0]), 0.f) << "prompt " << p;
+        const float delta = max_delta(ranks[0], one), scale = max_abs(one);
+        EXPECT_LE(delta, 1e-5f * std::max(scale, 1.f)) << "prompt " << p;
+        std::printf("[ qwen3-moe-fp8 ep2 prompt %zu: max |dlogit| against one rank %.2e ]\n", p,
+                    double(delta));
+    }
+    EngineConfig config;
+    config.model_dir = (kFixtures / "qwen3-tiny-fp8").string();  // 2 KV heads of 64
+    config.num_pages = 64;
+    config.tensor_parallel_size = 2;
+    try {
+        LLMEngine engine(config);
+        ADD_FAILURE() << "a split FP8 block accepted";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("k_proj.weight: rows [0, 64) of 128"),
+                  std::string::npos)
+            << e.what();
+    }
+}

@@ -192,8 +192,22 @@ void moe_route(const float* router_logits, int64_t n, int64_t num_experts, int64
 void moe_experts(const float* x, int64_t n, int64_t hidden, const int32_t* expert_ids,
                  const float* weights, int64_t top_k, const float* gate_up, const float* down,
                  int64_t num_experts, int64_t inter, float* out) {
+    std::vector<float> h2, h;
+    const ExpertMlp mlp = [&](int64_t e, const float* xs, int64_t m, float* ys) {
+        h2.resize(size_t(m * 2 * inter));
+        h.resize(size_t(m * inter));
+        linear(xs, m, hidden, gate_up + e * 2 * inter * hidden, nullptr, 2 * inter, h2.data());
+        silu_mul(h2.data(), m, inter, h.data());
+        linear(h.data(), m, inter, down + e * hidden * inter, nullptr, hidden, ys);
+    };
+    moe_experts(x, n, hidden, expert_ids, weights, top_k, num_experts, mlp, out);
+}
+
+void moe_experts(const float* x, int64_t n, int64_t hidden, const int32_t* expert_ids,
+                 const float* weights, int64_t top_k, int64_t num_experts, const ExpertMlp& mlp,
+                 float* out) {
     std::vector<float> expert_out(size_t(n * top_k * hidden));
-    std::vector<float> xs, h2, h, y;
+    std::vector<float> xs, y;
     for (int64_t e = 0; e < num_experts; ++e) {
         std::vector<int64_t> rows;  // indices into [n * top_k]
         for (int64_t i = 0; i < n * top_k; ++i)
@@ -204,13 +218,8 @@ void moe_experts(const float* x, int64_t n, int64_t hidden, const int32_t* exper
         for (int64_t r = 0; r < m; ++r)
             std::memcpy(&xs[size_t(r * hidden)], x + (rows[size_t(r)] / top_k) * hidden,
                         size_t(hidden) * sizeof(float));
-        h2.resize(size_t(m * 2 * inter));
-        h.resize(size_t(m * inter));
         y.resize(size_t(m * hidden));
-        linear(xs.data(), m, hidden, gate_up + e * 2 * inter * hidden, nullptr, 2 * inter,
-               h2.data());
-        silu_mul(h2.data(), m, inter, h.data());
-        linear(h.data(), m, inter, down + e * hidden * inter, nullptr, hidden, y.data());
+        mlp(e, xs.data(), m, y.data());
         for (int64_t r = 0; r < m; ++r)
             std::memcpy(&expert_out[size_t(rows[size_t(r)] * hidden)], &y[size_t(r * hidden)],
                         size_t(hidden) * sizeof(float));

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 namespace miniinfer::cpu {
 
@@ -82,6 +83,13 @@ void moe_route(const float* router_logits, int64_t n, int64_t num_experts, int64
 void moe_experts(const float* x, int64_t n, int64_t hidden, const int32_t* expert_ids,
                  const float* weights, int64_t top_k, const float* gate_up, const float* down,
                  int64_t num_experts, int64_t inter, float* out);
+
+// The same with each expert's MLP given (an FP8 model's block-scaled experts):
+// mlp(e, xs[m, hidden], m, ys[m, hidden]) computes expert e on m rows.
+using ExpertMlp = std::function<void(int64_t expert, const float* xs, int64_t m, float* ys)>;
+void moe_experts(const float* x, int64_t n, int64_t hidden, const int32_t* expert_ids,
+                 const float* weights, int64_t top_k, int64_t num_experts, const ExpertMlp& mlp,
+                 float* out);
 
 // a[n] += b[n]
 void add_inplace(float* a, const float* b, int64_t n);
