@@ -77,9 +77,12 @@ struct CudaSampler::Buffers {
     cuda::Event penalties_copied;  // the staging may be written again
     // Structured output's masks: [rows, words] u32 then [rows] i32 logits rows, staged and
     // copied once a step; allocated on the first masked step (5 MB at 256 rows of Qwen's vocab).
+    // The upload runs on a stream of its own: the masks are ready while the step's forward still
+    // runs, and their copy then overlaps it instead of following it on the step's stream.
     std::unique_ptr<cuda::PinnedBuffer> host_masks;
     cuda::DeviceBuffer dev_masks;
-    cuda::Event masks_copied;
+    std::unique_ptr<cuda::Stream> mask_stream;
+    cuda::Event masks_copied, masks_read;
     std::deque<Launched> launched;
     int next_slot = 0;
 };
@@ -252,6 +255,7 @@ void CudaSampler::apply_token_bitmasks(Tensor& logits, std::span<const SamplerIn
         const size_t bytes = size_t(max_rows_) * size_t(words + 1) * 4;
         B.host_masks = std::make_unique<cuda::PinnedBuffer>(bytes);
         B.dev_masks = cuda::DeviceBuffer(bytes);
+        B.mask_stream = std::make_unique<cuda::Stream>();
     }
     B.masks_copied.synchronize();  // the last upload may still read the staging
     auto* host = static_cast<uint32_t*>(B.host_masks->data);
@@ -271,12 +275,16 @@ void CudaSampler::apply_token_bitmasks(Tensor& logits, std::span<const SamplerIn
         }
     });
     auto* dev = static_cast<uint32_t*>(B.dev_masks.data());
+    const cudaStream_t copy = B.mask_stream->get();
+    MI_CUDA_CHECK(cudaStreamWaitEvent(copy, B.masks_read.get(), 0));  // the last step's kernel
     MI_CUDA_CHECK(
-        cudaMemcpyAsync(dev, host, size_t(n * (words + 1)) * 4, cudaMemcpyHostToDevice, st));
-    B.masks_copied.record(st);
+        cudaMemcpyAsync(dev, host, size_t(n * (words + 1)) * 4, cudaMemcpyHostToDevice, copy));
+    B.masks_copied.record(copy);
+    MI_CUDA_CHECK(cudaStreamWaitEvent(st, B.masks_copied.get(), 0));
     const Tensor masks_d(dev, DType::kI32, {n, words}, Device::kCUDA);
     const Tensor rows_d(dev + n * words, DType::kI32, {n}, Device::kCUDA);
     cuda::apply_token_bitmask(logits, masks_d, rows_d, st);
+    B.masks_read.record(st);
 }
 
 // The CPU reference checks that ids lie in the vocabulary; the kernel trusts them, so the
