@@ -17,6 +17,7 @@
 // caller (PipelineDetokenizer applies them and abort()s the request).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -75,6 +76,15 @@ class LLMEngine {
     std::vector<RequestOutput> generate(const std::vector<Prompt>& prompts,
                                         const std::vector<SamplingParams>& params);
 
+    // Structured output's host time, in seconds, reported on the engine's thread (the server's
+    // /metrics): `mask` gets each step's time filling token masks (steps that filled any),
+    // `compile` each grammar built and compiled (cache hits cost nothing and report nothing).
+    // Unset (the default): nothing is measured.
+    struct StructuredTimers {
+        std::function<void(double)> mask, compile;
+    };
+    void set_structured_timers(StructuredTimers timers) { timers_ = std::move(timers); }
+
     // generation_config.json's defaults (temperature, top_p, ...) on top of vLLM's.
     const SamplingParams& default_params() const { return default_params_; }
     const ModelConfig& model_config() const { return runner_->config(); }
@@ -127,6 +137,7 @@ class LLMEngine {
     std::vector<std::unique_ptr<Tracked>> retired_, retiring_;
     // The process's grammars for this vocabulary, compiled once per distinct spec.
     std::shared_ptr<structured::GrammarCache> grammar_cache_;
+    StructuredTimers timers_;
     std::mt19937_64 seed_rng_;
     int64_t next_id_ = 0;
 };

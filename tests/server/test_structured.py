@@ -66,10 +66,29 @@ def test_bad_constraints_are_400s_naming_them(client):
         client.completions.create(model=DEMO, prompt="x", max_tokens=5,
                                   extra_body={"guided_json": {"type": "array", "uniqueItems": True}})
     assert "uniqueItems" in str(e.value)
-    with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model=DEMO, max_tokens=5, messages=[{"role": "user", "content": "x"}],
-                                       response_format={"type": "json_object"})
-    assert "enable_thinking" in str(e.value)
+
+
+THINK_END = 151668  # "</think>" in Qwen3's tokenizer
+
+
+def test_thinking_is_free_and_the_answer_after_it_follows_the_schema(client):
+    """Thinking on (Qwen3's default): the constraint starts after "</think>" (a bias makes the random
+    model write it soon); the answer, the content after the reasoning, parses against the schema."""
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"},
+                                               "n": {"type": "integer", "minimum": 0, "maximum": 99}},
+              "required": ["ok", "n"]}
+    for seed in range(3):
+        r = client.chat.completions.create(
+            model=DEMO, max_tokens=100, seed=seed, messages=[{"role": "user", "content": "Think, then JSON"}],
+            logit_bias={str(THINK_END): 30}, response_format={
+                "type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
+        choice = r.choices[0]
+        assert choice.finish_reason == "stop", choice
+        # The random model does not open with "<think>", so no reasoning is split off: the answer
+        # is what follows "</think>" in the content.
+        answer = choice.message.content.split("</think>")[-1]
+        doc = json.loads(answer)
+        assert isinstance(doc["ok"], bool) and 0 <= doc["n"] <= 99
 
 
 def test_named_and_required_tool_choice_force_a_call(client):
