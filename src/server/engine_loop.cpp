@@ -5,9 +5,22 @@
 #include "core/logging.h"
 
 namespace miniinfer {
+namespace {
+
+// The engine, reporting structured output's times to metrics (from its own thread: Metrics is
+// thread-safe). Set before the engine thread starts.
+std::unique_ptr<LLMEngine> timed(std::unique_ptr<LLMEngine> engine, Metrics* metrics) {
+    if (metrics)
+        engine->set_structured_timers(
+            {.mask = [metrics](double s) { metrics->observe_structured_mask(s); },
+             .compile = [metrics](double s) { metrics->observe_grammar_compile(s); }});
+    return engine;
+}
+
+}  // namespace
 
 EngineLoop::EngineLoop(std::unique_ptr<LLMEngine> engine, Metrics* metrics, int64_t max_queued)
-    : engine_(std::move(engine)),
+    : engine_(timed(std::move(engine), metrics)),
       metrics_(metrics),
       max_queued_(max_queued),
       tracker_(metrics),

@@ -96,6 +96,11 @@ void run_engine(zmq::context_t& context, Inbox& inbox, const WorkerOptions& o) {
     EngineConfig config = o.config;
     config.detokenize = false;
     LLMEngine engine(config);
+    // Structured output's times since the last outputs message, which carries them to the
+    // frontend's metrics.
+    std::vector<double> mask_seconds, compile_seconds;
+    engine.set_structured_timers({.mask = [&](double s) { mask_seconds.push_back(s); },
+                                  .compile = [&](double s) { compile_seconds.push_back(s); }});
     zmq::socket_t to_detokenizer = inbox.connect(context, "detokenizer");
     send(to_detokenizer, {{"type", kReady},
                           {"max_model_len", engine.config().max_model_len},
@@ -146,7 +151,9 @@ void run_engine(zmq::context_t& context, Inbox& inbox, const WorkerOptions& o) {
                                {{"running", s.num_running()},
                                 {"waiting", s.num_waiting()},
                                 {"kv_usage", s.kv_usage()},
-                                {"preemptions", s.num_preemptions()}}}});
+                                {"preemptions", s.num_preemptions()},
+                                {"mask_seconds", std::exchange(mask_seconds, {})},
+                                {"compile_seconds", std::exchange(compile_seconds, {})}}}});
     }
 }
 

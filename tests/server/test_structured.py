@@ -3,6 +3,8 @@ model prefers, the answer follows the schema, regex or choice and ends with "sto
 gives the same text; a bad constraint is a 400 naming it. Both engine modes."""
 import json
 import re
+import time
+import urllib.request
 
 import openai
 import pytest
@@ -107,3 +109,26 @@ def test_named_and_required_tool_choice_force_a_call(client):
             assert isinstance(args["city"], str) and len(args["city"]) <= 10
         else:
             assert choice == "required" and args["zone"] in ("CET", "UTC")
+
+
+def metric(server, name):
+    body = urllib.request.urlopen(server.url + "/metrics", timeout=10).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
+               if line.startswith(name + "{"))
+
+
+def test_mask_and_compile_times_are_in_the_metrics(server, client):
+    """Each masked step and each grammar compiled is counted in /metrics (from the engine core's
+    process too, under --use-multiprocess)."""
+    masks = metric(server, "miniinfer:structured_mask_seconds_count")
+    compiles = metric(server, "miniinfer:grammar_compile_seconds_count")
+    text, finish = both(client.completions.create, model=DEMO, prompt="Code:", max_tokens=20, seed=2,
+                        extra_body={"guided_regex": "metrics-[0-9]{2}"})
+    assert finish == "stop" and re.fullmatch("metrics-[0-9]{2}", text)
+    # The outputs message carrying the last step's times may trail the response by a moment.
+    deadline = time.time() + 10
+    while metric(server, "miniinfer:structured_mask_seconds_count") < masks + 2 and time.time() < deadline:
+        time.sleep(0.05)
+    assert metric(server, "miniinfer:structured_mask_seconds_count") >= masks + 2  # two requests
+    assert metric(server, "miniinfer:grammar_compile_seconds_count") == compiles + 1  # one compile
+    assert metric(server, "miniinfer:grammar_compile_seconds_sum") > 0

@@ -215,3 +215,25 @@ TEST(StructuredEngine, ConstraintStartsAfterReasoningEndToken) {
     EXPECT_EQ(outs[4].finish_reason, "error");
     EXPECT_EQ(outs[5].finish_reason, "stop") << outs[5].error;
 }
+
+// The server's metrics hook: each step that filled masks reports once, each compile once (a
+// spec already in the process's cache costs and reports nothing).
+TEST(StructuredEngine, TimersReportMaskStepsAndCompiles) {
+    LLMEngine engine(demo_config());
+    std::vector<double> masks, compiles;
+    engine.set_structured_timers({.mask = [&](double s) { masks.push_back(s); },
+                                  .compile = [&](double s) { compiles.push_back(s); }});
+    const SamplingParams p =
+        constrained(StructuredOutput::Kind::kRegex, "timers-[0-9]{1,3}( ok)?", 3);
+    const RequestOutput first = engine.generate({Prompt::from_text("a")}, p)[0];
+    ASSERT_EQ(first.finish_reason, "stop") << first.error;
+    ASSERT_EQ(compiles.size(), 1u);
+    EXPECT_GT(compiles[0], 0.0);
+    // One mask a step: one per generated token, and one for the token the overlap launches
+    // after the last (dropped).
+    EXPECT_GE(masks.size(), first.token_ids.size());
+    EXPECT_LE(masks.size(), first.token_ids.size() + 1);
+    engine.generate({Prompt::from_text("b")}, p);
+    EXPECT_EQ(compiles.size(), 1u);
+    EXPECT_GT(masks.size(), first.token_ids.size());
+}
