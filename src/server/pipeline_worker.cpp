@@ -77,9 +77,13 @@ void run_tokenizer(zmq::context_t& context, Inbox& inbox, const WorkerOptions& o
                 (*m)["ids"] = text.empty() ? std::vector<int32_t>{} : tokenizer->encode(text);
                 m->erase("text");
             }
-            if (m->at("params").contains("bad_words")) {  // resolved where the tokenizer is
+            // bad_words resolved where the tokenizer is; a bad constraint refused before the
+            // engine core (which compiles the grammar's masks) sees it.
+            const Json& params_json = m->at("params");
+            if (params_json.contains("bad_words") || params_json.contains("structured_outputs")) {
                 try {
-                    SamplingParams params = params_from_json(m->at("params"));
+                    SamplingParams params = params_from_json(params_json);
+                    check_structured_output(params);
                     resolve_bad_words(params, tokenizer ? &*tokenizer : nullptr);
                     (*m)["params"] = to_json(params);
                 } catch (const Error& e) {

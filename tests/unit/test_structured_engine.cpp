@@ -10,6 +10,7 @@
 
 #include "core/json.h"
 #include "engine/llm_engine.h"
+#include "engine/request_inputs.h"
 #include "structured/grammar_cache.h"
 #include "structured_testing.h"
 
@@ -236,4 +237,24 @@ TEST(StructuredEngine, TimersReportMaskStepsAndCompiles) {
     engine.generate({Prompt::from_text("b")}, p);
     EXPECT_EQ(compiles.size(), 1u);
     EXPECT_GT(masks.size(), first.token_ids.size());
+}
+
+// What the pipeline's tokenizer process checks before the engine core: the same errors as
+// add_request, without a vocabulary.
+TEST(StructuredEngine, ConstraintsAreCheckedWithoutTheEngine) {
+    auto error_of = [](const SamplingParams& p) {
+        try {
+            check_structured_output(p);
+        } catch (const Error& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    EXPECT_EQ(error_of(SamplingParams{}), "no error");
+    EXPECT_EQ(error_of(constrained(StructuredOutput::Kind::kRegex, "[a-z]+", 0)), "no error");
+    EXPECT_THAT(error_of(constrained(StructuredOutput::Kind::kJsonSchema,
+                                     R"({"type": "array", "uniqueItems": true})", 0)),
+                HasSubstr("uniqueItems"));
+    EXPECT_THAT(error_of(constrained(StructuredOutput::Kind::kGrammar, "root ::= foo", 0)),
+                HasSubstr("foo"));
 }
