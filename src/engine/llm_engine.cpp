@@ -260,16 +260,21 @@ std::string LLMEngine::add_request(const Prompt& prompt, const SamplingParams& p
 std::shared_ptr<const structured::CompiledGrammar> LLMEngine::compile(
     const StructuredOutput& spec) {
     if (!tokenizer_) fail("structured output needs the model's tokenizer.json");
-    if (!grammar_cache_)
+    std::call_once(grammar_cache_once_, [&] {
         grammar_cache_ = shared_grammar_cache(structured::Vocabulary::from_tokenizer(
             *tokenizer_, int32_t(model_config().vocab_size),
             std::vector<int32_t>(stop_rules_.eos_token_ids.begin(),
                                  stop_rules_.eos_token_ids.end())));
+    });
     if (!timers_.compile) return grammar_cache_->get(spec);
     double seconds = 0;
     auto compiled = grammar_cache_->get(spec, &seconds);
     if (seconds > 0) timers_.compile(seconds);
     return compiled;
+}
+
+void LLMEngine::precompile(const SamplingParams& params) {
+    if (params.structured_outputs) compile(*params.structured_outputs);
 }
 
 std::vector<RequestOutput> LLMEngine::step() {

@@ -20,6 +20,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
@@ -76,10 +77,17 @@ class LLMEngine {
     std::vector<RequestOutput> generate(const std::vector<Prompt>& prompts,
                                         const std::vector<SamplingParams>& params);
 
-    // Structured output's host time, in seconds, reported on the engine's thread (the server's
-    // /metrics): `mask` gets each step's time filling token masks (steps that filled any),
-    // `compile` each grammar built and compiled (cache hits cost nothing and report nothing).
-    // Unset (the default): nothing is measured.
+    // Compiles the grammar of params.structured_outputs into the process's grammar cache, where
+    // add_request then finds it: the server calls it on the request's own thread, so the engine
+    // thread does not stall on a compile. Thread-safe (may run beside step()). Throws Error for
+    // a bad constraint, as add_request would; no-op without one.
+    void precompile(const SamplingParams& params);
+
+    // Structured output's host time, in seconds (the server's /metrics): `mask` gets each step's
+    // time filling token masks (steps that filled any), on the engine's thread; `compile` each
+    // grammar built and compiled (cache hits cost nothing and report nothing), on the thread
+    // that compiled it (the engine's, or precompile's caller). Unset (the default): nothing is
+    // measured. Set before requests arrive.
     struct StructuredTimers {
         std::function<void(double)> mask, compile;
     };
@@ -121,6 +129,7 @@ class LLMEngine {
     RequestOutput output_of(Tracked& t);
     // The compiled grammar of a request's structured_outputs (through grammar_cache_, taken
     // on first use for the tokenizer's vocabulary). Error for a bad schema, regex or grammar.
+    // Thread-safe.
     std::shared_ptr<const structured::CompiledGrammar> compile(const StructuredOutput& spec);
 
     EngineConfig config_;
@@ -137,6 +146,7 @@ class LLMEngine {
     std::vector<std::unique_ptr<Tracked>> retired_, retiring_;
     // The process's grammars for this vocabulary, compiled once per distinct spec.
     std::shared_ptr<structured::GrammarCache> grammar_cache_;
+    std::once_flag grammar_cache_once_;  // compile() may run on precompile's threads
     StructuredTimers timers_;
     std::mt19937_64 seed_rng_;
     int64_t next_id_ = 0;

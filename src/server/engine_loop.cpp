@@ -51,6 +51,8 @@ std::shared_ptr<OutputChannel> EngineLoop::submit(const std::string& id, const P
     if (failed_) throw EngineUnavailable(unavailable_message());
     if (std::optional<QueueFull> full = check_queue(num_waiting_.load(), max_queued_)) throw *full;
     if (!channel) channel = std::make_shared<OutputChannel>();
+    // A structured output grammar compiles here too, so the engine thread finds it cached.
+    engine_->precompile(params);
     // Text is tokenized here, on the caller's thread, not on the engine thread.
     const Prompt ids = prompt.token_ids.empty() && !prompt.text.empty() && tokenizer()
                            ? Prompt::from_ids(tokenizer()->encode(prompt.text))

@@ -5,8 +5,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <regex>
 #include <set>
+#include <thread>
 
 #include "core/json.h"
 #include "engine/llm_engine.h"
@@ -257,4 +259,26 @@ TEST(StructuredEngine, ConstraintsAreCheckedWithoutTheEngine) {
                 HasSubstr("uniqueItems"));
     EXPECT_THAT(error_of(constrained(StructuredOutput::Kind::kGrammar, "root ::= foo", 0)),
                 HasSubstr("foo"));
+}
+
+// The server compiles on the request's thread (precompile): the engine thread's add_request
+// then finds the grammar cached.
+TEST(StructuredEngine, PrecompileOnAnotherThreadLeavesTheEngineACacheHit) {
+    LLMEngine engine(demo_config());
+    std::mutex mutex;
+    std::vector<std::thread::id> compiled_on;
+    engine.set_structured_timers({.mask = {}, .compile = [&](double) {
+                                      std::lock_guard lock(mutex);
+                                      compiled_on.push_back(std::this_thread::get_id());
+                                  }});
+    const SamplingParams p = constrained(StructuredOutput::Kind::kRegex, "precompiled-[a-z]{2}", 1);
+    std::thread([&] { engine.precompile(p); }).join();
+    ASSERT_EQ(compiled_on.size(), 1u);
+    EXPECT_NE(compiled_on[0], std::this_thread::get_id());
+    const RequestOutput out = engine.generate({Prompt::from_text("x")}, p)[0];
+    EXPECT_EQ(out.finish_reason, "stop") << out.error;
+    EXPECT_EQ(compiled_on.size(), 1u);
+    EXPECT_THROW(engine.precompile(constrained(StructuredOutput::Kind::kRegex, "(", 0)), Error);
+    engine.precompile(SamplingParams{});  // no constraint: nothing to do
+    EXPECT_EQ(compiled_on.size(), 1u);
 }
