@@ -10,27 +10,10 @@
 #include <vector>
 
 #include "config/generation_config.h"
+#include "config/structured_output.h"
 #include "core/json.h"
 
 namespace miniinfer {
-
-// A constraint on the output's text (vLLM's StructuredOutputsParams): the engine compiles it
-// into a grammar (src/structured/) and masks every token the grammar does not allow next.
-struct StructuredOutput {
-    enum class Kind { kJsonSchema, kJsonObject, kRegex, kGrammar, kChoice };
-    Kind kind = Kind::kJsonObject;
-    std::string text;                  // the schema (JSON text), the regex or the GBNF grammar
-    std::vector<std::string> choices;  // kChoice: the output is exactly one of these
-    // kJsonSchema: texts around the document; the server's forced tool call ("<tool_call>\n",
-    // "\n</tool_call>"). JSON keys json_prefix / json_suffix (MiniInfer's own).
-    std::string prefix, suffix;
-
-    // vLLM's names: exactly one of {"json": <schema object or its text>}, {"json_object": true},
-    // {"regex": "..."}, {"grammar": "<GBNF>"}, {"choice": ["a", "b"]}. Error naming the key.
-    static StructuredOutput from_json(const Json& json);
-    Json to_json() const;
-    bool operator==(const StructuredOutput&) const = default;
-};
 
 struct SamplingParams {
     double temperature = 1.0;         // >= 0; 0 = greedy

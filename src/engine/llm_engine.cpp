@@ -1,6 +1,7 @@
 #include "engine/llm_engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <mutex>
 
@@ -31,8 +32,11 @@ struct LLMEngine::Tracked {
     // next token (filled at launch; the runner reads it until the step is collected).
     std::optional<structured::GrammarMatcher> matcher;
     std::vector<uint32_t> mask;
-    size_t grammar_tokens = 0;      // output tokens the matcher has taken
+    size_t grammar_tokens = 0;      // output tokens the grammar has seen (reasoning included)
     bool grammar_rejected = false;  // it refused the next one (the request ends in an error)
+    // Thinking: the output is free until this token (StructuredOutput::reasoning_end); the
+    // matcher, untouched so far, constrains the tokens after it.
+    std::optional<int32_t> reasoning_end;
 };
 
 namespace {
@@ -236,7 +240,12 @@ std::string LLMEngine::add_request(const Prompt& prompt, const SamplingParams& p
     r.params = params;
     resolve_bad_words(r.params, tokenizer());
     if (!r.params.bad_words.empty()) r.params.validate(vocab);  // the resolved ids
-    if (params.structured_outputs) t->matcher.emplace(compile(*params.structured_outputs));
+    if (params.structured_outputs) {
+        t->matcher.emplace(compile(*params.structured_outputs));
+        // No such token: the constraint starts at the first token (StructuredOutput's rule).
+        if (const std::string& end = params.structured_outputs->reasoning_end; !end.empty())
+            t->reasoning_end = tokenizer_->token_to_id(end);
+    }
     r.seed = params.seed.value_or(seed_rng_());
     r.arrival = next_id_++;
     scheduler_->validate_request(r);
@@ -248,26 +257,24 @@ std::string LLMEngine::add_request(const Prompt& prompt, const SamplingParams& p
     return request_id;
 }
 
-static_assert(
-    int(StructuredOutput::Kind::kChoice) == int(structured::StructuredSpec::Kind::kChoice) &&
-    int(StructuredOutput::Kind::kRegex) == int(structured::StructuredSpec::Kind::kRegex) &&
-    int(StructuredOutput::Kind::kJsonSchema) == int(structured::StructuredSpec::Kind::kJsonSchema));
-
 std::shared_ptr<const structured::CompiledGrammar> LLMEngine::compile(
     const StructuredOutput& spec) {
     if (!tokenizer_) fail("structured output needs the model's tokenizer.json");
-    if (!grammar_cache_)
+    std::call_once(grammar_cache_once_, [&] {
         grammar_cache_ = shared_grammar_cache(structured::Vocabulary::from_tokenizer(
             *tokenizer_, int32_t(model_config().vocab_size),
             std::vector<int32_t>(stop_rules_.eos_token_ids.begin(),
                                  stop_rules_.eos_token_ids.end())));
-    structured::StructuredSpec s;
-    s.kind = structured::StructuredSpec::Kind(int(spec.kind));  // the same order (asserted above)
-    s.text = spec.text;
-    s.choices = spec.choices;
-    s.prefix = spec.prefix;
-    s.suffix = spec.suffix;
-    return grammar_cache_->get(s);
+    });
+    if (!timers_.compile) return grammar_cache_->get(spec);
+    double seconds = 0;
+    auto compiled = grammar_cache_->get(spec, &seconds);
+    if (seconds > 0) timers_.compile(seconds);
+    return compiled;
+}
+
+void LLMEngine::precompile(const SamplingParams& params) {
+    if (params.structured_outputs) compile(*params.structured_outputs);
 }
 
 std::vector<RequestOutput> LLMEngine::step() {
@@ -319,14 +326,16 @@ LLMEngine::InFlight LLMEngine::launch(const Batch& batch, InFlight* previous) {
     }
     auto fill_masks = [&] {
         if (previous) collect_early(*previous);
+        const auto start = std::chrono::steady_clock::now();
         // One matcher a thread (each has its own stacks; the compiled grammar is read only): at
         // a few tens of µs a mask, a batch of hundreds takes longer than the GPU's step alone.
         ThreadPool::current().parallel_for(int64_t(constrained.size()), [&](int64_t b, int64_t e) {
             for (int64_t i = b; i < e; ++i) {
                 Tracked* t = constrained[size_t(i)];
                 // A request its previous token ends (EOS, or a token the grammar refused)
-                // samples a token that is dropped: any mask does.
-                if (t->grammar_rejected || t->matcher->terminated()) {
+                // samples a token that is dropped: any mask does. While thinking, every token
+                // may come.
+                if (t->grammar_rejected || t->matcher->terminated() || t->reasoning_end) {
                     std::fill(t->mask.begin(), t->mask.end(), ~0u);
                     continue;
                 }
@@ -335,6 +344,9 @@ LLMEngine::InFlight LLMEngine::launch(const Batch& batch, InFlight* previous) {
                 t->matcher->fill_next_token_mask(t->mask);
             }
         });
+        if (timers_.mask)
+            timers_.mask(
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     };
     runner_->launch(
         batch, sampling,
@@ -417,10 +429,14 @@ void LLMEngine::advance_grammar(Tracked& t, size_t index, int32_t token) {
     if (!t.matcher || t.grammar_tokens > index) return;  // none, or it took this token already
     MI_CHECK(t.grammar_tokens == index, "request {}: the grammar is {} tokens behind", t.request.id,
              index - t.grammar_tokens);
-    if (t.matcher->accept_token(token))
+    if (t.reasoning_end) {  // thinking: free up to and including the reasoning_end token
+        if (token == *t.reasoning_end) t.reasoning_end.reset();
         ++t.grammar_tokens;
-    else
+    } else if (t.matcher->accept_token(token)) {
+        ++t.grammar_tokens;
+    } else {
         t.grammar_rejected = true;
+    }
 }
 
 void LLMEngine::abort(const std::string& request_id) {

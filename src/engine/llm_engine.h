@@ -17,8 +17,10 @@
 // caller (PipelineDetokenizer applies them and abort()s the request).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <random>
 #include <string>
@@ -75,6 +77,22 @@ class LLMEngine {
     std::vector<RequestOutput> generate(const std::vector<Prompt>& prompts,
                                         const std::vector<SamplingParams>& params);
 
+    // Compiles the grammar of params.structured_outputs into the process's grammar cache, where
+    // add_request then finds it: the server calls it on the request's own thread, so the engine
+    // thread does not stall on a compile. Thread-safe (may run beside step()). Throws Error for
+    // a bad constraint, as add_request would; no-op without one.
+    void precompile(const SamplingParams& params);
+
+    // Structured output's host time, in seconds (the server's /metrics): `mask` gets each step's
+    // time filling token masks (steps that filled any), on the engine's thread; `compile` each
+    // grammar built and compiled (cache hits cost nothing and report nothing), on the thread
+    // that compiled it (the engine's, or precompile's caller). Unset (the default): nothing is
+    // measured. Set before requests arrive.
+    struct StructuredTimers {
+        std::function<void(double)> mask, compile;
+    };
+    void set_structured_timers(StructuredTimers timers) { timers_ = std::move(timers); }
+
     // generation_config.json's defaults (temperature, top_p, ...) on top of vLLM's.
     const SamplingParams& default_params() const { return default_params_; }
     const ModelConfig& model_config() const { return runner_->config(); }
@@ -111,6 +129,7 @@ class LLMEngine {
     RequestOutput output_of(Tracked& t);
     // The compiled grammar of a request's structured_outputs (through grammar_cache_, taken
     // on first use for the tokenizer's vocabulary). Error for a bad schema, regex or grammar.
+    // Thread-safe.
     std::shared_ptr<const structured::CompiledGrammar> compile(const StructuredOutput& spec);
 
     EngineConfig config_;
@@ -127,6 +146,8 @@ class LLMEngine {
     std::vector<std::unique_ptr<Tracked>> retired_, retiring_;
     // The process's grammars for this vocabulary, compiled once per distinct spec.
     std::shared_ptr<structured::GrammarCache> grammar_cache_;
+    std::once_flag grammar_cache_once_;  // compile() may run on precompile's threads
+    StructuredTimers timers_;
     std::mt19937_64 seed_rng_;
     int64_t next_id_ = 0;
 };

@@ -4,8 +4,13 @@
 #include <string_view>
 
 #include "core/check.h"
+#include "structured/grammar_cache.h"
 
 namespace miniinfer {
+
+void check_structured_output(const SamplingParams& params) {
+    if (params.structured_outputs) structured::build_grammar(*params.structured_outputs);
+}
 
 void resolve_bad_words(SamplingParams& params, const Tokenizer* tokenizer) {
     if (params.bad_words.empty()) return;

@@ -5,9 +5,22 @@
 #include "core/logging.h"
 
 namespace miniinfer {
+namespace {
+
+// The engine, reporting structured output's times to metrics (from its own thread: Metrics is
+// thread-safe). Set before the engine thread starts.
+std::unique_ptr<LLMEngine> timed(std::unique_ptr<LLMEngine> engine, Metrics* metrics) {
+    if (metrics)
+        engine->set_structured_timers(
+            {.mask = [metrics](double s) { metrics->observe_structured_mask(s); },
+             .compile = [metrics](double s) { metrics->observe_grammar_compile(s); }});
+    return engine;
+}
+
+}  // namespace
 
 EngineLoop::EngineLoop(std::unique_ptr<LLMEngine> engine, Metrics* metrics, int64_t max_queued)
-    : engine_(std::move(engine)),
+    : engine_(timed(std::move(engine), metrics)),
       metrics_(metrics),
       max_queued_(max_queued),
       tracker_(metrics),
@@ -38,6 +51,8 @@ std::shared_ptr<OutputChannel> EngineLoop::submit(const std::string& id, const P
     if (failed_) throw EngineUnavailable(unavailable_message());
     if (std::optional<QueueFull> full = check_queue(num_waiting_.load(), max_queued_)) throw *full;
     if (!channel) channel = std::make_shared<OutputChannel>();
+    // A structured output grammar compiles here too, so the engine thread finds it cached.
+    engine_->precompile(params);
     // Text is tokenized here, on the caller's thread, not on the engine thread.
     const Prompt ids = prompt.token_ids.empty() && !prompt.text.empty() && tokenizer()
                            ? Prompt::from_ids(tokenizer()->encode(prompt.text))

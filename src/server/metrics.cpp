@@ -21,6 +21,13 @@ const std::vector<double> kTokenLatencyBuckets = {0.01, 0.025, 0.05, 0.075, 0.1,
 const std::vector<double> kRequestLatencyBuckets = {
     0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,   15.0,  20.0,
     30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
+// Structured output: a step's masks take microseconds along a document, milliseconds for a
+// batch of hard positions; a grammar compiles in milliseconds, bounded strings in seconds.
+const std::vector<double> kStructuredMaskBuckets = {0.00001, 0.000025, 0.00005, 0.0001, 0.00025,
+                                                    0.0005,  0.001,    0.0025,  0.005,  0.01,
+                                                    0.025,   0.05,     0.1};
+const std::vector<double> kGrammarCompileBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                    0.25,  0.5,    1.0,   2.5,  5.0,   10.0, 30.0};
 const char* const kFinishReasons[] = {"stop", "length", "abort", "error"};
 
 // Like Python's prometheus_client: whole numbers keep a ".0" (le="1.0"), so PromQL matchers
@@ -69,7 +76,9 @@ Metrics::Metrics(std::string model_name)
       ttft_(kTtftBuckets),
       tpot_(kTokenLatencyBuckets),
       itl_(kTokenLatencyBuckets),
-      e2e_(kRequestLatencyBuckets) {
+      e2e_(kRequestLatencyBuckets),
+      structured_mask_(kStructuredMaskBuckets),
+      grammar_compile_(kGrammarCompileBuckets) {
     for (const char* reason : kFinishReasons) finished_[reason] = 0;
 }
 
@@ -132,6 +141,16 @@ void Metrics::observe_e2e_request_latency(double s) {
     e2e_.observe(s);
 }
 
+void Metrics::observe_structured_mask(double s) {
+    std::lock_guard lock(mutex_);
+    structured_mask_.observe(s);
+}
+
+void Metrics::observe_grammar_compile(double s) {
+    std::lock_guard lock(mutex_);
+    grammar_compile_.observe(s);
+}
+
 std::string Metrics::render() const {
     std::lock_guard lock(mutex_);
     std::string out;
@@ -182,6 +201,13 @@ std::string Metrics::render() const {
               itl_);
     histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
               e2e_);
+    histogram("miniinfer:structured_mask_seconds",
+              "Histogram of the time a step spent filling structured output token masks, in "
+              "seconds.",
+              structured_mask_);
+    histogram("miniinfer:grammar_compile_seconds",
+              "Histogram of structured output grammar compile time (cache misses), in seconds.",
+              grammar_compile_);
     return out;
 }
 

@@ -1,5 +1,6 @@
 // Prometheus metrics for the server's /metrics endpoint, under vLLM's names, label and bucket
-// boundaries, so dashboards and scrapers written for vLLM read MiniInfer unchanged. Rendered in
+// boundaries, so dashboards and scrapers written for vLLM read MiniInfer unchanged (series vLLM
+// has no counterpart for are named miniinfer:*). Rendered in
 // the text exposition format 0.0.4 (Content-Type: text/plain; version=0.0.4; charset=utf-8).
 //
 // Thread-safe: the engine thread sets gauges and observes latencies while HTTP threads count
@@ -37,6 +38,10 @@ class Metrics {
     void observe_time_per_output_token(double s);
     void observe_inter_token_latency(double s);
     void observe_e2e_request_latency(double s);
+    // Structured output's host time (MiniInfer's own series): one step's token masks, one
+    // grammar built and compiled (LLMEngine::StructuredTimers).
+    void observe_structured_mask(double s);
+    void observe_grammar_compile(double s);
 
     // The whole /metrics body: # HELP and # TYPE lines, then the samples, for every metric.
     std::string render() const;
@@ -61,7 +66,7 @@ class Metrics {
     int64_t prefix_queries_ = 0, prefix_hits_ = 0;
     int64_t preemptions_ = 0;
     std::map<std::string, int64_t> finished_;  // finish_reason -> requests
-    Histogram ttft_, tpot_, itl_, e2e_;
+    Histogram ttft_, tpot_, itl_, e2e_, structured_mask_, grammar_compile_;
 };
 
 // `value` escaped for a label value of the text format: backslash, double quote and newline.

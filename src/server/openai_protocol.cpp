@@ -38,8 +38,12 @@ void read_structured(const Json& body, SamplingParams& params) {
     if (params.structured_outputs) asked.push_back("structured_outputs");
     auto set = [&](const char* field, StructuredOutput::Kind kind, std::string text) {
         asked.push_back(field);
-        params.structured_outputs = StructuredOutput{
-            .kind = kind, .text = std::move(text), .choices = {}, .prefix = {}, .suffix = {}};
+        params.structured_outputs = StructuredOutput{.kind = kind,
+                                                     .text = std::move(text),
+                                                     .choices = {},
+                                                     .prefix = {},
+                                                     .suffix = {},
+                                                     .reasoning_end = {}};
     };
     using enum StructuredOutput::Kind;
     if (const Json rf = body.value("response_format", Json()); !rf.is_null()) {
@@ -272,7 +276,8 @@ bool forced_tool_call(const Json& choice, const Json& tools, SamplingParams& par
         .text = calls.size() == 1 ? calls[0].dump() : Json{{"anyOf", calls}}.dump(),
         .choices = {},
         .prefix = "<tool_call>\n",
-        .suffix = "\n</tool_call>"};
+        .suffix = "\n</tool_call>",
+        .reasoning_end = {}};
     return true;
 }
 
@@ -338,15 +343,14 @@ ApiRequest parse_chat_request(
     r.reasoning_open =
         open != std::string::npos &&
         prompt.find_first_not_of(" \n", open + std::strlen(kThinkOpen)) == std::string::npos;
-    // The constraint would apply from the first token, where a thinking model writes <think>.
-    // Thinking is on when turning it off changes the prompt (Qwen3's and Qwen3.5's templates).
-    if (r.params.structured_outputs && !continue_final) {
+    // A thinking model writes its reasoning first: the constraint applies from the token after
+    // "</think>" (vLLM's reasoning parser). Thinking is on when the prompt opened the block or
+    // turning it off changes the prompt (Qwen3's template then closes an empty block itself).
+    if (r.params.structured_outputs) {
         Json off = kwargs;
         off["enable_thinking"] = false;
-        if (r.reasoning_open || render_chat(rendered, tools, off) != prompt)
-            fail(
-                "structured output with thinking is not supported yet: send "
-                "chat_template_kwargs {{\"enable_thinking\": false}}");
+        if (r.reasoning_open || (!continue_final && render_chat(rendered, tools, off) != prompt))
+            r.params.structured_outputs->reasoning_end = kThinkClose;
     }
     r.prompts.push_back(Prompt::from_text(std::move(prompt)));
     return r;

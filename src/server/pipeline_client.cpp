@@ -195,6 +195,10 @@ void PipelineClient::handle(const Json& m) {
         const int64_t preemptions = stats.at("preemptions").get<int64_t>();
         metrics_->add_preemptions(preemptions - num_preemptions_seen_);
         num_preemptions_seen_ = preemptions;
+        for (const Json& v : stats.at("mask_seconds"))
+            metrics_->observe_structured_mask(v.get<double>());
+        for (const Json& v : stats.at("compile_seconds"))
+            metrics_->observe_grammar_compile(v.get<double>());
     } else if (type == kAccepted) {
         const std::string id = m.at("id").get<std::string>();
         assembler_.start(id, m.at("prompt_ids").get<std::vector<int32_t>>());

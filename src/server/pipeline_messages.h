@@ -29,7 +29,8 @@ inline constexpr const char* kAccepted = "accepted";  // id, prompt_ids, params
 inline constexpr const char* kRejected = "rejected";  // id, error, queue_full
 inline constexpr const char* kAbort = "abort";        // id
 // One a step: outputs: [OutputDelta (to_json: [id, tokens, finished, cached(, {rest})])],
-// stats: {running, waiting, kv_usage, preemptions}.
+// stats: {running, waiting, kv_usage, preemptions, mask_seconds, compile_seconds}; the last two
+// list structured output's times since the previous message (LLMEngine::StructuredTimers).
 inline constexpr const char* kOutputs = "outputs";
 inline constexpr const char* kPing = "ping";    // seq
 inline constexpr const char* kPong = "pong";    // seq

@@ -77,9 +77,13 @@ void run_tokenizer(zmq::context_t& context, Inbox& inbox, const WorkerOptions& o
                 (*m)["ids"] = text.empty() ? std::vector<int32_t>{} : tokenizer->encode(text);
                 m->erase("text");
             }
-            if (m->at("params").contains("bad_words")) {  // resolved where the tokenizer is
+            // bad_words resolved where the tokenizer is; a bad constraint refused before the
+            // engine core (which compiles the grammar's masks) sees it.
+            const Json& params_json = m->at("params");
+            if (params_json.contains("bad_words") || params_json.contains("structured_outputs")) {
                 try {
-                    SamplingParams params = params_from_json(m->at("params"));
+                    SamplingParams params = params_from_json(params_json);
+                    check_structured_output(params);
                     resolve_bad_words(params, tokenizer ? &*tokenizer : nullptr);
                     (*m)["params"] = to_json(params);
                 } catch (const Error& e) {
@@ -96,6 +100,11 @@ void run_engine(zmq::context_t& context, Inbox& inbox, const WorkerOptions& o) {
     EngineConfig config = o.config;
     config.detokenize = false;
     LLMEngine engine(config);
+    // Structured output's times since the last outputs message, which carries them to the
+    // frontend's metrics.
+    std::vector<double> mask_seconds, compile_seconds;
+    engine.set_structured_timers({.mask = [&](double s) { mask_seconds.push_back(s); },
+                                  .compile = [&](double s) { compile_seconds.push_back(s); }});
     zmq::socket_t to_detokenizer = inbox.connect(context, "detokenizer");
     send(to_detokenizer, {{"type", kReady},
                           {"max_model_len", engine.config().max_model_len},
@@ -146,7 +155,9 @@ void run_engine(zmq::context_t& context, Inbox& inbox, const WorkerOptions& o) {
                                {{"running", s.num_running()},
                                 {"waiting", s.num_waiting()},
                                 {"kv_usage", s.kv_usage()},
-                                {"preemptions", s.num_preemptions()}}}});
+                                {"preemptions", s.num_preemptions()},
+                                {"mask_seconds", std::exchange(mask_seconds, {})},
+                                {"compile_seconds", std::exchange(compile_seconds, {})}}}});
     }
 }
 

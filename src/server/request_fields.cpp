@@ -88,8 +88,10 @@ constexpr RequestField kFields[] = {
     {"length_penalty", kHttp, kDefaultOnly, "1.0", "beam search is not supported"},
     {"logits_processors", kAll, kRefused, "", "custom logits processors are not supported"},
     {"response_format", kHttp, kHonoured, "",
-     "text, json_object or json_schema (structured output; chat: with enable_thinking false)"},
-    {"structured_outputs", kAll, kHonoured, "", "json, json_object, regex, grammar (GBNF), choice"},
+     "text, json_object or json_schema (structured output; with thinking on, the answer after the "
+     "reasoning)"},
+    {"structured_outputs", kAll, kHonoured, "",
+     "json, json_object, regex, grammar (GBNF), choice; reasoning_end"},
     {"guided_json", kHttp, kHonoured, "", kStructured},
     {"guided_regex", kHttp, kHonoured, "", kStructured},
     {"guided_choice", kHttp, kHonoured, "", kStructured},

@@ -393,6 +393,24 @@ Grammar GrammarBuilder::build(const std::string& root) const {
     return g;
 }
 
+Grammar with_optional_lead(Grammar g, const ByteSet& lead, int max_count) {
+    MI_CHECK(max_count >= 0 && max_count <= 8, "lead of {} bytes", max_count);
+    using K = Grammar::ElemKind;
+    const auto lead_class = int32_t(g.classes.size());
+    g.classes.push_back(lead);
+    const auto rule = int32_t(g.rule_alts.size());
+    g.rule_names.push_back(g.rule_names[size_t(g.root)] + "_lead");
+    g.rule_alts.emplace_back();
+    for (int count = 0; count <= max_count; ++count) {
+        g.rule_alts.back().push_back(int32_t(g.elems.size()));
+        for (int i = 0; i < count; ++i) g.elems.push_back({K::kBytes, lead_class});
+        g.elems.push_back({K::kRef, g.root});
+        g.elems.push_back({K::kEnd, 0});
+    }
+    g.root = rule;
+    return g;
+}
+
 std::string Grammar::to_string() const {
     std::string out;
     for (size_t r = 0; r < rule_alts.size(); ++r) {

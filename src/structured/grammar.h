@@ -82,6 +82,11 @@ struct Grammar {
     std::string to_string() const;
 };
 
+// g's language after up to max_count bytes of `lead` (the blank line a reasoning model writes
+// between "</think>" and its answer): a new root whose alternatives are 0..max_count such
+// bytes, then g's root. max_count in [0, 8].
+Grammar with_optional_lead(Grammar g, const ByteSet& lead, int max_count);
+
 // Collects named rules, then lowers them. Rule names are what users wrote (GBNF) or generated
 // names (JSON Schema, regex); lowering adds helper rules named "<rule>_<n>".
 class GrammarBuilder {

@@ -1,6 +1,6 @@
 #include "structured/grammar_cache.h"
 
-#include <fmt/format.h>
+#include <chrono>
 
 #include "core/check.h"
 #include "structured/gbnf.h"
@@ -9,25 +9,19 @@
 
 namespace miniinfer::structured {
 
-std::string StructuredSpec::key() const {
-    std::string k = fmt::format("{}:{}:", int(kind), text.size());
-    k += text;
-    for (const std::string& c : choices) k += fmt::format(":{}:{}", c.size(), c);
-    k += fmt::format("|{}:{}{}:{}", prefix.size(), prefix, suffix.size(), suffix);
-    return k;
-}
+namespace {
 
-Grammar build_grammar(const StructuredSpec& spec) {
+Grammar constraint_grammar(const StructuredOutput& spec) {
     switch (spec.kind) {
-        case StructuredSpec::Kind::kJsonSchema:
+        case StructuredOutput::Kind::kJsonSchema:
             return json_schema_grammar(spec.text, spec.prefix, spec.suffix);
-        case StructuredSpec::Kind::kJsonObject:
+        case StructuredOutput::Kind::kJsonObject:
             return any_json_grammar();
-        case StructuredSpec::Kind::kRegex:
+        case StructuredOutput::Kind::kRegex:
             return regex_grammar(spec.text);
-        case StructuredSpec::Kind::kGrammar:
+        case StructuredOutput::Kind::kGrammar:
             return parse_gbnf(spec.text);
-        case StructuredSpec::Kind::kChoice: {
+        case StructuredOutput::Kind::kChoice: {
             if (spec.choices.empty()) fail("choice: the list of choices is empty");
             std::vector<ExprPtr> branches;
             for (const std::string& c : spec.choices) branches.push_back(literal(c));
@@ -39,10 +33,22 @@ Grammar build_grammar(const StructuredSpec& spec) {
     MI_CHECK(false, "unknown structured output kind {}", int(spec.kind));
 }
 
+}  // namespace
+
+Grammar build_grammar(const StructuredOutput& spec) {
+    Grammar g = constraint_grammar(spec);
+    if (spec.reasoning_end.empty()) return g;
+    ByteSet newline;
+    newline.set('\n');
+    return with_optional_lead(std::move(g), newline, 2);
+}
+
 GrammarCache::GrammarCache(std::shared_ptr<const Vocabulary> vocab, size_t max_entries)
     : vocab_(std::move(vocab)), max_entries_(max_entries) {}
 
-std::shared_ptr<const CompiledGrammar> GrammarCache::get(const StructuredSpec& spec) {
+std::shared_ptr<const CompiledGrammar> GrammarCache::get(const StructuredOutput& spec,
+                                                         double* compile_seconds) {
+    if (compile_seconds) *compile_seconds = 0;
     const std::string key = spec.key();
     {
         std::lock_guard lock(mutex_);
@@ -53,7 +59,11 @@ std::shared_ptr<const CompiledGrammar> GrammarCache::get(const StructuredSpec& s
         }
         ++num_misses_;
     }
+    const auto start = std::chrono::steady_clock::now();
     auto compiled = std::make_shared<const CompiledGrammar>(build_grammar(spec), vocab_);
+    if (compile_seconds)
+        *compile_seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::lock_guard lock(mutex_);
     if (auto it = index_.find(key); it != index_.end()) return it->second->second;
     lru_.emplace_front(key, compiled);

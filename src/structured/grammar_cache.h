@@ -1,5 +1,6 @@
-// What a request asks its output to follow, and the compiled grammars of one vocabulary,
-// cached by content: the same schema sent by many requests is compiled once.
+// The grammar a request's StructuredOutput (config/structured_output.h) asks its output to
+// follow, and the compiled grammars of one vocabulary, cached by content: the same schema sent
+// by many requests is compiled once.
 #pragma once
 
 #include <cstdint>
@@ -10,33 +11,26 @@
 #include <unordered_map>
 #include <vector>
 
+#include "config/structured_output.h"
 #include "structured/compiled_grammar.h"
 
 namespace miniinfer::structured {
 
-struct StructuredSpec {
-    enum class Kind { kJsonSchema, kJsonObject, kRegex, kGrammar, kChoice };
-    Kind kind = Kind::kJsonObject;
-    std::string text;                  // the schema (JSON text), the regex or the GBNF grammar
-    std::vector<std::string> choices;  // kChoice: the output is exactly one of these
-    // kJsonSchema: texts around the document (a tool call's "<tool_call>\n" and "\n</tool_call>").
-    std::string prefix, suffix;
-
-    // Identifies the spec's content (the cache key).
-    std::string key() const;
-};
-
-// The grammar a spec describes. Error (naming what is wrong) for a bad schema, regex or grammar.
-Grammar build_grammar(const StructuredSpec& spec);
+// The grammar a constraint describes (with reasoning_end set: after up to two newlines).
+// Error (naming what is wrong) for a bad schema, regex or grammar.
+Grammar build_grammar(const StructuredOutput& spec);
 
 class GrammarCache {
   public:
     explicit GrammarCache(std::shared_ptr<const Vocabulary> vocab, size_t max_entries = 128);
 
-    // The compiled grammar of spec, compiling it on a miss (outside the lock, so two threads
-    // may compile one spec at once; the first stored wins). Throws what build_grammar throws;
-    // failures are not cached. Thread-safe. The least recently used entry goes when full.
-    std::shared_ptr<const CompiledGrammar> get(const StructuredSpec& spec);
+    // The compiled grammar of spec (cached by spec.key()), compiling it on a miss (outside the
+    // lock, so two threads may compile one spec at once; the first stored wins). Throws what
+    // build_grammar throws; failures are not cached. Thread-safe. The least recently used entry
+    // goes when full. compile_seconds, when given: the time this call spent building and
+    // compiling the grammar (0 when it was cached).
+    std::shared_ptr<const CompiledGrammar> get(const StructuredOutput& spec,
+                                               double* compile_seconds = nullptr);
 
     const Vocabulary& vocab() const { return *vocab_; }
     int64_t num_hits() const;

@@ -3,6 +3,8 @@ model prefers, the answer follows the schema, regex or choice and ends with "sto
 gives the same text; a bad constraint is a 400 naming it. Both engine modes."""
 import json
 import re
+import time
+import urllib.request
 
 import openai
 import pytest
@@ -66,10 +68,29 @@ def test_bad_constraints_are_400s_naming_them(client):
         client.completions.create(model=DEMO, prompt="x", max_tokens=5,
                                   extra_body={"guided_json": {"type": "array", "uniqueItems": True}})
     assert "uniqueItems" in str(e.value)
-    with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model=DEMO, max_tokens=5, messages=[{"role": "user", "content": "x"}],
-                                       response_format={"type": "json_object"})
-    assert "enable_thinking" in str(e.value)
+
+
+THINK_END = 151668  # "</think>" in Qwen3's tokenizer
+
+
+def test_thinking_is_free_and_the_answer_after_it_follows_the_schema(client):
+    """Thinking on (Qwen3's default): the constraint starts after "</think>" (a bias makes the random
+    model write it soon); the answer, the content after the reasoning, parses against the schema."""
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"},
+                                               "n": {"type": "integer", "minimum": 0, "maximum": 99}},
+              "required": ["ok", "n"]}
+    for seed in range(3):
+        r = client.chat.completions.create(
+            model=DEMO, max_tokens=100, seed=seed, messages=[{"role": "user", "content": "Think, then JSON"}],
+            logit_bias={str(THINK_END): 30}, response_format={
+                "type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
+        choice = r.choices[0]
+        assert choice.finish_reason == "stop", choice
+        # The random model does not open with "<think>", so no reasoning is split off: the answer
+        # is what follows "</think>" in the content.
+        answer = choice.message.content.split("</think>")[-1]
+        doc = json.loads(answer)
+        assert isinstance(doc["ok"], bool) and 0 <= doc["n"] <= 99
 
 
 def test_named_and_required_tool_choice_force_a_call(client):
@@ -88,3 +109,26 @@ def test_named_and_required_tool_choice_force_a_call(client):
             assert isinstance(args["city"], str) and len(args["city"]) <= 10
         else:
             assert choice == "required" and args["zone"] in ("CET", "UTC")
+
+
+def metric(server, name):
+    body = urllib.request.urlopen(server.url + "/metrics", timeout=10).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
+               if line.startswith(name + "{"))
+
+
+def test_mask_and_compile_times_are_in_the_metrics(server, client):
+    """Each masked step and each grammar compiled is counted in /metrics (from the engine core's
+    process too, under --use-multiprocess)."""
+    masks = metric(server, "miniinfer:structured_mask_seconds_count")
+    compiles = metric(server, "miniinfer:grammar_compile_seconds_count")
+    text, finish = both(client.completions.create, model=DEMO, prompt="Code:", max_tokens=20, seed=2,
+                        extra_body={"guided_regex": "metrics-[0-9]{2}"})
+    assert finish == "stop" and re.fullmatch("metrics-[0-9]{2}", text)
+    # The outputs message carrying the last step's times may trail the response by a moment.
+    deadline = time.time() + 10
+    while metric(server, "miniinfer:structured_mask_seconds_count") < masks + 2 and time.time() < deadline:
+        time.sleep(0.05)
+    assert metric(server, "miniinfer:structured_mask_seconds_count") >= masks + 2  # two requests
+    assert metric(server, "miniinfer:grammar_compile_seconds_count") == compiles + 1  # one compile
+    assert metric(server, "miniinfer:grammar_compile_seconds_sum") > 0

@@ -18,6 +18,8 @@ int main() {
         m.observe_time_per_output_token(s / 10);
         m.observe_inter_token_latency(s / 10);
         m.observe_e2e_request_latency(s * 3);
+        m.observe_structured_mask(s / 1000);
+        m.observe_grammar_compile(s / 10);
     }
     std::fputs(m.render().c_str(), stdout);
     return 0;

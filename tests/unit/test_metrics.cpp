@@ -56,6 +56,29 @@ TEST(Metrics, FreshRenderHasEverySeriesAtZero) {
     EXPECT_NE(body.find("# HELP vllm:num_requests_waiting "), std::string::npos);
 }
 
+TEST(Metrics, StructuredOutputTimesAreHistograms) {
+    Metrics m("qwen");
+    auto s = samples(m.render());
+    for (const char* name :
+         {"miniinfer:structured_mask_seconds", "miniinfer:grammar_compile_seconds"}) {
+        EXPECT_EQ(s.at(std::string(name) + "_count" + kLabel), 0.0) << name;
+        EXPECT_EQ(s.at(std::string(name) + "_sum" + kLabel), 0.0) << name;
+    }
+    m.observe_structured_mask(0.00002);
+    m.observe_structured_mask(0.003);
+    m.observe_grammar_compile(0.9);
+    const std::string body = m.render();
+    s = samples(body);
+    EXPECT_EQ(s["miniinfer:structured_mask_seconds_count" + kLabel], 2);
+    EXPECT_DOUBLE_EQ(s["miniinfer:structured_mask_seconds_sum" + kLabel], 0.00302);
+    EXPECT_EQ(s["miniinfer:structured_mask_seconds_bucket{model_name=\"qwen\",le=\"2.5e-05\"}"], 1);
+    EXPECT_EQ(s["miniinfer:structured_mask_seconds_bucket{model_name=\"qwen\",le=\"+Inf\"}"], 2);
+    EXPECT_EQ(s["miniinfer:grammar_compile_seconds_count" + kLabel], 1);
+    EXPECT_EQ(s["miniinfer:grammar_compile_seconds_bucket{model_name=\"qwen\",le=\"0.5\"}"], 0);
+    EXPECT_EQ(s["miniinfer:grammar_compile_seconds_bucket{model_name=\"qwen\",le=\"1.0\"}"], 1);
+    EXPECT_NE(body.find("# TYPE miniinfer:grammar_compile_seconds histogram\n"), std::string::npos);
+}
+
 TEST(Metrics, GaugesOverwriteCountersAccumulate) {
     Metrics m("qwen");
     m.set_requests(3, 7);
@@ -147,7 +170,9 @@ TEST(Metrics, LabelValuesAreEscaped) {
     // No raw newline leaked into a sample line: every line is a comment or ends in a number.
     std::istringstream in(body);
     for (std::string line; std::getline(in, line);)
-        EXPECT_TRUE(line.starts_with("# ") || line.starts_with("vllm:")) << line;
+        EXPECT_TRUE(line.starts_with("# ") || line.starts_with("vllm:") ||
+                    line.starts_with("miniinfer:"))
+            << line;
 }
 
 TEST(Metrics, ConcurrentUpdatesAreAllCounted) {

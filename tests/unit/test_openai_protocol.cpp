@@ -287,33 +287,50 @@ TEST(StructuredFields, EachFieldReachesTheParams) {
     };
     EXPECT_FALSE(parsed({{"response_format", {{"type", "text"}}}}));
     EXPECT_EQ(parsed({{"response_format", {{"type", "json_object"}}}}),
-              (StructuredOutput{
-                  .kind = kJsonObject, .text = "", .choices = {}, .prefix = {}, .suffix = {}}));
-    const StructuredOutput json{
-        .kind = kJsonSchema, .text = schema.dump(), .choices = {}, .prefix = {}, .suffix = {}};
+              (StructuredOutput{.kind = kJsonObject,
+                                .text = "",
+                                .choices = {},
+                                .prefix = {},
+                                .suffix = {},
+                                .reasoning_end = {}}));
+    const StructuredOutput json{.kind = kJsonSchema,
+                                .text = schema.dump(),
+                                .choices = {},
+                                .prefix = {},
+                                .suffix = {},
+                                .reasoning_end = {}};
     EXPECT_EQ(parsed({{"response_format",
                        {{"type", "json_schema"},
                         {"json_schema", {{"name", "x"}, {"schema", schema}, {"strict", true}}}}}}),
               json);
     EXPECT_EQ(parsed({{"guided_json", schema}}), json);
     EXPECT_EQ(parsed({{"structured_outputs", {{"json", schema}}}}), json);
-    EXPECT_EQ(parsed({{"guided_regex", "[a-z]+"}}),
-              (StructuredOutput{
-                  .kind = kRegex, .text = "[a-z]+", .choices = {}, .prefix = {}, .suffix = {}}));
+    EXPECT_EQ(parsed({{"guided_regex", "[a-z]+"}}), (StructuredOutput{.kind = kRegex,
+                                                                      .text = "[a-z]+",
+                                                                      .choices = {},
+                                                                      .prefix = {},
+                                                                      .suffix = {},
+                                                                      .reasoning_end = {}}));
     EXPECT_EQ(parsed({{"structured_outputs", {{"grammar", "root ::= \"a\""}}}}),
               (StructuredOutput{.kind = kGrammar,
                                 .text = "root ::= \"a\"",
                                 .choices = {},
                                 .prefix = {},
-                                .suffix = {}}));
+                                .suffix = {},
+                                .reasoning_end = {}}));
     EXPECT_EQ(parsed({{"guided_grammar", "root ::= \"a\""}}),
               (StructuredOutput{.kind = kGrammar,
                                 .text = "root ::= \"a\"",
                                 .choices = {},
                                 .prefix = {},
-                                .suffix = {}}));
-    const StructuredOutput choice{
-        .kind = kChoice, .text = "", .choices = {"a", "b"}, .prefix = {}, .suffix = {}};
+                                .suffix = {},
+                                .reasoning_end = {}}));
+    const StructuredOutput choice{.kind = kChoice,
+                                  .text = "",
+                                  .choices = {"a", "b"},
+                                  .prefix = {},
+                                  .suffix = {},
+                                  .reasoning_end = {}};
     EXPECT_EQ(parsed({{"guided_choice", {"a", "b"}}}), choice);
     EXPECT_EQ(parsed({{"structured_outputs", {{"choice", {"a", "b"}}}}}), choice);
     // The pipeline's engine core gets the params as JSON.
@@ -374,18 +391,34 @@ TEST(StructuredFields, ToolChoiceRequiredOrNamedForcesOneCall) {
                 HasSubstr("needs 'tools'"));
 }
 
-// A thinking model would write <think> where the constraint starts: chat needs thinking off.
-TEST(StructuredFields, ChatNeedsThinkingOff) {
+// A thinking model reasons first: the constraint starts after "</think>" when the template
+// leaves the model thinking, and at the first token when the prompt closed the block itself.
+TEST(StructuredFields, ChatWithThinkingConstrainsTheAnswerAfterThinkEnd) {
     Json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
                  {"response_format", {{"type", "json_object"}}}};
-    EXPECT_THAT(error_of([&] { parse_chat_request(body, SamplingParams{}, kRender); }),
-                HasSubstr("enable_thinking"));
+    auto reasoning_end = [&](const auto& render) {
+        return parse_chat_request(body, SamplingParams{}, render)
+            .params.structured_outputs->reasoning_end;
+    };
+    EXPECT_EQ(reasoning_end(kRender), "</think>");  // Qwen3, enable_thinking true by default
     body["chat_template_kwargs"] = {{"enable_thinking", false}};
-    EXPECT_TRUE(parse_chat_request(body, SamplingParams{}, kRender).params.structured_outputs);
+    EXPECT_EQ(reasoning_end(kRender), "");
+    // Qwen3.5 opens the block in its generation prompt.
+    const auto opens = [](const Json&, const Json&, const Json&) {
+        return std::string("<|im_start|>assistant\n<think>\n");
+    };
+    EXPECT_EQ(reasoning_end(opens), "</think>");
     // A template without thinking renders the same prompt either way.
     body.erase("chat_template_kwargs");
     const auto no_thinking = [](const Json& m, const Json&, const Json&) { return m.dump(); };
-    EXPECT_TRUE(parse_chat_request(body, SamplingParams{}, no_thinking).params.structured_outputs);
+    EXPECT_EQ(reasoning_end(no_thinking), "");
+    // A forced tool call follows the reasoning too, and the field crosses the pipeline.
+    body.erase("response_format");
+    body["tools"] = {{{"type", "function"}, {"function", {{"name", "f"}}}}};
+    body["tool_choice"] = "required";
+    const SamplingParams p = parse_chat_request(body, SamplingParams{}, kRender).params;
+    EXPECT_EQ(p.structured_outputs->reasoning_end, "</think>");
+    EXPECT_EQ(SamplingParams::from_json(p.to_json(), {}).structured_outputs, p.structured_outputs);
 }
 
 TEST(RequestFields, HonouredSamplingFieldsReachTheParams) {

@@ -4,11 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <mutex>
 #include <regex>
 #include <set>
+#include <thread>
 
 #include "core/json.h"
 #include "engine/llm_engine.h"
+#include "engine/request_inputs.h"
 #include "structured/grammar_cache.h"
 #include "structured_testing.h"
 
@@ -30,19 +34,19 @@ SamplingParams constrained(StructuredOutput::Kind kind, std::string text, uint64
     p.max_tokens = 300;  // bounded documents end well before (a safety net: "length" fails)
     p.temperature = seed % 2 ? 1.0 : 0.0;
     p.seed = seed;
-    p.structured_outputs = StructuredOutput{
-        .kind = kind, .text = std::move(text), .choices = {}, .prefix = {}, .suffix = {}};
+    p.structured_outputs = StructuredOutput{.kind = kind,
+                                            .text = std::move(text),
+                                            .choices = {},
+                                            .prefix = {},
+                                            .suffix = {},
+                                            .reasoning_end = {}};
     return p;
 }
 
 // The engine's own grammar accepts the whole text as a complete document.
 bool grammar_accepts(const StructuredOutput& spec, const std::string& text) {
-    structured::StructuredSpec s;
-    s.kind = structured::StructuredSpec::Kind(int(spec.kind));
-    s.text = spec.text;
-    s.choices = spec.choices;
     structured::GrammarMatcher m(std::make_shared<const structured::CompiledGrammar>(
-        structured::build_grammar(s), miniinfer::testing::byte_vocab()));
+        structured::build_grammar(spec), miniinfer::testing::byte_vocab()));
     return m.accept_bytes(text) && m.can_end();
 }
 
@@ -126,4 +130,155 @@ TEST(StructuredEngine, BadConstraintsAreErrorsNamingTheProblem) {
     eos.ignore_eos = true;
     EXPECT_THAT(error_of(eos), HasSubstr("ignore_eos"));
     EXPECT_FALSE(engine.has_unfinished());
+}
+
+namespace {
+
+// The tokens after `id` (the whole output when it never came), decoded without the EOS.
+std::string text_after(const RequestOutput& o, int32_t id, const Tokenizer& tokenizer) {
+    auto at = std::find(o.token_ids.begin(), o.token_ids.end(), id);
+    if (at != o.token_ids.end())
+        ++at;
+    else
+        at = o.token_ids.begin();
+    return tokenizer.decode(std::vector<int32_t>(at, o.token_ids.end()), true);
+}
+
+}  // namespace
+
+// A thinking model's reasoning is free; the constraint starts after "</think>". A bias on
+// "</think>" makes the random model close its block within a few free tokens (seeds 4 and 6
+// write some first).
+TEST(StructuredEngine, ReasoningIsFreeAndTheAnswerAfterThinkEndFollowsTheSchema) {
+    LLMEngine engine(demo_config());
+    const int32_t think_end = *engine.tokenizer()->token_to_id("</think>");
+    const std::string schema =
+        R"({"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer",
+            "minimum": 0, "maximum": 99}}, "required": ["ok", "n"]})";
+    std::vector<SamplingParams> params;
+    for (uint64_t seed = 1; seed <= 8; ++seed) {
+        SamplingParams p = constrained(StructuredOutput::Kind::kJsonSchema, schema, seed);
+        p.temperature = 1.0;
+        p.structured_outputs->reasoning_end = "</think>";
+        p.logit_bias = {{think_end, 30.0f}};
+        params.push_back(p);
+    }
+    const std::vector<RequestOutput> outs = engine.generate(
+        std::vector<Prompt>(params.size(), Prompt::from_text("Think, then JSON")), params);
+    size_t num_thought = 0;
+    for (const RequestOutput& o : outs) {
+        SCOPED_TRACE(::testing::Message() << "output: " << o.text);
+        ASSERT_EQ(o.finish_reason, "stop") << o.error;
+        const auto end = std::find(o.token_ids.begin(), o.token_ids.end(), think_end);
+        ASSERT_NE(end, o.token_ids.end());
+        num_thought += end != o.token_ids.begin();
+        const std::string answer = text_after(o, think_end, *engine.tokenizer());
+        EXPECT_TRUE(grammar_accepts(*params[0].structured_outputs, answer)) << answer;
+        EXPECT_TRUE(Json::accept(answer)) << answer;
+    }
+    EXPECT_GT(num_thought, 0u);  // some wrote free tokens before "</think>"
+}
+
+// With known outputs (ScriptedRunner, which ignores masks): the matcher takes nothing up to
+// "</think>", then the answer must follow the grammar; without reasoning_end, or when the
+// tokenizer has no such token, the constraint holds from the first token.
+TEST(StructuredEngine, ConstraintStartsAfterReasoningEndToken) {
+    const std::filesystem::path scripts =
+        std::filesystem::temp_directory_path() / "miniinfer_structured_reasoning.json";
+    {
+        std::ofstream f(scripts);
+        f << Json::array(
+                 {{{"when", "good"}, {"text", "<think>\nNot JSON { at all\n</think>\n\n{\"a\":1}"}},
+                  {{"when", "bad"}, {"text", "<think>\nfine\n</think>\n\nnot json"}},
+                  {{"when", "plain"}, {"text", "{\"a\":2}"}}})
+                 .dump();
+    }
+    EngineConfig config = demo_config();
+    config.scripted_outputs = scripts.string();
+    LLMEngine engine(config);
+    SamplingParams p = constrained(StructuredOutput::Kind::kJsonObject, "", 0);
+    p.structured_outputs->reasoning_end = "</think>";
+    SamplingParams no_token = p;
+    no_token.structured_outputs->reasoning_end = "<no such token>";
+    SamplingParams from_start = p;
+    from_start.structured_outputs->reasoning_end.clear();
+    const std::vector<RequestOutput> outs = engine.generate(
+        {Prompt::from_text("good"), Prompt::from_text("bad"), Prompt::from_text("plain"),
+         Prompt::from_text("good"), Prompt::from_text("good"), Prompt::from_text("plain")},
+        {p, p, p, no_token, from_start, from_start});
+    std::filesystem::remove(scripts);
+    EXPECT_EQ(outs[0].finish_reason, "stop") << outs[0].error;
+    EXPECT_EQ(outs[0].text, "<think>\nNot JSON { at all\n</think>\n\n{\"a\":1}");
+    EXPECT_EQ(outs[1].finish_reason, "error");
+    EXPECT_THAT(outs[1].error, HasSubstr("allows no token"));
+    EXPECT_EQ(outs[2].finish_reason, "stop")
+        << outs[2].error;  // "</think>" never came: all of it was reasoning, free (as vLLM)
+    EXPECT_EQ(outs[2].text, "{\"a\":2}");
+    EXPECT_EQ(outs[3].finish_reason, "error");  // no "<no such token>": constrained at once
+    EXPECT_EQ(outs[4].finish_reason, "error");
+    EXPECT_EQ(outs[5].finish_reason, "stop") << outs[5].error;
+}
+
+// The server's metrics hook: each step that filled masks reports once, each compile once (a
+// spec already in the process's cache costs and reports nothing).
+TEST(StructuredEngine, TimersReportMaskStepsAndCompiles) {
+    LLMEngine engine(demo_config());
+    std::vector<double> masks, compiles;
+    engine.set_structured_timers({.mask = [&](double s) { masks.push_back(s); },
+                                  .compile = [&](double s) { compiles.push_back(s); }});
+    const SamplingParams p =
+        constrained(StructuredOutput::Kind::kRegex, "timers-[0-9]{1,3}( ok)?", 3);
+    const RequestOutput first = engine.generate({Prompt::from_text("a")}, p)[0];
+    ASSERT_EQ(first.finish_reason, "stop") << first.error;
+    ASSERT_EQ(compiles.size(), 1u);
+    EXPECT_GT(compiles[0], 0.0);
+    // One mask a step: one per generated token, and one for the token the overlap launches
+    // after the last (dropped).
+    EXPECT_GE(masks.size(), first.token_ids.size());
+    EXPECT_LE(masks.size(), first.token_ids.size() + 1);
+    engine.generate({Prompt::from_text("b")}, p);
+    EXPECT_EQ(compiles.size(), 1u);
+    EXPECT_GT(masks.size(), first.token_ids.size());
+}
+
+// What the pipeline's tokenizer process checks before the engine core: the same errors as
+// add_request, without a vocabulary.
+TEST(StructuredEngine, ConstraintsAreCheckedWithoutTheEngine) {
+    auto error_of = [](const SamplingParams& p) {
+        try {
+            check_structured_output(p);
+        } catch (const Error& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    EXPECT_EQ(error_of(SamplingParams{}), "no error");
+    EXPECT_EQ(error_of(constrained(StructuredOutput::Kind::kRegex, "[a-z]+", 0)), "no error");
+    EXPECT_THAT(error_of(constrained(StructuredOutput::Kind::kJsonSchema,
+                                     R"({"type": "array", "uniqueItems": true})", 0)),
+                HasSubstr("uniqueItems"));
+    EXPECT_THAT(error_of(constrained(StructuredOutput::Kind::kGrammar, "root ::= foo", 0)),
+                HasSubstr("foo"));
+}
+
+// The server compiles on the request's thread (precompile): the engine thread's add_request
+// then finds the grammar cached.
+TEST(StructuredEngine, PrecompileOnAnotherThreadLeavesTheEngineACacheHit) {
+    LLMEngine engine(demo_config());
+    std::mutex mutex;
+    std::vector<std::thread::id> compiled_on;
+    engine.set_structured_timers({.mask = {}, .compile = [&](double) {
+                                      std::lock_guard lock(mutex);
+                                      compiled_on.push_back(std::this_thread::get_id());
+                                  }});
+    const SamplingParams p = constrained(StructuredOutput::Kind::kRegex, "precompiled-[a-z]{2}", 1);
+    std::thread([&] { engine.precompile(p); }).join();
+    ASSERT_EQ(compiled_on.size(), 1u);
+    EXPECT_NE(compiled_on[0], std::this_thread::get_id());
+    const RequestOutput out = engine.generate({Prompt::from_text("x")}, p)[0];
+    EXPECT_EQ(out.finish_reason, "stop") << out.error;
+    EXPECT_EQ(compiled_on.size(), 1u);
+    EXPECT_THROW(engine.precompile(constrained(StructuredOutput::Kind::kRegex, "(", 0)), Error);
+    engine.precompile(SamplingParams{});  // no constraint: nothing to do
+    EXPECT_EQ(compiled_on.size(), 1u);
 }

@@ -218,21 +218,37 @@ TEST(StructuredJson, ErrorsNameTheKeyword) {
 
 TEST(StructuredGrammarCache, CompilesOnceByContent) {
     GrammarCache cache(miniinfer::testing::byte_vocab());
-    StructuredSpec a{StructuredSpec::Kind::kRegex, "a+", {}, {}, {}};
-    StructuredSpec b{StructuredSpec::Kind::kGrammar, "root ::= \"a\"+", {}, {}, {}};
+    StructuredOutput a{StructuredOutput::Kind::kRegex, "a+", {}, {}, {}, {}};
+    StructuredOutput b{StructuredOutput::Kind::kGrammar, "root ::= \"a\"+", {}, {}, {}, {}};
     auto g1 = cache.get(a);
     EXPECT_EQ(cache.get(a), g1);
     EXPECT_NE(cache.get(b), g1);
     EXPECT_EQ(cache.num_hits(), 1);
     EXPECT_EQ(cache.num_misses(), 2);
     EXPECT_THAT(error_of([&] {
-                    cache.get({StructuredSpec::Kind::kRegex, "(", {}, {}, {}});
+                    cache.get({StructuredOutput::Kind::kRegex, "(", {}, {}, {}, {}});
                 }),
                 HasSubstr("regex"));
-    StructuredSpec choice{StructuredSpec::Kind::kChoice, "", {"yes", "no"}, {}, {}};
+    StructuredOutput choice{StructuredOutput::Kind::kChoice, "", {"yes", "no"}, {}, {}, {}};
     GrammarMatcher m(cache.get(choice));
     EXPECT_TRUE(m.accept_bytes("no"));
     EXPECT_TRUE(m.must_end());
+}
+
+// After "</think>" Qwen writes a blank line: a constraint with reasoning_end takes up to two
+// newlines before its document, and is a different grammar (cache key) from the plain one.
+TEST(StructuredGrammarCache, ReasoningEndAllowsTheBlankLineBeforeTheDocument) {
+    StructuredOutput spec{StructuredOutput::Kind::kRegex, "ab", {}, {}, {}, {}};
+    StructuredOutput after_think = spec;
+    after_think.reasoning_end = "</think>";
+    EXPECT_NE(spec.key(), after_think.key());
+    for (const char* text : {"ab", "\nab", "\n\nab"}) {
+        EXPECT_TRUE(matches(build_grammar(after_think), text)) << text;
+        EXPECT_EQ(matches(build_grammar(spec), text), std::string_view(text) == "ab") << text;
+    }
+    EXPECT_FALSE(matches(build_grammar(after_think), "\n\n\nab"));
+    EXPECT_FALSE(matches(build_grammar(after_think), "\n\n"));
+    EXPECT_FALSE(matches(build_grammar(after_think), " ab"));
 }
 
 TEST(StructuredMatcher, RollbackAndStop) {

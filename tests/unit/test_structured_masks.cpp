@@ -132,7 +132,7 @@ TEST(StructuredMasks, SchemaSuiteTokenByTokenOnQwen3Vocabulary) {
     const int32_t stop = vocab.stop_ids()[0];
     for (size_t i = 0; i < suite.size(); i += 4) {
         const auto& c = suite[i];
-        auto compiled = cache.get({StructuredSpec::Kind::kJsonSchema, c.schema, {}, {}, {}});
+        auto compiled = cache.get({StructuredOutput::Kind::kJsonSchema, c.schema, {}, {}, {}, {}});
         for (const std::string& text : c.valid) {
             GrammarMatcher m(compiled);
             for (int32_t id : miniinfer::testing::qwen3_tokenizer().encode(text)) {
