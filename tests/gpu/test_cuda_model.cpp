@@ -149,16 +149,25 @@ TEST(CudaRunner, PenalisedRowsMatchCpuSampler) {
     EXPECT_GT(changed_by_penalties, 0) << "the test's penalties changed no token";
 }
 
-// The engine end to end on the GPU: text in, greedy tokens out, compared with Hugging Face.
-TEST(CudaEngine, DemoGreedyAgreesWithHuggingFace) {
-    REQUIRE_GPU();
+namespace {
+
+// The bundled demo model (real tokenizer, random weights) on the GPU, 8 sequences at a time.
+EngineConfig demo_engine_config() {
     EngineConfig c;
     c.model_dir = (kFixtures / "qwen3-demo").string();
     c.device = "cuda";
     c.max_model_len = 512;
     c.max_num_seqs = 8;
     c.gpu_memory_utilization = 0.3;
-    LLMEngine engine(c);
+    return c;
+}
+
+}  // namespace
+
+// The engine end to end on the GPU: text in, greedy tokens out, compared with Hugging Face.
+TEST(CudaEngine, DemoGreedyAgreesWithHuggingFace) {
+    REQUIRE_GPU();
+    LLMEngine engine(demo_engine_config());
     SamplingParams p;
     p.temperature = 0;
     p.max_tokens = 32;
@@ -188,13 +197,7 @@ TEST(CudaEngine, DemoGreedyAgreesWithHuggingFace) {
 // with EOS; greedy and seeded rows and an unconstrained row share the batches.
 TEST(CudaEngine, StructuredOutputFollowsSchemaAndRegex) {
     REQUIRE_GPU();
-    EngineConfig c;
-    c.model_dir = (kFixtures / "qwen3-demo").string();
-    c.device = "cuda";
-    c.max_model_len = 512;
-    c.max_num_seqs = 8;
-    c.gpu_memory_utilization = 0.3;
-    LLMEngine engine(c);
+    LLMEngine engine(demo_engine_config());
     const std::string schema = R"({"type": "object", "properties": {
         "name": {"type": "string", "maxLength": 8},
         "age": {"type": "integer", "minimum": 0, "maximum": 120}},
