@@ -64,7 +64,9 @@ class SamplingParams:
         truncate_prompt_tokens: keep only the prompt's last k tokens (-1: max_model_len).
         structured_outputs: the output follows a constraint, vLLM's StructuredOutputsParams or
             a dict with exactly one of json (a schema), json_object (True), regex, grammar
-            (GBNF), choice (a list of strings); ends with EOS (finish_reason "stop").
+            (GBNF), choice (a list of strings); ends with EOS (finish_reason "stop"). Its
+            MiniInfer key reasoning_end (a token's text, e.g. "</think>") leaves the output
+            free up to that token, as the server does for a thinking model.
         best_of, prompt_logprobs, detokenize, spaces_between_special_tokens,
             guided_decoding, logits_processors, extra_args: vLLM's; values MiniInfer does not
             implement raise ValueError (the engine's request-field table, as the server's).
