@@ -26,46 +26,9 @@ constexpr float kLogitTolerance = 1e-3f;  // test_model.cpp's, for fp32 on the s
 // next layers amplify: looser than kLogitTolerance.
 constexpr float kW8A8Tolerance = 1e-2f;
 
+using miniinfer::testing::Agreement;
 using miniinfer::testing::Reference;
-
-// Teacher-forced over `ref`'s greedy sequences: the logit error of `model` against `ref`'s
-// logits (the greedy logits where the reference has them, else its own model `base`), and how
-// many greedy positions keep the reference's token (all, and those whose top two are more than
-// `clear_gap` nats apart).
-struct Agreement {
-    float max_delta = 0, max_abs = 0;
-    int64_t positions = 0, agree = 0, clear = 0, clear_agree = 0;
-};
-Agreement teacher_forced(const QwenModel& model, const QwenModel& base, const Reference& ref,
-                         size_t p, float clear_gap = 0.5f) {
-    const int64_t vocab = model.config().vocab_size;
-    std::vector<int32_t> seq = ref.prompts[p];
-    seq.insert(seq.end(), ref.greedy[p].begin(), ref.greedy[p].end());
-    const int64_t n = int64_t(seq.size()) - 1, first = int64_t(ref.prompts[p].size()) - 1;
-    const std::span<const int32_t> input(seq.data(), size_t(n));
-    SequenceRunner a(base, n), b(model, n);
-    const Tensor la = a.append(input), lb = b.append(input);
-    Agreement r;
-    for (int64_t t = 0; t < n; ++t) {
-        const float* x = la.data<float>() + t * vocab;
-        const float* y = lb.data<float>() + t * vocab;
-        for (int64_t v = 0; v < vocab; ++v) {
-            r.max_abs = std::max(r.max_abs, std::fabs(x[v]));
-            r.max_delta = std::max(r.max_delta, std::fabs(x[v] - y[v]));
-        }
-        if (t < first) continue;
-        std::vector<float> sorted(x, x + vocab);
-        std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
-        const bool same = std::max_element(y, y + vocab) - y == seq[size_t(t) + 1];
-        ++r.positions;
-        r.agree += same;
-        if (sorted[0] - sorted[1] > clear_gap) {
-            ++r.clear;
-            r.clear_agree += same;
-        }
-    }
-    return r;
-}
+using miniinfer::testing::teacher_forced;
 
 float max_logit_delta(const QwenModel& model, const Reference& ref, size_t p) {
     const int64_t vocab = model.config().vocab_size;
