@@ -160,29 +160,10 @@ Tensor FusedMoE::forward(const Tensor& x, std::span<const int32_t> forced_ids) c
     Tensor logits = router.forward(x);
     std::vector<int32_t> expert_ids(size_t(n * top_k));
     std::vector<float> weights(size_t(n * top_k));
+    MI_CHECK(forced_ids.empty() || int64_t(forced_ids.size()) == n * top_k,
+             "forced routing of {} ids for {} tokens", forced_ids.size(), n);
     cpu::moe_route(logits.data<float>(), n, num_experts, top_k, renormalize, expert_ids.data(),
-                   weights.data());
-    if (!forced_ids.empty()) {
-        MI_CHECK(int64_t(forced_ids.size()) == n * top_k, "forced routing of {} ids for {} tokens",
-                 forced_ids.size(), n);
-        for (int64_t t = 0; t < n; ++t) {
-            const float* row = logits.data<float>() + t * num_experts;
-            const float max_logit = *std::max_element(row, row + num_experts);
-            double sum = 0, chosen = 0;
-            for (int64_t e = 0; e < num_experts; ++e) sum += std::exp(double(row[e] - max_logit));
-            for (int64_t k = 0; k < top_k; ++k) {
-                const int32_t e = forced_ids[size_t(t * top_k + k)];
-                MI_CHECK(e >= 0 && e < num_experts, "forced expert {}", e);
-                chosen += std::exp(double(row[e] - max_logit)) / sum;
-            }
-            for (int64_t k = 0; k < top_k; ++k) {
-                const int32_t e = forced_ids[size_t(t * top_k + k)];
-                const double p = std::exp(double(row[e] - max_logit)) / sum;
-                expert_ids[size_t(t * top_k + k)] = e;
-                weights[size_t(t * top_k + k)] = float(renormalize ? p / chosen : p);
-            }
-        }
-    }
+                   weights.data(), forced_ids.empty() ? nullptr : forced_ids.data());
     if (expert_end >= 0)  // another rank's expert: no row here (its output stays 0)
         for (int32_t& e : expert_ids)
             if (e < expert_begin || e >= expert_end) e = -1;

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <vector>
 
+#include "core/check.h"
 #include "core/dtype.h"
 #include "core/thread_pool.h"
 #include "kernels/cpu/scalar_math.h"
@@ -164,7 +165,7 @@ void paged_attention(const PagedAttentionArgs& a) {
 }
 
 void moe_route(const float* router_logits, int64_t n, int64_t num_experts, int64_t top_k,
-               bool renormalize, int32_t* expert_ids, float* weights) {
+               bool renormalize, int32_t* expert_ids, float* weights, const int32_t* forced_ids) {
     std::vector<float> probs(static_cast<size_t>(num_experts));
     std::vector<int32_t> order(static_cast<size_t>(num_experts));
     for (int64_t t = 0; t < n; ++t) {
@@ -177,6 +178,13 @@ void moe_route(const float* router_logits, int64_t n, int64_t num_experts, int64
         std::iota(order.begin(), order.end(), 0);
         std::stable_sort(order.begin(), order.end(),
                          [&](int32_t x, int32_t y) { return probs[size_t(x)] > probs[size_t(y)]; });
+        if (forced_ids) {
+            for (int64_t k = 0; k < top_k; ++k) {
+                const int32_t e = forced_ids[t * top_k + k];
+                MI_CHECK(e >= 0 && e < num_experts, "forced expert {} of {}", e, num_experts);
+                order[size_t(k)] = e;
+            }
+        }
         float top_sum = 0.f;
         for (int64_t k = 0; k < top_k; ++k) top_sum += probs[size_t(order[size_t(k)])];
         for (int64_t k = 0; k < top_k; ++k) {

@@ -74,9 +74,11 @@ void paged_attention(const PagedAttentionArgs& args);
 
 // Mixture-of-experts routing: softmax over router_logits[n, num_experts], the top_k experts
 // (ties to the lower index), optionally renormalised to sum to 1.
-// expert_ids, weights: [n, top_k].
+// expert_ids, weights: [n, top_k]. forced_ids ([n, top_k], tests): these experts in place of the
+// top_k, weighted by their probabilities the same way.
 void moe_route(const float* router_logits, int64_t n, int64_t num_experts, int64_t top_k,
-               bool renormalize, int32_t* expert_ids, float* weights);
+               bool renormalize, int32_t* expert_ids, float* weights,
+               const int32_t* forced_ids = nullptr);
 
 // out[n, hidden] = Σ_k weights[t,k] · down_e(silu(gate_e x) * up_e x), e = expert_ids[t,k].
 // gate_up: [num_experts, 2 * inter, hidden]; down: [num_experts, hidden, inter].
