@@ -74,25 +74,38 @@ double expected_distinct_experts(int64_t num_experts, int64_t top_k, double toke
 double sol_seconds(const BenchWorkload& w, const ModelConfig& c, int64_t max_num_seqs,
                    const SolHardware& hw, double kv_element_bytes) {
     // Dense weights (read whole every step) and their matmul parameters per token (lm_head
-    // included; embedding rows are a lookup, not a matmul).
+    // included; embedding rows are a lookup, not a matmul). An FP8 checkpoint's quantized
+    // projections read a byte a parameter (their f32 block scales besides) and multiply at twice
+    // the bf16 rate: they count half a bf16 parameter's FLOP time.
     double dense_bytes = 0, matmul_params = double(c.vocab_size * c.hidden_size);
+    auto quantized = [&](const std::string& name) {  // the projections (q_proj ... down_proj)
+        return name.ends_with("_proj.weight") &&
+               c.quantization.quantizes(name.substr(0, name.size() - 7));
+    };
     for (const auto& [name, shape] : expected_tensors(c)) {
         if (name.find(".mlp.experts.") != std::string::npos) continue;
         double n = 1;
         for (int64_t d : shape) n *= double(d);
-        dense_bytes += 2 * n;
+        if (name.ends_with("weight_scale_inv")) {  // f32 block scales
+            dense_bytes += 4 * n;
+            continue;
+        }
+        const bool fp8 = quantized(name);
+        dense_bytes += (fp8 ? 1 : 2) * n;
         if (shape.size() >= 2 && name != "model.embed_tokens.weight" && name != "lm_head.weight")
-            matmul_params += n;
+            matmul_params += fp8 ? n / 2 : n;
     }
-    // One expert of one layer: gate, up and down.
+    // One expert of one layer: gate, up and down (bytes of a parameter: 1 when FP8).
     const double expert_params = 3.0 * double(c.moe_intermediate_size * c.hidden_size);
+    const double expert_bytes =
+        quantized("model.layers.0.mlp.experts.0.down_proj.weight") ? 1.0 : 2.0;
     int64_t moe_layers = 0;
     for (int64_t l = 0; l < c.num_layers; ++l) moe_layers += c.is_moe_layer(l) ? 1 : 0;
-    matmul_params += double(moe_layers * c.num_experts_per_tok) * expert_params;
+    matmul_params += double(moe_layers * c.num_experts_per_tok) * expert_params * expert_bytes / 2;
     auto step_bytes = [&](double tokens) {
         if (moe_layers == 0) return dense_bytes;
         return dense_bytes +
-               double(moe_layers) * 2 * expert_params *
+               double(moe_layers) * expert_bytes * expert_params *
                    expected_distinct_experts(c.num_experts, c.num_experts_per_tok, tokens);
     };
 

@@ -42,7 +42,9 @@ BenchWorkload make_random_workload(int64_t num_prompts, int64_t input_len, int64
 //     E (1 - (1 - k/E)^t) distinct experts on average (expected_distinct_experts). Its FLOPs per
 //     token count k experts per MoE layer, plus the router;
 //   hybrid model: K/V of its full-attention layers only, and each live sequence's Gated DeltaNet
-//     state (ModelConfig::gdn_state_bytes) read and written once a step.
+//     state (ModelConfig::gdn_state_bytes) read and written once a step;
+//   FP8 checkpoint (config.quantization): its quantized projections (experts included) read one
+//     byte a parameter and multiply at twice the bf16 rate (Hopper's FP8 tensor cores).
 struct SolHardware {
     // bytes/s and dense bf16 FLOP/s; these: an H200's (bench takes the card's, bench/gpu_peak.h)
     double hbm_bytes_per_s = 4.8e12, matmul_flops = 790e12;

@@ -47,11 +47,6 @@ std::string describe_layer_pattern(const std::vector<LayerType>& types) {
 
 void check_engine_support(const ModelConfig& config, const std::string& device,
                           int64_t tensor_parallel_size) {
-    if (config.quantization.is_fp8() && device == "cuda")
-        fail(
-            "model_type {}: FP8 block-scaled checkpoints (quantization_config {}) do not run on "
-            "--device cuda yet (--device cpu runs them)",
-            config.model_type, config.quantization.describe());
     if (!config.is_hybrid()) return;
     if (tensor_parallel_size > 1)
         fail(

@@ -8,6 +8,7 @@
 #include "core/cuda/device_buffer.h"
 #include "core/logging.h"
 #include "kernels/cuda/elementwise/fill_random.h"
+#include "kernels/cuda/gemm/fp8_gemm.h"
 #include "models/qwen_cuda_model.h"
 
 namespace miniinfer {
@@ -23,11 +24,14 @@ ModelWeights dummy_cuda_weights(const ModelConfig& config, uint64_t seed,
     };
     writer.write = [&](const std::string& name, const Shape& shape, const WeightBlock& b,
                        DType dtype, void* dst) {
-        MI_CHECK(dtype == DType::kBF16, "dummy_cuda_weights writes bf16, not {} ({})",
+        MI_CHECK(dtype == DType::kBF16 || dtype == DType::kF8E4M3 || dtype == DType::kF32,
+                 "dummy_cuda_weights writes bf16 (and an FP8 checkpoint's e4m3 and f32 scales), "
+                 "not {} ({})",
                  dtype_name(dtype), name);
-        const DummyInit init = dummy_init(name, shape);
+        // An e4m3 weight is unit-scale, as dummy_weights makes it: its scales carry the rest.
+        const DummyInit init = dtype == DType::kF8E4M3 ? DummyInit{} : dummy_init(name, shape);
         const int64_t n = (b.row_end - b.row_begin) * (b.col_end - b.col_begin);
-        Tensor out(dst, DType::kBF16, {n}, Device::kCUDA);
+        Tensor out(dst, dtype, {n}, Device::kCUDA);
         cuda::fill_normal(out,
                           {.cols = b.cols,
                            .row_begin = b.row_begin,
@@ -42,16 +46,20 @@ ModelWeights dummy_cuda_weights(const ModelConfig& config, uint64_t seed,
     MI_CUDA_CHECK(cudaDeviceSynchronize());
     w.stats.seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    MI_LOG_INFO(
-        "dummy weights on the GPU: {} tensors, {:.2f} GB of bf16 (rank {} of {}) in {:.2f} s",
-        w.stats.num_tensors, double(w.stats.bytes_written) / 1e9, target.rank, target.world,
-        w.stats.seconds);
+    MI_LOG_INFO("dummy weights on the GPU: {} tensors, {:.2f} GB (rank {} of {}) in {:.2f} s",
+                w.stats.num_tensors, double(w.stats.bytes_written) / 1e9, target.rank, target.world,
+                w.stats.seconds);
     return w;
 }
 
 std::unique_ptr<CudaModel> make_cuda_model(const ModelConfig& config, ModelWeights weights,
                                            Communicator* comm, const Tuning& tuning) {
     check_engine_support(config, "cuda", comm ? comm->world() : 1);
+    if (config.quantization.is_fp8() && !cuda::fp8_gemm_supported())
+        fail(
+            "{}: FP8 block-scaled checkpoints (quantization_config {}) run on sm_90 GPUs (H100, "
+            "H200) only on --device cuda; --device cpu runs them anywhere",
+            config.model_type, config.quantization.describe());
     switch (config.arch) {
         case Arch::kQwen2:
         case Arch::kQwen3:

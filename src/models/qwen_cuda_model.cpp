@@ -15,19 +15,38 @@
 namespace miniinfer {
 namespace {
 
-// A host bf16 weight to the device; the host copy is released (its last reference dropped).
-// A weight already on the device (dummy_cuda_weights) is taken as it is.
-Tensor upload(Tensor& host) {
+// A host weight of `dtype` to the device; the host copy is released (its last reference
+// dropped). A weight already on the device (dummy_cuda_weights) is taken as it is.
+Tensor upload_as(Tensor& host, DType dtype) {
     if (!host.defined() || host.device() == Device::kCUDA) return std::exchange(host, Tensor());
-    MI_CHECK(host.dtype() == DType::kBF16, "the CUDA model takes bf16 weights, got {}",
+    MI_CHECK(host.dtype() == dtype, "the CUDA model takes {} here, got {}", dtype_name(dtype),
              host.describe());
     Tensor device = cuda::to_device(host);
     host = Tensor();
     return device;
 }
 
-cuda::Linear linear(Tensor& weight, Tensor& bias, Shard shard, Communicator* comm) {
-    return {.weight = upload(weight), .bias = upload(bias), .shard = shard, .comm = comm};
+// bf16 weights (an FP8 checkpoint's projections: e4m3, with f32 scales).
+Tensor upload(Tensor& host) {
+    return upload_as(
+        host, host.defined() && host.dtype() == DType::kF8E4M3 ? DType::kF8E4M3 : DType::kBF16);
+}
+Tensor upload_scale(Tensor& host) {
+    return upload_as(host, DType::kF32);
+}
+
+// scale: the weight's FP8 block scales (undefined for a bf16 weight).
+cuda::Linear linear(Tensor& weight, Tensor& bias, Shard shard, Communicator* comm,
+                    Tensor* scale = nullptr) {
+    cuda::Linear l{.weight = upload(weight),
+                   .bias = upload(bias),
+                   .shard = shard,
+                   .comm = comm,
+                   .weight_scale = scale ? upload_scale(*scale) : Tensor()};
+    MI_CHECK((l.weight.dtype() == DType::kF8E4M3) == l.weight_scale.defined(),
+             "an FP8 weight needs its scales and only an FP8 weight has them ({})",
+             l.weight.describe());
+    return l;
 }
 
 // A zero-centred norm's weight as the kernels take it: 1 + w, rounded to bf16 once.
@@ -111,7 +130,8 @@ QwenCudaModel::QwenCudaModel(ModelConfig config, ModelWeights w, Communicator* c
                                 {&g.in_proj_qkv, &g.in_proj_z, &g.in_proj_b, &g.in_proj_a}, 8),
                             .bias = {},
                             .shard = Shard::kReplicated,
-                            .comm = nullptr},
+                            .comm = nullptr,
+                            .weight_scale = {}},
                 .out_proj = linear(g.out_proj, none, Shard::kRow, comm),
                 .conv1d = upload(g.conv1d),
                 .A_log = upload(g.A_log),
@@ -124,8 +144,8 @@ QwenCudaModel::QwenCudaModel(ModelConfig config, ModelWeights w, Communicator* c
                 .eps = float(c.rms_norm_eps)};
         } else {
             cuda::Attention& a = layer.attention;
-            a.qkv = linear(lw.qkv, lw.qkv_bias, Shard::kColumn, comm);
-            a.o_proj = linear(lw.o_proj, lw.o_bias, Shard::kRow, comm);
+            a.qkv = linear(lw.qkv, lw.qkv_bias, Shard::kColumn, comm, &lw.qkv_scale);
+            a.o_proj = linear(lw.o_proj, lw.o_bias, Shard::kRow, comm, &lw.o_proj_scale);
             a.q_norm = upload_norm(lw.q_norm, zc);
             a.k_norm = upload_norm(lw.k_norm, zc);
             a.inv_freq = inv_freq;
@@ -143,6 +163,8 @@ QwenCudaModel::QwenCudaModel(ModelConfig config, ModelWeights w, Communicator* c
             layer.moe = {.router = linear(lw.router, none, Shard::kReplicated, comm),
                          .experts_gate_up = upload(lw.experts_gate_up),
                          .experts_down = upload(lw.experts_down),
+                         .experts_gate_up_scale = upload_scale(lw.experts_gate_up_scale),
+                         .experts_down_scale = upload_scale(lw.experts_down_scale),
                          .top_k = c.num_experts_per_tok,
                          .renormalize = c.norm_topk_prob,
                          .comm = comm,
@@ -157,8 +179,8 @@ QwenCudaModel::QwenCudaModel(ModelConfig config, ModelWeights w, Communicator* c
                 layer.moe.shared_gate = gate.view({gate.numel()});
             }
         } else {
-            layer.mlp.gate_up = linear(lw.gate_up, none, Shard::kColumn, comm);
-            layer.mlp.down = linear(lw.down, none, Shard::kRow, comm);
+            layer.mlp.gate_up = linear(lw.gate_up, none, Shard::kColumn, comm, &lw.gate_up_scale);
+            layer.mlp.down = linear(lw.down, none, Shard::kRow, comm, &lw.down_scale);
         }
         if (!layer.is_linear) kv_scales_.emplace_back(lw.k_scale, lw.v_scale);
         layers_.push_back(std::move(layer));
@@ -190,7 +212,8 @@ size_t QwenCudaModel::weight_bytes() const {
     size_t bytes = embed_.nbytes() + final_norm_.weight.nbytes();
     if (!config_.tie_word_embeddings) bytes += lm_head_.nbytes();
     auto linear = [](const cuda::Linear& l) {
-        return l.weight.nbytes() + (l.bias.defined() ? l.bias.nbytes() : 0);
+        return l.weight.nbytes() + (l.bias.defined() ? l.bias.nbytes() : 0) +
+               (l.weight_scale.defined() ? l.weight_scale.nbytes() : 0);
     };
     for (const Layer& l : layers_) {
         bytes += l.input_norm.weight.nbytes() + l.post_attention_norm.weight.nbytes();
@@ -206,6 +229,8 @@ size_t QwenCudaModel::weight_bytes() const {
         if (l.is_moe) {
             bytes +=
                 linear(l.moe.router) + l.moe.experts_gate_up.nbytes() + l.moe.experts_down.nbytes();
+            if (l.moe.fp8())
+                bytes += l.moe.experts_gate_up_scale.nbytes() + l.moe.experts_down_scale.nbytes();
             if (l.moe.shared_gate.defined())
                 bytes += linear(l.moe.shared.gate_up) + linear(l.moe.shared.down) +
                          l.moe.shared_gate.nbytes();
@@ -231,6 +256,15 @@ void QwenCudaModel::allocate_activations(int64_t max_tokens, int64_t max_logits)
         if (!layer.is_moe && !mlp_buffers_.act.defined())
             mlp_buffers_ = layer.mlp.allocate_buffers(max_tokens);
     }
+    // FP8 projections quantize their activations into the GEMM's scratch: the widest input.
+    int64_t fp8_k = 0;
+    for (const Layer& layer : layers_) {
+        const cuda::Linear* fp8_linears[] = {&layer.attention.qkv, &layer.attention.o_proj,
+                                             &layer.mlp.gate_up, &layer.mlp.down};
+        for (const cuda::Linear* l : fp8_linears)
+            if (l->weight_scale.defined()) fp8_k = std::max(fp8_k, l->weight.size(1));
+    }
+    if (fp8_k > 0) gemm_.reserve_fp8(max_tokens, fp8_k);
     for (Tensor* t : {&last_hidden_, &last_residual_, &last_normed_})
         *t = cuda::device_tensor({max_logits, H}, DType::kBF16);
     logits_ = cuda::device_tensor({max_logits, V}, DType::kF32);

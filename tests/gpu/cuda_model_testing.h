@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <functional>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -95,6 +96,17 @@ inline std::vector<Case> cases_of(const std::string& name) {
 inline void expect_runner_matches(const std::string& name, CudaModelRunner& gpu) {
     ModelConfig config = ModelConfig::load(kFixtures / name);
     QwenModel cpu_model(config, load_weights(config, kFixtures / name));
+    // An FP8 checkpoint: the GPU quantizes bf16 activations, the CPU f32 ones, so an activation
+    // next to an e4m3 rounding boundary rounds the other way on one side and the random layers
+    // amplify that step: the two differ by about as much as quantizing the activations moves
+    // the model at all. That scale is measured on the CPU (its W8A8 logits against the same
+    // weights dequantized, activations exact) and bounds the logits and the decided positions.
+    std::optional<QwenModel> weight_only;
+    if (config.quantization.is_fp8()) {
+        ModelWeights w = load_weights(config, kFixtures / name);
+        dequantize_fp8_weights(w);
+        weight_only.emplace(config, std::move(w));
+    }
     for (const Case& c : cases_of(name)) {
         const int64_t n =
             int64_t(c.sequence.size()) - 1;  // predict tokens 1..n from positions 0..n-1
@@ -124,6 +136,7 @@ inline void expect_runner_matches(const std::string& name, CudaModelRunner& gpu)
         int64_t num_moe = 0;
         for (int64_t l = 0; l < config.num_layers; ++l) num_moe += config.is_moe_layer(l);
         Tensor trace;
+        std::vector<std::vector<int32_t>> routing(static_cast<size_t>(num_moe));
         if (num_moe > 0) {
             trace = cuda::device_tensor({num_moe, n, top_k}, DType::kI32);
             gpu.trace_routing(&trace);
@@ -138,11 +151,10 @@ inline void expect_runner_matches(const std::string& name, CudaModelRunner& gpu)
             // With the GPU's routing the CPU's logits measure the arithmetic alone, so the
             // dense bound holds (the unforced logits still decide the greedy checks).
             const Tensor ids = cuda::to_host(trace);
-            std::vector<std::vector<int32_t>> routing(static_cast<size_t>(num_moe));
             for (int64_t m = 0; m < num_moe; ++m)
                 routing[size_t(m)].assign(ids.data<int32_t>() + m * n * top_k,
                                           ids.data<int32_t>() + (m + 1) * n * top_k);
-            cpu_model.force_routing(std::move(routing));
+            cpu_model.force_routing(routing);
             SequenceRunner forced(cpu_model, n);
             logits_forced = forced.append(std::span(c.sequence).first(size_t(n)));
             cpu_model.force_routing({});
@@ -156,6 +168,18 @@ inline void expect_runner_matches(const std::string& name, CudaModelRunner& gpu)
         float max_abs = 0, max_delta = 0;
         for (int64_t i = 0; i < n * config.vocab_size; ++i)
             max_abs = std::max(max_abs, std::fabs(logits.data<float>()[i]));
+        float fp8_noise = 0;  // FP8: how far quantizing the activations moves the CPU's logits
+        if (weight_only) {
+            if (num_moe > 0) weight_only->force_routing(routing);
+            SequenceRunner wo(*weight_only, n);
+            const Tensor lw = wo.append(std::span(c.sequence).first(size_t(n)));
+            weight_only->force_routing({});
+            for (int64_t i = 0; i < n * config.vocab_size; ++i)
+                fp8_noise =
+                    std::max(fp8_noise, std::fabs(lw.data<float>()[i] - ref.data<float>()[i]));
+        }
+        const float bound = std::max(0.05f * max_abs, 1.5f * fp8_noise);
+        const float tie_gap = std::max(kTieGap, 2 * fp8_noise);
         int64_t beyond = 0;  // positions beyond the bf16 bound
         for (int64_t t = 0; t < n; ++t) {
             float row_delta = 0;
@@ -165,12 +189,16 @@ inline void expect_runner_matches(const std::string& name, CudaModelRunner& gpu)
                                      std::fabs(gpu_logits.data<float>()[i] - ref.data<float>()[i]));
             }
             max_delta = std::max(max_delta, row_delta);
-            beyond += row_delta > 0.05f * max_abs ? 1 : 0;
+            beyond += row_delta > bound ? 1 : 0;
         }
+        char fp8_note[96] = "";
+        if (weight_only)
+            std::snprintf(fp8_note, sizeof fp8_note,
+                          "; quantizing the activations moves the CPU's by %.3f", fp8_noise);
         std::printf(
-            "[ %s: max |dlogit| GPU vs CPU %.3f (largest |logit| %.1f); %lld of %lld positions "
-            "beyond 5%% ]\n",
-            name.c_str(), max_delta, max_abs, (long long)beyond, (long long)n);
+            "[ %s: max |dlogit| GPU vs CPU %.3f (largest |logit| %.1f%s); %lld of %lld positions "
+            "beyond %.3f ]\n",
+            name.c_str(), max_delta, max_abs, fp8_note, (long long)beyond, (long long)n, bound);
         EXPECT_EQ(beyond, 0) << name;
         // Greedy: where the CPU's (routed as the GPU) top-2 gap is clear, the GPU's argmax is
         // the CPU's, hence Hugging Face's where the routing is its own too.
@@ -181,7 +209,7 @@ inline void expect_runner_matches(const std::string& name, CudaModelRunner& gpu)
             std::vector<float> sorted(row, row + config.vocab_size);
             std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(),
                               std::greater<float>());
-            const bool is_clear = sorted[0] - sorted[1] > kTieGap;
+            const bool is_clear = sorted[0] - sorted[1] > tie_gap;
             agree += tokens[size_t(i)].token == c.sequence[size_t(i) + 1];
             clear += is_clear;
             if (is_clear) {
@@ -310,11 +338,15 @@ inline void expect_greedy_decode_agrees_with_cpu(const std::string& name, int64_
     // An MoE model's bf16 activations may flip a near-tied expert (expect_runner_matches),
     // which moves that token's logits by more than a tie: Hugging Face's own bf16 model picks
     // another argmax than its fp32 one at up to 2 of 32 greedy positions on these fixtures
-    // (reference.json's bf16). Up to 5% of the tokens may do so here; a dense model's none.
-    if (config.num_experts == 0)
+    // (reference.json's bf16). Up to 5% of the tokens may do so here; a dense model's none. An
+    // FP8 checkpoint's activations round to e4m3 from bf16 on the GPU, from f32 on the CPU
+    // (expect_runner_matches): the same allowance, twice it for an FP8 MoE model, where both
+    // happen (qwen3-moe-fp8 measured 9 of 144 on the H100).
+    const bool fp8 = config.quantization.is_fp8();
+    if (config.num_experts == 0 && !fp8)
         EXPECT_EQ(misses, 0) << name;
     else
-        EXPECT_LE(misses, num_tokens / 20) << name;
+        EXPECT_LE(misses, num_tokens / (config.num_experts > 0 && fp8 ? 10 : 20)) << name;
 }
 
 }  // namespace miniinfer::model_testing

@@ -37,7 +37,8 @@ TEST_P(CudaModelVsHf, Fp8KvCacheGreedyAgreesWithCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaModelVsHf,
-                         ::testing::Values("qwen2-tiny", "qwen3-tiny", "qwen3-demo", "qwen3-yarn"),
+                         ::testing::Values("qwen2-tiny", "qwen3-tiny", "qwen3-demo", "qwen3-yarn",
+                                           "qwen3-tiny-fp8"),
                          fixture_param_name);
 
 // The KV cache is sized after the CUDA graphs' memory is measured: once the runner has built

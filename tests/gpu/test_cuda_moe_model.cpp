@@ -19,6 +19,8 @@ TEST_P(CudaMoeModelVsHf, TeacherForcedArgmaxMatchesHuggingFace) {
 
 // qwen3-moe-tiny: 8 experts, top-2, renormalised, a dense layer, head_dim 128, tied head.
 // qwen3-moe-wide: 16 experts, top-4 without renormalisation, layer 0 dense, head_dim 64.
+// qwen3-moe-fp8: qwen3-moe-tiny's shapes as a block-scaled FP8 checkpoint (every projection
+// e4m3 but the LM head: the FP8 GEMV, GEMM and expert kernels).
 // Decode steps of one to four tokens: the small-batch expert kernels (moe_gemv.h).
 TEST_P(CudaMoeModelVsHf, GreedyDecodeAgreesWithCpu) {
     REQUIRE_GPU();
@@ -31,7 +33,8 @@ TEST_P(CudaMoeModelVsHf, Fp8KvCacheGreedyAgreesWithCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaMoeModelVsHf,
-                         ::testing::Values("qwen3-moe-tiny", "qwen3-moe-wide"), fixture_param_name);
+                         ::testing::Values("qwen3-moe-tiny", "qwen3-moe-wide", "qwen3-moe-fp8"),
+                         fixture_param_name);
 
 // Qwen3-MoE decode steps replayed from CUDA graphs (padded to 8
 // rows: the padding rows route and fill expert segments of their own, which must not touch the

@@ -175,3 +175,19 @@ TEST(BenchSol, HybridStepReadsAndWritesTheStates) {
         40 * expert * (expected_distinct_experts(256, 8, 2) - expected_distinct_experts(256, 8, 1));
     EXPECT_NEAR(two - one, (kv + 2 * state + more_experts) / 4.8e12, 1e-9);
 }
+
+// Qwen3-30B-A3B as an FP8 checkpoint (bench/qwen3-30b-a3b-fp8): its projections (attention and
+// experts) read one byte a parameter; the router, norms, embeddings and lm_head stay bf16
+// (plus the dense projections' f32 block scales: 4 bytes a 128 x 128 block, within 1e-4).
+TEST(BenchSol, Fp8ProjectionsReadOneByteAParameter) {
+    const ModelConfig c = ModelConfig::load(kBench / "qwen3-30b-a3b-fp8");
+    ASSERT_TRUE(c.quantization.is_fp8());
+    const double expert = 3.0 * 768 * 2048;  // bytes: one a parameter
+    const double attention = 2048.0 * (32 + 2 * 4) * 128 + 32 * 128 * 2048.0;
+    const double per_layer_dense = attention + 128 * 2048.0 * 2 + (2 * 2048 + 2 * 128) * 2.0;
+    const double dense = 48 * per_layer_dense + 2 * 151936.0 * 2048 * 2 + 2048 * 2;
+    const double kv = 2.0 * 48 * 4 * 128 * 2;
+    const SolHardware hw{.hbm_bytes_per_s = 4.8e12, .matmul_flops = 1e30};
+    const double want = (dense + 48 * 8 * expert + kv) / 4.8e12;
+    EXPECT_NEAR(sol_seconds(one_request(1), c, 256, hw), want, 1e-4 * want);
+}

@@ -20,18 +20,30 @@ void sharded(const Linear& l, Tensor& y, const Step& step, Run&& run) {
 }  // namespace
 
 void Linear::forward(const Tensor& x, Tensor& y, const Step& step) const {
-    sharded(*this, y, step, [&](const Tensor* b) { step.gemm.run(x, weight, b, y, step.stream); });
+    sharded(*this, y, step, [&](const Tensor* b) {
+        if (weight_scale.defined())
+            step.gemm.run_fp8(x, weight, weight_scale, b, y, step.stream);
+        else
+            step.gemm.run(x, weight, b, y, step.stream);
+    });
 }
 
 void Linear::forward(const AddRmsNorm& in, Tensor& y, const Step& step) const {
-    sharded(*this, y, step,
-            [&](const Tensor* b) { step.gemm.run_normed(in, weight, b, y, step.stream); });
+    sharded(*this, y, step, [&](const Tensor* b) {
+        if (weight_scale.defined())
+            step.gemm.run_normed_fp8(in, weight, weight_scale, b, y, step.stream);
+        else
+            step.gemm.run_normed(in, weight, b, y, step.stream);
+    });
 }
 
 void Linear::forward_silu_mul(const Tensor& gate_up, Tensor& act, Tensor& y,
                               const Step& step) const {
     sharded(*this, y, step, [&](const Tensor* b) {
-        step.gemm.run_silu_mul(gate_up, act, weight, b, y, step.stream);
+        if (weight_scale.defined())
+            step.gemm.run_silu_mul_fp8(gate_up, weight, weight_scale, b, y, step.stream);
+        else
+            step.gemm.run_silu_mul(gate_up, act, weight, b, y, step.stream);
     });
 }
 

@@ -14,10 +14,13 @@
 namespace miniinfer::cuda {
 
 struct Linear {
-    Tensor weight;  // [out, in] bf16 on the device: this rank's shard
+    Tensor weight;  // [out, in] bf16 on the device (this rank's shard), or e4m3 with weight_scale
     Tensor bias;    // [out] bf16 or undefined
     Shard shard = Shard::kReplicated;
     Communicator* comm = nullptr;  // row-parallel layers all-reduce through it; null without TP
+    // A block-scaled FP8 checkpoint's projection: weight's f32 scales [ceil(out / 128),
+    // ceil(in / 128)] (Gemm::run_fp8); undefined for a bf16 weight.
+    Tensor weight_scale;
 
     // y[n, out] = x[n, in] · weightᵀ (+ bias), summed over ranks for a row-parallel layer.
     void forward(const Tensor& x, Tensor& y, const Step& step) const;
@@ -25,7 +28,7 @@ struct Linear {
     // which runs inside the GEMV at small batches (Gemm::run_normed); *in.normed holds x after.
     void forward(const AddRmsNorm& in, Tensor& y, const Step& step) const;
     // The same for x = silu_mul(gate_up), into act first or, at small batches, inside the GEMV
-    // (Gemm::run_silu_mul; act is then left as it was).
+    // (Gemm::run_silu_mul; act is then left as it was; an FP8 weight never writes act).
     void forward_silu_mul(const Tensor& gate_up, Tensor& act, Tensor& y, const Step& step) const;
 };
 

@@ -32,6 +32,9 @@ struct Moe {
     Linear router;           // [E, hidden], replicated
     Tensor experts_gate_up;  // [E, 2 * inter, hidden] bf16: gate rows, then up rows (this rank's)
     Tensor experts_down;     // [E, hidden, inter]
+    // A block-scaled FP8 checkpoint's experts: the two above are e4m3, with these f32 scales
+    // [E, ceil(rows / 128), ceil(cols / 128)] (undefined for bf16 experts).
+    Tensor experts_gate_up_scale, experts_down_scale;
     int64_t top_k = 0;
     bool renormalize = true;       // norm_topk_prob
     Communicator* comm = nullptr;  // the down projection is row-parallel; null without TP
@@ -42,6 +45,7 @@ struct Moe {
     Tensor shared_gate;  // [hidden] bf16
 
     int64_t num_experts() const { return experts_gate_up.size(0); }
+    bool fp8() const { return experts_gate_up_scale.defined(); }
 
     // Scratch shared by every MoE layer, allocated once for the largest step.
     struct Buffers {
@@ -53,9 +57,13 @@ struct Moe {
         Tensor row_token;               // [max_rows] i32: each permuted row's token (-1: pad)
         Tensor gate_up;                 // [max_rows, 2 * inter] bf16: gate_up when not fused
         Tensor act;                     // [max_rows, inter] bf16: SiLU(gate) * up per row
-        Tensor y_perm;                  // [max_rows, hidden] bf16: the down projection per row
-        Mlp::Buffers shared;            // the shared expert's
-        Tensor shared_out;              // [max_tokens, hidden] bf16
+        // FP8 experts: the tokens' x and the rows' act quantized per group of 128 (e4m3, then
+        // f32 scales [rows, ceil(cols / 128)]).
+        Tensor x_q, x_scales;      // [max_tokens, hidden]
+        Tensor act_q, act_scales;  // [max_rows, inter]
+        Tensor y_perm;             // [max_rows, hidden] bf16: the down projection per row
+        Mlp::Buffers shared;       // the shared expert's
+        Tensor shared_out;         // [max_tokens, hidden] bf16
     };
     Buffers allocate_buffers(int64_t max_tokens) const;
 

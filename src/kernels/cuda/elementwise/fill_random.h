@@ -11,11 +11,12 @@
 namespace miniinfer::cuda {
 
 // The [rows, cols] part [row_begin, row_end) x [col_begin, col_end) of a virtual tensor of
-// `cols` columns whose element i is value(key, i), written contiguously to out (bf16 CUDA,
-// (row_end - row_begin) * (col_end - col_begin) elements):
-//   value = constant                          when scale == 0
-//   value = scale * N(0, 1), a standard normal drawn from a hash of (key, i) (Box-Muller on two
-//           uniforms of a splitmix64 chain), otherwise.
+// `cols` columns whose element i is value(key, i), written contiguously to out ((row_end -
+// row_begin) * (col_end - col_begin) elements of a bf16, f32 or e4m3 CUDA tensor; rounded to
+// nearest, e4m3 saturating):
+//   value = constant                      when scale == 0
+//   value = constant + scale * N(0, 1)    otherwise: a standard normal drawn from a hash of
+//           (key, i) (Box-Muller on two uniforms of a splitmix64 chain)
 // A shard's values are the whole tensor's at the same positions, whatever the split.
 struct FillBlock {
     int64_t cols = 1;

@@ -16,7 +16,10 @@
 #include "core/check.h"
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
+#include "kernels/cuda/elementwise/fp8_quantize.h"
 #include "kernels/cuda/elementwise/silu_mul.h"
+#include "kernels/cuda/gemm/fp8_gemm.h"
+#include "kernels/cuda/gemm/fp8_gemv.h"
 #include "kernels/cuda/gemm/gemv.h"
 #include "kernels/cuda/primitives/check_tensor.h"
 
@@ -173,6 +176,70 @@ void Gemm::run_silu_mul(const Tensor& gate_up, Tensor& act, const Tensor& w, con
     }
     silu_mul(gate_up, act, stream);
     run(act, w, bias, y, stream);
+}
+
+void Gemm::reserve_fp8(int64_t max_rows, int64_t max_k) {
+    const int64_t groups = (max_k + 127) / 128;
+    if (fp8_q_.defined() && fp8_q_.numel() >= max_rows * max_k &&
+        fp8_scales_.numel() >= max_rows * groups)
+        return;
+    fp8_q_ = device_tensor({max_rows * max_k}, DType::kF8E4M3);
+    fp8_scales_ = device_tensor({max_rows * groups}, DType::kF32);
+}
+
+template <class Quantize>
+void Gemm::fp8_gemm_from_scratch(int64_t m, const Tensor& w, const Tensor& w_scale,
+                                 const Tensor* bias, Tensor& y, cudaStream_t stream,
+                                 Quantize&& quantize) {
+    const int64_t k = w.size(1), groups = (k + 127) / 128;
+    MI_CHECK(fp8_q_.defined() && fp8_q_.numel() >= m * k && fp8_scales_.numel() >= m * groups,
+             "gemm: the FP8 scratch holds {} values, {} rows of {} wanted (reserve_fp8)",
+             fp8_q_.defined() ? fp8_q_.numel() : 0, m, k);
+    Tensor q(fp8_q_.raw(), DType::kF8E4M3, {m, k}, Device::kCUDA);
+    Tensor scales(fp8_scales_.raw(), DType::kF32, {m, groups}, Device::kCUDA);
+    quantize(q, scales);
+    fp8_gemm(q, scales, w, w_scale, bias, y, stream);
+}
+
+void Gemm::run_fp8(const Tensor& x, const Tensor& w, const Tensor& w_scale, const Tensor* bias,
+                   Tensor& y, cudaStream_t stream) {
+    MI_CHECK(w.ndim() == 2 && w.size(1) > 0 && x.size(-1) == w.size(1),
+             "gemm: x {} does not match the FP8 weight {}", x.describe(), w.describe());
+    const int64_t m = x.numel() / w.size(1);
+    if (m == 0) return;
+    if (m <= kFp8GemvMaxRows && fp8_gemv_supported(x, w, w_scale, bias, y)) {
+        fp8_gemv(x, w, w_scale, bias, y, stream);
+        return;
+    }
+    fp8_gemm_from_scratch(m, w, w_scale, bias, y, stream,
+                          [&](Tensor& q, Tensor& scales) { fp8_quantize(x, q, scales, stream); });
+}
+
+void Gemm::run_normed_fp8(const AddRmsNorm& in, const Tensor& w, const Tensor& w_scale,
+                          const Tensor* bias, Tensor& y, cudaStream_t stream) {
+    MI_CHECK(in.residual && in.normed, "gemm: a normed input needs its residual and normed rows");
+    if (w.ndim() == 2 && w.size(1) > 0 && in.residual->numel() / w.size(1) <= kFp8GemvMaxRows &&
+        fp8_gemv_rms_norm_supported(in, w, w_scale, bias, y)) {
+        fp8_gemv_rms_norm(in, w, w_scale, bias, y, stream);
+        return;
+    }
+    add_rms_norm(in, stream);
+    run_fp8(*in.normed, w, w_scale, bias, y, stream);
+}
+
+void Gemm::run_silu_mul_fp8(const Tensor& gate_up, const Tensor& w, const Tensor& w_scale,
+                            const Tensor* bias, Tensor& y, cudaStream_t stream) {
+    MI_CHECK(gate_up.ndim() == 2 && w.ndim() == 2 && gate_up.size(1) == 2 * w.size(1),
+             "gemm: gate_up {} does not match the FP8 weight {}", gate_up.describe(), w.describe());
+    const int64_t m = gate_up.size(0);
+    if (m == 0) return;
+    if (m <= kFp8GemvMaxRows && fp8_gemv_silu_mul_supported(gate_up, w, w_scale, bias, y)) {
+        fp8_gemv_silu_mul(gate_up, w, w_scale, bias, y, stream);
+        return;
+    }
+    fp8_gemm_from_scratch(m, w, w_scale, bias, y, stream, [&](Tensor& q, Tensor& scales) {
+        silu_mul_fp8_quantize(gate_up, q, scales, stream);
+    });
 }
 
 Gemm::Gemm(int64_t gemv_max_rows) : impl_(std::make_unique<Impl>()), gemv_max_rows_(gemv_max_rows) {

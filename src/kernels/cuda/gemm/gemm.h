@@ -52,6 +52,23 @@ class Gemm {
     void run_silu_mul(const Tensor& gate_up, Tensor& act, const Tensor& w, const Tensor* bias,
                       Tensor& y, cudaStream_t stream);
 
+    // The same three for a block-scaled FP8 weight: w [n, k] e4m3 with w_scale [ceil(n / 128),
+    // ceil(k / 128)] f32 (a checkpoint's weight_scale_inv), the activations quantized per token
+    // in groups of 128 (fp8_gemm.h; the CPU reference's arithmetic, kernels/cpu/fp8_linear.h).
+    // Up to kFp8GemvMaxRows rows fp8_gemv quantizes x itself (with the norm or SiLU·mul inside
+    // it, fp8_gemv.h); above, x is quantized into this Gemm's scratch (reserve_fp8; the SiLU·mul
+    // fused into that quantization, act not written) and fp8_gemm runs on the tensor cores.
+    // y bf16 (or f32 through fp8_gemv); safe during graph capture, as run().
+    void run_fp8(const Tensor& x, const Tensor& w, const Tensor& w_scale, const Tensor* bias,
+                 Tensor& y, cudaStream_t stream);
+    void run_normed_fp8(const AddRmsNorm& in, const Tensor& w, const Tensor& w_scale,
+                        const Tensor* bias, Tensor& y, cudaStream_t stream);
+    void run_silu_mul_fp8(const Tensor& gate_up, const Tensor& w, const Tensor& w_scale,
+                          const Tensor* bias, Tensor& y, cudaStream_t stream);
+    // Sizes the quantized-activation scratch of run_*_fp8 for up to max_rows rows of up to
+    // max_k columns (allocates: call before any capture).
+    void reserve_fp8(int64_t max_rows, int64_t max_k);
+
     static constexpr size_t kWorkspaceBytes = size_t(32) << 20;
     // Largest m sent to gemv by default: gemv's time grows with m (each row is another pass
     // over x), so it pays only for the smallest batches (test_cuda_gemv's BenchQwen3Shapes).
@@ -61,6 +78,12 @@ class Gemm {
     struct Impl;
     std::unique_ptr<Impl> impl_;
     int64_t gemv_max_rows_;
+    Tensor fp8_q_, fp8_scales_;  // reserve_fp8's scratch: e4m3 and f32, flat
+    // fp8_gemm on x's quantization into the scratch (quantize(q, scales) writes it).
+    template <class Quantize>
+    void fp8_gemm_from_scratch(int64_t m, const Tensor& w, const Tensor& w_scale,
+                               const Tensor* bias, Tensor& y, cudaStream_t stream,
+                               Quantize&& quantize);
 };
 
 }  // namespace miniinfer::cuda

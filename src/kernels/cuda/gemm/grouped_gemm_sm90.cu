@@ -46,8 +46,6 @@
 // weights stream from HBM and the MMAs are nearly free, so what counts is the bytes in flight,
 // three stages of 32 KB of weights a CTA by TMA. Against the 32-row mma.sync tile (persistent,
 // cp.async): 30B-A3B decode256 10,093 -> 10,705 tok/s, balanced 5,535 -> 5,761.
-#include <cuda.h>          // CUtensorMap
-#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -60,6 +58,7 @@
 #include "kernels/cuda/primitives/hopper_async.cuh"
 #include "kernels/cuda/primitives/launch.cuh"
 #include "kernels/cuda/primitives/mma_bf16.cuh"
+#include "kernels/cuda/primitives/tensor_map.h"
 #include "kernels/cuda/primitives/wgmma.cuh"
 
 namespace miniinfer::cuda {
@@ -278,41 +277,18 @@ __global__ void __launch_bounds__(S::kThreads, 1)
 #endif
 }
 
-// A row-major bf16 matrix [rows, cols] at `data` for TMA: boxes of 64 columns (one 128-byte
-// swizzle row) × box_rows rows, swizzled as the wgmma tiles are.
-CUtensorMap tensor_map(const void* data, int64_t rows, int64_t cols, int box_rows) {
-    using Encode = PFN_cuTensorMapEncodeTiled_v12000;
-    static const Encode encode = [] {
-        void* fn = nullptr;
-        cudaDriverEntryPointQueryResult found{};
-        MI_CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                                       cudaEnableDefault, &found));
-        MI_LAUNCH_CHECK(found == cudaDriverEntryPointSuccess && fn != nullptr,
-                        "grouped_gemm_sm90: the driver has no cuTensorMapEncodeTiled");
-        return reinterpret_cast<Encode>(fn);
-    }();
-    const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
-    const cuuint64_t strides[1] = {cuuint64_t(cols) * sizeof(__nv_bfloat16)};
-    const cuuint32_t box[2] = {64, cuuint32_t(box_rows)};
-    const cuuint32_t element_strides[2] = {1, 1};
-    CUtensorMap map;
-    const CUresult r =
-        encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(data), dims, strides,
-               box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    MI_LAUNCH_CHECK(r == CUDA_SUCCESS, "grouped_gemm_sm90: cuTensorMapEncodeTiled failed");
-    return map;
-}
-
 template <class S, bool kSiluMul>
 void launch(const Tensor& x, const Tensor* row_token, const Tensor& w, const Tensor& expert_offsets,
             const GroupedGemmDims& d, Tensor& y, cudaStream_t stream) {
     constexpr int kOutCols = kSiluMul ? kTileCols / 2 : kTileCols;
     const int64_t tiles =
         (d.max_rows + S::kRows - 1) / S::kRows * ((d.y_cols + kOutCols - 1) / kOutCols);  // at most
-    const CUtensorMap w_map = tensor_map(w.data<__nv_bfloat16>(), d.num_experts * d.n, d.k,
-                                         kSiluMul ? kTileCols / 2 : kTileCols);
-    const CUtensorMap y_map = tensor_map(y.data<__nv_bfloat16>(), d.max_rows, d.y_cols, kOutBox);
+    const CUtensorMap w_map =
+        tensor_map_2d(w.data<__nv_bfloat16>(), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
+                      d.num_experts * d.n, d.k, kTileK, kSiluMul ? kTileCols / 2 : kTileCols);
+    const CUtensorMap y_map =
+        tensor_map_2d(y.data<__nv_bfloat16>(), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, d.max_rows,
+                      d.y_cols, kOutBox, kOutBox);
     allow_shared_memory<grouped_gemm_sm90_kernel<S, kSiluMul>>(S::kSmemBytes);
     launch_kernel(grouped_gemm_sm90_kernel<S, kSiluMul>,
                   unsigned(std::min<int64_t>(tiles, sm_count())), S::kThreads, S::kSmemBytes,

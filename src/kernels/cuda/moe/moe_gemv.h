@@ -44,4 +44,30 @@ void moe_gemv_gate_up_silu(const Tensor& x, const Tensor& topk_ids, const Tensor
 void moe_gemv_down_combine(const Tensor& act, const Tensor& topk_ids, const Tensor& topk_weights,
                            const Tensor& w, Tensor& out, cudaStream_t stream);
 
+// Block-scaled FP8 experts (W8A8, cpu::fp8_block_linear's arithmetic, fp8_gemv.h): the same two
+// steps with e4m3 weights and f32 block scales (128 x 128 blocks), each activation row quantized
+// per token in groups of 128 inside every block that uses it (fp8.cuh's helpers: the CPU's bits).
+// Each block takes one pair (gate_up) or one token (down) and 16 output columns, so that the
+// quantization is paid once per 16 columns.
+
+// Whether the two functions below accept experts of these shapes: kF8E4M3 CUDA weights
+// [E, 2 · inter, hidden] and [E, hidden, inter] with hidden and inter multiples of 16, 16-byte
+// aligned. (down also needs top_k · inter · 2 bytes of shared memory, ≤ 224 KiB: checked there.)
+bool moe_gemv_fp8_supported(const Tensor& experts_gate_up, const Tensor& experts_down);
+
+// moe_gemv_gate_up_silu with g and u each the block-scaled FP8 dot of x[t] (quantized per group of
+// 128) and expert e's gate / up row, rounded to bf16; act = bf16(silu(g) · u) in silu_mul's
+// arithmetic. w: [E, 2 · inter, hidden] e4m3 (gate rows, then up rows); w_scale: f32
+// [E, ceil(2 · inter / 128), ceil(hidden / 128)] (blocks of the stacked rows); the rest as there.
+void moe_gemv_gate_up_silu_fp8(const Tensor& x, const Tensor& topk_ids, const Tensor& w,
+                               const Tensor& w_scale, Tensor& act, cudaStream_t stream);
+
+// moe_gemv_down_combine with each act row (bf16) quantized per group of 128, the FP8 dot rounded
+// to bf16 per choice, then the weighted combine exactly as there. w: [E, hidden, inter] e4m3;
+// w_scale: f32 [E, ceil(hidden / 128), ceil(inter / 128)]. Both: no allocation, no host
+// synchronisation (graph-capturable); operands of the wrong shape abort (MI_LAUNCH_CHECK).
+void moe_gemv_down_combine_fp8(const Tensor& act, const Tensor& topk_ids,
+                               const Tensor& topk_weights, const Tensor& w, const Tensor& w_scale,
+                               Tensor& out, cudaStream_t stream);
+
 }  // namespace miniinfer::cuda

@@ -26,6 +26,11 @@ __device__ __forceinline__ void cp_async_16_to(uint32_t dst, const void* src, bo
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
                  "r"(valid ? 16 : 0));
 }
+// 4 bytes global -> shared address `dst` (a scale beside its tile); valid == false writes zeros.
+__device__ __forceinline__ void cp_async_4_to(uint32_t dst, const void* src, bool valid) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(valid ? 4 : 0));
+}
 __device__ __forceinline__ void cp_async_wait_all() {
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }

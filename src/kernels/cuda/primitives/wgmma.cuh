@@ -168,6 +168,24 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const uint32_t (&
         MI_WGMMA_RS("128", "bf16", MI_WGMMA_R0_31 ", " MI_WGMMA_R32_63, "64", "65", "66", "67",
                     "68", "69", "70", MI_WGMMA_D32(0), MI_WGMMA_D32(8));
 }
+// d[64 × N] (+)= a[64 × 32] · b[32 × N] with e4m3 operands, both K-major in shared memory
+// (smem_desc: a 128-byte row is 128 elements of k, a k32 slice 32 bytes, so the descriptors
+// advance by 2 per slice as for bf16's k16). accumulate == false overwrites d (a fresh product
+// without zeroing it first). N 128: the block-scaled FP8 GEMM's tile (fp8_gemm_sm90.cu).
+__device__ __forceinline__ void wgmma_ss_e4m3_n128(float (&d)[16][4], uint64_t a_desc,
+                                                   uint64_t b_desc, bool accumulate) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+        "{" MI_WGMMA_R0_31 ", " MI_WGMMA_R32_63
+        "}, %64, %65, p, 1, 1;\n"
+        "}\n"
+        : MI_WGMMA_D32(0), MI_WGMMA_D32(8)
+        : "l"(a_desc), "l"(b_desc), "r"(accumulate ? 1 : 0)
+        : "memory");
+}
 #undef MI_WGMMA_RS
 #undef MI_WGMMA_SS
 #undef MI_WGMMA_R64_127
