@@ -331,6 +331,13 @@ std::map<std::string, RequestOutput> run_to_end(LLMEngine& engine, int max_steps
     return done;
 }
 
+// A name no earlier test compiled: the grammar cache is the process's, and a spec cached by an
+// earlier run (--gtest_repeat) would skip the compile these tests hold.
+std::string fresh(const std::string& name) {
+    static int count = 0;
+    return name + std::to_string(count++);
+}
+
 SamplingParams free_params(int64_t max_tokens) {
     SamplingParams p;
     p.max_tokens = max_tokens;
@@ -347,8 +354,8 @@ TEST(StructuredEngine, ASlowGrammarCompileDelaysNoOtherRequest) {
     LLMEngine engine(demo_config());
     OpenAtExit open_at_exit{gate};
     gate.hold(engine);
-    const SamplingParams slow =
-        constrained(StructuredOutput::Kind::kRegex, "async-slow-[a-z]{2}", 0);
+    const std::string pattern = fresh("async-slow") + "-[a-z]{2}";
+    const SamplingParams slow = constrained(StructuredOutput::Kind::kRegex, pattern, 0);
     const std::string slow_id = engine.add_request(Prompt::from_text("a"), slow);
     const std::string free_id = engine.add_request(Prompt::from_text("b"), free_params(8));
     EXPECT_EQ(engine.num_waiting(), 2u);
@@ -369,7 +376,7 @@ TEST(StructuredEngine, ASlowGrammarCompileDelaysNoOtherRequest) {
     std::map<std::string, RequestOutput> done = run_to_end(engine);
     ASSERT_TRUE(done.count(slow_id));
     EXPECT_EQ(done[slow_id].finish_reason, "stop") << done[slow_id].error;
-    EXPECT_TRUE(std::regex_match(done[slow_id].text, std::regex("async-slow-[a-z]{2}")));
+    EXPECT_TRUE(std::regex_match(done[slow_id].text, std::regex(pattern)));
     EXPECT_EQ(gate.compiles(), 1);
 }
 
@@ -380,9 +387,11 @@ TEST(StructuredEngine, RequestsWithOneSchemaShareOneCompile) {
     LLMEngine engine(demo_config());
     OpenAtExit open_at_exit{gate};
     gate.hold(engine);
+    const std::string name = fresh("async_shared");
     const std::string schema =
-        R"({"type": "object", "properties": {"async_shared": {"type": "integer", "minimum": 0,
-            "maximum": 9}}, "required": ["async_shared"], "additionalProperties": false})";
+        R"({"type": "object", "properties": {")" + name +
+        R"(": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": [")" + name +
+        R"("], "additionalProperties": false})";
     std::vector<std::string> ids;
     for (uint64_t seed = 1; seed <= 3; ++seed)
         ids.push_back(
@@ -435,7 +444,8 @@ TEST(StructuredEngine, AbortWhileCompilingDropsTheRequest) {
     LLMEngine engine(demo_config());
     OpenAtExit open_at_exit{gate};
     gate.hold(engine);
-    const SamplingParams p = constrained(StructuredOutput::Kind::kRegex, "async-abort-[a-z]", 0);
+    const SamplingParams p =
+        constrained(StructuredOutput::Kind::kRegex, fresh("async-abort") + "-[a-z]", 0);
     const std::string aborted = engine.add_request(Prompt::from_text("a"), p);
     const std::string free_id = engine.add_request(Prompt::from_text("b"), free_params(4));
     engine.step();
