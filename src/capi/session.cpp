@@ -66,6 +66,7 @@ void Session::add_requests(std::vector<NewRequest> requests) {
     if (engine_) {
         for (size_t i = 0; i < requests.size() && !failure; ++i) {
             try {
+                engine_->precompile(requests[i].params);  // a bad constraint fails the batch
                 engine_->add_request(requests[i].prompt, requests[i].params,
                                      requests[i].request_id);
                 open_.insert(requests[i].request_id);

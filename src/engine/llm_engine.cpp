@@ -241,7 +241,12 @@ std::string LLMEngine::add_request(const Prompt& prompt, const SamplingParams& p
     resolve_bad_words(r.params, tokenizer());
     if (!r.params.bad_words.empty()) r.params.validate(vocab);  // the resolved ids
     if (params.structured_outputs) {
-        t->matcher.emplace(compile(*params.structured_outputs));
+        if (!tokenizer_) fail("structured output needs the model's tokenizer.json");
+        // Not cached: compiled below, once nothing else can refuse the request. No cache yet:
+        // its vocabulary is built on the compile thread too.
+        if (structured::GrammarCache* cache = ready_grammar_cache_.load())
+            if (auto cached = cache->find(*params.structured_outputs))
+                t->matcher.emplace(std::move(cached));
         // No such token: the constraint starts at the first token (StructuredOutput's rule).
         if (const std::string& end = params.structured_outputs->reasoning_end; !end.empty())
             t->reasoning_end = tokenizer_->token_to_id(end);
@@ -252,23 +257,36 @@ std::string LLMEngine::add_request(const Prompt& prompt, const SamplingParams& p
     t->output.emplace(params, stop_rules_,
                       tokenizer_ && config_.detokenize ? &*tokenizer_ : nullptr,
                       int64_t(r.prompt_ids.size()));
-    scheduler_->add(&r);
+    if (params.structured_outputs && !t->matcher) {
+        if (!compiler_)
+            compiler_ = std::make_unique<GrammarCompiler>(
+                [this](const StructuredOutput& spec) { return compile(spec); });
+        compiling_.push_back({t.get(), compiler_->compile(*params.structured_outputs)});
+    } else {
+        scheduler_->add(&r);
+    }
     requests_.emplace(request_id, std::move(t));
     return request_id;
 }
 
-std::shared_ptr<const structured::CompiledGrammar> LLMEngine::compile(
-    const StructuredOutput& spec) {
+structured::GrammarCache& LLMEngine::grammar_cache() {
     if (!tokenizer_) fail("structured output needs the model's tokenizer.json");
     std::call_once(grammar_cache_once_, [&] {
         grammar_cache_ = shared_grammar_cache(structured::Vocabulary::from_tokenizer(
             *tokenizer_, int32_t(model_config().vocab_size),
             std::vector<int32_t>(stop_rules_.eos_token_ids.begin(),
                                  stop_rules_.eos_token_ids.end())));
+        ready_grammar_cache_ = grammar_cache_.get();
     });
-    if (!timers_.compile) return grammar_cache_->get(spec);
+    return *grammar_cache_;
+}
+
+std::shared_ptr<const structured::CompiledGrammar> LLMEngine::compile(
+    const StructuredOutput& spec) {
+    structured::GrammarCache& cache = grammar_cache();
+    if (!timers_.compile) return cache.get(spec);
     double seconds = 0;
-    auto compiled = grammar_cache_->get(spec, &seconds);
+    auto compiled = cache.get(spec, &seconds);
     if (seconds > 0) timers_.compile(seconds);
     return compiled;
 }
@@ -279,6 +297,7 @@ void LLMEngine::precompile(const SamplingParams& params) {
 
 std::vector<RequestOutput> LLMEngine::step() {
     std::vector<RequestOutput> outputs;
+    admit_compiled(outputs);
     for (const std::string& id : std::exchange(pending_, {}))
         outputs.push_back(output_of(*requests_.at(id)));
     std::optional<InFlight> previous = std::exchange(in_flight_, std::nullopt);
@@ -299,6 +318,29 @@ std::vector<RequestOutput> LLMEngine::step() {
     }
     if (previous) process(*previous, outputs);
     return outputs;
+}
+
+void LLMEngine::admit_compiled(std::vector<RequestOutput>& outputs) {
+    if (compiling_.empty()) return;
+    // Idle but for compiles: a short wait instead of a busy loop, short so that the caller
+    // still takes new requests and aborts promptly.
+    constexpr auto kIdleWait = std::chrono::milliseconds(2);
+    if (!scheduler_->has_unfinished() && !in_flight_ && pending_.empty())
+        compiling_.front().grammar.wait_for(kIdleWait);
+    std::erase_if(compiling_, [&](const Compiling& c) {
+        if (c.grammar.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return false;
+        Tracked& t = *c.tracked;
+        try {
+            t.matcher.emplace(c.grammar.get());
+            scheduler_->add(&t.request);
+        } catch (const Error& e) {  // what add_request threw when it compiled there
+            t.request.error = e.what();
+            t.delta += t.output->finish(FinishReason::kError);
+            scheduler_->finish(&t.request, FinishReason::kError);
+            outputs.push_back(output_of(t));
+        }
+        return true;
+    });
 }
 
 // Hands the batch to the runner and, before its tokens exist, moves every request on: its
@@ -444,6 +486,7 @@ void LLMEngine::abort(const std::string& request_id) {
     if (it == requests_.end() || it->second->request.finished()) return;
     Tracked& t = *it->second;
     Request& r = t.request;
+    std::erase_if(compiling_, [&](const Compiling& c) { return c.tracked == &t; });
     t.delta += t.output->finish(FinishReason::kAbort);
     r.output_ids.resize(t.num_resolved);  // placeholders of launched steps: dropped
     r.num_computed = std::min(r.num_computed, std::max<int64_t>(r.num_tokens() - 1, 0));

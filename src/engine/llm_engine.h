@@ -7,16 +7,18 @@
 //   while (engine.has_unfinished()) for (auto& o : engine.step()) ...;
 //
 // Bad input (empty or over-long prompt, invalid SamplingParams, ids outside the vocabulary,
-// text, bad_words or structured output without a tokenizer; a bad schema, regex or grammar) is
-// an Error for that request only: add_request throws
-// and adds nothing; generate reports it as that request's finish_reason "error". Not thread-safe:
-// one thread drives it (the server puts it on its own thread).
+// text, bad_words or structured output without a tokenizer) is an Error for that request only:
+// add_request throws and adds nothing; generate reports it as that request's finish_reason
+// "error". A bad schema, regex or grammar is found by its compile: precompile throws it, else
+// (compiled in the background, see add_request) the request ends with finish_reason "error".
+// Not thread-safe: one thread drives it (the server puts it on its own thread).
 //
 // With config.detokenize == false the engine is the pipeline's engine core: outputs carry
 // token ids, logprobs and finish reasons but no text, and stop strings are left to the
 // caller (PipelineDetokenizer applies them and abort()s the request).
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -29,6 +31,7 @@
 #include "config/engine_config.h"
 #include "config/generation_config.h"
 #include "config/sampling_params.h"
+#include "engine/grammar_compiler.h"
 #include "engine/model_runner.h"
 #include "engine/output_processor.h"
 #include "engine/request_output.h"
@@ -49,7 +52,11 @@ class LLMEngine {
 
     // Queues a request and returns its id (request_id, or a fresh one): the prompt encoded (text)
     // and truncated (truncate_prompt_tokens), bad_words resolved into the request's own
-    // params (engine/request_inputs.h). Throws Error on bad input.
+    // params (engine/request_inputs.h). Throws Error on bad input. A structured output grammar
+    // not in the cache compiles on a background thread (GrammarCompiler), never on the caller's:
+    // the request waits outside the scheduler until it is ready, while the others decode; one
+    // compile serves every request with that spec. If it fails, the request ends with
+    // finish_reason "error" and the compile's message.
     std::string add_request(const Prompt& prompt, const SamplingParams& params,
                             std::string request_id = "");
     // One step: schedule -> forward -> sample -> update. Outputs of the requests that got a
@@ -60,12 +67,16 @@ class LLMEngine {
     // sampled request gets a placeholder token; a request that finishes at step N has had one
     // more token launched at N + 1, which is dropped (never reported; its K/V not cached).
     std::vector<RequestOutput> step();
-    // Ends a request in any state; its final output (finish_reason "abort") comes from the
-    // next step(). Unknown or finished ids are ignored.
+    // Ends a request in any state (a compile of its grammar goes on and fills the cache); its
+    // final output (finish_reason "abort") comes from the next step(). Unknown or finished ids
+    // are ignored.
     void abort(const std::string& request_id);
     bool has_unfinished() const {
-        return scheduler_->has_unfinished() || !pending_.empty() || in_flight_.has_value();
+        return scheduler_->has_unfinished() || !pending_.empty() || in_flight_.has_value() ||
+               !compiling_.empty();
     }
+    // Requests not yet running: the scheduler's waiting ones and those whose grammar compiles.
+    size_t num_waiting() const { return scheduler_->num_waiting() + compiling_.size(); }
     bool overlapping() const { return overlap_; }
     // The runner's GPU step timing (EngineConfig::measure_gpu_idle), and its reset.
     std::optional<ModelRunner::StepTiming> step_timing() const { return runner_->step_timing(); }
@@ -78,16 +89,16 @@ class LLMEngine {
                                         const std::vector<SamplingParams>& params);
 
     // Compiles the grammar of params.structured_outputs into the process's grammar cache, where
-    // add_request then finds it: the server calls it on the request's own thread, so the engine
-    // thread does not stall on a compile. Thread-safe (may run beside step()). Throws Error for
-    // a bad constraint, as add_request would; no-op without one.
+    // add_request then finds it: the server calls it on the request's own thread, so that a bad
+    // constraint is an Error there (a 400) and the engine finds the grammar ready. Thread-safe
+    // (may run beside step()). Throws Error for a bad constraint; no-op without one.
     void precompile(const SamplingParams& params);
 
     // Structured output's host time, in seconds (the server's /metrics): `mask` gets each step's
     // time filling token masks (steps that filled any), on the engine's thread; `compile` each
     // grammar built and compiled (cache hits cost nothing and report nothing), on the thread
-    // that compiled it (the engine's, or precompile's caller). Unset (the default): nothing is
-    // measured. Set before requests arrive.
+    // that compiled it (the engine's compile thread, or precompile's caller). Unset (the default):
+    // nothing is measured. Set before requests arrive.
     struct StructuredTimers {
         std::function<void(double)> mask, compile;
     };
@@ -120,6 +131,9 @@ class LLMEngine {
     // previous: the step in flight, if any (overlap).
     InFlight launch(const Batch& batch, InFlight* previous);
     void process(InFlight& step, std::vector<RequestOutput>& outputs);
+    // Requests whose grammar compile finished: into the scheduler, or (it failed) ended with an
+    // output. With nothing else to run it first waits a moment for a compile.
+    void admit_compiled(std::vector<RequestOutput>& outputs);
     // Collects the step's tokens into step.tokens and advances the grammars of its rows by them.
     void collect_early(InFlight& step);
     // The grammar of t takes output token `index` (once: again is a no-op); grammar_rejected if
@@ -127,10 +141,12 @@ class LLMEngine {
     void advance_grammar(Tracked& t, size_t index, int32_t token);
     void append_token(Tracked& t, size_t index, const SampledToken& sampled);
     RequestOutput output_of(Tracked& t);
-    // The compiled grammar of a request's structured_outputs (through grammar_cache_, taken
-    // on first use for the tokenizer's vocabulary). Error for a bad schema, regex or grammar.
-    // Thread-safe.
+    // The compiled grammar of a request's structured_outputs, compiled on this thread on a cache
+    // miss. Error for a bad schema, regex or grammar. Thread-safe.
     std::shared_ptr<const structured::CompiledGrammar> compile(const StructuredOutput& spec);
+    // grammar_cache_, taken on first use for the tokenizer's vocabulary. Error without a
+    // tokenizer. Thread-safe.
+    structured::GrammarCache& grammar_cache();
 
     EngineConfig config_;
     std::unique_ptr<ModelRunner> runner_;
@@ -147,9 +163,18 @@ class LLMEngine {
     // The process's grammars for this vocabulary, compiled once per distinct spec.
     std::shared_ptr<structured::GrammarCache> grammar_cache_;
     std::once_flag grammar_cache_once_;  // compile() may run on precompile's threads
+    std::atomic<structured::GrammarCache*> ready_grammar_cache_{nullptr};  // once built
     StructuredTimers timers_;
     std::mt19937_64 seed_rng_;
     int64_t next_id_ = 0;
+    // Requests added while their grammar compiles, in arrival order (not in the scheduler yet).
+    struct Compiling {
+        Tracked* tracked;
+        std::shared_future<GrammarCompiler::Compiled> grammar;
+    };
+    std::vector<Compiling> compiling_;
+    // Started at the first cache miss. Last: destroyed first, as its thread calls compile().
+    std::unique_ptr<GrammarCompiler> compiler_;
 };
 
 // A node of a multi-node group with node_rank > 0 (`miniinfer serve ... --node-rank 1`): runs

@@ -71,7 +71,7 @@ std::shared_ptr<OutputChannel> EngineLoop::submit(const std::string& id, const P
             return;
         }
         if (std::optional<QueueFull> full =
-                check_queue(int64_t(engine_->scheduler().num_waiting()), max_queued_)) {
+                check_queue(int64_t(engine_->num_waiting()), max_queued_)) {
             verdict.set_value({.queue_full = true, .error = full->what()});
             return;
         }
@@ -137,7 +137,7 @@ void EngineLoop::run() {
         }
         const Scheduler& s = engine_->scheduler();
         step.running = int64_t(s.num_running());
-        step.waiting = int64_t(s.num_waiting());
+        step.waiting = int64_t(engine_->num_waiting());
         step.preemptions = s.num_preemptions();
         step.kv_usage = s.kv_usage();
         num_waiting_ = step.waiting;

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstring>
 #include <map>
+#include <mutex>
 
 #include "core/logging.h"
 #include "engine/llm_engine.h"
@@ -101,10 +102,19 @@ void run_engine(zmq::context_t& context, Inbox& inbox, const WorkerOptions& o) {
     config.detokenize = false;
     LLMEngine engine(config);
     // Structured output's times since the last outputs message, which carries them to the
-    // frontend's metrics.
+    // frontend's metrics. Compiles report from the engine's compile thread.
     std::vector<double> mask_seconds, compile_seconds;
+    std::mutex compile_mutex;
+    auto take_compile_seconds = [&] {
+        std::lock_guard lock(compile_mutex);
+        return std::exchange(compile_seconds, {});
+    };
     engine.set_structured_timers({.mask = [&](double s) { mask_seconds.push_back(s); },
-                                  .compile = [&](double s) { compile_seconds.push_back(s); }});
+                                  .compile =
+                                      [&](double s) {
+                                          std::lock_guard lock(compile_mutex);
+                                          compile_seconds.push_back(s);
+                                      }});
     zmq::socket_t to_detokenizer = inbox.connect(context, "detokenizer");
     send(to_detokenizer, {{"type", kReady},
                           {"max_model_len", engine.config().max_model_len},
@@ -116,7 +126,7 @@ void run_engine(zmq::context_t& context, Inbox& inbox, const WorkerOptions& o) {
             const std::string id = m.at("id").get<std::string>();
             // The queue is counted here, where it is exact (as EngineLoop does on its thread).
             if (std::optional<QueueFull> full =
-                    check_queue(int64_t(engine.scheduler().num_waiting()), o.max_queued)) {
+                    check_queue(int64_t(engine.num_waiting()), o.max_queued)) {
                 send(to_detokenizer, rejected(m, full->what(), true));
                 return;
             }
@@ -153,11 +163,11 @@ void run_engine(zmq::context_t& context, Inbox& inbox, const WorkerOptions& o) {
                               {"outputs", std::move(outputs)},
                               {"stats",
                                {{"running", s.num_running()},
-                                {"waiting", s.num_waiting()},
+                                {"waiting", engine.num_waiting()},
                                 {"kv_usage", s.kv_usage()},
                                 {"preemptions", s.num_preemptions()},
                                 {"mask_seconds", std::exchange(mask_seconds, {})},
-                                {"compile_seconds", std::exchange(compile_seconds, {})}}}});
+                                {"compile_seconds", take_compile_seconds()}}}});
     }
 }
 

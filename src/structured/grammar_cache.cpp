@@ -75,6 +75,15 @@ std::shared_ptr<const CompiledGrammar> GrammarCache::get(const StructuredOutput&
     return compiled;
 }
 
+std::shared_ptr<const CompiledGrammar> GrammarCache::find(const StructuredOutput& spec) {
+    std::lock_guard lock(mutex_);
+    auto it = index_.find(spec.key());
+    if (it == index_.end()) return nullptr;
+    lru_.splice(lru_.begin(), lru_, it->second);
+    ++num_hits_;
+    return it->second->second;
+}
+
 int64_t GrammarCache::num_hits() const {
     std::lock_guard lock(mutex_);
     return num_hits_;

@@ -32,6 +32,10 @@ class GrammarCache {
     std::shared_ptr<const CompiledGrammar> get(const StructuredOutput& spec,
                                                double* compile_seconds = nullptr);
 
+    // The compiled grammar of spec if cached (a hit), else null; never compiles and counts no
+    // miss (the get() that follows does). Thread-safe.
+    std::shared_ptr<const CompiledGrammar> find(const StructuredOutput& spec);
+
     const Vocabulary& vocab() const { return *vocab_; }
     int64_t num_hits() const;
     int64_t num_misses() const;

@@ -3,8 +3,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <regex>
 #include <set>
@@ -108,27 +110,26 @@ TEST(StructuredEngine, SchemaRegexChoiceAndGrammarOutputsFollowTheirConstraint) 
     EXPECT_EQ(outs.back().token_ids, plain_outs.back().token_ids);
 }
 
+// add_request throws what it checks itself (ignore_eos); a bad schema, regex or grammar is
+// found by its compile, in the background, and ends the request: generate reports both alike.
 TEST(StructuredEngine, BadConstraintsAreErrorsNamingTheProblem) {
     LLMEngine engine(demo_config());
-    const Prompt prompt = Prompt::from_text("hi");
-    auto error_of = [&](const SamplingParams& p) {
-        try {
-            engine.add_request(prompt, p);
-        } catch (const Error& e) {
-            return std::string(e.what());
-        }
-        return std::string("no error");
-    };
-    EXPECT_THAT(error_of(constrained(StructuredOutput::Kind::kJsonSchema,
-                                     R"({"type": "object", "patternProperties": {"a": {}}})", 0)),
-                HasSubstr("patternProperties"));
-    EXPECT_THAT(error_of(constrained(StructuredOutput::Kind::kRegex, "(ab", 0)),
-                HasSubstr("regex"));
-    EXPECT_THAT(error_of(constrained(StructuredOutput::Kind::kGrammar, "root ::= foo", 0)),
-                HasSubstr("foo"));
     SamplingParams eos = constrained(StructuredOutput::Kind::kJsonObject, "", 0);
     eos.ignore_eos = true;
-    EXPECT_THAT(error_of(eos), HasSubstr("ignore_eos"));
+    const std::vector<SamplingParams> params = {
+        constrained(StructuredOutput::Kind::kJsonSchema,
+                    R"({"type": "object", "patternProperties": {"a": {}}})", 0),
+        constrained(StructuredOutput::Kind::kRegex, "(ab", 0),
+        constrained(StructuredOutput::Kind::kGrammar, "root ::= foo", 0), eos};
+    const std::vector<std::string> named = {"patternProperties", "regex", "foo", "ignore_eos"};
+    const std::vector<RequestOutput> outs =
+        engine.generate(std::vector<Prompt>(params.size(), Prompt::from_text("hi")), params);
+    for (size_t i = 0; i < params.size(); ++i) {
+        EXPECT_EQ(outs[i].finish_reason, "error");
+        EXPECT_THAT(outs[i].error, HasSubstr(named[i]));
+        EXPECT_TRUE(outs[i].token_ids.empty());
+    }
+    EXPECT_THROW(engine.add_request(Prompt::from_text("hi"), eos), Error);
     EXPECT_FALSE(engine.has_unfinished());
 }
 
@@ -281,4 +282,185 @@ TEST(StructuredEngine, PrecompileOnAnotherThreadLeavesTheEngineACacheHit) {
     EXPECT_THROW(engine.precompile(constrained(StructuredOutput::Kind::kRegex, "(", 0)), Error);
     engine.precompile(SamplingParams{});  // no constraint: nothing to do
     EXPECT_EQ(compiled_on.size(), 1u);
+}
+
+namespace {
+
+// Holds an engine's grammar compiles until opened, through the compile timer: it runs on the
+// compiling thread inside the compile, so to the engine a held compile is still running (a slow
+// compile, made deterministic). Counts the compiles that finished.
+struct CompileGate {
+    std::mutex mutex;
+    std::condition_variable opened_cv;
+    bool opened = false;
+    int num_compiles = 0;
+
+    void hold(LLMEngine& engine) {
+        engine.set_structured_timers({.mask = {}, .compile = [this](double) {
+                                          std::unique_lock lock(mutex);
+                                          opened_cv.wait(lock, [&] { return opened; });
+                                          ++num_compiles;
+                                      }});
+    }
+    void open() {
+        {
+            std::lock_guard lock(mutex);
+            opened = true;
+        }
+        opened_cv.notify_all();
+    }
+    int compiles() {
+        std::lock_guard lock(mutex);
+        return num_compiles;
+    }
+};
+
+// Declared after the engine: opens the gate before the engine's destructor waits for its compile
+// thread (also when an ASSERT leaves the test early).
+struct OpenAtExit {
+    CompileGate& gate;
+    ~OpenAtExit() { gate.open(); }
+};
+
+// Steps until nothing is unfinished (at most max_steps); the final outputs by request id.
+std::map<std::string, RequestOutput> run_to_end(LLMEngine& engine, int max_steps = 2000) {
+    std::map<std::string, RequestOutput> done;
+    for (int i = 0; i < max_steps && engine.has_unfinished(); ++i)
+        for (RequestOutput& o : engine.step())
+            if (o.finished) done[o.request_id] = std::move(o);
+    return done;
+}
+
+// A name no earlier test compiled: the grammar cache is the process's, and a spec cached by an
+// earlier run (--gtest_repeat) would skip the compile these tests hold.
+std::string fresh(const std::string& name) {
+    static int count = 0;
+    return name + std::to_string(count++);
+}
+
+SamplingParams free_params(int64_t max_tokens) {
+    SamplingParams p;
+    p.max_tokens = max_tokens;
+    p.temperature = 0;
+    return p;
+}
+
+}  // namespace
+
+// A grammar not in the cache compiles off the engine thread: its request waits outside the
+// scheduler while another request runs to its end, then is admitted and follows the grammar.
+TEST(StructuredEngine, ASlowGrammarCompileDelaysNoOtherRequest) {
+    CompileGate gate;
+    LLMEngine engine(demo_config());
+    OpenAtExit open_at_exit{gate};
+    gate.hold(engine);
+    const std::string pattern = fresh("async-slow") + "-[a-z]{2}";
+    const SamplingParams slow = constrained(StructuredOutput::Kind::kRegex, pattern, 0);
+    const std::string slow_id = engine.add_request(Prompt::from_text("a"), slow);
+    const std::string free_id = engine.add_request(Prompt::from_text("b"), free_params(8));
+    EXPECT_EQ(engine.num_waiting(), 2u);
+    std::optional<RequestOutput> free_out;
+    for (int i = 0; i < 100 && !free_out; ++i)
+        for (RequestOutput& o : engine.step()) {
+            EXPECT_NE(o.request_id, slow_id);
+            if (o.request_id == free_id && o.finished) free_out = std::move(o);
+        }
+    ASSERT_TRUE(free_out.has_value());
+    EXPECT_EQ(free_out->finish_reason, "length");
+    EXPECT_EQ(free_out->token_ids.size(), 8u);
+    EXPECT_EQ(gate.compiles(), 0);  // still compiling all along
+    EXPECT_EQ(engine.num_waiting(), 1u);
+    EXPECT_EQ(engine.scheduler().num_waiting() + engine.scheduler().num_running(), 0u);
+    EXPECT_TRUE(engine.has_unfinished());
+    gate.open();
+    std::map<std::string, RequestOutput> done = run_to_end(engine);
+    ASSERT_TRUE(done.count(slow_id));
+    EXPECT_EQ(done[slow_id].finish_reason, "stop") << done[slow_id].error;
+    EXPECT_TRUE(std::regex_match(done[slow_id].text, std::regex(pattern)));
+    EXPECT_EQ(gate.compiles(), 1);
+}
+
+// Requests with one schema, added while it compiles, share that compile; a later one finds it
+// cached and goes straight to the scheduler.
+TEST(StructuredEngine, RequestsWithOneSchemaShareOneCompile) {
+    CompileGate gate;
+    LLMEngine engine(demo_config());
+    OpenAtExit open_at_exit{gate};
+    gate.hold(engine);
+    const std::string name = fresh("async_shared");
+    const std::string schema =
+        R"({"type": "object", "properties": {")" + name +
+        R"(": {"type": "integer", "minimum": 0, "maximum": 9}}, "required": [")" + name +
+        R"("], "additionalProperties": false})";
+    std::vector<std::string> ids;
+    for (uint64_t seed = 1; seed <= 3; ++seed)
+        ids.push_back(
+            engine.add_request(Prompt::from_text("JSON " + std::to_string(seed)),
+                               constrained(StructuredOutput::Kind::kJsonSchema, schema, seed)));
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(engine.step().empty());
+    EXPECT_EQ(engine.num_waiting(), 3u);
+    gate.open();
+    std::map<std::string, RequestOutput> done = run_to_end(engine);
+    for (const std::string& id : ids) {
+        ASSERT_TRUE(done.count(id));
+        EXPECT_EQ(done[id].finish_reason, "stop") << done[id].error;
+        EXPECT_TRUE(Json::accept(done[id].text)) << done[id].text;
+    }
+    EXPECT_EQ(gate.compiles(), 1);
+    const std::string cached = engine.add_request(
+        Prompt::from_text("JSON 4"), constrained(StructuredOutput::Kind::kJsonSchema, schema, 4));
+    EXPECT_EQ(engine.scheduler().num_waiting(), 1u);  // admitted at once
+    done = run_to_end(engine);
+    EXPECT_EQ(done[cached].finish_reason, "stop") << done[cached].error;
+    EXPECT_EQ(gate.compiles(), 1);
+}
+
+// A constraint whose compile fails ends its own request with the compile's error; the others
+// (constrained or not) run as usual.
+TEST(StructuredEngine, AFailedCompileEndsOnlyItsRequest) {
+    LLMEngine engine(demo_config());
+    std::string bad_id;
+    EXPECT_NO_THROW(
+        bad_id = engine.add_request(Prompt::from_text("a"),
+                                    constrained(StructuredOutput::Kind::kRegex, "(async-bad", 0)));
+    const std::string good_id = engine.add_request(
+        Prompt::from_text("b"), constrained(StructuredOutput::Kind::kRegex, "async-good-[0-9]", 1));
+    const std::string free_id = engine.add_request(Prompt::from_text("c"), free_params(6));
+    std::map<std::string, RequestOutput> done = run_to_end(engine);
+    ASSERT_EQ(done.size(), 3u);
+    EXPECT_EQ(done[bad_id].finish_reason, "error");
+    EXPECT_THAT(done[bad_id].error, HasSubstr("regex"));
+    EXPECT_TRUE(done[bad_id].token_ids.empty());
+    EXPECT_EQ(done[good_id].finish_reason, "stop") << done[good_id].error;
+    EXPECT_TRUE(std::regex_match(done[good_id].text, std::regex("async-good-[0-9]")));
+    EXPECT_EQ(done[free_id].finish_reason, "length");
+    EXPECT_EQ(done[free_id].token_ids.size(), 6u);
+}
+
+// Aborted while its grammar compiles: the request ends at once ("abort", no tokens), the engine
+// has nothing left, and the compile, once done, serves the next request with that grammar.
+TEST(StructuredEngine, AbortWhileCompilingDropsTheRequest) {
+    CompileGate gate;
+    LLMEngine engine(demo_config());
+    OpenAtExit open_at_exit{gate};
+    gate.hold(engine);
+    const SamplingParams p =
+        constrained(StructuredOutput::Kind::kRegex, fresh("async-abort") + "-[a-z]", 0);
+    const std::string aborted = engine.add_request(Prompt::from_text("a"), p);
+    const std::string free_id = engine.add_request(Prompt::from_text("b"), free_params(4));
+    engine.step();
+    engine.abort(aborted);
+    std::map<std::string, RequestOutput> done = run_to_end(engine);
+    ASSERT_TRUE(done.count(aborted));
+    EXPECT_EQ(done[aborted].finish_reason, "abort");
+    EXPECT_TRUE(done[aborted].token_ids.empty());
+    EXPECT_EQ(done[free_id].finish_reason, "length");
+    EXPECT_FALSE(engine.has_unfinished());
+    EXPECT_EQ(engine.num_waiting(), 0u);
+    EXPECT_EQ(gate.compiles(), 0);  // the compile is still held
+    gate.open();
+    const std::string next = engine.add_request(Prompt::from_text("c"), p);
+    done = run_to_end(engine);
+    EXPECT_EQ(done[next].finish_reason, "stop") << done[next].error;
+    EXPECT_EQ(gate.compiles(), 1);
 }
