@@ -2,7 +2,8 @@
 // issue, through the same wrappers (wgmma.cuh: wgmma_ss, wgmma_rs): the prefill attention's S =
 // Q·Kᵀ (A from registers, m64n64k16 over 64-key tiles, or m64n128k16 over 128-key ones) and O +=
 // P·V (m64n128k16, B read transposed), the expert GEMMs' m64n256k16 (both operands in shared
-// memory). Not a test: it prints a table, asserts nothing. Usage: bench_wgmma.
+// memory), and the FP8 GEMM's m64n128k32 e4m3 (fp8_gemm_sm90.cu: the card's FP8 rate). Not a
+// test: it prints a table, asserts nothing. Usage: bench_wgmma.
 //
 // Each CTA is one warpgroup looping over k64 steps (4 wgmmas of k16 each, one commit group) on
 // zeroed operands; 1 to 3 CTAs an SM. "pipelined" waits for all but the last group (the next
@@ -24,7 +25,12 @@
 
 namespace {
 
-enum Kind { kRsKMajor, kRsTransposed, kSs };
+enum Kind { kRsKMajor, kRsTransposed, kSs, kSsE4m3 };
+
+// k of one instruction: 16 for bf16, 32 for e4m3 (the same 32 bytes of a row).
+constexpr int k_of(Kind kind) {
+    return kind == kSsE4m3 ? 32 : 16;
+}
 using miniinfer::cuda::kWgmmaAtomBytes;
 using miniinfer::cuda::kWgmmaRowBytes;
 
@@ -49,7 +55,9 @@ __global__ void __launch_bounds__(128) wgmma_loop(int iters, bool serial, float*
         wgmma_fence();
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
-            if constexpr (kKind == kSs)
+            if constexpr (kKind == kSsE4m3)
+                wgmma_ss_e4m3_n128(d, smem_desc(a_base) + 2 * s, smem_desc(b_base) + 2 * s, true);
+            else if constexpr (kKind == kSs)
                 wgmma_ss<N>(d, smem_desc(a_base) + 2 * s, smem_desc(b_base) + 2 * s);
             else if constexpr (kKind == kRsKMajor)
                 wgmma_rs<N, __nv_bfloat16, false>(d, a, smem_desc(b_base) + 2 * s);
@@ -90,7 +98,7 @@ int run(const char* name, int sms, float* sink) {
         for (const int per_sm : {1, 2, 3}) {
             const float ms = best_ms(
                 [&] { wgmma_loop<N, kKind><<<sms * per_sm, 128, smem>>>(kIters, serial, sink); });
-            const double flops = double(sms) * per_sm * kIters * 4 * 2.0 * 64 * N * 16;
+            const double flops = double(sms) * per_sm * kIters * 4 * 2.0 * 64 * N * k_of(kKind);
             std::printf("  %2d/SM %6.1f TFLOP/s", per_sm, flops / (double(ms) * 1e9));
         }
         std::printf("\n");
@@ -112,7 +120,8 @@ int main() {
     }
     float* sink = nullptr;
     MI_BENCH_CHECK(cudaMalloc(&sink, sizeof(float)));
-    std::printf("%s, %d SMs; bf16 in, fp32 accumulate, dense TFLOP/s\n", prop.name, sms);
+    std::printf("%s, %d SMs; bf16 (e4m3 where named) in, fp32 accumulate, dense TFLOP/s\n",
+                prop.name, sms);
     int failed = 0;
     failed |= run<64, kRsKMajor>("S, 64-key tile: RS m64n64k16", sms, sink);
     failed |= run<128, kRsKMajor>("S, 128-key tile: RS m64n128k16", sms, sink);
@@ -120,6 +129,7 @@ int main() {
     failed |= run<64, kSs>("SS m64n64k16", sms, sink);
     failed |= run<128, kSs>("SS m64n128k16", sms, sink);
     failed |= run<256, kSs>("expert GEMM: SS m64n256k16", sms, sink);
+    failed |= run<128, kSsE4m3>("FP8 GEMM: SS m64n128k32 e4m3", sms, sink);
     MI_BENCH_CHECK(cudaDeviceSynchronize());
     return failed;
 }

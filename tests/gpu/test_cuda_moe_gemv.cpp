@@ -22,6 +22,7 @@
 #include "core/cuda/device_buffer.h"
 #include "gpu_testing.h"
 #include "kernels/cuda/moe/moe_gemv.h"
+#include "moe_gemv_testing.h"
 
 using namespace miniinfer;
 using gpu_testing::all_close;
@@ -30,29 +31,7 @@ using gpu_testing::random_bf16;
 
 namespace {
 
-constexpr uint16_t kPoison = 0xabab;
-
-double silu(double g) {
-    return g / (1.0 + std::exp(-g));
-}
-
-double bf16_round(double v) {
-    return bf16_to_f32(f32_to_bf16(float(v)));
-}
-
-// Each token's k distinct experts: random (kind 0), the same k for every token (kind 1).
-std::vector<int32_t> choose_experts(int kind, int64_t n, int64_t k, int64_t num_experts,
-                                    std::mt19937& rng) {
-    std::vector<int32_t> all(static_cast<size_t>(num_experts));
-    std::iota(all.begin(), all.end(), 0);
-    std::shuffle(all.begin(), all.end(), rng);
-    std::vector<int32_t> ids;
-    for (int64_t t = 0; t < n; ++t) {
-        if (kind == 0) std::shuffle(all.begin(), all.end(), rng);
-        ids.insert(ids.end(), all.begin(), all.begin() + k);
-    }
-    return ids;
-}
+using namespace moe_gemv_testing;
 
 struct Case {
     int64_t num_experts, top_k, n, hidden, inter;

@@ -17,15 +17,16 @@
 // gate_up kernel still running. The routing stays in moe_route's own kernel: warps routing their
 // own token from the router's logits slowed gate_up by more than that kernel costs. Both measured
 // at batch 1 on the H200 (bench/RESULTS.md#moe-gemv-routing).
-// The FP8 experts (block-scaled e4m3, moe_gemv.h) run the same dot loop (partial_dots, with
-// Fp8Dot for Bf16Dot: 16 weights a load) after a prologue that quantizes the block's activation
-// rows into shared memory; since every block pays for that, a block takes one pair (gate_up) or
-// one token (down) and kFp8ColsPerBlock columns, each warp several. Not yet measured.
+// The FP8 experts (block-scaled e4m3, moe_gemv.h) run on the tensor cores instead (widening every
+// e4m3 weight on the CUDA cores made them slower than bf16): each block quantizes its activation
+// rows into shared memory as e4m3 bytes, then its warps stream 16 weight rows of an expert at a
+// time through mma m16n8k32 (the activation row as B), a k-block of 128 at a time with a few
+// k-blocks of loads in flight a lane, and meet in shared memory in a fixed order (see the FP8
+// section below). Not yet measured.
 #include "kernels/cuda/moe/moe_gemv.h"
 
 #include <cuda_bf16.h>
 
-#include <algorithm>
 #include <cstdint>
 
 #include "core/cuda/cuda_check.h"
@@ -43,9 +44,6 @@ namespace {
 constexpr int kWarpsPerBlock = 4;
 constexpr int kThreads = 32 * kWarpsPerBlock;
 constexpr int kVecElems = 8;  // bf16 per 16-byte load
-// Output columns a block of the FP8 kernels takes (each warp a quarter of them): every block
-// quantizes its activation rows once, so it should own more than one column a warp.
-constexpr int kFp8ColsPerBlock = 16;
 
 // The bf16 dot of partial_dots: x rows in global memory (tiny, from L1 after the first warp of an
 // SM), 8 bf16 a 16-byte vector of w.
@@ -64,47 +62,8 @@ struct Bf16Dot {
     }
 };
 
-// The block-scaled FP8 dot (fp8_linear.h's arithmetic): x rows quantized in shared memory (each
-// e4m3 value as its exact bf16, quantize_rows_to_shared), 16 e4m3 a 16-byte vector of w, which lies
-// in one 128-block: the lane's 16 products (exact in fp32) are its share of that block's partial,
-// scaled at once by the two block scales (the CPU's partial · s_x · w_scale, in another order).
-template <int kRows>
-struct Fp8Dot {
-    static constexpr int kVecElems = 16;
-    struct XVec {
-        uint4 lo, hi;
-    };
-    const uint4* x[kRows];         // shared: [k / 8] bf16 vectors each
-    const float* x_scales[kRows];  // shared: [ceil(k / 128)] each
-    const float* w_scales[kRows];  // global: the weight row's block scales, [ceil(k / 128)]
-    __device__ __forceinline__ XVec load_x(int i, int vec) const {
-        return {x[i][2 * vec], x[i][2 * vec + 1]};
-    }
-    __device__ __forceinline__ void accumulate(int i, int vec, const uint4& w_vec,
-                                               const XVec& x_vec, float& acc) const {
-        const int block = vec / (kFp8GroupSize / kVecElems);
-        float x_f[2][8];
-        unpack_bf16x8(x_vec.lo, x_f[0]);
-        unpack_bf16x8(x_vec.hi, x_f[1]);
-        const uint32_t words[4] = {w_vec.x, w_vec.y, w_vec.z, w_vec.w};
-        float partial = 0.f;
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            const float2 lo = fp8x2_values(uint16_t(words[q] & 0xffffu));
-            const float2 hi = fp8x2_values(uint16_t(words[q] >> 16));
-            partial = fmaf(x_f[q / 2][4 * (q % 2)], lo.x, partial);
-            partial = fmaf(x_f[q / 2][4 * (q % 2) + 1], lo.y, partial);
-            partial = fmaf(x_f[q / 2][4 * (q % 2) + 2], hi.x, partial);
-            partial = fmaf(x_f[q / 2][4 * (q % 2) + 3], hi.y, partial);
-        }
-        // Rounded as the CPU's partial * s_x * w_scale, never contracted into an FMA.
-        acc = __fadd_rn(
-            acc, __fmul_rn(__fmul_rn(partial, x_scales[i][block]), __ldg(w_scales[i] + block)));
-    }
-};
-
 // acc[i] += this lane's share of x[i] · w[i] for kRows (x row, weight row) pairs of k_vecs 16-byte
-// weight vectors each (Dot: Bf16Dot or Fp8Dot, which holds the x rows): lane L takes vectors L,
+// weight vectors each (Dot: Bf16Dot, which holds the x rows): lane L takes vectors L,
 // L + 32, ...; all loads of one round, of w and of x, are issued before any is used (x loaded
 // inside the multiply loop costs a round trip a vector). before_x() runs once, after the first
 // round's loads of w and before any load of x: the PDL wait of a kernel whose weight rows are
@@ -213,165 +172,339 @@ __global__ void __launch_bounds__(kThreads)
     if (lane == 0) out[t * hidden + c] = __float2bfloat16_rn(sum);
 }
 
-// x_s[r][:], scales_s[r][:] = row r of x (num_rows rows of len, row r at x + r * row_stride)
-// quantized per 128-group with fp8.cuh's arithmetic (the CPU's bits), each e4m3 value kept as its
-// exact bf16 (4 significant bits): a half-warp takes one group, 8 values a lane (a shorter last
-// group: lanes past len hold zeros, which leave the amax alone); a warp issues the loads of kBatch
-// pairs of groups before using any (a top-8 token's act rows of 768 in one round trip). Called by
-// every thread of the block; ends with a barrier.
-__device__ __forceinline__ void quantize_rows_to_shared(const __nv_bfloat16* x, int64_t row_stride,
-                                                        int num_rows, int len, uint4* x_s,
-                                                        float* scales_s) {
-    constexpr int kLanesPerGroup = kFp8GroupSize / kVecElems;  // 16
-    constexpr int kBatch = 8;
-    const int groups = (len + kFp8GroupSize - 1) / kFp8GroupSize, len_vecs = len / kVecElems;
-    const int units = num_rows * groups, sub = int(threadIdx.x) % kLanesPerGroup;
-    const int warp = int(threadIdx.x) / 32, half = int(threadIdx.x) % 32 / kLanesPerGroup;
-    // Whole warps loop alike (their shuffles need every lane): units past the end hold zeros.
-    for (int base = 2 * kBatch * warp; base < units; base += kBatch * kThreads / kLanesPerGroup) {
-        uint4 t[kBatch];
-#pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-            const int unit = base + 2 * b + half;
-            const int r = unit / groups, v = unit % groups * kLanesPerGroup + sub;
-            t[b] = unit < units && v < len_vecs
-                       ? reinterpret_cast<const uint4*>(x + r * row_stride)[v]
-                       : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-            const int unit = base + 2 * b + half;
-            const int r = unit / groups, g = unit % groups, v = g * kLanesPerGroup + sub;
-            float f[8];
-            unpack_bf16x8(t[b], f);
-            uint4 q;
-            const float scale = fp8_quantize_group8(f, q);  // every lane: a shuffle
-            if (unit >= units || v >= len_vecs) continue;
-            x_s[r * len_vecs + v] = q;
-            if (sub == 0) scales_s[r * groups + g] = scale;
-        }
-    }
-    __syncthreads();
+// ---------------------------------------------------------------------------------------------
+// FP8 (block-scaled e4m3, W8A8) on the tensor cores: mma_e4m3_16x8x32 (fp8.cuh) with A = 16 weight
+// rows straight from global memory and B = an activation row quantized into shared memory as e4m3
+// bytes (one useful column: every lane loads the same row, so all of D's columns hold the same
+// dot and a lane of t == 0 reads d0 (A row g) and d2 (A row g + 8)). A k-block of 128 is two
+// 64-wide chunks: lane (g, t) loads 16 bytes of rows g and g + 8 at 16 t of each chunk (4 loads,
+// 64 bytes), the same bytes of the activation row, and 4 mmas (each from zero, summed in fp32) give
+// the block's partial, promoted into the fp32 sum as the CPU's acc += partial · s_x · s_w.
+
+constexpr int kFp8MmaK = 64;       // bytes of a row one lane's 16-byte load serves (two mmas)
+constexpr int kFp8InFlight = 4;    // k-blocks of weights (64 bytes each) a lane loads ahead
+constexpr int kGateUpWarps = 4;    // gate_up: a block = 8 columns (16 rows) of a few pairs
+constexpr int kGateUpChoices = 2;  // gate_up: pairs of one token a block takes (one quantization)
+constexpr int kDownWarps = 8;      // down: a block = 16 columns of one token, every choice
+constexpr int kFp8QuantBatch = 4;  // groups a half-warp loads before quantizing any
+
+__host__ __device__ constexpr int64_t fp8_groups(int64_t len) {
+    return (len + kFp8GroupSize - 1) / kFp8GroupSize;
 }
 
-// FP8 gate_up: block (column chunk, pair p) quantizes x[token(p)] once, then each warp takes
-// columns i of the chunk kWarpsPerBlock apart: 2 weight rows (gate i, up i) per column. Shared:
-// [hidden / 8] bf16 vectors, then [ceil(hidden / 128)] scales.
-__global__ void __launch_bounds__(kThreads)
+// x_s[r][:], scales_s[r][:] = row r of x (num_rows rows of len, row r at x + r * row_stride)
+// quantized per 128-group with fp8.cuh's arithmetic (the CPU's bits) as e4m3 bytes, each row
+// padded with zeros to groups · 128 bytes: a half-warp takes one group, 8 values a lane (lanes past
+// len hold zeros, which leave the amax alone and quantize to 0x00, the padding). Units (row, group)
+// are dealt to the warps in turn, in rounds of kFp8QuantBatch units a half-warp whose loads are
+// issued before any is quantized. The kernels issue the first round's loads (load(0, v)) before
+// their weight loads, so that these small L2 reads do not queue behind them, then run(v, ...).
+// Every thread of the block (kWarps warps) calls both; no barrier.
+template <int kWarps>
+struct RowQuantizer {
+    static constexpr int kLanesPerGroup = kFp8GroupSize / kVecElems;  // 16
+    static constexpr int kRound = 2 * kWarps * kFp8QuantBatch;        // units a round
+    const __nv_bfloat16* x;
+    int64_t row_stride;
+    int groups, len_vecs, units;
+
+    __device__ RowQuantizer(const __nv_bfloat16* x_, int64_t row_stride_, int num_rows, int len)
+        : x(x_),
+          row_stride(row_stride_),
+          groups(int(fp8_groups(len))),
+          len_vecs(len / kVecElems),
+          units(num_rows * groups) {}
+    __device__ static int unit(int base, int b) {
+        return base + 2 * (b * kWarps + int(threadIdx.x) / 32) + int(threadIdx.x) % 32 / 16;
+    }
+    __device__ void load(int base, uint4 (&v)[kFp8QuantBatch]) const {
+        const int sub = int(threadIdx.x) % kLanesPerGroup;
+#pragma unroll
+        for (int b = 0; b < kFp8QuantBatch; ++b) {
+            const int u = unit(base, b), r = u / groups, vec = u % groups * kLanesPerGroup + sub;
+            v[b] = u < units && vec < len_vecs
+                       ? reinterpret_cast<const uint4*>(x + r * row_stride)[vec]
+                       : make_uint4(0, 0, 0, 0);
+        }
+    }
+    // Whole warps loop alike (their shuffles need every lane): units past the end hold zeros.
+    __device__ void run(uint4 (&v)[kFp8QuantBatch], uint8_t* x_s, float* scales_s) const {
+        const int sub = int(threadIdx.x) % kLanesPerGroup;
+        for (int base = 0; base < units; base += kRound) {
+            if (base > 0) load(base, v);
+#pragma unroll
+            for (int b = 0; b < kFp8QuantBatch; ++b) {
+                if (unit(base, b) - int(threadIdx.x) % 32 / 16 >= units) break;  // whole warp
+                const int u = unit(base, b), r = u / groups, grp = u % groups;
+                float f[8];
+                unpack_bf16x8(v[b], f);
+                uint2 q;
+                const float scale = fp8_quantize_group8_bytes(f, q);  // every lane: a shuffle
+                if (u >= units) continue;
+                reinterpret_cast<uint2*>(x_s + (int64_t(r) * groups + grp) * kFp8GroupSize)[sub] =
+                    q;
+                if (sub == 0) scales_s[r * groups + grp] = scale;
+            }
+        }
+    }
+};
+
+// a = this lane's 64 bytes of one k-block of two weight rows: row (its row g) and row + row8 (its
+// row g + 8), at k = k0 (the block's start + 16 t) and k0 + 64, 16-byte streaming loads; chunks at
+// or past k_end (k_end % 16 == 0) are zeros, never loaded.
+__device__ __forceinline__ void load_weight_kblock(const uint8_t* row, int64_t row8, int k0,
+                                                   int k_end, uint4 (&a)[4]) {
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    const bool lo = k0 < k_end, hi = k0 + kFp8MmaK < k_end;
+    a[0] = lo ? load_streaming(reinterpret_cast<const uint4*>(row + k0)) : zero;
+    a[1] = lo ? load_streaming(reinterpret_cast<const uint4*>(row + row8 + k0)) : zero;
+    a[2] = hi ? load_streaming(reinterpret_cast<const uint4*>(row + k0 + kFp8MmaK)) : zero;
+    a[3] = hi ? load_streaming(reinterpret_cast<const uint4*>(row + row8 + k0 + kFp8MmaK)) : zero;
+}
+
+// part = one k-block's products of the lane's weight bytes a (load_weight_kblock's) with the
+// activation row x_row_s (shared, padded to whole blocks) at the same k0: fp8.cuh's permutation,
+// bytes 0-7 of each 16-byte load then 8-15. Each mma starts from zero and the four are summed in
+// fp32 (the FP8 mma may keep fewer than fp32's bits of an accumulator it is given: SageAttention2,
+// DeepSeek-V3 on Hopper); only part[0] and part[2] (column 0, rows g and g + 8) are summed.
+__device__ __forceinline__ void mma_kblock(const uint4 (&a)[4], const uint8_t* x_row_s, int k0,
+                                           float (&part)[4]) {
+    const uint4 x0 = *reinterpret_cast<const uint4*>(x_row_s + k0);
+    const uint4 x1 = *reinterpret_cast<const uint4*>(x_row_s + k0 + kFp8MmaK);
+    float d[4][4] = {};
+    mma_e4m3_16x8x32(d[0], {a[0].x, a[1].x, a[0].y, a[1].y}, {x0.x, x0.y});
+    mma_e4m3_16x8x32(d[1], {a[0].z, a[1].z, a[0].w, a[1].w}, {x0.z, x0.w});
+    mma_e4m3_16x8x32(d[2], {a[2].x, a[3].x, a[2].y, a[3].y}, {x1.x, x1.y});
+    mma_e4m3_16x8x32(d[3], {a[2].z, a[3].z, a[2].w, a[3].w}, {x1.z, x1.w});
+    part[1] = part[3] = 0.f;
+#pragma unroll
+    for (int q = 0; q < 4; q += 2)
+        part[q] = __fadd_rn(__fadd_rn(d[0][q], d[1][q]), __fadd_rn(d[2][q], d[3][q]));
+}
+
+// acc + partial · s_x · s_w, rounded as the CPU's, never contracted into an FMA.
+__device__ __forceinline__ float promote(float acc, float partial, float x_scale, float w_scale) {
+    return __fadd_rn(acc, __fmul_rn(__fmul_rn(partial, x_scale), w_scale));
+}
+
+// The warp's k-blocks 0 .. count - 1 through a ring of kFp8InFlight register slots:
+// prefetch_kblocks loads the first ones (load(i, a, s): block i's weights and weight scales into a
+// slot), then stream_kblocks runs compute(i, a, s) on each in order and reloads its slot with block
+// i + kFp8InFlight, so that kFp8InFlight - 1 to kFp8InFlight blocks are in flight while one is
+// computed. count is warp-uniform (the mmas need the whole warp).
+template <class Load>
+__device__ __forceinline__ void prefetch_kblocks(int count, uint4 (&a)[kFp8InFlight][4],
+                                                 float (&s)[kFp8InFlight][2], Load&& load) {
+#pragma unroll
+    for (int q = 0; q < kFp8InFlight; ++q)
+        if (q < count) load(q, a[q], s[q]);
+}
+template <class Load, class Compute>
+__device__ __forceinline__ void stream_kblocks(int count, uint4 (&a)[kFp8InFlight][4],
+                                               float (&s)[kFp8InFlight][2], Load&& load,
+                                               Compute&& compute) {
+    for (int i0 = 0; i0 < count; i0 += kFp8InFlight) {
+#pragma unroll
+        for (int q = 0; q < kFp8InFlight; ++q) {
+            const int i = i0 + q;
+            if (i < count) {
+                compute(i, a[q], s[q]);
+                if (i + kFp8InFlight < count) load(i + kFp8InFlight, a[q], s[q]);
+            }
+        }
+    }
+}
+
+// FP8 gate_up: block (column tile, token tok, choice group) computes act[p, i0 .. i0 + 7]
+// (i0 = 8 · tile) for the kGateUpChoices pairs p = tok · top_k + j of its group (fewer in the last
+// group), which share x[tok]: quantized once for them all. For a pair, A rows 0-7 are gate rows
+// i0 .. i0 + 7 of its expert, rows 8-15 the up rows inter + i0 .., so a lane's d0 and d2 are g and
+// u of column i0 + g. The (pair, k-block) units, pair-major, are dealt to the warps in turn (warp
+// w: units w, w + kGateUpWarps, ...), each warp keeping one running sum of g and u and storing it
+// into sums[pair][w] when its pair changes; the first kFp8InFlight units' loads are issued before
+// the quantization (in flight across it). Then per column the sums over warps in warp order, and
+// silu_mul. Dynamic shared: [ceil(hidden / 128) · 128] e4m3 bytes, then [ceil(hidden / 128)]
+// scales.
+__global__ void __launch_bounds__(32 * kGateUpWarps, 4)
     gate_up_silu_fp8_kernel(const __nv_bfloat16* __restrict__ x,
                             const int32_t* __restrict__ topk_ids, const uint8_t* __restrict__ w,
                             const float* __restrict__ w_scale, __nv_bfloat16* __restrict__ act,
                             int top_k, int64_t inter, int64_t hidden) {
-    pdl_wait();
+    pdl_wait();  // topk_ids come from moe_route, the kernel just before
     pdl_trigger();
+    const int groups_per_token = (top_k + kGateUpChoices - 1) / kGateUpChoices;
+    const int64_t tok = blockIdx.y / groups_per_token;
+    const RowQuantizer<kGateUpWarps> quant(x + tok * hidden, hidden, 1, int(hidden));
+    uint4 x_vecs[kFp8QuantBatch];
+    quant.load(0, x_vecs);
     const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
-    const int64_t p = blockIdx.y;
-    const int h_groups = int((hidden + kFp8GroupSize - 1) / kFp8GroupSize);
-    const int64_t row_groups = (2 * inter + kFp8GroupSize - 1) / kFp8GroupSize;
-    extern __shared__ uint4 x_s[];
-    auto* scales_s = reinterpret_cast<float*>(x_s + hidden / kVecElems);
-    quantize_rows_to_shared(x + (p / top_k) * hidden, hidden, 1, int(hidden), x_s, scales_s);
+    const int g = lane / 4, t = lane % 4;
+    const int j0 = int(blockIdx.y % groups_per_token) * kGateUpChoices;
+    const int choices = min(kGateUpChoices, top_k - j0);
+    const int64_t p0 = tok * top_k + j0, i0 = int64_t(blockIdx.x) * 8;
+    const int h_groups = int(fp8_groups(hidden));
+    const int64_t row_groups = fp8_groups(2 * inter);
+    const int units = choices * h_groups;
+    const int count = (units - warp + kGateUpWarps - 1) / kGateUpWarps;  // ≤ 0: none
+    auto load = [&](int i, uint4(&a)[4], float(&s)[2]) {
+        const int u = warp + kGateUpWarps * i, jl = u / h_groups, kb = u % h_groups;
+        const int64_t e = topk_ids[p0 + jl];
+        // 8 rows from a multiple of 8 lie in one 128-row block.
+        load_weight_kblock(w + (e * 2 * inter + i0 + g) * hidden, inter * hidden,
+                           kb * kFp8GroupSize + 16 * t, int(hidden), a);
+        s[0] = __ldg(w_scale + (e * row_groups + i0 / kFp8GroupSize) * h_groups + kb);
+        s[1] = __ldg(w_scale + (e * row_groups + (inter + i0) / kFp8GroupSize) * h_groups + kb);
+    };
+    uint4 a[kFp8InFlight][4];
+    float s[kFp8InFlight][2];
+    prefetch_kblocks(count, a, s, load);
 
-    const int64_t e = topk_ids[p];
-    const uint8_t* w_e = w + e * 2 * inter * hidden;
-    const float* s_e = w_scale + e * row_groups * h_groups;
-    const int64_t end = std::min<int64_t>(inter, (int64_t(blockIdx.x) + 1) * kFp8ColsPerBlock);
-    for (int64_t i = int64_t(blockIdx.x) * kFp8ColsPerBlock + warp; i < end; i += kWarpsPerBlock) {
-        const Fp8Dot<2> dot{
-            {x_s, x_s},
-            {scales_s, scales_s},
-            {s_e + (i / kFp8GroupSize) * h_groups, s_e + ((inter + i) / kFp8GroupSize) * h_groups}};
-        const uint4* const ws[2] = {reinterpret_cast<const uint4*>(w_e + i * hidden),
-                                    reinterpret_cast<const uint4*>(w_e + (inter + i) * hidden)};
-        float acc[2] = {};
-        partial_dots<2>(dot, ws, int(hidden / Fp8Dot<2>::kVecElems), lane, acc, [] {});
-        warp_all_reduce(acc);
-        if (lane == 0)
-            act[p * inter + i] =
-                silu_mul_bf16(__float2bfloat16_rn(acc[0]), __float2bfloat16_rn(acc[1]));
+    extern __shared__ uint4 fp8_shared[];
+    auto* x_s = reinterpret_cast<uint8_t*>(fp8_shared);
+    auto* scales_s = reinterpret_cast<float*>(x_s + int64_t(h_groups) * kFp8GroupSize);
+    __shared__ float sums[kGateUpChoices][kGateUpWarps][16];
+    for (int v = int(threadIdx.x); v < kGateUpChoices * kGateUpWarps * 16; v += 32 * kGateUpWarps)
+        (&sums[0][0][0])[v] = 0.f;  // (pair, warp) without units
+    quant.run(x_vecs, x_s, scales_s);
+    __syncthreads();
+
+    float acc_g = 0.f, acc_u = 0.f;
+    int cur = warp / h_groups;  // the pair of the warp's first unit
+    auto store = [&] {
+        if (t == 0) {
+            sums[cur][warp][g] = acc_g;
+            sums[cur][warp][8 + g] = acc_u;
+        }
+    };
+    stream_kblocks(count, a, s, load, [&](int i, const uint4(&av)[4], const float(&sv)[2]) {
+        const int u = warp + kGateUpWarps * i, jl = u / h_groups, kb = u % h_groups;
+        if (jl != cur) {  // warp-uniform
+            store();
+            acc_g = acc_u = 0.f;
+            cur = jl;
+        }
+        float part[4];
+        mma_kblock(av, x_s, kb * kFp8GroupSize + 16 * t, part);
+        const float xs = scales_s[kb];
+        acc_g = promote(acc_g, part[0], xs, sv[0]);
+        acc_u = promote(acc_u, part[2], xs, sv[1]);
+    });
+    if (count > 0) store();
+    __syncthreads();
+    if (int(threadIdx.x) < 8 * choices) {
+        const int jl = int(threadIdx.x) / 8, r = int(threadIdx.x) % 8;
+        float gate = 0.f, up = 0.f;
+#pragma unroll
+        for (int q = 0; q < kGateUpWarps; ++q) {
+            gate += sums[jl][q][r];
+            up += sums[jl][q][8 + r];
+        }
+        act[(p0 + jl) * inter + i0 + r] =
+            silu_mul_bf16(__float2bfloat16_rn(gate), __float2bfloat16_rn(up));
     }
 }
 
-// FP8 down + combine: block (column chunk, token t) quantizes the token's top_k act rows once,
-// then each warp takes columns c of the chunk kWarpsPerBlock apart, kPass choices at a time
-// (kPass divides top_k), summing as down_combine_kernel does. Shared: [top_k][inter / 8] bf16
-// vectors, then [top_k][ceil(inter / 128)] scales. The choices come from moe_route, two kernels
-// back (see down_combine_kernel): before the PDL wait each lane prefetches into L2 what its first
-// round of the first column's weights will load (registers cannot hold it across the
-// quantization's barrier); act, gate_up's output, only after it.
-template <int kPass>
-__global__ void __launch_bounds__(kThreads)
+// FP8 down + combine: block (column tile, token tok) computes out[tok, c0 .. c0 + 15] (c0 = 16 ·
+// tile): A = rows c0 .. c0 + 15 of choice j's expert, B = the token's act row j quantized. The
+// (choice, k-block) units, choice-major, are dealt to the warps in turn (warp w: units w,
+// w + kDownWarps, ...: its choices in order), each warp keeping one running sum and storing it
+// into sums[j][w] when its choice changes; then, per column, the choice's sum over warps in warp
+// order, rounded to bf16, weighted into the total in choice order as down_combine_kernel does.
+// The choices come from moe_route, two kernels back (see down_combine_kernel): the first
+// kFp8InFlight units of weights are loaded before the PDL wait; act only after it. Dynamic
+// shared: [top_k][ceil(inter / 128) · 128] e4m3 bytes, [top_k][ceil(inter / 128)] scales, then
+// sums [top_k][kDownWarps][16].
+__global__ void __launch_bounds__(32 * kDownWarps)
     down_combine_fp8_kernel(const __nv_bfloat16* __restrict__ act,
                             const int32_t* __restrict__ topk_ids,
                             const float* __restrict__ topk_weights, const uint8_t* __restrict__ w,
                             const float* __restrict__ w_scale, __nv_bfloat16* __restrict__ out,
                             int top_k, int64_t hidden, int64_t inter) {
     const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
-    const int64_t t = blockIdx.y;
-    const int64_t first_col = int64_t(blockIdx.x) * kFp8ColsPerBlock + warp;
-    constexpr int kFirstRoundBytes = 32 * 16 * (kPass >= 8 ? 1 : 8 / kPass);  // partial_dots'
-    if (first_col < hidden) {
-#pragma unroll
-        for (int j = 0; j < kPass; ++j) {
-            const uint8_t* row = w + (topk_ids[t * top_k + j] * hidden + first_col) * inter;
-            for (int64_t at = int64_t(lane) * 16; at < std::min<int64_t>(inter, kFirstRoundBytes);
-                 at += 32 * 16)
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(row + at));
-        }
-    }
+    const int g = lane / 4, t = lane % 4;
+    const int64_t tok = blockIdx.y, c0 = int64_t(blockIdx.x) * 16;
+    const int i_groups = int(fp8_groups(inter));
+    const int64_t h_groups = fp8_groups(hidden);
+    const int units = top_k * i_groups;
+    const int count = (units - warp + kDownWarps - 1) / kDownWarps;  // ≤ 0: none
+    const int32_t* ids = topk_ids + tok * top_k;
+    auto load = [&](int i, uint4(&a)[4], float(&s)[2]) {
+        const int u = warp + kDownWarps * i, j = u / i_groups, kb = u % i_groups;
+        const int64_t e = ids[j];
+        load_weight_kblock(w + (e * hidden + c0 + g) * inter, 8 * inter,
+                           kb * kFp8GroupSize + 16 * t, int(inter), a);
+        s[0] = __ldg(w_scale + (e * h_groups + c0 / kFp8GroupSize) * i_groups + kb);
+        s[1] = 0.f;
+    };
+    uint4 a[kFp8InFlight][4];
+    float s[kFp8InFlight][2];
+    prefetch_kblocks(count, a, s, load);
     pdl_wait();
     pdl_trigger();
-    const int i_groups = int((inter + kFp8GroupSize - 1) / kFp8GroupSize);
-    const int64_t h_groups = (hidden + kFp8GroupSize - 1) / kFp8GroupSize;
-    const int64_t inter_vecs = inter / kVecElems;
-    extern __shared__ uint4 x_s[];
-    auto* scales_s = reinterpret_cast<float*>(x_s + top_k * inter_vecs);
-    quantize_rows_to_shared(act + t * top_k * inter, inter, top_k, int(inter), x_s, scales_s);
+    const RowQuantizer<kDownWarps> quant(act + tok * top_k * inter, inter, top_k, int(inter));
+    uint4 x_vecs[kFp8QuantBatch];
+    quant.load(0, x_vecs);
 
-    const int64_t end = std::min<int64_t>(hidden, (int64_t(blockIdx.x) + 1) * kFp8ColsPerBlock);
-    for (int64_t c = int64_t(blockIdx.x) * kFp8ColsPerBlock + warp; c < end; c += kWarpsPerBlock) {
-        float sum = 0.f;
-        for (int j0 = 0; j0 < top_k; j0 += kPass) {
-            Fp8Dot<kPass> dot;
-            const uint4* ws[kPass];
-#pragma unroll
-            for (int q = 0; q < kPass; ++q) {
-                const int j = j0 + q;
-                const int64_t e = topk_ids[t * top_k + j];
-                dot.x[q] = x_s + j * inter_vecs;
-                dot.x_scales[q] = scales_s + j * i_groups;
-                dot.w_scales[q] = w_scale + (e * h_groups + c / kFp8GroupSize) * i_groups;
-                ws[q] = reinterpret_cast<const uint4*>(w + (e * hidden + c) * inter);
-            }
-            float acc[kPass] = {};
-            partial_dots<kPass>(dot, ws, int(inter / Fp8Dot<kPass>::kVecElems), lane, acc, [] {});
-            warp_all_reduce(acc);
-#pragma unroll
-            for (int q = 0; q < kPass; ++q)
-                sum = __fmaf_rn(topk_weights[t * top_k + j0 + q],
-                                __bfloat162float(__float2bfloat16_rn(acc[q])), sum);
+    const int64_t row_bytes = int64_t(i_groups) * kFp8GroupSize;
+    extern __shared__ uint4 fp8_shared[];
+    auto* x_s = reinterpret_cast<uint8_t*>(fp8_shared);
+    auto* scales_s = reinterpret_cast<float*>(x_s + top_k * row_bytes);
+    float* sums = scales_s + top_k * i_groups;  // [top_k][kDownWarps][16]
+    for (int v = int(threadIdx.x); v < top_k * kDownWarps * 16; v += 32 * kDownWarps)
+        sums[v] = 0.f;  // (choice, warp) pairs without units
+    quant.run(x_vecs, x_s, scales_s);
+    __syncthreads();
+
+    float acc_lo = 0.f, acc_hi = 0.f;
+    int cur = warp / i_groups;  // the choice of the warp's first unit
+    auto store = [&] {
+        if (t == 0) {
+            sums[(cur * kDownWarps + warp) * 16 + g] = acc_lo;
+            sums[(cur * kDownWarps + warp) * 16 + 8 + g] = acc_hi;
         }
-        if (lane == 0) out[t * hidden + c] = __float2bfloat16_rn(sum);
+    };
+    stream_kblocks(count, a, s, load, [&](int i, const uint4(&av)[4], const float(&sv)[2]) {
+        const int u = warp + kDownWarps * i, j = u / i_groups, kb = u % i_groups;
+        if (j != cur) {  // warp-uniform
+            store();
+            acc_lo = acc_hi = 0.f;
+            cur = j;
+        }
+        float part[4];
+        mma_kblock(av, x_s + j * row_bytes, kb * kFp8GroupSize + 16 * t, part);
+        const float xs = scales_s[j * i_groups + kb];
+        acc_lo = promote(acc_lo, part[0], xs, sv[0]);
+        acc_hi = promote(acc_hi, part[2], xs, sv[0]);
+    });
+    if (count > 0) store();
+    __syncthreads();
+    if (threadIdx.x < 16) {
+        float sum = 0.f;
+        for (int j = 0; j < top_k; ++j) {
+            float d = 0.f;
+#pragma unroll
+            for (int q = 0; q < kDownWarps; ++q) d += sums[(j * kDownWarps + q) * 16 + threadIdx.x];
+            sum = __fmaf_rn(topk_weights[tok * top_k + j], __bfloat162float(__float2bfloat16_rn(d)),
+                            sum);
+        }
+        out[tok * hidden + c0 + threadIdx.x] = __float2bfloat16_rn(sum);
     }
 }
 
-int64_t fp8_groups(int64_t len) {
-    return (len + kFp8GroupSize - 1) / kFp8GroupSize;
-}
-
-// The FP8 kernels' dynamic shared memory for rows of len: bf16 values, then f32 scales.
+// The FP8 kernels' dynamic shared memory for rows of len: e4m3 bytes padded to whole groups, then
+// f32 scales.
 int64_t fp8_rows_bytes(int64_t rows, int64_t len) {
-    return rows * len * 2 + rows * fp8_groups(len) * 4;
+    return rows * fp8_groups(len) * (kFp8GroupSize + 4);
 }
 
-template <auto Kernel, typename... Args>
+template <auto Kernel, int kBlockThreads, typename... Args>
 void launch_fp8(unsigned column_blocks, int64_t rows, int64_t shared, cudaStream_t stream,
                 Args&&... args) {
     MI_LAUNCH_CHECK(rows <= 65535 && shared <= kFp8GemvMaxSharedBytes,
                     "moe_gemv fp8: too many pairs or tokens, or rows too long for shared memory");
     allow_shared_memory<Kernel>(size_t(kFp8GemvMaxSharedBytes));
-    launch_kernel(Kernel, dim3(column_blocks, unsigned(rows)), kThreads, size_t(shared), stream,
-                  std::forward<Args>(args)...);
+    launch_kernel(Kernel, dim3(column_blocks, unsigned(rows)), kBlockThreads, size_t(shared),
+                  stream, std::forward<Args>(args)...);
     MI_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -477,16 +610,16 @@ void moe_gemv_gate_up_silu_fp8(const Tensor& x, const Tensor& topk_ids, const Te
     check_cuda_tensor(topk_ids, DType::kI32, "moe_gemv_gate_up_silu_fp8: topk_ids", {n, kAnySize});
     const int64_t top_k = topk_ids.size(1), pairs = n * top_k;
     check_cuda_tensor(act, DType::kBF16, "moe_gemv_gate_up_silu_fp8: act", {kAnySize, inter});
-    MI_LAUNCH_CHECK(w.size(1) == 2 * inter && hidden % 16 == 0 && inter > 0 && aligned16(x.raw()) &&
-                        aligned16(w.raw()) && act.size(0) >= pairs,
-                    "moe_gemv_gate_up_silu_fp8: w [E, 2 * inter, hidden] with hidden % 16 == 0, "
-                    "x and w 16-byte aligned, act with at least n * k rows");
+    MI_LAUNCH_CHECK(w.size(1) == 2 * inter && hidden % 16 == 0 && inter % 8 == 0 && inter > 0 &&
+                        aligned16(x.raw()) && aligned16(w.raw()) && act.size(0) >= pairs,
+                    "moe_gemv_gate_up_silu_fp8: w [E, 2 * inter, hidden] with hidden % 16 == 0 "
+                    "and inter % 8 == 0, x and w 16-byte aligned, act with at least n * k rows");
     if (pairs == 0) return;
-    launch_fp8<gate_up_silu_fp8_kernel>(unsigned((inter + kFp8ColsPerBlock - 1) / kFp8ColsPerBlock),
-                                        pairs, fp8_rows_bytes(1, hidden), stream,
-                                        x.data<__nv_bfloat16>(), topk_ids.data<int32_t>(),
-                                        w.data<uint8_t>(), w_scale.data<float>(),
-                                        act.data<__nv_bfloat16>(), int(top_k), inter, hidden);
+    launch_fp8<gate_up_silu_fp8_kernel, 32 * kGateUpWarps>(
+        unsigned(inter / 8), n * ((top_k + kGateUpChoices - 1) / kGateUpChoices),
+        fp8_rows_bytes(1, hidden), stream, x.data<__nv_bfloat16>(), topk_ids.data<int32_t>(),
+        w.data<uint8_t>(), w_scale.data<float>(), act.data<__nv_bfloat16>(), int(top_k), inter,
+        hidden);
 }
 
 void moe_gemv_down_combine_fp8(const Tensor& act, const Tensor& topk_ids,
@@ -504,33 +637,17 @@ void moe_gemv_down_combine_fp8(const Tensor& act, const Tensor& topk_ids,
     check_cuda_tensor(topk_weights, DType::kF32, "moe_gemv_down_combine_fp8: topk_weights",
                       {n, top_k});
     check_cuda_tensor(act, DType::kBF16, "moe_gemv_down_combine_fp8: act", {kAnySize, inter});
-    MI_LAUNCH_CHECK(inter % 16 == 0 && top_k >= 1 && aligned16(act.raw()) && aligned16(w.raw()) &&
-                        act.size(0) >= n * top_k,
-                    "moe_gemv_down_combine_fp8: w [E, hidden, inter] with inter % 16 == 0, act "
-                    "and w 16-byte aligned with at least n * k rows, k >= 1");
+    MI_LAUNCH_CHECK(inter % 16 == 0 && hidden % 16 == 0 && top_k >= 1 && aligned16(act.raw()) &&
+                        aligned16(w.raw()) && act.size(0) >= n * top_k,
+                    "moe_gemv_down_combine_fp8: w [E, hidden, inter] with hidden and inter "
+                    "multiples of 16, act and w 16-byte aligned with at least n * k rows, k >= 1");
     if (n == 0 || hidden == 0) return;
-    const unsigned blocks = unsigned((hidden + kFp8ColsPerBlock - 1) / kFp8ColsPerBlock);
-    const int64_t shared = fp8_rows_bytes(top_k, inter);
-    const auto* a = act.data<__nv_bfloat16>();
-    const auto* ids = topk_ids.data<int32_t>();
-    const auto* weights = topk_weights.data<float>();
-    const auto* wd = w.data<uint8_t>();
-    const auto* scales = w_scale.data<float>();
-    auto* o = out.data<__nv_bfloat16>();
-    const int k = int(top_k);
-    // The widest pass that divides k, as moe_gemv_down_combine.
-    if (top_k % 8 == 0)
-        launch_fp8<down_combine_fp8_kernel<8>>(blocks, n, shared, stream, a, ids, weights, wd,
-                                               scales, o, k, hidden, inter);
-    else if (top_k % 4 == 0)
-        launch_fp8<down_combine_fp8_kernel<4>>(blocks, n, shared, stream, a, ids, weights, wd,
-                                               scales, o, k, hidden, inter);
-    else if (top_k % 2 == 0)
-        launch_fp8<down_combine_fp8_kernel<2>>(blocks, n, shared, stream, a, ids, weights, wd,
-                                               scales, o, k, hidden, inter);
-    else
-        launch_fp8<down_combine_fp8_kernel<1>>(blocks, n, shared, stream, a, ids, weights, wd,
-                                               scales, o, k, hidden, inter);
+    // The quantized act rows and scales, then the per-(choice, warp) sums.
+    const int64_t shared = fp8_rows_bytes(top_k, inter) + top_k * kDownWarps * 16 * 4;
+    launch_fp8<down_combine_fp8_kernel, 32 * kDownWarps>(
+        unsigned(hidden / 16), n, shared, stream, act.data<__nv_bfloat16>(),
+        topk_ids.data<int32_t>(), topk_weights.data<float>(), w.data<uint8_t>(),
+        w_scale.data<float>(), out.data<__nv_bfloat16>(), int(top_k), hidden, inter);
 }
 
 }  // namespace miniinfer::cuda

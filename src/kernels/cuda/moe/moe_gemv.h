@@ -47,12 +47,14 @@ void moe_gemv_down_combine(const Tensor& act, const Tensor& topk_ids, const Tens
 // Block-scaled FP8 experts (W8A8, cpu::fp8_block_linear's arithmetic, fp8_gemv.h): the same two
 // steps with e4m3 weights and f32 block scales (128 x 128 blocks), each activation row quantized
 // per token in groups of 128 inside every block that uses it (fp8.cuh's helpers: the CPU's bits).
-// Each block takes one pair (gate_up) or one token (down) and 16 output columns, so that the
-// quantization is paid once per 16 columns.
+// Each block takes two pairs of one token (gate_up, 8 output columns: 16 weight rows a pair) or
+// one token (down, 16 output columns), quantizes its activation rows into shared memory as e4m3
+// bytes and runs the dots on the tensor cores (mma m16n8k32).
 
 // Whether the two functions below accept experts of these shapes: kF8E4M3 CUDA weights
 // [E, 2 · inter, hidden] and [E, hidden, inter] with hidden and inter multiples of 16, 16-byte
-// aligned. (down also needs top_k · inter · 2 bytes of shared memory, ≤ 224 KiB: checked there.)
+// aligned. (down also needs about top_k · (inter + 512) bytes of shared memory, ≤ 224 KiB: checked
+// there.)
 bool moe_gemv_fp8_supported(const Tensor& experts_gate_up, const Tensor& experts_down);
 
 // moe_gemv_gate_up_silu with g and u each the block-scaled FP8 dot of x[t] (quantized per group of
