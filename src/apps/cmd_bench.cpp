@@ -31,6 +31,7 @@ namespace {
 using bench::BenchWorkload;
 using bench::GpuPeak;
 using bench::make_bench_workload;
+using bench::max_concurrent_requests;
 using bench::MultiturnWorkload;
 using bench::sol_seconds;
 
@@ -185,11 +186,13 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o,
     }
     // No SOL for multiturn: sol_seconds runs all requests at once, and a turn waits for the last.
     const bool has_sol = peak && !w.multiturn;
-    const double sol =
-        has_sol ? sol_seconds(w.requests, engine.model_config(), engine.config().max_num_seqs,
-                              peak->hardware, engine.config().fp8_kv_cache() ? 1.0 : 2.0)
-                : 0.0;
     const EngineConfig& c = engine.config();
+    const int64_t concurrent =
+        max_concurrent_requests(w.requests, c.max_num_seqs, c.num_pages * c.page_size,
+                                engine.model_config().is_hybrid() ? c.num_state_slots : 0);
+    const double sol = has_sol ? sol_seconds(w.requests, engine.model_config(), concurrent,
+                                             peak->hardware, c.fp8_kv_cache() ? 1.0 : 2.0)
+                               : 0.0;
     const std::optional<ModelRunner::StepTiming> t = engine.step_timing();
     return {{"workload", w.name},
             {"steps", t ? Json(t->steps) : Json(nullptr)},
@@ -218,6 +221,7 @@ Json run_workload(LLMEngine& engine, const Workload& w, const BenchOptions& o,
             {"ttft_p99_ms", ttft_quantile(0.99)},
             {"sol_hardware", has_sol ? Json(bench::describe(*peak)) : Json(nullptr)},
             {"sol_tok_per_s", has_sol ? Json(double(output_tokens) / sol) : Json(nullptr)},
+            {"sol_concurrent_requests", has_sol ? Json(concurrent) : Json(nullptr)},
             {"percent_of_sol", has_sol ? Json(100.0 * sol / seconds) : Json(nullptr)},
             {"multiturn", w.multiturn ? Json(bench::describe(w.multiturn->shape)) : Json(nullptr)},
             {"prefix_cache", conversations ? hit_rates_json(*conversations) : Json(nullptr)},

@@ -71,6 +71,20 @@ double expected_distinct_experts(int64_t num_experts, int64_t top_k, double toke
     return e * (1.0 - std::pow(1.0 - double(top_k) / e, tokens));
 }
 
+int64_t max_concurrent_requests(const BenchWorkload& w, int64_t max_num_seqs,
+                                int64_t kv_capacity_tokens, int64_t state_slots) {
+    int64_t shortest = 0;
+    for (size_t r = 0; r < w.prompts.size(); ++r) {
+        const int64_t len = int64_t(w.prompts[r].size()) + w.max_tokens[r];
+        shortest = r == 0 ? len : std::min(shortest, len);
+    }
+    int64_t n = max_num_seqs;
+    if (kv_capacity_tokens > 0 && shortest > 0)
+        n = std::min(n, std::max<int64_t>(1, kv_capacity_tokens / shortest));
+    if (state_slots > 0) n = std::min(n, state_slots);
+    return n;
+}
+
 double sol_seconds(const BenchWorkload& w, const ModelConfig& c, int64_t max_num_seqs,
                    const SolHardware& hw, double kv_element_bytes) {
     // Dense weights (read whole every step) and their matmul parameters per token (lm_head

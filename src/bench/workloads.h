@@ -52,6 +52,14 @@ struct SolHardware {
 double expected_distinct_experts(int64_t num_experts, int64_t top_k, double tokens);
 // kv_element_bytes: 2 for a bf16 KV cache, 1 for an FP8 one (--kv-cache-dtype fp8 reads half
 // the KV bytes, and its speed of light is that much higher where the cache dominates).
+
+// The most requests of `w` an engine can hold at once: max_num_seqs, the KV cache's tokens over
+// the shortest request's (prompt + output: the most optimistic packing), and for a hybrid its
+// state slots (0: no such limit). sol_seconds' waves are this wide: a 27B on an 80 GB card holds
+// 58 decode256 sequences, not 256, and no engine runs the rest at the same time.
+int64_t max_concurrent_requests(const BenchWorkload& w, int64_t max_num_seqs,
+                                int64_t kv_capacity_tokens, int64_t state_slots);
+
 double sol_seconds(const BenchWorkload& w, const ModelConfig& c, int64_t max_num_seqs,
                    const SolHardware& hw, double kv_element_bytes = 2.0);
 

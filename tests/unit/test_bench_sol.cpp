@@ -191,3 +191,23 @@ TEST(BenchSol, Fp8ProjectionsReadOneByteAParameter) {
     const double want = (dense + 48 * 8 * expert + kv) / 4.8e12;
     EXPECT_NEAR(sol_seconds(one_request(1), c, 256, hw), want, 1e-4 * want);
 }
+
+// The SOL's waves are as wide as the engine can hold: max_num_seqs, the KV cache's tokens over
+// the shortest request, a hybrid's state slots.
+TEST(BenchSol, WavesAsWideAsMemoryHolds) {
+    BenchWorkload w;
+    for (int i = 0; i < 256; ++i) {
+        w.prompts.push_back(std::vector<int32_t>(1024, 1));
+        w.max_tokens.push_back(1024);
+    }
+    w.prompts.back().resize(512);  // the shortest: 512 + 1024
+    EXPECT_EQ(max_concurrent_requests(w, 256, 0, 0), 256);
+    EXPECT_EQ(max_concurrent_requests(w, 256, 58 * 1536, 0), 58);
+    EXPECT_EQ(max_concurrent_requests(w, 256, 1000, 0), 1);  // not even one: one at a time
+    EXPECT_EQ(max_concurrent_requests(w, 256, 0, 40), 40);
+    EXPECT_EQ(max_concurrent_requests(w, 32, 58 * 1536, 40), 32);
+    // Narrower waves: a slower SOL (more steps, each reading the weights again).
+    const ModelConfig c = ModelConfig::load(kBench / "qwen3-0.6b");
+    const SolHardware hw{.hbm_bytes_per_s = 4.8e12, .matmul_flops = 790e12};
+    EXPECT_GT(sol_seconds(w, c, 58, hw), sol_seconds(w, c, 256, hw));
+}
