@@ -23,9 +23,12 @@
 #include "kernels/cuda/attention/attention.h"
 #include "kernels/cuda/elementwise/cast.h"
 #include "kernels/cuda/elementwise/embedding.h"
+#include "kernels/cuda/elementwise/fp8_quantize.h"
 #include "kernels/cuda/elementwise/gather_rows.h"
 #include "kernels/cuda/elementwise/silu_mul.h"
 #include "kernels/cuda/gdn/gated_delta_net.h"
+#include "kernels/cuda/gemm/fp8_gemm.h"
+#include "kernels/cuda/gemm/fp8_gemv.h"
 #include "kernels/cuda/gemm/gemm.h"
 #include "kernels/cuda/gemm/gemv.h"
 #include "kernels/cuda/gemm/grouped_gemm.h"
@@ -541,6 +544,101 @@ void bench_gdn() {
     }
 }
 
+// The FP8 ops (issue 50) at Qwen3-8B's projections (hidden 4096, q 4096 + kv 2 x 1024, inter
+// 12288) and Qwen3-30B-A3B's experts: the activation quantization, the GEMV at 1-8 rows, the GEMM
+// at a decode batch and a prefill chunk (against the measured FP8 GEMM rate), the MoE GEMV.
+// Weights: random e4m3 bytes of magnitude below 4, scales 1 / (64 sqrt(k)).
+Tensor random_fp8(Shape shape) {
+    Tensor t = Tensor::zeros(std::move(shape), DType::kF8E4M3);
+    auto* b = static_cast<uint8_t*>(t.raw());
+    for (int64_t i = 0; i < t.numel(); ++i) {
+        const uint32_t r = g_rng();
+        b[i] = uint8_t((r & 0x80u) | ((r >> 8) % 72u));
+    }
+    return cuda::to_device(t);
+}
+
+Tensor fp8_scales(Shape shape, int64_t k) {
+    Tensor t = Tensor::zeros(std::move(shape), DType::kF32);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = 1.f / (64.f * std::sqrt(float(k)));
+    return cuda::to_device(t);
+}
+
+void bench_fp8() {
+    struct Proj {
+        const char* name;
+        int64_t n, k;
+    };
+    const Proj projs[] = {
+        {"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 24576, 4096}, {"down", 4096, 12288}};
+    auto blocks = [](int64_t v) { return (v + 127) / 128; };
+    for (const Proj& p : projs) {
+        const Tensor w = random_fp8({p.n, p.k});
+        const Tensor s = fp8_scales({blocks(p.n), blocks(p.k)}, p.k);
+        const double w_bytes = double(p.n * p.k);
+        for (int64_t m : {1, 2, 4, 8}) {
+            if (!wanted(std::string("fp8 gemv ") + p.name)) break;
+            const Tensor x = random_device_bf16({m, p.k});
+            Tensor y = cuda::device_tensor({m, p.n}, DType::kBF16);
+            print_bench_row(
+                std::string("fp8 gemv ") + p.name, "8B " + dims({m, p.n, p.k}),
+                time_launch([&](cudaStream_t st) { cuda::fp8_gemv(x, w, s, nullptr, y, st); }),
+                w_bytes + kBf16 * double(m * (p.k + p.n)));
+        }
+        for (int64_t m : {kDecodeRows, kPrefillTokens}) {
+            const Tensor x = random_device_bf16({m, p.k});
+            Tensor q = cuda::device_tensor({m, p.k}, DType::kF8E4M3);
+            Tensor qs = cuda::device_tensor({m, blocks(p.k)}, DType::kF32);
+            Tensor y = cuda::device_tensor({m, p.n}, DType::kBF16);
+            if (wanted(std::string("fp8 quantize ") + p.name))
+                print_bench_row(
+                    std::string("fp8 quantize ") + p.name, "8B " + dims({m, p.k}),
+                    time_launch([&](cudaStream_t st) { cuda::fp8_quantize(x, q, qs, st); }),
+                    double(m * p.k) * (kBf16 + 1) + double(m * blocks(p.k)) * kF32);
+            cuda::fp8_quantize(x, q, qs, nullptr);
+            if (wanted(std::string("fp8 gemm ") + p.name))
+                print_bench_row(std::string("fp8 gemm ") + p.name, "8B " + dims({m, p.n, p.k}),
+                                time_launch([&](cudaStream_t st) {
+                                    cuda::fp8_gemm(q, qs, w, s, nullptr, y, st);
+                                }),
+                                w_bytes + double(m * p.k) + kBf16 * double(m * p.n),
+                                2.0 * double(m * p.n * p.k), true);
+        }
+    }
+    // The MoE GEMV at Qwen3-30B-A3B's experts (128 of hidden 2048, inter 768), top 8.
+    if (!wanted("fp8 moe gemv")) return;
+    constexpr int64_t kE = 128, kH = 2048, kI = 768, kTopK = 8;
+    const Tensor gate_up = random_fp8({kE, 2 * kI, kH}), down = random_fp8({kE, kH, kI});
+    const Tensor gate_up_s = fp8_scales({kE, blocks(2 * kI), blocks(kH)}, kH);
+    const Tensor down_s = fp8_scales({kE, blocks(kH), blocks(kI)}, kI);
+    for (int64_t tokens : {1, 4}) {
+        std::vector<int32_t> ids;
+        std::vector<float> weights;
+        for (int64_t t = 0; t < tokens; ++t)
+            for (int64_t j = 0; j < kTopK; ++j) {
+                ids.push_back(int32_t((t * 37 + j * 16) % kE));
+                weights.push_back(1.f / kTopK);
+            }
+        const Tensor ids_d = device_i32(ids).view({tokens, kTopK});
+        const Tensor weights_d = device_f32(weights).view({tokens, kTopK});
+        const Tensor x = random_device_bf16({tokens, kH});
+        Tensor act = cuda::device_tensor({tokens * kTopK, kI}, DType::kBF16);
+        Tensor out = cuda::device_tensor({tokens, kH}, DType::kBF16);
+        const double pairs = double(tokens * kTopK);
+        print_bench_row("fp8 moe gemv gate_up", "30B-A3B " + dims({tokens, kTopK}),
+                        time_launch([&](cudaStream_t st) {
+                            cuda::moe_gemv_gate_up_silu_fp8(x, ids_d, gate_up, gate_up_s, act, st);
+                        }),
+                        pairs * double(2 * kI * kH));
+        print_bench_row("fp8 moe gemv down", "30B-A3B " + dims({tokens, kTopK}),
+                        time_launch([&](cudaStream_t st) {
+                            cuda::moe_gemv_down_combine_fp8(act, ids_d, weights_d, down, down_s,
+                                                            out, st);
+                        }),
+                        pairs * double(kH * kI));
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -620,6 +718,7 @@ int main(int argc, char** argv) {
     if (wanted_group("gdn")) bench_gdn();
     if (wanted_group("moe"))
         for (int64_t tokens : moe_tokens) bench_moe(tokens);
+    if (wanted_group("fp8") && cuda::fp8_gemm_supported()) bench_fp8();
     MI_CUDA_CHECK(cudaDeviceSynchronize());
     return 0;
 }

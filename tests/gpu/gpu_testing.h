@@ -8,8 +8,10 @@
 //   time_launch                   the median time of a launch: CUDA events, warm-up, L2 flushed
 //   CapturedGraph                 the launches of a lambda captured as a CUDA graph, to replay
 //   device_peaks, print_bench_row achieved GB/s and TFLOP/s against this device's copy bandwidth
-//                                 and bf16 GEMM rate, measured once per process (not datasheet
-//                                 figures)
+//                                 and bf16 (or FP8) GEMM rate, measured once per process (not
+//                                 datasheet figures)
+//   CublasFp8                     cuBLASLt's FP8 GEMM with one scale a tensor: the FP8 rate's
+//                                 yardstick
 // Header-only; a test that uses device_peaks links miniinfer_kernels_cuda (cuda::Gemm).
 #pragma once
 
@@ -22,11 +24,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <random>
 #include <span>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
+
+#include <cublasLt.h>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
@@ -300,6 +306,70 @@ inline LaunchTiming time_launch(const std::function<void(cudaStream_t)>& fn,
     return {us[us.size() / 2], us.front(), int(us.size())};
 }
 
+// cuBLASLt's FP8 GEMM with one scale a tensor (no block scales): what a vendor-tuned FP8 kernel
+// reaches at a shape, the yardstick for fp8_gemm's rows. y[m, n] = xq[m, k] · w[n, k]ᵀ, bf16 out.
+class CublasFp8 {
+  public:
+    CublasFp8() { check(cublasLtCreate(&handle_)); }
+    ~CublasFp8() {
+        for (auto& [key, p] : plans_) {
+            cublasLtMatrixLayoutDestroy(p.a);
+            cublasLtMatrixLayoutDestroy(p.b);
+            cublasLtMatrixLayoutDestroy(p.d);
+            cublasLtMatmulDescDestroy(p.op);
+        }
+        cublasLtDestroy(handle_);
+    }
+    // The first call of a shape plans it (the timed calls after it only launch).
+    void run(const Tensor& xq, const Tensor& w, Tensor& y, cudaStream_t st) {
+        const uint64_t m = uint64_t(xq.size(0)), n = uint64_t(w.size(0)), k = uint64_t(w.size(1));
+        Plan& p = plans_[{m, n, k}];
+        if (p.op == nullptr) plan(p, m, n, k);
+        const float alpha = 1.f, beta = 0.f;
+        if (p.found)
+            check(cublasLtMatmul(handle_, p.op, &alpha, w.raw(), p.a, xq.raw(), p.b, &beta, y.raw(),
+                                 p.d, y.raw(), p.d, &p.algo, workspace_.data(), workspace_.bytes(),
+                                 st));
+    }
+
+  private:
+    struct Plan {
+        cublasLtMatmulDesc_t op = nullptr;
+        cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+        cublasLtMatmulAlgo_t algo{};
+        bool found = false;
+    };
+    void plan(Plan& p, uint64_t m, uint64_t n, uint64_t k) {
+        check(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+        const cublasOperation_t t = CUBLAS_OP_T, nn = CUBLAS_OP_N;
+        check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t));
+        check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &nn, sizeof nn));
+        check(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_8F_E4M3, k, n, int64_t(k)));
+        check(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_8F_E4M3, k, m, int64_t(k)));
+        check(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_16BF, n, m, int64_t(n)));
+        cublasLtMatmulPreference_t pref = nullptr;
+        check(cublasLtMatmulPreferenceCreate(&pref));
+        const uint64_t ws = workspace_.bytes();
+        check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                   &ws, sizeof ws));
+        cublasLtMatmulHeuristicResult_t result{};
+        int found = 0;
+        check(cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.d, p.d, pref, 1, &result,
+                                             &found));
+        cublasLtMatmulPreferenceDestroy(pref);
+        p.algo = result.algo;
+        p.found = found > 0;
+        if (!p.found) ADD_FAILURE() << "cuBLASLt offers no FP8 algorithm for " << m << "x" << n;
+    }
+    static void check(cublasStatus_t s) {
+        if (s != CUBLAS_STATUS_SUCCESS)
+            ADD_FAILURE() << "cuBLASLt FP8: " << cublasLtGetStatusString(s);
+    }
+    cublasLtHandle_t handle_ = nullptr;
+    cuda::DeviceBuffer workspace_{size_t(32) << 20};
+    std::map<std::tuple<uint64_t, uint64_t, uint64_t>, Plan> plans_;
+};
+
 // ---------------------------------------------------------------------------------------------
 // (c) Achieved rates against this device's measured peaks
 
@@ -307,6 +377,7 @@ struct DevicePeaks {
     std::string name;
     double copy_gb_s = 0;     // device-to-device copy, bytes read + written per second / 1e9
     double bf16_tflop_s = 0;  // cuda::Gemm (cuBLASLt) bf16, 8192³
+    double fp8_tflop_s = 0;   // CublasFp8 (cuBLASLt e4m3, one scale a tensor), 8192³
 };
 
 // Measured on the first call and cached for the process: the median of a 1 GiB device-to-device
@@ -342,8 +413,19 @@ inline const DevicePeaks& device_peaks() {
                                             {.warmup = 3, .samples = 9, .flush_l2 = false});
         p.bf16_tflop_s =
             2.0 * double(size) * double(size) * double(size) / (mm.median_us * 1e-6) / 1e12;
-        std::printf("device peaks (%s, measured): copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s\n",
-                    p.name.c_str(), p.copy_gb_s, p.bf16_tflop_s);
+        Tensor a8 = cuda::device_tensor({size, size}, DType::kF8E4M3);
+        Tensor b8 = cuda::device_tensor({size, size}, DType::kF8E4M3);
+        MI_CUDA_CHECK(cudaMemset(a8.raw(), 0x30, a8.nbytes()));  // 0.5: no overflow
+        MI_CUDA_CHECK(cudaMemset(b8.raw(), 0x30, b8.nbytes()));
+        CublasFp8 fp8;
+        const LaunchTiming mm8 = time_launch([&](cudaStream_t s) { fp8.run(a8, b8, c, s); },
+                                             {.warmup = 3, .samples = 9, .flush_l2 = false});
+        p.fp8_tflop_s =
+            2.0 * double(size) * double(size) * double(size) / (mm8.median_us * 1e-6) / 1e12;
+        std::printf(
+            "device peaks (%s, measured): copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s, FP8 GEMM %.0f "
+            "TFLOP/s\n",
+            p.name.c_str(), p.copy_gb_s, p.bf16_tflop_s, p.fp8_tflop_s);
         return p;
     }();
     return peaks;
@@ -357,16 +439,17 @@ inline void print_bench_header() {
 }
 
 // One table line: the median time, bytes / time against the copy peak and, when flops > 0,
-// flops / time against the GEMM peak. Informative only: speed is never asserted.
+// flops / time against the GEMM peak (FP8's with fp8). Informative only: speed is never asserted.
 inline void print_bench_row(const std::string& op, const std::string& shape, const LaunchTiming& t,
-                            double bytes, double flops = 0) {
+                            double bytes, double flops = 0, bool fp8 = false) {
     const DevicePeaks& peaks = device_peaks();
     const double gb_s = bytes / (t.median_us * 1e-6) / 1e9;
     std::printf("%-24s %-34s %9.2f %9.0f %5.0f%%", op.c_str(), shape.c_str(), t.median_us, gb_s,
                 100.0 * gb_s / peaks.copy_gb_s);
     if (flops > 0) {
         const double tflop_s = flops / (t.median_us * 1e-6) / 1e12;
-        std::printf(" %9.1f %5.0f%%", tflop_s, 100.0 * tflop_s / peaks.bf16_tflop_s);
+        std::printf(" %9.1f %5.0f%%", tflop_s,
+                    100.0 * tflop_s / (fp8 ? peaks.fp8_tflop_s : peaks.bf16_tflop_s));
     }
     std::printf("\n");
 }

@@ -13,14 +13,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <map>
 #include <numeric>
 #include <random>
 #include <string>
-#include <tuple>
 #include <vector>
-
-#include <cublasLt.h>
 
 #include "core/cuda/cuda_check.h"
 #include "core/cuda/device_buffer.h"
@@ -298,74 +294,6 @@ TEST(CudaFp8Gemm, GroupedMatchesCpu) {
     }
 }
 
-namespace {
-
-// cuBLASLt's FP8 GEMM with one scale a tensor (no block scales): what a vendor-tuned FP8 kernel
-// reaches at a shape, the yardstick for fp8_gemm's rows. y[m, n] = xq[m, k] · w[n, k]ᵀ, bf16 out.
-class CublasFp8 {
-  public:
-    CublasFp8() { check(cublasLtCreate(&handle_)); }
-    ~CublasFp8() {
-        for (auto& [key, p] : plans_) {
-            cublasLtMatrixLayoutDestroy(p.a);
-            cublasLtMatrixLayoutDestroy(p.b);
-            cublasLtMatrixLayoutDestroy(p.d);
-            cublasLtMatmulDescDestroy(p.op);
-        }
-        cublasLtDestroy(handle_);
-    }
-    // The first call of a shape plans it (the timed calls after it only launch).
-    void run(const Tensor& xq, const Tensor& w, Tensor& y, cudaStream_t st) {
-        const uint64_t m = uint64_t(xq.size(0)), n = uint64_t(w.size(0)), k = uint64_t(w.size(1));
-        Plan& p = plans_[{m, n, k}];
-        if (p.op == nullptr) plan(p, m, n, k);
-        const float alpha = 1.f, beta = 0.f;
-        if (p.found)
-            check(cublasLtMatmul(handle_, p.op, &alpha, w.raw(), p.a, xq.raw(), p.b, &beta, y.raw(),
-                                 p.d, y.raw(), p.d, &p.algo, workspace_.data(), workspace_.bytes(),
-                                 st));
-    }
-
-  private:
-    struct Plan {
-        cublasLtMatmulDesc_t op = nullptr;
-        cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
-        cublasLtMatmulAlgo_t algo{};
-        bool found = false;
-    };
-    void plan(Plan& p, uint64_t m, uint64_t n, uint64_t k) {
-        check(cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-        const cublasOperation_t t = CUBLAS_OP_T, nn = CUBLAS_OP_N;
-        check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t));
-        check(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &nn, sizeof nn));
-        check(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_8F_E4M3, k, n, int64_t(k)));
-        check(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_8F_E4M3, k, m, int64_t(k)));
-        check(cublasLtMatrixLayoutCreate(&p.d, CUDA_R_16BF, n, m, int64_t(n)));
-        cublasLtMatmulPreference_t pref = nullptr;
-        check(cublasLtMatmulPreferenceCreate(&pref));
-        const uint64_t ws = workspace_.bytes();
-        check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                   &ws, sizeof ws));
-        cublasLtMatmulHeuristicResult_t result{};
-        int found = 0;
-        check(cublasLtMatmulAlgoGetHeuristic(handle_, p.op, p.a, p.b, p.d, p.d, pref, 1, &result,
-                                             &found));
-        cublasLtMatmulPreferenceDestroy(pref);
-        p.algo = result.algo;
-        p.found = found > 0;
-        if (!p.found) ADD_FAILURE() << "cuBLASLt offers no FP8 algorithm for " << m << "x" << n;
-    }
-    static void check(cublasStatus_t s) {
-        if (s != CUBLAS_STATUS_SUCCESS)
-            ADD_FAILURE() << "cuBLASLt FP8: " << cublasLtGetStatusString(s);
-    }
-    cublasLtHandle_t handle_ = nullptr;
-    cuda::DeviceBuffer workspace_{size_t(32) << 20};
-    std::map<std::tuple<uint64_t, uint64_t, uint64_t>, Plan> plans_;
-};
-
-}  // namespace
-
 // Qwen3-8B's projections at a decode batch and a prefill chunk, FP8 against the bf16 GEMM
 // (cuBLASLt) and cuBLASLt's FP8 GEMM with per-tensor scales at the same shapes. Printed, never
 // asserted.
@@ -375,7 +303,7 @@ TEST(CudaFp8Gemm, BenchQwen3_8BShapes) {
     if (gpu_testing::instrumented()) GTEST_SKIP() << "timing means nothing when instrumented";
     std::mt19937 rng(5);
     cuda::Gemm gemm;
-    CublasFp8 cublas_fp8;
+    gpu_testing::CublasFp8 cublas_fp8;
     struct Proj {
         const char* name;
         int64_t n, k;
@@ -400,7 +328,7 @@ TEST(CudaFp8Gemm, BenchQwen3_8BShapes) {
             const auto f = gpu_testing::time_launch(
                 [&](cudaStream_t st) { cuda::fp8_gemm(xq.q, xq.scales, wd, sd, nullptr, y, st); });
             gpu_testing::print_bench_row(std::string("fp8_gemm ") + p.name, shape, f,
-                                         double(p.n * p.k + m * p.k + 2 * m * p.n), flops);
+                                         double(p.n * p.k + m * p.k + 2 * m * p.n), flops, true);
             const auto b =
                 gpu_testing::time_launch([&](cudaStream_t st) { gemm.run(x, wb, nullptr, y, st); });
             gpu_testing::print_bench_row(std::string("bf16 gemm ") + p.name, shape, b,
@@ -408,7 +336,7 @@ TEST(CudaFp8Gemm, BenchQwen3_8BShapes) {
             const auto c =
                 gpu_testing::time_launch([&](cudaStream_t st) { cublas_fp8.run(xq.q, wd, y, st); });
             gpu_testing::print_bench_row(std::string("cublas fp8/tensor ") + p.name, shape, c,
-                                         double(p.n * p.k + m * p.k + 2 * m * p.n), flops);
+                                         double(p.n * p.k + m * p.k + 2 * m * p.n), flops, true);
         }
     }
 }
