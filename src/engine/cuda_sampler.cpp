@@ -174,8 +174,8 @@ void CudaSampler::launch(const Tensor& raw_logits, std::span<const SamplerInput>
         if (!penalised.empty()) {
             if (keep_raw) {
                 logits = rows(B.penalised_logits, rows_n);
-                MI_CUDA_CHECK(cudaMemcpyAsync(logits.raw(), raw_logits.raw(),
-                                              raw_logits.nbytes(), cudaMemcpyDeviceToDevice, st));
+                MI_CUDA_CHECK(cudaMemcpyAsync(logits.raw(), raw_logits.raw(), raw_logits.nbytes(),
+                                              cudaMemcpyDeviceToDevice, st));
             }
             apply_penalties(logits, rows_in, penalised, st);
         }

@@ -68,7 +68,7 @@ static_assert(kRowBytes == kWgmmaRowBytes && kAtomBytes == kWgmmaAtomBytes);
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-constexpr int kAccBlocks = kTileCols / 8;    // n8 blocks of a multiplying thread
+constexpr int kAccBlocks = kTileCols / 8;       // n8 blocks of a multiplying thread
 constexpr int kXRowStep = 128 / kChunksPerRow;  // 16 tile rows between a loader thread's rows
 
 template <class S>
