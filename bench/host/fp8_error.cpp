@@ -42,44 +42,21 @@ void quantize(Tensor& w, Tensor& scale) {
     if (!w.defined()) return;
     const int64_t cols = w.size(-1), rows = w.size(-2), mats = w.numel() / (rows * cols);
     const int64_t b = cpu::kFp8Block, rb = (rows + b - 1) / b, cb = (cols + b - 1) / b;
-    Shape q_shape = w.shape(), s_shape = w.shape();
+    Shape s_shape = w.shape();
     s_shape[s_shape.size() - 2] = rb;
     s_shape[s_shape.size() - 1] = cb;
-    Tensor q = Tensor::zeros(q_shape, DType::kF8E4M3), s = Tensor::zeros(s_shape, DType::kF32);
-    const float* src = w.data<float>();
-    auto* dst = static_cast<uint8_t*>(q.raw());
-    float* sd = s.data<float>();
+    Tensor q = Tensor::zeros(w.shape(), DType::kF8E4M3), s = Tensor::zeros(s_shape, DType::kF32);
     for (int64_t m = 0; m < mats; ++m)
-        for (int64_t i = 0; i < rb; ++i)
-            for (int64_t j = 0; j < cb; ++j) {
-                const int64_t r0 = i * b, r1 = std::min(rows, r0 + b);
-                const int64_t c0 = j * b, c1 = std::min(cols, c0 + b);
-                float amax = 0.f;
-                for (int64_t r = r0; r < r1; ++r)
-                    for (int64_t c = c0; c < c1; ++c)
-                        amax = std::max(amax, std::fabs(src[(m * rows + r) * cols + c]));
-                const float sc = std::max(amax / 448.f, cpu::kFp8MinScale);
-                sd[(m * rb + i) * cb + j] = sc;
-                for (int64_t r = r0; r < r1; ++r)
-                    for (int64_t c = c0; c < c1; ++c) {
-                        const int64_t at = (m * rows + r) * cols + c;
-                        dst[at] = f32_to_e4m3(src[at] / sc);
-                    }
-            }
+        cpu::quantize_fp8_blocks(w.data<float>() + m * rows * cols, rows, cols,
+                                 static_cast<uint8_t*>(q.raw()) + m * rows * cols,
+                                 s.data<float>() + m * rb * cb);
     w = q;
     scale = s;
 }
 
 ModelWeights quantized(const ModelWeights& bf16) {
     ModelWeights w = bf16;  // tensors shared: each quantized one is replaced, not changed
-    for (LayerWeights& l : w.layers) {
-        quantize(l.qkv, l.qkv_scale);
-        quantize(l.o_proj, l.o_proj_scale);
-        quantize(l.gate_up, l.gate_up_scale);
-        quantize(l.down, l.down_scale);
-        quantize(l.experts_gate_up, l.experts_gate_up_scale);
-        quantize(l.experts_down, l.experts_down_scale);
-    }
+    for (LayerWeights& l : w.layers) for_each_fp8_projection(l, quantize);
     return w;
 }
 

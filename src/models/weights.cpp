@@ -377,14 +377,7 @@ void dequantize_in_place(Tensor& weight, Tensor& scale) {
 }  // namespace
 
 void dequantize_fp8_weights(ModelWeights& weights) {
-    for (LayerWeights& l : weights.layers) {
-        dequantize_in_place(l.qkv, l.qkv_scale);
-        dequantize_in_place(l.o_proj, l.o_proj_scale);
-        dequantize_in_place(l.gate_up, l.gate_up_scale);
-        dequantize_in_place(l.down, l.down_scale);
-        dequantize_in_place(l.experts_gate_up, l.experts_gate_up_scale);
-        dequantize_in_place(l.experts_down, l.experts_down_scale);
-    }
+    for (LayerWeights& l : weights.layers) for_each_fp8_projection(l, dequantize_in_place);
 }
 
 }  // namespace miniinfer

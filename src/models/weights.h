@@ -229,6 +229,18 @@ enum class Fp8Compute {
     kBlockScaled,         // W8A8: activations quantized per token group, as the GPU will
     kDequantizedWeights,  // weights widened once to f32 (e4m3 x scale), activations exact
 };
+// fn(weight, scale) for each projection an FP8 checkpoint quantizes (qkv, o_proj, gate_up, down,
+// the experts'), whether or not this model has it (an absent one is undefined).
+template <class Fn>
+void for_each_fp8_projection(LayerWeights& l, Fn&& fn) {
+    fn(l.qkv, l.qkv_scale);
+    fn(l.o_proj, l.o_proj_scale);
+    fn(l.gate_up, l.gate_up_scale);
+    fn(l.down, l.down_scale);
+    fn(l.experts_gate_up, l.experts_gate_up_scale);
+    fn(l.experts_down, l.experts_down_scale);
+}
+
 // kDequantizedWeights: every e4m3 projection of `weights` replaced by its f32 dequantization
 // (and its scales dropped), so the two error sources can be told apart.
 void dequantize_fp8_weights(ModelWeights& weights);

@@ -175,3 +175,31 @@ TEST(Fp8, DequantizedWeightsAreValueTimesScale) {
                 << t << " " << o;
         }
 }
+
+// A weight quantized per 128 × 128 block: each block's largest value maps to ±448 and comes back
+// exactly; every value comes back within e4m3's half step (2^-4 relative) of its block's scale.
+TEST(Fp8, BlockQuantizationInvertsDequantization) {
+    std::mt19937 rng(12);
+    const int64_t out = 200, in = 300;
+    std::vector<float> w = randn(size_t(out * in), rng, 0.05f);
+    for (int64_t i = 0; i < in; ++i) w[size_t(150 * in + i)] = 0.f;  // a row of zero blocks' part
+    std::vector<uint8_t> q(w.size());
+    std::vector<float> scales(size_t(blocks(out) * blocks(in))), back(w.size());
+    cpu::quantize_fp8_blocks(w.data(), out, in, q.data(), scales.data());
+    cpu::dequantize_fp8_blocks(q.data(), scales.data(), out, in, back.data());
+    for (int64_t o = 0; o < out; ++o)
+        for (int64_t i = 0; i < in; ++i) {
+            const float s = scales[size_t((o / kBlock) * blocks(in) + i / kBlock)];
+            const float v = w[size_t(o * in + i)];
+            EXPECT_LE(std::fabs(back[size_t(o * in + i)] - v), std::max(std::fabs(v) / 16, s / 512))
+                << o << " " << i;
+        }
+    for (size_t b = 0; b < scales.size(); ++b) {
+        const int64_t r0 = int64_t(b) / blocks(in) * kBlock, c0 = int64_t(b) % blocks(in) * kBlock;
+        float amax = 0.f;
+        for (int64_t r = r0; r < std::min(out, r0 + kBlock); ++r)
+            for (int64_t c = c0; c < std::min(in, c0 + kBlock); ++c)
+                amax = std::max(amax, std::fabs(w[size_t(r * in + c)]));
+        EXPECT_EQ(scales[b], amax / 448.f) << b;
+    }
+}

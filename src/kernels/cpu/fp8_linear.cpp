@@ -72,6 +72,23 @@ void fp8_block_linear(const float* x, int64_t n, int64_t in, const uint8_t* w, c
     });
 }
 
+void quantize_fp8_blocks(const float* w, int64_t out, int64_t in, uint8_t* q, float* scales) {
+    const int64_t row_blocks = num_blocks(out), col_blocks = num_blocks(in);
+    for (int64_t i = 0; i < row_blocks; ++i)
+        for (int64_t j = 0; j < col_blocks; ++j) {
+            const int64_t r0 = i * kFp8Block, r1 = std::min(out, r0 + kFp8Block);
+            const int64_t c0 = j * kFp8Block, c1 = std::min(in, c0 + kFp8Block);
+            float amax = 0.f;
+            for (int64_t r = r0; r < r1; ++r)
+                for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(w[r * in + c]));
+            const float scale = std::max(amax / 448.f, kFp8MinScale);
+            scales[i * col_blocks + j] = scale;
+            for (int64_t r = r0; r < r1; ++r)
+                for (int64_t c = c0; c < c1; ++c)
+                    q[r * in + c] = f32_to_e4m3(w[r * in + c] / scale);
+        }
+}
+
 void dequantize_fp8_blocks(const uint8_t* w, const float* w_scale, int64_t out, int64_t in,
                            float* y) {
     const int64_t groups = num_blocks(in);

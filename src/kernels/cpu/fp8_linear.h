@@ -29,6 +29,11 @@ void quantize_fp8_groups(const float* x, int64_t n, int64_t in, uint8_t* q, floa
 void fp8_block_linear(const float* x, int64_t n, int64_t in, const uint8_t* w, const float* w_scale,
                       const float* bias, int64_t out, float* y);
 
+// w[out, in] f32 as Qwen's FP8 checkpoints store a projection: q[out, in] e4m3 and
+// scales[ceil(out / 128), ceil(in / 128)] f32, each 128 × 128 block by its amax (scale
+// max(amax / 448, kFp8MinScale), the divisor itself, so dequantize_fp8_blocks inverts it).
+void quantize_fp8_blocks(const float* w, int64_t out, int64_t in, uint8_t* q, float* scales);
+
 // y[out, in] f32 = w · its block's scale: the weight-only path's one-time widening.
 void dequantize_fp8_blocks(const uint8_t* w, const float* w_scale, int64_t out, int64_t in,
                            float* y);
