@@ -70,9 +70,9 @@ void check_engine_support(const ModelConfig& config, const std::string& device,
     if (la.conv_kernel_dim != 4)
         refuse(fmt::format("linear_conv_kernel_dim {} (the GPU's conv kernel is 4 wide)",
                            la.conv_kernel_dim));
-    if (config.num_experts > 256)
+    if (config.num_experts > 512)  // kMoeMaxExperts (kernels/cuda/moe/moe_routing.h)
         refuse(
-            fmt::format("num_experts {} (the GPU's routing takes up to 256)", config.num_experts));
+            fmt::format("num_experts {} (the GPU's routing takes up to 512)", config.num_experts));
 }
 
 namespace config_parsing {

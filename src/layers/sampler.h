@@ -32,7 +32,10 @@ struct SamplerInput {
 
 struct SampledToken {
     int32_t token = 0;
-    float logprob = 0.f;  // of `token`, from log_softmax of the raw logits (vLLM V1's default)
+    // Of `token`, from log_softmax of the raw logits (vLLM V1's default), for a row that asks
+    // for logprobs; the CUDA sampler leaves other rows' value unspecified (it spares a copy of
+    // the raw logits when penalties change them in place).
+    float logprob = 0.f;
     // params->logprobs entries (none if unset or 0), best first, ties by lower id; raw logits.
     std::vector<std::pair<int32_t, float>> top_logprobs;
 };

@@ -4,8 +4,8 @@
 //                 last group; the SiLU·mul form equals silu_mul then fp8_quantize, rows_used kept
 //   GEMMs         y against cpu::fp8_block_linear on the same quantized activations: products of
 //                 two e4m3 are exact, so the difference is the order of the fp32 sums, the tensor
-//                 cores' narrower accumulation inside a k block (allowed 2^-13 of Σ|terms|) and
-//                 y's bf16 rounding (2^-8 relative)
+//                 cores' narrower accumulation inside a k block (kAccumulationError of Σ|terms|)
+//                 and y's bf16 rounding (2^-8 relative)
 // Shapes: tails in n (multiples of 8) and k (multiples of 16), 1 to 4,096 rows, both row tiles,
 // the MoE's gathered and permuted rows with padding, and Qwen3-30B-A3B's expert shapes.
 #include <gtest/gtest.h>
@@ -83,10 +83,15 @@ Reference reference(const std::vector<float>& x, int64_t m, int64_t k, const uin
     return r;
 }
 
+// The tensor cores sum a k block's e4m3 products in about 13 bits, truncating, so the errors
+// add up one way: up to 2^-12 of Σ|terms| measured on an H100, bit for bit the same in every
+// tile shape and loader the kernel was tried with. 2^-11 leaves them a factor of two.
+const double kAccumulationError = std::ldexp(1.0, -11);
+
 ::testing::AssertionResult close_to(const Tensor& y_device, const Reference& r) {
     const std::vector<double> got = gpu_testing::to_doubles(y_device);
     std::vector<double> ref(r.y.begin(), r.y.end()), extra(r.y.size());
-    for (size_t i = 0; i < extra.size(); ++i) extra[i] = r.abs_sum[i] * std::ldexp(1.0, -13);
+    for (size_t i = 0; i < extra.size(); ++i) extra[i] = r.abs_sum[i] * kAccumulationError;
     return all_close(got, ref, {.atol = 1e-30, .rtol = std::ldexp(1.0, -8)}, extra);
 }
 
@@ -164,9 +169,11 @@ TEST(CudaFp8Gemm, DenseMatchesCpu) {
         int64_t m, n, k;
         bool bias;
     };
-    for (const Case c : {Case{1, 128, 128, false}, Case{5, 200, 144, true},
-                         Case{64, 384, 1040, false}, Case{130, 1024, 2048, true},
-                         Case{300, 4096, 1024, false}, Case{2000, 1536, 512, false}}) {
+    for (const Case c :
+         {Case{1, 128, 128, false}, Case{5, 200, 144, true}, Case{64, 384, 1040, false},
+          Case{130, 1024, 2048, true}, Case{300, 4096, 1024, false}, Case{2000, 1536, 512, false},
+          // Several tiles a block, the last row and column tiles partial.
+          Case{1100, 4352, 384, true}, Case{2200, 1920, 256, false}}) {
         const Tensor x = random_bf16({c.m, c.k}, rng, 1.f);
         const Fp8Weight w = random_fp8_weight(1, c.n, c.k, rng);
         const Tensor bias = random_bf16({c.n}, rng, 0.5f);
@@ -275,7 +282,7 @@ TEST(CudaFp8Gemm, GroupedMatchesCpu) {
                             g.push_back(got[size_t(picked[i] * c.n + j)]);
                             ref.push_back(one.y[i * size_t(c.n) + size_t(j)]);
                             extra.push_back(one.abs_sum[i * size_t(c.n) + size_t(j)] *
-                                            std::ldexp(1.0, -13));
+                                            kAccumulationError);
                         }
                 }
                 EXPECT_TRUE(padding_zero) << "padding rows not zeros";

@@ -185,10 +185,12 @@ void compare(const Batch& b, Tally& tally) {
         const bool argmax_path =
             std::all_of(b.requests.begin(), b.requests.end(),
                         [](const Row& row) { return row.params.greedy() && !row.params.logprobs; });
-        // The row's logprob, then its top logprobs: within 1e-4; the top ids equal.
+        // The row's logprob where it asks for logprobs (SampledToken), then its top logprobs:
+        // within 1e-4; the top ids equal.
         std::vector<double> got_lp, want_lp;
         std::vector<int32_t> got_ids, want_ids;
-        if (!argmax_path) got_lp.push_back(gpu[r].logprob), want_lp.push_back(cpu[r].logprob);
+        if (!argmax_path && p.logprobs)
+            got_lp.push_back(gpu[r].logprob), want_lp.push_back(cpu[r].logprob);
         const int64_t n = std::min<int64_t>(p.logprobs.value_or(0), b.vocab);
         ASSERT_EQ(int64_t(cpu[r].top_logprobs.size()), n);
         ASSERT_EQ(int64_t(gpu[r].top_logprobs.size()), n) << "row " << r;

@@ -343,6 +343,14 @@ TEST(HybridConfig, TheEngineRunsThemWithoutTensorParallelism) {
         expect_error([&] { check_engine_support(odd, "cuda"); },
                      "model_type " + c.model_type + ": head_dim 96 (the GPU's", name);
         EXPECT_NO_THROW(check_engine_support(odd, "cpu"));
+        if (c.num_experts > 0) {  // Qwen3-Next-80B's and Qwen3.5-397B's 512 run, no more
+            ModelConfig wide = c;
+            wide.num_experts = 512;
+            EXPECT_NO_THROW(check_engine_support(wide, "cuda"));
+            wide.num_experts = 513;
+            expect_error([&] { check_engine_support(wide, "cuda"); }, "num_experts 513 (the GPU's",
+                         name);
+        }
         EngineConfig engine;
         engine.model_dir = (kFixtures / name).string();
         engine.device = "cpu";

@@ -23,9 +23,12 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <map>
+#include <tuple>
 #include <utility>
 
 #include "core/cuda/cuda_check.h"
+#include "core/cuda/device_buffer.h"
 #include "kernels/cuda/elementwise/silu_mul.cuh"
 #include "kernels/cuda/gemm/gemv.cuh"
 #include "kernels/cuda/norm/rms_norm.cuh"
@@ -365,14 +368,21 @@ void launch_typed(const Tensor& w, const Tensor& w_scale, const Tensor* bias, Te
     }();
     (void)shared_allowed;
     const size_t bytes = size_t(shared_bytes(m, k));
-    int device = 0, sms = 0, per_sm = 0;
+    // Blocks that fit on the device at once, asked once per kernel, size and device (an eager
+    // step launches this for every projection).
+    int device = 0;
     MI_CUDA_CHECK(cudaGetDevice(&device));
-    MI_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    MI_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, bytes));
-    MI_LAUNCH_CHECK(per_sm > 0, "fp8_gemv: no block fits on an SM");
+    thread_local std::map<std::tuple<const void*, size_t, int>, int64_t> resident_blocks;
+    int64_t& resident = resident_blocks[{reinterpret_cast<const void*>(kernel), bytes, device}];
+    if (resident == 0) {
+        int per_sm = 0;
+        MI_CUDA_CHECK(
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, bytes));
+        MI_LAUNCH_CHECK(per_sm > 0, "fp8_gemv: no block fits on an SM");
+        resident = int64_t(per_sm) * sm_count();
+    }
     const int64_t cols_per_block = int64_t(kWarps) * kCols;
-    const int64_t blocks =
-        std::min<int64_t>((n + cols_per_block - 1) / cols_per_block, int64_t(sms) * per_sm);
+    const int64_t blocks = std::min<int64_t>((n + cols_per_block - 1) / cols_per_block, resident);
     launch_kernel(kernel, unsigned(blocks), kThreads, bytes, stream, w.data<uint8_t>(),
                   w_scale.data<float>(), bias ? bias->data<__nv_bfloat16>() : nullptr,
                   y.data<Out>(), n, int(k), src);

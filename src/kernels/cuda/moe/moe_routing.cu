@@ -143,7 +143,8 @@ void launch_route(const Tensor& logits, int64_t n, int num_experts, int top_k, b
         const auto kernel = num_experts <= 32    ? moe_route_kernel<1, Logit>
                             : num_experts <= 64  ? moe_route_kernel<2, Logit>
                             : num_experts <= 128 ? moe_route_kernel<4, Logit>
-                                                 : moe_route_kernel<8, Logit>;
+                            : num_experts <= 256 ? moe_route_kernel<8, Logit>
+                                                 : moe_route_kernel<16, Logit>;
         launch_kernel(kernel, blocks, kRouteWarps * 32, 0, stream, row, n, num_experts, top_k,
                       renormalize, topk_ids.data<int32_t>(), topk_weights.data<float>());
     };
@@ -217,7 +218,8 @@ __global__ void __launch_bounds__(kPermuteThreads)
     }
     __syncthreads();
 
-    // Exclusive prefix sum of the padded counts by warp 0: lane l holds experts 8l .. 8l + 7.
+    // Exclusive prefix sum of the padded counts by warp 0: lane l holds kPerLane experts from
+    // kPerLane l on.
     if (warp == 0) {
         constexpr int kPerLane = kMaxExperts / 32;
         int padded[kPerLane];
@@ -262,28 +264,28 @@ __global__ void __launch_bounds__(kPermuteThreads)
                        int32_t* __restrict__ slot_row) {
     pdl_wait();
     pdl_trigger();
-    __shared__ int warp_rows[kPermuteWarps][kMaxExperts];  // count, then first row
+    // [kPermuteWarps][E]: count, then first row (dynamic: 64 KB at 512 experts).
+    extern __shared__ int warp_rows[];
     const int tid = threadIdx.x, warp = tid / 32;
     const int E = num_experts;
-    for (int idx = tid; idx < kPermuteWarps * E; idx += kPermuteThreads)
-        warp_rows[idx / E][idx % E] = 0;
+    for (int idx = tid; idx < kPermuteWarps * E; idx += kPermuteThreads) warp_rows[idx] = 0;
     __syncthreads();
     const int i = int(blockIdx.x) * kPermuteThreads + tid;
     const int e = i < num_slots ? topk_ids[i] : -1;
     const unsigned peers = __match_any_sync(kFullWarpMask, e);
-    if (e >= 0 && (peers & lanes_below()) == 0) warp_rows[warp][e] = __popc(peers);
+    if (e >= 0 && (peers & lanes_below()) == 0) warp_rows[warp * E + e] = __popc(peers);
     __syncthreads();
     for (int x = tid; x < E; x += kPermuteThreads) {
         int running = expert_offsets[x] + chunk[int64_t(blockIdx.x) * E + x];
         for (int w = 0; w < kPermuteWarps; ++w) {
-            const int c = warp_rows[w][x];
-            warp_rows[w][x] = running;
+            const int c = warp_rows[w * E + x];
+            warp_rows[w * E + x] = running;
             running += c;
         }
     }
     __syncthreads();
     if (e >= 0) {
-        const int r = warp_rows[warp][e] + __popc(peers & lanes_below());
+        const int r = warp_rows[warp * E + e] + __popc(peers & lanes_below());
         slot_row[i] = r;
         row_token[r] = i / top_k;
     }
@@ -429,10 +431,13 @@ void moe_permute(const Tensor& topk_ids, int64_t num_experts, int64_t tile_rows,
     launch_kernel(moe_offsets_kernel, 1, kPermuteThreads, 0, stream, chunk, blocks,
                   int(num_experts), int(tile_rows), int(max_rows), expert_offsets.data<int32_t>(),
                   row_token.data<int32_t>());
+    const size_t scatter_bytes = size_t(kPermuteWarps) * size_t(num_experts) * sizeof(int);
+    allow_shared_memory<moe_scatter_kernel>(size_t(kPermuteWarps) * kMaxExperts * sizeof(int));
     if (blocks > 0)
-        launch_kernel(moe_scatter_kernel, blocks, kPermuteThreads, 0, stream, ids, int(slots),
-                      int(top_k), int(num_experts), chunk, expert_offsets.data<int32_t>(),
-                      row_token.data<int32_t>(), slot_row.data<int32_t>());
+        launch_kernel(moe_scatter_kernel, blocks, kPermuteThreads, scatter_bytes, stream, ids,
+                      int(slots), int(top_k), int(num_experts), chunk,
+                      expert_offsets.data<int32_t>(), row_token.data<int32_t>(),
+                      slot_row.data<int32_t>());
     MI_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -29,7 +29,7 @@
 
 namespace miniinfer::cuda {
 
-constexpr int64_t kMoeMaxExperts = 256;  // moe_route and moe_permute hold E values per token/block
+constexpr int64_t kMoeMaxExperts = 512;  // moe_route and moe_permute hold E values per token/block
 constexpr int64_t kMoeMaxTopK = 32;      // moe_route keeps one choice per lane of a warp
 
 // Rows of the permuted buffers for n tokens with k choices each: the n·k routed rows plus at most
