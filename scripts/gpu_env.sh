@@ -11,6 +11,10 @@ mkdir -p "$out"
 for archive in "$dist.tar.xz" "$dist-lib.tar.xz" "$dist-bin.tar.xz"; do
   if [ -f "$archive" ]; then tar -C "$(dirname "$dist")" -xJf "$archive"; fi
 done
+# The demo tokenizer as scripts/carry_slim.sh left it beside the package.
+if [ -f dist/demo-tokenizer.json.xz ] && [ ! -f tests/fixtures/qwen3-demo/tokenizer.json ]; then
+  xz -dc dist/demo-tokenizer.json.xz > tests/fixtures/qwen3-demo/tokenizer.json
+fi
 export LD_LIBRARY_PATH="$PWD/$dist/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 # NCCL (tensor parallelism): the CUDA toolkit's, else PyTorch's wheel's (nvidia/nccl/lib).
 if ! ls /usr/local/cuda/lib64/libnccl.so.2 >/dev/null 2>&1; then

@@ -6,8 +6,8 @@
 # in, 4 MB, for bench --profile-kernels).
 # Run scripts/build.sh first. Also writes dist/gpu.tar.xz (xz -9: the binaries share most of
 # their code, so its bin/ packs small — 5 MB for miniinfer and four test_cuda_* binaries; the
-# device tool carries at most 64 MiB with the repository): carry that and run
-# scripts/gpu_check.sh there (gpu_env.sh unpacks the archives it finds beside dist/gpu).
+# device tool carries at most 64 MiB with the repository, scripts/carry_slim.sh makes room):
+# carry that and run scripts/gpu_check.sh there (gpu_env.sh unpacks the archives it finds beside dist/gpu).
 # BUILD_DIR (default build) and DIST_DIR (default dist/gpu) pick other folders. TESTS=cuda packs
 # only the test_cuda_* binaries (with the benchmarks): half the size, for when the device tool's
 # 64 MiB (package plus repository) is tight and only the GPU tests are to run; with ONLY="words"
