@@ -83,9 +83,9 @@ Reference reference(const std::vector<float>& x, int64_t m, int64_t k, const uin
     return r;
 }
 
-// The tensor cores sum a k block's e4m3 products in about 13 bits, truncating, so the errors
-// add up one way: up to 2^-12 of Σ|terms| measured on an H100, bit for bit the same in every
-// tile shape and loader the kernel was tried with. 2^-11 leaves them a factor of two.
+// The tensor cores sum a k block's e4m3 products in about 13 bits, truncating, so the errors add
+// up one way: 2^-11 of Σ|terms| is twice the worst measured on an H100
+// (bench/history/session-36.md, call 3).
 const double kAccumulationError = std::ldexp(1.0, -11);
 
 ::testing::AssertionResult close_to(const Tensor& y_device, const Reference& r) {

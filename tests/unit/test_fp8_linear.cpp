@@ -176,13 +176,13 @@ TEST(Fp8, DequantizedWeightsAreValueTimesScale) {
         }
 }
 
-// A weight quantized per 128 × 128 block: each block's largest value maps to ±448 and comes back
-// exactly; every value comes back within e4m3's half step (2^-4 relative) of its block's scale.
+// A weight quantized per 128 × 128 block: each block's scale is its amax / 448, and every value
+// comes back within e4m3's half step (2^-4 relative, or 2^-9 of the scale among subnormals).
 TEST(Fp8, BlockQuantizationInvertsDequantization) {
     std::mt19937 rng(12);
     const int64_t out = 200, in = 300;
     std::vector<float> w = randn(size_t(out * in), rng, 0.05f);
-    for (int64_t i = 0; i < in; ++i) w[size_t(150 * in + i)] = 0.f;  // a row of zero blocks' part
+    for (int64_t i = 0; i < in; ++i) w[size_t(150 * in + i)] = 0.f;  // zeros come back zeros
     std::vector<uint8_t> q(w.size());
     std::vector<float> scales(size_t(blocks(out) * blocks(in))), back(w.size());
     cpu::quantize_fp8_blocks(w.data(), out, in, q.data(), scales.data());
